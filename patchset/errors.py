@@ -1,0 +1,26 @@
+"""Errors that end a command, each carrying the exit code the CLI returns for it."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_TESTS_FAILED = 1
+EXIT_BAD_INPUT = 2
+EXIT_DOES_NOT_APPLY = 3
+
+
+class PatchsetError(Exception):
+    """An error to report as one ``error: ...`` line; ``exit_code`` is what the command returns."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class BadInput(PatchsetError):
+    """Bad input: usage, not a verl/Trinity-RFT tree, unknown version, dirty tree, bad series or patch, fetch."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class DoesNotApply(PatchsetError):
+    """A patch does not apply (the tree was left as it was, unless the message says otherwise)."""
+
+    exit_code = EXIT_DOES_NOT_APPLY

@@ -1,0 +1,193 @@
+"""Work out, without touching the tree, what each patch of a series would do to it; and which uncommitted
+changes in the files the patches touch are not explained by the patches themselves.
+
+Sequential checking. Patches of a series may depend on earlier ones (0002 may change lines that 0001 adds), so
+no patch can be judged on its own: on a fully patched tree 0001 neither applies nor reverts, because 0002 changed
+its lines. ``plan_series`` copies every file the series touches (as it is now in the work tree, uncommitted
+changes included) into scratch directories, each its own empty git repository, and runs ``git apply`` there:
+
+- peel pass, last patch to first: a patch that reverts cleanly (``git apply --reverse --check``) is already
+  applied; it is reverted in the scratch copy, so that the patch before it is judged with it peeled off;
+- forward pass, first to last, on a fresh copy: every patch not already applied is applied in turn (git apply
+  is atomic per patch, so a failed apply is a failed check), each on top of the ones before it.
+
+The forward pass is exactly what applying does to the real tree, and the peel pass exactly what ``--reverse``
+does, so what passes here applies there. The real tree is only read. Should the real tree still refuse a patch
+(it changed in between, or its own git configuration differs), the caller rolls back what it had applied (see
+``apply.py``). A patch that reverts cleanly but would also apply again is ambiguous and refused, rather than
+risk applying it twice.
+
+Dirtiness. Uncommitted changes to a file a patch is about to change are refused (``--allow-dirty`` overrides),
+but changes that are exactly the patches found already applied are ours, not the user's: a tree this tool
+patched differs from HEAD in those files, and re-running or reversing must still work. ``unexplained_changes``
+rebuilds HEAD's version of those files in a scratch directory, applies the already-applied patches to it in
+series order and compares the result with the work tree; only files that still differ count as dirty.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchset import gitops
+from patchset.pins import at_least
+from patchset.series import Patch
+
+
+class Action(enum.Enum):
+    CHANGE = "change"  # apply it (reverse mode: revert it)
+    NOTHING = "nothing"  # already applied (reverse mode: not applied)
+    SKIP = "skip"  # upstream has it since the version in ``detail``
+    FAIL = "fail"  # does not apply (reverse mode: cannot be reverted); ``failure`` says where
+
+
+@dataclass(frozen=True)
+class Step:
+    """What to do with one patch: its 1-based position in the series, the action and why."""
+
+    patch: Patch
+    index: int
+    action: Action
+    detail: str = ""
+    failure: gitops.Failure | None = None
+
+
+def series_files(patches: Iterable[Patch]) -> list[str]:
+    seen: dict[str, None] = {}
+    for patch in patches:
+        for path in patch.files:
+            seen.setdefault(path, None)
+    return list(seen)
+
+
+def _copy_files(source: Path, dest: Path, paths: Iterable[str]) -> None:
+    """Copy ``paths`` (relative) from ``source`` to ``dest`` as they are: regular files with their mode,
+    symlinks as symlinks; absent paths stay absent."""
+    for rel in paths:
+        src = source / rel
+        if not (src.is_symlink() or src.is_file()):
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), target)
+        else:
+            shutil.copy2(src, target)
+
+
+def _peel(scratch: Path, patches: Sequence[tuple[int, Patch]]) -> tuple[set[int], set[int]]:
+    """Find the applied patches: from the last to the first, revert each patch that reverts cleanly on the scratch
+    tree. Returns the indexes of those, and of the ambiguous ones (they would revert and also apply again)."""
+    applied: set[int] = set()
+    ambiguous: set[int] = set()
+    for index, patch in reversed(patches):
+        if not gitops.apply_patch(scratch, patch.path, check=True, reverse=True).ok:
+            continue
+        if gitops.apply_patch(scratch, patch.path, check=True).ok:
+            ambiguous.add(index)
+        elif gitops.apply_patch(scratch, patch.path, reverse=True).ok:
+            applied.add(index)
+    return applied, ambiguous
+
+
+def _forward(scratch: Path, patches: Sequence[tuple[int, Patch]], skip: set[int]) -> dict[int, str]:
+    """Apply, first to last, each patch not in ``skip`` on the scratch tree; return {index: git's error} for those
+    that do not apply."""
+    failed: dict[int, str] = {}
+    for index, patch in patches:
+        if index in skip:
+            continue
+        result = gitops.apply_patch(scratch, patch.path)
+        if not result.ok:
+            failed[index] = result.stderr
+    return failed
+
+
+def _scratch_copy(root: Path, patches: Sequence[Patch], into: Path) -> Path:
+    into.mkdir()
+    gitops.init_scratch(into)
+    _copy_files(root, into, series_files(patches))
+    return into
+
+
+def plan_series(root: Path, patches: Sequence[Patch], *, version: str, reverse: bool = False) -> list[Step]:
+    """The step for each patch of ``patches`` on the tree at ``root``, in the order they would run (last to first
+    when ``reverse``). Reads ``root`` only.
+
+    Two passes, each on its own scratch copy of the tree's current files: the peel pass (last to first, reverting
+    what reverts) finds the patches already applied, even when later patches changed lines that earlier ones
+    added; the forward pass (first to last) applies the others, exactly as applying the series to the real tree
+    will. Reverting the series is exactly the peel pass. Patches whose ``Applied-Upstream`` version is at or below
+    ``version`` take part in neither and are skipped.
+    """
+    numbered = list(enumerate(patches, start=1))
+    skipped = {i: p.upstream_since for i, p in numbered if p.upstream_since and at_least(version, p.upstream_since)}
+    active = [(i, p) for i, p in numbered if i not in skipped]
+    with tempfile.TemporaryDirectory(prefix="patchset-check-") as tmp:
+        applied, ambiguous = _peel(_scratch_copy(root, patches, Path(tmp) / "peel"), active)
+        failed = _forward(_scratch_copy(root, patches, Path(tmp) / "forward"), active, applied | ambiguous)
+    steps: list[Step] = []
+    for index, patch in reversed(numbered) if reverse else numbered:
+        if index in skipped:
+            steps.append(Step(patch, index, Action.SKIP, detail=skipped[index] or ""))
+        elif index in ambiguous:
+            steps.append(Step(patch, index, Action.FAIL, detail="ambiguous"))
+        elif index in failed:
+            steps.append(Step(patch, index, Action.FAIL, failed[index], gitops.parse_failure(failed[index])))
+        elif (index in applied) == reverse:
+            steps.append(Step(patch, index, Action.CHANGE))
+        else:
+            steps.append(Step(patch, index, Action.NOTHING))
+    return steps
+
+
+def applied_patches(steps: Sequence[Step], *, reverse: bool) -> list[Patch]:
+    """The patches that ``steps`` found applied in the tree, in series order."""
+    applied = Action.CHANGE if reverse else Action.NOTHING
+    return [s.patch for s in sorted(steps, key=lambda s: s.index) if s.action is applied]
+
+
+def _exists(path: Path) -> bool:
+    return path.is_symlink() or path.exists()
+
+
+def _same(path_a: Path, path_b: Path) -> bool:
+    """Same content: both absent, the same symlink target, or regular files with the same bytes."""
+    if _exists(path_a) != _exists(path_b):
+        return False
+    if not _exists(path_a):
+        return True
+    if path_a.is_symlink() or path_b.is_symlink():
+        return path_a.is_symlink() and path_b.is_symlink() and os.readlink(path_a) == os.readlink(path_b)
+    if not (path_a.is_file() and path_b.is_file()):
+        return False
+    return path_a.read_bytes() == path_b.read_bytes()
+
+
+def unexplained_changes(tree: gitops.WorkTree, dirty: Iterable[str], applied: Sequence[Patch]) -> list[str]:
+    """Of the uncommitted ``dirty`` paths, those whose content is not HEAD's plus the ``applied`` patches."""
+    dirty = sorted(set(dirty))
+    if not dirty:
+        return []
+    paths = series_files(applied) + dirty
+    with tempfile.TemporaryDirectory(prefix="patchset-head-") as tmp:
+        scratch = Path(tmp)
+        gitops.init_scratch(scratch)
+        for rel, blob in gitops.head_blobs(tree, paths).items():
+            target = scratch / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if blob.mode == "120000":
+                os.symlink(os.fsdecode(blob.data), target)
+            else:
+                target.write_bytes(blob.data)
+                if blob.mode == "100755":
+                    target.chmod(0o755)
+        for patch in applied:
+            if not gitops.apply_patch(scratch, patch.path).ok:
+                return dirty  # HEAD plus the patches does not even build: nothing is explained
+        return [rel for rel in dirty if not _same(scratch / rel, tree.root / rel)]

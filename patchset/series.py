@@ -1,0 +1,130 @@
+"""A quilt-style ``series`` file and the ``git format-patch`` patches it lists.
+
+``patches/<series>/series`` is the only source of order: one patch file name a line, ``#`` comments and blank
+lines ignored. The folder is never globbed.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from patchset import gitops
+from patchset.errors import BadInput
+from patchset.pins import release_key
+
+# DEP-3 header fields, by lower-case name. ``Bug-<Vendor>`` is matched separately.
+_DEP3 = {
+    name.lower(): name
+    for name in (
+        "Description",
+        "Origin",
+        "Bug",
+        "Forwarded",
+        "Author",
+        "From",
+        "Reviewed-by",
+        "Acked-by",
+        "Last-Update",
+        "Applied-Upstream",
+    )
+}
+_FIELD = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.*?)\s*$")
+_SUBJECT_PREFIX = re.compile(r"^\[PATCH[^\]]*\]\s*")
+_UPSTREAM_VERSION = re.compile(r"^v?(?P<version>\d+(?:\.\d+)*[0-9A-Za-z.+-]*?)(?:[,;\s]|$)")
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One patch of a series: its file, subject, DEP-3 fields, the paths it touches and its text."""
+
+    name: str
+    path: Path
+    subject: str
+    fields: dict[str, str] = field(compare=False)
+    files: tuple[str, ...]
+    text: str = field(repr=False, compare=False)
+
+    @property
+    def upstream_since(self) -> str | None:
+        """The upstream version that has this change (``Applied-Upstream: 0.9.0, <url>``), else None."""
+        match = _UPSTREAM_VERSION.match(self.fields.get("Applied-Upstream", ""))
+        return match["version"] if match and release_key(match["version"])[0] else None
+
+
+@dataclass(frozen=True)
+class Series:
+    """A series: its name (folder under the patches dir), the ``series`` file and its patches in order."""
+
+    name: str
+    path: Path
+    patches: tuple[Patch, ...]
+
+
+def _dep3_fields(body: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for line in body.splitlines():
+        match = _FIELD.match(line)
+        if not match or not match["value"]:
+            continue
+        lower = match["name"].lower()
+        name = _DEP3.get(lower) or (match["name"] if lower.startswith("bug-") else None)
+        if name is None:
+            continue
+        fields[name] = f"{fields[name]}, {match['value']}" if name in fields else match["value"]
+    return fields
+
+
+def read_patch(path: Path) -> Patch:
+    """Parse a ``git format-patch`` file; raise ``BadInput`` when git cannot read it as a patch."""
+    error = gitops.patch_parse_error(path)
+    if error is not None:
+        raise BadInput(f"{path} is not a valid patch ({error}); re-export it with git format-patch")
+    raw = path.read_bytes()
+    message = email.parser.BytesHeaderParser(policy=email.policy.default).parsebytes(raw)
+    subject = _SUBJECT_PREFIX.sub("", " ".join(str(message.get("Subject", "")).split()))
+    text = raw.decode("utf-8", "surrogateescape")
+    head, _, _ = text.partition("\ndiff --git ")
+    body = head.partition("\n\n")[2].partition("\n---\n")[0]
+    return Patch(
+        name=path.name,
+        path=path,
+        subject=subject or path.name,
+        fields=_dep3_fields(body),
+        files=tuple(gitops.patch_paths(text)),
+        text=text,
+    )
+
+
+def load_series(patches_dir: Path, name: str) -> Series:
+    """Read ``PATCHES_DIR/NAME/series`` and every patch it lists, in order; raise ``BadInput`` naming the
+    series file (and line) for a missing, duplicate or malformed entry."""
+    folder = patches_dir / name
+    series_file = folder / "series"
+    try:
+        lines = series_file.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise BadInput(f"{series_file} not found; every series folder needs a series file") from None
+    patches: list[Patch] = []
+    seen: dict[str, int] = {}
+    for number, line in enumerate(lines, start=1):
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        where = f"{series_file}:{number}"
+        if len(entry.split()) > 1:
+            raise BadInput(f"{where}: expected one patch file name, got {entry!r} (quilt options are not supported)")
+        relative = PurePosixPath(entry)
+        if relative.is_absolute() or ".." in relative.parts:
+            raise BadInput(f"{where}: {entry} must be a file inside {folder}")
+        if entry in seen:
+            raise BadInput(f"{where}: {entry} is listed twice (first on line {seen[entry]}); list each patch once")
+        seen[entry] = number
+        patch_file = folder / relative
+        if not patch_file.is_file():
+            raise BadInput(f"{where}: {entry} is listed but {patch_file} does not exist; add it or drop the line")
+        patches.append(read_patch(patch_file))
+    return Series(name=name, path=series_file, patches=tuple(patches))

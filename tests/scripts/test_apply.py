@@ -1,0 +1,391 @@
+"""``apply`` on a user's checkout: every patch is checked in sequence before any is applied; a run either applies
+the whole series or leaves the tree byte for byte as it was; re-running and reversing are exact; bad input is
+exit 2, a patch that does not apply exit 3."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from patchset_fakes import VERL_PATCH_1, VERL_PATCH_2, World, git, make_repo, tree_digest
+
+from patchset import gitops
+from patchset.cli import main
+
+CORE = "verl/trainer/ppo/core_algos.py"
+
+
+def run(capsys: pytest.CaptureFixture[str], world: World, *argv: str) -> tuple[int, str, str]:
+    code = main(world.args("--no-test", *argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_apply_patches_work_tree_only_patch_by_patch(capsys, world):
+    head = git(world.verl, "rev-parse", "HEAD")
+
+    code, out, err = run(capsys, world, str(world.verl))
+
+    assert (code, err) == (0, "")
+    assert f"* Applying {VERL_PATCH_1} (1/2)" in out
+    assert f"* Applying {VERL_PATCH_2} (2/2)" in out
+    assert f"verl 0.8.0 at {world.verl}: 2 applied, 0 already applied" in out
+    assert "return x * 2" in (world.verl / CORE).read_text()
+    assert (world.verl / "tests/trainer/ppo/test_scale_on_cpu.py").is_file()
+    assert git(world.verl, "rev-parse", "HEAD") == head
+    assert git(world.verl, "diff", "--cached", "--name-only") == ""
+
+
+def test_later_patch_depending_on_earlier_one_is_checked_in_sequence(capsys, world):
+    second = world.patches / "verl" / VERL_PATCH_2
+    assert not gitops.apply_patch(world.verl, second, check=True).ok  # alone, 0002 cannot apply
+
+    code, out, _ = run(capsys, world, "--check", str(world.verl))
+
+    assert code == 0
+    assert f"* Would apply {VERL_PATCH_2} (2/2)" in out
+
+
+def test_reapply_reports_already_applied_and_changes_nothing(capsys, world):
+    assert run(capsys, world, str(world.verl))[0] == 0
+    before = tree_digest(world.verl)
+
+    code, out, err = run(capsys, world, str(world.verl))
+
+    assert (code, err) == (0, "")
+    assert f"* {VERL_PATCH_1} already applied" in out
+    assert f"* {VERL_PATCH_2} already applied" in out
+    assert "0 applied, 2 already applied" in out
+    assert tree_digest(world.verl) == before
+
+
+def test_check_on_fresh_tree_says_would_apply_and_touches_nothing(capsys, world):
+    before = tree_digest(world.verl)
+
+    code, out, _ = run(capsys, world, "--check", str(world.verl))
+
+    assert code == 0
+    assert f"* Would apply {VERL_PATCH_1} (1/2)" in out
+    assert "2 would apply, 0 already applied" in out
+    assert tree_digest(world.verl) == before
+    assert git(world.verl, "status", "--porcelain") == ""
+
+
+def test_check_on_patched_tree_says_already_applied(capsys, world):
+    run(capsys, world, str(world.verl))
+    before = tree_digest(world.verl)
+
+    code, out, _ = run(capsys, world, "--check", str(world.verl))
+
+    assert code == 0
+    assert "0 would apply, 2 already applied" in out
+    assert tree_digest(world.verl) == before
+
+
+def test_reverse_restores_tree_byte_for_byte(capsys, world):
+    pristine = tree_digest(world.verl)
+    run(capsys, world, str(world.verl))
+    assert tree_digest(world.verl) != pristine
+
+    code, out, err = run(capsys, world, "--reverse", str(world.verl))
+
+    assert (code, err) == (0, "")
+    assert out.index(f"* Reverting {VERL_PATCH_2} (2/2)") < out.index(f"* Reverting {VERL_PATCH_1} (1/2)")
+    assert "2 reverted, 0 not applied" in out
+    assert tree_digest(world.verl) == pristine
+    assert git(world.verl, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_reverse_on_unpatched_tree_reports_not_applied_and_changes_nothing(capsys, world):
+    before = tree_digest(world.verl)
+
+    code, out, _ = run(capsys, world, "--reverse", str(world.verl))
+
+    assert code == 0
+    assert f"* {VERL_PATCH_1} not applied; skipping" in out
+    assert tree_digest(world.verl) == before
+
+
+def test_partly_patched_tree_gets_the_rest_without_dirty_refusal(capsys, world):
+    assert gitops.apply_patch(world.verl, world.patches / "verl" / VERL_PATCH_1).ok  # core_algos.py now dirty
+
+    code, out, err = run(capsys, world, str(world.verl))
+
+    assert (code, err) == (0, "")
+    assert f"* {VERL_PATCH_1} already applied" in out
+    assert f"* Applying {VERL_PATCH_2} (2/2)" in out
+
+
+def test_trinity_tree_gets_its_own_series(capsys, world):
+    code, out, _ = run(capsys, world, str(world.trinity))
+
+    assert code == 0
+    assert f"trinity-rft 0.6.0 at {world.trinity}: 1 applied, 0 already applied" in out
+    assert "weight(x)" in (world.trinity / "trinity/trainer/verl/losses.py").read_text()
+
+
+def test_patch_applied_upstream_is_skipped_on_that_version(capsys, world):
+    init = world.trinity / "trinity/__init__.py"
+    init.write_text(init.read_text().replace("0.6.0", "0.7.0"))
+    git(world.trinity, "commit", "-qam", "0.7.0")
+    before = tree_digest(world.trinity)
+
+    code, out, _ = run(capsys, world, str(world.trinity))
+
+    assert code == 0
+    assert "skipped: in upstream since 0.7.0" in out
+    assert "0 applied, 0 already applied, 1 skipped" in out
+    assert tree_digest(world.trinity) == before
+
+
+def test_tree_in_subdirectory_of_a_repository_is_patched_and_reversed(capsys, world, tmp_path):
+    mono = tmp_path / "mono"
+    shutil.copytree(world.verl, mono / "vendor" / "verl", ignore=shutil.ignore_patterns(".git"))
+    make_repo(mono / "other", {"x.txt": "x\n"})
+    shutil.rmtree(mono / "other" / ".git")
+    git(mono, "init", "-q")
+    git(mono, "add", "-A")
+    git(mono, "commit", "-qm", "mono")
+    pristine = tree_digest(mono)
+    sub = mono / "vendor" / "verl"
+
+    assert run(capsys, world, str(sub))[0] == 0
+    assert "return x * 2" in (sub / CORE).read_text()
+    assert run(capsys, world, "--reverse", str(sub))[0] == 0
+    assert tree_digest(mono) == pristine
+
+
+@pytest.mark.parametrize("content", [None, {"setup.py": "print('hi')\n"}])
+def test_tree_that_is_not_verl_or_trinity_exits_2(capsys, world, tmp_path, content):
+    other = make_repo(tmp_path / "other", content or {"README": "x\n"})
+
+    code, _, err = run(capsys, world, str(other))
+
+    assert code == 2
+    assert err == (
+        f"error: {other} is not a verl or Trinity-RFT checkout (no verl/version/version or trinity/__init__.py)\n"
+    )
+
+
+def test_unknown_version_exits_2_naming_path_version_and_supported(capsys, world):
+    (world.verl / "verl/version/version").write_text("0.7.1\n")
+    git(world.verl, "commit", "-qam", "0.7.1")
+
+    code, _, err = run(capsys, world, str(world.verl))
+
+    assert code == 2
+    assert err.startswith("error: ")
+    assert str(world.verl) in err and "0.7.1" in err and "supported: 0.8.0, 0.9.0" in err
+    assert err.count("\n") == 1
+
+
+def test_force_version_applies_the_series_with_a_warning(capsys, world):
+    (world.verl / "verl/version/version").write_text("0.8.1.dev0\n")
+    git(world.verl, "commit", "-qam", "dev")
+
+    code, out, err = run(capsys, world, "--force-version", str(world.verl))
+
+    assert code == 0
+    assert err.startswith("warning: ") and "0.8.1.dev0" in err
+    assert "verl 0.8.1.dev0 at" in out and "2 applied" in out
+
+
+def test_dirty_touched_file_exits_2_naming_it_and_changes_nothing(capsys, world):
+    core = world.verl / CORE
+    core.write_text(core.read_text().replace("# tail 9\n", "# my own edit\n"))
+    before = tree_digest(world.verl)
+
+    code, _, err = run(capsys, world, str(world.verl))
+
+    assert code == 2
+    assert CORE in err and "--allow-dirty" in err
+    assert tree_digest(world.verl) == before
+
+
+def test_allow_dirty_patches_on_top_of_local_edits_and_keeps_them(capsys, world):
+    core = world.verl / CORE
+    core.write_text(core.read_text().replace("# tail 9\n", "# my own edit\n"))
+
+    code, out, err = run(capsys, world, "--allow-dirty", str(world.verl))
+
+    assert code == 0
+    assert "warning: " in err and CORE in err
+    assert "# my own edit" in core.read_text() and "return x * 2" in core.read_text()
+
+
+def test_uncommitted_change_elsewhere_is_left_alone_and_mentioned(capsys, world):
+    (world.verl / "README.md").write_text("my notes\n")
+
+    code, out, _ = run(capsys, world, str(world.verl))
+
+    assert code == 0
+    assert "Leaving 1 other uncommitted change(s)" in out
+    assert (world.verl / "README.md").read_text() == "my notes\n"
+
+
+def test_plain_directory_without_git_exits_2(capsys, world, tmp_path):
+    plain = tmp_path / "plain"
+    shutil.copytree(world.verl, plain, ignore=shutil.ignore_patterns(".git"))
+
+    code, _, err = run(capsys, world, str(plain))
+
+    assert code == 2
+    assert "is not a git checkout" in err and "git init" in err
+
+
+def _series(world: World, text: str) -> Path:
+    series = world.patches / "verl" / "series"
+    series.write_text(text)
+    return series
+
+
+def _corrupt_first_patch(world: World) -> str:
+    patch = world.patches / "verl" / VERL_PATCH_1
+    patch.write_text(patch.read_text().replace("@@ -8,6 +8,8 @@", "@@ -8,6 +8,30 @@", 1))
+    return "not a valid patch"
+
+
+@pytest.mark.parametrize(
+    ("breakage", "expected"),
+    [
+        ("missing", "0003-missing.patch is listed but"),
+        ("duplicate", f"{VERL_PATCH_1} is listed twice"),
+        ("corrupt", "not a valid patch"),
+    ],
+)
+def test_bad_series_or_patch_exits_2_naming_it(capsys, world, breakage, expected):
+    if breakage == "missing":
+        _series(world, f"{VERL_PATCH_1}\n{VERL_PATCH_2}\n0003-missing.patch\n")
+    elif breakage == "duplicate":
+        _series(world, f"{VERL_PATCH_1}\n{VERL_PATCH_2}\n{VERL_PATCH_1}\n")
+    else:
+        _corrupt_first_patch(world)
+    before = tree_digest(world.verl)
+
+    code, _, err = run(capsys, world, str(world.verl))
+
+    assert code == 2
+    assert expected in err
+    assert breakage == "corrupt" or str(world.patches / "verl" / "series") in err
+    assert tree_digest(world.verl) == before
+
+
+def test_drifted_file_exits_3_naming_patch_file_and_hunk_and_keeps_tree(capsys, world):
+    core = world.verl / CORE
+    core.write_text(core.read_text().replace("# line 9\n", "# line nine\n"))
+    git(world.verl, "commit", "-qam", "drift")
+    before = tree_digest(world.verl)
+
+    code, _, err = run(capsys, world, str(world.verl))
+
+    assert code == 3
+    assert err.startswith(f"error: {VERL_PATCH_1} does not apply to verl 0.8.0 at {world.verl}: {CORE}, hunk @@ -8,6")
+    assert "nothing was changed" in err
+    assert tree_digest(world.verl) == before
+
+
+def test_failure_of_a_later_patch_applies_nothing(capsys, world):
+    second = world.patches / "verl" / VERL_PATCH_2
+    second.write_text(second.read_text().replace(" def scale(x):", " def scale(y):"))
+    before = tree_digest(world.verl)
+
+    code, out, err = run(capsys, world, str(world.verl))
+
+    assert code == 3
+    assert err.startswith(f"error: {VERL_PATCH_2} does not apply")
+    assert "Applying" not in out
+    assert tree_digest(world.verl) == before
+
+
+def test_check_reports_patch_that_does_not_apply_and_exits_3(capsys, world):
+    second = world.patches / "verl" / VERL_PATCH_2
+    second.write_text(second.read_text().replace(" def scale(x):", " def scale(y):"))
+
+    code, out, err = run(capsys, world, "--check", str(world.verl))
+
+    assert code == 3
+    assert f"* Would apply {VERL_PATCH_1} (1/2)" in out
+    assert f"* {VERL_PATCH_2} does not apply: {CORE}, hunk @@" in out
+    assert "1 would apply, 0 already applied, 1 do not apply" in out
+    assert err.startswith(f"error: {VERL_PATCH_2} does not apply")
+
+
+def test_unexpected_failure_mid_series_rolls_back_earlier_patches(capsys, world, monkeypatch):
+    real = gitops.apply_patch
+
+    def flaky(cwd, patch, *, reverse=False, check=False, directory=""):
+        if cwd == world.verl and patch.name == VERL_PATCH_2 and not check and not reverse:
+            return gitops.ApplyResult(False, f"error: patch failed: {CORE}:11\nerror: {CORE}: patch does not apply")
+        return real(cwd, patch, reverse=reverse, check=check, directory=directory)
+
+    monkeypatch.setattr(gitops, "apply_patch", flaky)
+    before = tree_digest(world.verl)
+
+    code, out, err = run(capsys, world, str(world.verl))
+
+    assert code == 3
+    assert f"* Rolling back {VERL_PATCH_1}" in out
+    assert "rolled back and the tree is as it was" in err
+    assert tree_digest(world.verl) == before
+
+
+def test_two_trees_of_the_same_kind_exit_2(capsys, world, tmp_path):
+    other = tmp_path / "verl2"
+    shutil.copytree(world.verl, other)
+
+    code, _, err = run(capsys, world, str(world.verl), str(other))
+
+    assert code == 2
+    assert "two verl trees" in err
+
+
+def test_regression_tests_get_the_detected_trees(world, regression_calls):
+    assert main(world.args(str(world.verl), str(world.trinity))) == 0
+    assert regression_calls == [({"verl": world.verl, "trinity": world.trinity}, "fixed")]
+
+
+def test_regression_tests_get_only_the_trees_given(world, regression_calls):
+    assert main(world.args(str(world.trinity))) == 0
+    assert regression_calls == [({"trinity": world.trinity}, "fixed")]
+
+
+def test_failing_regression_tests_exit_1(capsys, world, monkeypatch):
+    from patchset import regression
+
+    monkeypatch.setattr(regression, "run_regression_tests", lambda trees, expect="fixed": 5)
+
+    code = main(world.args(str(world.verl)))
+
+    assert code == 1
+    assert "regression tests failed (exit status 5)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags", [("--no-test",), ("--check",), ("--reverse",)])
+def test_regression_tests_do_not_run_for(world, regression_calls, flags):
+    assert main(["apply", "--patches-dir", str(world.patches), *flags, str(world.verl)]) == 0
+    assert regression_calls == []
+
+
+def test_check_refuses_dirty_touched_file_like_apply(capsys, world):
+    core = world.verl / CORE
+    core.write_text(core.read_text() + "# mine\n")
+
+    code, out, err = run(capsys, world, "--check", str(world.verl))
+
+    assert code == 2
+    assert "2 would apply" in out
+    assert CORE in err
+
+
+def test_reverse_refuses_local_edit_on_top_of_patched_file(capsys, world):
+    run(capsys, world, str(world.verl))
+    core = world.verl / CORE
+    core.write_text(core.read_text() + "# mine\n")
+    before = tree_digest(world.verl)
+
+    code, _, err = run(capsys, world, "--reverse", str(world.verl))
+
+    assert code == 2
+    assert CORE in err
+    assert tree_digest(world.verl) == before

@@ -1,0 +1,58 @@
+"""The command line: help documents the exit codes, usage errors are exit 2, and scripts/apply.sh runs the
+same entry point from any directory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchset.cli import REPO_ROOT, main
+
+
+def test_apply_help_documents_exit_codes(capsys):
+    assert main(["apply", "--help"]) == 0
+    out = capsys.readouterr().out
+    for line in ("0  done", "1  the regression tests failed", "2  bad input", "3  a patch does not apply"):
+        assert line in out
+    for option in ("--check", "--reverse", "--no-test", "--force-version", "--allow-dirty", "--cache", "--patches-dir"):
+        assert option in out
+
+
+@pytest.mark.parametrize("argv", [[], ["apply", "--no-such-option"], ["frobnicate"]])
+def test_usage_errors_exit_2(capsys, argv):
+    assert main(argv) == 2
+
+
+def test_missing_patches_dir_exits_2(capsys, tmp_path):
+    assert main(["apply", "--patches-dir", str(tmp_path / "none"), "--check", str(tmp_path)]) == 2
+    assert "upstreams.toml not found" in capsys.readouterr().err
+
+
+def test_apply_sh_help_runs_end_to_end_from_another_directory(tmp_path):
+    proc = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "apply.sh"), "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: python -m patchset apply" in proc.stdout
+    assert "exit status:" in proc.stdout
+
+
+def test_python_m_patchset_exits_with_main_status(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "patchset", "apply", "--check", "--patches-dir", str(tmp_path), str(tmp_path)],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO_ROOT), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ")
+    assert Path(tmp_path).exists()
