@@ -1,0 +1,69 @@
+"""Run the CPU regression tests (tests/regression) against given upstream trees, in the pinned venv."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from patchset.fetch import ensure_upstream, resolve_cache
+from patchset.pins import load_pins
+from patchset.ui import Console, display_path
+from patchset.venv import REPO_ROOT, ensure_venv
+
+SUITE = REPO_ROOT / "tests" / "regression"
+EXPECTATIONS = ("fixed", "bug")
+TREE_VARIABLES = {"verl": "PATCHSET_VERL_TREE", "trinity": "PATCHSET_TRINITY_TREE"}
+
+
+def regression_env(trees: Mapping[str, Path], expect: str, baseline_dir: Path | None) -> dict[str, str]:
+    """Environment for the child pytest: the trees first on PYTHONPATH and the suite's PATCHSET_* settings."""
+    if expect not in EXPECTATIONS:
+        raise ValueError(f"expect must be one of {EXPECTATIONS}, not {expect!r}")
+    env = {key: value for key, value in os.environ.items() if key not in TREE_VARIABLES.values()}
+    ordered = [trees[key].resolve() for key in TREE_VARIABLES if key in trees]
+    env["PYTHONPATH"] = os.pathsep.join(str(path) for path in ordered)
+    for key, variable in TREE_VARIABLES.items():
+        if key in trees:
+            env[variable] = str(trees[key].resolve())
+    env["PATCHSET_EXPECT"] = expect
+    if baseline_dir is not None:
+        env["PATCHSET_BASELINE_DIR"] = str(baseline_dir.resolve())
+    else:
+        env.pop("PATCHSET_BASELINE_DIR", None)
+    return env
+
+
+def with_verl_for_trinity(trees: Mapping[str, Path], console: Console) -> dict[str, Path]:
+    """Trinity's engine loss imports verl: test a Trinity tree given alone beside the pinned vanilla verl.
+
+    The Trinity fix does not depend on verl's, so vanilla verl is the neutral choice.
+    """
+    completed = dict(trees)
+    if "trinity" in completed and "verl" not in completed:
+        pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").default_for("verl")
+        assert pin is not None, "upstreams.toml names no default verl"
+        completed["verl"] = ensure_upstream(pin, resolve_cache(None, os.environ, REPO_ROOT), console)
+        console.step(f"Trinity's loss imports verl: testing it beside {pin.label} ({display_path(completed['verl'])})")
+    return completed
+
+
+def run_regression_tests(
+    trees: Mapping[str, Path],
+    expect: str = "fixed",
+    baseline_dir: Path | None = None,
+    pytest_args: Sequence[str] = (),
+) -> int:
+    """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}); return pytest's exit code.
+
+    ``expect`` is "fixed" for patched trees and "bug" for vanilla ones (the teeth run). Trinity's engine
+    loss imports verl, so a Trinity tree is tested only together with a verl tree; tests whose tree is
+    not given are skipped, and say so.
+    """
+    python = ensure_venv()
+    trees = with_verl_for_trinity(trees, Console())
+    described = ", ".join(f"{key} at {path}" for key, path in trees.items()) or "no tree"
+    print(f"* Running the regression tests (expecting {expect}) on {described}", flush=True)
+    command = [str(python), "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider", *pytest_args]
+    return subprocess.run(command, cwd=REPO_ROOT, env=regression_env(trees, expect, baseline_dir)).returncode

@@ -1,0 +1,104 @@
+"""The project's test command (scripts/test.sh): every check, on a fresh machine, in one run.
+
+Steps: build the pinned venv; lint this project; test the tooling; fetch the pinned upstreams and make
+patched trees of them; run the regression suite on the vanilla trees expecting the bug (the teeth), then
+on the patched trees expecting the fix; print the measured gradient ratios side by side. Every step runs
+even when an earlier one failed, so one run reports everything; the exit code is 0 only if all passed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from patchset.fetch import resolve_cache
+from patchset.pins import load_pins
+from patchset.regression import run_regression_tests
+from patchset.venv import REPO_ROOT, VenvError, ensure_venv
+
+
+def _run_step(name: str, command: Sequence[str], env: dict[str, str] | None = None) -> bool:
+    print(f"\n=== {name}", flush=True)
+    return subprocess.run(list(command), cwd=REPO_ROOT, env=env).returncode == 0
+
+
+def _pinned_trees(cache_root: Path) -> tuple[dict[str, Path], dict[str, Path]]:
+    """Vanilla and patched checkouts of the default pins, as `patchset apply` lays them out in the cache."""
+    cache = resolve_cache(str(cache_root), os.environ, REPO_ROOT)
+    pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
+    vanilla = {pin.key: cache.upstreams / pin.dirname for pin in pins.defaults()}
+    patched = {pin.key: cache.patched / pin.dirname for pin in pins.defaults()}
+    return vanilla, patched
+
+
+def _ratio_table(results_dir: Path) -> str:
+    """Gradient-norm ratio to one micro-batch on one rank, per case: vanilla next to patched."""
+    ratios: dict[tuple[str, str], dict[str, float]] = {}
+    for expect in ("bug", "fixed"):
+        path = results_dir / f"ratios-{expect}.jsonl"
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            ratios.setdefault((row["component"], row["case"]), {})[expect] = row["ratio"]
+    lines = [f"{'component':<9} {'case':<58} {'vanilla':>8} {'patched':>8}"]
+    for (component, case), values in sorted(ratios.items()):
+        vanilla = f"{values['bug']:.3f}" if "bug" in values else "-"
+        patched = f"{values['fixed']:.6f}" if "fixed" in values else "-"
+        lines.append(f"{component:<9} {case:<58} {vanilla:>8} {patched:>8}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scripts/test.sh",
+        description="Run every test of the patchset: lint, tooling tests, and the regression suite on the "
+        "vanilla (expecting the bug) and the patched (expecting the fix) pinned upstreams.",
+        epilog="Exit codes: 0 all passed; 1 a step failed (its output says which); 2 the environment could not "
+        "be built.",
+    )
+    parser.add_argument("--cache", type=Path, default=Path(os.environ.get("PATCHSET_CACHE", REPO_ROOT / ".cache")))
+    parser.add_argument("--quick", action="store_true", help="skip lint and tooling tests (regression suite only)")
+    args = parser.parse_args(argv)
+
+    try:
+        python = str(ensure_venv())
+    except VenvError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    results: dict[str, bool] = {}
+    if not args.quick:
+        results["lint"] = _run_step("lint (ruff)", [python, "-m", "ruff", "check", "."]) and _run_step(
+            "format (ruff)", [python, "-m", "ruff", "format", "--check", "."]
+        )
+        results["tooling tests"] = _run_step("tooling tests", [python, "-m", "pytest", "tests/scripts", "-q"], env)
+    results["pinned trees"] = _run_step(
+        "fetch and patch the pinned upstreams",
+        [sys.executable, "-m", "patchset", "apply", "--no-test", "--cache", str(args.cache)],
+        env,
+    )
+    if results["pinned trees"]:
+        vanilla, patched = _pinned_trees(args.cache)
+        results_dir = args.cache / "results"
+        shutil.rmtree(results_dir, ignore_errors=True)
+        print("\n=== regression suite on the vanilla trees (the teeth: must show the bug)", flush=True)
+        results["teeth (vanilla)"] = run_regression_tests(vanilla, expect="bug", baseline_dir=results_dir) == 0
+        print("\n=== regression suite on the patched trees (must show the fix)", flush=True)
+        results["regression (patched)"] = run_regression_tests(patched, expect="fixed", baseline_dir=results_dir) == 0
+        print("\n=== gradient norm relative to one micro-batch on one rank\n" + _ratio_table(results_dir))
+
+    print("\n=== summary")
+    for name, passed in results.items():
+        print(f"  {'ok  ' if passed else 'FAIL'} {name}")
+    return 0 if all(results.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,164 @@
+"""Feed a loss function the way verl 0.8's engine does, without a model.
+
+`FSDPEngine.forward_backward_batch` takes one mini-batch per data-parallel rank, converts it to the
+no-padding layout (`left_right_2_no_padding`), counts the valid tokens and all-reduces them into
+``batch_num_tokens``, records ``dp_size``, splits the batch with `prepare_micro_batches` (fixed size, or
+by token budget with ``use_dynamic_bsz``), calls the loss on every micro-batch and backpropagates each
+micro-batch loss; data parallelism then averages the gradients over ranks. This module drives the real
+verl helpers through the same steps and stands in for the model with one leaf tensor per model output, so
+the gradient that reaches it is exactly the gradient the loss sends into the network.
+
+One adaptation, outside the loss path: `left_right_2_no_padding` unpads through
+`verl.utils.attention_utils`, which dispatches to `flash_attn` (CUDA only); on CPU it is pointed at the
+pure-torch functions verl ships in `verl.utils.npu_flash_attn_utils`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from tensordict import TensorDict
+
+PROMPT_LEN = 8
+RESPONSE_LEN = 16
+
+LossFn = Callable[[dict, TensorDict], tuple[torch.Tensor, dict]]
+
+
+def use_cpu_unpadding() -> None:
+    """Point verl's unpad helpers at its pure-torch implementation (no flash_attn on CPU)."""
+    import verl.utils.attention_utils as attention_utils
+    import verl.utils.npu_flash_attn_utils as torch_impl
+
+    functions = (torch_impl.index_first_axis, torch_impl.pad_input, torch_impl.rearrange, torch_impl.unpad_input)
+    attention_utils._get_attention_functions = lambda: functions
+
+
+def make_rollout_batch(
+    batch_size: int, seed: int, extra_fields: Sequence[str] = (), holes_in_mask: bool = False
+) -> TensorDict:
+    """A left-right padded batch with ragged prompt and response lengths, as the trainer builds it.
+
+    ``extra_fields`` names per-token float fields to add (values, returns, advantages, ...). With
+    ``holes_in_mask`` some tokens inside responses are masked out, as Trinity's multi-turn masks are.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    prompt_lens = torch.randint(1, PROMPT_LEN + 1, (batch_size,), generator=generator)
+    response_lens = torch.randint(1, RESPONSE_LEN + 1, (batch_size,), generator=generator)
+    positions = torch.arange(PROMPT_LEN + RESPONSE_LEN)
+    prompt_mask = positions[:PROMPT_LEN] >= PROMPT_LEN - prompt_lens[:, None]
+    response_attention = positions[:RESPONSE_LEN] < response_lens[:, None]
+    response_mask = response_attention.clone()
+    if holes_in_mask:
+        response_mask &= torch.rand(batch_size, RESPONSE_LEN, generator=generator) > 0.25
+    attention_mask = torch.cat([prompt_mask, response_attention], dim=-1).long()
+    shape = (batch_size, RESPONSE_LEN)
+    fields = {
+        "input_ids": torch.randint(1, 100, (batch_size, PROMPT_LEN + RESPONSE_LEN), generator=generator),
+        "attention_mask": attention_mask,
+        "position_ids": (attention_mask.cumsum(-1) - 1).clamp(min=0),
+        "response_mask": response_mask.long(),
+        "row_id": torch.arange(batch_size),
+    }
+    fields["prompts"] = fields["input_ids"][:, :PROMPT_LEN]
+    fields["responses"] = fields["input_ids"][:, PROMPT_LEN:]
+    for name in extra_fields:
+        fields[name] = torch.randn(shape, generator=generator)
+    return TensorDict(fields, batch_size=[batch_size])
+
+
+def pack_model_output(micro_batch: TensorDict, padded: torch.Tensor) -> torch.Tensor:
+    """Lay out per-response-token outputs as the model returns them: one entry per valid token.
+
+    verl reads the output for response token t from the position before it, so each response sits one
+    position earlier inside its packed sequence (see `no_padding_2_padding`).
+    """
+    pieces = []
+    attention_mask = micro_batch["attention_mask"]
+    for row in range(attention_mask.shape[0]):
+        prompt_len = int(attention_mask[row, :PROMPT_LEN].sum())
+        response_len = int(attention_mask[row, PROMPT_LEN:].sum())
+        pieces.append(padded.new_zeros(prompt_len - 1))
+        pieces.append(padded[row, :response_len])
+        pieces.append(padded.new_zeros(1))
+    return torch.cat(pieces)
+
+
+@dataclass(frozen=True)
+class Split:
+    """How one rank's mini-batch is cut into micro-batches."""
+
+    num_micro_batches: int
+    dynamic: bool = False
+
+    def __str__(self) -> str:
+        return f"{'token-budget' if self.dynamic else 'fixed-size'}-K{self.num_micro_batches}"
+
+
+def _engine_micro_batches(rank_batch: TensorDict, split: Split, batch_info: dict) -> list[TensorDict]:
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.engine.utils import prepare_micro_batches
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    data = left_right_2_no_padding(rank_batch.clone())
+    if split.dynamic:
+        total_tokens = int(rank_batch["attention_mask"].sum())
+        budget = max(-(-total_tokens // split.num_micro_batches), PROMPT_LEN + RESPONSE_LEN)
+        tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=budget)
+    else:
+        assert len(rank_batch) % split.num_micro_batches == 0, "fixed split needs an even division"
+        tu.assign_non_tensor(
+            data, use_dynamic_bsz=False, micro_batch_size_per_gpu=len(rank_batch) // split.num_micro_batches
+        )
+    tu.assign_non_tensor(data, **batch_info)
+    micro_batches, _ = prepare_micro_batches(data=data, dp_group=None, same_micro_num_in_dp=True)
+    assert len(micro_batches) == split.num_micro_batches, (
+        f"asked verl for {split}, it made {len(micro_batches)} micro-batches"
+    )
+    return list(micro_batches)
+
+
+def engine_gradient(
+    loss_fn: LossFn,
+    batch: TensorDict,
+    outputs: dict[str, torch.Tensor],
+    split: Split,
+    dp_size: int = 1,
+    global_batch_info: bool = True,
+) -> tuple[torch.Tensor, list[dict]]:
+    """Gradient the network would get, flattened over ``outputs``, and the per-micro-batch metrics.
+
+    ``outputs`` maps model output names ("values", "log_probs", "entropy") to padded (bsz, response_len)
+    tensors. The batch is dealt to ``dp_size`` simulated ranks in contiguous blocks; each rank runs the
+    engine's micro-batch loop; the rank gradients are averaged as data parallelism does. With
+    ``global_batch_info`` off the loss is called with no engine batch info, as outside the engine.
+    """
+    leaves = {name: tensor.detach().clone().requires_grad_(True) for name, tensor in outputs.items()}
+    global_tokens = int(batch["response_mask"].sum())  # the engine counts loss_mask, i.e. response_mask
+    metrics: list[dict] = []
+    rank_grads = []
+    for rank_rows in torch.arange(len(batch)).chunk(dp_size):
+        rank_batch = batch[rank_rows]
+        batch_info = (
+            {"dp_size": dp_size, "batch_num_tokens": global_tokens, "global_batch_size": len(batch)}
+            if global_batch_info
+            else {}
+        )
+        total = None
+        for micro_batch in _engine_micro_batches(rank_batch, split, batch_info):
+            rows = micro_batch["row_id"]
+            model_output = {name: pack_model_output(micro_batch, leaf[rows]) for name, leaf in leaves.items()}
+            loss, micro_metrics = loss_fn(model_output, micro_batch)
+            metrics.append(micro_metrics)
+            total = loss if total is None else total + loss
+        grads = torch.autograd.grad(total, list(leaves.values()), allow_unused=True)
+        filled = [torch.zeros_like(leaf) if g is None else g for g, leaf in zip(grads, leaves.values(), strict=True)]
+        rank_grads.append(torch.cat(filled, dim=1))
+    return torch.stack(rank_grads).mean(dim=0).flatten(), metrics
+
+
+def grad_ratio(gradient: torch.Tensor, reference: torch.Tensor) -> float:
+    """Norm of ``gradient`` relative to the norm of ``reference``."""
+    return float(gradient.norm() / reference.norm())

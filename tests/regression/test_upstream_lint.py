@@ -1,0 +1,67 @@
+"""The patched files pass each upstream's own lint gates, with the upstream's own settings.
+
+verl: ruff 0.12.2 (check and format) with the pyproject.toml of the tree under test. Trinity-RFT: black
+23.7.0 (its pyproject.toml), isort 5.12.0 ``--profile black`` and flake8 6.1.0 with flake8-docstrings and the
+options of Trinity's pre-commit hook. Only the files the series touches are checked, as upstream's pre-commit
+checks a PR's changed files. These gates say nothing about vanilla trees, so they run on patched trees only.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FLAKE8_ARGS = [
+    "--max-line-length=100",
+    "--select=C,E,F,W,B,B950",
+    "--ignore=E203,E266,E501,W503",
+    "--docstring-convention=google",
+]
+
+
+def _touched_python_files(series_name: str) -> list[str]:
+    series_dir = REPO_ROOT / "patches" / series_name
+    names = [
+        line.strip()
+        for line in (series_dir / "series").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    touched: list[str] = []
+    for name in names:
+        for match in re.finditer(r"^diff --git a/(\S+) b/(\S+)$", (series_dir / name).read_text(), re.MULTILINE):
+            if match.group(2).endswith(".py") and match.group(2) not in touched:
+                touched.append(match.group(2))
+    assert touched, f"series {series_name} touches no Python file"
+    return touched
+
+
+def _run_tool(module: str, args: list[str], cwd: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True)
+    assert result.returncode == 0, f"{module} {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}"
+
+
+@pytest.fixture(autouse=True)
+def _patched_trees_only(expect):
+    if expect != "fixed":
+        pytest.skip("upstream lint gates apply to patched trees")
+
+
+def test_verl_patch_passes_ruff_with_verls_settings(verl_tree):
+    files = _touched_python_files("verl")
+    config = ["--config", str(verl_tree / "pyproject.toml")]
+
+    _run_tool("ruff", ["check", *config, *files], verl_tree)
+    _run_tool("ruff", ["format", "--check", *config, *files], verl_tree)
+
+
+def test_trinity_patch_passes_black_isort_and_flake8_with_trinitys_settings(trinity_tree):
+    files = _touched_python_files("trinity")
+
+    _run_tool("black", ["--check", "--config", str(trinity_tree / "pyproject.toml"), *files], trinity_tree)
+    _run_tool("isort", ["--profile", "black", "--check-only", *files], trinity_tree)
+    _run_tool("flake8", [*FLAKE8_ARGS, *files], trinity_tree)

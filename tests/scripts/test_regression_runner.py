@@ -1,0 +1,48 @@
+"""The regression runner hands the child pytest the trees under test first on sys.path, and says what to expect."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from patchset.regression import regression_env
+from patchset.testsuite import _ratio_table
+
+
+def test_trees_come_first_on_pythonpath_in_verl_then_trinity_order(tmp_path: Path):
+    trees = {"trinity": tmp_path / "trinity", "verl": tmp_path / "verl"}
+
+    env = regression_env(trees, "fixed", baseline_dir=None)
+
+    assert env["PYTHONPATH"].split(":") == [str(trees["verl"].resolve()), str(trees["trinity"].resolve())]
+    assert env["PATCHSET_VERL_TREE"] == str(trees["verl"].resolve())
+    assert env["PATCHSET_TRINITY_TREE"] == str(trees["trinity"].resolve())
+    assert env["PATCHSET_EXPECT"] == "fixed"
+    assert "PATCHSET_BASELINE_DIR" not in env
+
+
+def test_a_tree_not_given_is_not_inherited_from_the_callers_environment(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("PATCHSET_TRINITY_TREE", "/somewhere/else")
+
+    env = regression_env({"verl": tmp_path}, "bug", baseline_dir=tmp_path / "results")
+
+    assert "PATCHSET_TRINITY_TREE" not in env
+    assert env["PATCHSET_BASELINE_DIR"] == str((tmp_path / "results").resolve())
+
+
+def test_unknown_expectation_is_refused(tmp_path: Path):
+    with pytest.raises(ValueError, match="expect"):
+        regression_env({"verl": tmp_path}, "maybe", baseline_dir=None)
+
+
+def test_ratio_table_puts_vanilla_next_to_patched(tmp_path: Path):
+    rows = {"bug": 2.01, "fixed": 1.0}
+    for expect, ratio in rows.items():
+        line = json.dumps({"component": "critic", "case": "token-mean fixed-size-K2", "ratio": ratio})
+        (tmp_path / f"ratios-{expect}.jsonl").write_text(line + "\n")
+
+    table = _ratio_table(tmp_path).splitlines()
+
+    assert table[1].split() == ["critic", "token-mean", "fixed-size-K2", "2.010", "1.000000"]
