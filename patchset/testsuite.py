@@ -1,9 +1,10 @@
 """The project's test command (scripts/test.sh): every check, on a fresh machine, in one run.
 
-Steps: build the pinned venv; lint this project; test the tooling; fetch the pinned upstreams and make
-patched trees of them; run the regression suite on the vanilla trees expecting the bug (the teeth), then
-on the patched trees expecting the fix; print the measured gradient ratios side by side. Every step runs
-even when an earlier one failed, so one run reports everything; the exit code is 0 only if all passed.
+Steps: build the pinned venv; lint this project; fetch the pinned upstreams and make patched trees of them;
+test the tooling (including the real series on copies of the pinned checkouts); run the regression suite on
+the vanilla trees expecting the bug (the teeth), then on the patched trees expecting the fix; print the
+measured gradient ratios side by side. Every step runs even when an earlier one failed, so one run reports
+everything; the exit code is 0 only if all passed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from patchset.fetch import resolve_cache
 from patchset.pins import load_pins
 from patchset.regression import run_regression_tests
 from patchset.venv import REPO_ROOT, VenvError, ensure_venv
+
+SHELL_SCRIPTS = ("scripts/apply.sh", "scripts/test.sh", ".ci/run")
 
 
 def _run_step(name: str, command: Sequence[str], env: dict[str, str] | None = None) -> bool:
@@ -72,18 +75,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except VenvError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PATCHSET_CACHE": str(args.cache)}
     results: dict[str, bool] = {}
     if not args.quick:
-        results["lint"] = _run_step("lint (ruff)", [python, "-m", "ruff", "check", "."]) and _run_step(
-            "format (ruff)", [python, "-m", "ruff", "format", "--check", "."]
-        )
-        results["tooling tests"] = _run_step("tooling tests", [python, "-m", "pytest", "tests/scripts", "-q"], env)
+        shellcheck = str(Path(python).parent / "shellcheck")
+        lint_steps = [
+            ("lint (ruff)", [python, "-m", "ruff", "check", "."]),
+            ("format (ruff)", [python, "-m", "ruff", "format", "--check", "."]),
+            ("shell (shellcheck)", [shellcheck, *SHELL_SCRIPTS]),
+        ]
+        results["lint"] = all([_run_step(name, command) for name, command in lint_steps])
     results["pinned trees"] = _run_step(
         "fetch and patch the pinned upstreams",
         [sys.executable, "-m", "patchset", "apply", "--no-test", "--cache", str(args.cache)],
         env,
     )
+    if not args.quick:
+        # after the fetch, so the round trip of the real series on the pinned checkouts runs too
+        results["tooling tests"] = _run_step("tooling tests", [python, "-m", "pytest", "tests/scripts", "-q"], env)
     if results["pinned trees"]:
         vanilla, patched = _pinned_trees(args.cache)
         results_dir = args.cache / "results"
