@@ -15,19 +15,24 @@ from patchset.venv import REPO_ROOT, ensure_venv
 SUITE = REPO_ROOT / "tests" / "regression"
 EXPECTATIONS = ("fixed", "bug")
 TREE_VARIABLES = {"verl": "PATCHSET_VERL_TREE", "trinity": "PATCHSET_TRINITY_TREE"}
+VERL_ROLE = "PATCHSET_VERL_ROLE"
 
 
-def regression_env(trees: Mapping[str, Path], expect: str, baseline_dir: Path | None) -> dict[str, str]:
+def regression_env(
+    trees: Mapping[str, Path], expect: str, baseline_dir: Path | None, verl_is_dependency: bool = False
+) -> dict[str, str]:
     """Environment for the child pytest: the trees first on PYTHONPATH and the suite's PATCHSET_* settings."""
     if expect not in EXPECTATIONS:
         raise ValueError(f"expect must be one of {EXPECTATIONS}, not {expect!r}")
-    env = {key: value for key, value in os.environ.items() if key not in TREE_VARIABLES.values()}
+    env = {key: value for key, value in os.environ.items() if key not in (*TREE_VARIABLES.values(), VERL_ROLE)}
     ordered = [trees[key].resolve() for key in TREE_VARIABLES if key in trees]
     env["PYTHONPATH"] = os.pathsep.join(str(path) for path in ordered)
     for key, variable in TREE_VARIABLES.items():
         if key in trees:
             env[variable] = str(trees[key].resolve())
     env["PATCHSET_EXPECT"] = expect
+    if verl_is_dependency:
+        env[VERL_ROLE] = "dependency"
     if baseline_dir is not None:
         env["PATCHSET_BASELINE_DIR"] = str(baseline_dir.resolve())
     else:
@@ -38,7 +43,8 @@ def regression_env(trees: Mapping[str, Path], expect: str, baseline_dir: Path | 
 def with_verl_for_trinity(trees: Mapping[str, Path], console: Console) -> dict[str, Path]:
     """Trinity's engine loss imports verl: test a Trinity tree given alone beside the pinned vanilla verl.
 
-    The Trinity fix does not depend on verl's, so vanilla verl is the neutral choice.
+    The Trinity fix does not depend on verl's, so vanilla verl is the neutral choice; it is only a dependency
+    then, and the verl tests are skipped (they test a verl tree the user gave).
     """
     completed = dict(trees)
     if "trinity" in completed and "verl" not in completed:
@@ -57,13 +63,15 @@ def run_regression_tests(
 ) -> int:
     """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}); return pytest's exit code.
 
-    ``expect`` is "fixed" for patched trees and "bug" for vanilla ones (the teeth run). Trinity's engine
-    loss imports verl, so a Trinity tree is tested only together with a verl tree; tests whose tree is
-    not given are skipped, and say so.
+    ``expect`` is "fixed" for patched trees and "bug" for vanilla ones (the teeth run). A Trinity tree given
+    without a verl tree is tested beside the pinned vanilla verl (see `with_verl_for_trinity`); tests whose
+    tree is not given are skipped, and say so.
     """
     python = ensure_venv()
+    verl_is_dependency = "trinity" in trees and "verl" not in trees
     trees = with_verl_for_trinity(trees, Console())
     described = ", ".join(f"{key} at {path}" for key, path in trees.items()) or "no tree"
     print(f"* Running the regression tests (expecting {expect}) on {described}", flush=True)
     command = [str(python), "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider", *pytest_args]
-    return subprocess.run(command, cwd=REPO_ROOT, env=regression_env(trees, expect, baseline_dir)).returncode
+    env = regression_env(trees, expect, baseline_dir, verl_is_dependency)
+    return subprocess.run(command, cwd=REPO_ROOT, env=env).returncode

@@ -5,7 +5,9 @@
 
 - ``PATCHSET_VERL_TREE`` / ``PATCHSET_TRINITY_TREE``: the checkouts whose modules the tests import;
 - ``PATCHSET_EXPECT``: ``fixed`` for patched trees (the invariants must hold) or ``bug`` for the
-  vanilla pinned trees (the same measurements must show the defect: the teeth run).
+  vanilla pinned trees (the same measurements must show the defect: the teeth run);
+- ``PATCHSET_VERL_ROLE=dependency`` when the verl tree is there only because Trinity imports it (a Trinity
+  checkout tested alone): the verl tests are then skipped.
 
 Every test module asserts, through the ``verl_tree`` / ``trinity_tree`` fixtures, that the modules it
 uses were imported from the tree it claims to test.
@@ -42,18 +44,26 @@ def expect() -> str:
 
 
 @pytest.fixture(scope="session")
-def verl_tree() -> Path:
-    """The verl checkout under test, after checking that `verl` really comes from it."""
+def verl_on_path() -> Path:
+    """The verl checkout on ``sys.path``, after checking that `verl` really comes from it."""
     tree = _tree_from_env("PATCHSET_VERL_TREE")
     if tree is None:
-        pytest.skip("no verl tree under test (PATCHSET_VERL_TREE)")
+        pytest.skip("no verl tree on the path (PATCHSET_VERL_TREE)")
     for module_name in ("verl", "verl.trainer.ppo.core_algos", "verl.workers.utils.losses"):
         _assert_imported_from(module_name, tree)
     return tree
 
 
 @pytest.fixture(scope="session")
-def trinity_tree(verl_tree: Path) -> Path:
+def verl_tree(verl_on_path: Path) -> Path:
+    """The verl checkout under test; skipped when verl is only there for Trinity (PATCHSET_VERL_ROLE=dependency)."""
+    if os.environ.get("PATCHSET_VERL_ROLE") == "dependency":
+        pytest.skip(f"verl at {verl_on_path} is only a dependency of the Trinity tree under test")
+    return verl_on_path
+
+
+@pytest.fixture(scope="session")
+def trinity_tree(verl_on_path: Path) -> Path:
     """The Trinity-RFT checkout under test (Trinity's engine loss needs verl too)."""
     tree = _tree_from_env("PATCHSET_TRINITY_TREE")
     if tree is None:
