@@ -23,7 +23,7 @@ from patchset.pins import load_pins
 from patchset.regression import run_regression_tests
 from patchset.venv import REPO_ROOT, VenvError, ensure_venv
 
-SHELL_SCRIPTS = ("scripts/apply.sh", "scripts/test.sh", ".ci/run")
+SHELL_SCRIPTS = ("scripts/apply.sh", "scripts/export.sh", "scripts/test.sh", ".ci/run")
 
 
 def _run_step(name: str, command: Sequence[str], env: dict[str, str] | None = None) -> bool:

@@ -1,0 +1,214 @@
+"""A lint of the patch series: every problem is one line naming the file (and line) and what is wrong.
+
+For every series folder (each ``series`` named in ``upstreams.toml``, and every folder of the patches dir that
+holds a ``series`` file or ``*.patch`` files):
+
+- ``series`` and the folder agree both ways: every listed patch exists, every ``*.patch`` is listed, none twice;
+- names are ``NNNN-<area>-<slug>.patch`` (lowercase ``[a-z0-9-]``), numbered 0001, 0002, ... in series order;
+- every patch parses (``git apply --numstat``), has a Subject, and the DEP-3 fields ``Origin:`` or
+  ``Author:``, ``Bug:``, ``Forwarded:`` and ``Last-Update:`` (YYYY-MM-DD); ``Applied-Upstream: <version>, ...``
+  when ``Forwarded:`` says the change is upstream (it mentions "upstream" together with fixed, applied, merged
+  or included);
+- no added (``+``) line ends in a space or a tab.
+
+Unlike ``load_series``, which stops at the first problem, the lint reads everything and reports every problem.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from patchset import gitops
+from patchset.errors import BadInput
+from patchset.pins import load_pins
+from patchset.series import read_patch
+from patchset.ui import display_path
+
+PATCH_NAME = re.compile(r"^(?P<number>\d{4})-[a-z0-9]+(?:-[a-z0-9]+)*\.patch$")
+_SUBJECT_PREFIX = re.compile(r"^\[PATCH[^\]]*\]\s*")
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_UPSTREAM_WORDS = ("fixed", "applied", "merged", "included")
+_DIFF_GIT = "diff --git "
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One lint finding: the file, its line (0 when it is about the whole file) and what is wrong."""
+
+    path: Path
+    message: str
+    line: int = 0
+
+    def __str__(self) -> str:
+        where = display_path(self.path) + (f":{self.line}" if self.line else "")
+        return f"{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    line: int
+
+
+def series_folders(patches_dir: Path) -> tuple[list[Path], list[Problem]]:
+    """The series folders to lint, in a stable order, and problems with ``upstreams.toml`` itself."""
+    problems: list[Problem] = []
+    named: list[str] = []
+    pins_file = patches_dir / "upstreams.toml"
+    if pins_file.is_file():
+        try:
+            named = list(dict.fromkeys(pin.series for pin in load_pins(pins_file).pins))
+        except BadInput as exc:
+            problems.append(Problem(pins_file, str(exc).removeprefix(f"{pins_file}: ")))
+    found = [
+        child.name
+        for child in sorted(patches_dir.iterdir())
+        if child.is_dir()
+        and not child.name.startswith(".")
+        and ((child / "series").exists() or any(child.rglob("*.patch")))
+    ]
+    for stray in sorted(patches_dir.glob("*.patch")):
+        problems.append(Problem(stray, "not in a series folder; move it into patches/<upstream>/ and list it"))
+    return [patches_dir / name for name in dict.fromkeys([*named, *found])], problems
+
+
+def _read_entries(series_file: Path, problems: list[Problem]) -> list[_Entry]:
+    entries: list[_Entry] = []
+    first: dict[str, int] = {}
+    folder = series_file.parent
+    for number, line in enumerate(series_file.read_text(encoding="utf-8").splitlines(), start=1):
+        entry = line.split("#", 1)[0].strip()
+        if not entry:
+            continue
+        if len(entry.split()) > 1:
+            problems.append(Problem(series_file, f"expected one patch file name, got {entry!r}", number))
+            continue
+        relative = PurePosixPath(entry)
+        if relative.is_absolute() or ".." in relative.parts:
+            problems.append(Problem(series_file, f"{entry} must be a file inside {display_path(folder)}", number))
+            continue
+        if entry in first:
+            problems.append(Problem(series_file, f"{entry} is listed twice (first on line {first[entry]})", number))
+            continue
+        first[entry] = number
+        if not (folder / relative).is_file():
+            shown = display_path(folder / relative)
+            problems.append(Problem(series_file, f"{entry} is listed but {shown} does not exist", number))
+            continue
+        entries.append(_Entry(entry, number))
+    return entries
+
+
+def _lint_name(path: Path, entry: str, position: int, series_file: Path) -> list[Problem]:
+    match = PATCH_NAME.match(entry)
+    if match is None:
+        return [Problem(path, "name does not match NNNN-<area>-<slug>.patch (lowercase a-z, 0-9 and -)")]
+    if int(match["number"]) != position:
+        renamed = f"{position:04d}{entry[4:]}"
+        return [
+            Problem(
+                path,
+                f"numbered {match['number']} but is patch {position} of {display_path(series_file)}; "
+                f"rename it {renamed}",
+            )
+        ]
+    return []
+
+
+def _forwarded_upstream(value: str) -> bool:
+    lower = value.lower()
+    return "upstream" in lower and any(word in lower for word in _UPSTREAM_WORDS)
+
+
+def _lint_header(path: Path) -> list[Problem]:
+    raw = path.read_bytes()
+    message = email.parser.BytesHeaderParser(policy=email.policy.default).parsebytes(raw)
+    problems: list[Problem] = []
+    subject = _SUBJECT_PREFIX.sub("", " ".join(str(message.get("Subject", "")).split()))
+    if not subject:
+        problems.append(Problem(path, "no Subject (the commit's first line); export it with git format-patch"))
+    patch = read_patch(path)
+    fields = patch.fields
+    if "Origin" not in fields and "Author" not in fields:
+        problems.append(Problem(path, "header lacks Origin: (backport/vendor + URL) or Author:"))
+    if "Bug" not in fields and not any(name.startswith("Bug-") for name in fields):
+        problems.append(Problem(path, "header lacks Bug: (the upstream issue or PR)"))
+    forwarded = fields.get("Forwarded")
+    if forwarded is None:
+        problems.append(Problem(path, "header lacks Forwarded: (no, not-needed, or the PR URL)"))
+    last_update = fields.get("Last-Update")
+    if last_update is None:
+        problems.append(Problem(path, "header lacks Last-Update: (YYYY-MM-DD)"))
+    elif not _DATE.match(last_update):
+        problems.append(Problem(path, f"Last-Update: {last_update} is not a YYYY-MM-DD date"))
+    if "Applied-Upstream" in fields:
+        if patch.upstream_since is None:
+            problems.append(Problem(path, "Applied-Upstream: must start with the upstream version, e.g. 0.9.0, <URL>"))
+    elif forwarded is not None and _forwarded_upstream(forwarded):
+        problems.append(Problem(path, "Forwarded: says it is upstream, but the header lacks Applied-Upstream:"))
+    return problems
+
+
+def _lint_added_lines(path: Path) -> list[Problem]:
+    """Trailing spaces or tabs on lines the patch adds (only ``+`` lines inside hunks; a CR before the newline
+    belongs to the file's line ending and is not counted)."""
+    problems: list[Problem] = []
+    current = ""
+    in_hunk = False
+    text = path.read_bytes().decode("utf-8", "surrogateescape")
+    for number, line in enumerate(text.split("\n"), start=1):
+        if line.startswith(_DIFF_GIT):
+            paths = gitops.patch_paths(line + "\n")
+            current, in_hunk = (paths[-1] if paths else line[len(_DIFF_GIT) :]), False
+        elif _HUNK.match(line):
+            in_hunk = True
+        elif in_hunk and line.startswith("+"):
+            body = line[1:].removesuffix("\r")
+            if body != body.rstrip(" \t"):
+                problems.append(Problem(path, f"trailing whitespace on an added line of {current}", number))
+        elif in_hunk and not line.startswith((" ", "-", "\\")):
+            in_hunk = False
+    return problems
+
+
+def lint_patch(path: Path) -> list[Problem]:
+    """Every problem of one patch file (parse, header fields, whitespace)."""
+    error = gitops.patch_parse_error(path)
+    if error is not None:
+        return [Problem(path, f"does not parse as a patch ({error}); re-export it with scripts/export.sh")]
+    return _lint_header(path) + _lint_added_lines(path)
+
+
+def lint_folder(folder: Path) -> list[Problem]:
+    """Every problem of one series folder: its ``series`` file, the folder's patches and each listed patch."""
+    series_file = folder / "series"
+    if not folder.is_dir():
+        return [Problem(folder, "series folder named in upstreams.toml does not exist; create it with a series file")]
+    if not series_file.is_file():
+        return [Problem(series_file, "missing; list the folder's patches in it, in order, one a line")]
+    problems: list[Problem] = []
+    entries = _read_entries(series_file, problems)
+    listed = {entry.name for entry in entries}
+    for position, entry in enumerate(entries, start=1):
+        path = folder / entry.name
+        problems += _lint_name(path, entry.name, position, series_file)
+        problems += lint_patch(path)
+    for path in sorted(folder.rglob("*.patch")):
+        if path.relative_to(folder).as_posix() not in listed:
+            problems.append(Problem(path, f"not listed in {display_path(series_file)}; list it or delete it"))
+    return problems
+
+
+def lint_patches_dir(patches_dir: Path) -> tuple[int, list[Problem]]:
+    """(number of series folders, every problem) for ``patches_dir``; ``BadInput`` when it is not a folder."""
+    if not patches_dir.is_dir():
+        raise BadInput(f"{display_path(patches_dir)} is not a folder; pass --patches-dir with the patches folder")
+    folders, problems = series_folders(patches_dir)
+    for folder in folders:
+        problems += lint_folder(folder)
+    return len(folders), problems

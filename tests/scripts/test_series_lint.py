@@ -1,0 +1,244 @@
+"""The series lint: the real series is clean, and each problem is one line naming the file and what is wrong.
+
+Invariants: ``lint`` exits 0 on the repository's ``patches/`` and on a well-formed fake patches dir; for each
+kind of problem (series and folder out of step either way, duplicates, bad names or numbering, missing Subject
+or DEP-3 fields, Forwarded upstream without Applied-Upstream, trailing whitespace on an added line, a patch that
+does not parse) it exits 1 and prints exactly the expected ``path[:line]: problem`` line; removed and context
+lines may keep their trailing whitespace; ``scripts/export.sh lint`` runs the same check from any directory.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from patchset.maintain import REPO_ROOT, main
+
+NAME = "0001-trainer-scale-loss.patch"
+HEADER = {
+    "Author": "Author: Test",
+    "Bug": "Bug: https://example.invalid/issues/1",
+    "Forwarded": "Forwarded: no",
+    "Last-Update": "Last-Update: 2026-12-02",
+}
+
+
+def _patch(
+    *,
+    subject: str = "[PATCH] [trainer] fix: scale the loss",
+    fields: dict[str, str] | None = None,
+    added: str = "b = 3",
+    removed: str = "b = 2",
+    context: str = "a = 1",
+) -> str:
+    """A patch as git format-patch writes it (line 20 is the added line)."""
+    body = "\n".join((HEADER if fields is None else fields).values())
+    subject_line = f"Subject: {subject}\n" if subject else ""
+    return (
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        "From: Test <test@example.invalid>\n"
+        "Date: Wed, 2 Dec 2026 00:00:00 +0000\n"
+        f"{subject_line}"
+        "\n"
+        "Why: the loss grows with the micro-batch count.\n"
+        "\n"
+        f"{body}\n"
+        "\n"
+        "diff --git a/x.py b/x.py\n"
+        "index 1111111111111111111111111111111111111111..2222222222222222222222222222222222222222 100644\n"
+        "--- a/x.py\n"
+        "+++ b/x.py\n"
+        "@@ -1,2 +1,2 @@\n"
+        f" {context}\n"
+        f"-{removed}\n"
+        f"+{added}\n"
+    )
+
+
+def _patches_dir(tmp_path: Path, patches: dict[str, str], series: list[str] | None = None) -> Path:
+    """``tmp_path/patches/verl/`` holding ``patches`` and a series listing ``series`` (default: the patches)."""
+    folder = tmp_path / "patches" / "verl"
+    folder.mkdir(parents=True)
+    for name, text in patches.items():
+        (folder / name).write_text(text)
+    entries = list(patches) if series is None else series
+    (folder / "series").write_text("# the order\n" + "".join(f"{entry}\n" for entry in entries))
+    return tmp_path / "patches"
+
+
+def _lint(patches_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
+    capsys.readouterr()
+    code = main(["lint", "--patches-dir", str(patches_dir)])
+    return code, capsys.readouterr().out.splitlines()[:-1]  # the last line is the summary
+
+
+def test_real_series_is_clean(capsys):
+    capsys.readouterr()
+
+    assert main(["lint"]) == 0
+
+    assert capsys.readouterr().out.strip().endswith("no problems")
+
+
+def test_well_formed_fake_series_is_clean(tmp_path, capsys):
+    patches = _patches_dir(tmp_path, {NAME: _patch(), "0002-trainer-more.patch": _patch()})
+
+    assert _lint(patches, capsys) == (0, [])
+
+
+def _drop(field: str) -> dict[str, str]:
+    return {name: line for name, line in HEADER.items() if name != field}
+
+
+def _stray_patch(tmp: Path) -> Path:
+    patches = _patches_dir(tmp, {NAME: _patch()})
+    (patches / "0001-x-y.patch").write_text(_patch())
+    return patches
+
+
+def _no_series_file(tmp: Path) -> Path:
+    patches = _patches_dir(tmp, {NAME: _patch()})
+    (patches / "verl" / "series").unlink()
+    return patches
+
+
+def _pinned_folder_missing(tmp: Path) -> Path:
+    patches = _patches_dir(tmp, {NAME: _patch()})  # the real upstreams.toml also names a trinity series
+    (patches / "upstreams.toml").write_text((REPO_ROOT / "patches" / "upstreams.toml").read_text())
+    return patches
+
+
+Setup = Callable[[Path], Path]
+
+CASES: dict[str, tuple[Setup, str]] = {
+    "listed but missing": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch()}, [NAME, "0002-trainer-gone.patch"]),
+        "patches/verl/series:3: 0002-trainer-gone.patch is listed but "
+        "patches/verl/0002-trainer-gone.patch does not exist",
+    ),
+    "in the folder but not listed": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(), "0002-trainer-extra.patch": _patch()}, [NAME]),
+        "patches/verl/0002-trainer-extra.patch: not listed in patches/verl/series; list it or delete it",
+    ),
+    "listed twice": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch()}, [NAME, NAME]),
+        f"patches/verl/series:3: {NAME} is listed twice (first on line 2)",
+    ),
+    "name not NNNN-area-slug": (
+        lambda tmp: _patches_dir(tmp, {"0001-Trainer_Scale.patch": _patch()}),
+        "patches/verl/0001-Trainer_Scale.patch: name does not match NNNN-<area>-<slug>.patch "
+        "(lowercase a-z, 0-9 and -)",
+    ),
+    "number out of step with series": (
+        lambda tmp: _patches_dir(tmp, {"0002-trainer-scale-loss.patch": _patch()}),
+        "patches/verl/0002-trainer-scale-loss.patch: numbered 0002 but is patch 1 of patches/verl/series; "
+        f"rename it {NAME}",
+    ),
+    "no subject": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(subject="")}),
+        f"patches/verl/{NAME}: no Subject (the commit's first line); export it with git format-patch",
+    ),
+    "no Author or Origin": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=_drop("Author"))}),
+        f"patches/verl/{NAME}: header lacks Origin: (backport/vendor + URL) or Author:",
+    ),
+    "no Bug": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=_drop("Bug"))}),
+        f"patches/verl/{NAME}: header lacks Bug: (the upstream issue or PR)",
+    ),
+    "no Forwarded": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=_drop("Forwarded"))}),
+        f"patches/verl/{NAME}: header lacks Forwarded: (no, not-needed, or the PR URL)",
+    ),
+    "no Last-Update": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=_drop("Last-Update"))}),
+        f"patches/verl/{NAME}: header lacks Last-Update: (YYYY-MM-DD)",
+    ),
+    "Last-Update not a date": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"Last-Update": "Last-Update: 2 Dec 2026"})}),
+        f"patches/verl/{NAME}: Last-Update: 2 Dec 2026 is not a YYYY-MM-DD date",
+    ),
+    "upstream but no Applied-Upstream": (
+        lambda tmp: _patches_dir(
+            tmp, {NAME: _patch(fields=HEADER | {"Forwarded": "Forwarded: not-needed (fixed upstream in 0.9.0)"})}
+        ),
+        f"patches/verl/{NAME}: Forwarded: says it is upstream, but the header lacks Applied-Upstream:",
+    ),
+    "Applied-Upstream without a version": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"A": "Applied-Upstream: https://x.invalid"})}),
+        f"patches/verl/{NAME}: Applied-Upstream: must start with the upstream version, e.g. 0.9.0, <URL>",
+    ),
+    "trailing whitespace on an added line": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(added="b = 3 ")}),
+        f"patches/verl/{NAME}:20: trailing whitespace on an added line of x.py",
+    ),
+    "trailing tab on an added line": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(added="b = 3\t")}),
+        f"patches/verl/{NAME}:20: trailing whitespace on an added line of x.py",
+    ),
+    "does not parse": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch().replace("@@ -1,2 +1,2 @@", "@@ -1,9 +1,9 @@")}),
+        f"patches/verl/{NAME}: does not parse as a patch (",
+    ),
+    "patch outside a series folder": (
+        _stray_patch,
+        "patches/0001-x-y.patch: not in a series folder; move it into patches/<upstream>/ and list it",
+    ),
+    "folder without a series file": (
+        _no_series_file,
+        "patches/verl/series: missing; list the folder's patches in it, in order, one a line",
+    ),
+    "series folder of upstreams.toml missing": (
+        _pinned_folder_missing,
+        "patches/trinity: series folder named in upstreams.toml does not exist; create it with a series file",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_problem_is_one_line_naming_the_file(tmp_path, capsys, case):
+    setup, expected = CASES[case]
+    patches = setup(tmp_path)
+
+    code, lines = _lint(patches, capsys)
+
+    assert code == 1
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(expected) if expected.endswith("(") else lines[0] == expected
+
+
+def test_every_problem_is_reported_not_only_the_first(tmp_path, capsys):
+    patches = _patches_dir(tmp_path, {NAME: _patch(added="x ", fields=_drop("Bug")), "0003-a-b.patch": _patch()})
+
+    code, lines = _lint(patches, capsys)
+
+    assert code == 1
+    assert lines == [
+        f"patches/verl/{NAME}: header lacks Bug: (the upstream issue or PR)",
+        f"patches/verl/{NAME}:19: trailing whitespace on an added line of x.py",
+        "patches/verl/0003-a-b.patch: numbered 0003 but is patch 2 of patches/verl/series; rename it 0002-a-b.patch",
+    ]
+
+
+def test_removed_and_context_lines_may_keep_trailing_whitespace(tmp_path, capsys):
+    patches = _patches_dir(tmp_path, {NAME: _patch(removed="b = 2 ", context="a = 1\t")})
+
+    assert _lint(patches, capsys) == (0, [])
+
+
+def test_missing_patches_dir_is_bad_input(tmp_path, capsys):
+    assert main(["lint", "--patches-dir", str(tmp_path / "none")]) == 2
+
+    assert capsys.readouterr().err.startswith("error: none is not a folder")
+
+
+def test_export_script_lints_from_any_directory(tmp_path):
+    proc = subprocess.run(
+        [str(REPO_ROOT / "scripts" / "export.sh"), "lint"], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("no problems")
