@@ -9,29 +9,12 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from patchset import gitops
-from patchset.apply import (
-    Plan,
-    Target,
-    dirty_message,
-    execute,
-    failure_message,
-    plan_target,
-    report,
-    target_for_path,
-    target_for_pin,
-)
-from patchset.errors import (
-    EXIT_BAD_INPUT,
-    EXIT_DOES_NOT_APPLY,
-    EXIT_OK,
-    EXIT_TESTS_FAILED,
-    BadInput,
-    DoesNotApply,
-    PatchsetError,
-)
+from patchset import gitops, signals
+from patchset.apply import Plan, Target, plan_target, refusal, report, target_for_path, target_for_pin
+from patchset.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, EXIT_TESTS_FAILED, BadInput, PatchsetError
 from patchset.fetch import CACHE_ENV, ensure_upstream, fresh_patched_clone, resolve_cache
 from patchset.pins import Pins, load_pins
+from patchset.transaction import apply_plans
 from patchset.ui import Console, display_path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -40,9 +23,14 @@ EXIT_CODES = f"""\
 exit status:
   {EXIT_OK}  done: every patch applied, already applied or skipped (and the regression tests passed, if run)
   {EXIT_TESTS_FAILED}  the regression tests failed
-  {EXIT_BAD_INPUT}  bad input: usage; not a verl/Trinity-RFT git checkout; unsupported version; uncommitted
-     changes in files a patch changes; bad series or corrupt patch; sha256 mismatch or failed fetch
-  {EXIT_DOES_NOT_APPLY}  a patch does not apply (or cannot be reverted); the tree is left exactly as it was
+  {EXIT_BAD_INPUT}  bad input: usage; not a verl/Trinity-RFT git checkout (or its files untracked); unsupported
+     version; uncommitted changes in files a patch changes; the series applied out of order; a read-only tree;
+     bad series or corrupt/truncated patch; sha256 mismatch, PyPI unreachable with no sdist cached, failed fetch.
+     Nothing was changed.
+  {EXIT_DOES_NOT_APPLY}  a patch does not apply (or cannot be reverted); the tree is left exactly as it was, and the
+     message says whether a 3-way merge would resolve it (--3way)
+  130, 143, 129  interrupted by SIGINT (Ctrl-C), SIGTERM or SIGHUP: every tree changed in the run was restored
+     first (a signal that arrives while a patch is being written waits until it is written)
 """
 
 APPLY_DESCRIPTION = """\
@@ -58,7 +46,9 @@ and the series for it is applied to the work tree (plain git apply: no commit, n
 regression tests run on the given trees.
 
 Every patch is checked, in order, before any is applied; a patch that is already applied is reported and left
-alone, so running again is safe. If one patch does not apply, nothing is applied.
+alone, so running again is safe. If one patch does not apply, nothing is applied; if applying fails or is
+interrupted half-way, every tree is restored as it was. A patch is never reversed to make it fit: one that only
+reverts is reported as already applied, and --reverse is the only way to take patches out.
 """
 
 APPLY_EPILOG = (
@@ -111,13 +101,9 @@ def _cached_targets(args: argparse.Namespace, patches_dir: Path, pins: Pins, con
 def _check(plans: Sequence[Plan], console: Console, *, allow_dirty: bool) -> int:
     for plan in plans:
         report(plan, console)
-    failed = [(plan, plan.first_failure) for plan in plans if plan.first_failure is not None]
-    if failed:
-        plan, step = failed[0]
-        raise DoesNotApply(failure_message(plan, step))
-    dirty = [plan for plan in plans if plan.dirty]
-    if dirty and not allow_dirty:
-        raise BadInput(dirty_message(dirty[0]))
+    for plan in plans:
+        if (error := refusal(plan, allow_dirty=allow_dirty)) is not None:
+            raise error
     return EXIT_OK
 
 
@@ -137,8 +123,13 @@ def _regression(trees: Mapping[str, Path], console: Console) -> int:
     return EXIT_OK
 
 
-def cmd_apply(args: argparse.Namespace, console: Console) -> int:
+def cmd_apply(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
     """``apply``: see ``APPLY_DESCRIPTION``."""
+    if args.three_way and args.reverse:
+        raise BadInput(
+            "--3way merges patches in; it cannot be combined with --reverse (take a merged patch out "
+            "with git checkout or git diff -R | git apply)"
+        )
     patches_dir, pins = _pins(args)
     if args.paths:
         targets = [
@@ -148,27 +139,17 @@ def cmd_apply(args: argparse.Namespace, console: Console) -> int:
         _refuse_duplicates(targets)
     else:
         targets = _cached_targets(args, patches_dir, pins, console)
-    plans = [plan_target(target, reverse=args.reverse) for target in targets]
+    plans = [plan_target(target, reverse=args.reverse, merge=args.three_way) for target in targets]
     if args.check:
         return _check(plans, console, allow_dirty=args.allow_dirty)
     for plan in plans:
-        if plan.first_failure is not None:
-            raise DoesNotApply(failure_message(plan, plan.first_failure))
+        if (error := refusal(plan, allow_dirty=args.allow_dirty)) is not None:
+            raise error
     for plan in plans:
         if plan.dirty:
-            if not args.allow_dirty:
-                raise BadInput(dirty_message(plan))
             verb = "reverting" if plan.reverse else "patching"
             console.warn(f"{verb} despite uncommitted changes in {', '.join(plan.dirty)} (--allow-dirty)")
-    done: list[str] = []
-    for plan in plans:
-        try:
-            execute(plan, console)
-        except DoesNotApply as exc:
-            if done:
-                raise DoesNotApply(f"{exc} (already done in this run: {', '.join(done)})") from None
-            raise
-        done.append(f"{plan.target.label} at {plan.target.shown}")
+    apply_plans(plans, console, guard)
     if args.reverse:
         return EXIT_OK
     if args.no_test:
@@ -177,7 +158,7 @@ def cmd_apply(args: argparse.Namespace, console: Console) -> int:
     return _regression({target.key: target.root for target in targets}, console)
 
 
-def cmd_fetch(args: argparse.Namespace, console: Console) -> int:
+def cmd_fetch(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
     """``fetch``: make the vanilla checkouts of the default (or all) pins in the cache and print their paths."""
     _, pins = _pins(args)
     cache = resolve_cache(args.cache, os.environ, REPO_ROOT)
@@ -223,8 +204,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--check",
         action="store_true",
         help="dry run: say for each patch whether it would apply, is already applied or does not apply; "
-        "change nothing (exit 0 when all would apply or are applied, 3 when one does not apply, 2 for "
-        "uncommitted changes that apply would refuse)",
+        "change nothing (exit 0 when all would apply or are applied, 3 when one does not apply, 2 for what "
+        "apply would refuse: uncommitted changes, a series applied out of order, a read-only tree)",
     )
     apply.add_argument(
         "--reverse",
@@ -241,6 +222,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-dirty",
         action="store_true",
         help="patch even though files a patch changes have uncommitted changes",
+    )
+    apply.add_argument(
+        "--3way",
+        dest="three_way",
+        action="store_true",
+        help="apply a patch that does not apply as it is with a 3-way merge against the file it was made for "
+        "(git apply --3way on a scratch copy; needs that file's original blob in the repository); still all or "
+        "nothing, never the index. Never done unless asked: a patch that does not apply exits 3 and says "
+        "whether this would resolve it",
     )
     _add_common(apply)
     apply.set_defaults(handler=cmd_apply)
@@ -276,14 +266,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
     console = Console(quiet=args.quiet)
-    try:
-        return args.handler(args, console)
-    except PatchsetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except gitops.GitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:  # a tree being patched was rolled back before this arrives here
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    with signals.handled() as guard:
+        try:
+            return args.handler(args, console, guard)
+        except PatchsetError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return exc.exit_code
+        except gitops.GitError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except signals.Interrupted as exc:  # every tree being changed was restored before this arrives here
+            print(f"error: interrupted by {exc.name}; {exc.outcome}", file=sys.stderr)
+            return exc.exit_code
+        except KeyboardInterrupt:  # outside the main thread, where no handler is installed
+            print("error: interrupted; every tree being changed was restored", file=sys.stderr)
+            return 130

@@ -60,14 +60,36 @@ def resolve_cache(option: str | None, environ: Mapping[str, str], repo_root: Pat
     return Cache(root=Path(chosen).expanduser().resolve())
 
 
+# What pip prints when it cannot reach an index at all (as opposed to reaching it and finding no such release).
+_UNREACHABLE = re.compile(
+    r"NewConnectionError|Connection refused|Failed to establish a new connection|Name or service not known|"
+    r"Temporary failure in name resolution|Network is unreachable|No route to host|ConnectTimeout|timed out|"
+    r"ProxyError|SSLError|Max retries exceeded|Could not fetch URL",
+    re.IGNORECASE,
+)
+
+
+class Unreachable(BadInput):
+    """pip could not reach the package index (no network, or the index is down or misconfigured)."""
+
+
 def pip_download(name: str, version: str, dest: Path) -> Path:
-    """Download the sdist of ``name==version`` with pip (its configured index) into the empty ``dest``."""
+    """Download the sdist of ``name==version`` with pip (its configured index) into the empty ``dest``; raise
+    ``Unreachable`` when pip could not reach the index, ``BadInput`` for any other failure."""
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
     command += ["--disable-pip-version-check", f"{name}=={version}", "-d", str(dest)]
-    proc = subprocess.run(command, capture_output=True, text=True, check=False)
+    proc = subprocess.run(command, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
-        lines = [line for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
-        last = lines[-1].strip() if lines else f"exit status {proc.returncode}"
+        output = f"{proc.stderr}\n{proc.stdout}"
+        lines = [line.strip() for line in (proc.stderr or proc.stdout).splitlines() if line.strip()]
+        last = lines[-1] if lines else f"exit status {proc.returncode}"
+        if match := _UNREACHABLE.search(output):
+            errno = re.search(r"\[Errno -?\d+\] [^'\")\n]+", output)
+            index = re.search(r"Looking in indexes: ([^\s,]+)", output)
+            where = f"pip's index {index[1]}" if index else "pip's index"
+            raise Unreachable(f"could not reach PyPI ({where}: {errno[0] if errno else match[0]})")
+        if "No module named pip" in output:
+            raise BadInput(f"{sys.executable} has no pip; install pip for it, or put the sdist into the cache")
         raise BadInput(
             f"pip could not download {name}=={version} ({last}); check network access and pip's index settings"
         )
@@ -89,37 +111,62 @@ def _normalized(text: str) -> str:
     return re.sub(r"[-_.]+", "-", text).lower()
 
 
-def _cached_sdist(cache: Cache, pin: Pin) -> Path | None:
-    """A verified sdist of ``pin`` already in the cache (the sha256 decides; the name only narrows the search)."""
+_SDIST_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip")
+
+
+def _cached_sdist(cache: Cache, pin: Pin, console: Console) -> tuple[Path | None, list[Path]]:
+    """A verified sdist of ``pin`` already in the cache (the sha256 decides; the name only narrows the search),
+    and the files named exactly like its sdist that do not match the sha256 (a damaged copy, said so)."""
     if not cache.sdists.is_dir():
-        return None
+        return None, []
     prefix = _normalized(f"{pin.name}-{pin.version}") + "-"
+    exact = {_normalized(f"{pin.name}-{pin.version}{suffix}") for suffix in _SDIST_SUFFIXES}
+    damaged: list[Path] = []
     for candidate in sorted(cache.sdists.iterdir()):
         if candidate.is_file() and _normalized(candidate.name).startswith(prefix):
             if sha256_of(candidate) == pin.sdist_sha256:
-                return candidate
-    return None
+                return candidate, []
+            if _normalized(candidate.name) in exact:
+                console.warn(f"{candidate} does not match the sha256 pinned for {pin.label}; not using it")
+                damaged.append(candidate)
+    return None, damaged
 
 
-def _download(pin: Pin, cache: Cache, console: Console, download: Downloader) -> Path:
+def _download(pin: Pin, cache: Cache, console: Console, download: Downloader, damaged: list[Path]) -> Path:
     """Download and verify ``pin``'s sdist; keep it in ``cache.sdists`` only when the sha256 matches."""
     console.step(f"Fetching {pin.label} from PyPI")
+    made = [folder for folder in (cache.sdists, *cache.sdists.parents) if not folder.exists()]
     cache.sdists.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=cache.sdists))
+    kept: Path | None = None
     try:
-        downloaded = download(pin.name, pin.version, tmp)
+        try:
+            downloaded = download(pin.name, pin.version, tmp)
+        except Unreachable as exc:
+            bad = f" ({', '.join(p.name for p in damaged)} there does not match its sha256)" if damaged else ""
+            raise BadInput(
+                f"{exc}, and the cache {display_path(cache.sdists)} holds no verified sdist of {pin.label}{bad}; "
+                f"nothing was changed. Next: connect to the network (or point pip at a reachable index, e.g. "
+                f"PIP_INDEX_URL), or put {pin.name}-{pin.version}.tar.gz with sha256 {pin.sdist_sha256} into "
+                f"{display_path(cache.sdists)}"
+            ) from None
         got = sha256_of(downloaded)
         if got != pin.sdist_sha256:
             downloaded.unlink()
             raise BadInput(
                 f"sha256 mismatch for {downloaded.name} ({pin.label}): expected {pin.sdist_sha256}, got {got}; "
-                f"the download was deleted"
+                f"the download was deleted. Next: run again; if it recurs, check pip's index settings (a mirror "
+                f"serving another file) and the pin in upstreams.toml"
             )
         kept = cache.sdists / downloaded.name
         os.replace(downloaded, kept)
         return kept
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if kept is None:  # a failed fetch leaves the cache as it was: no folder made for nothing
+            for folder in made:
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
 
 
 def _checked_members(archive: tarfile.TarFile, shown: str) -> tuple[str, list[tarfile.TarInfo]]:
@@ -190,11 +237,11 @@ def ensure_upstream(pin: Pin, cache: Cache, console: Console, *, download: Downl
             console.step(f"Using cached {pin.label} ({display_path(checkout)})")
             return checkout
         console.step(f"Rebuilding cached {pin.label} ({display_path(checkout)}): {problem}")
-    sdist = _cached_sdist(cache, pin)
+    sdist, damaged = _cached_sdist(cache, pin, console)
     if sdist is not None:
         console.step(f"Using cached sdist {display_path(sdist)}")
     else:
-        sdist = _download(pin, cache, console, download or pip_download)
+        sdist = _download(pin, cache, console, download or pip_download, damaged)
     cache.upstreams.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{pin.dirname}-", dir=cache.upstreams))
     try:

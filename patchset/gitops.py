@@ -78,7 +78,9 @@ def run_git(
 ) -> subprocess.CompletedProcess:
     """Run ``git ARGS`` in ``cwd``; raise ``GitError`` on failure when ``check``.
 
-    stdout is ``bytes`` when ``binary`` else ``str``; stderr is always ``str``.
+    stdout is ``bytes`` when ``binary`` else ``str``; stderr is always ``str``. git runs in a session of its own,
+    so a Ctrl-C at the terminal reaches only this process, which decides when to stop (see ``signals.py``): a
+    ``git apply`` is never cut off half-way through writing a tree.
     """
     try:
         proc = subprocess.run(
@@ -88,6 +90,7 @@ def run_git(
             stdin=subprocess.DEVNULL,
             capture_output=True,
             check=False,
+            start_new_session=True,
         )
     except FileNotFoundError:
         raise GitError(args, 127, "git not found; install git and put it on PATH") from None
@@ -128,6 +131,21 @@ def find_worktree(path: Path) -> WorkTree | None:
         return None  # e.g. inside a .git directory
     prefix = lines[1] if len(lines) > 1 else ""
     return WorkTree(root=path.resolve(), toplevel=Path(lines[0]), prefix=prefix)
+
+
+def objects_dir(tree: WorkTree) -> Path | None:
+    """The object store of the repository holding ``tree`` (shared by its worktrees), or None."""
+    proc = run_git(["rev-parse", "--git-path", "objects"], cwd=tree.root, check=False)
+    path = proc.stdout.strip()
+    if proc.returncode != 0 or not path:
+        return None
+    objects = tree.root / path
+    return objects.resolve() if objects.is_dir() else None
+
+
+def is_tracked(tree: WorkTree, rel: str) -> bool:
+    """True when the file ``rel`` (relative to ``tree.root``) is in the index."""
+    return run_git(["ls-files", "--error-unmatch", "--", rel], cwd=tree.root, check=False).returncode == 0
 
 
 def has_head(tree: WorkTree) -> bool:
@@ -256,20 +274,41 @@ def apply_patch(
     return ApplyResult(ok=proc.returncode == 0, stderr=proc.stderr.strip())
 
 
+def merge_apply(scratch: Path, patch: Path, objects: Path) -> subprocess.CompletedProcess:
+    """``git apply --3way PATCH`` in the scratch repository ``scratch`` (see ``init_scratch``), whose files are
+    first added to its index; the blobs the patch names are read from ``objects`` (another repository's object
+    store, read only: new objects go to the scratch repository)."""
+    env = isolated_env()
+    env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(objects)
+    run_git([*_NEUTRAL_CONFIG, "add", "-A", "-f"], cwd=scratch, env=env)
+    args = [*_NEUTRAL_CONFIG, "apply", "--3way", "--whitespace=nowarn", str(patch.resolve())]
+    return run_git(args, cwd=scratch, env=env, check=False)
+
+
 def patch_parse_error(patch: Path) -> str | None:
-    """git's message when ``patch`` cannot be parsed as a patch at all (corrupt, empty), else None.
+    """Why ``patch`` cannot be used as a patch (corrupt, empty, truncated), else None.
 
     Runs ``git apply --numstat`` (which reads the patch and touches no file) in an empty directory below a
-    ceiling, so that no enclosing repository or subdirectory filter is involved.
+    ceiling, so that no enclosing repository or subdirectory filter is involved. git reads a patch cut short in a
+    file header (``diff --git a/ver``) as the files before it and silently drops the rest, so the files git reads
+    are also counted against the ``diff --git`` headers, and the patch must end with a newline, as every
+    ``git format-patch`` output does.
     """
     with tempfile.TemporaryDirectory(prefix="patchset-parse-") as tmp:
         env = isolated_env()
         env["GIT_CEILING_DIRECTORIES"] = str(Path(tmp).parent)
         proc = run_git(["apply", "--numstat", str(patch.resolve())], cwd=Path(tmp), env=env, check=False)
-    if proc.returncode == 0:
-        return None
-    lines = [line.removeprefix("error: ") for line in proc.stderr.splitlines() if line.strip()]
-    return lines[0] if lines else f"git apply exit status {proc.returncode}"
+    if proc.returncode != 0:
+        lines = [line.removeprefix("error: ") for line in proc.stderr.splitlines() if line.strip()]
+        return lines[0] if lines else f"git apply exit status {proc.returncode}"
+    raw = patch.read_bytes()
+    if not raw.endswith(b"\n"):
+        return "it does not end with a newline: truncated?"
+    headers = sum(1 for line in raw.split(b"\n") if line.startswith(b"diff --git "))
+    read = sum(1 for line in proc.stdout.splitlines() if line.strip())
+    if headers != read:
+        return f"it has {headers} 'diff --git' headers but git reads {read} files from it: truncated or corrupt?"
+    return None
 
 
 @dataclass(frozen=True)

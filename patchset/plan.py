@@ -17,6 +17,11 @@ does, so what passes here applies there. The real tree is only read. Should the 
 ``apply.py``). A patch that reverts cleanly but would also apply again is ambiguous and refused, rather than
 risk applying it twice.
 
+3-way. A patch that does not apply in the forward pass is also merged (``git apply --3way``, see ``merge.py``)
+against the blob it was made from, when the tree's repository has it: the step says whether that would resolve
+it, and only ``--3way`` turns a clean merge into a step that changes the tree. Nothing is ever reversed to make it
+fit: a patch that only reverts is reported as already applied.
+
 Dirtiness. Uncommitted changes to a file a patch is about to change are refused (``--allow-dirty`` overrides),
 but changes that are exactly the patches found already applied are ours, not the user's: a tree this tool
 patched differs from HEAD in those files, and re-running or reversing must still work. ``unexplained_changes``
@@ -28,13 +33,13 @@ from __future__ import annotations
 
 import enum
 import os
-import shutil
 import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset import gitops
+from patchset import files, gitops
+from patchset.merge import Merge, MergeResult, three_way
 from patchset.pins import at_least
 from patchset.series import Patch
 
@@ -55,6 +60,12 @@ class Step:
     action: Action
     detail: str = ""
     failure: gitops.Failure | None = None
+    merge: MergeResult | None = None  # FAIL: what a 3-way merge would do; CHANGE: applied by a 3-way merge
+
+    @property
+    def merged(self) -> bool:
+        """True when this step applies the patch with a 3-way merge (``--3way``)."""
+        return self.action is Action.CHANGE and self.merge is not None
 
 
 def series_files(patches: Iterable[Patch]) -> list[str]:
@@ -63,21 +74,6 @@ def series_files(patches: Iterable[Patch]) -> list[str]:
         for path in patch.files:
             seen.setdefault(path, None)
     return list(seen)
-
-
-def _copy_files(source: Path, dest: Path, paths: Iterable[str]) -> None:
-    """Copy ``paths`` (relative) from ``source`` to ``dest`` as they are: regular files with their mode,
-    symlinks as symlinks; absent paths stay absent."""
-    for rel in paths:
-        src = source / rel
-        if not (src.is_symlink() or src.is_file()):
-            continue
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            os.symlink(os.readlink(src), target)
-        else:
-            shutil.copy2(src, target)
 
 
 def _peel(scratch: Path, patches: Sequence[tuple[int, Patch]]) -> tuple[set[int], set[int]]:
@@ -95,27 +91,41 @@ def _peel(scratch: Path, patches: Sequence[tuple[int, Patch]]) -> tuple[set[int]
     return applied, ambiguous
 
 
-def _forward(scratch: Path, patches: Sequence[tuple[int, Patch]], skip: set[int]) -> dict[int, str]:
+def _forward(
+    scratch: Path, patches: Sequence[tuple[int, Patch]], skip: set[int], objects: Path | None
+) -> tuple[dict[int, str], dict[int, MergeResult]]:
     """Apply, first to last, each patch not in ``skip`` on the scratch tree; return {index: git's error} for those
-    that do not apply."""
+    that do not apply, and {index: what a 3-way merge does} for those (a clean merge stays in the scratch tree, so
+    that the patches after it are judged on top of it). No merge is tried when ``objects`` is None."""
     failed: dict[int, str] = {}
+    merges: dict[int, MergeResult] = {}
     for index, patch in patches:
         if index in skip:
             continue
         result = gitops.apply_patch(scratch, patch.path)
         if not result.ok:
             failed[index] = result.stderr
-    return failed
+            if objects is not None:
+                merges[index] = three_way(scratch, patch, objects, install=True)
+    return failed, merges
 
 
 def _scratch_copy(root: Path, patches: Sequence[Patch], into: Path) -> Path:
     into.mkdir()
     gitops.init_scratch(into)
-    _copy_files(root, into, series_files(patches))
+    files.copy_paths(root, into, series_files(patches))
     return into
 
 
-def plan_series(root: Path, patches: Sequence[Patch], *, version: str, reverse: bool = False) -> list[Step]:
+def plan_series(
+    root: Path,
+    patches: Sequence[Patch],
+    *,
+    version: str,
+    reverse: bool = False,
+    objects: Path | None = None,
+    merge: bool = False,
+) -> list[Step]:
     """The step for each patch of ``patches`` on the tree at ``root``, in the order they would run (last to first
     when ``reverse``). Reads ``root`` only.
 
@@ -124,21 +134,32 @@ def plan_series(root: Path, patches: Sequence[Patch], *, version: str, reverse: 
     added; the forward pass (first to last) applies the others, exactly as applying the series to the real tree
     will. Reverting the series is exactly the peel pass. Patches whose ``Applied-Upstream`` version is at or below
     ``version`` take part in neither and are skipped.
+
+    With ``objects`` (the tree's git object store), a patch that does not apply is also tried as a 3-way merge
+    (``merge.py``): the step records whether that would resolve it, and becomes a merged CHANGE when ``merge``
+    (``--3way``) asks for it. A merge that changes nothing means the patch is in already (merged earlier).
     """
     numbered = list(enumerate(patches, start=1))
     skipped = {i: p.upstream_since for i, p in numbered if p.upstream_since and at_least(version, p.upstream_since)}
     active = [(i, p) for i, p in numbered if i not in skipped]
     with tempfile.TemporaryDirectory(prefix="patchset-check-") as tmp:
         applied, ambiguous = _peel(_scratch_copy(root, patches, Path(tmp) / "peel"), active)
-        failed = _forward(_scratch_copy(root, patches, Path(tmp) / "forward"), active, applied | ambiguous)
+        scratch = _scratch_copy(root, patches, Path(tmp) / "forward")
+        failed, merges = _forward(scratch, active, applied | ambiguous, None if reverse else objects)
     steps: list[Step] = []
     for index, patch in reversed(numbered) if reverse else numbered:
+        outcome = merges.get(index)
         if index in skipped:
             steps.append(Step(patch, index, Action.SKIP, detail=skipped[index] or ""))
         elif index in ambiguous:
             steps.append(Step(patch, index, Action.FAIL, detail="ambiguous"))
+        elif outcome is not None and outcome.outcome is Merge.APPLIED:
+            steps.append(Step(patch, index, Action.NOTHING, detail="merged", merge=outcome))
+        elif outcome is not None and outcome.outcome is Merge.RESOLVES and merge:
+            steps.append(Step(patch, index, Action.CHANGE, merge=outcome))
         elif index in failed:
-            steps.append(Step(patch, index, Action.FAIL, failed[index], gitops.parse_failure(failed[index])))
+            failure = gitops.parse_failure(failed[index])
+            steps.append(Step(patch, index, Action.FAIL, failed[index], failure, merge=outcome))
         elif (index in applied) == reverse:
             steps.append(Step(patch, index, Action.CHANGE))
         else:
@@ -150,23 +171,6 @@ def applied_patches(steps: Sequence[Step], *, reverse: bool) -> list[Patch]:
     """The patches that ``steps`` found applied in the tree, in series order."""
     applied = Action.CHANGE if reverse else Action.NOTHING
     return [s.patch for s in sorted(steps, key=lambda s: s.index) if s.action is applied]
-
-
-def _exists(path: Path) -> bool:
-    return path.is_symlink() or path.exists()
-
-
-def _same(path_a: Path, path_b: Path) -> bool:
-    """Same content: both absent, the same symlink target, or regular files with the same bytes."""
-    if _exists(path_a) != _exists(path_b):
-        return False
-    if not _exists(path_a):
-        return True
-    if path_a.is_symlink() or path_b.is_symlink():
-        return path_a.is_symlink() and path_b.is_symlink() and os.readlink(path_a) == os.readlink(path_b)
-    if not (path_a.is_file() and path_b.is_file()):
-        return False
-    return path_a.read_bytes() == path_b.read_bytes()
 
 
 def unexplained_changes(tree: gitops.WorkTree, dirty: Iterable[str], applied: Sequence[Patch]) -> list[str]:
@@ -190,4 +194,4 @@ def unexplained_changes(tree: gitops.WorkTree, dirty: Iterable[str], applied: Se
         for patch in applied:
             if not gitops.apply_patch(scratch, patch.path).ok:
                 return dirty  # HEAD plus the patches does not even build: nothing is explained
-        return [rel for rel in dirty if not _same(scratch / rel, tree.root / rel)]
+        return [rel for rel in dirty if not files.same(scratch / rel, tree.root / rel)]

@@ -108,6 +108,9 @@ def load_series(patches_dir: Path, name: str) -> Series:
         lines = series_file.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         raise BadInput(f"{series_file} not found; every series folder needs a series file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise BadInput(f"cannot read {series_file} ({reason}); it must be a UTF-8 text file") from None
     patches: list[Patch] = []
     seen: dict[str, int] = {}
     for number, line in enumerate(lines, start=1):
@@ -120,9 +123,10 @@ def load_series(patches_dir: Path, name: str) -> Series:
         relative = PurePosixPath(entry)
         if relative.is_absolute() or ".." in relative.parts:
             raise BadInput(f"{where}: {entry} must be a file inside {folder}")
-        if entry in seen:
-            raise BadInput(f"{where}: {entry} is listed twice (first on line {seen[entry]}); list each patch once")
-        seen[entry] = number
+        key = relative.as_posix()  # "./0001-x.patch" and "0001-x.patch" are the same patch
+        if key in seen:
+            raise BadInput(f"{where}: {entry} is listed twice (first on line {seen[key]}); list each patch once")
+        seen[key] = number
         patch_file = folder / relative
         if not patch_file.is_file():
             raise BadInput(f"{where}: {entry} is listed but {patch_file} does not exist; add it or drop the line")

@@ -1,7 +1,9 @@
 """Helpers for the tooling tests (used by conftest.py and the tests): throwaway git trees that look like
 verl 0.8.0 and Trinity-RFT 0.6.0, a fake ``--patches-dir`` (upstreams.toml plus a two-patch verl series and a
 one-patch Trinity series, made with ``git format-patch``), and fake sdists of both trees. No network, no real
-upstream."""
+upstream. Also the fault suite's tools: ``tree_state`` (a digest of everything a command could change in a tree),
+the registry's records (``Fault``, ``FaultRecorder``) and ``run_fault``, which runs one bad input and checks the
+invariant."""
 
 from __future__ import annotations
 
@@ -11,9 +13,13 @@ import os
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
+
+from patchset.cli import main
 
 FORMAT_PATCH = ("format-patch", "--zero-commit", "--full-index", "--no-stat", "--no-signature")
 
@@ -40,6 +46,17 @@ TRINITY_FILES = {
     + "".join(f"# m{n}\n" for n in range(1, 8)),
     "README.md": "fake trinity\n",
 }
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TEST_GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"} | {
+    f"GIT_{role}_{part}": value
+    for role in ("AUTHOR", "COMMITTER")
+    for part, value in (("NAME", "Test"), ("EMAIL", "test@example.invalid"))
+}
+
+# The second verl patch of the fake series on the real checkouts (conftest's ``fake_series``).
+DEPENDENT_PATCH = "0002-trainer-critic-loss-scale-factor-may-be-a-float.patch"  # a line 0001 adds, and README.md
+INDEPENDENT_PATCH = "0002-docs-readme-mention-the-patchset.patch"  # touches no file 0001 touches
 
 VERL_PATCH_1 = "0001-trainer-add-scale.patch"
 VERL_PATCH_2 = "0002-trainer-fix-scale.patch"
@@ -190,3 +207,110 @@ def world_at(base: Path) -> World:
         sdists={"verl": base / "sdists/verl-0.8.0.tar.gz", "trinity-rft": base / "sdists/trinity_rft-0.6.0.tar.gz"},
         cache=base / "cache",
     )
+
+
+def _git_out(root: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "--no-optional-locks", *args], cwd=root, capture_output=True, check=False)
+    return f"$ git {' '.join(args)} -> {proc.returncode}\n" + proc.stdout.decode("utf-8", "surrogateescape")
+
+
+GIT_STATE = (
+    ("rev-parse", "HEAD"),
+    ("status", "--porcelain=v2", "--untracked-files=all", "--ignored"),
+    ("ls-files", "-s"),
+    ("branch", "-a", "-v"),
+    ("stash", "list"),
+    ("for-each-ref",),
+)
+
+
+def tree_state(*roots: Path) -> str:
+    """A digest of everything a command could change in the trees at ``roots``: every folder (path, mode), file
+    (path, mode, bytes) and symlink (path, target) below each root, tracked, untracked and ignored alike, the
+    repository itself (.git, byte for byte: index, refs, objects, config) and git's view of it (HEAD, status
+    with untracked and ignored files, the index entries, branches, stashes, every ref). Read-only: git runs with
+    --no-optional-locks, so that asking does not refresh the index."""
+    digest = hashlib.sha256()
+    for root in roots:
+        digest.update(f"root {root}\0{root.exists()}\0".encode())
+        if not root.exists():
+            continue
+        for folder, dirs, names in os.walk(root):
+            dirs.sort()
+            here = Path(folder)
+            for name in sorted(dirs + names):
+                path = here / name
+                rel = path.relative_to(root).as_posix()
+                info = path.lstat()
+                digest.update(f"{rel}\0{info.st_mode:o}\0".encode())
+                if path.is_symlink():
+                    digest.update(os.readlink(path).encode())
+                elif path.is_file():
+                    digest.update(hashlib.sha256(path.read_bytes()).digest())
+        if (root / ".git").exists():
+            for args in GIT_STATE:
+                digest.update(_git_out(root, *args).encode("utf-8", "surrogateescape"))
+            index = root / ".git" / "index"
+            digest.update(hashlib.sha256(index.read_bytes()).digest() if index.is_file() else b"no index")
+    return digest.hexdigest()
+
+
+# --- the fault registry's records (collected by conftest.py) ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One bad input tried: the test, the case, the exit status, whether every tree was left as it was, and the
+    error line printed."""
+
+    test: str
+    case: str
+    code: int
+    intact: bool
+    message: str = ""
+
+    @property
+    def silent_success(self) -> bool:
+        return self.code == 0
+
+
+class FaultRecorder:
+    """Records the faults of one test into the session's registry (recorded before any assertion, so that a
+    silent success is counted even though its test fails)."""
+
+    def __init__(self, log: list[Fault], test: str) -> None:
+        self._log = log
+        self._test = test
+
+    def record(self, case: str, code: int, *, intact: bool, message: str = "") -> Fault:
+        fault = Fault(self._test, case, code, intact, message)
+        self._log.append(fault)
+        return fault
+
+
+@dataclass
+class Case:
+    """One bad input: the command line, every tree it might touch, the exit code and what the error must name."""
+
+    argv: list[str]
+    trees: list[Path]
+    code: int
+    names: list[str]
+    cleanup: list[Callable[[], None]] = field(default_factory=list)
+
+
+def run_fault(faults: FaultRecorder, capsys: pytest.CaptureFixture[str], case: str, spec: Case) -> str:
+    """Run one case in process and check the invariant; returns the error line."""
+    before = tree_state(*spec.trees)
+    code = main(spec.argv)
+    out, err = capsys.readouterr()
+    intact = tree_state(*spec.trees) == before
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    faults.record(case, code, intact=intact, message=errors[-1] if errors else err.strip())
+    assert code != 0, f"silent success on {case}:\n{out}"
+    assert code == spec.code, err
+    assert intact, f"{case} changed the tree"
+    assert len(errors) == 1 and err.endswith(errors[0] + "\n"), err
+    for name in spec.names:
+        assert name in errors[0]
+    return errors[0]

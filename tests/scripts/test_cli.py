@@ -15,9 +15,16 @@ from patchset.cli import REPO_ROOT, main
 def test_apply_help_documents_exit_codes(capsys):
     assert main(["apply", "--help"]) == 0
     out = capsys.readouterr().out
-    for line in ("0  done", "1  the regression tests failed", "2  bad input", "3  a patch does not apply"):
+    for line in (
+        "0  done",
+        "1  the regression tests failed",
+        "2  bad input",
+        "3  a patch does not apply",
+        "130, 143, 129  interrupted by SIGINT (Ctrl-C), SIGTERM or SIGHUP",
+    ):
         assert line in out
-    for option in ("--check", "--reverse", "--no-test", "--force-version", "--allow-dirty", "--cache", "--patches-dir"):
+    options = ("--check", "--reverse", "--no-test", "--force-version", "--allow-dirty", "--3way", "--cache")
+    for option in (*options, "--patches-dir"):
         assert option in out
 
 

@@ -20,6 +20,8 @@ from patchset.pins import load_pins
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PINS = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
+# read at import: the autouse fixture in conftest.py clears PATCHSET_CACHE for each test
+CACHE = resolve_cache(None, os.environ, REPO_ROOT)
 
 
 def _git_state(tree: Path) -> str:
@@ -32,7 +34,7 @@ def _git_state(tree: Path) -> str:
 @pytest.fixture(params=[pin.key for pin in PINS.defaults()])
 def fresh_checkout(request, tmp_path: Path) -> Path:
     pin = PINS.default_for(request.param)
-    vanilla = resolve_cache(None, os.environ, REPO_ROOT).upstreams / pin.dirname
+    vanilla = CACHE.upstreams / pin.dirname
     if not (vanilla / ".git").exists():
         pytest.skip(f"no cached checkout of {pin.label} at {vanilla} (scripts/test.sh fetches it)")
     clone = tmp_path / pin.dirname

@@ -1,0 +1,70 @@
+"""Copy, install and compare the files of a tree by relative path: regular files with their mode, symlinks as
+symlinks, absence as absence. Knows nothing about patches or git."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def exists(path: Path) -> bool:
+    return path.is_symlink() or path.exists()
+
+
+def copy_paths(source: Path, dest: Path, paths: Iterable[str]) -> None:
+    """Copy ``paths`` (relative) from ``source`` to ``dest`` as they are; absent paths stay absent."""
+    for rel in paths:
+        src = source / rel
+        if not (src.is_symlink() or src.is_file()):
+            continue
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            os.symlink(os.readlink(src), target)
+        else:
+            shutil.copy2(src, target)
+
+
+def install_paths(source: Path, dest: Path, paths: Iterable[str]) -> None:
+    """Make ``paths`` in ``dest`` what they are in ``source``: each file replaced in one rename, a path absent from
+    ``source`` removed from ``dest`` (and the folders that leaves empty, as git does)."""
+    for rel in paths:
+        src, target = source / rel, dest / rel
+        if not exists(src):
+            if exists(target) and not target.is_dir():
+                target.unlink()
+                _prune(dest, target.parent)
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staged = target.with_name(f".{target.name}.patchset-new")
+        try:
+            if src.is_symlink():
+                os.symlink(os.readlink(src), staged)
+            else:
+                shutil.copyfile(src, staged)
+                os.chmod(staged, src.stat().st_mode & 0o777)
+            os.replace(staged, target)
+        finally:
+            if exists(staged):
+                staged.unlink()
+
+
+def _prune(root: Path, folder: Path) -> None:
+    while folder != root and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+
+
+def same(path_a: Path, path_b: Path) -> bool:
+    """Same content: both absent, the same symlink target, or regular files with the same bytes."""
+    if exists(path_a) != exists(path_b):
+        return False
+    if not exists(path_a):
+        return True
+    if path_a.is_symlink() or path_b.is_symlink():
+        return path_a.is_symlink() and path_b.is_symlink() and os.readlink(path_a) == os.readlink(path_b)
+    if not (path_a.is_file() and path_b.is_file()):
+        return False
+    return path_a.read_bytes() == path_b.read_bytes()

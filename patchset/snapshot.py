@@ -1,0 +1,114 @@
+"""Save some files of a tree before changing them, and put them back exactly: bytes, mode, mtime, symlinks, and
+absence (a file that was not there is removed again, with the folders made for it).
+
+Restoring from a copy, rather than reverting the patches, does not depend on the patches reverting cleanly, and
+also undoes a change that stopped half-way. Knows nothing about patches or git.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class _Entry:
+    rel: str
+    kind: str  # "file", "symlink" or "absent"
+    mode: int = 0
+    times: tuple[int, int] = (0, 0)
+    link: str = ""
+    missing_dirs: tuple[str, ...] = ()  # absent: folders below the root that did not exist either, deepest first
+    dir_modes: tuple[tuple[str, int], ...] = ()  # the existing folders above it, to recreate them as they were
+
+
+def _dirs_above(root: Path, rel: str) -> list[str]:
+    parts = Path(rel).parts[:-1]
+    return [Path(*parts[: i + 1]).as_posix() for i in range(len(parts))]
+
+
+class Snapshot:
+    """Copies of ``paths`` under ``root``, kept in a private temporary folder (``backup``) until ``discard()``."""
+
+    def __init__(self, root: Path, paths: Iterable[str]) -> None:
+        self.root = root
+        self.backup = Path(tempfile.mkdtemp(prefix="patchset-backup-"))
+        self._entries: list[_Entry] = []
+        try:
+            for number, rel in enumerate(dict.fromkeys(paths)):
+                self._entries.append(self._save(number, rel))
+        except BaseException:
+            self.discard()
+            raise
+
+    def _save(self, number: int, rel: str) -> _Entry:
+        path = self.root / rel
+        above = _dirs_above(self.root, rel)
+        dir_modes = tuple((d, stat.S_IMODE((self.root / d).stat().st_mode)) for d in above if (self.root / d).is_dir())
+        if path.is_symlink():
+            return _Entry(rel, "symlink", link=os.readlink(path), dir_modes=dir_modes)
+        if path.is_file():
+            info = path.stat()
+            shutil.copyfile(path, self.backup / str(number))
+            times = (info.st_atime_ns, info.st_mtime_ns)
+            return _Entry(rel, "file", mode=stat.S_IMODE(info.st_mode), times=times, dir_modes=dir_modes)
+        if path.exists():
+            raise OSError(f"{path} is neither a file nor a symlink")
+        missing = tuple(d for d in reversed(above) if not (self.root / d).exists())
+        return _Entry(rel, "absent", missing_dirs=missing, dir_modes=dir_modes)
+
+    @property
+    def paths(self) -> list[str]:
+        return [entry.rel for entry in self._entries]
+
+    def restore(self) -> list[str]:
+        """Put every saved path back; return ``path: reason`` for each one that could not be (the backup is kept
+        then, for the user)."""
+        failed: list[str] = []
+        for number, entry in enumerate(self._entries):
+            try:
+                self._restore(number, entry)
+            except OSError as exc:
+                failed.append(f"{entry.rel}: {exc.strerror or exc}")
+        for entry in self._entries:  # folders last: another entry may have needed one until now
+            for rel in entry.missing_dirs:
+                folder = self.root / rel
+                if folder.is_dir() and not folder.is_symlink() and not any(folder.iterdir()):
+                    folder.rmdir()
+        return failed
+
+    def _restore(self, number: int, entry: _Entry) -> None:
+        path = self.root / entry.rel
+        if entry.kind == "absent":
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+            return
+        for rel, mode in entry.dir_modes:
+            folder = self.root / rel
+            if not folder.is_dir():
+                folder.mkdir()
+                folder.chmod(mode)
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        if entry.kind == "symlink":
+            if path.is_symlink() or path.exists():
+                path.unlink()
+            os.symlink(entry.link, path)
+            return
+        staged = path.with_name(f".{path.name}.patchset-restore")
+        try:
+            shutil.copyfile(self.backup / str(number), staged)
+            os.chmod(staged, entry.mode)
+            os.utime(staged, ns=entry.times)
+            os.replace(staged, path)
+        finally:
+            if staged.exists():
+                staged.unlink()
+
+    def discard(self) -> None:
+        shutil.rmtree(self.backup, ignore_errors=True)
