@@ -1,0 +1,307 @@
+"""Worker for the end-to-end engine test: real verl FSDP2 engines training a tiny Qwen2 on CPU.
+
+One call of `run_world` spawns ``world_size`` processes that form one gloo process group; every process
+imports verl (and Trinity) from the trees under test, builds the engines once, and then runs, for each
+``loss_agg_mode`` and each token budget, one complete `BaseEngine.train_batch` step (zero_grad, the
+engine's micro-batch loop with ``loss.backward()`` per micro-batch, `optimizer_step`) and records the
+pre-clip ``grad_norm`` it returns. The learning rate is 0, so the weights never move and every step
+sees the same model: only the micro-batch split differs between the steps of one mode.
+
+The adaptations needed on a CPU-only machine are all outside the loss path; they are listed in
+`test_engine_e2e`'s docstring, and each is applied by one function here (``_cpu_*``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+MICRO_BATCHES = (1, 2, 4)
+COMPONENTS = ("critic", "actor")
+GLOBAL_BATCH_SIZE = 24  # sequences per mini-batch, over all ranks (not 16: that is the response length)
+VOCAB_SIZE = 128
+MODEL_SEED = 1234
+DATA_SEED = 2024
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One engine step: the grad_norm `optimizer_step` returned for one loss, mode and split."""
+
+    component: str
+    mode: str
+    world_size: int
+    micro_batches: int
+    grad_norm: float
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CPU adaptations (none of them is on the loss path)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _cpu_unpadding() -> None:
+    """`left_right_2_no_padding` unpads through flash_attn: use verl's pure-torch equivalent."""
+    from engine_sim import use_cpu_unpadding
+
+    use_cpu_unpadding()
+
+
+def _cpu_value_head_loader() -> None:
+    """verl's `load_valuehead_model` hard-codes ``attn_implementation="flash_attention_2"``.
+
+    Load the same class (`AutoModelForTokenClassification`, what verl tries first) with the attention
+    implementation of the model config (sdpa) instead.
+    """
+    import verl.utils.model as verl_model
+
+    def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
+        from transformers import AutoModelForTokenClassification
+
+        return AutoModelForTokenClassification.from_pretrained(
+            pretrained_model_name_or_path=local_path,
+            torch_dtype=torch_dtype,
+            config=model_config,
+            attn_implementation=model_config._attn_implementation,
+            trust_remote_code=trust_remote_code,
+        )
+
+    verl_model.load_valuehead_model = load_valuehead_model
+
+
+@contextlib.contextmanager
+def _cpu_device_capability() -> Iterator[None]:
+    """Trinity's `_build_module` asks `torch.cuda.get_device_capability(0)` (to choose meta-device init on
+    Hopper); on CPU report capability 0, i.e. every rank loads the weights itself (the non-Hopper path)."""
+    import torch
+
+    real = torch.cuda.get_device_capability
+    torch.cuda.get_device_capability = lambda device=None: (0, 0)
+    try:
+        yield
+    finally:
+        torch.cuda.get_device_capability = real
+
+
+# ---------------------------------------------------------------------------------------------------------
+# model, engines, data
+# ---------------------------------------------------------------------------------------------------------
+
+
+def save_tiny_model(path: Path) -> None:
+    """A random 2-layer, hidden-64 Qwen2 saved as a HF checkpoint (built from a config: no download)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(MODEL_SEED)
+    Qwen2ForCausalLM(config).save_pretrained(path)
+
+
+def _build_engine(component: str, model_path: Path):
+    import torch
+    from verl.trainer.config import CheckpointConfig
+    from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
+
+    model_config = HFModelConfig(
+        path=str(model_path),
+        load_tokenizer=False,
+        use_remove_padding=True,
+        override_config={"attn_implementation": "sdpa"},
+    )
+    engine_config = FSDPEngineConfig(
+        strategy="fsdp2",
+        model_dtype="fp32",
+        mixed_precision={"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+        use_torch_compile=False,
+        forward_only=False,
+    )
+    optimizer_config = FSDPOptimizerConfig(lr=0.0, weight_decay=0.0, clip_grad=1.0, total_training_steps=10)
+    engine_class = FSDPEngineWithValueHead if component == "critic" else FSDPEngineWithLMHead
+    model_config.model_type = "value_model" if component == "critic" else "language_model"
+    engine = engine_class(
+        model_config=model_config,
+        engine_config=engine_config,
+        optimizer_config=optimizer_config,
+        checkpoint_config=CheckpointConfig(),
+    )
+    # the critic's value head (`score`) is not in the checkpoint: seed its initialization, so that every
+    # world size trains the same model (FSDP2 broadcasts rank 0's weights to the other ranks)
+    torch.manual_seed(MODEL_SEED)
+    with _cpu_device_capability() if component == "actor" else contextlib.nullcontext():
+        engine.initialize()
+    torch.distributed.barrier()
+    return engine
+
+
+def _loss_function(component: str, mode: str):
+    if component == "critic":
+        from functools import partial
+
+        from verl.workers.config import CriticConfig
+        from verl.workers.utils.losses import value_loss
+
+        config = CriticConfig(strategy="fsdp2", ppo_micro_batch_size_per_gpu=1, cliprange_value=0.2, loss_agg_mode=mode)
+        return partial(value_loss, config)
+    from trinity.trainer.verl.losses import TrinityPolicyLoss
+    from trinity_configs import algorithm_config
+
+    return TrinityPolicyLoss(algorithm_config("grpo", mode))
+
+
+def make_global_batch():
+    """The whole mini-batch (all ranks), left-right padded as the trainer hands it over; same on every rank."""
+    from engine_sim import make_rollout_batch
+
+    fields = ("values", "returns", "old_log_probs", "ref_log_prob", "advantages")
+    batch = make_rollout_batch(GLOBAL_BATCH_SIZE, seed=DATA_SEED, extra_fields=fields, holes_in_mask=True)
+    # log-probs of a random model sit near -log(V): keep the PPO ratio inside the clip range
+    base = -math.log(VOCAB_SIZE)
+    batch["old_log_probs"] = base + 0.05 * batch["old_log_probs"]
+    batch["ref_log_prob"] = base + 0.05 * batch["ref_log_prob"]
+    batch["input_ids"] = batch["input_ids"] % VOCAB_SIZE
+    batch["prompts"] = batch["input_ids"][:, : batch["prompts"].shape[1]]
+    batch["responses"] = batch["input_ids"][:, batch["prompts"].shape[1] :]
+    return batch
+
+
+def _rank_batch(global_batch, rank: int, world_size: int):
+    rows = len(global_batch) // world_size
+    return global_batch[rank * rows : (rank + 1) * rows]
+
+
+def token_budget(global_batch, world_size: int, micro_batches: int) -> int:
+    """Token budget per GPU that makes verl's dynamic batching cut each rank's batch into ``micro_batches``.
+
+    verl makes ceil(rank tokens / budget) micro-batches and takes the maximum over ranks.
+    """
+    seq_lens = global_batch["attention_mask"].sum(-1)
+    rank_tokens = [int(part.sum()) for part in seq_lens.chunk(world_size)]
+    return max(max(-(-tokens // micro_batches) for tokens in rank_tokens), int(seq_lens.max()))
+
+
+def _step_data(component: str, global_batch, rank: int, world_size: int, budget: int):
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    data = left_right_2_no_padding(_rank_batch(global_batch, rank, world_size).clone())
+    tu.assign_non_tensor(
+        data,
+        temperature=1.0,
+        use_remove_padding=True,
+        use_fused_kernels=False,
+        use_dynamic_bsz=True,
+        max_token_len_per_gpu=budget,
+        global_batch_size=GLOBAL_BATCH_SIZE,
+        calculate_entropy=component == "actor",
+    )
+    return data
+
+
+def _train_step(engine, data, loss_function) -> tuple[float, int]:
+    """One `train_batch` in train mode; returns (grad_norm, number of micro-batches the engine made)."""
+    with engine.train_mode():
+        output = engine.train_batch(data, loss_function=loss_function)
+    return float(output["metrics"]["grad_norm"]), len(output["loss"])
+
+
+def _run_component(component: str, model_path: Path, rank: int, world_size: int) -> list[Measurement]:
+    engine = _build_engine(component, model_path)
+    global_batch = make_global_batch()
+    measurements = []
+    for mode in LOSS_AGG_MODES:
+        loss_function = _loss_function(component, mode)
+        for micro_batches in MICRO_BATCHES:
+            budget = token_budget(global_batch, world_size, micro_batches)
+            data = _step_data(component, global_batch, rank, world_size, budget)
+            grad_norm, made = _train_step(engine, data, loss_function)
+            assert made == micro_batches, f"budget {budget} gave {made} micro-batches, wanted {micro_batches}"
+            measurements.append(Measurement(component, mode, world_size, micro_batches, grad_norm))
+    return measurements
+
+
+def engine_module_files(components: Sequence[str]) -> dict[str, str]:
+    """Where the engine and loss modules this process used come from."""
+    import importlib
+
+    names = ["verl.workers.engine.fsdp.transformer_impl", "verl.workers.utils.losses"]
+    if "actor" in components:
+        names += ["trinity.trainer.verl.losses", "trinity.trainer.verl.monkey_patch"]
+    return {name: str(Path(importlib.import_module(name).__file__ or "").resolve()) for name in names}
+
+
+def _worker(rank: int, world_size: int, workdir: str, sys_path: Sequence[str], components: Sequence[str]) -> None:
+    # the trees under test first, whatever the spawn start method copied over from the parent
+    sys.path[:] = [*sys_path, *(entry for entry in sys.path if entry not in sys_path)]
+    result_file = Path(workdir) / f"rank{rank}.json"
+    try:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+        torch.distributed.init_process_group(
+            "gloo", init_method=f"file://{workdir}/rendezvous", rank=rank, world_size=world_size
+        )
+        _cpu_unpadding()
+        _cpu_value_head_loader()
+        started = time.perf_counter()
+        measurements: list[Measurement] = []
+        for component in components:
+            if component == "actor":
+                from trinity.trainer.verl.monkey_patch import patch_verl_engine
+
+                patch_verl_engine()
+            measurements += _run_component(component, Path(workdir) / "model", rank, world_size)
+        result = {
+            "measurements": [asdict(m) for m in measurements],
+            "modules": engine_module_files(components),
+            "seconds": time.perf_counter() - started,
+        }
+        torch.distributed.destroy_process_group()
+    except BaseException:
+        result = {"error": traceback.format_exc()}
+    result_file.write_text(json.dumps(result))
+
+
+def run_world(world_size: int, sys_path: Sequence[str], components: Sequence[str] = COMPONENTS) -> list[dict]:
+    """Spawn ``world_size`` ranks, run the matrix, and return each rank's result (measurements, module files)."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="engine-e2e-") as workdir:
+        save_tiny_model(Path(workdir) / "model")
+        context = mp.get_context("spawn")
+        processes = [
+            context.Process(target=_worker, args=(rank, world_size, workdir, list(sys_path), list(components)))
+            for rank in range(world_size)
+        ]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join()
+        results = []
+        for rank, process in enumerate(processes):
+            result_file = Path(workdir) / f"rank{rank}.json"
+            if not result_file.exists():
+                results.append({"error": f"rank {rank} exited with code {process.exitcode} and no result"})
+            else:
+                results.append(json.loads(result_file.read_text()))
+        return results

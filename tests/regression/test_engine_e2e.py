@@ -1,0 +1,163 @@
+"""End to end through verl's real training engine: the logged grad_norm must not depend on the split.
+
+Invariant on the patched trees: verl 0.8.0's `FSDPEngineWithValueHead` training the critic with
+`value_loss`, and its `FSDPEngineWithLMHead` training the actor with Trinity-RFT's `TrinityPolicyLoss`
+(after Trinity's own `patch_verl_engine()`), each run complete `train_batch` steps (FSDP2, fp32,
+torch.distributed on gloo) on a tiny random Qwen2 (2 layers, hidden 64, built from a config in code); with
+``use_dynamic_bsz`` token budgets that make 1, 2 and 4 micro-batches per rank, for every ``loss_agg_mode``,
+at world size 1 and 2 (spawned processes) over the same 24-sequence mini-batch, the pre-clip grad_norm
+that `optimizer_step` returns is the same for every split and both world sizes (relative difference
+< 1e-5). The learning rate is 0, so every step sees the same weights. Gradient norms, not weights, are
+compared: AdamW's first step moves each weight by about lr x sign(grad), which hides a scale error.
+
+On the vanilla trees the same steps show the defect, relative to one micro-batch on one rank: the
+grad_norm grows with the number of micro-batches per rank (about K, exactly K where the engine's
+balanced split gives every micro-batch the same number of sequences). Pinned exception, measured: vanilla
+Trinity's ``seq-mean-token-sum-norm`` is a plain masked sum divided by the fixed padded response length,
+so summing the micro-batch losses is already right on one rank (ratio 1 for any K); on two ranks FSDP's
+gradient averaging halves it (ratio 1/world size), which the patch's ``dp_size`` weight undoes.
+
+Adaptations for a CPU-only machine, none of them on the loss path (both losses, the engine's micro-batch
+loop, backward, the gradient reduction and `optimizer_step` run unchanged from the trees under test):
+
+1. `left_right_2_no_padding` unpads through flash_attn (CUDA only): verl's unpad helpers are pointed at
+   the pure-torch functions verl ships in `verl.utils.npu_flash_attn_utils` (`engine_sim.use_cpu_unpadding`).
+2. The model config overrides ``attn_implementation`` to ``sdpa`` (verl defaults to flash_attention_2).
+3. verl's `verl.utils.model.load_valuehead_model` hard-codes flash_attention_2: it is replaced by the
+   same `AutoModelForTokenClassification.from_pretrained` call with the config's attention (sdpa).
+4. Trinity's `_build_module` (installed by `patch_verl_engine`) calls
+   `torch.cuda.get_device_capability(0)`: while the actor engine is built it reports (0, 0), so every
+   rank loads the weights itself (Trinity's non-Hopper path).
+5. `EngineRegistry` has no CPU entry: the engine classes are built directly, and `train_batch` is called
+   on the engine with the non-tensor fields verl's `TrainingWorker` and trainer would attach
+   (``use_dynamic_bsz``, ``max_token_len_per_gpu``, ``global_batch_size``, ``temperature``, ...).
+6. Engine settings a CPU run needs: strategy fsdp2 (FSDP1 refuses CPU), fp32 parameters and reduction
+   (no bf16 mixed precision), ``use_torch_compile`` off, the process group on gloo with a file rendezvous.
+7. The critic's value head is not in the tiny checkpoint: its initialization is seeded, so both world
+   sizes train the same model; the checkpoint has no tokenizer (``load_tokenizer=False``).
+
+The engine, loss and Trinity patch modules are checked to come from the trees under test in every
+spawned rank. With ``baseline_dir`` set, every measurement is written to ``e2e-<expect>.jsonl`` there
+(`scripts/plot.py` draws them).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from engine_e2e_worker import COMPONENTS, LOSS_AGG_MODES, MICRO_BATCHES, run_world
+
+WORLD_SIZES = (1, 2)
+RTOL = 1e-5
+BUG_RATIO_TOLERANCE = 0.15
+SUITE_DIR = Path(__file__).resolve().parent
+
+Key = tuple[str, str, int, int]  # component, mode, world size, micro-batches per rank
+
+
+@pytest.fixture(scope="module")
+def trees(request: pytest.FixtureRequest, verl_tree: Path) -> dict[str, Path]:
+    """The trees under test; without a Trinity tree only the critic runs (the actor tests skip)."""
+    try:
+        return {"verl": verl_tree, "trinity": request.getfixturevalue("trinity_tree")}
+    except pytest.skip.Exception:
+        return {"verl": verl_tree}
+
+
+@pytest.fixture(scope="module")
+def e2e_runs(expect: str, trees: dict[str, Path], baseline_dir: Path | None) -> dict[int, list[dict]]:
+    """Every rank's result for each world size: one process group per world size runs the whole matrix."""
+    components = COMPONENTS if "trinity" in trees else ("critic",)
+    sys_path = [str(SUITE_DIR), *(str(tree) for tree in trees.values()), *sys.path]
+    runs = {world_size: run_world(world_size, sys_path, components) for world_size in WORLD_SIZES}
+    failed = [
+        f"world size {ws}, rank {rank}:\n{result['error']}"
+        for ws, results in runs.items()
+        for rank, result in enumerate(results)
+        if "error" in result
+    ]
+    assert not failed, "engine run failed\n" + "\n".join(failed)
+    if baseline_dir is not None:
+        baseline_dir.mkdir(parents=True, exist_ok=True)
+        with (baseline_dir / f"e2e-{expect}.jsonl").open("w") as stream:
+            for world_size in WORLD_SIZES:
+                for row in runs[world_size][0]["measurements"]:
+                    stream.write(json.dumps(row) + "\n")
+    return runs
+
+
+@pytest.fixture(scope="module")
+def grad_norms(e2e_runs: dict[int, list[dict]], trees: dict[str, Path]) -> dict[Key, float]:
+    """grad_norm per (component, mode, world size, micro-batches), as rank 0 logged it."""
+    norms: dict[Key, float] = {}
+    for results in e2e_runs.values():
+        for row in results[0]["measurements"]:
+            norms[row["component"], row["mode"], row["world_size"], row["micro_batches"]] = row["grad_norm"]
+    components = COMPONENTS if "trinity" in trees else ("critic",)
+    expected = {(c, m, ws, k) for c in components for m in LOSS_AGG_MODES for ws in WORLD_SIZES for k in MICRO_BATCHES}
+    assert set(norms) == expected, f"missing measurements: {sorted(expected - set(norms))}"
+    return norms
+
+
+def _require(trees: dict[str, Path], component: str) -> None:
+    if component == "actor" and "trinity" not in trees:
+        pytest.skip("no Trinity-RFT tree under test (PATCHSET_TRINITY_TREE): the actor does not run")
+
+
+def vanilla_ratio(component: str, mode: str, world_size: int, micro_batches: int) -> float:
+    """grad_norm the vanilla trees give relative to one micro-batch on one rank (see the module docstring)."""
+    if component == "actor" and mode == "seq-mean-token-sum-norm":
+        return 1.0 / world_size
+    return float(micro_batches)
+
+
+def _check(expect: str, value: float, reference: float, bug_ratio: float, what: str) -> None:
+    ratio = value / reference
+    if expect == "fixed":
+        assert abs(ratio - 1.0) < RTOL, f"{what}: grad_norm {value!r} vs {reference!r} (ratio {ratio:.8f})"
+    else:
+        assert ratio == pytest.approx(bug_ratio, rel=BUG_RATIO_TOLERANCE), (
+            f"{what}: vanilla ratio {ratio:.4f}, expected about {bug_ratio}"
+        )
+
+
+def test_engine_and_losses_imported_from_the_trees_under_test(e2e_runs, trees: dict[str, Path]):
+    import verl.workers.engine.fsdp.transformer_impl
+
+    assert Path(verl.workers.engine.fsdp.transformer_impl.__file__).resolve().is_relative_to(trees["verl"])
+    for world_size, results in e2e_runs.items():
+        for rank, result in enumerate(results):
+            assert "verl.workers.engine.fsdp.transformer_impl" in result["modules"]
+            for module_name, module_file in result["modules"].items():
+                tree = trees[module_name.split(".", 1)[0]]
+                assert Path(module_file).is_relative_to(tree), (
+                    f"world size {world_size}, rank {rank}: {module_name} came from {module_file}, not {tree}"
+                )
+
+
+@pytest.mark.parametrize("world_size", WORLD_SIZES)
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_engine_grad_norm_invariant_to_micro_batch_count(expect, trees, grad_norms, component, mode, world_size):
+    _require(trees, component)
+    reference = grad_norms[component, mode, world_size, 1]
+    for micro_batches in MICRO_BATCHES[1:]:
+        bug_ratio = vanilla_ratio(component, mode, world_size, micro_batches) / vanilla_ratio(
+            component, mode, world_size, 1
+        )
+        value = grad_norms[component, mode, world_size, micro_batches]
+        _check(expect, value, reference, bug_ratio, f"{component} {mode} ws{world_size} K={micro_batches}")
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+@pytest.mark.parametrize("component", COMPONENTS)
+def test_engine_grad_norm_on_two_ranks_equals_one_rank(expect, trees, grad_norms, component, mode):
+    _require(trees, component)
+    reference = grad_norms[component, mode, 1, 1]
+    for micro_batches in MICRO_BATCHES:
+        value = grad_norms[component, mode, 2, micro_batches]
+        bug_ratio = vanilla_ratio(component, mode, 2, micro_batches)
+        _check(expect, value, reference, bug_ratio, f"{component} {mode} ws2 K={micro_batches} vs ws1 K=1")
