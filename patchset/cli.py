@@ -12,7 +12,8 @@ from pathlib import Path
 from patchset import gitops, signals
 from patchset.apply import Plan, Target, plan_target, refusal, report, target_for_path, target_for_pin
 from patchset.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, EXIT_TESTS_FAILED, BadInput, PatchsetError
-from patchset.fetch import CACHE_ENV, ensure_upstream, fresh_patched_clone, resolve_cache
+from patchset.fetch import ensure_upstream, fresh_patched_clone, resolve_cache
+from patchset.options import add_common_options
 from patchset.pins import Pins, load_pins
 from patchset.transaction import apply_plans
 from patchset.ui import Console, display_path
@@ -168,20 +169,6 @@ def cmd_fetch(args: argparse.Namespace, console: Console, guard: signals.Guard) 
     return EXIT_OK
 
 
-def _add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--cache",
-        metavar="DIR",
-        help=f"cache folder for sdists and checkouts (default: ${CACHE_ENV}, else <repo>/.cache)",
-    )
-    parser.add_argument(
-        "--patches-dir",
-        metavar="DIR",
-        help="folder holding upstreams.toml and the series folders (default: the repository's patches/)",
-    )
-    parser.add_argument("-q", "--quiet", action="store_true", help="print only summaries, warnings and errors")
-
-
 def build_parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
@@ -232,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
         "nothing, never the index. Never done unless asked: a patch that does not apply exits 3 and says "
         "whether this would resolve it",
     )
-    _add_common(apply)
+    add_common_options(apply)
     apply.set_defaults(handler=cmd_apply)
 
     fetch = commands.add_parser(
@@ -248,7 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=formatter,
     )
     fetch.add_argument("--all", action="store_true", help="every pin in upstreams.toml, not only the defaults")
-    _add_common(fetch)
+    add_common_options(fetch)
     fetch.set_defaults(handler=cmd_fetch)
     return parser
 

@@ -24,7 +24,8 @@ from patchset.export import (
     refuse_existing,
     write_export,
 )
-from patchset.fetch import CACHE_ENV, ensure_upstream, resolve_cache
+from patchset.fetch import ensure_upstream, resolve_cache
+from patchset.options import add_common_options
 from patchset.pins import Pin, load_pins
 from patchset.series import load_series
 from patchset.series_lint import lint_patches_dir
@@ -145,21 +146,6 @@ def cmd_lint(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _add_common(parser: argparse.ArgumentParser, *, cache: bool = True) -> None:
-    if cache:
-        parser.add_argument(
-            "--cache",
-            metavar="DIR",
-            help=f"cache folder for sdists and checkouts (default: ${CACHE_ENV}, else <repo>/.cache)",
-        )
-    parser.add_argument(
-        "--patches-dir",
-        metavar="DIR",
-        help="folder holding upstreams.toml and the series folders (default: the repository's patches/)",
-    )
-    parser.add_argument("-q", "--quiet", action="store_true", help="print only summaries, warnings and errors")
-
-
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The top-level parser and each subcommand's own parser (parsed on its own so that options may come
     between the positional arguments: ``export verl --dry-run CHECKOUT``)."""
@@ -188,7 +174,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     checkout.add_argument("upstream", metavar="UPSTREAM", help="which series: verl or trinity (keys of upstreams.toml)")
     checkout.add_argument("dest", nargs="?", metavar="DEST", help="where to make the checkout")
     checkout.add_argument("--force", action="store_true", help="replace DEST if it exists (its commits are lost)")
-    _add_common(checkout)
+    add_common_options(checkout)
     checkout.set_defaults(handler=cmd_checkout)
 
     export = commands.add_parser(
@@ -213,7 +199,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         help="write nothing; exit 0 when the export is byte-identical, else 1, listing each file that would "
         "change, be added or be removed, with a short diff",
     )
-    _add_common(export)
+    add_common_options(export)
     export.set_defaults(handler=cmd_export)
 
     lint = commands.add_parser(
@@ -229,7 +215,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         epilog=EXIT_CODES,
         formatter_class=formatter,
     )
-    _add_common(lint, cache=False)
+    add_common_options(lint, cache=False)
     lint.set_defaults(handler=cmd_lint)
     return parser, {"checkout": checkout, "export": export, "lint": lint}
 
