@@ -223,9 +223,34 @@ def where(plan: Plan) -> str:
     return f"{plan.target.label} at {plan.target.shown}"
 
 
+def skip_reason(plan: Plan, step: Step) -> str:
+    """Why a SKIP step is skipped: ``in upstream since 0.9.0`` (by the version alone, when the patch declares no
+    ``Upstream-Check``), ``in upstream since 0.9.0 (verl 0.9.1 has it: <file> matches /<regex>/)``, or, on a tree
+    below that version, ``already upstream (content), verl ... has it: <file> matches /<regex>/``."""
+    state = step.upstream
+    if state is None or not state.matched:
+        return f"in upstream since {step.detail}"
+    has = f"{plan.target.label} has it: {', '.join(str(check) for check in state.matched)}"
+    if state.claimed:
+        return f"in upstream since {state.since} ({has})"
+    return f"already upstream (content), {has}"
+
+
+def _upstream_lacking(plan: Plan, step: Step) -> str:
+    """The version claims the patch's change upstream, the content lacks it: which checks failed."""
+    assert step.upstream is not None
+    lacks = ", ".join(f"{check.path} {why}" for check, why in step.upstream.missing)
+    return (
+        f"{plan.target.label} is at or past {step.upstream.since}, the upstream version that has this change "
+        f"(Applied-Upstream), but its content lacks it: {lacks}"
+    )
+
+
 def failure_detail(plan: Plan, step: Step, *, reverted: bool = False) -> str:
     """What went wrong, in words; ``reverted`` when git's line numbers are from reverting the patch."""
     failure = step.failure
+    if step.upstream_missing:
+        return _upstream_lacking(plan, step)
     if step.detail == "ambiguous":
         return "it applies both forward and in reverse, so whether it is applied is unclear"
     if failure is None:
@@ -247,7 +272,9 @@ def _state(plan: Plan, step: Step) -> str:
     if step.action is Action.NOTHING:
         return "not applied" if plan.reverse else "applied"
     if step.action is Action.SKIP:
-        return f"in upstream since {step.detail}"
+        return skip_reason(plan, step)
+    if step.upstream_missing:
+        return "claimed upstream but missing there"
     return "neither applied nor applicable" if plan.reverse else "does not apply"
 
 
@@ -285,11 +312,19 @@ def _merge_advice(plan: Plan, step: Step, file_hint: str) -> str:
 def failure_message(plan: Plan, step: Step) -> str:
     """One line: which patch failed on which tree, the file and hunk, whether a 3-way merge would resolve it, and
     what to do next; with the state of every patch when the series has several."""
+    state = f" [series: {series_state(plan)}]" if len(plan.steps) > 1 else ""
+    if step.upstream_missing:
+        return (
+            f"{step.patch.name} on {plan.target.shown}: {failure_detail(plan, step)}; nothing was changed{state}. "
+            f"Next: look at those files in the tree: if upstream reworked that code and still has the fix, update "
+            f"the Upstream-Check: lines of {step.patch.path} to recognise it; if this tree dropped the fix (a fork "
+            f"or a revert), it needs the fix by other means, since the series does not apply a patch that upstream "
+            f"claims to have"
+        )
     verb = "is neither applied nor applicable to" if plan.reverse else "does not apply to"
     failure = step.failure
     file_hint = failure.path if failure else ", ".join(step.patch.files[:3])
     dirty_hint = f" ({file_hint} has uncommitted changes)" if failure and failure.path in plan.dirty else ""
-    state = f" [series: {series_state(plan)}]" if len(plan.steps) > 1 else ""
     return (
         f"{step.patch.name} {verb} {where(plan)}: {failure_detail(plan, step)}{dirty_hint}; nothing was "
         f"changed{state}. {_merge_advice(plan, step, file_hint)}"
@@ -341,7 +376,9 @@ def step_line(plan: Plan, step: Step, *, check: bool) -> str:
             return f"{name} not applied; skipping"
         return f"{name} already applied" + (" (by a 3-way merge)" if step.detail == "merged" else "")
     if step.action is Action.SKIP:
-        return f"{name} skipped: in upstream since {step.detail}"
+        return f"{name} skipped: {skip_reason(plan, step)}"
+    if step.upstream_missing:
+        return f"{name}: {failure_detail(plan, step)}"
     verb = "is neither applied nor applicable" if plan.reverse else "does not apply"
     first = plan.first_failure
     after = (

@@ -27,6 +27,20 @@ but changes that are exactly the patches found already applied are ours, not the
 patched differs from HEAD in those files, and re-running or reversing must still work. ``unexplained_changes``
 rebuilds HEAD's version of those files in a scratch directory, applies the already-applied patches to it in
 series order and compares the result with the work tree; only files that still differ count as dirty.
+
+Upstream. A patch whose header says ``Applied-Upstream: <version>`` is in upstream from that release on. When the
+header also says how to recognise the change (``Upstream-Check: <path>: <regex>`` lines, see ``series.py``), the
+tree's content decides, read as it is now, not the version number alone:
+
+- the tree is at or past that version and every check matches: skipped (``in upstream since <version>``), in
+  either direction, whether or not the patch would apply or revert (upstream's code is not ours to change);
+- the tree is at or past that version and a check does not match: FAIL (``upstream_missing``), since the version
+  claims the change but the content lacks it (upstream reworked the code, or the tree dropped the fix);
+- the tree is below that version (or the header has no version), the patch neither applies nor reverts, and
+  every check matches: skipped as already upstream by content (a checkout of upstream's main, say). A patch
+  that applies or reverts is judged as usual, so a backport tree keeps working.
+
+A patch with ``Applied-Upstream`` but no check is skipped at or past that version, by the version only.
 """
 
 from __future__ import annotations
@@ -41,7 +55,7 @@ from pathlib import Path
 from patchset import files, gitops
 from patchset.merge import Merge, MergeResult, three_way
 from patchset.pins import at_least
-from patchset.series import Patch
+from patchset.series import Patch, UpstreamCheck
 
 
 class Action(enum.Enum):
@@ -49,6 +63,23 @@ class Action(enum.Enum):
     NOTHING = "nothing"  # already applied (reverse mode: not applied)
     SKIP = "skip"  # upstream has it since the version in ``detail``
     FAIL = "fail"  # does not apply (reverse mode: cannot be reverted); ``failure`` says where
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """What the tree says about a patch's change being upstream: the ``Applied-Upstream`` version (``since``),
+    whether the tree's version is at or past it (``claimed``), and the ``Upstream-Check`` lines that matched and
+    those that did not (with why: ``does not match``, ``does not exist``, ...)."""
+
+    since: str | None
+    claimed: bool
+    matched: tuple[UpstreamCheck, ...] = ()
+    missing: tuple[tuple[UpstreamCheck, str], ...] = ()
+
+    @property
+    def present(self) -> bool:
+        """True when the patch declares checks and every one matches."""
+        return bool(self.matched) and not self.missing
 
 
 @dataclass(frozen=True)
@@ -61,6 +92,12 @@ class Step:
     detail: str = ""
     failure: gitops.Failure | None = None
     merge: MergeResult | None = None  # FAIL: what a 3-way merge would do; CHANGE: applied by a 3-way merge
+    upstream: Upstream | None = None  # SKIP, or FAIL when the version claims the change and the content lacks it
+
+    @property
+    def upstream_missing(self) -> bool:
+        """True when the tree's version claims the change upstream but its content lacks it (a FAIL)."""
+        return self.action is Action.FAIL and self.upstream is not None and self.upstream.claimed
 
     @property
     def merged(self) -> bool:
@@ -74,6 +111,36 @@ def series_files(patches: Iterable[Patch]) -> list[str]:
         for path in patch.files:
             seen.setdefault(path, None)
     return list(seen)
+
+
+def _check(root: Path, check: UpstreamCheck) -> str | None:
+    """None when ``check`` matches in the tree at ``root``, else why not."""
+    path = root / check.path
+    if not path.is_file():
+        return "does not exist" if not path.exists() else "is not a file"
+    try:
+        text = path.read_bytes().decode("utf-8", "surrogateescape")
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return None if check.regex.search(text) else f"does not match /{check.pattern}/"
+
+
+def upstream_state(root: Path, patch: Patch, version: str) -> Upstream | None:
+    """What the tree at ``root`` (version ``version``) says about ``patch`` being upstream; None when the header
+    declares neither an ``Applied-Upstream`` version nor an ``Upstream-Check``. Reads ``root`` only."""
+    since = patch.upstream_since
+    if since is None and not patch.upstream_checks:
+        return None
+    matched: list[UpstreamCheck] = []
+    missing: list[tuple[UpstreamCheck, str]] = []
+    for check in patch.upstream_checks:
+        why = _check(root, check)
+        if why is None:
+            matched.append(check)
+        else:
+            missing.append((check, why))
+    claimed = since is not None and at_least(version, since)
+    return Upstream(since=since, claimed=claimed, matched=tuple(matched), missing=tuple(missing))
 
 
 def _peel(scratch: Path, patches: Sequence[tuple[int, Patch]]) -> tuple[set[int], set[int]]:
@@ -92,11 +159,16 @@ def _peel(scratch: Path, patches: Sequence[tuple[int, Patch]]) -> tuple[set[int]
 
 
 def _forward(
-    scratch: Path, patches: Sequence[tuple[int, Patch]], skip: set[int], objects: Path | None
+    scratch: Path,
+    patches: Sequence[tuple[int, Patch]],
+    skip: set[int],
+    objects: Path | None,
+    no_merge: set[int],
 ) -> tuple[dict[int, str], dict[int, MergeResult]]:
     """Apply, first to last, each patch not in ``skip`` on the scratch tree; return {index: git's error} for those
     that do not apply, and {index: what a 3-way merge does} for those (a clean merge stays in the scratch tree, so
-    that the patches after it are judged on top of it). No merge is tried when ``objects`` is None."""
+    that the patches after it are judged on top of it). No merge is tried when ``objects`` is None, nor for the
+    patches in ``no_merge`` (their change is upstream already when they do not apply)."""
     failed: dict[int, str] = {}
     merges: dict[int, MergeResult] = {}
     for index, patch in patches:
@@ -105,7 +177,7 @@ def _forward(
         result = gitops.apply_patch(scratch, patch.path)
         if not result.ok:
             failed[index] = result.stderr
-            if objects is not None:
+            if objects is not None and index not in no_merge:
                 merges[index] = three_way(scratch, patch, objects, install=True)
     return failed, merges
 
@@ -133,24 +205,32 @@ def plan_series(
     what reverts) finds the patches already applied, even when later patches changed lines that earlier ones
     added; the forward pass (first to last) applies the others, exactly as applying the series to the real tree
     will. Reverting the series is exactly the peel pass. Patches whose ``Applied-Upstream`` version is at or below
-    ``version`` take part in neither and are skipped.
+    ``version`` take part in neither: they are skipped when their ``Upstream-Check`` lines all match (or they have
+    none), and fail when one does not. A patch whose checks all match on an older tree is skipped when it neither
+    applies nor reverts there (see the module docstring).
 
     With ``objects`` (the tree's git object store), a patch that does not apply is also tried as a 3-way merge
     (``merge.py``): the step records whether that would resolve it, and becomes a merged CHANGE when ``merge``
     (``--3way``) asks for it. A merge that changes nothing means the patch is in already (merged earlier).
     """
     numbered = list(enumerate(patches, start=1))
-    skipped = {i: p.upstream_since for i, p in numbered if p.upstream_since and at_least(version, p.upstream_since)}
-    active = [(i, p) for i, p in numbered if i not in skipped]
+    upstream = {i: state for i, p in numbered if (state := upstream_state(root, p, version)) is not None}
+    claimed = {i for i, state in upstream.items() if state.claimed}  # skipped, or FAIL when the content lacks it
+    by_content = {i for i, state in upstream.items() if not state.claimed and state.present}
+    active = [(i, p) for i, p in numbered if i not in claimed]
     with tempfile.TemporaryDirectory(prefix="patchset-check-") as tmp:
         applied, ambiguous = _peel(_scratch_copy(root, patches, Path(tmp) / "peel"), active)
         scratch = _scratch_copy(root, patches, Path(tmp) / "forward")
-        failed, merges = _forward(scratch, active, applied | ambiguous, None if reverse else objects)
+        failed, merges = _forward(scratch, active, applied | ambiguous, None if reverse else objects, by_content)
     steps: list[Step] = []
     for index, patch in reversed(numbered) if reverse else numbered:
         outcome = merges.get(index)
-        if index in skipped:
-            steps.append(Step(patch, index, Action.SKIP, detail=skipped[index] or ""))
+        state = upstream.get(index)
+        if index in claimed and state is not None:
+            action = Action.FAIL if state.missing else Action.SKIP
+            steps.append(Step(patch, index, action, detail=state.since or "", upstream=state))
+        elif index in by_content and index in failed and state is not None:
+            steps.append(Step(patch, index, Action.SKIP, detail=state.since or "", upstream=state))
         elif index in ambiguous:
             steps.append(Step(patch, index, Action.FAIL, detail="ambiguous"))
         elif outcome is not None and outcome.outcome is Merge.APPLIED:

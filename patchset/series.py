@@ -2,6 +2,11 @@
 
 ``patches/<series>/series`` is the only source of order: one patch file name a line, ``#`` comments and blank
 lines ignored. The folder is never globbed.
+
+Besides the DEP-3 fields, a patch header may say how to recognise its change in an upstream tree, one
+``Upstream-Check: <path>: <regular expression>`` line per check: ``<path>`` (relative to the tree's root) must
+exist there and the expression (Python ``re``, searched with ``re.MULTILINE``) must match its text. Every check
+must match for the change to count as present; ``plan.py`` uses them with ``Applied-Upstream:``.
 """
 
 from __future__ import annotations
@@ -35,6 +40,23 @@ _DEP3 = {
 _FIELD = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.*?)\s*$")
 _SUBJECT_PREFIX = re.compile(r"^\[PATCH[^\]]*\]\s*")
 _UPSTREAM_VERSION = re.compile(r"^v?(?P<version>\d+(?:\.\d+)*[0-9A-Za-z.+-]*?)(?:[,;\s]|$)")
+_UPSTREAM_CHECK = re.compile(r"^Upstream-Check:\s*(?P<value>.*?)\s*$", re.IGNORECASE)
+_CHECK_FORM = "write it as 'Upstream-Check: <path in the tree>: <regular expression>'"
+
+
+@dataclass(frozen=True)
+class UpstreamCheck:
+    """One ``Upstream-Check:`` of a patch header: ``pattern`` must match in the tree's file ``path``."""
+
+    path: str
+    pattern: str
+
+    @property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile(self.pattern, re.MULTILINE)
+
+    def __str__(self) -> str:
+        return f"{self.path} matches /{self.pattern}/"
 
 
 @dataclass(frozen=True)
@@ -47,6 +69,7 @@ class Patch:
     fields: dict[str, str] = field(compare=False)
     files: tuple[str, ...]
     text: str = field(repr=False, compare=False)
+    upstream_checks: tuple[UpstreamCheck, ...] = field(default=(), compare=False)
 
     @property
     def upstream_since(self) -> str | None:
@@ -78,6 +101,30 @@ def _dep3_fields(body: str) -> dict[str, str]:
     return fields
 
 
+def _upstream_checks(body: str, path: Path) -> tuple[UpstreamCheck, ...]:
+    """The ``Upstream-Check:`` lines of a header body, in order; raise ``BadInput`` naming the patch for one that
+    is not ``<relative path>: <regular expression that compiles>``."""
+    checks: list[UpstreamCheck] = []
+    for line in body.splitlines():
+        match = _UPSTREAM_CHECK.match(line)
+        if not match:
+            continue
+        where = f"{path}: Upstream-Check: {match['value']!r}"
+        rel, sep, pattern = match["value"].partition(": ")
+        rel, pattern = rel.strip(), pattern.strip()
+        if not sep or not rel or not pattern:
+            raise BadInput(f"{where} names no file or no expression; {_CHECK_FORM}")
+        relative = PurePosixPath(rel)
+        if relative.is_absolute() or ".." in relative.parts:
+            raise BadInput(f"{where}: {rel} must be a path inside the upstream tree; {_CHECK_FORM}")
+        try:
+            re.compile(pattern, re.MULTILINE)
+        except re.error as exc:
+            raise BadInput(f"{where}: the expression does not compile ({exc}); {_CHECK_FORM}") from None
+        checks.append(UpstreamCheck(path=relative.as_posix(), pattern=pattern))
+    return tuple(checks)
+
+
 def read_patch(path: Path) -> Patch:
     """Parse a ``git format-patch`` file; raise ``BadInput`` when git cannot read it as a patch."""
     error = gitops.patch_parse_error(path)
@@ -96,6 +143,7 @@ def read_patch(path: Path) -> Patch:
         fields=_dep3_fields(body),
         files=tuple(gitops.patch_paths(text)),
         text=text,
+        upstream_checks=_upstream_checks(body, path),
     )
 
 

@@ -3,8 +3,9 @@
 Steps: build the pinned venv; lint this project; fetch the pinned upstreams and make patched trees of them;
 test the tooling (including the real series on copies of the pinned checkouts); run the regression suite on
 the vanilla trees expecting the bug (the teeth), then on the patched trees expecting the fix; print the
-measured gradient ratios side by side. Every step runs even when an earlier one failed, so one run reports
-everything; the exit code is 0 only if all passed.
+measured gradient ratios side by side; apply the series onto a clone of verl 0.9.1, which must skip the critic
+patch as upstream since 0.9.0 (recognised by content) and pass the critic tests on upstream's code. Every step
+runs even when an earlier one failed, so one run reports everything; the exit code is 0 only if all passed.
 """
 
 from __future__ import annotations
@@ -15,15 +16,21 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from patchset.fetch import resolve_cache
+from patchset.errors import PatchsetError
+from patchset.fetch import ensure_upstream, resolve_cache
 from patchset.pins import load_pins
 from patchset.regression import run_regression_tests
+from patchset.ui import Console
 from patchset.venv import REPO_ROOT, VenvError, ensure_venv
 
 SHELL_SCRIPTS = ("scripts/apply.sh", "scripts/export.sh", "scripts/test.sh", ".ci/run")
+# A pinned release that has the critic fix upstream, and the first release that had it (its Applied-Upstream).
+UPSTREAM_MERGED = ("verl", "0.9.1", "0.9.0")
 
 
 def _run_step(name: str, command: Sequence[str], env: dict[str, str] | None = None) -> bool:
@@ -38,6 +45,44 @@ def _pinned_trees(cache_root: Path) -> tuple[dict[str, Path], dict[str, Path]]:
     vanilla = {pin.key: cache.upstreams / pin.dirname for pin in pins.defaults()}
     patched = {pin.key: cache.patched / pin.dirname for pin in pins.defaults()}
     return vanilla, patched
+
+
+def _upstream_merged_step(cache_root: Path, env: dict[str, str], patches_dir: Path = REPO_ROOT / "patches") -> bool:
+    """``patchset apply`` on a fresh clone of the pinned verl 0.9.1: it must exit 0, having skipped the critic
+    patch with the message that names 0.9.0 and what the tree has (the Upstream-Check lines matched), and having
+    run the regression tests on that tree."""
+    key, version, since = UPSTREAM_MERGED
+    print(f"\n=== {key} {version}: the critic patch is recognised as upstream since {since}, its tests pass there")
+    started = time.monotonic()
+    pin = load_pins(patches_dir / "upstreams.toml").find(key, version)
+    if pin is None:
+        print(f"error: patches/upstreams.toml has no pin for {key} {version}", file=sys.stderr)
+        return False
+    try:
+        vanilla = ensure_upstream(pin, resolve_cache(str(cache_root), os.environ, REPO_ROOT), Console())
+    except PatchsetError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return False
+    expected = f"skipped: in upstream since {since} ({pin.label} has it: "
+    with tempfile.TemporaryDirectory(prefix="patchset-upstream-merged-") as tmp:
+        clone = Path(tmp) / pin.dirname
+        subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(vanilla), str(clone)], check=True)
+        command = [sys.executable, "-m", "patchset", "apply", "--cache", str(cache_root), "--patches-dir"]
+        command += [str(patches_dir), str(clone)]
+        with subprocess.Popen(
+            command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ) as child:
+            assert child.stdout is not None
+            output = []
+            for line in child.stdout:
+                print(line, end="", flush=True)
+                output.append(line)
+        returncode = child.wait()
+    found = any(expected in line for line in output)
+    if not found:
+        print(f"error: the output does not say '{expected}...'", file=sys.stderr)
+    print(f"({key} {version} step: exit {returncode}, {time.monotonic() - started:.0f} s)", flush=True)
+    return returncode == 0 and found
 
 
 def _ratio_table(results_dir: Path) -> str:
@@ -102,6 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n=== regression suite on the patched trees (must show the fix)", flush=True)
         results["regression (patched)"] = run_regression_tests(patched, expect="fixed", baseline_dir=results_dir) == 0
         print("\n=== gradient norm relative to one micro-batch on one rank\n" + _ratio_table(results_dir))
+    key, version, _ = UPSTREAM_MERGED
+    results[f"upstream-merged ({key} {version})"] = _upstream_merged_step(args.cache, env)
 
     print("\n=== summary")
     for name, passed in results.items():

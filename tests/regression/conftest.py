@@ -11,16 +11,34 @@
 
 Every test module asserts, through the ``verl_tree`` / ``trinity_tree`` fixtures, that the modules it
 uses were imported from the tree it claims to test.
+
+On a verl tree where upstream has the critic fix (verl >= 0.9.0), `patchset apply` skips the critic patch and
+still runs this suite there with ``fixed``: the fix's invariants must hold on upstream's code too. The few tests
+that pin a property of this series' backport rather than of the fix ask for ``critic_backport`` and are skipped
+there; ``verl_upstream_skips`` says which patches the series skips on the tree, by asking the planner itself.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 EXPECTATIONS = ("fixed", "bug")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CRITIC_LOSS_FILE = "verl/workers/utils/losses.py"  # the file of the critic's value_loss, which the fix changes
+
+
+@dataclass(frozen=True)
+class UpstreamSkip:
+    """A patch of a series that `patchset apply` skips on the tree under test because upstream has its change."""
+
+    patch: str
+    files: tuple[str, ...]
+    reason: str
 
 
 def _tree_from_env(variable: str) -> Path | None:
@@ -77,3 +95,46 @@ def trinity_tree(verl_on_path: Path) -> Path:
 def baseline_dir() -> Path | None:
     """Folder where the vanilla run records observations for the patched run to compare against."""
     return _tree_from_env("PATCHSET_BASELINE_DIR")
+
+
+@pytest.fixture(scope="session")
+def verl_version(verl_on_path: Path) -> str:
+    """The version the verl tree under test declares (``verl/version/version``)."""
+    return (verl_on_path / "verl" / "version" / "version").read_text(encoding="utf-8").strip()
+
+
+@pytest.fixture(scope="session")
+def verl_upstream_skips(verl_tree: Path) -> dict[str, UpstreamSkip]:
+    """{patch name: skip} for the patches of the verl series that `patchset apply` skips on this tree because
+    upstream has their change (``Applied-Upstream`` / ``Upstream-Check``), as the planner decides it (read-only)."""
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.append(str(REPO_ROOT))  # after the trees under test: only for the stdlib-only patchset package
+    from patchset.detect import detect
+    from patchset.plan import Action, plan_series
+    from patchset.series import load_series
+
+    series = load_series(REPO_ROOT / "patches", "verl")
+    steps = plan_series(verl_tree, series.patches, version=detect(verl_tree, str(verl_tree)).version)
+    skips: dict[str, UpstreamSkip] = {}
+    for step in steps:
+        if step.action is not Action.SKIP:
+            continue
+        state = step.upstream
+        reason = "already upstream (content)" if state and not state.claimed else f"in upstream since {step.detail}"
+        skips[step.patch.name] = UpstreamSkip(step.patch.name, step.patch.files, reason)
+    return skips
+
+
+@pytest.fixture
+def critic_backport(verl_upstream_skips: dict[str, UpstreamSkip], verl_version: str) -> None:
+    """For a test that pins a property of this series' critic backport, not of the fix: skip it on a tree where
+    the series skipped the critic patch because upstream has the fix. Upstream's ``value_loss`` (verl 0.9.x) reads
+    ``data["dp_size"]``, ``batch_num_tokens`` and ``global_batch_size`` without a default, so it can only be
+    called inside the engine; the backport reads them with defaults (outside the engine: the old behaviour)."""
+    for skip in verl_upstream_skips.values():
+        if CRITIC_LOSS_FILE in skip.files:
+            pytest.skip(
+                f"pins our critic backport (value_loss callable outside the engine), not the fix: on verl "
+                f"{verl_version} the series skips {skip.patch} ({skip.reason}), and upstream's value_loss reads "
+                f'data["dp_size"] without a default'
+            )

@@ -314,3 +314,54 @@ def run_fault(faults: FaultRecorder, capsys: pytest.CaptureFixture[str], case: s
     for name in spec.names:
         assert name in errors[0]
     return errors[0]
+
+
+# --- a patch upstream merged (Applied-Upstream + Upstream-Check), for test_upstream_merged.py ----------------
+
+UPSTREAM_MERGED_PATCH = "0001-trainer-add-scale-upstream-has-it.patch"
+UPSTREAM_SINCE = "0.9.0"
+# upstream's own form of the change, in place of "# line 8": not this patch's lines, so the patch neither applies
+# nor reverts there, but a 3-way merge would resolve (and define scale twice)
+UPSTREAM_SCALE = "def scale(x, factor=1):\n    return x * factor\n"
+# each recognises the change in this patch's form and in upstream's
+UPSTREAM_CHECKS = (
+    ("verl/trainer/ppo/core_algos.py", r"^def scale\(x\b"),
+    ("verl/trainer/ppo/core_algos.py", r"^    return x \* \w+$"),
+)
+
+
+def verl_files(version: str, *, upstream_fix: bool = False) -> dict[str, str]:
+    """The fake verl tree's files at ``version``; ``upstream_fix``: core_algos.py has upstream's form of the
+    change (``UPSTREAM_SCALE``)."""
+    core = CORE_ALGOS.replace("# line 8\n", UPSTREAM_SCALE) if upstream_fix else CORE_ALGOS
+    return VERL_FILES | {"verl/version/version": f"{version}\n", "verl/trainer/ppo/core_algos.py": core}
+
+
+def make_upstream_merged_patches(
+    base: Path, checks: tuple[tuple[str, str], ...] = UPSTREAM_CHECKS, *, since: str | None = UPSTREAM_SINCE
+) -> Path:
+    """A patches dir at ``base`` whose verl series is one patch (``VERL_PATCH_1``'s change, renamed
+    ``UPSTREAM_MERGED_PATCH``) with ``Applied-Upstream: <since>`` (none when ``since`` is None) and one
+    ``Upstream-Check: <path>: <regex>`` line per check; ``upstream.toml`` pins verl 0.8.0, 0.9.0 and 0.9.1."""
+    work = make_repo(base.parent / f"{base.name}-work", VERL_FILES)
+    core = work / "verl/trainer/ppo/core_algos.py"
+    core.write_text(CORE_ALGOS.replace("# line 10\n", "# line 10\ndef scale(x):\n    return x * 1\n"))
+    write_files(work, {"tests/trainer/ppo/test_scale_on_cpu.py": "def test_scale():\n    pass\n"})
+    fields = ["Forwarded: not-needed (merged upstream)", "Bug: https://example.invalid/pr/1"]
+    fields += [f"Applied-Upstream: {since}, https://example.invalid/pr/1"] if since else []
+    fields += [f"Upstream-Check: {path}: {pattern}" for path, pattern in checks]
+    _commit(work, "[trainer] feat: add scale", "Upstream has it since 0.9.0.\n\n" + "\n".join(fields))
+    folder = base / "verl"
+    folder.mkdir(parents=True)
+    (folder / UPSTREAM_MERGED_PATCH).write_text(git(work, *FORMAT_PATCH, "-1", "--stdout"))
+    (folder / "series").write_text(f"{UPSTREAM_MERGED_PATCH}\n")
+    shutil.rmtree(work)
+    pin = {"key": "verl", "name": "verl", "sdist_sha256": "0" * 64, "repository": "https://example.invalid/repo"}
+    write_upstreams(
+        base,
+        [
+            pin | {"version": version, "tag": f"v{version}", "series": "verl", "default": version == "0.8.0"}
+            for version in ("0.8.0", "0.9.0", "0.9.1")
+        ],
+    )
+    return base
