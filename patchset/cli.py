@@ -13,7 +13,7 @@ from patchset import gitops, signals
 from patchset.apply import Plan, Target, plan_target, refusal, report, target_for_path, target_for_pin
 from patchset.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, EXIT_TESTS_FAILED, BadInput, PatchsetError
 from patchset.fetch import ensure_upstream, fresh_patched_clone, resolve_cache
-from patchset.options import add_common_options
+from patchset.options import add_common_options, usage_exit_status
 from patchset.pins import Pins, load_pins
 from patchset.transaction import apply_plans
 from patchset.ui import Console, display_path
@@ -246,9 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2)
-        if exc.code is None:
-            return EXIT_OK
-        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+        return usage_exit_status(exc, EXIT_BAD_INPUT)
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT

@@ -25,7 +25,7 @@ from patchset.export import (
     write_export,
 )
 from patchset.fetch import ensure_upstream, resolve_cache
-from patchset.options import add_common_options
+from patchset.options import add_common_options, usage_exit_status
 from patchset.pins import Pin, load_pins
 from patchset.series import load_series
 from patchset.series_lint import lint_patches_dir
@@ -230,9 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2)
-        if exc.code is None:
-            return EXIT_OK
-        return exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+        return usage_exit_status(exc, EXIT_BAD_INPUT)
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT

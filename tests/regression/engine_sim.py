@@ -15,8 +15,10 @@ pure-torch functions verl ships in `verl.utils.npu_flash_attn_utils`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tensordict import TensorDict
@@ -162,3 +164,12 @@ def engine_gradient(
 def grad_ratio(gradient: torch.Tensor, reference: torch.Tensor) -> float:
     """Norm of ``gradient`` relative to the norm of ``reference``."""
     return float(gradient.norm() / reference.norm())
+
+
+def record_ratio(baseline_dir: Path | None, expect: str, component: str, case: str, ratio: float) -> None:
+    """Append one measured ratio to ``ratios-<expect>.jsonl`` for the test command's table (no-op without a dir)."""
+    if baseline_dir is None:
+        return
+    baseline_dir.mkdir(parents=True, exist_ok=True)
+    with (baseline_dir / f"ratios-{expect}.jsonl").open("a") as stream:
+        stream.write(json.dumps({"component": component, "case": case, "ratio": ratio}) + "\n")

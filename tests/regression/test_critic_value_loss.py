@@ -13,12 +13,19 @@ fix, and are skipped there (``critic_backport`` in conftest.py).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import RESPONSE_LEN, Split, engine_gradient, grad_ratio, make_rollout_batch, use_cpu_unpadding
+from engine_sim import (
+    RESPONSE_LEN,
+    Split,
+    engine_gradient,
+    grad_ratio,
+    make_rollout_batch,
+    record_ratio,
+    use_cpu_unpadding,
+)
 
 LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 BATCH_SIZE = 96  # divisible by every dp_size x K used below
@@ -63,14 +70,6 @@ def _check_split(expect: str, gradient: torch.Tensor, reference: torch.Tensor, m
     return ratio
 
 
-def _record(baseline_dir: Path | None, expect: str, name: str, ratio: float) -> None:
-    if baseline_dir is None:
-        return
-    baseline_dir.mkdir(parents=True, exist_ok=True)
-    with (baseline_dir / f"ratios-{expect}.jsonl").open("a") as stream:
-        stream.write(json.dumps({"component": "critic", "case": name, "ratio": ratio}) + "\n")
-
-
 @pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
 @pytest.mark.parametrize("split", SPLITS, ids=str)
 def test_critic_gradient_invariant_to_micro_batch_count(expect, baseline_dir, loss_agg_mode, split):
@@ -81,7 +80,7 @@ def test_critic_gradient_invariant_to_micro_batch_count(expect, baseline_dir, lo
     gradient, _ = engine_gradient(loss_fn, batch, outputs, split)
 
     ratio = _check_split(expect, gradient, reference, split.num_micro_batches)
-    _record(baseline_dir, expect, f"{loss_agg_mode} {split}", ratio)
+    record_ratio(baseline_dir, expect, "critic", f"{loss_agg_mode} {split}", ratio)
 
 
 @pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
@@ -96,7 +95,7 @@ def test_critic_gradient_under_data_parallelism_equals_single_process(
     gradient, _ = engine_gradient(loss_fn, batch, outputs, split, dp_size=dp_size)
 
     ratio = _check_split(expect, gradient, reference, split.num_micro_batches)
-    _record(baseline_dir, expect, f"{loss_agg_mode} dp{dp_size} {split}", ratio)
+    record_ratio(baseline_dir, expect, "critic", f"{loss_agg_mode} dp{dp_size} {split}", ratio)
 
 
 def test_vf_loss_metric_sums_to_the_mini_batch_loss(expect, critic_backport):

@@ -18,7 +18,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import Split, engine_gradient, grad_ratio, make_rollout_batch, pack_model_output, use_cpu_unpadding
+from engine_sim import (
+    Split,
+    engine_gradient,
+    grad_ratio,
+    make_rollout_batch,
+    pack_model_output,
+    record_ratio,
+    use_cpu_unpadding,
+)
 from trinity_configs import algorithm_config
 
 LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -72,14 +80,6 @@ def check(expect, gradient, reference, loss_agg_mode, dp_size, split) -> float:
     return ratio
 
 
-def record(baseline_dir: Path | None, expect: str, case: str, ratio: float) -> None:
-    if baseline_dir is None:
-        return
-    baseline_dir.mkdir(parents=True, exist_ok=True)
-    with (baseline_dir / f"ratios-{expect}.jsonl").open("a") as stream:
-        stream.write(json.dumps({"component": "actor", "case": case, "ratio": ratio}) + "\n")
-
-
 @pytest.mark.parametrize("terms", TERMS, ids=str)
 @pytest.mark.parametrize("algorithm_type", ALGORITHMS)
 @pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
@@ -94,7 +94,7 @@ def test_actor_gradient_invariant_to_micro_batch_count(
     gradient, _ = engine_gradient(loss_fn, batch, outputs, split)
 
     ratio = check(expect, gradient, reference, loss_agg_mode, 1, split)
-    record(baseline_dir, expect, f"{algorithm_type} {terms} {loss_agg_mode} {split}", ratio)
+    record_ratio(baseline_dir, expect, "actor", f"{algorithm_type} {terms} {loss_agg_mode} {split}", ratio)
 
 
 @pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
@@ -109,7 +109,7 @@ def test_actor_gradient_under_data_parallelism_equals_single_process(
     gradient, _ = engine_gradient(loss_fn, batch, outputs, split, dp_size=dp_size)
 
     ratio = check(expect, gradient, reference, loss_agg_mode, dp_size, split)
-    record(baseline_dir, expect, f"grpo pg+entropy+kl {loss_agg_mode} dp{dp_size} {split}", ratio)
+    record_ratio(baseline_dir, expect, "actor", f"grpo pg+entropy+kl {loss_agg_mode} dp{dp_size} {split}", ratio)
 
 
 def _single_call(loss_fn, batch, outputs, rows: slice, **batch_info):
