@@ -28,7 +28,7 @@ from patchset.regression import run_regression_tests
 from patchset.ui import Console
 from patchset.venv import REPO_ROOT, VenvError, ensure_venv
 
-SHELL_SCRIPTS = ("scripts/apply.sh", "scripts/export.sh", "scripts/test.sh", ".ci/run")
+SHELL_SCRIPTS = ("scripts/apply.sh", "scripts/export.sh", "scripts/export-pr.sh", "scripts/test.sh", ".ci/run")
 # A pinned release that has the critic fix upstream, and the first release that had it (its Applied-Upstream).
 UPSTREAM_MERGED = ("verl", "0.9.1", "0.9.0")
 

@@ -1,0 +1,496 @@
+"""Send the series upstream: a PR branch in the user's checkout, checked by the upstream's own gates.
+
+``python -m patchset.pr_export verl|trinity CHECKOUT`` (``scripts/export-pr.sh``) makes branch
+``patchset/<series>-<slug>`` in CHECKOUT, a verl or Trinity-RFT git checkout at a version the series targets,
+with one commit per patch on the release tag (HEAD when the checkout has no such tag). Each commit is the patch
+as ``git am --keep-non-patch`` records it (author, date, subject and message from the patch header), except that
+the lines meant for this project are dropped from the message: the DEP-3 fields (``Bug:``, ``Forwarded:``,
+...) and the "Why this patch ... Drop it ..." paragraph; upstream's PR template asks for neither.
+
+The branch is built in a temporary ``git worktree`` of CHECKOUT, so the user's work tree, index and checked-out
+branch are never touched: the branch ref is created only once every patch has applied. The upstream's lint gates
+(``patchset.pr_gates``: its pre-commit hooks at its pinned versions, on the changed files) and its existing CPU
+tests for the touched modules, plus the patch's own tests, run in that worktree with the test venv; the worktree
+is removed at the end. The PR title and a body in the upstream's PR template are printed to paste, with the
+command that pushes the branch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchset import gitops, pr_gates
+from patchset.detect import detect
+from patchset.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, BadInput, DoesNotApply, PatchsetError
+from patchset.fetch import CACHE_ENV, ensure_upstream, resolve_cache
+from patchset.pins import Pin, at_least, load_pins
+from patchset.series import Patch, load_series
+from patchset.ui import Console, display_path
+from patchset.venv import ensure_venv
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXIT_GATE_FAILED = 1
+BRANCH_PREFIX = "patchset/"
+
+EXIT_CODES = f"""\
+exit status:
+  {EXIT_OK}  the branch was made and every gate passed (upstream lint, upstream CPU tests)
+  {EXIT_GATE_FAILED}  a gate failed (the message names it); the branch is kept so that it can be fixed
+  {EXIT_BAD_INPUT}  bad input: usage; not a verl/Trinity-RFT git checkout; a version the series does not target;
+     uncommitted changes; the branch exists (--force replaces it); bad series or patch
+  {EXIT_DOES_NOT_APPLY}  a patch does not apply with git am; no branch was made
+"""
+
+# DEP-3 fields and this project's own (``Upstream-Check:``): for the patchset, not for the upstream commit.
+_DEP3_LINE = re.compile(
+    r"^(Description|Origin|Bug(-[A-Za-z0-9]+)?|Forwarded|Author|Reviewed-by|Acked-by|Last-Update|Applied-Upstream"
+    r"|Upstream-Check):\s",
+    re.IGNORECASE,
+)
+_TRAILER_LINE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*:\s")
+_PROJECT_PARAGRAPH = re.compile(r"^(Why this patch\b|Drop (it|this patch)\b)", re.IGNORECASE)
+_SLUG = re.compile(r"^\d{4}-(?P<slug>.+)\.patch$")
+# Options that keep the user's hooks and signing out of the commits made here (their identity is kept).
+_NEUTRAL = ("-c", "core.hooksPath=/dev/null", "-c", "commit.gpgSign=false", "-c", "core.autocrlf=false")
+_AM_OPTIONS = ("--keep-non-patch", "--keep-cr", "--no-scissors", "--no-message-id", "--no-3way", "--quiet")
+
+
+# --- the commit message ------------------------------------------------------------------------------------
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [p.strip("\n") for p in re.split(r"\n\s*\n", text) if p.strip()]
+
+
+def _field_block(paragraph: str) -> bool:
+    """True for a paragraph of ``Name: value`` lines (continuations indented) holding a DEP-3 field."""
+    lines = paragraph.splitlines()
+    fields = all(_TRAILER_LINE.match(ln) or (i and ln[:1].isspace()) for i, ln in enumerate(lines))
+    return fields and any(_DEP3_LINE.match(ln) for ln in lines)
+
+
+def upstream_paragraphs(body: str) -> list[str]:
+    """The paragraphs of a patch message that belong upstream: DEP-3 fields and "Why this patch" dropped.
+
+    In a block of fields only the DEP-3 ones go (and their continuation lines): ``Signed-off-by:`` stays.
+    """
+    kept = []
+    for paragraph in _paragraphs(body):
+        if _PROJECT_PARAGRAPH.match(paragraph):
+            continue
+        if not _field_block(paragraph):
+            kept.append(paragraph)
+            continue
+        lines: list[str] = []
+        dropping = False
+        for line in paragraph.splitlines():
+            if line[:1].isspace():
+                if not dropping:
+                    lines.append(line)
+                continue
+            dropping = bool(_DEP3_LINE.match(line))
+            if not dropping:
+                lines.append(line)
+        if lines:
+            kept.append("\n".join(lines))
+    return kept
+
+
+def _split_patch(text: str) -> tuple[str, str, str]:
+    """(mail headers with their blank line, message body, the rest from ``---`` or the first ``diff --git``)."""
+    headers, sep, rest = text.partition("\n\n")
+    if not sep:
+        raise BadInput("patch has no message body")
+    cut = len(rest)
+    for marker in ("\n---\n", "\ndiff --git "):
+        found = ("\n" + rest).find(marker)
+        if found != -1:
+            cut = min(cut, found)
+    return headers + sep, rest[:cut], rest[cut:]
+
+
+def upstream_patch_text(patch: Patch) -> tuple[str, list[str]]:
+    """The patch with its message cut to what upstream gets, and those paragraphs."""
+    headers, body, rest = _split_patch(patch.text)
+    paragraphs = upstream_paragraphs(body)
+    new_body = "\n\n".join(paragraphs) + "\n" if paragraphs else ""
+    if new_body and not rest.startswith("\n"):
+        new_body += "\n"
+    return headers + new_body + rest, paragraphs
+
+
+# --- the checkout and the branch --------------------------------------------------------------------------
+
+
+def _git(checkout: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return gitops.run_git([*_NEUTRAL, *args], cwd=checkout, check=check)
+
+
+def _value(checkout: Path, *args: str) -> str | None:
+    proc = _git(checkout, *args, check=False)
+    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
+
+
+def _check_checkout(checkout: Path, key: str, patches_dir: Path) -> tuple[Pin, str]:
+    """The pin the checkout is at and the commit to branch from; ``BadInput`` for anything else."""
+    shown = display_path(checkout)
+    found = detect(checkout, shown)
+    if found.key != key:
+        raise BadInput(f"{shown} is a {found.label} checkout, not {key}; pass the {key} checkout or the other series")
+    pins = load_pins(patches_dir / "upstreams.toml")
+    pin = pins.find(key, found.version)
+    if pin is None:
+        targets = ", ".join(pins.versions(key)) or "none"
+        raise BadInput(
+            f"{shown} is {found.label} {found.version} ({found.marker}), a version the {key} series does not target "
+            f"(targets: {targets}); check out one of those releases"
+        )
+    tree = gitops.find_worktree(checkout)
+    if tree is None or tree.prefix:
+        raise BadInput(f"{shown} is not the top of a git checkout; pass the root of a git clone of {pin.label}")
+    for state in ("rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
+        if (checkout / (_value(checkout, "rev-parse", "--git-path", state) or state)).exists():
+            raise BadInput(f"{shown} has a rebase, git am, merge or cherry-pick in progress; finish or abort it first")
+    if not gitops.is_clean(checkout):
+        raise BadInput(f"{shown} has uncommitted changes; commit or stash them first (git stash -u)")
+    base = gitops.tag_commit(checkout, pin.tag) or gitops.head_commit(checkout)
+    if base is None:
+        raise BadInput(f"{shown} has no commit to branch from")
+    return pin, base
+
+
+def branch_name(series: str, patches: Sequence[Patch]) -> str:
+    """``patchset/<series>-<slug of the first patch>``: ``patchset/verl-trainer-critic-value-loss-...``."""
+    match = _SLUG.match(patches[0].name)
+    slug = match["slug"] if match else re.sub(r"[^a-z0-9]+", "-", patches[0].name.lower()).strip("-")
+    return f"{BRANCH_PREFIX}{series}-{slug}"
+
+
+def _committer_env(checkout: Path, patch: Patch) -> dict[str, str]:
+    """The user's identity as committer when git has one, else the patch's author (git am needs a committer)."""
+    env = dict(os.environ)
+    if gitops.run_git(["var", "GIT_COMMITTER_IDENT"], cwd=checkout, check=False).returncode != 0:
+        from email.utils import parseaddr
+
+        name, address = parseaddr(re.search(r"^From: (.*)$", patch.text, re.MULTILINE)[1])  # type: ignore[index]
+        env.update(GIT_COMMITTER_NAME=name or address, GIT_COMMITTER_EMAIL=address)
+    return env
+
+
+def commit_patches(worktree: Path, patches: Sequence[Patch], scratch: Path, console: Console) -> dict[str, list[str]]:
+    """``git am`` each patch (its message cut to what upstream gets) in ``worktree``; {patch name: paragraphs}."""
+    messages: dict[str, list[str]] = {}
+    for number, patch in enumerate(patches, start=1):
+        console.step(f"Committing {patch.name} ({number}/{len(patches)})")
+        text, paragraphs = upstream_patch_text(patch)
+        edited = scratch / patch.name
+        edited.write_bytes(text.encode("utf-8", "surrogateescape"))
+        proc = gitops.run_git(
+            [*_NEUTRAL, "am", *_AM_OPTIONS, str(edited)], cwd=worktree, env=_committer_env(worktree, patch), check=False
+        )
+        if proc.returncode != 0:
+            lines = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+            reason = next((ln for ln in lines if ln.startswith(("error:", "Patch failed"))), lines[0] if lines else "")
+            gitops.run_git(["am", "--abort"], cwd=worktree, check=False)
+            raise DoesNotApply(
+                f"{patch.name} does not apply with git am ({reason.removeprefix('error: ')}); no branch was made. "
+                f"See scripts/apply.sh --check for the failing hunk"
+            )
+        messages[patch.name] = paragraphs
+    return messages
+
+
+# --- the PR text ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gates:
+    lint: pr_gates.LintResult
+    tests: pr_gates.TestRun
+
+    @property
+    def passed(self) -> bool:
+        return self.lint.passed and self.tests.passed
+
+
+def _related(patches: Sequence[Patch], tag: str) -> list[str]:
+    lines = []
+    for patch in patches:
+        if since := patch.fields.get("Applied-Upstream"):
+            lines.append(f"Backport to the {tag} release line; upstream has this change since {since}.")
+        elif bug := patch.fields.get("Bug"):
+            lines.append(f"Related: {bug}")
+    return lines
+
+
+def _test_lines(key: str, gates: Gates) -> list[str]:
+    lines = [
+        f"- Lint: `{gates.lint.command}` with {', '.join(h.name for h in gates.lint.hooks)}: {gates.lint.summary()}.",
+    ]
+    if gates.tests.files:
+        files = " ".join(gates.tests.files)
+        lines.append(f"- CPU tests: `pytest {files}`: {gates.tests.summary}.")
+    else:
+        lines.append(f"- CPU tests: {gates.tests.summary}.")
+    lines += [f"- {note}" for note in gates.tests.notes]
+    lines.append(f"- Not run: {pr_gates.NOT_RUN[key]}.")
+    return lines
+
+
+def pr_title(patches: Sequence[Patch]) -> str:
+    return patches[0].subject if len(patches) == 1 else f"{patches[0].subject} (+{len(patches) - 1} more)"
+
+
+def pr_body(
+    key: str, tag: str, patches: Sequence[Patch], messages: dict[str, list[str]], changed: Sequence[str], gates: Gates
+) -> str:
+    """The PR body in the upstream's template, filled from the patch messages and the gates' results."""
+    paragraphs = [p for patch in patches for p in messages[patch.name]]
+    overview, details = (paragraphs[:1], paragraphs[1:]) if paragraphs else ([patches[0].subject], [])
+    tests = _test_lines(key, gates)
+    files = [f"- `{path}`" for path in changed]
+    new_tests = bool(gates.tests.own_files)
+    if key == "verl":
+        check = "x" if gates.passed else " "
+        return "\n".join(
+            [
+                "### What does this PR do?",
+                "",
+                *overview,
+                "",
+                *_related(patches, tag),
+                "",
+                "### Test",
+                "",
+                *tests,
+                "",
+                "### API and Usage Example",
+                "",
+                "No breaking change: new arguments and config fields default to the old behaviour (see below).",
+                "",
+                "### Design & Code Changes",
+                "",
+                *(p + "\n" for p in details),
+                "Files changed:",
+                *files,
+                "",
+                "### Checklist Before Submitting",
+                "",
+                "- [x] Read the [Contribute Guide](https://github.com/volcengine/verl/blob/main/CONTRIBUTING.md).",
+                f"- [{check}] Apply [pre-commit checks](https://github.com/volcengine/verl/blob/main/CONTRIBUTING.md"
+                "#code-linting-and-formatting)",
+                "- [ ] Add / Update [the documentation](https://github.com/volcengine/verl/tree/main/docs).",
+                f"- [{'x' if new_tests else ' '}] Add unit or end-to-end test(s) to "
+                "[the CI workflow](https://github.com/volcengine/verl/tree/main/.github/workflows) to cover all the "
+                "code.",
+                "",
+            ]
+        )
+    return "\n".join(
+        [
+            "## Description",
+            "",
+            *(p + "\n" for p in paragraphs),
+            *_related(patches, tag),
+            "",
+            "Test:",
+            *tests,
+            "",
+            "Files changed:",
+            *files,
+            "",
+            "## Checklist",
+            "",
+            "Please check the following items before code is ready to be reviewed.",
+            "",
+            f"- [{'x' if gates.passed else ' '}]  Code has passed all tests",
+            "- [x]  Docstrings have been added/updated in Google Style",
+            "- [ ]  Documentation has been updated",
+            "- [ ]  Code is ready for review",
+            "",
+        ]
+    )
+
+
+# --- the command ------------------------------------------------------------------------------------------
+
+
+def _run_gates(
+    pin: Pin, worktree: Path, base: str, changed: list[str], python: Path, cache: str | None, console: Console
+) -> Gates:
+    key, label = pin.key, pin.name
+    console.step(f"Running {key}'s lint gates through pre-commit on {len(changed)} changed file(s)")
+    lint = pr_gates.run_lint(key, worktree, changed, python)
+    base_files = _git(worktree, "ls-tree", "-r", "--name-only", base).stdout.splitlines()
+    upstream, own = pr_gates.select_tests(key, changed, base_files)
+    notes: list[str] = []
+    pythonpath = [worktree]
+    if not any(path.startswith("tests/") for path in base_files):
+        notes.append(
+            f"{label}'s sdist ships no tests/ folder, so no upstream test exists for the touched modules; only the "
+            "patch's own tests ran."
+        )
+    if key == "trinity":
+        verl_pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").default_for("verl")
+        assert verl_pin is not None
+        verl = ensure_upstream(verl_pin, resolve_cache(cache, os.environ, REPO_ROOT), console)
+        pythonpath.append(verl)
+        notes.append(f"Trinity's tests import verl: run beside vanilla {verl_pin.label}.")
+    files = [*upstream, *own]
+    if files:
+        console.step(f"Running the CPU tests: {' '.join(files)}")
+        passed, summary, output = pr_gates.run_tests(worktree, files, python, pythonpath)
+    else:
+        passed, summary, output = True, "no upstream CPU test covers the touched modules and the patch adds none", ""
+    tests = pr_gates.TestRun(tuple(upstream), tuple(own), passed, summary, output, tuple(notes))
+    return Gates(lint=lint, tests=tests)
+
+
+def _report(gates: Gates, console: Console) -> None:
+    for hook in gates.lint.hooks:
+        console.step(f"lint {hook.name}: {hook.status}")
+    if not gates.lint.passed:
+        print(gates.lint.output.rstrip(), flush=True)
+    console.summary(f"upstream lint: {'passed' if gates.lint.passed else 'FAILED'} ({gates.lint.summary()})")
+    if not gates.tests.passed:
+        print(gates.tests.output.rstrip()[-6000:], flush=True)
+    shown = " ".join(gates.tests.files) or "none"
+    console.summary(
+        f"upstream CPU tests: {'passed' if gates.tests.passed else 'FAILED'} ({gates.tests.summary}; {shown})"
+    )
+    for note in gates.tests.notes:
+        console.summary(f"  note: {note}")
+
+
+def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    patches_dir = Path(args.patches_dir).expanduser() if args.patches_dir else REPO_ROOT / "patches"
+    checkout = Path(args.checkout).expanduser().resolve()
+    pin, base = _check_checkout(checkout, args.upstream, patches_dir)
+    series = load_series(patches_dir, pin.series)
+    patches = []
+    for patch in series.patches:
+        since = patch.upstream_since
+        if since and at_least(pin.version, since):
+            console.step(f"Skipping {patch.name}: in upstream since {since}")
+        else:
+            patches.append(patch)
+    if not patches:
+        raise BadInput(f"every patch of the {pin.series} series is in {pin.label} already; nothing to send upstream")
+    branch = args.branch or branch_name(pin.series, patches)
+    if gitops.run_git(["check-ref-format", "--branch", branch], cwd=checkout, check=False).returncode != 0:
+        raise BadInput(f"{branch!r} is not a valid branch name")
+    exists = _value(checkout, "rev-parse", "-q", "--verify", f"refs/heads/{branch}^{{commit}}") is not None
+    if exists and not args.force:
+        raise BadInput(f"branch {branch} already exists in {display_path(checkout)}; pass --force to replace it")
+    if exists and _value(checkout, "symbolic-ref", "-q", "HEAD") == f"refs/heads/{branch}":
+        raise BadInput(f"branch {branch} is checked out in {display_path(checkout)}; switch to another branch first")
+    for patch in patches:
+        if since := patch.fields.get("Applied-Upstream"):
+            console.warn(f"{patch.name} is in upstream {since}: send it only as a backport to the {pin.tag} line")
+    python = ensure_venv()
+
+    scratch = Path(tempfile.mkdtemp(prefix="patchset-pr-"))
+    worktree = scratch / "tree"
+    try:
+        console.step(
+            f"Making branch {branch} on {pin.tag if gitops.tag_commit(checkout, pin.tag) else 'HEAD'} "
+            f"({base[:12]}) in a temporary worktree of {display_path(checkout)}"
+        )
+        _git(checkout, "worktree", "add", "-q", "--detach", str(worktree), base)
+        messages = commit_patches(worktree, patches, scratch, console)
+        head = gitops.head_commit(worktree)
+        assert head is not None
+        count = _git(worktree, "rev-list", "--count", f"{base}..{head}").stdout.strip()
+        if count != str(len(patches)):
+            raise DoesNotApply(f"git am made {count} commits for {len(patches)} patches; no branch was made")
+        _git(checkout, "branch", *(["-f"] if exists else []), branch, head)
+        console.step(f"Branch {branch}: {len(patches)} commit(s) on {pin.tag}")
+        changed = _git(worktree, "diff", "--name-only", "--diff-filter=d", base, head).stdout.splitlines()
+        gates = _run_gates(pin, worktree, base, changed, python, args.cache, console)
+    finally:
+        gitops.run_git(["worktree", "remove", "--force", str(worktree)], cwd=checkout, check=False)
+        gitops.run_git(["worktree", "prune"], cwd=checkout, check=False)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    _report(gates, console)
+    title = pr_title(patches)
+    body = pr_body(pin.key, pin.tag, patches, messages, changed, gates)
+    print(f"\n----- PR title -----\n{title}\n----- PR body -----\n{body}----- end -----", flush=True)
+    shown = display_path(checkout)
+    if not gates.passed:
+        failed = [f"upstream lint ({', '.join(gates.lint.failed) or 'pre-commit'})"] if not gates.lint.passed else []
+        failed += [] if gates.tests.passed else [f"upstream CPU tests ({gates.tests.summary})"]
+        print(
+            f"error: {' and '.join(failed)} failed on branch {branch}; the branch is kept in {shown}: fix the patch, "
+            f"then run again with --force",
+            file=sys.stderr,
+            flush=True,
+        )
+        return EXIT_GATE_FAILED
+    console.summary(
+        f"{pin.label}: branch {branch} in {shown} ({len(patches)} commit(s) on {pin.tag}); gates passed. "
+        f"Your checked-out branch is unchanged. Push it with: git -C {shown} push <your-fork> {branch}"
+    )
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scripts/export-pr.sh",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("upstream", choices=("verl", "trinity"), help="which series to send")
+    parser.add_argument(
+        "checkout", metavar="CHECKOUT", help="your git checkout of that upstream, at a targeted release"
+    )
+    parser.add_argument("--branch", metavar="NAME", help="branch to make (default: patchset/<series>-<slug>)")
+    parser.add_argument("--force", action="store_true", help="replace the branch if it exists")
+    parser.add_argument(
+        "--cache",
+        metavar="DIR",
+        help=f"cache folder holding the pinned verl that Trinity's tests import (default: ${CACHE_ENV}, else "
+        "<repo>/.cache)",
+    )
+    parser.add_argument(
+        "--patches-dir",
+        metavar="DIR",
+        help="folder holding upstreams.toml and the series folders (default: the repository's patches/)",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only summaries, warnings, errors and the PR")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``scripts/export-pr.sh ARGV`` (default: ``sys.argv[1:]``); return the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # --help (0) or a usage error (2)
+        return EXIT_OK if exc.code in (None, 0) else EXIT_BAD_INPUT
+    console = Console(quiet=args.quiet)
+    try:
+        return cmd_export(args, console)
+    except PatchsetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except gitops.GitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
