@@ -3,7 +3,8 @@
 Steps: build the pinned venv; lint this project; fetch the pinned upstreams and make patched trees of them;
 test the tooling (including the real series on copies of the pinned checkouts); run the regression suite on
 the vanilla trees expecting the bug (the teeth), then on the patched trees expecting the fix; print the
-measured gradient ratios side by side; apply the series onto a clone of verl 0.9.1, which must skip the critic
+measured gradient ratios side by side; build the patched wheels, install them into a fresh venv and run the
+regression suite against the installed packages; apply the series onto a clone of verl 0.9.1, which must skip the critic
 patch as upstream since 0.9.0 (recognised by content) and pass the critic tests on upstream's code. Every step
 runs even when an earlier one failed, so one run reports everything; the exit code is 0 only if all passed.
 """
@@ -27,8 +28,16 @@ from patchset.pins import load_pins
 from patchset.regression import run_regression_tests
 from patchset.ui import Console
 from patchset.venv import REPO_ROOT, VenvError, ensure_venv
+from patchset.wheels import check_wheels
 
-SHELL_SCRIPTS = ("scripts/apply.sh", "scripts/export.sh", "scripts/export-pr.sh", "scripts/test.sh", ".ci/run")
+SHELL_SCRIPTS = (
+    "scripts/apply.sh",
+    "scripts/build-wheels.sh",
+    "scripts/export.sh",
+    "scripts/export-pr.sh",
+    "scripts/test.sh",
+    ".ci/run",
+)
 # A pinned release that has the critic fix upstream, and the first release that had it (its Applied-Upstream).
 UPSTREAM_MERGED = ("verl", "0.9.1", "0.9.0")
 
@@ -147,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\n=== regression suite on the patched trees (must show the fix)", flush=True)
         results["regression (patched)"] = run_regression_tests(patched, expect="fixed", baseline_dir=results_dir) == 0
         print("\n=== gradient norm relative to one micro-batch on one rank\n" + _ratio_table(results_dir))
+        print("\n=== patched wheels: build, install into a fresh venv, regression suite on the installed packages")
+        results["patched wheels"] = check_wheels(Console(), args.cache)
     key, version, _ = UPSTREAM_MERGED
     results[f"upstream-merged ({key} {version})"] = _upstream_merged_step(args.cache, env)
 

@@ -104,17 +104,16 @@ def verl_version(verl_on_path: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def verl_upstream_skips(verl_tree: Path) -> dict[str, UpstreamSkip]:
+def verl_upstream_skips(verl_tree: Path, verl_version: str) -> dict[str, UpstreamSkip]:
     """{patch name: skip} for the patches of the verl series that `patchset apply` skips on this tree because
     upstream has their change (``Applied-Upstream`` / ``Upstream-Check``), as the planner decides it (read-only)."""
     if str(REPO_ROOT) not in sys.path:
         sys.path.append(str(REPO_ROOT))  # after the trees under test: only for the stdlib-only patchset package
-    from patchset.detect import detect
     from patchset.plan import Action, plan_series
     from patchset.series import load_series
 
     series = load_series(REPO_ROOT / "patches", "verl")
-    steps = plan_series(verl_tree, series.patches, version=detect(verl_tree, str(verl_tree)).version)
+    steps = plan_series(verl_tree, series.patches, version=verl_version)
     skips: dict[str, UpstreamSkip] = {}
     for step in steps:
         if step.action is not Action.SKIP:

@@ -1,0 +1,374 @@
+"""Patched wheels: one command builds ``<name>-<release>+patchset.<N>-py3-none-any.whl`` with a readable manifest.
+
+Invariants: the version is ``<release>+patchset.<N>``, a valid PEP 440 version whose local label sorts above the
+release (so ``==<release>`` also matches it, and a pin must name the label); N counts the commits touching the
+patches folder, ``.dirty`` marks uncommitted changes there; each wheel carries ``<package>/_patchset_manifest.json``
+naming every patch (with its sha256), the upstream sdist sha256 and the revision, and reports the labelled version
+in its METADATA; installed into a fresh venv the wheels report that version through importlib.metadata, pip show and
+the modules' own ``__version__``, and Trinity's verl version check still sees verl >= 0.8. Exit codes: 0 built, 1 the
+build failed, 2 bad input, 3 a patch does not apply; on any failure nothing lands in the dist folder.
+
+The fake world's trees (``patchset_fakes``) are made buildable with a small pyproject.toml each; the real pinned
+releases are built too when their checkouts are in the cache. The regression suite against the installed wheels
+is ``patchset.wheels.check_wheels``, a step of the test command (it needs the whole suite, about a minute).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+from patchset_fakes import TRINITY_FILES, VERL_FILES, git, make_sdist, sha256, write_upstreams
+
+from patchset import signals, wheels
+from patchset.fetch import resolve_cache
+from patchset.pins import load_pins
+from patchset.ui import Console
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PINS = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
+CACHE = resolve_cache(None, os.environ, REPO_ROOT)  # read at import: conftest clears PATCHSET_CACHE per test
+
+VERL_PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=61.0"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "verl"
+dynamic = ["version"]
+
+[tool.setuptools]
+include-package-data = true
+
+[tool.setuptools.dynamic]
+version = {file = "verl/version/version"}
+
+[tool.setuptools.package-dir]
+"" = "."
+
+[tool.setuptools.packages.find]
+include = ["verl*"]
+
+[tool.setuptools.package-data]
+verl = [
+  "version/*",
+]
+"""
+TRINITY_PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=65"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "trinity-rft"
+dynamic = ["version"]
+
+[tool.setuptools.packages.find]
+where = ["."]
+include = ["trinity*"]
+
+[tool.setuptools.dynamic]
+version = {attr = "trinity.__version__"}
+"""
+
+
+@pytest.fixture
+def buildable(world, monkeypatch: pytest.MonkeyPatch):
+    """The fake world with sdists that pip can build (a pyproject.toml each) in its cache, pinned in its
+    upstreams.toml; wheels built by this interpreter (the test environment)."""
+    world.cache.joinpath("sdists").mkdir(parents=True)
+    sdists = {
+        "verl": make_sdist(
+            world.cache / "sdists" / "verl-0.8.0.tar.gz", "verl-0.8.0", {**VERL_FILES, "pyproject.toml": VERL_PYPROJECT}
+        ),
+        "trinity-rft": make_sdist(
+            world.cache / "sdists" / "trinity_rft-0.6.0.tar.gz",
+            "trinity_rft-0.6.0",
+            {**TRINITY_FILES, "pyproject.toml": TRINITY_PYPROJECT},
+        ),
+    }
+    common = {"repository": "https://example.invalid/repo"}
+    write_upstreams(
+        world.patches,
+        [
+            {"key": "verl", "name": "verl", "version": "0.8.0", "sdist_sha256": sha256(sdists["verl"]), **common,
+             "tag": "v0.8.0", "series": "verl", "default": True},
+            {"key": "trinity", "name": "trinity-rft", "version": "0.6.0", **common,
+             "sdist_sha256": sha256(sdists["trinity-rft"]), "tag": "v0.6.0", "series": "trinity", "default": True},
+        ],
+    )  # fmt: skip
+    monkeypatch.setattr(wheels, "ensure_venv", lambda: Path(sys.executable))
+    return world
+
+
+def _build_args(world, dist: Path, *extra: str) -> list[str]:
+    return ["build", "--patches-dir", str(world.patches), "--cache", str(world.cache), "--dist-dir", str(dist), *extra]
+
+
+def _wheel_version_and_names(wheel: Path) -> tuple[str, set[str]]:
+    return wheels._wheel_metadata(wheel)
+
+
+def _read(wheel: Path, name: str) -> str:
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.read(name).decode()
+
+
+# --- the label -----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("revision, dirty", [(1, False), (3, False), (12, True)])
+def test_labelled_version_is_pep440_and_sorts_just_above_the_release(revision: int, dirty: bool):
+    label = wheels.Label(revision=revision, dirty=dirty, commit=None)
+    version = label.version("0.8.0")
+
+    assert wheels.is_valid_version(version)
+    parsed = Version(version)
+    assert str(parsed) == version  # already in normal form: the wheel's name and METADATA say exactly this
+    assert parsed.local == label.text
+    assert Version("0.8.0") < parsed < Version("0.8.1")
+    assert not parsed < Version("0.8.0")  # Trinity's is_verl_legacy() compares so
+    # why a pin must name the label: ==0.8.0 also matches the patched wheel, ==0.8.0+patchset.N only that one
+    assert parsed in SpecifierSet("==0.8.0")
+    assert parsed in SpecifierSet(f"=={version}")
+    assert Version("0.8.0") not in SpecifierSet(f"=={version}")
+
+
+@pytest.mark.parametrize("version", ["0.8.0", "0.8.0+", "0.8.0+Patchset.1", "0.8.0+patchset..1", "v0.8.0+patchset.1"])
+def test_versions_without_a_normal_local_label_are_refused(version: str):
+    assert not wheels.is_valid_version(version)
+
+
+def _history(root: Path) -> Path:
+    root.mkdir()
+    git(root, "init", "-q", "--initial-branch=main")
+    for index, rel in enumerate(["patches/verl/series", "README.md", "patches/upstreams.toml"]):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(f"{index}\n")
+        git(root, "add", "-A")
+        git(root, "commit", "-q", "-m", f"change {rel}")
+    return root / "patches"
+
+
+def test_revision_counts_the_commits_that_touch_the_patches_folder(tmp_path: Path):
+    patches = _history(tmp_path / "repo")
+
+    label = wheels.patchset_label(patches)
+
+    assert (label.revision, label.dirty, label.text) == (2, False, "patchset.2")
+    assert label.commit == git(tmp_path / "repo", "rev-parse", "HEAD").strip()
+
+
+def test_uncommitted_changes_in_the_patches_folder_mark_the_label_dirty(tmp_path: Path):
+    patches = _history(tmp_path / "repo")
+    (patches / "verl" / "0002-new.patch").write_text("draft\n")
+
+    assert wheels.patchset_label(patches).text == "patchset.2.dirty"
+
+
+def test_revision_outside_a_git_history_needs_the_option(tmp_path: Path):
+    (tmp_path / "patches").mkdir()
+
+    with pytest.raises(wheels.BadInput, match="--revision N"):
+        wheels.patchset_label(tmp_path / "patches")
+    assert wheels.patchset_label(tmp_path / "patches", revision=5).text == "patchset.5"
+
+
+# --- building -----------------------------------------------------------------------------------------------
+
+
+def test_build_makes_labelled_wheels_with_their_manifest(buildable, tmp_path: Path, capsys):
+    dist = tmp_path / "dist"
+
+    assert wheels.main(_build_args(buildable, dist, "--revision", "7")) == 0
+
+    out = capsys.readouterr().out
+    assert "* Building verl 0.8.0+patchset.7 wheel" in out
+    assert "* Building trinity-rft 0.6.0+patchset.7 wheel" in out
+    names = sorted(p.name for p in dist.iterdir())
+    assert names == ["trinity_rft-0.6.0+patchset.7-py3-none-any.whl", "verl-0.8.0+patchset.7-py3-none-any.whl"]
+    pins = load_pins(buildable.patches / "upstreams.toml")
+    for wheel, pin, package in [(dist / names[1], "verl", "verl"), (dist / names[0], "trinity", "trinity")]:
+        version, files = _wheel_version_and_names(wheel)
+        pinned = pins.default_for(pin)
+        assert version == f"{pinned.version}+patchset.7"
+        assert str(wheel) in out
+        manifest = json.loads(_read(wheel, f"{package}/_patchset_manifest.json"))
+        series = [line for line in (buildable.patches / pin / "series").read_text().splitlines() if line[:1].isdigit()]
+        assert manifest["version"] == version
+        assert (manifest["patchset"], manifest["revision"], manifest["label"]) == ("patchset", 7, "patchset.7")
+        assert manifest["upstream"] == {
+            "name": pinned.name,
+            "version": pinned.version,
+            "sdist_sha256": pinned.sdist_sha256,
+            "repository": pinned.repository,
+            "tag": pinned.tag,
+        }
+        assert [p["name"] for p in manifest["patches"]] == series
+        for patch in manifest["patches"]:
+            assert patch["sha256"] == sha256(buildable.patches / pin / patch["name"])
+            assert patch["status"] == "applied"
+            assert patch["subject"]
+    assert _read(dist / names[1], "verl/version/version").strip() == "0.8.0+patchset.7"
+    assert '__version__ = "0.6.0+patchset.7"' in _read(dist / names[0], "trinity/__init__.py")
+    # the cached vanilla checkouts are untouched
+    for checkout in (buildable.cache / "upstreams").iterdir():
+        assert git(checkout, "status", "--porcelain") == ""
+
+
+def test_building_the_same_commit_twice_gives_byte_identical_wheels(buildable, tmp_path: Path):
+    first, second = tmp_path / "first", tmp_path / "second"
+
+    assert wheels.main(_build_args(buildable, first, "--revision", "7")) == 0
+    assert wheels.main(_build_args(buildable, second, "--revision", "7")) == 0
+
+    names = sorted(p.name for p in first.iterdir())
+    assert names == sorted(p.name for p in second.iterdir())
+    for name in names:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def test_a_patch_that_does_not_apply_exits_3_and_builds_nothing(buildable, tmp_path: Path, capsys):
+    patch = next((buildable.patches / "trinity").glob("0001-*.patch"))
+    patch.write_text(patch.read_text().replace("-    return x\n", "-    return y\n"))
+    dist = tmp_path / "dist"
+
+    assert wheels.main(_build_args(buildable, dist, "--revision", "7")) == 3
+
+    assert "does not apply" in capsys.readouterr().err
+    assert not any(dist.glob("*.whl"))
+
+
+def test_a_tree_whose_version_is_not_the_pins_exits_2(buildable, tmp_path: Path, capsys):
+    sdist = buildable.cache / "sdists" / "verl-0.8.0.tar.gz"
+    files = {**VERL_FILES, "verl/version/version": "0.8.1\n", "pyproject.toml": VERL_PYPROJECT}
+    make_sdist(sdist, "verl-0.8.0", files)
+    text = (buildable.patches / "upstreams.toml").read_text()
+    pins = load_pins(buildable.patches / "upstreams.toml")
+    (buildable.patches / "upstreams.toml").write_text(
+        text.replace(pins.default_for("verl").sdist_sha256, sha256(sdist))
+    )
+
+    assert wheels.main(_build_args(buildable, tmp_path / "dist", "--revision", "7")) == 2
+
+    assert "verl/version/version says '0.8.1', not 0.8.0" in capsys.readouterr().err
+
+
+def test_a_failed_build_exits_1_and_leaves_the_dist_folder_alone(buildable, tmp_path: Path, capsys):
+    sdist = buildable.cache / "sdists" / "trinity_rft-0.6.0.tar.gz"
+    make_sdist(sdist, "trinity_rft-0.6.0", {**TRINITY_FILES, "pyproject.toml": "[project\n"})
+    text = (buildable.patches / "upstreams.toml").read_text()
+    pins = load_pins(buildable.patches / "upstreams.toml")
+    (buildable.patches / "upstreams.toml").write_text(
+        text.replace(pins.default_for("trinity").sdist_sha256, sha256(sdist))
+    )
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "other.whl").write_text("kept")
+
+    assert wheels.main(_build_args(buildable, dist, "--revision", "7")) == 1
+
+    assert "pip wheel failed for trinity-rft 0.6.0" in capsys.readouterr().err
+    assert sorted(p.name for p in dist.iterdir()) == ["other.whl"]  # the verl wheel built first did not land either
+
+
+@pytest.mark.parametrize("argv", [["--revision", "0"], ["--revision", "x"], ["--bogus"]])
+def test_bad_options_exit_2(buildable, tmp_path: Path, argv: list[str]):
+    assert wheels.main(_build_args(buildable, tmp_path / "dist", *argv)) == 2
+
+
+def test_help_lists_the_exit_codes(capsys):
+    assert wheels.main(["--help"]) == 0
+    assert wheels.main(["build", "--help"]) == 0
+
+    out = capsys.readouterr().out
+    assert "a patch does not apply" in out and "exit status" in out
+
+
+# --- reading the manifest -----------------------------------------------------------------------------------
+
+
+def test_manifest_command_reads_the_manifest_without_importing(tmp_path: Path, monkeypatch, capsys):
+    package = tmp_path / "site" / "fakepkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    manifest = {"version": "1.0+patchset.2", "patchset": "patchset", "revision": 2, "commit": None}
+    manifest |= {"upstream": {"name": "fakepkg", "version": "1.0", "sdist_sha256": "0" * 64}, "patches": []}
+    (package / wheels.MANIFEST_NAME).write_text(json.dumps(manifest))
+    (tmp_path / "site" / "plainpkg").mkdir()
+    (tmp_path / "site" / "plainpkg" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+
+    assert wheels.main(["manifest", "--json", "fakepkg"]) == 0
+    read = json.loads(capsys.readouterr().out)
+    assert read["fakepkg"]["manifest"] == manifest
+    assert read["fakepkg"]["location"] == str(package)
+    assert wheels.main(["manifest", "fakepkg", "plainpkg", "nosuchpkg"]) == 1
+    out = capsys.readouterr().out
+    assert "fakepkg 1.0+patchset.2 at" in out
+    assert "plainpkg at" in out and "no patchset manifest" in out
+    assert "nosuchpkg: not importable" in out
+
+
+def test_skips_that_name_the_labelled_version_are_caught(tmp_path: Path):
+    junit = tmp_path / "report.xml"
+    suite = ElementTree.Element("testsuite")
+    for name, message in [
+        ("test_engine", "the harness is written for verl 0.8.0; verl 0.8.0+patchset.3's engine ..."),
+        ("test_baseline", "no vanilla baseline to compare with"),
+        ("test_passes", None),
+    ]:
+        case = ElementTree.SubElement(suite, "testcase", classname="tests.regression.mod", name=name)
+        if message is not None:
+            ElementTree.SubElement(case, "skipped", message=message)
+    ElementTree.ElementTree(suite).write(junit)
+
+    tripped = wheels._skipped_for_the_label(junit, ["0.8.0+patchset.3", "0.6.0+patchset.3"])
+
+    assert [test for test, _ in tripped] == ["tests.regression.mod::test_engine"]
+    assert wheels._skipped_for_the_label(tmp_path / "missing.xml", ["0.8.0+patchset.3"])
+
+
+# --- the real pinned releases -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def real_wheels(tmp_path_factory: pytest.TempPathFactory) -> list[wheels.Built]:
+    for pin in PINS.defaults():
+        if not (CACHE.upstreams / pin.dirname / ".git").exists():
+            pytest.skip(f"no cached checkout of {pin.label} at {CACHE.upstreams} (scripts/test.sh fetches it)")
+    dist = tmp_path_factory.mktemp("dist")
+    with signals.handled() as guard:
+        return wheels.build_wheels(
+            dist, Console(quiet=True), guard, python=Path(sys.executable), cache_option=str(CACHE.root)
+        )
+
+
+def test_real_wheels_install_into_a_fresh_venv_and_report_the_labelled_version(real_wheels, tmp_path: Path):
+    label = wheels.patchset_label(REPO_ROOT / "patches")
+    assert [item.wheel.name for item in real_wheels] == [
+        f"{pin.name.replace('-', '_')}-{pin.version}+{label.text}-py3-none-any.whl" for pin in PINS.defaults()
+    ]
+    python, site = wheels.fresh_env(Path(sys.executable), tmp_path / "venv")
+    install = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--disable-pip-version-check"]
+    subprocess.run([*install, *(str(item.wheel) for item in real_wheels)], check=True, env=wheels._child_env())
+
+    problems = wheels.verify_install(python, site, real_wheels, Console(quiet=True))
+
+    assert problems == []
+    for item in real_wheels:
+        package = wheels.UPSTREAMS[item.pin.key].package
+        installed = json.loads((site / package / wheels.MANIFEST_NAME).read_text())
+        assert installed["upstream"]["sdist_sha256"] == item.pin.sdist_sha256
+        assert installed["version"] == item.version
+    shutil.rmtree(tmp_path / "venv")
