@@ -9,9 +9,10 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from patchset import gitops, signals
+from patchset import signals
 from patchset.apply import Plan, Target, plan_target, refusal, report, target_for_path, target_for_pin
-from patchset.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, EXIT_TESTS_FAILED, BadInput, PatchsetError
+from patchset.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, EXIT_TESTS_FAILED, BadInput
+from patchset.exits import run_reporting_errors
 from patchset.fetch import ensure_upstream, fresh_patched_clone, resolve_cache
 from patchset.options import add_common_options, usage_exit_status
 from patchset.pins import Pins, load_pins
@@ -252,17 +253,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     console = Console(quiet=args.quiet)
     with signals.handled() as guard:
-        try:
-            return args.handler(args, console, guard)
-        except PatchsetError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return exc.exit_code
-        except gitops.GitError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        except signals.Interrupted as exc:  # every tree being changed was restored before this arrives here
-            print(f"error: interrupted by {exc.name}; {exc.outcome}", file=sys.stderr)
-            return exc.exit_code
-        except KeyboardInterrupt:  # outside the main thread, where no handler is installed
-            print("error: interrupted; every tree being changed was restored", file=sys.stderr)
-            return 130
+        return run_reporting_errors(lambda: args.handler(args, console, guard))

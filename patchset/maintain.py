@@ -13,8 +13,8 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from patchset import gitops
-from patchset.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, BadInput, PatchsetError
+from patchset.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, BadInput
+from patchset.exits import run_reporting_errors
 from patchset.export import (
     BRANCH,
     default_checkout,
@@ -235,17 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
     console = Console(quiet=args.quiet)
-    try:
-        return args.handler(args, console)
-    except PatchsetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except gitops.GitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    return run_reporting_errors(lambda: args.handler(args, console), interrupted="")
 
 
 if __name__ == "__main__":

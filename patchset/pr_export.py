@@ -30,8 +30,10 @@ from pathlib import Path
 
 from patchset import gitops, pr_gates
 from patchset.detect import detect
-from patchset.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, BadInput, DoesNotApply, PatchsetError
+from patchset.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, BadInput, DoesNotApply
+from patchset.exits import run_reporting_errors
 from patchset.fetch import CACHE_ENV, ensure_upstream, resolve_cache
+from patchset.options import usage_exit_status
 from patchset.pins import Pin, at_least, load_pins
 from patchset.series import Patch, load_series
 from patchset.ui import Console, display_path
@@ -477,19 +479,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # --help (0) or a usage error (2)
-        return EXIT_OK if exc.code in (None, 0) else EXIT_BAD_INPUT
+        return usage_exit_status(exc, EXIT_BAD_INPUT)
     console = Console(quiet=args.quiet)
-    try:
-        return cmd_export(args, console)
-    except PatchsetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except gitops.GitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    return run_reporting_errors(lambda: cmd_export(args, console), interrupted="")
 
 
 if __name__ == "__main__":

@@ -57,7 +57,9 @@ from xml.etree import ElementTree
 from patchset import gitops, signals
 from patchset.apply import plan_target, refusal, target_for_pin
 from patchset.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, PatchsetError
+from patchset.exits import run_reporting_errors
 from patchset.fetch import CACHE_ENV, ensure_upstream, resolve_cache
+from patchset.options import usage_exit_status
 from patchset.pins import Pin, load_pins
 from patchset.plan import Action
 from patchset.transaction import apply_plans
@@ -663,35 +665,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2)
-        return EXIT_OK if exc.code is None else exc.code if isinstance(exc.code, int) else EXIT_BAD_INPUT
+        return usage_exit_status(exc, EXIT_BAD_INPUT)
     if args.command == "manifest":
         return cmd_manifest(args, Console())
     console = Console(quiet=args.quiet)
     dist_dir = Path(args.dist_dir).expanduser().resolve() if args.dist_dir else REPO_ROOT / "dist"
     patches_dir = Path(args.patches_dir).expanduser() if args.patches_dir else None
-    with signals.handled() as guard:
-        try:
+
+    def build() -> int:
+        with signals.handled() as guard:
             built = build_wheels(
                 dist_dir, console, guard, patches_dir=patches_dir, cache_option=args.cache, revision=args.revision
             )
-        except PatchsetError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return exc.exit_code
-        except gitops.GitError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        except VenvError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_BUILD_FAILED
-        except signals.Interrupted as exc:
-            print(f"error: interrupted by {exc.name}; no wheel was put into {display_path(dist_dir)}", file=sys.stderr)
-            return exc.exit_code
-        except KeyboardInterrupt:
-            print("error: interrupted; no wheel was put into the dist folder", file=sys.stderr)
-            return 130
-    for item in built:
-        console.summary(str(item.wheel))
-    return EXIT_OK
+        for item in built:
+            console.summary(str(item.wheel))
+        return EXIT_OK
+
+    return run_reporting_errors(
+        build,
+        interrupted=f"no wheel was put into {display_path(dist_dir)}",
+        other_errors={VenvError: EXIT_BUILD_FAILED},
+    )
 
 
 if __name__ == "__main__":
