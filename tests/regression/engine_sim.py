@@ -99,7 +99,9 @@ class Split:
         return f"{'token-budget' if self.dynamic else 'fixed-size'}-K{self.num_micro_batches}"
 
 
-def _engine_micro_batches(rank_batch: TensorDict, split: Split, batch_info: dict) -> list[TensorDict]:
+def _engine_micro_batches(
+    rank_batch: TensorDict, split: Split, batch_info: dict, force_group_size: int = 1
+) -> list[TensorDict]:
     from verl.utils import tensordict_utils as tu
     from verl.workers.engine.utils import prepare_micro_batches
     from verl.workers.utils.padding import left_right_2_no_padding
@@ -111,9 +113,11 @@ def _engine_micro_batches(rank_batch: TensorDict, split: Split, batch_info: dict
         tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=budget)
     else:
         assert len(rank_batch) % split.num_micro_batches == 0, "fixed split needs an even division"
-        tu.assign_non_tensor(
-            data, use_dynamic_bsz=False, micro_batch_size_per_gpu=len(rank_batch) // split.num_micro_batches
-        )
+        # verl counts a fixed micro-batch size in groups of force_group_size rows
+        micro_batch_size = len(rank_batch) // (split.num_micro_batches * force_group_size)
+        tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=micro_batch_size)
+    if force_group_size > 1:
+        tu.assign_non_tensor(data, force_group_size=force_group_size)
     tu.assign_non_tensor(data, **batch_info)
     micro_batches, _ = prepare_micro_batches(data=data, dp_group=None, same_micro_num_in_dp=True)
     assert len(micro_batches) == split.num_micro_batches, (
@@ -129,6 +133,7 @@ def engine_gradient(
     split: Split,
     dp_size: int = 1,
     global_batch_info: bool = True,
+    force_group_size: int = 1,
 ) -> tuple[torch.Tensor, list[dict]]:
     """Gradient the network would get, flattened over ``outputs``, and the per-micro-batch metrics.
 
@@ -136,6 +141,7 @@ def engine_gradient(
     tensors. The batch is dealt to ``dp_size`` simulated ranks in contiguous blocks; each rank runs the
     engine's micro-batch loop; the rank gradients are averaged as data parallelism does. With
     ``global_batch_info`` off the loss is called with no engine batch info, as outside the engine.
+    ``force_group_size`` is what the trainer asks verl for to keep consecutive rows in one micro-batch.
     """
     leaves = {name: tensor.detach().clone().requires_grad_(True) for name, tensor in outputs.items()}
     global_tokens = int(batch["response_mask"].sum())  # the engine counts loss_mask, i.e. response_mask
@@ -149,7 +155,7 @@ def engine_gradient(
             else {}
         )
         total = None
-        for micro_batch in _engine_micro_batches(rank_batch, split, batch_info):
+        for micro_batch in _engine_micro_batches(rank_batch, split, batch_info, force_group_size):
             rows = micro_batch["row_id"]
             model_output = {name: pack_model_output(micro_batch, leaf[rows]) for name, leaf in leaves.items()}
             loss, micro_metrics = loss_fn(model_output, micro_batch)

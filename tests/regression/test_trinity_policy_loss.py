@@ -3,8 +3,9 @@
 Invariant on the patched tree: for PPO- and GRPO-style algorithm configs, every ``loss_agg_mode``, with
 and without the entropy and KL terms, the gradient of the summed micro-batch losses is the same for
 K = 1, 2, 3, 4, 8 micro-batches (fixed size and by token budget) and under simulated data parallelism
-as for one micro-batch on one rank. Losses without a ``loss_agg_mode`` (DPO) are weighted by their share
-of sequences. Without the engine's batch info nothing changes, and the logged metrics equal vanilla's.
+as for one micro-batch on one rank. DPO's policy term is weighted by its share of pairs (every other
+registered policy loss: test_trinity_every_policy_loss). Without the engine's batch info nothing
+changes, and the logged metrics equal vanilla's.
 
 On the vanilla tree the same measurements show the defect: the gradient grows with the number of
 micro-batches per rank (``seq-mean-token-sum-norm`` is a plain sum there, so it is right on one rank and
@@ -123,9 +124,11 @@ def _single_call(loss_fn, batch, outputs, rows: slice, **batch_info):
     return loss_fn(model_output, micro_batch)
 
 
-def test_dpo_loss_weighted_by_sequence_share(expect):
+def test_dpo_loss_weighted_by_pair_share(expect):
+    """DPO's policy term takes its share of pairs (= its share of rows); its KL and entropy terms, which take
+    their token share, are left out here (test_trinity_every_policy_loss covers them)."""
     batch, outputs = actor_inputs(seed=2)
-    loss_fn = policy_loss(algorithm_config("dpo", "token-mean"))
+    loss_fn = policy_loss(algorithm_config("dpo", "token-mean", kl=False, entropy=False))
 
     loss, metrics = _single_call(
         loss_fn, batch, outputs, slice(0, 8), dp_size=2, batch_num_tokens=500, global_batch_size=32
