@@ -120,8 +120,8 @@ def test_the_same_series_always_gives_the_same_commits(real_checkout, tmp_path):
 def test_amended_checkout_fails_the_dry_run_naming_the_patch(real_checkout, tmp_path, capsys):
     key, checkout = real_checkout
     pin = PINS.default_for(key)
-    first = load_series(REPO_ROOT / "patches", pin.series).patches[0]
-    edited = checkout / next(path for path in first.files if (checkout / path).is_file())
+    last = load_series(REPO_ROOT / "patches", pin.series).patches[-1]  # the commit --amend changes
+    edited = checkout / next(path for path in last.files if (checkout / path).is_file())
     edited.write_text(edited.read_text() + "# edited in the maintainer checkout\n")
     _git(checkout, "commit", "-q", "-a", "--amend", "--no-edit")
     copy = _copy_patches(tmp_path)
@@ -130,7 +130,7 @@ def test_amended_checkout_fails_the_dry_run_naming_the_patch(real_checkout, tmp_
     assert main(["export", key, str(checkout), "--dry-run", "--patches-dir", str(copy)]) == 1
 
     out = capsys.readouterr().out
-    assert f"{first.name}: would change" in out
+    assert f"{last.name}: would change" in out
     assert "+# edited in the maintainer checkout" in out
     assert _files(copy) == _files(REPO_ROOT / "patches")
 
@@ -143,13 +143,14 @@ def test_new_commit_is_exported_as_the_next_numbered_patch(real_checkout, tmp_pa
     copy = _copy_patches(tmp_path)
     folder = copy / PINS.default_for(key).series
     old_series = (folder / "series").read_text().splitlines()
+    new_name = f"{len(load_series(copy, PINS.default_for(key).series).patches) + 1:04d}-docs-add-note-maintainers.patch"
 
     assert main(["export", key, str(checkout), "--dry-run", "--patches-dir", str(copy)]) == 1
-    assert "0002-docs-add-note-maintainers.patch: would be added" in capsys.readouterr().out
+    assert f"{new_name}: would be added" in capsys.readouterr().out
     assert main(["export", key, str(checkout), "--patches-dir", str(copy)]) == 0
 
-    assert (folder / "series").read_text().splitlines() == [*old_series, "0002-docs-add-note-maintainers.patch"]
-    assert read_patch(folder / "0002-docs-add-note-maintainers.patch").files == ("NOTES.md",)
+    assert (folder / "series").read_text().splitlines() == [*old_series, new_name]
+    assert read_patch(folder / new_name).files == ("NOTES.md",)
     assert lint_patches_dir(copy)[1] == []
     assert main(["export", key, str(checkout), "--dry-run", "--patches-dir", str(copy)]) == 0
 

@@ -29,6 +29,7 @@ from patchset_fakes import DEPENDENT_PATCH, INDEPENDENT_PATCH, REPO_ROOT, Case, 
 
 from patchset import gitops
 from patchset.cli import main
+from patchset.series import load_series
 
 VERL_PATCH = "0001-trainer-critic-value-loss-global-normalization.patch"
 TRINITY_PATCH = "0001-trainer-policy-loss-global-normalization.patch"
@@ -461,13 +462,16 @@ def test_tree_paths_with_spaces_and_unicode_apply_reapply_and_reverse(pinned, fa
 
 def test_read_only_tree_with_nothing_to_do_works(pinned, capsys):
     tree = pinned("trinity")
-    assert gitops.apply_patch(tree, REPO_ROOT / "patches" / "trinity" / TRINITY_PATCH).ok
+    series = load_series(REPO_ROOT / "patches", "trinity").patches
+    for patch in series:
+        assert gitops.apply_patch(tree, patch.path).ok
     paths = [Path(folder) / name for folder, dirs, names in os.walk(tree) for name in dirs + names] + [tree]
     restore = _read_only(tree, [p for p in paths if not p.is_symlink()])
     try:
         before = tree_state(tree)
         assert main(_apply(tree)) == 0
-        assert f"* {TRINITY_PATCH} already applied" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        assert all(f"* {patch.name} already applied" in out for patch in series), out
         assert tree_state(tree) == before
     finally:
         restore()
