@@ -9,16 +9,10 @@ warning at start-up. DPO pairs stay whole under dynamic batching.
 
 On the vanilla tree the same measurements show the defect for every loss: the gradient changes with the
 split, and dynamic batching pairs chosen and rejected rows of different DPO pairs.
-
-One adaptation, outside the loss path: Trinity's trainer module imports verl's rollout server, which needs
-``fastapi``; the test environment does not install it, so an empty stand-in module is registered when it is
-missing (nothing of it is called).
 """
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
@@ -134,12 +128,6 @@ def actor_inputs(seed: int = 0):
 
 
 def _import_trinity_trainer():
-    try:
-        import fastapi  # noqa: F401
-    except ImportError:
-        stand_in = types.ModuleType("fastapi")
-        stand_in.FastAPI = type("FastAPI", (), {})
-        sys.modules["fastapi"] = stand_in
     from trinity.trainer.verl.trainer import VERLTrainer
 
     return VERLTrainer
