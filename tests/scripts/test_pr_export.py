@@ -82,7 +82,8 @@ def test_export_makes_a_branch_that_passes_upstream_lint_and_tests(pinned, capsy
     else:
         assert "ships no tests/ folder" in out
         assert "## Description" in out and "## Checklist" in out
-    assert f"----- PR title -----\n{patches[0].subject}\n" in out
+    more = f" (+{len(patches) - 1} more)" if len(patches) > 1 else ""
+    assert f"----- PR title -----\n{patches[0].subject}{more}\n" in out
     assert f"push <your-fork> {branch}" in out
 
 
