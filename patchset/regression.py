@@ -40,6 +40,34 @@ def regression_env(
     return env
 
 
+def overlay_regression_env(site_packages: Path, expect: str, baseline_dir: Path | None) -> dict[str, str]:
+    """Environment for the suite in overlay mode: the releases pip-installed in ``site_packages``, the overlays
+    switched on (``fixed``) or off (``bug``) by ``PATCHSET_OVERLAYS``, and nothing on PYTHONPATH."""
+    trees = {key: site_packages for key in TREE_VARIABLES}
+    env = regression_env(trees, expect, baseline_dir)
+    env.pop("PYTHONPATH")
+    env["PATCHSET_MODE"] = "overlay"
+    env["PATCHSET_OVERLAYS"] = "1" if expect == "fixed" else "0"
+    return env
+
+
+def run_overlay_regression_tests(
+    python: Path,
+    site_packages: Path,
+    expect: str,
+    baseline_dir: Path | None = None,
+    pytest_args: Sequence[str] = (),
+) -> int:
+    """Run the regression suite with ``python``, an environment where verl, Trinity-RFT and this project are
+    installed (`patchset.overlay_env`), on the overlays: ``fixed`` with them on, ``bug`` with them off."""
+    switch = "on" if expect == "fixed" else "off (PATCHSET_OVERLAYS=0)"
+    print(f"* Running the regression tests (expecting {expect}) on the releases in {site_packages}, overlays {switch}")
+    # -P: the checkout's own verl_overlay/ must not shadow the installed one (cwd is the repository root)
+    command = [str(python), "-P", "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider", *pytest_args]
+    env = overlay_regression_env(site_packages, expect, baseline_dir)
+    return subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
+
+
 def with_verl_for_trinity(trees: Mapping[str, Path], console: Console) -> dict[str, Path]:
     """Trinity's engine loss imports verl: test a Trinity tree given alone beside the pinned vanilla verl.
 

@@ -12,6 +12,13 @@
 Every test module asserts, through the ``verl_tree`` / ``trinity_tree`` fixtures, that the modules it
 uses were imported from the tree it claims to test.
 
+With ``PATCHSET_MODE=overlay`` the suite tests the overlays instead of patched checkouts: the two tree variables
+name the site-packages of an environment where verl, Trinity-RFT and this project are pip-installed, ``fixed``
+means the overlays switched on there (automatically, by ``patchset_overlay.pth``) and ``bug`` means switched off
+(``PATCHSET_OVERLAYS=0``); each side asserts, through ``python -m patchset_overlay status``'s own record, that
+the overlay is active or off as claimed. Tests that read patched files rather than running code (the generated
+configs, the upstream lint of the patched files) do not apply there and are skipped, saying why.
+
 On a verl tree where upstream has the critic fix (verl >= 0.9.0), `patchset apply` skips the critic patch and
 still runs this suite there with ``fixed``: the fix's invariants must hold on upstream's code too. The few tests
 that pin a property of this series' backport rather than of the fix ask for ``critic_backport`` and are skipped
@@ -28,6 +35,13 @@ from pathlib import Path
 import pytest
 
 EXPECTATIONS = ("fixed", "bug")
+MODES = ("patches", "overlay")
+# tests that check files a patch changes; overlays change no file, so these say nothing about them
+OVERLAY_NOT_APPLICABLE = {
+    "test_generated_config_critic_section_matches_composition": "the flattened _generated_ppo_*.yaml files are "
+    "upstream's installed files, which overlays never edit",
+    "test_upstream_lint.py": "lints the patched upstream files; the overlay code is linted with this project",
+}
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRITIC_LOSS_FILE = "verl/workers/utils/losses.py"  # the file of the critic's value_loss, which the fix changes
 
@@ -52,6 +66,37 @@ def _assert_imported_from(module_name: str, tree: Path) -> None:
     assert module_file.is_relative_to(tree), f"{module_name} was imported from {module_file}, not from {tree}"
 
 
+def _mode() -> str:
+    value = os.environ.get("PATCHSET_MODE", "patches")
+    assert value in MODES, f"PATCHSET_MODE must be one of {MODES}, not {value!r}"
+    return value
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _mode() != "overlay":
+        return
+    for item in items:
+        reason = OVERLAY_NOT_APPLICABLE.get(item.originalname) or OVERLAY_NOT_APPLICABLE.get(item.path.name)
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=f"overlay mode: {reason}"))
+
+
+def _assert_overlay_state(overlay_name: str, expect: str, tree: Path) -> None:
+    """In overlay mode: the overlay is the one installed beside the upstream (not this checkout's source), and
+    every piece of it is active when the fix is expected, and none when the bug is."""
+    if _mode() != "overlay":
+        return
+    from patchset_overlay.status import collect
+
+    _assert_imported_from(overlay_name, tree)
+    entry = next(entry for entry in collect() if entry["overlay"] == overlay_name)
+    states = {piece["piece"]: piece["state"] for piece in entry["pieces"]}
+    if expect == "fixed":
+        assert all(state == "active" for state in states.values()), f"{overlay_name} is not active: {entry}"
+    else:
+        assert not any(state == "active" for state in states.values()), f"{overlay_name} is active: {entry}"
+
+
 @pytest.fixture(scope="session")
 def expect() -> str:
     """What the trees under test should show: "fixed" (patched) or "bug" (vanilla)."""
@@ -62,13 +107,15 @@ def expect() -> str:
 
 
 @pytest.fixture(scope="session")
-def verl_on_path() -> Path:
-    """The verl checkout on ``sys.path``, after checking that `verl` really comes from it."""
+def verl_on_path(expect: str) -> Path:
+    """The verl checkout on ``sys.path``, after checking that `verl` really comes from it (and, in overlay mode,
+    that the verl overlay is in the state ``expect`` calls for)."""
     tree = _tree_from_env("PATCHSET_VERL_TREE")
     if tree is None:
         pytest.skip("no verl tree on the path (PATCHSET_VERL_TREE)")
     for module_name in ("verl", "verl.trainer.ppo.core_algos", "verl.workers.utils.losses"):
         _assert_imported_from(module_name, tree)
+    _assert_overlay_state("verl_overlay", expect, tree)
     return tree
 
 
@@ -81,13 +128,14 @@ def verl_tree(verl_on_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def trinity_tree(verl_on_path: Path) -> Path:
+def trinity_tree(verl_on_path: Path, expect: str) -> Path:
     """The Trinity-RFT checkout under test (Trinity's engine loss needs verl too)."""
     tree = _tree_from_env("PATCHSET_TRINITY_TREE")
     if tree is None:
         pytest.skip("no Trinity-RFT tree under test (PATCHSET_TRINITY_TREE)")
     for module_name in ("trinity", "trinity.trainer.verl.losses"):
         _assert_imported_from(module_name, tree)
+    _assert_overlay_state("trinity_overlay", expect, tree)
     return tree
 
 
@@ -106,7 +154,10 @@ def verl_version(verl_on_path: Path) -> str:
 @pytest.fixture(scope="session")
 def verl_upstream_skips(verl_tree: Path, verl_version: str) -> dict[str, UpstreamSkip]:
     """{patch name: skip} for the patches of the verl series that `patchset apply` skips on this tree because
-    upstream has their change (``Applied-Upstream`` / ``Upstream-Check``), as the planner decides it (read-only)."""
+    upstream has their change (``Applied-Upstream`` / ``Upstream-Check``), as the planner decides it (read-only).
+    In overlay mode no series is applied: the overlay's own guards decide, and the fixtures above check them."""
+    if _mode() == "overlay":
+        return {}
     if str(REPO_ROOT) not in sys.path:
         sys.path.append(str(REPO_ROOT))  # after the trees under test: only for the stdlib-only patchset package
     from patchset.plan import Action, plan_series

@@ -1,0 +1,67 @@
+"""A fresh "pip-installed release" environment for the overlay tests: verl and Trinity as users install them.
+
+``python -m venv`` a new environment, let it see the pinned test dependencies through one ``.pth`` line (the
+2.2 GB of torch and friends are not installed twice), then ``pip install`` into it, without network or build
+isolation, the pinned verl and trinity-rft sdists (what ``pip install verl==0.8.0 trinity-rft==0.6.0`` fetches)
+and this project, built as a wheel as users get it. The pinned venv's own pip does the installing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+from patchset.fetch import sha256_of
+from patchset.pins import Pin, load_pins
+from patchset.venv import REPO_ROOT, VenvError
+
+DEPENDENCIES_PTH = "_patchset_locked_deps.pth"  # sorts before patchset_overlay.pth, which needs wrapt from there
+
+
+def site_packages(venv_dir: Path) -> Path:
+    """The purelib folder of a venv made by the interpreter running this."""
+    relative = Path(sysconfig.get_path("purelib", vars={"base": ""}).lstrip("/"))
+    return venv_dir / relative
+
+
+def _run(command: list[str], step: str) -> None:
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if result.returncode != 0:
+        tail = "\n".join(result.stdout.splitlines()[-20:])
+        raise VenvError(f"{step} failed (exit {result.returncode}):\n{tail}")
+
+
+def _sdist(cache_sdists: Path, pin: Pin) -> Path:
+    """The cached sdist whose sha256 is the pinned one (the file name does not decide)."""
+    for candidate in sorted(cache_sdists.iterdir()) if cache_sdists.is_dir() else ():
+        if candidate.is_file() and sha256_of(candidate) == pin.sdist_sha256:
+            return candidate
+    raise VenvError(f"no verified sdist of {pin.label} in {cache_sdists}; run `scripts/apply.sh --no-test` first")
+
+
+def build_overlay_env(venv_dir: Path, deps_python: Path, cache_sdists: Path) -> Path:
+    """(Re)make ``venv_dir`` with the pinned releases and this project installed; return its python."""
+    deps_site = subprocess.run(
+        [str(deps_python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    ).stdout.strip()
+    shutil.rmtree(venv_dir, ignore_errors=True)
+    _run([str(deps_python), "-m", "venv", "--without-pip", str(venv_dir)], "creating the overlay venv")
+    python = venv_dir / "bin" / "python"
+    (site_packages(venv_dir) / DEPENDENCIES_PTH).write_text(deps_site + "\n", encoding="utf-8")
+    pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml").defaults()
+    sdists = [str(_sdist(cache_sdists, pin)) for pin in pins]
+    pip = [str(deps_python), "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index"]
+    pip += ["--no-build-isolation"]
+    _run([*pip, *sdists], "installing the pinned releases from their sdists")
+    _run([*pip, str(REPO_ROOT)], "installing this project")
+    return python
+
+
+if __name__ == "__main__":
+    print(build_overlay_env(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])))

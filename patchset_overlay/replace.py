@@ -1,0 +1,142 @@
+"""How a piece changes upstream objects in place, each change with its exact undo.
+
+Objects are changed where they live instead of being swapped for new ones, so every reference keeps working:
+names other modules took with ``from ... import``, ``functools.partial`` objects made earlier, and pickles,
+which refer to functions and classes by their module and name.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import dis
+from collections.abc import Callable
+from types import CodeType, FunctionType
+from typing import Any
+
+Undo = Callable[[], None]
+_MISSING = object()
+_FUNCTION_PARTS = ("__code__", "__defaults__", "__kwdefaults__", "__doc__", "__annotations__")
+
+
+class ReplaceError(RuntimeError):
+    """A replacement could not be made safely; nothing of it was changed."""
+
+
+def _global_names(code: CodeType) -> set[str]:
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname == "LOAD_GLOBAL"}
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def replace_function_code(target: FunctionType, replacement: FunctionType) -> Undo:
+    """Give ``target`` the code, defaults and docs of ``replacement``, keeping the function object itself.
+
+    The code then runs in the upstream module's namespace, as the patched upstream function would. So every global
+    it reads must already be there and be the very object ``replacement`` was written against; otherwise nothing
+    is changed.
+    """
+    if target.__code__.co_freevars or replacement.__code__.co_freevars:
+        raise ReplaceError(f"{target.__qualname__}: closures cannot be replaced in place")
+    for name in sorted(_global_names(replacement.__code__)):
+        theirs = target.__globals__.get(name, getattr(builtins, name, _MISSING))
+        ours = replacement.__globals__.get(name, getattr(builtins, name, _MISSING))
+        if theirs is _MISSING or theirs is not ours:
+            raise ReplaceError(f"{target.__module__}.{target.__qualname__}: global {name!r} differs from the overlay's")
+    saved = {part: getattr(target, part) for part in _FUNCTION_PARTS}
+    for part in _FUNCTION_PARTS:
+        value = getattr(replacement, part)
+        setattr(target, part, dict(value) if part == "__annotations__" else value)
+
+    def undo() -> None:
+        for part, value in saved.items():
+            setattr(target, part, value)
+
+    return undo
+
+
+def set_class_attributes(cls: type, attributes: dict[str, Any]) -> Undo:
+    """Set (or add) attributes of a class; instances made before, after, or unpickled all see them."""
+    saved = {name: cls.__dict__.get(name, _MISSING) for name in attributes}
+    for name, value in attributes.items():
+        setattr(cls, name, value)
+
+    def undo() -> None:
+        for name, value in saved.items():
+            if value is _MISSING:
+                delattr(cls, name)
+            else:
+                setattr(cls, name, value)
+
+    return undo
+
+
+def _subclasses_parents_first(cls: type) -> list[type]:
+    found: list[type] = []
+    pending = [cls]
+    while pending:
+        current = pending.pop()
+        if current not in found:
+            found.append(current)
+            pending.extend(current.__subclasses__())
+    return sorted(found, key=lambda klass: len(klass.__mro__))
+
+
+def _regenerate_dataclass(cls: type) -> None:
+    """Run ``dataclasses.dataclass`` on ``cls`` again, so its generated methods see the fields as they are now."""
+    params = cls.__dataclass_params__  # type: ignore[attr-defined]
+    own = cls.__dict__.get("__annotations__", {})
+    for name in own:
+        existing = cls.__dataclass_fields__.get(name)  # type: ignore[attr-defined]
+        # a field with a default factory has no class attribute left: give dataclass its Field back
+        if existing is not None and existing._field_type is dataclasses._FIELD and name not in cls.__dict__:
+            setattr(cls, name, existing)
+    for part in ("__init__", "__repr__", "__eq__", "__match_args__"):
+        if part in cls.__dict__:
+            delattr(cls, part)
+    if cls.__dict__.get("__hash__", _MISSING) is None:
+        delattr(cls, "__hash__")
+    options = {key: getattr(params, key) for key in ("init", "repr", "eq", "order", "unsafe_hash", "frozen")}
+    dataclasses.dataclass(cls, **options)
+
+
+def add_dataclass_field(cls: type, name: str, annotation: Any, default: Any, after: str, doc_line: str = "") -> Undo:
+    """Add a defaulted field to dataclass ``cls`` right after field ``after``, and to its dataclass subclasses.
+
+    Each class's generated ``__init__``, ``__repr__`` and ``__eq__`` are made again by ``dataclasses`` itself, so
+    the class behaves as if it had been written with the field. ``doc_line`` goes into the docstring after the
+    line that documents ``after``.
+    """
+    if not dataclasses.is_dataclass(cls) or after not in cls.__dict__.get("__annotations__", {}):
+        raise ReplaceError(f"{cls.__qualname__} has no own dataclass field {after!r} to add {name!r} after")
+    classes = _subclasses_parents_first(cls)
+    saved = {klass: dict(klass.__dict__) for klass in classes}
+
+    annotations = {}
+    for key, value in cls.__dict__["__annotations__"].items():
+        annotations[key] = value
+        if key == after:
+            annotations[name] = annotation
+    cls.__annotations__ = annotations
+    setattr(cls, name, default)
+    if doc_line and cls.__doc__:
+        lines = cls.__doc__.splitlines(keepends=True)
+        for index, line in enumerate(lines):
+            if line.strip().startswith(f"{after} ("):
+                lines.insert(index + 1, doc_line)
+                break
+        cls.__doc__ = "".join(lines)
+    for klass in classes:
+        _regenerate_dataclass(klass)
+
+    def undo() -> None:
+        for klass, before in saved.items():
+            for key in [key for key in klass.__dict__ if key not in before]:
+                delattr(klass, key)
+            for key, value in before.items():
+                if klass.__dict__.get(key, _MISSING) is not value:
+                    setattr(klass, key, value)
+
+    return undo

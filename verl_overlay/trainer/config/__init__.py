@@ -1,0 +1,88 @@
+"""Mirror of ``verl/trainer/config``: the critic YAML with ``loss_scale_factor`` (patch 0001), for Hydra.
+
+``critic/critic.yaml`` here is verl 0.8.0's file with the patch's lines added. Hydra finds it through the search
+path plugin ``hydra_plugins.patchset_overlay_searchpath``, ahead of verl's own config folder, but only while the
+installed verl is the release this file was made from (its critic.yaml has the sha256 below): an overlay never
+replaces a file it does not recognise. This runs inside Hydra's plugin discovery, so it reads verl's files
+without importing verl.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import warnings
+from pathlib import Path
+
+CONFIG_DIR = Path(__file__).resolve().parent
+UPSTREAM_FILE = "trainer/config/critic/critic.yaml"
+# sha256 of verl 0.8.0's verl/trainer/config/critic/critic.yaml, the file CONFIG_DIR/critic/critic.yaml extends
+UPSTREAM_SHA256 = "fac7babe651d2a434668d691d8fe4cd09c65017869a32d72d009d0c691c4551f"
+SUPPORTED = ("0.8.0",)
+FIXED_SINCE = (0, 9, 0)
+_warned: set[str] = set()
+
+
+def _verl_root() -> Path | None:
+    module = sys.modules.get("verl")
+    if module is not None and getattr(module, "__file__", None):
+        return Path(module.__file__).resolve().parent
+    spec = importlib.util.find_spec("verl")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+def _switched_on() -> tuple[bool, str]:
+    from patchset_overlay import ENV_SWITCH, switched_off
+    from patchset_overlay.state import record_for
+
+    record = record_for("verl_overlay")
+    if record.enabled:
+        return True, record.how
+    if switched_off():
+        return False, f"switched off by {ENV_SWITCH}"
+    return False, record.how or "verl_overlay is not activated in this process"
+
+
+def hydra_config_state() -> tuple[str, str]:
+    """("active" | "off ...", reason) for the critic YAML; the reason names the file and the version."""
+    on, how = _switched_on()
+    if not on:
+        return "off", how
+    root = _verl_root()
+    if root is None:
+        return "off", "verl is not installed"
+    version_file = root / "version" / "version"
+    version = version_file.read_text(encoding="utf-8").strip() if version_file.exists() else "unknown"
+    from patchset_overlay.guard import version_tuple
+
+    upstream = root / UPSTREAM_FILE
+    if version_tuple(version) >= FIXED_SINCE:
+        return "off (upstream has the fix)", f"verl {version} has critic.loss_scale_factor (upstream since 0.9.0)"
+    text = upstream.read_text(encoding="utf-8") if upstream.exists() else ""
+    if "\nloss_scale_factor:" in text:
+        return "off (upstream has the fix)", f"verl {version}'s {UPSTREAM_FILE} already sets loss_scale_factor"
+    if version not in SUPPORTED:
+        return "off (refused)", f"verl {version} is not a supported version (supported: {', '.join(SUPPORTED)})"
+    found = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    if found != UPSTREAM_SHA256:
+        return "off (refused)", (
+            f"verl {version}'s {UPSTREAM_FILE} is not the file this overlay was made from (sha256 {found[:16]}, "
+            f"expected {UPSTREAM_SHA256[:16]}); Hydra uses verl's own"
+        )
+    return "active", f"Hydra finds critic/critic.yaml in {CONFIG_DIR} before verl's {root / 'trainer/config'}"
+
+
+def search_path_dir() -> Path | None:
+    """The folder to put on Hydra's search path, or None (with a warning once, if refused) to leave verl's alone."""
+    state, reason = hydra_config_state()
+    if state == "active":
+        return CONFIG_DIR
+    if state == "off (refused)" and reason not in _warned:
+        from patchset_overlay.runtime import OverlayWarning
+
+        _warned.add(reason)
+        warnings.warn(f"verl_overlay: critic.yaml not used: {reason}", OverlayWarning, stacklevel=2)
+    return None

@@ -1,0 +1,63 @@
+"""Mirror of ``verl.workers.utils.losses``: ``value_loss`` reading the engine's global batch info (patch 0001).
+
+Installed by replacing the upstream function's code in place, so it runs in ``verl.workers.utils.losses``'s
+namespace (the globals below are that module's own objects) and ``partial(value_loss, ...)`` objects, made
+before or after, and pickles of them, all get it.
+"""
+
+from __future__ import annotations
+
+from tensordict import TensorDict
+from verl.trainer.ppo.core_algos import compute_value_loss
+from verl.utils import tensordict_utils as tu
+from verl.utils.metric import AggregationType, Metric
+from verl.utils.torch_functional import masked_mean
+from verl.workers.config import CriticConfig
+from verl.workers.utils.padding import no_padding_2_padding
+
+
+def value_loss(config: CriticConfig, model_output, data: TensorDict, dp_group=None):
+    """Value loss of one micro-batch, as its share of the global mini-batch loss inside verl's engine.
+
+    Args:
+        config: CriticConfig
+        model_output: model output from the model
+        data: the input to the model
+        dp_group: data parallel group
+
+    Returns:
+        value loss and its metrics
+    """
+    vpreds = no_padding_2_padding(model_output["values"], data)  # (bsz, response_length)
+
+    # the engine attaches these before splitting the mini-batch; select() below drops them, so read them first
+    dp_size = tu.get_non_tensor_data(data=data, key="dp_size", default=1)
+    batch_num_tokens = tu.get_non_tensor_data(data=data, key="batch_num_tokens", default=None)
+    global_batch_size = tu.get_non_tensor_data(data=data, key="global_batch_size", default=None)
+    loss_scale_factor = config.loss_scale_factor
+    globally_normalized = (
+        dp_size > 1 or batch_num_tokens is not None or global_batch_size is not None or loss_scale_factor is not None
+    )
+    # a share of the mini-batch loss is summed over micro-batches, a local mean is averaged (as ppo_loss logs)
+    aggregation = AggregationType.SUM if globally_normalized else AggregationType.MEAN
+
+    data = data.select("values", "returns", "response_mask").to_padded_tensor()
+    response_mask = data["response_mask"].to(bool)
+    vf_loss, vf_clipfrac = compute_value_loss(
+        vpreds=vpreds,
+        values=data["values"],
+        returns=data["returns"],
+        response_mask=response_mask,
+        cliprange_value=config.cliprange_value,
+        loss_agg_mode=config.loss_agg_mode,
+        dp_size=dp_size,
+        batch_num_tokens=batch_num_tokens,
+        global_batch_size=global_batch_size,
+        loss_scale_factor=loss_scale_factor,
+    )
+    metrics = {
+        "critic/vf_loss": Metric(value=vf_loss.detach().item(), aggregation=aggregation),
+        "critic/vf_clipfrac": vf_clipfrac.detach().item(),
+        "critic/vpred_mean": masked_mean(vpreds, response_mask).detach().item(),
+    }
+    return vf_loss, metrics
