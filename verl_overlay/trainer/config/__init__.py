@@ -20,6 +20,7 @@ UPSTREAM_FILE = "trainer/config/critic/critic.yaml"
 # sha256 of verl 0.8.0's verl/trainer/config/critic/critic.yaml, the file CONFIG_DIR/critic/critic.yaml extends
 UPSTREAM_SHA256 = "fac7babe651d2a434668d691d8fe4cd09c65017869a32d72d009d0c691c4551f"
 SUPPORTED = ("0.8.0",)
+CRITIC_PATCH = "0001-trainer-critic-value-loss-global-normalization"
 FIXED_SINCE = (0, 9, 0)
 _warned: set[str] = set()
 
@@ -46,11 +47,25 @@ def _switched_on() -> tuple[bool, str]:
     return False, record.how or "verl_overlay is not activated in this process"
 
 
+def _critic_piece_off() -> tuple[str, str] | None:
+    """The critic code piece's (state, reason) if it was judged off: the YAML belongs to it, and CriticConfig
+    would refuse the field the YAML adds."""
+    from patchset_overlay.state import PieceState, record_for
+
+    piece = record_for("verl_overlay").pieces.get(CRITIC_PATCH)
+    if piece is not None and piece.state not in (PieceState.PENDING, PieceState.ACTIVE):
+        return piece.state.value, piece.reason
+    return None
+
+
 def hydra_config_state() -> tuple[str, str]:
     """("active" | "off ...", reason) for the critic YAML; the reason names the file and the version."""
     on, how = _switched_on()
     if not on:
         return "off", how
+    code_piece = _critic_piece_off()
+    if code_piece is not None:
+        return code_piece
     root = _verl_root()
     if root is None:
         return "off", "verl is not installed"
@@ -80,7 +95,8 @@ def search_path_dir() -> Path | None:
     state, reason = hydra_config_state()
     if state == "active":
         return CONFIG_DIR
-    if state == "off (refused)" and reason not in _warned:
+    # a refusal of the critic code piece has been said already, by its own warning
+    if state == "off (refused)" and _critic_piece_off() is None and reason not in _warned:
         from patchset_overlay.runtime import OverlayWarning
 
         _warned.add(reason)

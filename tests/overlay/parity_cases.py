@@ -1,0 +1,157 @@
+"""Compute every loss case the overlay/patch parity test compares, in whichever process runs this file.
+
+``python parity_cases.py OUT.pt`` runs the real verl critic ``value_loss`` and Trinity's ``TrinityPolicyLoss``
+through verl's engine steps (tests/regression/engine_sim.py) for every ``loss_agg_mode`` and algorithm, several
+splits and data-parallel sizes, and saves each case's micro-batch losses, gradient and metrics, with which files
+the upstream modules came from and what the overlays say. The test runs it once on the installed releases with
+the overlays on and once on the patched checkouts, and compares the two bit for bit.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REGRESSION_DIR = Path(__file__).resolve().parents[1] / "regression"
+sys.path.insert(0, str(REGRESSION_DIR))
+
+from engine_sim import Split, engine_gradient, make_rollout_batch, use_cpu_unpadding  # noqa: E402
+from trinity_configs import algorithm_config  # noqa: E402
+
+LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+ALGORITHMS = ["ppo", "grpo", "dpo"]
+SPLITS = [(1, Split(1)), (1, Split(2)), (1, Split(3, dynamic=True)), (2, Split(2))]
+BATCH_SIZE = 24
+
+
+def _plain(value: Any) -> Any:
+    """Metrics as comparable values: a verl Metric becomes (aggregation, values)."""
+    if hasattr(value, "aggregation") and hasattr(value, "values"):
+        return ("Metric", str(value.aggregation), [_plain(item) for item in value.values])
+    if isinstance(value, torch.Tensor):
+        return ("tensor", value.detach().clone())
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _run(loss_fn, batch, outputs, dp_size: int, split: Split, global_batch_info: bool = True) -> dict[str, Any]:
+    losses: list[torch.Tensor] = []
+
+    def recording(model_output, data):
+        loss, metrics = loss_fn(model_output, data)
+        losses.append(loss.detach().clone())
+        return loss, metrics
+
+    gradient, metrics = engine_gradient(
+        recording, batch, outputs, split, dp_size=dp_size, global_batch_info=global_batch_info
+    )
+    return {"losses": losses, "gradient": gradient, "metrics": _plain(metrics)}
+
+
+def critic_cases() -> dict[str, dict[str, Any]]:
+    from verl.workers.config import CriticConfig
+    from verl.workers.utils.losses import value_loss
+
+    batch = make_rollout_batch(BATCH_SIZE, seed=0, extra_fields=("values", "returns"))
+    noise = torch.randn(batch["values"].shape, generator=torch.Generator().manual_seed(7))
+    outputs = {"values": batch["values"] + 0.3 * noise}
+    cases = {}
+    for mode in LOSS_AGG_MODES:
+        for scale in (None, 11):
+            extra = {} if scale is None else {"loss_scale_factor": scale}
+            try:
+                config = CriticConfig(
+                    strategy="fsdp", ppo_micro_batch_size_per_gpu=1, cliprange_value=0.2, loss_agg_mode=mode, **extra
+                )
+            except TypeError as error:  # vanilla verl: no loss_scale_factor
+                cases[f"critic {mode} scale={scale}"] = {"error": str(error)}
+                continue
+            loss_fn = lambda model_output, data, config=config: value_loss(config, model_output, data)  # noqa: E731
+            for dp_size, split in SPLITS:
+                cases[f"critic {mode} scale={scale} dp{dp_size} {split}"] = _run(
+                    loss_fn, batch, outputs, dp_size, split
+                )
+            cases[f"critic {mode} scale={scale} outside-engine"] = _run(loss_fn, batch, outputs, 1, Split(2), False)
+    return cases
+
+
+def actor_cases() -> dict[str, dict[str, Any]]:
+    from trinity.trainer.verl.losses import TrinityPolicyLoss
+
+    batch = make_rollout_batch(
+        BATCH_SIZE, seed=1, extra_fields=("old_log_probs", "ref_log_prob", "advantages"), holes_in_mask=True
+    )
+    noise = torch.randn(batch["old_log_probs"].shape, generator=torch.Generator().manual_seed(11))
+    batch["old_log_probs"] = -batch["old_log_probs"].abs()
+    batch["ref_log_prob"] = -batch["ref_log_prob"].abs()
+    outputs = {
+        "log_probs": batch["old_log_probs"] + 0.1 * noise,
+        "entropy": torch.rand(noise.shape, generator=torch.Generator().manual_seed(12)),
+    }
+    cases = {}
+    for algorithm in ALGORITHMS:
+        for mode in LOSS_AGG_MODES:
+            for terms in (True, False):
+                loss_fn = TrinityPolicyLoss(algorithm_config(algorithm, mode, kl=terms, entropy=terms))
+                name = f"actor {algorithm} {mode} {'pg+entropy+kl' if terms else 'pg-only'}"
+                for dp_size, split in SPLITS:
+                    cases[f"{name} dp{dp_size} {split}"] = _run(loss_fn, batch, outputs, dp_size, split)
+                cases[f"{name} outside-engine"] = _run(loss_fn, batch, outputs, 1, Split(2), False)
+    return cases
+
+
+def config_cases() -> dict[str, Any]:
+    """What CriticConfig and verl's Hydra composition look like (the field, its place, the composed section)."""
+    import dataclasses
+
+    import verl
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+    from verl.workers.config import CriticConfig, FSDPCriticConfig
+
+    config_dir = Path(verl.__file__).resolve().parent / "trainer" / "config"
+    with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+        composed = compose(config_name="ppo_trainer", overrides=["actor_rollout_ref.actor.loss_scale_factor=333"])
+    return {
+        "critic fields": [field.name for field in dataclasses.fields(CriticConfig)],
+        "fsdp critic fields": [field.name for field in dataclasses.fields(FSDPCriticConfig)],
+        "critic repr": repr(CriticConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1)),
+        "critic doc": CriticConfig.__doc__,
+        "composed critic": OmegaConf.to_container(composed.critic, resolve=True),
+    }
+
+
+def provenance() -> dict[str, Any]:
+    import trinity.trainer.verl.losses
+    import verl.workers.utils.losses
+
+    overlays = None
+    try:
+        from patchset_overlay.status import collect
+
+        overlays = collect()
+    except ImportError:
+        pass
+    return {
+        "verl": verl.workers.utils.losses.__file__,
+        "trinity": trinity.trainer.verl.losses.__file__,
+        "overlays": overlays,
+    }
+
+
+def main(out: str) -> int:
+    use_cpu_unpadding()
+    torch.use_deterministic_algorithms(True)
+    results = {"provenance": provenance(), "cases": {**critic_cases(), **actor_cases()}, "config": config_cases()}
+    torch.save(results, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1]))

@@ -1,0 +1,137 @@
+"""Guards: an overlay never replaces code it does not recognise, and says so once, clearly.
+
+Each case runs in its own process of the overlay venv, with the overlays switched on the way users get them (the
+``.pth`` file): a faked upstream version, an upstream function or class that differs from the one the overlay
+was written for, a critic YAML that differs, and upstreams that already have the fix (by content: the patched
+checkouts; by version: 0.9.1). Each must leave the upstream objects untouched, raise the expected warning naming
+the package, version and object, and report the reason in ``python -m patchset_overlay status``; the other
+overlay is not affected. The messages are written to ``$PATCHSET_OVERLAY_RESULTS/overlay-guards.txt``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import HERE, overlay_env, run_json
+
+UPSTREAM_OBJECTS = {
+    "verl": ("compute_value_loss", "value_loss", "CriticConfig"),
+    "trinity": ("TrinityPolicyLoss.__call__",),
+}
+
+
+def _changed_copy(tmp_path: Path, site: Path, package: str, relative: str, old: str, new: str) -> Path:
+    """A copy of the installed ``package`` with one line of ``relative`` changed: the upstream drifted."""
+    root = tmp_path / "changed"
+    shutil.copytree(site / package, root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    target = root / package / relative
+    text = target.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"{old!r} not found once in {target}"
+    target.write_text(text.replace(old, new), encoding="utf-8")
+    return root
+
+
+def _record(case: str, messages: list[str]) -> None:
+    results = os.environ.get("PATCHSET_OVERLAY_RESULTS")
+    if results:
+        Path(results).mkdir(parents=True, exist_ok=True)
+        with (Path(results) / "overlay-guards.txt").open("a", encoding="utf-8") as stream:
+            for message in messages:
+                stream.write(f"{case}: {message}\n")
+
+
+def _pieces(result: dict, overlay: str) -> list[dict]:
+    return next(entry for entry in result["status"] if entry["overlay"] == overlay)["pieces"]
+
+
+def _check(result: dict, case: str, off: str, state: str, expected: str) -> None:
+    _record(case, result["warnings"])
+    assert [message for message in result["warnings"] if expected in message], (
+        f"no warning containing {expected!r}: {result['warnings']}"
+    )
+    assert len(result["warnings"]) == 1, f"expected exactly one overlay warning, got {result['warnings']}"
+    for name in UPSTREAM_OBJECTS[off]:
+        assert result["untouched"][name], f"{name} was changed: {result['untouched']}"
+    code_pieces = [piece for piece in _pieces(result, f"{off}_overlay") if not piece["piece"].startswith("critic.yaml")]
+    assert all(piece["state"] == state and expected in piece["reason"] for piece in code_pieces), code_pieces
+    other = "trinity" if off == "verl" else "verl"
+    assert all(piece["state"] == "active" for piece in _pieces(result, f"{other}_overlay")), "the other overlay"
+
+
+@pytest.mark.parametrize(
+    ("case", "off", "expected"),
+    [
+        ("verl-0.7.1", "verl", "verl 0.7.1 is not a supported version (supported: 0.8.0); verl left untouched"),
+        ("trinity-0.5.9", "trinity", "trinity-rft 0.5.9 is not a supported version (supported: 0.6.0)"),
+    ],
+)
+def test_fake_version_leaves_upstream_untouched(overlay_python, case, off, expected):
+    result = run_json(overlay_python, HERE / "guard_cases.py", [case], overlay_env("1"))
+    _check(result, case, off, "off (refused)", expected)
+
+
+def test_changed_verl_function_leaves_all_of_the_critic_fix_out(tmp_path, overlay_python, overlay_site):
+    changed = _changed_copy(
+        tmp_path,
+        overlay_site,
+        "verl",
+        "trainer/ppo/core_algos.py",
+        "vf_loss = 0.5 * agg_loss(",
+        "vf_loss = 0.50 * agg_loss(",
+    )
+    result = run_json(overlay_python, HERE / "guard_cases.py", ["changed"], overlay_env("1", [changed]))
+    expected = (
+        "verl.trainer.ppo.core_algos.compute_value_loss in verl 0.8.0 is not the code this overlay was written for"
+    )
+    _check(result, "changed verl compute_value_loss", "verl", "off (refused)", expected)
+
+
+def test_changed_trinity_class_leaves_it_untouched(tmp_path, overlay_python, overlay_site):
+    changed = _changed_copy(
+        tmp_path,
+        overlay_site,
+        "trinity",
+        "trainer/verl/losses.py",
+        "return policy_loss, metrics",
+        "return policy_loss * 1, metrics",
+    )
+    result = run_json(overlay_python, HERE / "guard_cases.py", ["changed"], overlay_env("1", [changed]))
+    expected = "trinity.trainer.verl.losses.TrinityPolicyLoss in trinity-rft 0.6.0 is not the code this overlay was"
+    _check(result, "changed TrinityPolicyLoss", "trinity", "off (refused)", expected)
+
+
+def test_changed_critic_yaml_is_not_put_on_hydras_search_path(tmp_path, overlay_python, overlay_site):
+    changed = _changed_copy(
+        tmp_path,
+        overlay_site,
+        "verl",
+        "trainer/config/critic/critic.yaml",
+        "cliprange_value: 0.5",
+        "cliprange_value: 0.4",
+    )
+    result = run_json(overlay_python, HERE / "guard_cases.py", ["changed"], overlay_env("1", [changed]))
+    _record("changed critic.yaml", result["warnings"])
+    assert not result["critic_yaml_composes_loss_scale_factor"]
+    assert [
+        m
+        for m in result["warnings"]
+        if "critic.yaml not used: verl 0.8.0's trainer/config/critic/critic.yaml is not the file" in m
+    ]
+    yaml_piece = next(p for p in _pieces(result, "verl_overlay") if p["piece"].startswith("critic.yaml"))
+    assert yaml_piece["state"] == "off (refused)"
+
+
+@pytest.mark.parametrize(
+    ("case", "off", "expected"),
+    [
+        ("patched", "verl", "verl 0.8.0 already has the critic fix (compute_value_loss takes batch_num_tokens)"),
+        ("verl-0.9.1", "verl", "verl 0.9.1 has the fix (upstream since 0.9.0)"),
+        ("patched", "trinity", "trinity-rft 0.6.0 already has the policy-loss fix"),
+    ],
+)
+def test_upstream_with_the_fix_keeps_the_overlay_off(overlay_python, patched_trees, case, off, expected):
+    result = run_json(overlay_python, HERE / "guard_cases.py", [case], overlay_env("1", [patched_trees[off]]))
+    _check(result, f"{case} {off}", off, "off (upstream has the fix)", expected)

@@ -1,0 +1,103 @@
+"""Overlay / patch parity: for the same inputs the overlays give exactly what the patched checkouts give.
+
+Every loss case of `parity_cases.py` (the verl critic and Trinity's policy loss, every ``loss_agg_mode``, PPO,
+GRPO and DPO, with and without entropy and KL, several splits and dp 2, inside and outside the engine): the
+micro-batch losses, the gradient and the metrics are bit-for-bit equal, and so are ``CriticConfig``'s fields,
+repr and docstring and the Hydra-composed critic section. The comparison is against whatever the patched
+checkouts do, and every patch of each series must have its overlay piece, so a patch added without its overlay
+mirror fails here loudly. The same comparison against the overlays switched off must find differences: it can
+fail.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import HERE, REPO_ROOT, overlay_env
+
+
+def _cases(python: Path, out: Path, switch: str, pythonpath: list[Path] = ()) -> dict[str, Any]:
+    import subprocess
+
+    completed = subprocess.run(
+        [str(python), "-P", str(HERE / "parity_cases.py"), str(out)],
+        env=overlay_env(switch, pythonpath),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert completed.returncode == 0, completed.stdout[-4000:]
+    return torch.load(out, weights_only=False)
+
+
+def _equal(left: Any, right: Any) -> bool:
+    if isinstance(left, torch.Tensor):
+        return isinstance(right, torch.Tensor) and left.dtype == right.dtype and torch.equal(left, right)
+    if isinstance(left, dict):
+        return isinstance(right, dict) and left.keys() == right.keys() and all(_equal(left[k], right[k]) for k in left)
+    if isinstance(left, list | tuple):
+        return type(left) is type(right) and len(left) == len(right) and all(map(_equal, left, right))
+    return left == right
+
+
+def _states(provenance: dict) -> dict[str, list[str]]:
+    return {entry["overlay"]: [piece["state"] for piece in entry["pieces"]] for entry in provenance["overlays"]}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, overlay_python: Path, overlay_site: Path, patched_trees: dict[str, Path]):
+    tmp = tmp_path_factory.mktemp("parity")
+    patched = _cases(overlay_python, tmp / "patched.pt", "0", [patched_trees["verl"], patched_trees["trinity"]])
+    overlay = _cases(overlay_python, tmp / "overlay.pt", "1")
+    vanilla = _cases(overlay_python, tmp / "vanilla.pt", "0")
+    assert Path(patched["provenance"]["verl"]).is_relative_to(patched_trees["verl"])
+    assert Path(patched["provenance"]["trinity"]).is_relative_to(patched_trees["trinity"])
+    for run in (overlay, vanilla):
+        assert Path(run["provenance"]["verl"]).is_relative_to(overlay_site)
+        assert Path(run["provenance"]["trinity"]).is_relative_to(overlay_site)
+    assert all(state == "active" for states in _states(overlay["provenance"]).values() for state in states)
+    assert not any(state == "active" for states in _states(vanilla["provenance"]).values() for state in states)
+    return {"patched": patched, "overlay": overlay, "vanilla": vanilla}
+
+
+def test_every_loss_case_is_bit_for_bit_equal_to_the_patched_checkout(runs):
+    patched, overlay = runs["patched"]["cases"], runs["overlay"]["cases"]
+    assert overlay.keys() == patched.keys()
+    different = [name for name in patched if not _equal(overlay[name], patched[name])]
+    assert not different, f"{len(different)} of {len(patched)} cases differ, e.g. {different[:5]}"
+
+
+def test_config_is_equal_to_the_patched_checkout(runs):
+    patched, overlay = runs["patched"]["config"], runs["overlay"]["config"]
+    different = [name for name in patched if not _equal(overlay[name], patched[name])]
+    assert not different, f"differs: {different}"
+    assert overlay["composed critic"]["loss_scale_factor"] == 333
+
+
+def test_comparison_can_fail_vanilla_differs_from_patched(runs):
+    patched, vanilla = runs["patched"]["cases"], runs["vanilla"]["cases"]
+    different = [name for name in patched if not _equal(vanilla.get(name), patched[name])]
+    assert len(different) > len(patched) // 2, f"only {len(different)} of {len(patched)} vanilla cases differ"
+    assert not _equal(runs["vanilla"]["config"], runs["patched"]["config"])
+
+
+@pytest.mark.parametrize("series", ["verl", "trinity"])
+def test_every_patch_of_the_series_has_its_overlay_piece(series):
+    import importlib
+
+    lines = (REPO_ROOT / "patches" / series / "series").read_text(encoding="utf-8").splitlines()
+    patches = [Path(line.strip()).stem for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    overlay = importlib.import_module(f"{series}_overlay").OVERLAY
+    assert [piece.patch for piece in overlay.pieces] == patches, (
+        f"patches/{series}/series lists {patches}, but {series}_overlay mirrors {[p.patch for p in overlay.pieces]}: "
+        "every patch needs its overlay piece (a Piece in the overlay's OVERLAY), in series order"
+    )
+
+
+def test_overlay_critic_yaml_is_the_patched_file(patched_trees):
+    ours = REPO_ROOT / "verl_overlay" / "trainer" / "config" / "critic" / "critic.yaml"
+    theirs = patched_trees["verl"] / "verl" / "trainer" / "config" / "critic" / "critic.yaml"
+    assert ours.read_bytes() == theirs.read_bytes()
