@@ -4,8 +4,11 @@ Steps: build the pinned venv; lint this project; fetch the pinned upstreams and 
 test the tooling (including the real series on copies of the pinned checkouts); run the regression suite on
 the vanilla trees expecting the bug (the teeth), then on the patched trees expecting the fix; print the
 measured gradient ratios side by side; build the patched wheels, install them into a fresh venv and run the
-regression suite against the installed packages; apply the series onto a clone of verl 0.9.1, which must skip the critic
-patch as upstream since 0.9.0 (recognised by content) and pass the critic tests on upstream's code. Every step
+regression suite against the installed packages; apply the series onto a clone of verl 0.9.1, which must skip the
+critic patch as upstream since 0.9.0 (recognised by content) and pass the critic tests on upstream's code; then the
+overlays: a fresh venv with the pinned verl and trinity-rft sdists and this project pip-installed, the regression
+suite there with the overlays on (fix) and off (teeth), and tests/overlay (parity with the patched trees, guards,
+activation, pickles, a local Ray run). Every step
 runs even when an earlier one failed, so one run reports everything; the exit code is 0 only if all passed.
 """
 
@@ -24,8 +27,9 @@ from pathlib import Path
 
 from patchset.errors import PatchsetError
 from patchset.fetch import ensure_upstream, resolve_cache
+from patchset.overlay_env import build_overlay_env, site_packages
 from patchset.pins import load_pins
-from patchset.regression import run_regression_tests
+from patchset.regression import run_overlay_regression_tests, run_regression_tests
 from patchset.ui import Console
 from patchset.venv import REPO_ROOT, VenvError, ensure_venv
 from patchset.wheels import check_wheels
@@ -94,6 +98,46 @@ def _upstream_merged_step(cache_root: Path, env: dict[str, str], patches_dir: Pa
     return returncode == 0 and found
 
 
+def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path], cache_root: Path) -> bool:
+    """The overlays on pip-installed releases: build the environment, run the regression suite there with the
+    overlays off (teeth) and on (fix), then tests/overlay. The engine end-to-end module is left to the patch
+    mode (it takes minutes on two cores); parity compares every loss case with the patched trees instead."""
+    print("\n=== overlays on pip-installed releases (fresh venv: pinned sdists + this project)", flush=True)
+    started = time.monotonic()
+    results_dir = cache_root / "results"
+    with tempfile.TemporaryDirectory(prefix="patchset-overlay-venv-") as tmp:
+        try:
+            overlay_python = build_overlay_env(Path(tmp) / "venv", Path(python), cache_root / "sdists")
+        except VenvError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return False
+        site = site_packages(Path(tmp) / "venv")
+        print(f"* Installed verl, trinity-rft and this project into {site}", flush=True)
+        skip_e2e = ["--ignore", str(REPO_ROOT / "tests" / "regression" / "test_engine_e2e.py")]
+        passed = {
+            "teeth": run_overlay_regression_tests(overlay_python, site, "bug", results_dir / "overlay", skip_e2e) == 0,
+            "fix": run_overlay_regression_tests(overlay_python, site, "fixed", results_dir / "overlay", skip_e2e) == 0,
+        }
+        (results_dir / "overlay-guards.txt").unlink(missing_ok=True)
+        env = {
+            **os.environ,
+            "PATCHSET_OVERLAY_PYTHON": str(overlay_python),
+            "PATCHSET_PATCHED_VERL_TREE": str(patched["verl"]),
+            "PATCHSET_PATCHED_TRINITY_TREE": str(patched["trinity"]),
+            "PATCHSET_VANILLA_VERL_TREE": str(vanilla["verl"]),
+            "PATCHSET_OVERLAY_RESULTS": str(results_dir),
+        }
+        env.pop("PYTHONPATH", None)
+        print("* Running tests/overlay", flush=True)
+        command = [python, "-m", "pytest", str(REPO_ROOT / "tests" / "overlay"), "-q", "-rs", "-p", "no:cacheprovider"]
+        passed["tests/overlay"] = subprocess.run(command, cwd=REPO_ROOT, env=env).returncode == 0
+    guards = results_dir / "overlay-guards.txt"
+    if guards.exists():
+        print("* Guards tried, and the message each printed:\n" + guards.read_text(encoding="utf-8"), end="")
+    print(f"(overlay step: {passed}, {time.monotonic() - started:.0f} s)", flush=True)
+    return all(passed.values())
+
+
 def _ratio_table(results_dir: Path) -> str:
     """Gradient-norm ratio to one micro-batch on one rank, per case: vanilla next to patched."""
     ratios: dict[tuple[str, str], dict[str, float]] = {}
@@ -160,6 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["patched wheels"] = check_wheels(Console(), args.cache)
     key, version, _ = UPSTREAM_MERGED
     results[f"upstream-merged ({key} {version})"] = _upstream_merged_step(args.cache, env)
+    if results["pinned trees"]:
+        vanilla, patched = _pinned_trees(args.cache)
+        results["overlays (pip-installed releases)"] = _overlay_step(python, vanilla, patched, args.cache)
 
     print("\n=== summary")
     for name, passed in results.items():

@@ -27,7 +27,8 @@ def _import_targets(overlay: Overlay) -> str | None:
 
 
 def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
-    """One entry per overlay: how it was switched on (or off), the upstream version, and each piece's state."""
+    """One entry per overlay: how it was switched on (or off), the upstream version, and each piece's state.
+    With ``import_upstreams`` off, only what this process has imported so far is reported."""
     report = []
     for overlay in overlays():
         problem = _import_targets(overlay) if import_upstreams else None

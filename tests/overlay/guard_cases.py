@@ -1,9 +1,10 @@
 """One guard case per run, in a process of the overlay venv with the overlays switched on automatically.
 
-``python guard_cases.py CASE`` prepares what the case needs before the upstream modules are imported (a faked
-``__version__``; changed or patched trees come in through PYTHONPATH, set by the test), imports the upstream
-modules, which fires the overlays' import hooks, and prints one JSON line: the overlay warnings raised, the
-status report, and whether the upstream objects are still upstream's own.
+``python guard_cases.py CASE UPSTREAMS`` (UPSTREAMS: ``verl`` or ``verl,trinity``) prepares what the case needs
+before the upstream modules are imported (a faked ``__version__``; changed or patched trees come in through
+PYTHONPATH, set by the test), imports the upstream modules, which fires the overlays' import hooks, and prints
+one JSON line: the overlay warnings raised, the status report, and whether the upstream objects are still
+upstream's own.
 """
 
 from __future__ import annotations
@@ -29,19 +30,21 @@ def _from_upstream(obj, package: str) -> bool:
 
 def untouched() -> dict[str, bool]:
     """Each replaced object is still the upstream's own code (its source file is in the upstream package)."""
-    import trinity.trainer.verl.losses as trinity_losses
     import verl.trainer.ppo.core_algos as core_algos
     import verl.workers.config.critic as critic
     import verl.workers.utils.losses as losses
 
-    return {
+    seen = {
         "compute_value_loss": _from_upstream(core_algos.compute_value_loss, "verl"),
         "value_loss": _from_upstream(losses.value_loss, "verl"),
         # no overlay field: either none at all, or the one upstream's own source declares
         "CriticConfig": "loss_scale_factor" not in {f.name for f in dataclasses.fields(critic.CriticConfig)}
         or "loss_scale_factor" in inspect.getsource(critic.CriticConfig),
-        "TrinityPolicyLoss.__call__": _from_upstream(trinity_losses.TrinityPolicyLoss.__call__, "trinity"),
     }
+    trinity_losses = sys.modules.get("trinity.trainer.verl.losses")
+    if trinity_losses is not None:
+        seen["TrinityPolicyLoss.__call__"] = _from_upstream(trinity_losses.TrinityPolicyLoss.__call__, "trinity")
+    return seen
 
 
 def critic_yaml_composes_loss_scale_factor() -> bool:
@@ -53,20 +56,21 @@ def critic_yaml_composes_loss_scale_factor() -> bool:
         return "loss_scale_factor" in compose(config_name="ppo_trainer").critic
 
 
-def main(case: str) -> int:
+def main(case: str, upstreams: str) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if case in FAKE_VERSIONS:
             package, version = FAKE_VERSIONS[case]
             module = __import__(package)
             module.__version__ = version
-        import trinity.trainer.verl.losses  # noqa: F401
+        if "trinity" in upstreams.split(","):  # Trinity's import is the slow one: only where the case needs it
+            import trinity.trainer.verl.losses  # noqa: F401
         import verl.workers.utils.losses  # noqa: F401
 
         composes = critic_yaml_composes_loss_scale_factor()
         from patchset_overlay.status import collect, render
 
-        report = collect()
+        report = collect(import_upstreams=False)
     overlay_warnings = [str(w.message) for w in caught if type(w.message).__name__ == "OverlayWarning"]
     print(render(report), file=sys.stderr)
     print(
@@ -83,4 +87,4 @@ def main(case: str) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1]))
+    raise SystemExit(main(sys.argv[1], sys.argv[2]))
