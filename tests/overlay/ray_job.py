@@ -3,7 +3,9 @@ in this driver, and reports what the overlays say in its own process.
 
 Nothing here activates an overlay: the workers are processes of the same environment, so they get the overlays
 the way users get them, from ``patchset_overlay.pth`` at start-up (or not, under ``PATCHSET_OVERLAYS=0``, which the
-workers inherit from this driver). Prints one JSON line.
+workers inherit from this driver). With the argument ``setup-hook`` the workers are activated instead by Ray's
+``worker_process_setup_hook`` (README's variant for clusters whose workers use another environment). Prints one
+JSON line.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ REGRESSION_DIR = HERE.parent / "regression"
 sys.path[:0] = [str(HERE), str(REGRESSION_DIR)]
 
 
-def main() -> int:
+def main(argv: list[str]) -> int:
     import ray
     from verl.workers.config import CriticConfig
     from verl.workers.utils.losses import value_loss
@@ -27,12 +29,10 @@ def main() -> int:
     critic_cfg = CriticConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, loss_agg_mode="token-mean")
     critic_loss = functools.partial(value_loss, config=critic_cfg)  # as trinity.trainer.verl.trainer builds it
 
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(HERE), str(REGRESSION_DIR)])}},
-    )
+    runtime_env: dict = {"env_vars": {"PYTHONPATH": os.pathsep.join([str(HERE), str(REGRESSION_DIR)])}}
+    if argv == ["setup-hook"]:  # README's variant for workers that do not get the .pth: activate at worker start
+        runtime_env["worker_process_setup_hook"] = "patchset_overlay.activate_all"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
     try:
 
         @ray.remote(num_cpus=1)
@@ -66,4 +66,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))
