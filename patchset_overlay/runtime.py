@@ -12,7 +12,7 @@ import warnings
 from functools import partial
 from types import ModuleType
 
-from patchset_overlay.guard import judge
+from patchset_overlay.guard import Verdict, judge
 from patchset_overlay.spec import Overlay, Piece
 from patchset_overlay.state import OverlayRecord, PieceRecord, PieceState, record_for
 
@@ -34,7 +34,14 @@ def _try_piece(overlay: Overlay, piece: Piece, record: OverlayRecord) -> None:
     if not all(module in record.imported for module in (overlay.upstream, *piece.modules)):
         return
     modules: dict[str, ModuleType] = {name: sys.modules[name] for name in (overlay.upstream, *piece.modules)}
-    verdict = judge(overlay, piece, modules)
+    try:
+        verdict = judge(overlay, piece, modules)
+    except Exception as error:  # runs inside someone's import: a failed check refuses, it never breaks the import
+        verdict = Verdict(
+            PieceState.REFUSED,
+            f"{overlay.name}: {piece.patch} not applied: could not check {overlay.upstream} ({error!r}); "
+            f"{overlay.upstream} left untouched",
+        )
     if verdict.state is PieceState.ACTIVE:
         undo: list = []
         try:
