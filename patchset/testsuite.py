@@ -127,6 +127,10 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
             "PATCHSET_VANILLA_VERL_TREE": str(vanilla["verl"]),
             "PATCHSET_OVERLAY_RESULTS": str(results_dir),
         }
+        key, version, _ = UPSTREAM_MERGED
+        fixed_verl = resolve_cache(str(cache_root), os.environ, REPO_ROOT).upstreams / f"{key}-{version}"
+        if fixed_verl.is_dir():  # fetched by the upstream-merged step: the real release with the fix
+            env["PATCHSET_FIXED_VERL_TREE"] = str(fixed_verl)
         env.pop("PYTHONPATH", None)
         print("* Running tests/overlay", flush=True)
         command = [python, "-m", "pytest", str(REPO_ROOT / "tests" / "overlay"), "-q", "-rs", "-p", "no:cacheprovider"]

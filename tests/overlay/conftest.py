@@ -6,7 +6,8 @@ trinity-rft sdists and this project pip-installed) and names it and the patched 
 - ``PATCHSET_OVERLAY_PYTHON``: that venv's python; every check runs in a child process of it, because what an
   overlay does is a property of a whole process (as it is in a Ray worker);
 - ``PATCHSET_PATCHED_VERL_TREE`` / ``PATCHSET_PATCHED_TRINITY_TREE``: the patched checkouts (parity);
-- ``PATCHSET_VANILLA_VERL_TREE``: the vanilla verl checkout (the guard tests make changed copies of it).
+- ``PATCHSET_VANILLA_VERL_TREE``: the vanilla verl checkout;
+- ``PATCHSET_FIXED_VERL_TREE``: the verl 0.9.1 release, which has the critic fix (a guard test; optional).
 """
 
 from __future__ import annotations

@@ -141,3 +141,21 @@ def test_changed_critic_yaml_is_not_put_on_hydras_search_path(tmp_path, overlay_
 def test_upstream_with_the_fix_keeps_the_overlay_off(overlay_python, patched_trees, case, off, expected):
     result = _guard(overlay_python, case, off, [patched_trees[off]])
     _check(result, f"{case} {off}", off, "off (upstream has the fix)", expected)
+
+
+def test_verl_release_with_the_fix_keeps_the_critic_overlay_off(overlay_python):
+    """The real verl 0.9.1 release (upstream's fix, its own critic.yaml with loss_scale_factor): nothing replaced."""
+    tree = os.environ.get("PATCHSET_FIXED_VERL_TREE")
+    if not tree:
+        pytest.skip("PATCHSET_FIXED_VERL_TREE is not set (scripts/test.sh sets it once verl 0.9.1 is fetched)")
+    result = _guard(overlay_python, "release", "verl", [Path(tree)])
+    _check(
+        result,
+        "verl 0.9.1 release",
+        "verl",
+        "off (upstream has the fix)",
+        "verl 0.9.1 has the fix (upstream since 0.9.0)",
+    )
+    yaml_piece = next(p for p in _pieces(result, "verl_overlay") if p["piece"].startswith("critic.yaml"))
+    assert yaml_piece["state"] == "off (upstream has the fix)"
+    assert result["critic_yaml_composes_loss_scale_factor"], "upstream's own critic.yaml has the field"
