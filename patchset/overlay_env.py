@@ -12,12 +12,24 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
 from patchset.fetch import sha256_of
 from patchset.pins import Pin, load_pins
 from patchset.venv import REPO_ROOT, VenvError
 
+_NOT_PACKAGED = (
+    ".cache",
+    ".venv",
+    ".git",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    ".ruff_cache",
+)
 DEPENDENCIES_PTH = "_patchset_locked_deps.pth"  # sorts before patchset_overlay.pth, which needs wrapt from there
 
 
@@ -59,7 +71,11 @@ def build_overlay_env(venv_dir: Path, deps_python: Path, cache_sdists: Path) -> 
     pip = [str(deps_python), "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index"]
     pip += ["--no-build-isolation"]
     _run([*pip, *sdists], "installing the pinned releases from their sdists")
-    _run([*pip, str(REPO_ROOT)], "installing this project")
+    # from a clean copy: building in place would leave build/ here, and reuse stale files from an earlier build
+    with tempfile.TemporaryDirectory(prefix="patchset-project-") as tmp:
+        project = Path(tmp) / "project"
+        shutil.copytree(REPO_ROOT, project, ignore=shutil.ignore_patterns(*_NOT_PACKAGED))
+        _run([*pip, str(project)], "installing this project")
     return python
 
 
