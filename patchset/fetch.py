@@ -242,20 +242,13 @@ def ensure_upstream(pin: Pin, cache: Cache, console: Console, *, download: Downl
         console.step(f"Using cached sdist {display_path(sdist)}")
     else:
         sdist = _download(pin, cache, console, download or pip_download, damaged)
-    cache.upstreams.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{pin.dirname}-", dir=cache.upstreams))
-    try:
-        tree = tmp / "tree"
+
+    def make_checkout(tree: Path) -> None:
         unpack_sdist(sdist, tree)
         message = f"{pin.label} from its PyPI sdist\n\nsdist sha256: {pin.sdist_sha256}\nupstream: {pin.repository}"
         gitops.init_commit_tag(tree, message=message, tag=pin.tag, identity=IDENTITY)
-        if checkout.exists():
-            shutil.rmtree(checkout)
-        os.replace(tree, checkout)
-    except gitops.GitError as exc:
-        raise BadInput(f"could not make a git checkout of {pin.label}: {exc}") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    _replace_with_new_tree(checkout, make_checkout, f"could not make a git checkout of {pin.label}")
     console.step(f"Unpacked {pin.label} into {display_path(checkout)} (tag {pin.tag})")
     return checkout
 
@@ -264,16 +257,24 @@ def fresh_patched_clone(pin: Pin, vanilla: Path, cache: Cache, console: Console)
     """(Re)create ``patched/<name>-<version>`` as a fresh local clone of the vanilla checkout."""
     dest = cache.patched / pin.dirname
     console.step(f"Creating a fresh patched tree {display_path(dest)}")
-    cache.patched.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{pin.dirname}-", dir=cache.patched))
+    _replace_with_new_tree(
+        dest, lambda clone: gitops.clone_local(vanilla, clone), f"could not clone {display_path(vanilla)}"
+    )
+    return dest
+
+
+def _replace_with_new_tree(dest: Path, make: Callable[[Path], None], failure: str) -> None:
+    """Build a tree with ``make`` in a scratch folder beside ``dest``, then put it in place of ``dest`` in one
+    rename: an interrupted or failed build never leaves a half-made tree where the cache expects a whole one."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name}-", dir=dest.parent))
     try:
-        clone = tmp / "tree"
-        gitops.clone_local(vanilla, clone)
+        tree = tmp / "tree"
+        make(tree)
         if dest.exists():
             shutil.rmtree(dest)
-        os.replace(clone, dest)
+        os.replace(tree, dest)
     except gitops.GitError as exc:
-        raise BadInput(f"could not clone {display_path(vanilla)}: {exc}") from None
+        raise BadInput(f"{failure}: {exc}") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return dest
