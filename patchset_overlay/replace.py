@@ -11,7 +11,7 @@ import builtins
 import dataclasses
 import dis
 from collections.abc import Callable
-from types import CodeType, FunctionType
+from types import CodeType, FunctionType, ModuleType
 from typing import Any
 
 Undo = Callable[[], None]
@@ -140,3 +140,37 @@ def add_dataclass_field(cls: type, name: str, annotation: Any, default: Any, aft
                     setattr(klass, key, value)
 
     return undo
+
+
+def add_module_globals(module: ModuleType, names: dict[str, Any]) -> Undo:
+    """Give ``module`` the globals a replaced function reads that upstream's patched module imports too.
+
+    A name the module has already must be the very same object (else nothing is changed); only the names added
+    here are removed again by the undo.
+    """
+    for name, value in names.items():
+        present = module.__dict__.get(name, _MISSING)
+        if present is not _MISSING and present is not value:
+            raise ReplaceError(f"{module.__name__} already has a different global {name!r}")
+    added = [name for name in names if name not in module.__dict__]
+    for name in added:
+        setattr(module, name, names[name])
+
+    def undo() -> None:
+        for name in added:
+            if name in module.__dict__:
+                delattr(module, name)
+
+    return undo
+
+
+def decorated_function(wrapper: FunctionType, free_name: str = "func") -> FunctionType:
+    """The function a decorator's ``wrapper`` closes over as ``free_name`` (Trinity's PolicyLossFnMeta wraps every
+    ``__call__``): its code can be replaced in place while the wrapper stays as it is."""
+    code = wrapper.__code__
+    if free_name not in code.co_freevars or wrapper.__closure__ is None:
+        raise ReplaceError(f"{wrapper.__qualname__} does not wrap a function called {free_name!r}")
+    inner = wrapper.__closure__[code.co_freevars.index(free_name)].cell_contents
+    if not isinstance(inner, FunctionType):
+        raise ReplaceError(f"{wrapper.__qualname__} wraps {inner!r}, not a function")
+    return inner

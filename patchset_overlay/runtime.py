@@ -7,6 +7,7 @@ A piece is installed when the last of its modules has finished importing, whethe
 
 from __future__ import annotations
 
+import importlib
 import sys
 import warnings
 from functools import partial
@@ -27,21 +28,64 @@ def _warn_once(record: OverlayRecord, message: str) -> None:
         warnings.warn(message, OverlayWarning, stacklevel=3)
 
 
-def _try_piece(overlay: Overlay, piece: Piece, record: OverlayRecord) -> None:
-    piece_record = record.pieces.setdefault(piece.patch, PieceRecord())
-    if piece_record.state is not PieceState.PENDING:
-        return
-    if not all(module in record.imported for module in (overlay.upstream, *piece.modules)):
-        return
-    modules: dict[str, ModuleType] = {name: sys.modules[name] for name in (overlay.upstream, *piece.modules)}
+def _load_lazy_modules(overlay: Overlay, piece: Piece, record: OverlayRecord) -> Verdict | None:
+    """Import the piece's `loads` modules (their hooks land back in `_try_piece`, which waits for this call to end);
+    a refusal if one cannot be imported."""
+    record.loading.add(piece.patch)
     try:
-        verdict = judge(overlay, piece, modules)
-    except Exception as error:  # runs inside someone's import: a failed check refuses, it never breaks the import
-        verdict = Verdict(
+        for name in piece.loads:
+            if name not in record.imported:
+                importlib.import_module(name)
+    except Exception as error:
+        return Verdict(
             PieceState.REFUSED,
-            f"{overlay.name}: {piece.patch} not applied: could not check {overlay.upstream} ({error!r}); "
+            f"{overlay.name}: {piece.patch} not applied: could not import {name} ({error!r}); "
             f"{overlay.upstream} left untouched",
         )
+    finally:
+        record.loading.discard(piece.patch)
+    return None
+
+
+def _dependency_verdict(overlay: Overlay, piece: Piece, record: OverlayRecord) -> Verdict | None:
+    """Why ``piece`` may not go on top of the pieces it requires (one is off), or None once they are all active."""
+    for patch in piece.requires:
+        required = record.pieces.get(patch, PieceRecord())
+        if required.state is not PieceState.ACTIVE:
+            return Verdict(
+                PieceState.REFUSED,
+                f"{overlay.name}: {piece.patch} not applied: it builds on {patch}, which is {required.state.value}; "
+                f"{overlay.upstream} left untouched",
+            )
+    return None
+
+
+def _try_piece(overlay: Overlay, piece: Piece, record: OverlayRecord) -> None:
+    piece_record = record.pieces.setdefault(piece.patch, PieceRecord())
+    if piece_record.state is not PieceState.PENDING or piece.patch in record.loading:
+        return
+    waits_for = [name for name in (overlay.upstream, *piece.modules) if name not in piece.loads]
+    if not all(module in record.imported for module in waits_for):
+        return
+    if any(record.pieces.get(patch, PieceRecord()).state is PieceState.PENDING for patch in piece.requires):
+        return  # decided later in the same hook: pieces are tried in series order
+    verdict = _load_lazy_modules(overlay, piece, record)
+    if piece_record.state is not PieceState.PENDING:
+        return
+    modules: dict[str, ModuleType] = {
+        name: sys.modules[name] for name in (overlay.upstream, *piece.modules) if name in sys.modules
+    }
+    if verdict is None:
+        try:
+            verdict = judge(overlay, piece, modules)
+        except Exception as error:  # runs inside someone's import: a failed check refuses, never breaks the import
+            verdict = Verdict(
+                PieceState.REFUSED,
+                f"{overlay.name}: {piece.patch} not applied: could not check {overlay.upstream} ({error!r}); "
+                f"{overlay.upstream} left untouched",
+            )
+    if verdict.state is PieceState.ACTIVE:
+        verdict = _dependency_verdict(overlay, piece, record) or verdict
     if verdict.state is PieceState.ACTIVE:
         undo: list = []
         try:

@@ -50,6 +50,12 @@ class Piece:
     targets: tuple[Target, ...]
     install: Installer
     upstream_has_fix: FixCheck
+    # pieces of the same overlay this one builds on (it changes what they installed): it is installed only on
+    # top of them, and refused when any of them is off
+    requires: tuple[str, ...] = ()
+    # target modules upstream imports lazily (e.g. through a registry): once the others are imported, the piece
+    # imports these itself, so that it is judged and installed whole rather than waiting for them forever
+    loads: tuple[str, ...] = ()
 
     @property
     def modules(self) -> tuple[str, ...]:

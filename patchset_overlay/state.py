@@ -33,6 +33,7 @@ class OverlayRecord:
     imported: set[str] = field(default_factory=set)
     pieces: dict[str, PieceRecord] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)
+    loading: set[str] = field(default_factory=set)  # pieces importing their `loads` modules right now
     how: str = ""  # how it was activated: "explicit" or "automatic (...)"
 
 
