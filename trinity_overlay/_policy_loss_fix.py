@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from types import ModuleType
 
-UPSTREAM_MODULE = "trinity.trainer.verl.losses"
+from trinity_overlay._modules import LOSSES
+
 PATCHED_MEMBERS = ("__call__", "_micro_batch_weight")
 
 
 def upstream_has_policy_loss_fix(modules: Mapping[str, ModuleType]) -> str | None:
     """Trinity's TrinityPolicyLoss already weights micro-batches (a patched checkout, or a later release)."""
-    if hasattr(modules[UPSTREAM_MODULE].TrinityPolicyLoss, "_micro_batch_weight"):
+    if hasattr(modules[LOSSES].TrinityPolicyLoss, "_micro_batch_weight"):
         return "already has the policy-loss fix (TrinityPolicyLoss._micro_batch_weight exists)"
     return None
 
@@ -22,4 +23,4 @@ def install_policy_loss_fix(modules: Mapping[str, ModuleType], undo: list[Callab
     from trinity_overlay.trainer.verl import losses
 
     members = {name: vars(losses.TrinityPolicyLoss)[name] for name in PATCHED_MEMBERS}
-    undo.append(set_class_attributes(modules[UPSTREAM_MODULE].TrinityPolicyLoss, members))
+    undo.append(set_class_attributes(modules[LOSSES].TrinityPolicyLoss, members))

@@ -1,0 +1,52 @@
+"""Mirror of ``trinity.trainer.verl.trainer``: `VERLTrainer._update_actor` as patch 0004 makes it.
+
+It replaces the code of upstream's own method, so it runs in the upstream module's namespace: every global it reads
+is the object that module imports (``POLICY_LOSS_FN`` is added to it, as the patch's import does).
+"""
+
+from __future__ import annotations
+
+from trinity.algorithm import POLICY_LOSS_FN
+from trinity.trainer.verl.monkey_patch import left_right_2_no_padding
+from verl import DataProto
+from verl.utils import tensordict_utils as tu
+from verl.utils.metric import reduce_metrics
+from verl.utils.py_functional import rename_dict
+
+ADDED_GLOBALS = {"POLICY_LOSS_FN": POLICY_LOSS_FN}
+
+
+class VERLTrainer:
+    """The patched member of ``VERLTrainer``; never instantiated itself."""
+
+    def _update_actor(self, batch: DataProto, metrics: dict) -> DataProto:
+        batch_td = batch.to_tensordict()
+        batch_td = left_right_2_no_padding(batch_td)
+        calculate_entropy = self.algorithm_config.entropy_loss_fn != "none"
+        ppo_mini_batch_size = self.config.actor.ppo_mini_batch_size
+        ppo_epochs = self.config.actor.ppo_epochs
+        seed = self.config.actor.data_loader_seed
+        shuffle = self.config.actor.shuffle
+        tu.assign_non_tensor(
+            batch_td,
+            calculate_entropy=calculate_entropy,
+            global_batch_size=ppo_mini_batch_size,
+            mini_batch_size=ppo_mini_batch_size,
+            epochs=ppo_epochs,
+            seed=seed,
+            dataloader_kwargs={"shuffle": shuffle},
+            temperature=batch.meta_info.get("temperature", self.global_config.model.temperature),
+            compute_loss=True,
+        )
+        group_size = POLICY_LOSS_FN.get(self.algorithm_config.policy_loss_fn).group_size
+        if group_size > 1:
+            # veRL cuts micro-batches by token budget and reorders rows by length unless told to keep groups of
+            # consecutive rows together (e.g. DPO's chosen/rejected pairs)
+            tu.assign_non_tensor(batch_td, force_group_size=group_size)
+        actor_output = self.actor_rollout_wg.update_actor(batch_td)
+        actor_output = tu.get(actor_output, "metrics")
+        actor_output = rename_dict(actor_output, "actor/")
+        if "actor/mfu" in actor_output:
+            actor_output["perf/mfu/actor"] = actor_output.pop("actor/mfu")
+        metrics.update(reduce_metrics(actor_output))
+        return batch
