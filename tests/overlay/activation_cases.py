@@ -1,10 +1,10 @@
 """Activation cases, each run in its own process of the overlay venv; prints one JSON line of observations.
 
-- ``explicit``: automatic activation off (``PATCHSET_OVERLAYS=0``); a module that does what Trinity's trainer
-  module does, ``from verl.workers.utils.losses import value_loss`` (``trinity.trainer.verl.trainer`` itself needs
-  fastapi, which the locked test environment does not have), and a ``partial(value_loss, ...)`` exist before
-  ``activate()``; a second ``activate()`` is a no-op; ``deactivate()`` restores upstream and ``activate()`` again
-  re-applies.
+- ``explicit``: automatic activation off (``PATCHSET_OVERLAYS=0``); Trinity's trainer module, which took
+  ``value_loss`` with ``from verl.workers.utils.losses import value_loss``, and a ``partial(value_loss, ...)`` exist
+  before ``activate()``; a second ``activate()`` is a no-op; ``deactivate()`` restores upstream and ``activate()``
+  again re-applies. The trainer's own ``VERLTrainer._update_actor`` is observed too: the ``force_group_size`` it
+  hands the engine for DPO (2 with the overlay, none without).
 - ``dump PATH``: build ``partial(value_loss, config=critic_cfg)``, a ``CriticConfig`` and a ``TrinityPolicyLoss``
   and pickle them to PATH. ``load PATH``: unpickle them and observe which behaviour they have, in a process whose
   overlays are on or off as the test chose.
@@ -54,25 +54,40 @@ def _critic_config(**extra):
     return CriticConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, loss_agg_mode="token-mean", **extra)
 
 
-def _module_that_imported_value_loss():
-    """A module that took ``value_loss`` by name before activation, like ``trinity.trainer.verl.trainer``."""
-    import tempfile
+def dpo_group_size(trainer_cls) -> int | None:
+    """The ``force_group_size`` ``VERLTrainer._update_actor`` hands the engine for a DPO batch (None: not set)."""
+    from types import SimpleNamespace
 
-    folder = Path(tempfile.mkdtemp(prefix="overlay-importer-"))
-    (folder / "importer_of_value_loss.py").write_text("from verl.workers.utils.losses import value_loss\n")
-    sys.path.insert(0, str(folder))
-    import importer_of_value_loss
+    from verl import DataProto
+    from verl.utils import tensordict_utils as tu
 
-    return importer_of_value_loss
+    batch = make_rollout_batch(8, seed=2)
+    fields = ("input_ids", "attention_mask", "position_ids", "prompts", "responses", "response_mask")
+    sent = {}
+
+    def update_actor(batch_td):
+        sent["batch"] = batch_td
+        output = type(batch_td)({}, batch_size=[])
+        tu.assign_non_tensor(output, metrics={})
+        return output
+
+    actor = SimpleNamespace(ppo_mini_batch_size=8, ppo_epochs=1, data_loader_seed=42, shuffle=False)
+    trainer = SimpleNamespace(
+        algorithm_config=SimpleNamespace(policy_loss_fn="dpo", entropy_loss_fn="none"),
+        config=SimpleNamespace(actor=actor),
+        global_config=SimpleNamespace(model=SimpleNamespace(temperature=1.0)),
+        actor_rollout_wg=SimpleNamespace(update_actor=update_actor),
+    )
+    trainer_cls._update_actor(trainer, DataProto.from_dict({key: batch[key] for key in fields}), {})
+    return tu.get_non_tensor_data(sent["batch"], "force_group_size", default=None)
 
 
 def explicit() -> dict:
+    import trinity.trainer.verl.trainer as importer  # takes value_loss by name: from ... import value_loss
     from verl.workers.utils.losses import value_loss
 
     import trinity_overlay
     import verl_overlay
-
-    importer = _module_that_imported_value_loss()
 
     made_before = functools.partial(value_loss, config=_critic_config())
     seen: dict = {"before": critic_observation(made_before)}
@@ -84,10 +99,12 @@ def explicit() -> dict:
     from trinity.trainer.verl.losses import TrinityPolicyLoss
 
     seen["actor"] = actor_observation(TrinityPolicyLoss(algorithm_config("grpo", "token-mean")))
+    seen["dpo group size"] = dpo_group_size(importer.VERLTrainer)
     seen["deactivate"] = [verl_overlay.deactivate(), trinity_overlay.deactivate()]
     seen["deactivate again"] = [verl_overlay.deactivate(), trinity_overlay.deactivate()]
     seen["after deactivate"] = critic_observation(made_before)
     seen["actor after deactivate"] = actor_observation(TrinityPolicyLoss(algorithm_config("grpo", "token-mean")))
+    seen["dpo group size after deactivate"] = dpo_group_size(importer.VERLTrainer)
     try:
         _critic_config(loss_scale_factor=3)
         seen["field after deactivate"] = True

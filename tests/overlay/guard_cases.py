@@ -44,6 +44,14 @@ def untouched() -> dict[str, bool]:
     trinity_losses = sys.modules.get("trinity.trainer.verl.losses")
     if trinity_losses is not None:
         seen["TrinityPolicyLoss.__call__"] = _from_upstream(trinity_losses.TrinityPolicyLoss.__call__, "trinity")
+        seen["TrinityPolicyLoss.__init__"] = _from_upstream(trinity_losses.TrinityPolicyLoss.__init__, "trinity")
+        base = sys.modules["trinity.algorithm.policy_loss_fn.policy_loss_fn"].PolicyLossFn
+        added = {"loss_aggregation", "group_size"} & vars(base).keys()
+        seen["PolicyLossFn"] = not added or all(name in inspect.getsource(base) for name in added)
+    dpo = sys.modules.get("trinity.algorithm.policy_loss_fn.dpo_loss")
+    if dpo is not None:  # the function Trinity's PolicyLossFnMeta wraps
+        wrapped = vars(dpo.DPOLossFn)["__call__"].__closure__[0].cell_contents
+        seen["DPOLossFn.__call__"] = _from_upstream(wrapped, "trinity")
     return seen
 
 

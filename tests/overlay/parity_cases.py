@@ -1,7 +1,8 @@
 """Compute every loss case the overlay/patch parity test compares, in whichever process runs this file.
 
 ``python parity_cases.py OUT.pt`` runs the real verl critic ``value_loss`` and Trinity's ``TrinityPolicyLoss``
-through verl's engine steps (tests/regression/engine_sim.py) for every ``loss_agg_mode`` and algorithm, several
+through verl's engine steps (tests/regression/engine_sim.py) for every ``loss_agg_mode`` and algorithm, and for
+every registered policy loss (`policy_loss_cases.py`: REC, MIX, MIX_CHORD, DPO's pair grouping, ...), several
 splits and data-parallel sizes, and saves each case's micro-batch losses, gradient and metrics, with which files
 the upstream modules came from and what the overlays say. The test runs it once on the installed releases with
 the overlays on and once on the patched checkouts, and compares the two bit for bit.
@@ -17,8 +18,10 @@ import torch
 
 REGRESSION_DIR = Path(__file__).resolve().parents[1] / "regression"
 sys.path.insert(0, str(REGRESSION_DIR))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # policy_loss_cases (-P leaves it out)
 
 from engine_sim import Split, engine_gradient, make_rollout_batch, use_cpu_unpadding  # noqa: E402
+from policy_loss_cases import every_policy_loss_cases  # noqa: E402
 from trinity_configs import algorithm_config  # noqa: E402
 
 LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -40,7 +43,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _run(loss_fn, batch, outputs, dp_size: int, split: Split, global_batch_info: bool = True) -> dict[str, Any]:
+def _run(
+    loss_fn,
+    batch,
+    outputs,
+    dp_size: int,
+    split: Split,
+    force_group_size: int | None = None,
+    global_batch_info: bool = True,
+) -> dict[str, Any]:
     losses: list[torch.Tensor] = []
 
     def recording(model_output, data):
@@ -49,7 +60,13 @@ def _run(loss_fn, batch, outputs, dp_size: int, split: Split, global_batch_info:
         return loss, metrics
 
     gradient, metrics = engine_gradient(
-        recording, batch, outputs, split, dp_size=dp_size, global_batch_info=global_batch_info
+        recording,
+        batch,
+        outputs,
+        split,
+        dp_size=dp_size,
+        global_batch_info=global_batch_info,
+        force_group_size=force_group_size or 1,
     )
     return {"losses": losses, "gradient": gradient, "metrics": _plain(metrics)}
 
@@ -77,7 +94,9 @@ def critic_cases() -> dict[str, dict[str, Any]]:
                 cases[f"critic {mode} scale={scale} dp{dp_size} {split}"] = _run(
                     loss_fn, batch, outputs, dp_size, split
                 )
-            cases[f"critic {mode} scale={scale} outside-engine"] = _run(loss_fn, batch, outputs, 1, Split(2), False)
+            cases[f"critic {mode} scale={scale} outside-engine"] = _run(
+                loss_fn, batch, outputs, 1, Split(2), global_batch_info=False
+            )
     return cases
 
 
@@ -102,7 +121,7 @@ def actor_cases() -> dict[str, dict[str, Any]]:
                 name = f"actor {algorithm} {mode} {'pg+entropy+kl' if terms else 'pg-only'}"
                 for dp_size, split in SPLITS:
                     cases[f"{name} dp{dp_size} {split}"] = _run(loss_fn, batch, outputs, dp_size, split)
-                cases[f"{name} outside-engine"] = _run(loss_fn, batch, outputs, 1, Split(2), False)
+                cases[f"{name} outside-engine"] = _run(loss_fn, batch, outputs, 1, Split(2), global_batch_info=False)
     return cases
 
 
@@ -148,7 +167,8 @@ def provenance() -> dict[str, Any]:
 def main(out: str) -> int:
     use_cpu_unpadding()
     torch.use_deterministic_algorithms(True)
-    results = {"provenance": provenance(), "cases": {**critic_cases(), **actor_cases()}, "config": config_cases()}
+    cases = {**critic_cases(), **actor_cases(), **every_policy_loss_cases(_run, SPLITS, BATCH_SIZE)}
+    results = {"provenance": provenance(), "cases": cases, "config": config_cases()}
     torch.save(results, out)
     return 0
 

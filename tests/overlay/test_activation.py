@@ -3,8 +3,9 @@
 In processes of the overlay venv (verl 0.8.0, trinity-rft 0.6.0 and this project pip-installed), measured through
 verl's engine steps (gradient norm with 4 micro-batches relative to 1: the bug gives ~4, the fix 1):
 
-- explicit: with automatic activation off, ``activate()`` fixes a ``partial(value_loss)`` and a name that another
-  module imported with ``from ... import`` before it was called; a second call returns False and changes nothing;
+- explicit: with automatic activation off, ``activate()`` fixes a ``partial(value_loss)`` and the name Trinity's
+  trainer module imported with ``from ... import`` before it was called, and that module's ``VERLTrainer`` then
+  keeps DPO pairs together (``force_group_size`` 2); a second call returns False and changes nothing;
   ``deactivate()`` restores upstream's behaviour exactly (and the field goes away); activating again works;
 - automatic: a plain process of the venv reports both overlays active with no call at all;
 - pickles: ``partial(value_loss, config=critic_cfg)``, a ``CriticConfig`` and a ``TrinityPolicyLoss`` pickled in one
@@ -41,6 +42,7 @@ def test_explicit_activation_is_idempotent_undoable_and_order_independent(overla
     assert seen["deactivate"] == [True, True] and seen["deactivate again"] == [False, False]
     assert seen["after deactivate"] == seen["before"], "deactivate must restore upstream's behaviour exactly"
     assert _bug(seen["actor after deactivate"]) and seen["field after deactivate"] is False
+    assert seen["dpo group size"] == 2 and seen["dpo group size after deactivate"] is None
     assert seen["reactivate"] == [True, True] and seen["after reactivate"] == seen["partial made before"]
 
 
@@ -57,7 +59,7 @@ def test_status_of_a_plain_process(overlay_python, switch):
     states = [piece["state"] for entry in report for piece in entry["pieces"]]
     assert [entry["overlay"] for entry in report] == ["verl_overlay", "trinity_overlay"]
     if switch == "1":
-        assert states == ["active"] * 3, report
+        assert states == ["active"] * 7, report
         assert all(entry["how"] == "automatic (patchset_overlay.pth)" for entry in report)
     else:
         assert not any(state == "active" for state in states), report

@@ -182,7 +182,11 @@ class TrinityPolicyLossTermWeights:
             batch_num_tokens=batch_num_tokens,
             global_batch_size=global_batch_size,
         )
-        scaled_loss = pg_loss * micro_batch_weight(self.policy_loss_aggregation)
+        if "policy_loss_aggregation" in vars(self):
+            policy_loss_aggregation = self.policy_loss_aggregation
+        else:  # built before the overlay was on, or unpickled from a process without it: what __init__ stores
+            policy_loss_aggregation = self.policy_loss_fn.loss_aggregation
+        scaled_loss = pg_loss * micro_batch_weight(policy_loss_aggregation)
         term_weight = micro_batch_weight(self.loss_agg_mode)
 
         if self.calculate_entropy and entropy is not None:
