@@ -1,8 +1,9 @@
 """Activation: post-import hooks (wrapt's) that install each piece once all its upstream modules are imported.
 
 A piece is installed when the last of its modules has finished importing, whether that happened before or after
-`activate` was called (wrapt runs the hook at once for a module already imported). It is judged first
-(`patchset_overlay.guard`) and installed whole or not at all.
+`activate` was called (wrapt runs the hook at once for a module already imported); modules upstream imports only
+on demand (a piece's `loads`) it imports itself at that point. It is judged first (`patchset_overlay.guard`),
+goes only on top of the pieces it `requires`, and is installed whole or not at all.
 """
 
 from __future__ import annotations

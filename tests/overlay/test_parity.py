@@ -1,12 +1,13 @@
 """Overlay / patch parity: for the same inputs the overlays give exactly what the patched checkouts give.
 
 Every loss case of `parity_cases.py` (the verl critic and Trinity's policy loss, every ``loss_agg_mode``, PPO,
-GRPO and DPO, with and without entropy and KL, several splits and dp 2, inside and outside the engine): the
-micro-batch losses, the gradient and the metrics are bit-for-bit equal, and so are ``CriticConfig``'s fields,
-repr and docstring and the Hydra-composed critic section. The comparison is against whatever the patched
-checkouts do, and every patch of each series must have its overlay piece, so a patch added without its overlay
-mirror fails here loudly. The same comparison against the overlays switched off must find differences: it can
-fail.
+GRPO and DPO, and every policy loss Trinity registers with the grouping its trainer asks for, with and without
+entropy and KL, several splits and dp 2, inside and outside the engine): the micro-batch losses, the gradient and
+the metrics are bit-for-bit equal, as are the start-up warnings and DPO's micro-batch rows, and so are
+``CriticConfig``'s fields, repr and docstring and the Hydra-composed critic section. The comparison is against
+whatever the patched checkouts do, and every patch of each series must have its overlay piece, so a patch added
+without its overlay mirror fails here loudly. The same comparison against the overlays switched off must find
+differences: it can fail.
 """
 
 from __future__ import annotations
