@@ -306,7 +306,6 @@ def _report(results: dict[Case, dict[str, dict[str, Any]]], args: argparse.Names
             f"{component}: device-to-host synchronisations added by the patch: {added[component]} over all cases"
             f" (counted: {', '.join(SYNC_METHODS)}); target 0: {'met' if ok else 'MISSED'}"
         )
-    print("overlay import time: not applicable: verl_overlay/ and trinity_overlay/ hold no overlays yet")
     return met
 
 
