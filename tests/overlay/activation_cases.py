@@ -20,7 +20,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "regression"))
 
-from engine_sim import Split, engine_gradient, grad_ratio, make_rollout_batch, use_cpu_unpadding  # noqa: E402
+from engine_sim import (  # noqa: E402
+    Split,
+    engine_gradient,
+    grad_ratio,
+    group_size_sent_by_trainer,
+    make_rollout_batch,
+    use_cpu_unpadding,
+)
 from trinity_configs import algorithm_config  # noqa: E402
 
 
@@ -56,30 +63,7 @@ def _critic_config(**extra):
 
 def dpo_group_size(trainer_cls) -> int | None:
     """The ``force_group_size`` ``VERLTrainer._update_actor`` hands the engine for a DPO batch (None: not set)."""
-    from types import SimpleNamespace
-
-    from verl import DataProto
-    from verl.utils import tensordict_utils as tu
-
-    batch = make_rollout_batch(8, seed=2)
-    fields = ("input_ids", "attention_mask", "position_ids", "prompts", "responses", "response_mask")
-    sent = {}
-
-    def update_actor(batch_td):
-        sent["batch"] = batch_td
-        output = type(batch_td)({}, batch_size=[])
-        tu.assign_non_tensor(output, metrics={})
-        return output
-
-    actor = SimpleNamespace(ppo_mini_batch_size=8, ppo_epochs=1, data_loader_seed=42, shuffle=False)
-    trainer = SimpleNamespace(
-        algorithm_config=SimpleNamespace(policy_loss_fn="dpo", entropy_loss_fn="none"),
-        config=SimpleNamespace(actor=actor),
-        global_config=SimpleNamespace(model=SimpleNamespace(temperature=1.0)),
-        actor_rollout_wg=SimpleNamespace(update_actor=update_actor),
-    )
-    trainer_cls._update_actor(trainer, DataProto.from_dict({key: batch[key] for key in fields}), {})
-    return tu.get_non_tensor_data(sent["batch"], "force_group_size", default=None)
+    return group_size_sent_by_trainer(trainer_cls, "dpo", make_rollout_batch(8, seed=2), "none")
 
 
 def explicit() -> dict:

@@ -10,12 +10,11 @@ each micro-batch verl makes from a DPO batch (whole pairs, chosen first, where t
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
 import torch
-from engine_sim import Split, _engine_micro_batches, make_rollout_batch
+from engine_sim import Split, _engine_micro_batches, group_size_sent_by_trainer, make_rollout_batch
 
 MIX_LOSSES = ("mix", "mix_chord")
 NUM_EXPERT = 8  # MIX/MIX_CHORD: the last rows are expert data
@@ -80,28 +79,9 @@ def start_up_warnings(config) -> list[str]:  # type: ignore[no-untyped-def]
 def trainer_group_size(policy_loss_fn: str, batch_size: int) -> int | None:
     """The ``force_group_size`` Trinity's real `VERLTrainer._update_actor` hands to the engine (None: not set)."""
     from trinity.trainer.verl.trainer import VERLTrainer
-    from verl import DataProto
-    from verl.utils import tensordict_utils as tu
 
     batch, _ = actor_inputs(batch_size)
-    fields = ("input_ids", "attention_mask", "position_ids", "prompts", "responses", "response_mask")
-    sent = {}
-
-    def update_actor(batch_td):
-        sent["batch"] = batch_td
-        output = type(batch_td)({}, batch_size=[])
-        tu.assign_non_tensor(output, metrics={})
-        return output
-
-    actor = SimpleNamespace(ppo_mini_batch_size=batch_size, ppo_epochs=1, data_loader_seed=42, shuffle=False)
-    trainer = SimpleNamespace(
-        algorithm_config=SimpleNamespace(policy_loss_fn=policy_loss_fn, entropy_loss_fn="default"),
-        config=SimpleNamespace(actor=actor),
-        global_config=SimpleNamespace(model=SimpleNamespace(temperature=1.0)),
-        actor_rollout_wg=SimpleNamespace(update_actor=update_actor),
-    )
-    VERLTrainer._update_actor(trainer, DataProto.from_dict({key: batch[key] for key in fields}), {})
-    return tu.get_non_tensor_data(sent["batch"], "force_group_size", default=None)
+    return group_size_sent_by_trainer(VERLTrainer, policy_loss_fn, batch, "default")
 
 
 def every_policy_loss_cases(run: Callable[..., dict[str, Any]], splits: list, batch_size: int) -> dict[str, Any]:

@@ -179,3 +179,34 @@ def record_ratio(baseline_dir: Path | None, expect: str, component: str, case: s
     baseline_dir.mkdir(parents=True, exist_ok=True)
     with (baseline_dir / f"ratios-{expect}.jsonl").open("a") as stream:
         stream.write(json.dumps({"component": component, "case": case, "ratio": ratio}) + "\n")
+
+
+def group_size_sent_by_trainer(
+    trainer_cls: type, policy_loss_fn: str, batch: TensorDict, entropy_loss_fn: str
+) -> int | None:
+    """The ``force_group_size`` that Trinity's real ``VERLTrainer._update_actor`` hands the actor's engine for
+    ``batch`` (None: not set). Only the fields that method reads are stubbed: the config, the algorithm and a worker
+    group that records what it is sent."""
+    from types import SimpleNamespace
+
+    from verl import DataProto
+    from verl.utils import tensordict_utils as tu
+
+    fields = ("input_ids", "attention_mask", "position_ids", "prompts", "responses", "response_mask")
+    sent = {}
+
+    def update_actor(batch_td: TensorDict) -> TensorDict:
+        sent["batch"] = batch_td
+        output = TensorDict({}, batch_size=[])
+        tu.assign_non_tensor(output, metrics={})
+        return output
+
+    actor = SimpleNamespace(ppo_mini_batch_size=len(batch), ppo_epochs=1, data_loader_seed=42, shuffle=False)
+    trainer = SimpleNamespace(
+        algorithm_config=SimpleNamespace(policy_loss_fn=policy_loss_fn, entropy_loss_fn=entropy_loss_fn),
+        config=SimpleNamespace(actor=actor),
+        global_config=SimpleNamespace(model=SimpleNamespace(temperature=1.0)),
+        actor_rollout_wg=SimpleNamespace(update_actor=update_actor),
+    )
+    trainer_cls._update_actor(trainer, DataProto.from_dict({key: batch[key] for key in fields}), {})
+    return tu.get_non_tensor_data(sent["batch"], "force_group_size", default=None)

@@ -14,12 +14,19 @@ split, and dynamic batching pairs chosen and rejected rows of different DPO pair
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from unittest import mock
 
 import pytest
 import torch
-from engine_sim import Split, engine_gradient, grad_ratio, make_rollout_batch, record_ratio, use_cpu_unpadding
+from engine_sim import (
+    Split,
+    engine_gradient,
+    grad_ratio,
+    group_size_sent_by_trainer,
+    make_rollout_batch,
+    record_ratio,
+    use_cpu_unpadding,
+)
 
 BATCH_SIZE = 96
 NUM_EXPERT = 32  # MIX/MIX_CHORD: rows 64..95 are expert data
@@ -135,29 +142,8 @@ def _import_trinity_trainer():
 
 def trainer_group_size(policy_loss_fn: str) -> int:
     """The ``force_group_size`` Trinity's real `VERLTrainer._update_actor` hands to the engine (1: none)."""
-    from verl import DataProto
-    from verl.utils import tensordict_utils as tu
-
-    trainer_cls = _import_trinity_trainer()
     batch, _ = actor_inputs()
-    fields = ("input_ids", "attention_mask", "position_ids", "prompts", "responses", "response_mask")
-    sent = {}
-
-    def update_actor(batch_td):
-        sent["batch"] = batch_td
-        output = type(batch_td)({}, batch_size=[])
-        tu.assign_non_tensor(output, metrics={})
-        return output
-
-    actor = SimpleNamespace(ppo_mini_batch_size=BATCH_SIZE, ppo_epochs=1, data_loader_seed=42, shuffle=False)
-    trainer = SimpleNamespace(
-        algorithm_config=SimpleNamespace(policy_loss_fn=policy_loss_fn, entropy_loss_fn="default"),
-        config=SimpleNamespace(actor=actor),
-        global_config=SimpleNamespace(model=SimpleNamespace(temperature=1.0)),
-        actor_rollout_wg=SimpleNamespace(update_actor=update_actor),
-    )
-    trainer_cls._update_actor(trainer, DataProto.from_dict({key: batch[key] for key in fields}), {})
-    return tu.get_non_tensor_data(sent["batch"], "force_group_size", default=1)
+    return group_size_sent_by_trainer(_import_trinity_trainer(), policy_loss_fn, batch, "default") or 1
 
 
 def _gradients(name, split, dp_size=1, loss_agg_mode="token-mean", entropy=True):
