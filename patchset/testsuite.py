@@ -98,6 +98,15 @@ def _upstream_merged_step(cache_root: Path, env: dict[str, str], patches_dir: Pa
     return returncode == 0 and found
 
 
+def _fixed_verl(cache_root: Path) -> Path:
+    """The pinned verl release that has the critic fix upstream, fetched and checked by sha256 like every pin."""
+    key, version, _ = UPSTREAM_MERGED
+    pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").find(key, version)
+    if pin is None:
+        raise PatchsetError(f"patches/upstreams.toml has no pin for {key} {version}")
+    return ensure_upstream(pin, resolve_cache(str(cache_root), os.environ, REPO_ROOT), Console())
+
+
 def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path], cache_root: Path) -> bool:
     """The overlays on pip-installed releases: build the environment, run the regression suite there with the
     overlays off (teeth) and on (fix), then tests/overlay. The engine end-to-end module is left to the patch
@@ -127,10 +136,12 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
             "PATCHSET_VANILLA_VERL_TREE": str(vanilla["verl"]),
             "PATCHSET_OVERLAY_RESULTS": str(results_dir),
         }
-        key, version, _ = UPSTREAM_MERGED
-        fixed_verl = resolve_cache(str(cache_root), os.environ, REPO_ROOT).upstreams / f"{key}-{version}"
-        if fixed_verl.is_dir():  # fetched by the upstream-merged step: the real release with the fix
-            env["PATCHSET_FIXED_VERL_TREE"] = str(fixed_verl)
+        env["PATCHSET_VANILLA_TRINITY_TREE"] = str(vanilla["trinity"])
+        try:  # the real release with the fix (guards; its own CPU test of the critic fix, run on the overlay)
+            env["PATCHSET_FIXED_VERL_TREE"] = str(_fixed_verl(cache_root))
+        except PatchsetError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return False
         env.pop("PYTHONPATH", None)
         print("* Running tests/overlay", flush=True)
         command = [python, "-m", "pytest", str(REPO_ROOT / "tests" / "overlay"), "-q", "-rs", "-p", "no:cacheprovider"]

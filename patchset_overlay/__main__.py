@@ -1,24 +1,84 @@
-"""``python -m patchset_overlay status [--json]``: print each overlay, its state and the reason."""
+"""``python -m patchset_overlay``: what the overlays do in this process, and their fingerprints.
+
+- ``status [--json]``: each overlay, each piece, its state and the reason (imports the upstreams to judge them);
+- ``fingerprints --root verl=PATH [--root trinity=PATH] [--write | --check]``: the sha256 of every target's source
+  in the unpatched release whose package folder is PATH (see `patchset_overlay.fingerprints`).
+
+Exit codes: 0 done; 1 ``--check`` found stale fingerprints; 2 bad arguments (a root that is not a package folder).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m patchset_overlay", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-    status_parser = commands.add_parser("status", help="what is active in this process, and why")
-    status_parser.add_argument("--json", action="store_true", help="machine-readable output")
-    args = parser.parse_args(argv)
-
+def _status(as_json: bool) -> int:
     from patchset_overlay.status import collect, render
 
     report = collect()
-    print(json.dumps(report, indent=2) if args.json else render(report))
+    print(json.dumps(report, indent=2) if as_json else render(report))
     return 0
+
+
+def _fingerprints(roots: list[str], write: bool, check: bool) -> int:
+    from patchset_overlay import overlays
+    from patchset_overlay.fingerprints import compute, fingerprints_path, render, stale
+    from patchset_overlay.source import UpstreamSource
+
+    by_upstream = {overlay.upstream: overlay for overlay in overlays()}
+    problems = 0
+    for item in roots:
+        upstream, _, folder = item.partition("=")
+        root = Path(folder).resolve()
+        if upstream not in by_upstream or not (root / "__init__.py").is_file():
+            print(f"error: --root {item}: expected verl=PATH or trinity=PATH, PATH a package folder", file=sys.stderr)
+            return 2
+        overlay, source = by_upstream[upstream], UpstreamSource(upstream, root)
+        path = fingerprints_path(overlay)
+        if check:
+            keys = stale(overlay, source)
+            for key in keys:
+                print(
+                    f"{path}: stale fingerprint for {key} (run: python -m patchset_overlay fingerprints --write "
+                    f"--root {upstream}=PATH)"
+                )
+            problems += len(keys)
+        elif write:
+            path.write_text(render(compute(overlay, source)), encoding="utf-8")
+            print(f"* Wrote {path}")
+        else:
+            print(render(compute(overlay, source)), end="")
+    return 1 if problems else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m patchset_overlay",
+        description="What the overlays do in this process, and the fingerprints they check.",
+        epilog="Exit codes: 0 done; 1 --check found stale fingerprints; 2 bad arguments.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    status_parser = commands.add_parser("status", help="what is active in this process, and why")
+    status_parser.add_argument("--json", action="store_true", help="machine-readable output")
+    prints = commands.add_parser("fingerprints", help="sha256 of every target's source in an unpatched release")
+    prints.add_argument(
+        "--root",
+        action="append",
+        required=True,
+        metavar="UPSTREAM=PATH",
+        help="verl=PATH or trinity=PATH: the package folder of the release (repeatable)",
+    )
+    mode = prints.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="store them in each overlay's fingerprints.json")
+    mode.add_argument("--check", action="store_true", help="exit 1 if a stored fingerprint differs")
+    args = parser.parse_args(argv)
+    if args.command == "status":
+        return _status(args.json)
+    return _fingerprints(args.root, args.write, args.check)
 
 
 if __name__ == "__main__":

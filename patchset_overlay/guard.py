@@ -1,8 +1,9 @@
-"""Never patch blind: decide, before anything is replaced, whether a piece fits the upstream in this process.
+"""Never patch blind: decide, once and for the whole piece, whether it fits the upstream on disk.
 
 The order matters: an upstream that already has the fix is reported as such (not as a mismatch, although its
-code differs), then an unsupported version, then any object whose source is not the one the piece was written
-for. Any of these leaves every object of the piece untouched.
+code differs), then an unsupported version, then any target whose source is not the one the piece was written
+for. Any of these leaves every target of the piece untouched. Everything is read from the upstream's files
+(`patchset_overlay.source`), so the verdict does not depend on which of its modules are imported yet.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import ModuleType
 
-from patchset_overlay.spec import Overlay, Piece, source_fingerprint
+from patchset_overlay.source import SourceError, UpstreamSource
+from patchset_overlay.spec import Overlay, Piece
 from patchset_overlay.state import PieceState
 
 
@@ -35,40 +36,39 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def upstream_version(overlay: Overlay, modules: Mapping[str, ModuleType]) -> str:
-    """The version of the upstream package actually imported (its ``__version__``), not of any installed dist."""
-    package = modules.get(overlay.upstream)
-    return str(getattr(package, "__version__", "unknown"))
+def fingerprint_key(module: str, name: str) -> str:
+    return f"{module}:{name}"
 
 
-def judge(overlay: Overlay, piece: Piece, modules: Mapping[str, ModuleType]) -> Verdict:
-    """Whether ``piece`` may be installed on the imported upstream ``modules``, and why not if it may not."""
-    version = upstream_version(overlay, modules)
+def judge(overlay: Overlay, piece: Piece, source: UpstreamSource, fingerprints: Mapping[str, str]) -> Verdict:
+    """Whether ``piece`` may be installed on the upstream in ``source``, and why not if it may not."""
+    version = source.version()
     what = f"{overlay.distribution} {version}"
     if overlay.fixed_since and version_tuple(version) >= version_tuple(overlay.fixed_since):
         return Verdict(
             PieceState.UPSTREAM_HAS_FIX,
-            f"{overlay.name}: {piece.patch} stays off: {what} has the fix (upstream since {overlay.fixed_since})",
+            f"{overlay.name}: {piece.name} stays off: {what} has the fix (upstream since {overlay.fixed_since})",
         )
-    reason = piece.upstream_has_fix(modules)
+    reason = piece.upstream_has_fix(source)
     if reason is not None:
-        return Verdict(PieceState.UPSTREAM_HAS_FIX, f"{overlay.name}: {piece.patch} stays off: {what} {reason}")
+        return Verdict(PieceState.UPSTREAM_HAS_FIX, f"{overlay.name}: {piece.name} stays off: {what} {reason}")
     if version not in overlay.supported:
         return Verdict(
             PieceState.REFUSED,
-            f"{overlay.name}: {piece.patch} not applied: {what} is not a supported version (supported: "
+            f"{overlay.name}: {piece.name} not applied: {what} is not a supported version (supported: "
             f"{', '.join(overlay.supported)}); {overlay.upstream} left untouched",
         )
     for target in piece.targets:
+        expected = fingerprints.get(fingerprint_key(target.module, target.name), "none recorded")
         try:
-            found = source_fingerprint(target.resolve(modules))
-        except (AttributeError, OSError, TypeError) as error:
+            found = source.fingerprint(target.module, target.name)
+        except SourceError as error:
             found = f"unreadable ({error})"
-        if found != target.fingerprint:
+        if found != expected:
             return Verdict(
                 PieceState.REFUSED,
-                f"{overlay.name}: {piece.patch} not applied: {target.label} in {what} is not the code this overlay "
-                f"was written for (source sha256 {found[:16]}, expected {target.fingerprint[:16]}); "
+                f"{overlay.name}: {piece.name} not applied: {target.label} in {what} is not the code this overlay "
+                f"was written for (source sha256 {found[:16]}, expected {expected[:16]}); "
                 f"{overlay.upstream} left untouched",
             )
-    return Verdict(PieceState.ACTIVE, f"replaces {', '.join(target.label for target in piece.targets)}")
+    return Verdict(PieceState.ACTIVE, f"fits {what}")

@@ -1,20 +1,25 @@
-"""Activation: post-import hooks (wrapt's) that install each piece once all its upstream modules are imported.
+"""Activation: each target is changed the moment its own module has finished importing, in any process and order.
 
-A piece is installed when the last of its modules has finished importing, whether that happened before or after
-`activate` was called (wrapt runs the hook at once for a module already imported); modules upstream imports only
-on demand (a piece's `loads`) it imports itself at that point. It is judged first (`patchset_overlay.guard`),
-goes only on top of the pieces it `requires`, and is installed whole or not at all.
+`activate` puts a `patchset_overlay.finder.PostImportFinder` on ``sys.meta_path`` for the overlay's modules and
+handles those imported already. When the first of them is imported, every piece of the overlay is judged from the
+upstream's files (`patchset_overlay.guard`), once, for all of its targets; then, for an active piece, the
+installer of that module runs, and the installer of each other module runs when that module is imported. An
+installer that fails takes the whole piece back out (every module it had changed), and the piece is refused.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
+import json
 import warnings
-from functools import partial
+from collections.abc import Mapping
+from pathlib import Path
 from types import ModuleType
 
+from patchset_overlay import dispatch
+from patchset_overlay.finder import already_imported, install
 from patchset_overlay.guard import Verdict, judge
+from patchset_overlay.source import UpstreamSource
 from patchset_overlay.spec import Overlay, Piece
 from patchset_overlay.state import OverlayRecord, PieceRecord, PieceState, record_for
 
@@ -29,128 +34,125 @@ def _warn_once(record: OverlayRecord, message: str) -> None:
         warnings.warn(message, OverlayWarning, stacklevel=3)
 
 
-def _load_lazy_modules(overlay: Overlay, piece: Piece, record: OverlayRecord) -> Verdict | None:
-    """Import the piece's `loads` modules (their hooks land back in `_try_piece`, which waits for this call to end);
-    a refusal if one cannot be imported."""
-    record.loading.add(piece.patch)
+def recorded_fingerprints(overlay: Overlay) -> dict[str, str]:
+    """The overlay's fingerprints file: {"module:name": sha256} of the release it was written for."""
+    folder = Path(importlib.import_module(overlay.name).__file__).resolve().parent
+    return json.loads((folder / overlay.fingerprints_file).read_text(encoding="utf-8"))
+
+
+def _verdicts(overlay: Overlay) -> dict[str, Verdict]:
+    """Each piece's verdict; a check that cannot be made refuses (this often runs inside someone's import, which
+    it must never break)."""
     try:
-        for name in piece.loads:
-            if name not in record.imported:
-                importlib.import_module(name)
+        source = UpstreamSource.find(overlay.upstream)
+        fingerprints = recorded_fingerprints(overlay) if source is not None else {}
     except Exception as error:
-        return Verdict(
+        failed = Verdict(
             PieceState.REFUSED,
-            f"{overlay.name}: {piece.patch} not applied: could not import {name} ({error!r}); "
-            f"{overlay.upstream} left untouched",
+            f"{overlay.name}: not applied: could not read what to check ({error!r}); {overlay.upstream} left untouched",
         )
-    finally:
-        record.loading.discard(piece.patch)
-    return None
-
-
-def _dependency_verdict(overlay: Overlay, piece: Piece, record: OverlayRecord) -> Verdict | None:
-    """Why ``piece`` may not go on top of the pieces it requires (one is off), or None once they are all active."""
-    for patch in piece.requires:
-        required = record.pieces.get(patch, PieceRecord())
-        if required.state is not PieceState.ACTIVE:
-            return Verdict(
+        return {piece.name: failed for piece in overlay.pieces}
+    if source is None:
+        missing = Verdict(PieceState.REFUSED, f"{overlay.name}: {overlay.distribution} is not installed")
+        return {piece.name: missing for piece in overlay.pieces}
+    verdicts = {}
+    for piece in overlay.pieces:
+        try:
+            verdicts[piece.name] = judge(overlay, piece, source, fingerprints)
+        except Exception as error:
+            verdicts[piece.name] = Verdict(
                 PieceState.REFUSED,
-                f"{overlay.name}: {piece.patch} not applied: it builds on {patch}, which is {required.state.value}; "
+                f"{overlay.name}: {piece.name} not applied: could not check {overlay.upstream} ({error!r}); "
                 f"{overlay.upstream} left untouched",
             )
-    return None
+    return verdicts
 
 
-def _try_piece(overlay: Overlay, piece: Piece, record: OverlayRecord) -> None:
-    piece_record = record.pieces.setdefault(piece.patch, PieceRecord())
-    if piece_record.state is not PieceState.PENDING or piece.patch in record.loading:
-        return
-    waits_for = [name for name in (overlay.upstream, *piece.modules) if name not in piece.loads]
-    if not all(module in record.imported for module in waits_for):
-        return
-    if any(record.pieces.get(patch, PieceRecord()).state is PieceState.PENDING for patch in piece.requires):
-        return  # decided later in the same hook: pieces are tried in series order
-    verdict = _load_lazy_modules(overlay, piece, record)
-    if piece_record.state is not PieceState.PENDING:
-        return
-    modules: dict[str, ModuleType] = {
-        name: sys.modules[name] for name in (overlay.upstream, *piece.modules) if name in sys.modules
-    }
-    if verdict is None:
-        try:
-            verdict = judge(overlay, piece, modules)
-        except Exception as error:  # runs inside someone's import: a failed check refuses, never breaks the import
-            verdict = Verdict(
-                PieceState.REFUSED,
-                f"{overlay.name}: {piece.patch} not applied: could not check {overlay.upstream} ({error!r}); "
-                f"{overlay.upstream} left untouched",
-            )
-    if verdict.state is PieceState.ACTIVE:
-        verdict = _dependency_verdict(overlay, piece, record) or verdict
-    if verdict.state is PieceState.ACTIVE:
-        undo: list = []
-        try:
-            piece.install(modules, undo)
-        except Exception as error:  # an install that fails half-way is rolled back, never left half-done
-            for step in reversed(undo):
-                step()
-            piece_record.state, piece_record.reason = (
-                PieceState.REFUSED,
-                f"{overlay.name}: {piece.patch} not applied: {error}; {overlay.upstream} left untouched",
-            )
-            _warn_once(record, piece_record.reason)
-            return
-        piece_record.state, piece_record.reason, piece_record.undo = PieceState.ACTIVE, verdict.reason, undo
-        return
-    piece_record.state, piece_record.reason = verdict.state, verdict.reason
-    _warn_once(record, verdict.reason)
-
-
-def _on_import(overlay: Overlay, module: ModuleType) -> None:
+def judge_pieces(overlay: Overlay) -> None:
+    """Decide every piece of an enabled overlay, once per activation, before any target is changed."""
     record = record_for(overlay.name)
-    record.imported.add(module.__name__)
-    if record.enabled:
-        for piece in overlay.pieces:
-            _try_piece(overlay, piece, record)
+    if not record.enabled or record.judged:
+        return
+    record.judged = True
+    for name, verdict in _verdicts(overlay).items():
+        record.pieces[name] = PieceRecord(verdict.state, verdict.reason)
+        if verdict.state is not PieceState.ACTIVE:
+            _warn_once(record, verdict.reason)
+
+
+def _take_out(piece_record: PieceRecord) -> None:
+    for module in reversed(list(piece_record.undo)):
+        for step in reversed(piece_record.undo.pop(module)):
+            step()
+
+
+def _install(overlay: Overlay, piece: Piece, module: ModuleType) -> None:
+    record = record_for(overlay.name)
+    piece_record = record.pieces[piece.name]
+    if piece_record.state is not PieceState.ACTIVE or module.__name__ in piece_record.undo:
+        return
+    steps: list = []
+    try:
+        piece.installers[module.__name__](module, steps)
+    except Exception as error:  # never half-done: the piece comes out of every module it had changed
+        for step in reversed(steps):
+            step()
+        _take_out(piece_record)
+        piece_record.state = PieceState.REFUSED
+        piece_record.reason = f"{overlay.name}: {piece.name} not applied: {error}; {overlay.upstream} left untouched"
+        _warn_once(record, piece_record.reason)
+        return
+    piece_record.undo[module.__name__] = steps
+
+
+def _module_imported(overlay: Overlay, module: ModuleType) -> None:
+    if not record_for(overlay.name).enabled:
+        return
+    judge_pieces(overlay)
+    for piece in overlay.pieces:
+        if module.__name__ in piece.installers:
+            _install(overlay, piece, module)
+
+
+def on_module_executed(module: ModuleType, overlays: tuple[Overlay, ...] | None = None) -> None:
+    """The finder's callback: ``module`` has just finished importing."""
+    if overlays is None:
+        from patchset_overlay import overlays as all_overlays
+
+        overlays = all_overlays()
+    for overlay in overlays:
+        if module.__name__ in overlay.modules:
+            _module_imported(overlay, module)
 
 
 def activate(overlay: Overlay, how: str = "explicit") -> bool:
     """Switch ``overlay`` on in this process; False (and nothing done) if it is on already."""
-    import wrapt
-
     record = record_for(overlay.name)
     if record.enabled:
         return False
-    record.enabled, record.how = True, how
+    record.enabled, record.how, record.judged = True, how, False
     for piece in overlay.pieces:
-        record.pieces[piece.patch] = PieceRecord(PieceState.PENDING, "waiting for its upstream modules to be imported")
-    if not record.hooks_registered:
-        record.hooks_registered = True
-        names = dict.fromkeys(name for piece in overlay.pieces for name in (overlay.upstream, *piece.modules))
-        for name in names:
-            wrapt.register_post_import_hook(partial(_on_import, overlay), name)
-    else:
-        for piece in overlay.pieces:
-            _try_piece(overlay, piece, record)
+        record.pieces[piece.name] = PieceRecord(PieceState.PENDING, f"judged when {overlay.upstream} is first imported")
+    install(overlay.modules, dispatch)
+    for module in already_imported(overlay.modules):
+        _module_imported(overlay, module)
     return True
 
 
 def deactivate(overlay: Overlay) -> bool:
-    """Switch ``overlay`` off: undo every installed piece exactly; False if it was not on."""
+    """Switch ``overlay`` off: undo every change it made, exactly; False if it was not on."""
     record = record_for(overlay.name)
     if not record.enabled:
         return False
-    record.enabled = False
+    record.enabled, record.judged = False, False
     for piece in reversed(overlay.pieces):
-        piece_record = record.pieces.get(piece.patch)
-        if piece_record is None:
-            continue
-        for step in reversed(piece_record.undo):
-            step()
-        record.pieces[piece.patch] = PieceRecord(PieceState.INACTIVE, "deactivated in this process")
+        piece_record = record.pieces.get(piece.name)
+        if piece_record is not None:
+            _take_out(piece_record)
+        record.pieces[piece.name] = PieceRecord(PieceState.INACTIVE, "deactivated in this process")
     return True
 
 
-def piece_states(overlay: Overlay) -> dict[str, PieceRecord]:
+def piece_states(overlay: Overlay) -> Mapping[str, PieceRecord]:
     record = record_for(overlay.name)
-    return {piece.patch: record.pieces.get(piece.patch, PieceRecord()) for piece in overlay.pieces}
+    return {piece.name: record.pieces.get(piece.name, PieceRecord()) for piece in overlay.pieces}

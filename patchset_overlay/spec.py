@@ -1,61 +1,48 @@
-"""What an overlay declares: the upstream it fits, and one piece per patch it mirrors.
+"""What an overlay declares: the upstream it fits, and its pieces, each the mirror of one or more patches.
 
-Each piece names the upstream objects it replaces with a fingerprint of their source, so that code the overlay
-was not written for is never replaced (see `patchset_overlay.guard`).
+A piece is judged once, for all of its targets, from the upstream's files on disk (`patchset_overlay.guard`);
+once judged active, each target is changed the moment its own module has finished importing, by that module's
+installer. So every installer must be safe on its own: it may not assume that another target is changed yet.
 """
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
 
-# An installer replaces a piece's upstream objects, appending one undo step per change as it makes it (so a
-# failure half-way can be rolled back); the steps are run in reverse.
-Installer = Callable[[Mapping[str, ModuleType], list[Callable[[], None]]], None]
-# A content check: why the upstream modules already have the fix (a reason), or None when they do not.
-FixCheck = Callable[[Mapping[str, ModuleType]], "str | None"]
+if TYPE_CHECKING:
+    from patchset_overlay.source import UpstreamSource
 
-
-def source_fingerprint(obj: Any) -> str:
-    """sha256 of an object's source text: any edit of the upstream function or class changes it."""
-    return hashlib.sha256(inspect.getsource(obj).encode("utf-8")).hexdigest()
+# An installer changes the piece's objects in one upstream module, appending one undo step per change as it makes
+# it (so a failure half-way can be rolled back); the steps are run in reverse.
+Installer = Callable[[ModuleType, list[Callable[[], None]]], None]
+# A content check on the upstream's source: why it already has the fix (a reason), or None when it does not.
+FixCheck = Callable[["UpstreamSource"], "str | None"]
 
 
 @dataclass(frozen=True)
 class Target:
-    """One upstream object a piece replaces or changes, and the fingerprint of the code it was written for."""
+    """One upstream object a piece changes: a module-level function or class, by module and name."""
 
     module: str
     name: str
-    fingerprint: str
 
     @property
     def label(self) -> str:
         return f"{self.module}.{self.name}"
 
-    def resolve(self, modules: Mapping[str, ModuleType]) -> Any:
-        return getattr(modules[self.module], self.name)
-
 
 @dataclass(frozen=True)
 class Piece:
-    """The overlay mirror of one patch of the series (``patch`` is the patch file's stem)."""
+    """The overlay mirror of the patches in ``patches`` (file stems), as they leave the upstream together."""
 
-    patch: str
-    summary: str
+    name: str
+    patches: tuple[str, ...]
     targets: tuple[Target, ...]
-    install: Installer
+    installers: dict[str, Installer]  # upstream module -> what changes it, for every module of `targets`
     upstream_has_fix: FixCheck
-    # pieces of the same overlay this one builds on (it changes what they installed): it is installed only on
-    # top of them, and refused when any of them is off
-    requires: tuple[str, ...] = ()
-    # target modules upstream imports lazily (e.g. through a registry): once the others are imported, the piece
-    # imports these itself, so that it is judged and installed whole rather than waiting for them forever
-    loads: tuple[str, ...] = ()
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -72,3 +59,9 @@ class Overlay:
     supported: tuple[str, ...]
     fixed_since: str | None  # first upstream release with every fix of this overlay, if any
     pieces: tuple[Piece, ...]
+    # the overlay package's JSON of {"module:name": sha256 of the source segment} for the supported release
+    fingerprints_file: str = "fingerprints.json"
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(module for piece in self.pieces for module in piece.modules))

@@ -12,7 +12,7 @@ from enum import Enum
 
 
 class PieceState(Enum):
-    PENDING = "pending"  # activated, waiting for the upstream modules to be imported
+    PENDING = "pending"  # activated, not judged yet (none of the upstream's target modules imported so far)
     ACTIVE = "active"
     UPSTREAM_HAS_FIX = "off (upstream has the fix)"
     REFUSED = "off (refused)"
@@ -23,17 +23,16 @@ class PieceState(Enum):
 class PieceRecord:
     state: PieceState = PieceState.INACTIVE
     reason: str = "not activated in this process"
-    undo: list[Callable[[], None]] = field(default_factory=list)
+    # upstream module -> the undo steps of its installer, for each target module changed so far
+    undo: dict[str, list[Callable[[], None]]] = field(default_factory=dict)
 
 
 @dataclass
 class OverlayRecord:
     enabled: bool = False
-    hooks_registered: bool = False
-    imported: set[str] = field(default_factory=set)
+    judged: bool = False
     pieces: dict[str, PieceRecord] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)
-    loading: set[str] = field(default_factory=set)  # pieces importing their `loads` modules right now
     how: str = ""  # how it was activated: "explicit" or "automatic (...)"
 
 

@@ -8,51 +8,69 @@ import sys
 from typing import Any
 
 from patchset_overlay import ENV_SWITCH, overlays
-from patchset_overlay.runtime import piece_states
+from patchset_overlay.runtime import judge_pieces, piece_states
 from patchset_overlay.spec import Overlay
 from patchset_overlay.state import PieceState, record_for
 
 
 def _import_targets(overlay: Overlay) -> str | None:
-    """Import the upstream modules, so pending pieces get judged; the error text if the upstream is missing."""
+    """Import the upstream's target modules, so that the pieces get judged and installed; the error text if the
+    upstream is missing."""
     if importlib.util.find_spec(overlay.upstream) is None:
         return f"{overlay.distribution} is not installed"
     try:
-        for piece in overlay.pieces:
-            for module in piece.modules:
-                importlib.import_module(module)
+        for module in overlay.modules:
+            importlib.import_module(module)
     except Exception as error:
         return f"importing {overlay.distribution} failed: {error!r}"
     return None
 
 
+def _how(overlay: Overlay) -> str:
+    record = record_for(overlay.name)
+    if record.how:
+        return record.how
+    autoload = sys.modules.get("patchset_overlay.autoload")
+    if autoload is not None and autoload.outcome:
+        return autoload.outcome
+    return "not activated in this process"
+
+
 def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
     """One entry per overlay: how it was switched on (or off), the upstream version, and each piece's state.
-    With ``import_upstreams`` off, only what this process has imported so far is reported."""
+    With ``import_upstreams`` off, only what this process has imported so far is reported, and pieces are judged
+    from the upstream's files."""
     report = []
     for overlay in overlays():
         problem = _import_targets(overlay) if import_upstreams else None
+        judge_pieces(overlay)
         record = record_for(overlay.name)
         package = sys.modules.get(overlay.upstream)
-        pieces = [
-            {"piece": patch, "state": piece.state.value, "reason": piece.reason}
-            for patch, piece in piece_states(overlay).items()
-        ]
-        if not record.enabled and record.how:
-            for piece in pieces:
-                if piece["state"] == PieceState.INACTIVE.value:
-                    piece["reason"] = record.how
-        for extra in overlay_extras(overlay):
-            pieces.append(extra)
+        pieces = []
+        for piece in overlay.pieces:
+            state = piece_states(overlay)[piece.name]
+            reason = state.reason
+            if state.state is PieceState.ACTIVE:
+                changed = [target.label for target in piece.targets if target.module in state.undo]
+                waiting = [target.label for target in piece.targets if target.module not in state.undo]
+                reason += f"; changed {', '.join(changed)}" if changed else ""
+                reason += f"; changes {', '.join(waiting)} when imported" if waiting else ""
+            elif not record.enabled and state.state is PieceState.INACTIVE:
+                reason = _how(overlay)
+            pieces.append(
+                {"piece": piece.name, "patches": list(piece.patches), "state": state.state.value, "reason": reason}
+            )
+        pieces.extend(overlay_extras(overlay))
         report.append(
             {
                 "overlay": overlay.name,
                 "enabled": record.enabled,
-                "how": record.how or "not activated in this process",
+                "how": _how(overlay),
                 "upstream": overlay.distribution,
                 "version": getattr(package, "__version__", None),
                 "problem": problem,
                 "pieces": pieces,
+                "cannot_change": cannot_change(overlay),
             }
         )
     return report
@@ -65,7 +83,16 @@ def overlay_extras(overlay: Overlay) -> list[dict[str, Any]]:
     from verl_overlay.trainer.config import hydra_config_state
 
     state, reason = hydra_config_state()
-    return [{"piece": "critic.yaml (Hydra search path)", "state": state, "reason": reason}]
+    return [{"piece": "critic.yaml (Hydra search path)", "patches": [], "state": state, "reason": reason}]
+
+
+def cannot_change(overlay: Overlay) -> str | None:
+    """What overlay mode leaves different from a patched tree: files on disk, which it never edits."""
+    if overlay.name != "verl_overlay":
+        return None
+    from verl_overlay.trainer.config import NOT_CHANGED
+
+    return NOT_CHANGED
 
 
 def render(report: list[dict[str, Any]]) -> str:
@@ -77,6 +104,9 @@ def render(report: list[dict[str, Any]]) -> str:
         if entry["problem"]:
             lines.append(f"  {entry['problem']}")
         for piece in entry["pieces"]:
-            lines.append(f"  {piece['piece']}: {piece['state']}: {piece['reason']}")
+            patches = f" ({', '.join(patch[:4] for patch in piece['patches'])})" if piece["patches"] else ""
+            lines.append(f"  {piece['piece']}{patches}: {piece['state']}: {piece['reason']}")
+        if entry["cannot_change"]:
+            lines.append(f"  not changed by overlays: {entry['cannot_change']}")
     lines.append(f"(set {ENV_SWITCH}=0 to switch the automatic activation off)")
     return "\n".join(lines)

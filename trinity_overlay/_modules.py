@@ -1,4 +1,5 @@
-"""Trinity's module names the pieces change, in one place (the specs name them; the installers look them up)."""
+"""Trinity's modules the overlay changes, in one place: the pieces name them, the start-up import finder watches
+them (so this module imports nothing)."""
 
 from __future__ import annotations
 
@@ -9,3 +10,5 @@ MIX_LOSS = "trinity.algorithm.policy_loss_fn.mix_policy_loss"
 CHORD_LOSS = "trinity.algorithm.policy_loss_fn.chord_policy_loss"
 LOSSES = "trinity.trainer.verl.losses"
 TRAINER = "trinity.trainer.verl.trainer"
+
+WATCHED = (POLICY_LOSS_FN, DPO_LOSS, REC_LOSS, MIX_LOSS, CHORD_LOSS, LOSSES, TRAINER)

@@ -1,30 +1,41 @@
-"""How piece 0001 (the critic fix) goes onto verl's modules, and how to tell that verl already has it."""
+"""How piece 0001 (the critic fix) goes onto each of verl's modules, and how to tell that verl already has it.
+
+Each installer is safe on its own: the new ``compute_value_loss`` keyword arguments default to the old behaviour,
+``CriticConfig.loss_scale_factor`` defaults to None, and the new ``value_loss`` passes only arguments that the
+``compute_value_loss`` it calls was given by the same piece (verl's losses module imports core_algos first).
+"""
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import ModuleType
 
+from patchset_overlay.source import UpstreamSource
+from verl_overlay._modules import CORE_ALGOS
 
-def upstream_has_critic_fix(modules: Mapping[str, ModuleType]) -> str | None:
+
+def upstream_has_critic_fix(source: UpstreamSource) -> str | None:
     """verl's compute_value_loss already takes batch_num_tokens (verl >= 0.9.0, or a patched checkout)."""
-    function = modules["verl.trainer.ppo.core_algos"].compute_value_loss
-    if "batch_num_tokens" in inspect.signature(function).parameters:
+    if "batch_num_tokens" in source.segment(CORE_ALGOS, "compute_value_loss"):
         return "already has the critic fix (compute_value_loss takes batch_num_tokens)"
     return None
 
 
-def install_critic_fix(modules: Mapping[str, ModuleType], undo: list[Callable[[], None]]) -> None:
-    """Add CriticConfig.loss_scale_factor, then give compute_value_loss and value_loss the patched code."""
-    from patchset_overlay.replace import add_dataclass_field, replace_function_code
+def install_compute_value_loss(module: ModuleType, undo: list[Callable[[], None]]) -> None:
+    from patchset_overlay.replace import replace_function_code
     from verl_overlay.trainer.ppo import core_algos
+
+    undo.append(replace_function_code(module.compute_value_loss, core_algos.compute_value_loss))
+
+
+def install_loss_scale_factor(module: ModuleType, undo: list[Callable[[], None]]) -> None:
+    """Add the field to CriticConfig and to each of its dataclass subclasses (FSDP, Megatron, ...)."""
+    from patchset_overlay.replace import add_dataclass_field
     from verl_overlay.workers.config import critic
-    from verl_overlay.workers.utils import losses
 
     undo.append(
         add_dataclass_field(
-            modules["verl.workers.config.critic"].CriticConfig,
+            module.CriticConfig,
             critic.FIELD_NAME,
             critic.FIELD_TYPE,
             critic.FIELD_DEFAULT,
@@ -32,7 +43,10 @@ def install_critic_fix(modules: Mapping[str, ModuleType], undo: list[Callable[[]
             doc_line=critic.FIELD_DOC,
         )
     )
-    undo.append(
-        replace_function_code(modules["verl.trainer.ppo.core_algos"].compute_value_loss, core_algos.compute_value_loss)
-    )
-    undo.append(replace_function_code(modules["verl.workers.utils.losses"].value_loss, losses.value_loss))
+
+
+def install_value_loss(module: ModuleType, undo: list[Callable[[], None]]) -> None:
+    from patchset_overlay.replace import replace_function_code
+    from verl_overlay.workers.utils import losses
+
+    undo.append(replace_function_code(module.value_loss, losses.value_loss))

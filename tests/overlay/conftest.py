@@ -6,7 +6,7 @@ trinity-rft sdists and this project pip-installed) and names it and the patched 
 - ``PATCHSET_OVERLAY_PYTHON``: that venv's python; every check runs in a child process of it, because what an
   overlay does is a property of a whole process (as it is in a Ray worker);
 - ``PATCHSET_PATCHED_VERL_TREE`` / ``PATCHSET_PATCHED_TRINITY_TREE``: the patched checkouts (parity);
-- ``PATCHSET_VANILLA_VERL_TREE``: the vanilla verl checkout;
+- ``PATCHSET_VANILLA_VERL_TREE`` / ``PATCHSET_VANILLA_TRINITY_TREE``: the vanilla checkouts (fingerprints);
 - ``PATCHSET_FIXED_VERL_TREE``: the verl 0.9.1 release, which has the critic fix (a guard test; optional).
 """
 
@@ -54,6 +54,11 @@ def patched_trees() -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def vanilla_verl_tree() -> Path:
     return _path_from_env("PATCHSET_VANILLA_VERL_TREE")
+
+
+@pytest.fixture(scope="session")
+def vanilla_trees(vanilla_verl_tree: Path) -> dict[str, Path]:
+    return {"verl": vanilla_verl_tree, "trinity": _path_from_env("PATCHSET_VANILLA_TRINITY_TREE")}
 
 
 def overlay_env(switch: str | None, pythonpath: list[Path] = ()) -> dict[str, str]:

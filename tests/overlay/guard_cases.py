@@ -1,10 +1,9 @@
 """One guard case per run, in a process of the overlay venv with the overlays switched on automatically.
 
-``python guard_cases.py CASE UPSTREAMS`` (UPSTREAMS: ``verl`` or ``verl,trinity``) prepares what the case needs
-before the upstream modules are imported (a faked ``__version__``; changed or patched trees come in through
-PYTHONPATH, set by the test), imports the upstream modules, which fires the overlays' import hooks, and prints
-one JSON line: the overlay warnings raised, the status report, and whether the upstream objects are still
-upstream's own.
+``python guard_cases.py CASE UPSTREAMS`` (UPSTREAMS: ``verl`` or ``verl,trinity``; CASE only names the case: the
+changed, patched or released trees it needs come in through PYTHONPATH, set by the test) imports the upstream
+modules, which fires the overlays' import hooks, and prints one JSON line: the overlay warnings raised, the status
+report, and whether the upstream objects are still upstream's own.
 """
 
 from __future__ import annotations
@@ -15,12 +14,6 @@ import json
 import sys
 import warnings
 from pathlib import Path
-
-FAKE_VERSIONS = {
-    "verl-0.7.1": ("verl", "0.7.1"),
-    "trinity-0.5.9": ("trinity", "0.5.9"),
-    "verl-0.9.1": ("verl", "0.9.1"),
-}
 
 
 def _from_upstream(obj, package: str) -> bool:
@@ -67,11 +60,8 @@ def critic_yaml_composes_loss_scale_factor() -> bool:
 def main(case: str, upstreams: str) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        if case in FAKE_VERSIONS:
-            package, version = FAKE_VERSIONS[case]
-            module = __import__(package)
-            module.__version__ = version
         if "trinity" in upstreams.split(","):  # Trinity's import is the slow one: only where the case needs it
+            import trinity.algorithm.policy_loss_fn.dpo_loss  # noqa: F401  (the registry imports it lazily)
             import trinity.trainer.verl.losses  # noqa: F401
         import verl.workers.utils.losses  # noqa: F401
 

@@ -1,11 +1,12 @@
 """Guards: an overlay never replaces code it does not recognise, and says so once, clearly.
 
 Each case runs in its own process of the overlay venv, with the overlays switched on the way users get them (the
-``.pth`` file): a faked upstream version, an upstream function or class that differs from the one the overlay
-was written for, a critic YAML that differs, and upstreams that already have the fix (by content: the patched
-checkouts; by version: 0.9.1). Each must leave the upstream objects untouched, raise the expected warning naming
-the package, version and object, and report the reason in ``python -m patchset_overlay status``; the other
-overlay is not affected. The messages are written to ``$PATCHSET_OVERLAY_RESULTS/overlay-guards.txt``.
+``.pth`` file): an installed upstream whose version file says another release, an upstream function or class that
+differs from the one the overlay was written for, a critic YAML that differs, and upstreams that already have the
+fix (by content: the patched checkouts; by version: the verl 0.9.1 release). Each must leave the upstream objects
+untouched, raise the expected warning naming the package, version and object, and report the reason in ``python -m
+patchset_overlay status``; the other overlay is not affected. The messages are written to
+``$PATCHSET_OVERLAY_RESULTS/overlay-guards.txt``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ UPSTREAM_OBJECTS = {
     "verl": ("compute_value_loss", "value_loss", "CriticConfig"),
     "trinity": ("TrinityPolicyLoss.__call__", "TrinityPolicyLoss.__init__", "PolicyLossFn", "DPOLossFn.__call__"),
 }
-TERM_WEIGHTS = "0003-trainer-weight-each-trinitypolicyloss-term-its-own"
+POLICY_LOSS = "policy-loss-normalization"
+DPO_PAIRS = "dpo-pairs"
 
 
 def _changed_copy(tmp_path: Path, site: Path, package: str, relative: str, old: str, new: str) -> Path:
@@ -61,12 +63,8 @@ def _check(result: dict, case: str, off: str, state: str, expected: str) -> None
     )
     for name in UPSTREAM_OBJECTS[off]:
         assert result["untouched"][name], f"{name} was changed: {result['untouched']}"
-    code_pieces = [piece for piece in _pieces(result, f"{off}_overlay") if not piece["piece"].startswith("critic.yaml")]
-    # one warning per piece; 0004 waits for Trinity's trainer module, which the guard cases do not import
-    judged = [piece for piece in code_pieces if piece["state"] != "pending"]
-    assert [piece["piece"] for piece in judged if not piece["piece"].startswith("0004")] == [
-        piece["piece"] for piece in code_pieces if not piece["piece"].startswith("0004")
-    ], code_pieces
+    # every piece is judged, for all its targets, at the first import of the upstream: one warning per piece
+    judged = [piece for piece in _pieces(result, f"{off}_overlay") if not piece["piece"].startswith("critic.yaml")]
     assert len(result["warnings"]) == len(judged), f"expected one overlay warning per piece, got {result['warnings']}"
     assert all(piece["state"] == state and expected in piece["reason"] for piece in judged), judged
     if off == "trinity":  # the verl overlay, on the same process, is not affected
@@ -74,15 +72,20 @@ def _check(result: dict, case: str, off: str, state: str, expected: str) -> None
 
 
 @pytest.mark.parametrize(
-    ("case", "off", "expected"),
+    ("off", "relative", "old", "new", "expected"),
     [
-        ("verl-0.7.1", "verl", "verl 0.7.1 is not a supported version (supported: 0.8.0); verl left untouched"),
-        ("trinity-0.5.9", "trinity", "trinity-rft 0.5.9 is not a supported version (supported: 0.6.0)"),
+        ("verl", "version/version", "0.8.0", "0.7.1", "verl 0.7.1 is not a supported version (supported: 0.8.0); "),
+        ("trinity", "__init__.py", '__version__ = "0.6.0"', '__version__ = "0.5.9"', "trinity-rft 0.5.9 is not a "),
     ],
+    ids=["verl-0.7.1", "trinity-0.5.9"],
 )
-def test_fake_version_leaves_upstream_untouched(overlay_python, case, off, expected):
-    result = _guard(overlay_python, case, off)
-    _check(result, case, off, "off (refused)", expected)
+def test_unsupported_version_leaves_upstream_untouched(
+    tmp_path, overlay_python, overlay_site, off, relative, old, new, expected
+):
+    """The version is read from the installed files (as the fingerprints are), so this case changes the file."""
+    changed = _changed_copy(tmp_path, overlay_site, off, relative, old, new)
+    result = _guard(overlay_python, f"{off} version", off, [changed])
+    _check(result, f"{off} {new}", off, "off (refused)", expected)
 
 
 def test_changed_verl_function_leaves_all_of_the_critic_fix_out(tmp_path, overlay_python, overlay_site):
@@ -102,13 +105,13 @@ def test_changed_verl_function_leaves_all_of_the_critic_fix_out(tmp_path, overla
 
 
 def _check_trinity_pieces(result: dict, case: str, expected: dict[str, tuple[str, str]], untouched: set[str]) -> None:
-    """Each Trinity piece (by its number) is in the state given, with that text in its reason and its warning."""
+    """Each Trinity piece (by name) is in the state given, with that text in its reason and its warning."""
     _record(case, result["warnings"])
-    pieces = {piece["piece"][:4]: piece for piece in _pieces(result, "trinity_overlay")}
-    for number, (state, text) in expected.items():
-        assert pieces[number]["state"] == state and text in pieces[number]["reason"], pieces[number]
+    pieces = {piece["piece"]: piece for piece in _pieces(result, "trinity_overlay")}
+    for name, (state, text) in expected.items():
+        assert pieces[name]["state"] == state and text in pieces[name]["reason"], pieces[name]
         if state != "active":
-            assert [message for message in result["warnings"] if number in message and text in message], result
+            assert [message for message in result["warnings"] if name in message and text in message], result
     assert len(result["warnings"]) == sum(state != "active" for state, _ in expected.values()), result["warnings"]
     assert {name for name in UPSTREAM_OBJECTS["trinity"] if result["untouched"][name]} == untouched, result
 
@@ -129,16 +132,13 @@ def test_changed_trinity_class_leaves_it_untouched(tmp_path, overlay_python, ove
     _check_trinity_pieces(
         result,
         "changed TrinityPolicyLoss",
-        {"0001": refused, "0002": ("active", "replaces"), "0003": refused, "0005": refused},
-        {"TrinityPolicyLoss.__call__", "TrinityPolicyLoss.__init__", "PolicyLossFn"},
+        {POLICY_LOSS: refused, DPO_PAIRS: ("active", "fits trinity-rft 0.6.0")},
+        {"TrinityPolicyLoss.__call__", "TrinityPolicyLoss.__init__"},
     )
 
 
-def test_changed_dpo_loss_leaves_the_pieces_that_change_it_and_their_dependants_out(
-    tmp_path, overlay_python, overlay_site
-):
-    """DPOLossFn changed: 0002 and 0003 (which both change it) stay out, and so does 0005, which builds on 0003;
-    0001 goes on alone, as the series with 0001 only."""
+def test_changed_dpo_loss_leaves_both_pieces_that_change_it_out(tmp_path, overlay_python, overlay_site):
+    """DPOLossFn changed: both pieces change it (its aggregation; its logits and pairs), so both stay out whole."""
     changed = _changed_copy(
         tmp_path,
         overlay_site,
@@ -149,16 +149,12 @@ def test_changed_dpo_loss_leaves_the_pieces_that_change_it_and_their_dependants_
     )
     result = _guard(overlay_python, "changed", "trinity", [changed])
     expected = "trinity.algorithm.policy_loss_fn.dpo_loss.DPOLossFn in trinity-rft 0.6.0 is not the code this overlay"
+    refused = ("off (refused)", expected)
     _check_trinity_pieces(
         result,
         "changed DPOLossFn",
-        {
-            "0001": ("active", "replaces"),
-            "0002": ("off (refused)", expected),
-            "0003": ("off (refused)", expected),
-            "0005": ("off (refused)", f"it builds on {TERM_WEIGHTS}, which is off (refused)"),
-        },
-        {"TrinityPolicyLoss.__init__", "PolicyLossFn", "DPOLossFn.__call__"},
+        {POLICY_LOSS: refused, DPO_PAIRS: refused},
+        set(UPSTREAM_OBJECTS["trinity"]),
     )
 
 
@@ -187,7 +183,6 @@ def test_changed_critic_yaml_is_not_put_on_hydras_search_path(tmp_path, overlay_
     ("case", "off", "expected"),
     [
         ("patched", "verl", "verl 0.8.0 already has the critic fix (compute_value_loss takes batch_num_tokens)"),
-        ("verl-0.9.1", "verl", "verl 0.9.1 has the fix (upstream since 0.9.0)"),
         ("patched", "trinity", "trinity-rft 0.6.0 already "),
     ],
 )

@@ -86,15 +86,17 @@ def test_comparison_can_fail_vanilla_differs_from_patched(runs):
 
 
 @pytest.mark.parametrize("series", ["verl", "trinity"])
-def test_every_patch_of_the_series_has_its_overlay_piece(series):
+def test_every_patch_of_the_series_is_mirrored_by_exactly_one_piece(series):
     import importlib
 
-    lines = (REPO_ROOT / "patches" / series / "series").read_text(encoding="utf-8").splitlines()
-    patches = [Path(line.strip()).stem for line in lines if line.strip() and not line.lstrip().startswith("#")]
-    overlay = importlib.import_module(f"{series}_overlay").OVERLAY
-    assert [piece.patch for piece in overlay.pieces] == patches, (
-        f"patches/{series}/series lists {patches}, but {series}_overlay mirrors {[p.patch for p in overlay.pieces]}: "
-        "every patch needs its overlay piece (a Piece in the overlay's OVERLAY), in series order"
+    from patchset.series import load_series
+
+    patches = [Path(patch.name).stem for patch in load_series(REPO_ROOT / "patches", series).patches]
+    overlay = importlib.import_module(f"{series}_overlay.pieces").OVERLAY
+    mirrored = [patch for piece in overlay.pieces for patch in piece.patches]
+    assert sorted(mirrored) == sorted(patches), (
+        f"patches/{series}/series lists {patches}, but {series}_overlay's pieces mirror {mirrored}: every patch "
+        "needs exactly one overlay piece (see the overlay's pieces.py)"
     )
 
 

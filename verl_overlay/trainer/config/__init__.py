@@ -2,15 +2,14 @@
 
 ``critic/critic.yaml`` here is verl 0.8.0's file with the patch's lines added. Hydra finds it through the search
 path plugin ``hydra_plugins.patchset_overlay_searchpath``, ahead of verl's own config folder, but only while the
-installed verl is the release this file was made from (its critic.yaml has the sha256 below): an overlay never
-replaces a file it does not recognise. This runs inside Hydra's plugin discovery, so it reads verl's files
-without importing verl.
+critic code piece is active (so that ``CriticConfig`` gets the field the YAML sets, whenever it is imported) and
+verl's own critic.yaml is the file this one was made from (the sha256 below): an overlay never replaces a file it
+does not recognise. This runs inside Hydra's plugin discovery, so it reads verl's files without importing verl.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import sys
 import warnings
 from pathlib import Path
@@ -19,28 +18,28 @@ CONFIG_DIR = Path(__file__).resolve().parent
 UPSTREAM_FILE = "trainer/config/critic/critic.yaml"
 # sha256 of verl 0.8.0's verl/trainer/config/critic/critic.yaml, the file CONFIG_DIR/critic/critic.yaml extends
 UPSTREAM_SHA256 = "fac7babe651d2a434668d691d8fe4cd09c65017869a32d72d009d0c691c4551f"
-SUPPORTED = ("0.8.0",)
 CRITIC_PATCH = "0001-trainer-critic-value-loss-global-normalization"
-FIXED_SINCE = (0, 9, 0)
 _warned: set[str] = set()
 
 
-def _verl_root() -> Path | None:
-    module = sys.modules.get("verl")
-    if module is not None and getattr(module, "__file__", None):
-        return Path(module.__file__).resolve().parent
-    spec = importlib.util.find_spec("verl")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(next(iter(spec.submodule_search_locations))).resolve()
+NOT_CHANGED = (
+    "files on disk: verl's trainer/config/_generated_ppo_*.yaml reference configs, and critic/critic.yaml read by "
+    "path rather than through Hydra's search path, stay upstream's (they lack critic.loss_scale_factor)"
+)
 
 
 def _switched_on() -> tuple[bool, str]:
-    from patchset_overlay import ENV_SWITCH, switched_off
+    """Whether the verl overlay is on in this process. Under automatic activation a Hydra composition can come
+    before any verl import: it activates the overlays then, so that the YAML and CriticConfig stay in step."""
+    from patchset_overlay import ENV_SWITCH, activate_all, switched_off
     from patchset_overlay.state import record_for
 
     record = record_for("verl_overlay")
     if record.enabled:
+        return True, record.how
+    autoload = sys.modules.get("patchset_overlay.autoload")
+    if autoload is not None and autoload.outcome == autoload.AUTOMATIC:
+        activate_all(autoload.AUTOMATIC)
         return True, record.how
     if switched_off():
         return False, f"switched off by {ENV_SWITCH}"
@@ -48,10 +47,13 @@ def _switched_on() -> tuple[bool, str]:
 
 
 def _critic_piece_off() -> tuple[str, str] | None:
-    """The critic code piece's (state, reason) if it was judged off: the YAML belongs to it, and CriticConfig
-    would refuse the field the YAML adds."""
+    """The critic code piece's (state, reason) if it is judged off: the YAML belongs to it, and CriticConfig
+    would refuse the field the YAML adds. Judged from verl's files, so no verl module is imported here."""
+    from patchset_overlay.runtime import judge_pieces
     from patchset_overlay.state import PieceState, record_for
+    from verl_overlay.pieces import OVERLAY
 
+    judge_pieces(OVERLAY)
     piece = record_for("verl_overlay").pieces.get(CRITIC_PATCH)
     if piece is not None and piece.state not in (PieceState.PENDING, PieceState.ACTIVE):
         return piece.state.value, piece.reason
@@ -59,28 +61,24 @@ def _critic_piece_off() -> tuple[str, str] | None:
 
 
 def hydra_config_state() -> tuple[str, str]:
-    """("active" | "off ...", reason) for the critic YAML; the reason names the file and the version."""
+    """("active" | "off ...", reason) for the critic YAML; the reason names the file and the version. Version and
+    code checks are the critic piece's own verdict; the YAML adds the check of the file it replaces."""
     on, how = _switched_on()
     if not on:
         return "off", how
     code_piece = _critic_piece_off()
     if code_piece is not None:
         return code_piece
-    root = _verl_root()
-    if root is None:
-        return "off", "verl is not installed"
-    version_file = root / "version" / "version"
-    version = version_file.read_text(encoding="utf-8").strip() if version_file.exists() else "unknown"
-    from patchset_overlay.guard import version_tuple
+    from patchset_overlay.source import UpstreamSource
 
+    source = UpstreamSource.find("verl")
+    if source is None:
+        return "off", "verl is not installed"
+    root, version = source.root, source.version()
     upstream = root / UPSTREAM_FILE
-    if version_tuple(version) >= FIXED_SINCE:
-        return "off (upstream has the fix)", f"verl {version} has critic.loss_scale_factor (upstream since 0.9.0)"
     text = upstream.read_text(encoding="utf-8") if upstream.exists() else ""
     if "\nloss_scale_factor:" in text:
         return "off (upstream has the fix)", f"verl {version}'s {UPSTREAM_FILE} already sets loss_scale_factor"
-    if version not in SUPPORTED:
-        return "off (refused)", f"verl {version} is not a supported version (supported: {', '.join(SUPPORTED)})"
     found = hashlib.sha256(text.encode("utf-8")).hexdigest()
     if found != UPSTREAM_SHA256:
         return "off (refused)", (

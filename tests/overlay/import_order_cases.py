@@ -1,0 +1,103 @@
+"""Import-order cases, each run in a fresh process of the overlay venv; prints one JSON line of observations.
+
+- ``probe MODULE...``: import the given upstream modules in that order and nothing else, then look at every target
+  whose module is now imported: does it run the overlay's code (the fix) or upstream's? Also returns what
+  ``status`` says of each piece, judged from what this process has imported, without importing more.
+- ``compose CONFIG MODEL_DIR``: first thing in the process, compose verl's Hydra config ``CONFIG`` and build the
+  critic's dataclass with ``verl.utils.config.omega_conf_to_dataclass`` (what a user's own trainer does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import sys
+from pathlib import Path
+
+
+def _overlay_code(function) -> bool:  # type: ignore[no-untyped-def]
+    """The function runs the overlay's code: its code object was compiled from a file of an overlay package."""
+    return "_overlay" + "/" in Path(function.__code__.co_filename).as_posix()
+
+
+def _critic_config(module) -> bool:  # type: ignore[no-untyped-def]
+    classes = [
+        module.CriticConfig,
+        *(c for c in vars(module).values() if isinstance(c, type) and issubclass(c, module.CriticConfig)),
+    ]
+    return all("loss_scale_factor" in {f.name for f in dataclasses.fields(c)} for c in classes)
+
+
+def _dpo(module) -> bool:  # type: ignore[no-untyped-def]
+    members = vars(module.DPOLossFn)
+    wrapped = members["__call__"].__closure__[0].cell_contents  # the function Trinity's PolicyLossFnMeta wraps
+    return {"loss_aggregation", "group_size"} <= members.keys() and _overlay_code(wrapped)
+
+
+def _trinity_policy_loss(module) -> bool:  # type: ignore[no-untyped-def]
+    members = vars(module.TrinityPolicyLoss)
+    return all(_overlay_code(members[name]) for name in ("__init__", "__call__", "_micro_batch_weight"))
+
+
+# target label -> whether the imported module's object carries the fix
+PROBES = {
+    "verl.trainer.ppo.core_algos.compute_value_loss": lambda m: _overlay_code(m.compute_value_loss),
+    "verl.workers.config.critic.CriticConfig": _critic_config,
+    "verl.workers.utils.losses.value_loss": lambda m: _overlay_code(m.value_loss),
+    "trinity.algorithm.policy_loss_fn.policy_loss_fn.PolicyLossFn": lambda m: {"loss_aggregation", "group_size"}
+    <= vars(m.PolicyLossFn).keys(),
+    "trinity.algorithm.policy_loss_fn.rec_policy_loss.RECPolicyLossFn": lambda m: "loss_aggregation"
+    in vars(m.RECPolicyLossFn),
+    "trinity.algorithm.policy_loss_fn.mix_policy_loss.MIXPolicyLossFn": lambda m: "loss_aggregation"
+    in vars(m.MIXPolicyLossFn),
+    "trinity.algorithm.policy_loss_fn.chord_policy_loss.MIXCHORDPolicyLossFn": lambda m: "loss_aggregation"
+    in vars(m.MIXCHORDPolicyLossFn),
+    "trinity.algorithm.policy_loss_fn.dpo_loss.DPOLossFn": _dpo,
+    "trinity.trainer.verl.losses.TrinityPolicyLoss": _trinity_policy_loss,
+    "trinity.trainer.verl.trainer.VERLTrainer": lambda m: _overlay_code(vars(m.VERLTrainer)["_update_actor"]),
+}
+
+
+def probe(*modules: str) -> dict:
+    for name in modules:
+        importlib.import_module(name)
+    seen = {}
+    for label, check in PROBES.items():
+        module_name = label.rsplit(".", 1)[0]
+        if module_name in sys.modules:
+            seen[label] = bool(check(sys.modules[module_name]))
+    from patchset_overlay.status import collect
+
+    states = {piece["piece"]: piece["state"] for entry in collect(import_upstreams=False) for piece in entry["pieces"]}
+    return {"targets": seen, "pieces": states}
+
+
+def compose(config_name: str, model_dir: str) -> dict:
+    import importlib.util
+
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    verl_root = Path(next(iter(importlib.util.find_spec("verl").submodule_search_locations)))
+    overrides = [f"critic.model.path={model_dir}", "critic.ppo_micro_batch_size_per_gpu=2"]
+    with initialize_config_dir(config_dir=str(verl_root / "trainer" / "config"), version_base=None):
+        config = hydra_compose(config_name=config_name, overrides=overrides)
+    from verl.utils.config import omega_conf_to_dataclass
+
+    critic = omega_conf_to_dataclass(config.critic)
+    return {
+        "class": type(critic).__name__,
+        "composed": "loss_scale_factor" in config.critic,
+        "field": hasattr(critic, "loss_scale_factor"),
+    }
+
+
+def main(argv: list[str]) -> int:
+    case, *rest = argv
+    print(json.dumps({"probe": probe, "compose": compose}[case](*rest)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

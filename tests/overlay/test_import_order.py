@@ -1,0 +1,125 @@
+"""Each target is fixed the moment its own module has been imported, whatever else is imported, in any order.
+
+Every case is a fresh process of the overlay venv (verl 0.8.0, trinity-rft 0.6.0 and this project pip-installed,
+the overlays switched on by the ``.pth`` file as users get them):
+
+- the import-order matrix: a process that imports one target module and nothing else finds that module's targets
+  (and those of every module it pulled in) running the overlay's code, and ``status`` reports every piece active;
+  so does a process that imports all target modules in reverse order. The teeth: the same probes with
+  ``PATCHSET_OVERLAYS=0`` find upstream's code;
+- verl 0.9.1's own CPU test of the critic fix (fetched from the pinned, sha256-checked 0.9.1 sdist, never
+  committed), which imports ``compute_value_loss`` alone, passes against verl 0.8.0 with the overlay and fails
+  without it;
+- composing verl's Hydra config first thing in a process and building the critic dataclass from it
+  (``omega_conf_to_dataclass(cfg.critic)``) works for the FSDP and the Megatron critic, the field set.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import HERE, overlay_env, run_json
+
+SCRIPT = HERE / "import_order_cases.py"
+TARGET_MODULES = (
+    "verl.trainer.ppo.core_algos",
+    "verl.workers.config.critic",
+    "verl.workers.utils.losses",
+    "trinity.algorithm.policy_loss_fn.policy_loss_fn",
+    "trinity.algorithm.policy_loss_fn.dpo_loss",
+    "trinity.algorithm.policy_loss_fn.rec_policy_loss",
+    "trinity.algorithm.policy_loss_fn.mix_policy_loss",
+    "trinity.algorithm.policy_loss_fn.chord_policy_loss",
+    "trinity.trainer.verl.losses",
+    "trinity.trainer.verl.trainer",
+)
+UPSTREAM_TEST = "tests/trainer/ppo/test_value_loss_normalization_on_cpu.py"  # in the verl 0.9.1 sdist
+
+
+def _probe(python: Path, switch: str, modules: tuple[str, ...]) -> dict:
+    return run_json(python, SCRIPT, ["probe", *modules], overlay_env(switch))
+
+
+def test_overlay_watches_exactly_the_target_modules():
+    from patchset_overlay import overlays, watched_modules
+
+    assert set(watched_modules()) == set(TARGET_MODULES) == {m for overlay in overlays() for m in overlay.modules}
+
+
+@pytest.mark.parametrize("module", TARGET_MODULES)
+def test_a_module_imported_alone_is_fixed_at_once(overlay_python, module):
+    seen = _probe(overlay_python, "1", (module,))
+    own = [label for label in seen["targets"] if label.rsplit(".", 1)[0] == module]
+    assert own, f"no target of {module} was probed: {seen}"
+    assert all(seen["targets"].values()), f"importing {module} alone left targets on upstream's code: {seen}"
+    code_pieces = {name: state for name, state in seen["pieces"].items() if not name.startswith("critic.yaml")}
+    assert set(code_pieces.values()) == {"active"}, seen
+
+
+def test_modules_imported_in_reverse_order_are_all_fixed(overlay_python):
+    seen = _probe(overlay_python, "1", tuple(reversed(TARGET_MODULES)))
+    assert len(seen["targets"]) == 10 and all(seen["targets"].values()), seen
+
+
+@pytest.mark.parametrize("module", [TARGET_MODULES[0], TARGET_MODULES[4]])
+def test_probe_can_fail_overlays_off_leave_upstream_code(overlay_python, module):
+    seen = _probe(overlay_python, "0", (module,))
+    assert seen["targets"] and not any(seen["targets"].values()), seen
+
+
+@pytest.fixture(scope="module")
+def upstream_critic_test(tmp_path_factory) -> Path:
+    """verl 0.9.1's own test of the critic fix, copied out of the pinned 0.9.1 release the test command fetched."""
+    tree = os.environ.get("PATCHSET_FIXED_VERL_TREE")
+    if not tree:
+        pytest.skip("PATCHSET_FIXED_VERL_TREE is not set (scripts/test.sh fetches verl 0.9.1 and sets it)")
+    folder = tmp_path_factory.mktemp("verl-0.9.1-test")
+    return Path(shutil.copy(Path(tree) / UPSTREAM_TEST, folder))
+
+
+@pytest.mark.parametrize(("switch", "passes"), [("1", True), ("0", False)], ids=["overlays-on", "overlays-off"])
+def test_verl_091_own_critic_test_against_verl_080(overlay_python, upstream_critic_test, switch, passes):
+    completed = subprocess.run(
+        [str(overlay_python), "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", upstream_critic_test.name],
+        cwd=upstream_critic_test.parent,
+        env=overlay_env(switch),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    summary = completed.stdout.strip().splitlines()[-1]
+    counts = {word: int(number) for number, word in re.findall(r"(\d+) (passed|failed)", summary)}
+    if passes:
+        assert completed.returncode == 0 and counts.get("passed", 0) >= 20, completed.stdout[-3000:]
+    else:  # the teeth: upstream's test does catch verl 0.8.0's bug
+        assert completed.returncode != 0 and counts.get("failed", 0) >= 20, completed.stdout[-3000:]
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory, overlay_python) -> Path:
+    """A Hugging Face config of a tiny Qwen2 (the critic model config reads it; no weights, no download)."""
+    folder = tmp_path_factory.mktemp("tiny-qwen2")
+    script = (
+        "import sys; from transformers import Qwen2Config; Qwen2Config(vocab_size=128, hidden_size=32, "
+        "intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, "
+        "architectures=['Qwen2ForCausalLM']).save_pretrained(sys.argv[1])"
+    )
+    subprocess.run([str(overlay_python), "-P", "-c", script, str(folder)], check=True, env=overlay_env("0"))
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("config_name", "critic_class"),
+    [("ppo_trainer", "FSDPCriticConfig"), ("ppo_megatron_trainer", "McoreCriticConfig")],
+)
+@pytest.mark.parametrize("switch", ["1", "0"], ids=["overlays-on", "overlays-off"])
+def test_compose_first_then_build_the_critic_config(overlay_python, tiny_model_dir, config_name, critic_class, switch):
+    seen = run_json(overlay_python, SCRIPT, ["compose", config_name, str(tiny_model_dir)], overlay_env(switch))
+    assert seen["class"] == critic_class
+    # on: the YAML and the dataclass both have the field; off: neither (never one without the other)
+    assert seen["composed"] is seen["field"] is (switch == "1"), seen

@@ -1,0 +1,64 @@
+"""How the policy-loss normalization piece (patches 0001, 0003, 0005) goes onto each of Trinity's modules.
+
+Each installer is safe on its own: `loss_aggregation` is a new attribute no upstream code reads, and
+`TrinityPolicyLoss` reads it only from losses built through Trinity's registry, whose base class module Trinity's
+losses module imports (and so this overlay changes) first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+
+from patchset_overlay.source import UpstreamSource
+from trinity_overlay._modules import CHORD_LOSS, DPO_LOSS, LOSSES, MIX_LOSS, POLICY_LOSS_FN, REC_LOSS
+
+# the class of each module that declares its own `loss_aggregation`
+DECLARING_CLASSES = {
+    POLICY_LOSS_FN: "PolicyLossFn",
+    REC_LOSS: "RECPolicyLossFn",
+    MIX_LOSS: "MIXPolicyLossFn",
+    CHORD_LOSS: "MIXCHORDPolicyLossFn",
+    DPO_LOSS: "DPOLossFn",
+}
+PATCHED_MEMBERS = ("__call__", "_micro_batch_weight")
+
+
+def upstream_has_policy_loss_fix(source: UpstreamSource) -> str | None:
+    """Trinity already weights each policy-loss term by its share of the mini-batch (all three patches' marks)."""
+    policy_loss = source.segment(LOSSES, "TrinityPolicyLoss")
+    if (
+        "_micro_batch_weight" in policy_loss
+        and "micro-batch-weighted" in policy_loss
+        and "loss_aggregation" in source.segment(POLICY_LOSS_FN, "PolicyLossFn")
+    ):
+        return "already has the policy-loss fix (TrinityPolicyLoss._micro_batch_weight, PolicyLossFn.loss_aggregation)"
+    return None
+
+
+def install_loss_aggregation(module: ModuleType, undo: list[Callable[[], None]]) -> None:
+    """Declare how the module's loss aggregates a batch, on the upstream class itself."""
+    from importlib import import_module
+
+    from patchset_overlay.replace import set_class_attributes
+
+    name = DECLARING_CLASSES[module.__name__]
+    mirror = import_module("trinity_overlay" + module.__name__.removeprefix("trinity"))
+    declared = vars(getattr(mirror, name))["loss_aggregation"]
+    undo.append(set_class_attributes(getattr(module, name), {"loss_aggregation": declared}))
+
+
+def install_trinity_policy_loss(module: ModuleType, undo: list[Callable[[], None]]) -> None:
+    """Give TrinityPolicyLoss the patched `__call__` and `_micro_batch_weight`, and its `__init__` the patched code
+    (run in Trinity's module, which gets ``get_logger`` and ``partial`` as the patch imports them)."""
+    from functools import partial
+
+    from trinity.utils.log import get_logger
+
+    from patchset_overlay.replace import add_module_globals, replace_function_code, set_class_attributes
+    from trinity_overlay.trainer.verl import losses
+
+    mirror = vars(losses.TrinityPolicyLoss)
+    undo.append(add_module_globals(module, {"get_logger": get_logger, "partial": partial}))
+    undo.append(set_class_attributes(module.TrinityPolicyLoss, {name: mirror[name] for name in PATCHED_MEMBERS}))
+    undo.append(replace_function_code(vars(module.TrinityPolicyLoss)["__init__"], mirror["__init__"]))

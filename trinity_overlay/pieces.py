@@ -1,0 +1,68 @@
+"""The Trinity overlay's pieces. Patches that change the same symbols form one piece, mirrored as the finished
+series leaves them (a piece is all or nothing, so no intermediate state of a symbol is ever needed):
+
+- policy-loss normalization (0001, 0003, 0005): `TrinityPolicyLoss` weights each term by its share of the global
+  mini-batch; each policy loss declares its `loss_aggregation`; MIX / MIX_CHORD warn at start-up;
+- DPO pairs (0002, 0004): one DPO logit per chosen/rejected pair, and pairs kept in one micro-batch
+  (`group_size`, passed by `VERLTrainer._update_actor` as ``force_group_size``).
+"""
+
+from __future__ import annotations
+
+from patchset_overlay.spec import Overlay, Piece, Target
+from trinity_overlay import _dpo_pairs, _policy_loss
+from trinity_overlay._modules import CHORD_LOSS, DPO_LOSS, LOSSES, MIX_LOSS, POLICY_LOSS_FN, REC_LOSS, TRAINER
+
+POLICY_LOSS_NORMALIZATION = Piece(
+    name="policy-loss-normalization",
+    patches=(
+        "0001-trainer-policy-loss-global-normalization",
+        "0003-trainer-weight-each-trinitypolicyloss-term-its-own",
+        "0005-trainer-warn-start-up-that-mix-mix-chord-depend",
+    ),
+    targets=(
+        Target(POLICY_LOSS_FN, "PolicyLossFn"),
+        Target(REC_LOSS, "RECPolicyLossFn"),
+        Target(MIX_LOSS, "MIXPolicyLossFn"),
+        Target(CHORD_LOSS, "MIXCHORDPolicyLossFn"),
+        Target(DPO_LOSS, "DPOLossFn"),
+        Target(LOSSES, "TrinityPolicyLoss"),
+    ),
+    installers={
+        POLICY_LOSS_FN: _policy_loss.install_loss_aggregation,
+        REC_LOSS: _policy_loss.install_loss_aggregation,
+        MIX_LOSS: _policy_loss.install_loss_aggregation,
+        CHORD_LOSS: _policy_loss.install_loss_aggregation,
+        DPO_LOSS: _policy_loss.install_loss_aggregation,
+        LOSSES: _policy_loss.install_trinity_policy_loss,
+    },
+    upstream_has_fix=_policy_loss.upstream_has_policy_loss_fix,
+)
+
+DPO_PAIRS = Piece(
+    name="dpo-pairs",
+    patches=(
+        "0002-algorithm-fix-dpo-compute-one-logit-per-chosen",
+        "0004-trainer-keep-dpo-pairs-one-micro-batch-under-verl",
+    ),
+    targets=(
+        Target(POLICY_LOSS_FN, "PolicyLossFn"),
+        Target(DPO_LOSS, "DPOLossFn"),
+        Target(TRAINER, "VERLTrainer"),
+    ),
+    installers={
+        POLICY_LOSS_FN: _dpo_pairs.install_group_size,
+        DPO_LOSS: _dpo_pairs.install_dpo_loss,
+        TRAINER: _dpo_pairs.install_update_actor,
+    },
+    upstream_has_fix=_dpo_pairs.upstream_has_dpo_pair_fix,
+)
+
+OVERLAY = Overlay(
+    name="trinity_overlay",
+    upstream="trinity",
+    distribution="trinity-rft",
+    supported=("0.6.0",),
+    fixed_since=None,
+    pieces=(POLICY_LOSS_NORMALIZATION, DPO_PAIRS),
+)
