@@ -347,11 +347,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=20, help="untimed calls per case and tree first (default 20)")
     parser.add_argument("--json", type=Path, help="also write the measurements to this file")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--overlay-python",
+        type=Path,
+        help="also measure the overlays' start-up cost with this python of an overlay venv (see bench_startup.py)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.child:
         return _child()
+    if args.overlay_python is not None:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_startup import measure, report
+
+        print("* overlay start-up cost (median wall time of a fresh process):")
+        print(report(measure(args.overlay_python)), flush=True)
     trees = (args.verl_patched, args.trinity_patched, args.verl_vanilla, args.trinity_vanilla)
     missing = [str(tree) for tree in trees if not tree.is_dir()]
     if missing:
