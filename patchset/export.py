@@ -30,6 +30,7 @@ from pathlib import Path, PurePosixPath
 
 from patchset import gitops
 from patchset.errors import BadInput, DoesNotApply
+from patchset.groups import GROUPS_FILE, renumber_text
 from patchset.pins import Pin
 from patchset.series import read_patch
 from patchset.ui import Console, display_path
@@ -455,6 +456,19 @@ def plan_export(pin: Pin, checkout: Path, patches_dir: Path, console: Console) -
     old_series = series_file.read_bytes() if series_file.is_file() else None
     if new_series != old_series:
         changes.append(Change("changed" if old_series else "added", "series", series_file, old_series, new_series))
+    groups_file = folder / GROUPS_FILE
+    if groups_file.is_file():  # keep the concern groups on the same patches, and give each new patch its own
+        moved: dict[int, int | None] = {number: None for number in range(1, len(old_entries) + 1)}
+        added: list[tuple[int, str]] = []
+        for position, (name, old) in enumerate(names, start=1):
+            if old is not None and old in old_entries:
+                moved[old_entries.index(old) + 1] = position
+            else:
+                added.append((position, _slug_of_name(name)))
+        old_groups = groups_file.read_bytes()
+        new_groups = renumber_text(old_groups.decode("utf-8"), moved, added).encode("utf-8")
+        if new_groups != old_groups:
+            changes.append(Change("changed", GROUPS_FILE, groups_file, old_groups, new_groups))
     source = f"{pin.tag}..{BRANCH} of {display_path(checkout)}"
     return Export(folder=folder, names=tuple(name for name, _ in names), changes=tuple(changes), source=source)
 

@@ -30,7 +30,7 @@ PINS = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
 # Resolved at import, before the autouse fixture drops $PATCHSET_CACHE, so that scripts/test.sh's --cache counts.
 CACHE = resolve_cache(None, os.environ, REPO_ROOT)
 
-DEP3 = "Why: a test.\n\nAuthor: Test\nBug: https://example.invalid/1\nForwarded: no\nLast-Update: 2026-12-02\n"
+DEP3 = "Why: a test.\n\nAuthor: Test\nBug: https://example.invalid/1\nForwarded: no, a test\nLast-Update: 2026-12-02\n"
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -139,7 +139,8 @@ def test_new_commit_is_exported_as_the_next_numbered_patch(real_checkout, tmp_pa
     key, checkout = real_checkout
     (checkout / "NOTES.md").write_text("a note\n")
     _git(checkout, "add", "NOTES.md")
-    _git(checkout, "commit", "-q", "-m", f"[docs] feat: add a note for maintainers\n\n{DEP3}")
+    subject = "[docs] feat: add a note for maintainers" if key == "verl" else "[Docs] Add a note for maintainers"
+    _git(checkout, "commit", "-q", "-m", f"{subject}\n\n{DEP3}")
     copy = _copy_patches(tmp_path)
     folder = copy / PINS.default_for(key).series
     old_series = (folder / "series").read_text().splitlines()
@@ -150,6 +151,8 @@ def test_new_commit_is_exported_as_the_next_numbered_patch(real_checkout, tmp_pa
     assert main(["export", key, str(checkout), "--patches-dir", str(copy)]) == 0
 
     assert (folder / "series").read_text().splitlines() == [*old_series, new_name]
+    groups = (folder / "groups").read_text().splitlines()
+    assert groups[-1] == f"docs-add-note-maintainers {new_name[:4]}"  # a new patch is a new concern until moved
     assert read_patch(folder / new_name).files == ("NOTES.md",)
     assert lint_patches_dir(copy)[1] == []
     assert main(["export", key, str(checkout), "--dry-run", "--patches-dir", str(copy)]) == 0

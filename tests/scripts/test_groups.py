@@ -1,0 +1,89 @@
+"""Concern groups: the ``groups`` file says which patches make one upstream PR, and in what order PRs stack.
+
+Invariants: the repository's series load into the groups the README names (Trinity: the DPO group holds 0002
+and 0004, the normalization group folds 0001, 0003 and 0005 and stacks on it; verl: one group per patch);
+without a ``groups`` file every patch is its own group, each after the one before; ``chain`` lists a group's
+bases first; a description splits into its title, the commit message and the PR-only sections; a folded group
+without a description, or any problem the lint reports, is refused by ``load_groups`` naming the file and line;
+when an export renumbers the series, each group keeps its patches and a new patch gets a group line of its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from patchset.errors import BadInput
+from patchset.groups import chain, load_groups, read_description, renumber_text
+from patchset.maintain import REPO_ROOT
+from patchset.series import load_series
+
+
+def _groups(name: str):
+    series = load_series(REPO_ROOT / "patches", name)
+    return load_groups(series.path.parent, len(series.patches))
+
+
+def test_trinity_groups_fold_normalization_on_top_of_dpo():
+    groups = {group.name: group for group in _groups("trinity")}
+    normalization = groups["policy-loss-normalization"]
+
+    assert groups["dpo-pairs"].numbers == (2, 4) and groups["dpo-pairs"].after is None
+    assert normalization.numbers == (1, 3, 5) and normalization.fold and normalization.after == "dpo-pairs"
+    assert [g.name for g in chain(tuple(groups.values()), normalization.name)] == ["dpo-pairs", normalization.name]
+    assert normalization.description is not None
+
+
+def test_verl_has_one_group_per_patch():
+    groups = _groups("verl")
+    series = load_series(REPO_ROOT / "patches", "verl")
+
+    assert sorted(n for group in groups for n in group.numbers) == list(range(1, len(series.patches) + 1))
+    assert all(len(group.numbers) == 1 and not group.fold and group.after is None for group in groups)
+
+
+def test_without_a_groups_file_each_patch_stacks_on_the_one_before(tmp_path):
+    groups = load_groups(tmp_path, 3)
+
+    assert [(g.numbers, g.after) for g in groups] == [((1,), None), ((2,), "patch-0001"), ((3,), "patch-0002")]
+
+
+def test_description_splits_title_message_and_sections(tmp_path):
+    path = tmp_path / "one.md"
+    path.write_text("[trainer] fix: x\n\nFirst.\n\nSecond.\n\n## Numbers\n\nx2.\n")
+
+    description = read_description(path)
+
+    assert description.title == "[trainer] fix: x"
+    assert description.message == ("First.", "Second.")
+    assert description.sections == "## Numbers\n\nx2."
+
+
+@pytest.mark.parametrize(
+    ("groups", "expected"),
+    [
+        ("one 0001 0002 fold\n", "groups:1: one folds its patches but"),
+        ("one 0001\n", "groups: patch 0002 of series is in no group"),
+        ("one 0001\ntwo 0002 after=three\n", "groups:2: two: after=three names no group defined above it"),
+    ],
+)
+def test_load_groups_refuses_what_the_lint_reports(tmp_path: Path, groups: str, expected: str):
+    (tmp_path / "groups").write_text(groups)
+
+    with pytest.raises(BadInput, match=expected.replace("(", r"\(")):
+        load_groups(tmp_path, 2)
+
+
+def test_renumbering_keeps_each_group_on_its_patches_and_groups_a_new_one():
+    text = "# name patches options\nnorm   0001 0003 fold  # folded\ndpo    0002 after=norm\n"
+
+    renumbered = renumber_text(text, {1: 1, 2: 3, 3: 4}, [(2, "trainer-new-step")])
+
+    assert renumbered == (
+        "# name patches options\nnorm   0001 0004 fold  # folded\ndpo    0003 after=norm\ntrainer-new-step 0002\n"
+    )
+    assert renumber_text(text, {1: 1, 2: None, 3: 2}, []).splitlines()[1:] == [
+        "norm   0001 0002 fold  # folded",
+        "dpo     after=norm",
+    ]
