@@ -178,13 +178,12 @@ def verl_upstream_skips(verl_tree: Path, verl_version: str) -> dict[str, Upstrea
 @pytest.fixture
 def critic_backport(verl_upstream_skips: dict[str, UpstreamSkip], verl_version: str) -> None:
     """For a test that pins a property of this series' critic backport, not of the fix: skip it on a tree where
-    the series skipped the critic patch because upstream has the fix. Upstream's ``value_loss`` (verl 0.9.x) reads
-    ``data["dp_size"]``, ``batch_num_tokens`` and ``global_batch_size`` without a default, so it can only be
-    called inside the engine; the backport reads them with defaults (outside the engine: the old behaviour)."""
+    the series skipped the critic patch because upstream has the fix. The backport logs ``critic/vf_loss`` as a
+    ``Metric`` of a float (``.item()``, as verl 0.8.0 logged it); upstream's ``value_loss`` (verl 0.9.x) logs the
+    loss tensor itself."""
     for skip in verl_upstream_skips.values():
         if CRITIC_LOSS_FILE in skip.files:
             pytest.skip(
-                f"pins our critic backport (value_loss callable outside the engine), not the fix: on verl "
-                f"{verl_version} the series skips {skip.patch} ({skip.reason}), and upstream's value_loss reads "
-                f'data["dp_size"] without a default'
+                f"pins how our critic backport logs critic/vf_loss, not the fix: on verl {verl_version} the series "
+                f"skips {skip.patch} ({skip.reason}), and upstream's value_loss logs the loss tensor"
             )

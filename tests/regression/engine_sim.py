@@ -140,7 +140,10 @@ def engine_gradient(
     ``outputs`` maps model output names ("values", "log_probs", "entropy") to padded (bsz, response_len)
     tensors. The batch is dealt to ``dp_size`` simulated ranks in contiguous blocks; each rank runs the
     engine's micro-batch loop; the rank gradients are averaged as data parallelism does. With
-    ``global_batch_info`` off the loss is called with no engine batch info, as outside the engine.
+    ``global_batch_info`` off the loss gets batch info that asks for no global normalization (``dp_size`` 1,
+    ``batch_num_tokens`` and ``global_batch_size`` None): each loss then normalizes within its micro-batch, as it
+    does outside the engine. The keys stay present because verl's own losses (``ppo_loss``, and ``value_loss`` with
+    the critic fix, as in verl 0.9.x) read them strictly.
     ``force_group_size`` is what the trainer asks verl for to keep consecutive rows in one micro-batch.
     """
     leaves = {name: tensor.detach().clone().requires_grad_(True) for name, tensor in outputs.items()}
@@ -152,7 +155,7 @@ def engine_gradient(
         batch_info = (
             {"dp_size": dp_size, "batch_num_tokens": global_tokens, "global_batch_size": len(batch)}
             if global_batch_info
-            else {}
+            else {"dp_size": 1, "batch_num_tokens": None, "global_batch_size": None}
         )
         total = None
         for micro_batch in _engine_micro_batches(rank_batch, split, batch_info, force_group_size):

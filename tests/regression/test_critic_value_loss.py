@@ -6,9 +6,13 @@ by token budget) and for simulated data parallelism (dp 2 and 4, gradients avera
 micro-batch on one rank. On the vanilla tree the same measurement shows the defect: the gradient norm
 grows by about the number of micro-batches per rank.
 
+Like verl 0.9.x's ``value_loss``, the backport reads the engine's ``dp_size``, ``batch_num_tokens`` and
+``global_batch_size`` strictly: a caller that leaves one out gets a ``KeyError`` naming it, where vanilla 0.8.0
+silently normalizes per micro-batch.
+
 On verl >= 0.9.0 the series skips the critic patch (upstream has the fix) and these tests run on upstream's code,
-expecting the fix; the two that call ``value_loss`` outside the engine pin a property of our backport, not of the
-fix, and are skipped there (``critic_backport`` in conftest.py).
+expecting the fix; the two that pin how our backport logs ``critic/vf_loss`` are skipped there (``critic_backport``
+in conftest.py).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from engine_sim import (
     engine_gradient,
     grad_ratio,
     make_rollout_batch,
+    pack_model_output,
     record_ratio,
     use_cpu_unpadding,
 )
@@ -115,7 +120,7 @@ def test_vf_loss_metric_sums_to_the_mini_batch_loss(expect, critic_backport):
         assert not any(isinstance(m, Metric) and m.aggregation == AggregationType.SUM for m in logged)
 
 
-def test_vf_loss_metric_is_averaged_outside_the_engine(expect, critic_backport):
+def test_vf_loss_metric_is_averaged_without_global_normalization(expect, critic_backport):
     from verl.utils.metric import AggregationType, Metric
 
     batch, outputs = _critic_inputs(seed=3)
@@ -128,6 +133,27 @@ def test_vf_loss_metric_is_averaged_outside_the_engine(expect, critic_backport):
         assert all(isinstance(m, Metric) and m.aggregation == AggregationType.MEAN for m in logged)
     else:
         assert not any(isinstance(m, Metric) for m in logged), "vanilla verl logs vf_loss as a plain float"
+
+
+@pytest.mark.parametrize("missing", ["dp_size", "batch_num_tokens", "global_batch_size"])
+def test_value_loss_reads_the_engine_batch_info_strictly(expect, missing):
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    batch, outputs = _critic_inputs(seed=6)
+    data = left_right_2_no_padding(batch.clone())
+    info = {"dp_size": 1, "batch_num_tokens": int(batch["response_mask"].sum()), "global_batch_size": len(batch)}
+    info.pop(missing)
+    tu.assign_non_tensor(data, **info)
+    model_output = {"values": pack_model_output(batch, outputs["values"])}
+    loss_fn = _critic_loss(_critic_config("token-mean"))
+
+    if expect == "fixed":
+        with pytest.raises(KeyError, match=missing):
+            loss_fn(model_output, data)
+    else:
+        loss, _ = loss_fn(model_output, data)  # vanilla reads none of them: it normalizes per micro-batch
+        assert torch.isfinite(loss)
 
 
 def test_loss_scale_factor_reaches_agg_loss(expect, monkeypatch):

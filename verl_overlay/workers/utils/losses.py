@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from tensordict import TensorDict
 from verl.trainer.ppo.core_algos import compute_value_loss
-from verl.utils import tensordict_utils as tu
 from verl.utils.metric import AggregationType, Metric
 from verl.utils.torch_functional import masked_mean
 from verl.workers.config import CriticConfig
@@ -30,10 +29,11 @@ def value_loss(config: CriticConfig, model_output, data: TensorDict, dp_group=No
     """
     vpreds = no_padding_2_padding(model_output["values"], data)  # (bsz, response_length)
 
-    # the engine attaches these before splitting the mini-batch; select() below drops them, so read them first
-    dp_size = tu.get_non_tensor_data(data=data, key="dp_size", default=1)
-    batch_num_tokens = tu.get_non_tensor_data(data=data, key="batch_num_tokens", default=None)
-    global_batch_size = tu.get_non_tensor_data(data=data, key="global_batch_size", default=None)
+    # the engine (dp_size, batch_num_tokens) and the trainer (global_batch_size) attach these before splitting the
+    # mini-batch; read strictly as ppo_loss and verl 0.9.x do, and before select() below drops them
+    dp_size = data["dp_size"]
+    batch_num_tokens = data["batch_num_tokens"]
+    global_batch_size = data["global_batch_size"]
     loss_scale_factor = config.loss_scale_factor
     globally_normalized = (
         dp_size > 1 or batch_num_tokens is not None or global_batch_size is not None or loss_scale_factor is not None
