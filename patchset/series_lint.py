@@ -5,11 +5,20 @@ holds a ``series`` file or ``*.patch`` files):
 
 - ``series`` and the folder agree both ways: every listed patch exists, every ``*.patch`` is listed, none twice;
 - names are ``NNNN-<area>-<slug>.patch`` (lowercase ``[a-z0-9-]``), numbered 0001, 0002, ... in series order;
-- every patch parses (``git apply --numstat``), has a Subject, and the DEP-3 fields ``Origin:`` or
-  ``Author:``, ``Bug:``, ``Forwarded:`` and ``Last-Update:`` (YYYY-MM-DD); ``Applied-Upstream: <version>, ...``
-  when ``Forwarded:`` says the change is upstream (it mentions "upstream" together with fixed, applied, merged
-  or included);
-- no added (``+``) line ends in a space or a tab.
+- every patch parses (``git apply --numstat``), has a Subject in the upstream's PR-title form (verl
+  ``[module] type: description``, Trinity-RFT ``[Module] Description``, others ``[area] ...``), and the DEP-3
+  fields this repository requires:
+  ``Origin:`` (``upstream``/``backport``/``vendor``/``other``, with a URL for upstream and backport) or ``Author:``;
+  ``Bug:``, where given, a URL (it names the upstream bug this patch fixes; related work goes in the text);
+  ``Forwarded:`` ``no`` or ``not-needed`` with the reason after it, or the URL where it was sent;
+  ``Applied-Upstream: <version>, ...`` when the header has ``Upstream-Check:`` lines or ``Forwarded:`` says the
+  change is upstream (it mentions "upstream" together with fixed, applied, merged or included);
+  ``Last-Update:`` (YYYY-MM-DD);
+- no added (``+``) line ends in a space or a tab;
+- the ``groups`` file beside ``series``, when there is one (``patchset.groups``): every line parses, every patch
+  of the series is in exactly one group, ``after=`` names a group above, a folding group has its
+  ``pr/<name>.md`` description, and every ``pr/*.md`` belongs to a group and starts with a title in the
+  upstream's PR-title form.
 
 Unlike ``load_series``, which stops at the first problem, the lint reads everything and reports every problem.
 """
@@ -24,6 +33,7 @@ from pathlib import Path, PurePosixPath
 
 from patchset import gitops
 from patchset.errors import BadInput
+from patchset.groups import DESCRIPTIONS_DIR, GROUPS_FILE, check_groups, parse_groups, read_description
 from patchset.pins import load_pins
 from patchset.series import read_patch
 from patchset.ui import display_path
@@ -32,6 +42,21 @@ PATCH_NAME = re.compile(r"^(?P<number>\d{4})-[a-z0-9]+(?:-[a-z0-9]+)*\.patch$")
 _SUBJECT_PREFIX = re.compile(r"^\[PATCH[^\]]*\]\s*")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _UPSTREAM_WORDS = ("fixed", "applied", "merged", "included")
+_URL = re.compile(r"https?://\S+")
+_ORIGIN = re.compile(r"^(?P<kind>upstream|backport|vendor|other)\b[,\s]*(?P<rest>.*)$", re.IGNORECASE)
+_FORWARDED_WORD = re.compile(r"^(?P<word>no|not-needed)\b[\s,;:(-]*(?P<reason>.*?)\)?$", re.IGNORECASE)
+# Each upstream's PR-title form, by series folder (verl's CONTRIBUTING.md; Trinity-RFT's merged PRs).
+SUBJECT_FORMS = {
+    "verl": (
+        re.compile(r"^\[[a-z0-9_, /-]+\] (?i:feat|fix|refactor|chore|test|doc|docs|perf|ci|misc)(\(.+\))?!?: \S"),
+        "[module] type: description (verl: e.g. [trainer] fix: ...)",
+    ),
+    "trinity": (
+        re.compile(r"^\[[A-Z][A-Za-z0-9 ,/-]*\] [A-Z]"),
+        "[Module] Description (Trinity-RFT: e.g. [Trainer] Fix ...)",
+    ),
+}
+_DEFAULT_SUBJECT_FORM = (re.compile(r"^\[[^\]]+\] \S"), "[area] description")
 _DIFF_GIT = "diff --git "
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
 
@@ -125,22 +150,57 @@ def _forwarded_upstream(value: str) -> bool:
     return "upstream" in lower and any(word in lower for word in _UPSTREAM_WORDS)
 
 
-def _lint_header(path: Path) -> list[Problem]:
+def subject_problem(series: str, subject: str) -> str | None:
+    """Why ``subject`` is not in the PR-title form of the upstream of ``series`` (None when it is)."""
+    form, shown = SUBJECT_FORMS.get(series, _DEFAULT_SUBJECT_FORM)
+    return None if form.match(subject) else f"Subject {subject!r} is not in the upstream's PR-title form {shown}"
+
+
+def _lint_origin(path: Path, origin: str) -> list[Problem]:
+    match = _ORIGIN.match(origin)
+    if match is None:
+        return [Problem(path, f"Origin: {origin} must start with upstream, backport, vendor or other")]
+    if match["kind"].lower() in ("upstream", "backport") and not _URL.search(match["rest"]):
+        return [Problem(path, f"Origin: {match['kind']} needs the upstream commit or PR URL after it")]
+    return []
+
+
+def _lint_forwarded(path: Path, forwarded: str) -> list[Problem]:
+    if _URL.match(forwarded):
+        return []
+    match = _FORWARDED_WORD.match(forwarded)
+    if match is None:
+        return [
+            Problem(path, f"Forwarded: {forwarded} must be no or not-needed with a reason, or the URL it was sent to")
+        ]
+    if not match["reason"].strip():
+        return [Problem(path, f"Forwarded: {match['word']} needs the reason after it (e.g. 'no, sent as PR once ...')")]
+    return []
+
+
+def _lint_header(path: Path, series: str) -> list[Problem]:
     raw = path.read_bytes()
     message = email.parser.BytesHeaderParser(policy=email.policy.default).parsebytes(raw)
     problems: list[Problem] = []
     subject = _SUBJECT_PREFIX.sub("", " ".join(str(message.get("Subject", "")).split()))
     if not subject:
         problems.append(Problem(path, "no Subject (the commit's first line); export it with git format-patch"))
+    elif (why := subject_problem(series, subject)) is not None:
+        problems.append(Problem(path, why))
     patch = read_patch(path)
     fields = patch.fields
     if "Origin" not in fields and "Author" not in fields:
         problems.append(Problem(path, "header lacks Origin: (backport/vendor + URL) or Author:"))
-    if "Bug" not in fields and not any(name.startswith("Bug-") for name in fields):
-        problems.append(Problem(path, "header lacks Bug: (the upstream issue or PR)"))
+    if "Origin" in fields:
+        problems += _lint_origin(path, fields["Origin"])
+    for name in (name for name in fields if name == "Bug" or name.startswith("Bug-")):
+        if not _URL.match(fields[name]):
+            problems.append(Problem(path, f"{name}: must be the URL of the upstream bug this patch fixes"))
     forwarded = fields.get("Forwarded")
     if forwarded is None:
-        problems.append(Problem(path, "header lacks Forwarded: (no, not-needed, or the PR URL)"))
+        problems.append(Problem(path, "header lacks Forwarded: (no or not-needed with the reason, or the PR URL)"))
+    else:
+        problems += _lint_forwarded(path, forwarded)
     last_update = fields.get("Last-Update")
     if last_update is None:
         problems.append(Problem(path, "header lacks Last-Update: (YYYY-MM-DD)"))
@@ -149,6 +209,10 @@ def _lint_header(path: Path) -> list[Problem]:
     if "Applied-Upstream" in fields:
         if patch.upstream_since is None:
             problems.append(Problem(path, "Applied-Upstream: must start with the upstream version, e.g. 0.9.0, <URL>"))
+    elif patch.upstream_checks:
+        problems.append(
+            Problem(path, "Upstream-Check: needs Applied-Upstream: <version>, <URL> (since when upstream has it)")
+        )
     elif forwarded is not None and _forwarded_upstream(forwarded):
         problems.append(Problem(path, "Forwarded: says it is upstream, but the header lacks Applied-Upstream:"))
     return problems
@@ -176,12 +240,46 @@ def _lint_added_lines(path: Path) -> list[Problem]:
     return problems
 
 
-def lint_patch(path: Path) -> list[Problem]:
-    """Every problem of one patch file (parse, header fields, whitespace)."""
+def lint_patch(path: Path, series: str = "") -> list[Problem]:
+    """Every problem of one patch file (parse, header fields, whitespace); ``series`` picks the subject form."""
     error = gitops.patch_parse_error(path)
     if error is not None:
         return [Problem(path, f"does not parse as a patch ({error}); re-export it with scripts/export.sh")]
-    return _lint_header(path) + _lint_added_lines(path)
+    try:
+        return _lint_header(path, series) + _lint_added_lines(path)
+    except BadInput as exc:  # a malformed Upstream-Check: line
+        return [Problem(path, str(exc).removeprefix(f"{path}: "))] + _lint_added_lines(path)
+
+
+def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
+    """Problems of the folder's ``groups`` file and ``pr/*.md`` descriptions (none without a groups file)."""
+    groups_file = folder / GROUPS_FILE
+    descriptions = folder / DESCRIPTIONS_DIR
+    if not groups_file.is_file():
+        return [Problem(path, f"no {GROUPS_FILE} file names this group") for path in sorted(descriptions.glob("*.md"))]
+    parsed = parse_groups(groups_file.read_text(encoding="utf-8"))
+    problems = [Problem(groups_file, message, line) for line, message in parsed.problems]
+    problems += [Problem(groups_file, message, line) for line, message in check_groups(parsed.groups, patch_count)]
+    names = {group.name for group in parsed.groups}
+    for group in parsed.groups:
+        description = descriptions / f"{group.name}.md"
+        if group.fold and not description.is_file():
+            shown = display_path(description)
+            problems.append(Problem(groups_file, f"{group.name} folds its patches but has no {shown}", group.line))
+    for path in sorted(descriptions.glob("*.md")):
+        if path.stem not in names:
+            problems.append(
+                Problem(path, f"no group {path.stem} in {display_path(groups_file)}; add it or delete this")
+            )
+            continue
+        try:
+            title = read_description(path).title
+        except BadInput as exc:
+            problems.append(Problem(path, str(exc).removeprefix(f"{path}: ")))
+            continue
+        if (why := subject_problem(folder.name, title)) is not None:
+            problems.append(Problem(path, why.replace("Subject", "PR title", 1), 1))
+    return problems
 
 
 def lint_folder(folder: Path) -> list[Problem]:
@@ -197,11 +295,11 @@ def lint_folder(folder: Path) -> list[Problem]:
     for position, entry in enumerate(entries, start=1):
         path = folder / entry.name
         problems += _lint_name(path, entry.name, position, series_file)
-        problems += lint_patch(path)
+        problems += lint_patch(path, folder.name)
     for path in sorted(folder.rglob("*.patch")):
         if path.relative_to(folder).as_posix() not in listed:
             problems.append(Problem(path, f"not listed in {display_path(series_file)}; list it or delete it"))
-    return problems
+    return problems + lint_groups(folder, len(entries))
 
 
 def lint_patches_dir(patches_dir: Path) -> tuple[int, list[Problem]]:

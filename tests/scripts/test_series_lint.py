@@ -1,10 +1,14 @@
 """The series lint: the real series is clean, and each problem is one line naming the file and what is wrong.
 
 Invariants: ``lint`` exits 0 on the repository's ``patches/`` and on a well-formed fake patches dir; for each
-kind of problem (series and folder out of step either way, duplicates, bad names or numbering, missing Subject
-or DEP-3 fields, Forwarded upstream without Applied-Upstream, trailing whitespace on an added line, a patch that
-does not parse) it exits 1 and prints exactly the expected ``path[:line]: problem`` line; removed and context
-lines may keep their trailing whitespace; ``scripts/export.sh lint`` runs the same check from any directory.
+kind of problem (series and folder out of step either way, duplicates, bad names or numbering, a missing Subject
+or one not in the upstream's PR-title form, missing or malformed DEP-3 fields: Origin without its URL, Bug that
+is not a URL, Forwarded no/not-needed without a reason, Upstream-Check or Forwarded upstream without
+Applied-Upstream; trailing whitespace on an added line, a patch that does not parse; a ``groups`` file that does
+not parse, leaves a patch out, names a patch twice or a later group, folds without a description, or a
+description without a group or with a bad title) it exits 1 and prints exactly the expected ``path[:line]:
+problem`` line; removed and context lines may keep their trailing whitespace; ``scripts/export.sh lint`` runs the
+same check from any directory.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ NAME = "0001-trainer-scale-loss.patch"
 HEADER = {
     "Author": "Author: Test",
     "Bug": "Bug: https://example.invalid/issues/1",
-    "Forwarded": "Forwarded: no",
+    "Forwarded": "Forwarded: no, not sent yet",
     "Last-Update": "Last-Update: 2026-12-02",
 }
 
@@ -111,6 +115,16 @@ def _pinned_folder_missing(tmp: Path) -> Path:
     return patches
 
 
+def _grouped(tmp: Path, groups: str, descriptions: dict[str, str] | None = None) -> Path:
+    """Two well-formed patches, the ``groups`` file given (after a comment line) and ``pr/<name>.md`` files."""
+    patches = _patches_dir(tmp, {NAME: _patch(), "0002-trainer-more.patch": _patch()})
+    (patches / "verl" / "groups").write_text("# name patches options\n" + groups)
+    for name, text in (descriptions or {}).items():
+        (patches / "verl" / "pr").mkdir(exist_ok=True)
+        (patches / "verl" / "pr" / f"{name}.md").write_text(text)
+    return patches
+
+
 Setup = Callable[[Path], Path]
 
 CASES: dict[str, tuple[Setup, str]] = {
@@ -145,13 +159,39 @@ CASES: dict[str, tuple[Setup, str]] = {
         lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=_drop("Author"))}),
         f"patches/verl/{NAME}: header lacks Origin: (backport/vendor + URL) or Author:",
     ),
-    "no Bug": (
-        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=_drop("Bug"))}),
-        f"patches/verl/{NAME}: header lacks Bug: (the upstream issue or PR)",
+    "Bug not a URL": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"Bug": "Bug: related to PR #336"})}),
+        f"patches/verl/{NAME}: Bug: must be the URL of the upstream bug this patch fixes",
     ),
     "no Forwarded": (
         lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=_drop("Forwarded"))}),
-        f"patches/verl/{NAME}: header lacks Forwarded: (no, not-needed, or the PR URL)",
+        f"patches/verl/{NAME}: header lacks Forwarded: (no or not-needed with the reason, or the PR URL)",
+    ),
+    "Forwarded no without a reason": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"Forwarded": "Forwarded: no"})}),
+        f"patches/verl/{NAME}: Forwarded: no needs the reason after it (e.g. 'no, sent as PR once ...')",
+    ),
+    "Forwarded neither a word nor a URL": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"Forwarded": "Forwarded: maybe later"})}),
+        f"patches/verl/{NAME}: Forwarded: maybe later must be no or not-needed with a reason, or the URL it was "
+        "sent to",
+    ),
+    "Origin backport without a URL": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"O": "Origin: backport"})}),
+        f"patches/verl/{NAME}: Origin: backport needs the upstream commit or PR URL after it",
+    ),
+    "Origin of an unknown kind": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"O": "Origin: https://x.invalid/1"})}),
+        f"patches/verl/{NAME}: Origin: https://x.invalid/1 must start with upstream, backport, vendor or other",
+    ),
+    "Upstream-Check without Applied-Upstream": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"U": "Upstream-Check: x.py: ^b = 3$"})}),
+        f"patches/verl/{NAME}: Upstream-Check: needs Applied-Upstream: <version>, <URL> (since when upstream has it)",
+    ),
+    "Subject not in verl's PR-title form": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(subject="[PATCH] Scale the loss")}),
+        f"patches/verl/{NAME}: Subject 'Scale the loss' is not in the upstream's PR-title form [module] type: "
+        "description (verl: e.g. [trainer] fix: ...)",
     ),
     "no Last-Update": (
         lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=_drop("Last-Update"))}),
@@ -170,6 +210,39 @@ CASES: dict[str, tuple[Setup, str]] = {
     "Applied-Upstream without a version": (
         lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"A": "Applied-Upstream: https://x.invalid"})}),
         f"patches/verl/{NAME}: Applied-Upstream: must start with the upstream version, e.g. 0.9.0, <URL>",
+    ),
+    "groups: a patch in no group": (
+        lambda tmp: _grouped(tmp, "one 0001\n"),
+        "patches/verl/groups: patch 0002 of series is in no group; add it to one (a new group is one line)",
+    ),
+    "groups: a patch number not in series": (
+        lambda tmp: _grouped(tmp, "one 0001 0002 0003\n"),
+        "patches/verl/groups:2: one: 0003 is not a patch of series (1-2)",
+    ),
+    "groups: a patch in two groups": (
+        lambda tmp: _grouped(tmp, "one 0001 0002\ntwo 0002\n"),
+        "patches/verl/groups:3: two: 0002 is already in group one",
+    ),
+    "groups: after= a group not above": (
+        lambda tmp: _grouped(tmp, "one 0001 after=two\ntwo 0002\n"),
+        "patches/verl/groups:2: one: after=two names no group defined above it; define that first",
+    ),
+    "groups: an unknown option": (
+        lambda tmp: _grouped(tmp, "one 0001 0002 squash\n"),
+        "patches/verl/groups:2: one: 'squash' is not a patch number (NNNN), 'fold' or 'after=<group>'",
+    ),
+    "groups: fold without a description": (
+        lambda tmp: _grouped(tmp, "one 0001 0002 fold\n"),
+        "patches/verl/groups:2: one folds its patches but has no patches/verl/pr/one.md",
+    ),
+    "groups: a description of no group": (
+        lambda tmp: _grouped(tmp, "one 0001 0002\n", {"other": "[trainer] fix: x\n"}),
+        "patches/verl/pr/other.md: no group other in patches/verl/groups; add it or delete this",
+    ),
+    "groups: a description whose title is not a PR title": (
+        lambda tmp: _grouped(tmp, "one 0001 0002 fold\n", {"one": "Scale the loss\n"}),
+        "patches/verl/pr/one.md:1: PR title 'Scale the loss' is not in the upstream's PR-title form [module] type: "
+        "description (verl: e.g. [trainer] fix: ...)",
     ),
     "trailing whitespace on an added line": (
         lambda tmp: _patches_dir(tmp, {NAME: _patch(added="b = 3 ")}),
@@ -210,15 +283,29 @@ def test_each_problem_is_one_line_naming_the_file(tmp_path, capsys, case):
     assert lines[0].startswith(expected) if expected.endswith("(") else lines[0] == expected
 
 
+def test_well_formed_groups_are_clean(tmp_path, capsys):
+    description = "[trainer] fix: scale the loss\n\nWhy.\n\n## Numbers\n\nx2.\n"
+    patches = _grouped(tmp_path, "one 0001 fold\ntwo 0002 after=one\n", {"one": description})
+
+    assert _lint(patches, capsys) == (0, [])
+
+
+def test_bug_is_optional(tmp_path, capsys):
+    patches = _patches_dir(tmp_path, {NAME: _patch(fields=_drop("Bug"))})
+
+    assert _lint(patches, capsys) == (0, [])
+
+
 def test_every_problem_is_reported_not_only_the_first(tmp_path, capsys):
-    patches = _patches_dir(tmp_path, {NAME: _patch(added="x ", fields=_drop("Bug")), "0003-a-b.patch": _patch()})
+    fields = HEADER | {"Forwarded": "Forwarded: no"}
+    patches = _patches_dir(tmp_path, {NAME: _patch(added="x ", fields=fields), "0003-a-b.patch": _patch()})
 
     code, lines = _lint(patches, capsys)
 
     assert code == 1
     assert lines == [
-        f"patches/verl/{NAME}: header lacks Bug: (the upstream issue or PR)",
-        f"patches/verl/{NAME}:19: trailing whitespace on an added line of x.py",
+        f"patches/verl/{NAME}: Forwarded: no needs the reason after it (e.g. 'no, sent as PR once ...')",
+        f"patches/verl/{NAME}:20: trailing whitespace on an added line of x.py",
         "patches/verl/0003-a-b.patch: numbered 0003 but is patch 2 of patches/verl/series; rename it 0002-a-b.patch",
     ]
 
