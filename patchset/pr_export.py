@@ -1,18 +1,21 @@
-"""Send the series upstream: a PR branch in the user's checkout, checked by the upstream's own gates.
+"""Send the series upstream: one PR branch per concern in the user's checkout, each checked by the upstream's gates.
 
-``python -m patchset.pr_export verl|trinity CHECKOUT`` (``scripts/export-pr.sh``) makes branch
-``patchset/<series>-<slug>`` in CHECKOUT, a verl or Trinity-RFT git checkout at a version the series targets,
-with one commit per patch on the release tag (HEAD when the checkout has no such tag). Each commit is the patch
-as ``git am --keep-non-patch`` records it (author, date, subject and message from the patch header), except that
-the lines meant for this project are dropped from the message: the DEP-3 fields (``Bug:``, ``Forwarded:``,
-...) and the "Why this patch ... Drop it ..." paragraph; upstream's PR template asks for neither.
+``python -m patchset.pr_export verl|trinity CHECKOUT`` (``scripts/export-pr.sh``) makes one branch
+``patchset/<series>-<group>`` in CHECKOUT, a verl or Trinity-RFT git checkout at a version the series targets, for
+each concern group of ``patches/<series>/groups`` (``patchset.groups``; ``--group NAME`` for one). A group's branch
+starts on the release tag (HEAD when the checkout has no such tag), or on the branch of the group it is ``after``.
+It holds one commit per patch, as ``git am --keep-non-patch`` records it (author, date, subject and message from
+the patch header) except that the lines meant for this project are dropped from the message: the DEP-3 fields
+(``Bug:``, ``Forwarded:``, ...) and the "Why this patch ... Drop it ..." paragraph; upstream's PR template asks
+for neither. A ``fold`` group becomes one commit instead, titled and described by ``pr/<group>.md``, so the PR
+carries only the final state of each file and test.
 
-The branch is built in a temporary ``git worktree`` of CHECKOUT, so the user's work tree, index and checked-out
-branch are never touched: the branch ref is created only once every patch has applied. The upstream's lint gates
-(``patchset.pr_gates``: its pre-commit hooks at its pinned versions, on the changed files) and its existing CPU
-tests for the touched modules, plus the patch's own tests, run in that worktree with the test venv; the worktree
-is removed at the end. The PR title and a body in the upstream's PR template are printed to paste, with the
-command that pushes the branch.
+Each branch is built in a temporary ``git worktree`` of CHECKOUT, so the user's work tree, index and checked-out
+branch are never touched: a branch ref is created only once every patch of it has applied. The upstream's lint
+gates (``patchset.pr_gates``: its pre-commit hooks at its pinned versions, on the files the group changes) and
+its existing CPU tests for the touched modules, plus the group's own tests, run on each branch with the test
+venv. The PR title and a body in the upstream's PR template are printed for each branch, with the command that
+pushes it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from patchset.detect import detect
 from patchset.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, BadInput, DoesNotApply
 from patchset.exits import run_reporting_errors
 from patchset.fetch import CACHE_ENV, ensure_upstream, resolve_cache
+from patchset.groups import Group, chain, load_groups
 from patchset.options import usage_exit_status
 from patchset.pins import Pin, at_least, load_pins
 from patchset.series import Patch, load_series
@@ -45,8 +49,8 @@ BRANCH_PREFIX = "patchset/"
 
 EXIT_CODES = f"""\
 exit status:
-  {EXIT_OK}  the branch was made and every gate passed (upstream lint, upstream CPU tests)
-  {EXIT_GATE_FAILED}  a gate failed (the message names it); the branch is kept so that it can be fixed
+  {EXIT_OK}  every branch was made and every gate passed on each (upstream lint, upstream CPU tests)
+  {EXIT_GATE_FAILED}  a gate failed on a branch (the message names both); the branches are kept to be fixed
   {EXIT_BAD_INPUT}  bad input: usage; not a verl/Trinity-RFT git checkout; a version the series does not target;
      uncommitted changes; the branch exists (--force replaces it); bad series or patch
   {EXIT_DOES_NOT_APPLY}  a patch does not apply with git am; no branch was made
@@ -170,8 +174,10 @@ def _check_checkout(checkout: Path, key: str, patches_dir: Path) -> tuple[Pin, s
     return pin, base
 
 
-def branch_name(series: str, patches: Sequence[Patch]) -> str:
-    """``patchset/<series>-<slug of the first patch>``: ``patchset/verl-trainer-critic-value-loss-...``."""
+def branch_name(series: str, patches: Sequence[Patch], group: Group | None = None) -> str:
+    """``patchset/<series>-<group>`` from a groups file, else ``patchset/<series>-<slug of the first patch>``."""
+    if group is not None and not group.name.startswith("patch-"):
+        return f"{BRANCH_PREFIX}{series}-{group.name}"
     match = _SLUG.match(patches[0].name)
     slug = match["slug"] if match else re.sub(r"[^a-z0-9]+", "-", patches[0].name.lower()).strip("-")
     return f"{BRANCH_PREFIX}{series}-{slug}"
@@ -229,9 +235,10 @@ def _related(patches: Sequence[Patch], tag: str) -> list[str]:
     for patch in patches:
         if since := patch.fields.get("Applied-Upstream"):
             lines.append(f"Backport to the {tag} release line; upstream has this change since {since}.")
-        elif bug := patch.fields.get("Bug"):
-            lines.append(f"Related: {bug}")
-    return lines
+        for name, value in patch.fields.items():
+            if name == "Bug" or name.startswith("Bug-"):
+                lines.append(f"Fixes {value}")
+    return list(dict.fromkeys(lines))
 
 
 def _test_lines(key: str, gates: Gates) -> list[str]:
@@ -248,15 +255,42 @@ def _test_lines(key: str, gates: Gates) -> list[str]:
     return lines
 
 
-def pr_title(patches: Sequence[Patch]) -> str:
+def pr_title(patches: Sequence[Patch], group: Group | None = None) -> str:
+    if group is not None and group.description is not None:
+        return group.description.title
     return patches[0].subject if len(patches) == 1 else f"{patches[0].subject} (+{len(patches) - 1} more)"
 
 
+def _stack_lines(group: Group | None, series: str, base_commits: int) -> list[str]:
+    if group is None or group.after is None:
+        return []
+    return [
+        f"Depends on the {group.after} PR (branch `{BRANCH_PREFIX}{series}-{group.after}`): this branch holds its "
+        f"{base_commits} commit(s) first; review the commits after them. Rebase onto main once that PR is merged.",
+        "",
+    ]
+
+
 def pr_body(
-    key: str, tag: str, patches: Sequence[Patch], messages: dict[str, list[str]], changed: Sequence[str], gates: Gates
+    key: str,
+    tag: str,
+    patches: Sequence[Patch],
+    messages: dict[str, list[str]],
+    changed: Sequence[str],
+    gates: Gates,
+    group: Group | None = None,
+    base_commits: int = 0,
 ) -> str:
-    """The PR body in the upstream's template, filled from the patch messages and the gates' results."""
-    paragraphs = [p for patch in patches for p in messages[patch.name]]
+    """The PR body in the upstream's template, filled from the group's description (``pr/<group>.md``) or the
+    patch messages, and the gates' results."""
+    description = group.description if group is not None else None
+    if description is not None:
+        paragraphs = list(description.message)
+        sections = description.sections
+    else:
+        paragraphs = [p for patch in patches for p in messages[patch.name]]
+        sections = ""
+    stack = _stack_lines(group, key, base_commits)
     overview, details = (paragraphs[:1], paragraphs[1:]) if paragraphs else ([patches[0].subject], [])
     tests = _test_lines(key, gates)
     files = [f"- `{path}`" for path in changed]
@@ -267,6 +301,7 @@ def pr_body(
             [
                 "### What does this PR do?",
                 "",
+                *stack,
                 *overview,
                 "",
                 *_related(patches, tag),
@@ -285,6 +320,7 @@ def pr_body(
                 "Files changed:",
                 *files,
                 "",
+                *([sections.replace("\n## ", "\n### ").replace("## ", "### ", 1), ""] if sections else []),
                 "### Checklist Before Submitting",
                 "",
                 "- [x] Read the [Contribute Guide](https://github.com/volcengine/verl/blob/main/CONTRIBUTING.md).",
@@ -301,9 +337,11 @@ def pr_body(
         [
             "## Description",
             "",
+            *stack,
             *(p + "\n" for p in paragraphs),
             *_related(patches, tag),
             "",
+            *([sections.replace("\n## ", "\n### ").replace("## ", "### ", 1), ""] if sections else []),
             "Test:",
             *tests,
             "",
@@ -327,12 +365,14 @@ def pr_body(
 
 
 def _run_gates(
-    pin: Pin, worktree: Path, base: str, changed: list[str], python: Path, cache: str | None, console: Console
+    pin: Pin, worktree: Path, release: str, changed: list[str], python: Path, cache: str | None, console: Console
 ) -> Gates:
+    """The gates on the branch checked out in ``worktree``: lint ``changed``, upstream's tests for them (those of
+    the ``release`` tree) and the test files among them."""
     key, label = pin.key, pin.name
     console.step(f"Running {key}'s lint gates through pre-commit on {len(changed)} changed file(s)")
     lint = pr_gates.run_lint(key, worktree, changed, python)
-    base_files = _git(worktree, "ls-tree", "-r", "--name-only", base).stdout.splitlines()
+    base_files = _git(worktree, "ls-tree", "-r", "--name-only", release).stdout.splitlines()
     upstream, own = pr_gates.select_tests(key, changed, base_files)
     notes: list[str] = []
     pythonpath = [worktree]
@@ -373,75 +413,173 @@ def _report(gates: Gates, console: Console) -> None:
         console.summary(f"  note: {note}")
 
 
-def cmd_export(args: argparse.Namespace, console: Console) -> int:
-    patches_dir = Path(args.patches_dir).expanduser() if args.patches_dir else REPO_ROOT / "patches"
-    checkout = Path(args.checkout).expanduser().resolve()
-    pin, base = _check_checkout(checkout, args.upstream, patches_dir)
-    series = load_series(patches_dir, pin.series)
-    patches = []
-    for patch in series.patches:
+@dataclass(frozen=True)
+class _Branch:
+    """One group's branch as made: its name, commits, files changed against its base, PR text inputs."""
+
+    group: Group
+    name: str
+    patches: tuple[Patch, ...]
+    base: str
+    head: str
+    base_commits: int
+    changed: tuple[str, ...]
+    messages: dict[str, list[str]]
+
+
+def _fold(worktree: Path, group: Group, base: str, patches: Sequence[Patch]) -> None:
+    """Squash the commits ``base..HEAD`` into one: the group's title and message, the first patch's author and
+    the last patch's date."""
+    assert group.description is not None
+    message = "\n\n".join([group.description.title, *group.description.message]) + "\n"
+    author = re.search(r"^From: (.*)$", patches[0].text, re.MULTILINE)
+    date = re.search(r"^Date: (.*)$", patches[-1].text, re.MULTILINE)
+    env = _committer_env(worktree, patches[0])
+    if date:
+        env["GIT_AUTHOR_DATE"] = date[1]
+    _git(worktree, "reset", "-q", "--soft", base)
+    args = ["commit", "-q", "--no-verify", "-m", message]
+    if author:
+        args += ["--author", author[1]]
+    gitops.run_git([*_NEUTRAL, *args], cwd=worktree, env=env)
+
+
+def _select_patches(series_patches: Sequence[Patch], pin: Pin, console: Console) -> dict[int, Patch]:
+    """{series number: patch} of the patches to send: those upstream has at ``pin`` are skipped."""
+    chosen: dict[int, Patch] = {}
+    for number, patch in enumerate(series_patches, start=1):
         since = patch.upstream_since
         if since and at_least(pin.version, since):
             console.step(f"Skipping {patch.name}: in upstream since {since}")
         else:
-            patches.append(patch)
-    if not patches:
-        raise BadInput(f"every patch of the {pin.series} series is in {pin.label} already; nothing to send upstream")
-    branch = args.branch or branch_name(pin.series, patches)
-    if gitops.run_git(["check-ref-format", "--branch", branch], cwd=checkout, check=False).returncode != 0:
-        raise BadInput(f"{branch!r} is not a valid branch name")
-    exists = _value(checkout, "rev-parse", "-q", "--verify", f"refs/heads/{branch}^{{commit}}") is not None
-    if exists and not args.force:
-        raise BadInput(f"branch {branch} already exists in {display_path(checkout)}; pass --force to replace it")
-    if exists and _value(checkout, "symbolic-ref", "-q", "HEAD") == f"refs/heads/{branch}":
-        raise BadInput(f"branch {branch} is checked out in {display_path(checkout)}; switch to another branch first")
-    for patch in patches:
-        if since := patch.fields.get("Applied-Upstream"):
-            console.warn(f"{patch.name} is in upstream {since}: send it only as a backport to the {pin.tag} line")
-    python = ensure_venv()
+            chosen[number] = patch
+    return chosen
 
+
+def _make_branches(
+    checkout: Path,
+    pin: Pin,
+    release: str,
+    wanted: Sequence[Group],
+    groups: tuple[Group, ...],
+    chosen: dict[int, Patch],
+    args: argparse.Namespace,
+    python: Path,
+    console: Console,
+) -> list[tuple[_Branch, Gates]]:
+    """Make and gate the branch of each group of ``wanted``, each on its ``after`` chain, in a temporary worktree."""
+    made: list[tuple[_Branch, Gates]] = []
     scratch = Path(tempfile.mkdtemp(prefix="patchset-pr-"))
     worktree = scratch / "tree"
     try:
-        console.step(
-            f"Making branch {branch} on {pin.tag if gitops.tag_commit(checkout, pin.tag) else 'HEAD'} "
-            f"({base[:12]}) in a temporary worktree of {display_path(checkout)}"
-        )
-        _git(checkout, "worktree", "add", "-q", "--detach", str(worktree), base)
-        messages = commit_patches(worktree, patches, scratch, console)
-        head = gitops.head_commit(worktree)
-        assert head is not None
-        count = _git(worktree, "rev-list", "--count", f"{base}..{head}").stdout.strip()
-        if count != str(len(patches)):
-            raise DoesNotApply(f"git am made {count} commits for {len(patches)} patches; no branch was made")
-        _git(checkout, "branch", *(["-f"] if exists else []), branch, head)
-        console.step(f"Branch {branch}: {len(patches)} commit(s) on {pin.tag}")
-        changed = _git(worktree, "diff", "--name-only", "--diff-filter=d", base, head).stdout.splitlines()
-        gates = _run_gates(pin, worktree, base, changed, python, args.cache, console)
+        _git(checkout, "worktree", "add", "-q", "--detach", str(worktree), release)
+        heads: dict[str, str] = {}  # group -> the head of its branch made in this run, for the groups after it
+        for group in wanted:
+            _git(worktree, "checkout", "-q", "--detach", release)
+            base = release
+            base_commits = 0
+            messages: dict[str, list[str]] = {}
+            patches: list[Patch] = []
+            for member in chain(groups, group.name):
+                member_patches = [chosen[n] for n in member.numbers if n in chosen]
+                if member is not group and member.name in heads:  # stack on the very commits of that branch
+                    _git(worktree, "checkout", "-q", "--detach", heads[member.name])
+                    member_patches = []
+                start = gitops.head_commit(worktree)
+                assert start is not None
+                if member_patches:
+                    messages = commit_patches(worktree, member_patches, scratch, console)
+                    if member.fold and len(member_patches) > 1:
+                        _fold(worktree, member, start, member_patches)
+                if member is not group:
+                    base = gitops.head_commit(worktree) or base
+                    base_commits = int(_git(worktree, "rev-list", "--count", f"{release}..{base}").stdout.strip())
+                else:
+                    patches = member_patches
+            if not patches:
+                console.step(f"Skipping group {group.name}: upstream {pin.version} has all its patches")
+                continue
+            head = gitops.head_commit(worktree)
+            assert head is not None
+            name = args.branch or branch_name(pin.series, patches, group)
+            if gitops.run_git(["check-ref-format", "--branch", name], cwd=checkout, check=False).returncode != 0:
+                raise BadInput(f"{name!r} is not a valid branch name")
+            exists = _value(checkout, "rev-parse", "-q", "--verify", f"refs/heads/{name}^{{commit}}") is not None
+            if exists and not args.force:
+                raise BadInput(f"branch {name} already exists in {display_path(checkout)}; pass --force to replace it")
+            if exists and _value(checkout, "symbolic-ref", "-q", "HEAD") == f"refs/heads/{name}":
+                raise BadInput(f"branch {name} is checked out in {display_path(checkout)}; switch to another first")
+            _git(checkout, "branch", "-f", name, head)
+            heads[group.name] = head
+            commits = int(_git(worktree, "rev-list", "--count", f"{base}..{head}").stdout.strip())
+            where = f"the {group.after} branch" if group.after else pin.tag
+            console.step(f"Branch {name}: {commits} commit(s) on {where}")
+            changed = _git(worktree, "diff", "--name-only", "--diff-filter=d", base, head).stdout.splitlines()
+            gates = _run_gates(pin, worktree, release, changed, python, args.cache, console)
+            branch = _Branch(group, name, tuple(patches), base, head, base_commits, tuple(changed), messages)
+            made.append((branch, gates))
     finally:
         gitops.run_git(["worktree", "remove", "--force", str(worktree)], cwd=checkout, check=False)
         gitops.run_git(["worktree", "prune"], cwd=checkout, check=False)
         shutil.rmtree(scratch, ignore_errors=True)
+    return made
 
-    _report(gates, console)
-    title = pr_title(patches)
-    body = pr_body(pin.key, pin.tag, patches, messages, changed, gates)
-    print(f"\n----- PR title -----\n{title}\n----- PR body -----\n{body}----- end -----", flush=True)
-    shown = display_path(checkout)
-    if not gates.passed:
-        failed = [f"upstream lint ({', '.join(gates.lint.failed) or 'pre-commit'})"] if not gates.lint.passed else []
-        failed += [] if gates.tests.passed else [f"upstream CPU tests ({gates.tests.summary})"]
-        print(
-            f"error: {' and '.join(failed)} failed on branch {branch}; the branch is kept in {shown}: fix the patch, "
-            f"then run again with --force",
-            file=sys.stderr,
-            flush=True,
-        )
-        return EXIT_GATE_FAILED
-    console.summary(
-        f"{pin.label}: branch {branch} in {shown} ({len(patches)} commit(s) on {pin.tag}); gates passed. "
-        f"Your checked-out branch is unchanged. Push it with: git -C {shown} push <your-fork> {branch}"
+
+def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    patches_dir = Path(args.patches_dir).expanduser() if args.patches_dir else REPO_ROOT / "patches"
+    checkout = Path(args.checkout).expanduser().resolve()
+    pin, release = _check_checkout(checkout, args.upstream, patches_dir)
+    series = load_series(patches_dir, pin.series)
+    groups = load_groups(series.path.parent, len(series.patches))
+    wanted = list(groups) if args.group is None else chain(groups, args.group)[-1:]
+    if args.branch and len(wanted) > 1:
+        raise BadInput(f"--branch names one branch, but the {pin.series} series has {len(wanted)} groups; add --group")
+    chosen = _select_patches(series.patches, pin, console)
+    if not chosen:
+        raise BadInput(f"every patch of the {pin.series} series is in {pin.label} already; nothing to send upstream")
+    for patch in chosen.values():
+        if since := patch.fields.get("Applied-Upstream"):
+            console.warn(f"{patch.name} is in upstream {since}: send it only as a backport to the {pin.tag} line")
+    python = ensure_venv()
+    console.step(
+        f"Making {len(wanted)} branch(es), one per group of {display_path(series.path.parent)}, on "
+        f"{pin.tag if gitops.tag_commit(checkout, pin.tag) else 'HEAD'} ({release[:12]}) in a temporary worktree of "
+        f"{display_path(checkout)}"
     )
+    made = _make_branches(checkout, pin, release, wanted, groups, chosen, args, python, console)
+
+    shown = display_path(checkout)
+    failed_any = False
+    for branch, gates in made:
+        console.summary(f"=== {branch.name} (group {branch.group.name}) ===")
+        _report(gates, console)
+        title = pr_title(branch.patches, branch.group)
+        body = pr_body(
+            pin.key, pin.tag, branch.patches, branch.messages, branch.changed, gates, branch.group, branch.base_commits
+        )
+        print(f"\n----- PR title -----\n{title}\n----- PR body -----\n{body}----- end -----", flush=True)
+        if not gates.passed:
+            failed_any = True
+            failed = (
+                [f"upstream lint ({', '.join(gates.lint.failed) or 'pre-commit'})"] if not gates.lint.passed else []
+            )
+            failed += [] if gates.tests.passed else [f"upstream CPU tests ({gates.tests.summary})"]
+            print(
+                f"error: {' and '.join(failed)} failed on branch {branch.name}; the branch is kept in {shown}: fix "
+                f"the patch, then run again with --force",
+                file=sys.stderr,
+                flush=True,
+            )
+    for branch, gates in made:
+        state = "gates passed" if gates.passed else "a gate FAILED"
+        console.summary(
+            f"{pin.label}: branch {branch.name} ({len(branch.patches)} patch(es) as "
+            f"{'one folded commit' if branch.group.fold and len(branch.patches) > 1 else 'one commit each'}); {state}"
+        )
+    if failed_any:
+        return EXIT_GATE_FAILED
+    names = " ".join(branch.name for branch, _ in made)
+    console.summary(f"Your checked-out branch is unchanged. Push with: git -C {shown} push <your-fork> {names}")
     return EXIT_OK
 
 
@@ -456,7 +594,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "checkout", metavar="CHECKOUT", help="your git checkout of that upstream, at a targeted release"
     )
-    parser.add_argument("--branch", metavar="NAME", help="branch to make (default: patchset/<series>-<slug>)")
+    parser.add_argument(
+        "--group", metavar="NAME", help="make only this group's branch (default: one branch per group of the series)"
+    )
+    parser.add_argument(
+        "--branch", metavar="NAME", help="branch to make, for one group (default: patchset/<series>-<group>)"
+    )
     parser.add_argument("--force", action="store_true", help="replace the branch if it exists")
     parser.add_argument(
         "--cache",

@@ -9,8 +9,13 @@ sdist (license header, docstring coverage of ``core_algos.py``, generated-config
 pre-commit-hooks basics Trinity runs (not in the lock) are re-implemented here as small hooks:
 ``python -m patchset.pr_gates hook NAME FILES...``.
 
-Not run, and said so in the output: mypy (both upstreams; not in the test environment's lock) and Trinity's
-check-xml/check-toml/check-json/detect-private-key/check-docstring-first from pre-commit-hooks.
+verl's mypy hook (mirrors-mypy v1.17.0, its default arguments ``--ignore-missing-imports --scripts-are-modules``,
+configured by verl's ``[tool.mypy]``: errors on for ``verl.trainer.ppo.core_algos`` and a few more modules) runs
+with mypy 1.17.0 from the lock.
+
+Not run, and said so in the output: Trinity's mypy (v1.7.0; the lock pins verl's 1.17.0), Trinity's
+check-xml/check-toml/check-json/detect-private-key/check-docstring-first from pre-commit-hooks, and verl's hooks
+whose scripts live only in its repository (``tests/special_sanity/``), beyond the three re-implemented here.
 """
 
 from __future__ import annotations
@@ -30,8 +35,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 NOT_RUN = {
-    "verl": "mypy v1.17.0 (not in the test environment's lock)",
-    "trinity": "mypy v1.7.0 (not in the lock); pre-commit-hooks check-xml/check-toml/check-json/"
+    "verl": "verl's repository-only hooks (tests/special_sanity/ scripts, not in the sdist) other than the license, "
+    "docstring and generated-config checks run above",
+    "trinity": "mypy v1.7.0 (the lock pins verl's mypy 1.17.0); pre-commit-hooks check-xml/check-toml/check-json/"
     "check-docstring-first/detect-private-key (pre-commit-hooks is not in the lock; trailing-whitespace, "
     "end-of-file-fixer, check-yaml and check-ast are run as local hooks)",
 }
@@ -43,6 +49,9 @@ TRINITY_FLAKE8_ARGS = [
     "--ignore=E203,E266,E501,W503",
     "--docstring-convention=google",
 ]
+
+# verl's mypy hook: pre-commit/mirrors-mypy v1.17.0 with that hook's default arguments (verl sets none).
+VERL_MYPY_ARGS = ("--ignore-missing-imports", "--scripts-are-modules")
 
 # verl: generated file -> the overrides scripts/generate_trainer_config.sh composes it with.
 VERL_GENERATED_CONFIGS = {
@@ -92,6 +101,14 @@ def precommit_config(key: str, python: Path) -> dict[str, object]:
                 "ruff-format",
                 "ruff-format v0.12.2",
                 [str(bindir / "ruff"), "format", "--force-exclude"],
+                types_or=["python", "pyi"],
+                require_serial=True,
+            ),
+            _system_hook(
+                "mypy",
+                "mypy v1.17.0 (verl's pyproject)",
+                [str(bindir / "mypy")],
+                args=list(VERL_MYPY_ARGS),
                 types_or=["python", "pyi"],
                 require_serial=True,
             ),
@@ -217,6 +234,7 @@ def run_lint(key: str, tree: Path, files: Sequence[str], python: Path) -> LintRe
         config.write_text(json.dumps(precommit_config(key, python), indent=2) + "\n", encoding="utf-8")
         env = tool_env(python)
         env["PRE_COMMIT_HOME"] = str(Path(tmp) / "home")
+        env["MYPY_CACHE_DIR"] = str(Path(tmp) / "mypy-cache")  # not in the tree under test
         env["PRE_COMMIT_COLOR"] = "never"
         env.pop("PRE_COMMIT_ALLOW_NO_CONFIG", None)
         args = ["run", "--config", str(config), "--show-diff-on-failure", "--color=never", "--files", *files]

@@ -1,12 +1,15 @@
-"""PR export on clones of the pinned checkouts: a branch upstream's own gates pass, in the user's repository.
+"""PR export on clones of the pinned checkouts: one branch per concern that upstream's own gates pass.
 
-Invariants: ``export-pr`` makes branch ``patchset/<series>-<slug>`` holding one commit per patch of the series on
-the release tag, each with the patch's author and subject and a message without DEP-3 fields or the "Why this
-patch" paragraph; the user's checked-out branch, work tree and worktree list are as they were; the upstream lint
-gates (pre-commit) and the upstream CPU tests are reported passed, and the PR title and body printed. A patch with
-a lint error gives exit 1 naming the gate, and keeps the branch; bad input (dirty tree, existing branch, a
-version the series does not target) gives exit 2 and makes no branch. Needs the cached vanilla checkouts and the
-test venv (``PATCHSET_VENV``); skipped when the checkouts are absent.
+Invariants: ``export-pr`` makes one branch ``patchset/<series>-<group>`` per group of ``patches/<series>/groups``,
+on the release tag or, for a group ``after`` another, on that group's branch; each holds one commit per patch
+(the patch's author and subject, a message without DEP-3 fields or the "Why this patch" paragraph), or for a
+``fold`` group one commit titled by ``pr/<group>.md`` whose tree is the final state of the group's patches (so
+a test that a later patch revises appears only in its final form). The user's checked-out branch, work tree and
+worktree list are as they were; the upstream lint gates (pre-commit, verl's mypy among them) and the upstream CPU
+tests are reported passed for every branch, and each PR title and body printed. A patch with a lint error gives
+exit 1 naming the gate, and keeps the branch; bad input (dirty tree, existing branch, a version the series does
+not target, an unknown group) gives exit 2 and makes no branch. Needs the cached vanilla checkouts and the test
+venv (``PATCHSET_VENV``); skipped when the checkouts are absent.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 from patchset_fakes import FORMAT_PATCH, REPO_ROOT, git
 
 from patchset.pr_export import main
@@ -49,42 +51,70 @@ def _state(tree: Path) -> tuple[str, str, str, str]:
     )
 
 
-@pytest.mark.parametrize(
-    ("key", "branch", "gates"),
-    [
-        ("verl", "patchset/verl-trainer-critic-value-loss-global-normalization", 6),
-        ("trinity", "patchset/trinity-trainer-policy-loss-global-normalization", 6),
-    ],
-)
-def test_export_makes_a_branch_that_passes_upstream_lint_and_tests(pinned, capsys, key, branch, gates):
-    checkout = pinned(key)
-    before = _state(checkout)
-    patches = load_series(REPO_ROOT / "patches", key).patches
+def _check_commit(checkout: Path, commit: str, author_line: str, subject: str) -> None:
+    author = git(checkout, "log", "-1", "--format=%an <%ae>", commit).strip()
+    assert author in author_line
+    assert git(checkout, "log", "-1", "--format=%s", commit).strip() == subject
+    message = git(checkout, "log", "-1", "--format=%b", commit)
+    assert message.strip() and not DEP3.search(message)
+    assert "Why this patch" not in message
 
-    assert main([key, str(checkout)]) == 0
+
+def test_verl_export_makes_one_gated_branch_per_group(pinned, capsys):
+    checkout = pinned("verl")
+    before = _state(checkout)
+    (patch,) = load_series(REPO_ROOT / "patches", "verl").patches
+    branch = "patchset/verl-critic-value-loss-global-normalization"
+
+    assert main(["verl", str(checkout)]) == 0
 
     out = capsys.readouterr().out
     assert _state(checkout) == before  # the user's branch, tree and worktrees are as they were
-    commits = git(checkout, "rev-list", "--reverse", f"{'v0.8.0' if key == 'verl' else 'v0.6.0'}..{branch}").split()
-    assert len(commits) == len(patches)
-    for commit, patch in zip(commits, patches, strict=True):
-        author = git(checkout, "log", "-1", "--format=%an <%ae>", commit).strip()
-        assert author in patch.text.split("\n", 3)[1]  # the From: line
-        assert git(checkout, "log", "-1", "--format=%s", commit).strip() == patch.subject
-        message = git(checkout, "log", "-1", "--format=%b", commit)
-        assert message.strip() and not DEP3.search(message)
-        assert "Why this patch" not in message
-    assert f"upstream lint: passed ({gates} passed, 0 failed" in out
-    assert "upstream CPU tests: passed (" in out
-    if key == "verl":
-        assert "tests/trainer/ppo/test_core_algos_on_cpu.py" in out
-        assert "### What does this PR do?" in out and "### Checklist Before Submitting" in out
-    else:
-        assert "ships no tests/ folder" in out
-        assert "## Description" in out and "## Checklist" in out
-    more = f" (+{len(patches) - 1} more)" if len(patches) > 1 else ""
-    assert f"----- PR title -----\n{patches[0].subject}{more}\n" in out
+    (commit,) = git(checkout, "rev-list", "v0.8.0.." + branch).split()
+    _check_commit(checkout, commit, patch.text.split("\n", 3)[1], patch.subject)
+    assert "lint mypy v1.17.0 (verl's pyproject): Passed" in out
+    assert "upstream lint: passed (7 passed, 0 failed" in out
+    assert "upstream CPU tests: passed (" in out and "tests/trainer/ppo/test_core_algos_on_cpu.py" in out
+    assert "### What does this PR do?" in out and "### Checklist Before Submitting" in out
+    assert "### Where upstream stands" in out  # the section of pr/critic-value-loss-global-normalization.md
+    assert f"----- PR title -----\n{patch.subject}\n" in out
     assert f"push <your-fork> {branch}" in out
+
+
+def _final_state(pinned, numbers: list[int], path: str, tmp_path: Path) -> str:
+    """``path`` after applying the trinity patches ``numbers`` (series positions) in order to the release."""
+    tree = pinned("trinity", tmp_path / "final")
+    patches = load_series(REPO_ROOT / "patches", "trinity").patches
+    for number in numbers:
+        git(tree, "apply", str(patches[number - 1].path))
+    return (tree / path).read_text()
+
+
+def test_trinity_export_stacks_a_folded_group_on_the_dpo_group(pinned, capsys, tmp_path):
+    checkout = pinned("trinity")
+    before = _state(checkout)
+    patches = load_series(REPO_ROOT / "patches", "trinity").patches
+    dpo, folded = "patchset/trinity-dpo-pairs", "patchset/trinity-policy-loss-normalization"
+
+    assert main(["trinity", str(checkout)]) == 0
+
+    out = capsys.readouterr().out
+    assert _state(checkout) == before
+    dpo_commits = git(checkout, "rev-list", "--reverse", f"v0.6.0..{dpo}").split()
+    for commit, patch in zip(dpo_commits, patches[1::2], strict=True):  # 0002 and 0004, one commit each
+        _check_commit(checkout, commit, patch.text.split("\n", 3)[1], patch.subject)
+    (fold_commit,) = git(checkout, "rev-list", f"{dpo}..{folded}").split()  # 0001, 0003, 0005 as one commit
+    assert git(checkout, "rev-parse", f"{folded}~1") == git(checkout, "rev-parse", dpo)
+    title = (REPO_ROOT / "patches/trinity/pr/policy-loss-normalization.md").read_text().split("\n", 1)[0]
+    _check_commit(checkout, fold_commit, patches[0].text.split("\n", 3)[1], title)
+    test_file = "tests/trainer/verl_policy_loss_test.py"  # 0001 adds it, 0003 and 0005 revise it
+    assert git(checkout, "show", f"{folded}:{test_file}") == _final_state(pinned, [1, 2, 3, 4, 5], test_file, tmp_path)
+    assert out.count("upstream lint: passed (6 passed, 0 failed") == 2  # check-yaml: no YAML changed
+    assert out.count("upstream CPU tests: passed (") == 2
+    assert f"----- PR title -----\n{title}\n" in out
+    assert "Depends on the dpo-pairs PR" in out
+    assert "## Description" in out and "## Checklist" in out and "### Where upstream stands" in out
+    assert f"push <your-fork> {dpo} {folded}" in out
 
 
 def _long_line_series(pinned, tmp_path: Path) -> Path:
@@ -135,6 +165,10 @@ def test_bad_input_exits_2_and_makes_no_branch(pinned, capsys):
 
     assert main(["trinity", str(checkout)]) == 2
     assert "not trinity" in capsys.readouterr().err
+
+    git(checkout, "reset", "-q", "--hard", "HEAD~1")
+    assert main(["verl", str(checkout), "--group", "nosuch"]) == 2
+    assert "no group 'nosuch'" in capsys.readouterr().err
     assert git(checkout, "branch", "--list", "patchset/*") == ""
 
 
