@@ -254,7 +254,12 @@ def case_truncated_patch(env: Env) -> Case:
 
 
 def case_truncated_at_a_line_end_inside_a_hunk(env: Env) -> Case:
-    return _damaged_patch(env, lambda raw: b"".join(raw.splitlines(keepends=True)[:290]))
+    def cut(raw: bytes) -> bytes:  # after the docstring hunk's header, three context lines and two added lines
+        lines = raw.splitlines(keepends=True)
+        hunk = next(i for i, line in enumerate(lines) if line.startswith(b"@@ -2107,"))
+        return b"".join(lines[: hunk + 6])
+
+    return _damaged_patch(env, cut)
 
 
 def case_empty_patch_file(env: Env) -> Case:
