@@ -312,7 +312,8 @@ def pr_body(
                 "",
                 "### API and Usage Example",
                 "",
-                "No breaking change: new arguments and config fields default to the old behaviour (see below).",
+                "New arguments and config fields default to the old behaviour; the sections below say what else "
+                "changes for callers.",
                 "",
                 "### Design & Code Changes",
                 "",
