@@ -1,8 +1,9 @@
 """How piece 0001 (the critic fix) goes onto each of verl's modules, and how to tell that verl already has it.
 
 Each installer is safe on its own: the new ``compute_value_loss`` keyword arguments default to the old behaviour,
-``CriticConfig.loss_scale_factor`` defaults to None, and the new ``value_loss`` passes only arguments that the
-``compute_value_loss`` it calls was given by the same piece (verl's losses module imports core_algos first).
+``CriticConfig.loss_scale_factor`` defaults to None, and the new ``value_loss`` is installed only where the
+``compute_value_loss`` it calls takes the new arguments (verl's losses module imports core_algos, which this piece
+has changed by then; the installer checks rather than assumes it).
 """
 
 from __future__ import annotations
@@ -46,7 +47,13 @@ def install_loss_scale_factor(module: ModuleType, undo: list[Callable[[], None]]
 
 
 def install_value_loss(module: ModuleType, undo: list[Callable[[], None]]) -> None:
-    from patchset_overlay.replace import replace_function_code
+    """The new value_loss passes the global-batch arguments to the compute_value_loss its module holds: refuse
+    (the whole piece comes out) rather than assume that one was changed first."""
+    import inspect
+
+    from patchset_overlay.replace import ReplaceError, replace_function_code
     from verl_overlay.workers.utils import losses
 
+    if "batch_num_tokens" not in inspect.signature(module.compute_value_loss).parameters:
+        raise ReplaceError(f"{module.__name__}.compute_value_loss does not take batch_num_tokens")
     undo.append(replace_function_code(module.value_loss, losses.value_loss))
