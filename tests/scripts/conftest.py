@@ -133,8 +133,9 @@ def _format_patch(repo: Path, subject: str, dest: Path) -> None:
 
 @pytest.fixture(scope="session")
 def fake_series(pinned_templates: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Patches dirs holding the real series plus a second verl patch: {"dependent": ... (0002 changes a line that
-    0001 adds, and appends to README.md), "independent": ... (0002 only appends to README.md)}."""
+    """Patches dirs holding the real series, its verl part cut to 0001, plus a second verl patch: {"dependent": ...
+    (0002 changes a line that 0001 adds, and appends to README.md), "independent": ... (0002 only appends to
+    README.md)}. The real verl patches after 0001 are left out, so each case knows the whole verl series."""
     base = tmp_path_factory.mktemp("fake-series")
     work = base / "work"
     with pytest.MonkeyPatch.context() as patch:
@@ -157,9 +158,11 @@ def fake_series(pinned_templates: dict[str, Path], tmp_path_factory: pytest.Temp
     dirs: dict[str, Path] = {}
     for kind, second in (("dependent", DEPENDENT_PATCH), ("independent", INDEPENDENT_PATCH)):
         patches = shutil.copytree(REPO_ROOT / "patches", base / kind)
+        first, *later = load_series(patches, "verl").patches
+        for patch in later:
+            patch.path.unlink()
         shutil.copy(base / second, patches / "verl" / second)
-        series = patches / "verl" / "series"
-        series.write_text(series.read_text() + f"{second}\n")
+        (patches / "verl" / "series").write_text(f"{first.path.name}\n{second}\n")
         dirs[kind] = patches
     return dirs
 
