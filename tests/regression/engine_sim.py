@@ -127,7 +127,7 @@ def _engine_micro_batches(
 
 
 def engine_gradient(
-    loss_fn: LossFn,
+    loss_fn: LossFn | Sequence[LossFn],
     batch: TensorDict,
     outputs: dict[str, torch.Tensor],
     split: Split,
@@ -145,12 +145,15 @@ def engine_gradient(
     does outside the engine. The keys stay present because verl's own losses (``ppo_loss``, and ``value_loss`` with
     the critic fix, as in verl 0.9.x) read them strictly.
     ``force_group_size`` is what the trainer asks verl for to keep consecutive rows in one micro-batch.
+    ``loss_fn`` may be one loss per rank, for a loss that keeps state between calls in its rank's worker.
     """
+    rank_loss_fns = list(loss_fn) if isinstance(loss_fn, Sequence) else [loss_fn] * dp_size
+    assert len(rank_loss_fns) == dp_size, f"{len(rank_loss_fns)} loss functions for {dp_size} ranks"
     leaves = {name: tensor.detach().clone().requires_grad_(True) for name, tensor in outputs.items()}
     global_tokens = int(batch["response_mask"].sum())  # the engine counts loss_mask, i.e. response_mask
     metrics: list[dict] = []
     rank_grads = []
-    for rank_rows in torch.arange(len(batch)).chunk(dp_size):
+    for rank_rows, rank_loss_fn in zip(torch.arange(len(batch)).chunk(dp_size), rank_loss_fns, strict=True):
         rank_batch = batch[rank_rows]
         batch_info = (
             {"dp_size": dp_size, "batch_num_tokens": global_tokens, "global_batch_size": len(batch)}
@@ -161,7 +164,7 @@ def engine_gradient(
         for micro_batch in _engine_micro_batches(rank_batch, split, batch_info, force_group_size):
             rows = micro_batch["row_id"]
             model_output = {name: pack_model_output(micro_batch, leaf[rows]) for name, leaf in leaves.items()}
-            loss, micro_metrics = loss_fn(model_output, micro_batch)
+            loss, micro_metrics = rank_loss_fn(model_output, micro_batch)
             metrics.append(micro_metrics)
             total = loss if total is None else total + loss
         grads = torch.autograd.grad(total, list(leaves.values()), allow_unused=True)
