@@ -403,13 +403,16 @@ def _index_sha(tree: Path) -> str:
 
 def test_committed_patch_is_reported_already_applied_and_never_reversed(pinned, capsys):
     tree = pinned("verl")
-    assert gitops.apply_patch(tree, REPO_ROOT / "patches" / "verl" / VERL_PATCH).ok
+    series = load_series(REPO_ROOT / "patches", "verl").patches
+    for patch in series:
+        assert gitops.apply_patch(tree, patch.path).ok
     git(tree, "add", "-A")
     _commit(tree, "patched and committed")
     before = tree_state(tree)
 
     assert main(_apply(tree)) == 0
-    assert f"* {VERL_PATCH} already applied" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert all(f"* {patch.name} already applied" in out for patch in series)
     assert main(_apply("--check", tree)) == 0
     assert tree_state(tree) == before
 
@@ -435,10 +438,11 @@ def test_3way_only_when_asked_merges_without_touching_the_index_and_is_then_appl
     head, index = git(tree, "rev-parse", "HEAD"), _index_sha(tree)
 
     assert main(_apply("--check", "--3way", tree)) == 0
-    assert f"* Would apply {VERL_PATCH} (1/1) with a 3-way merge" in capsys.readouterr().out
+    verl_patches = len(load_series(REPO_ROOT / "patches", "verl").patches)
+    assert f"* Would apply {VERL_PATCH} (1/{verl_patches}) with a 3-way merge" in capsys.readouterr().out
     assert main(_apply("--3way", tree)) == 0
 
-    assert "1 applied (1 by a 3-way merge)" in capsys.readouterr().out
+    assert f"{verl_patches} applied (1 by a 3-way merge)" in capsys.readouterr().out
     text = (tree / CORE).read_text()
     assert "# (bs, response_length)" in text and "batch_num_tokens: Optional[int] = None," in text
     assert (tree / NEW_TEST).is_file()

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from patchset_fakes import DEPENDENT_PATCH, REPO_ROOT, tree_state
 
+from patchset.series import load_series
+
 VERL_PATCH = "0001-trainer-critic-value-loss-global-normalization.patch"
 TRINITY_PATCH = "0001-trainer-policy-loss-global-normalization.patch"
 
@@ -89,10 +91,11 @@ def _interrupt(tmp_path: Path, argv: list[str], signum: int, pause_on: str, in_a
 def test_interrupted_run_restores_every_tree(pinned, fake_series, tmp_path, faults, case, signum, where):
     verl = pinned("verl")
     trees, patches, in_apply_of, applied = [verl], [], None, 1
-    if where == "between-trees":  # verl is patched, Trinity's patch is next
+    if where == "between-trees":  # the verl series is in, Trinity's first patch is next
         trinity = pinned("trinity")
         trees.append(trinity)
         pause_on = f"Applying {TRINITY_PATCH}"
+        applied = len(load_series(REPO_ROOT / "patches", "verl").patches)
     elif where == "between-patches":  # 0001 is in, 0002 is next
         patches = ["--patches-dir", str(fake_series["dependent"])]
         pause_on = f"Applying {DEPENDENT_PATCH}"
