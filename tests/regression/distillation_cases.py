@@ -24,7 +24,12 @@ from engine_sim import PROMPT_LEN, RESPONSE_LEN, Split, engine_gradient, make_ro
 from tensordict import TensorDict
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-BRANCHES = ("supervised", "policy-gradient")
+# branch: (use_policy_gradient, loss_mode): the estimators verl recommends for each branch, and the top-k loss
+BRANCHES = {
+    "supervised-k3": (False, "k3"),
+    "supervised-topk": (False, "forward_kl_topk"),
+    "policy-gradient-k1": (True, "k1"),
+}
 SCENARIOS = ("first call", "second mini-batch")
 BATCH_SIZE = 96  # the measured mini-batch; divisible by every dp_size x K below
 FIRST_BATCH_SIZE = 48  # the mini-batch a "second mini-batch" worker trained on before
@@ -60,8 +65,7 @@ def all_cases(scenario: str) -> list[Case]:
 
 
 def make_configs(branch: str, use_task_rewards: bool, loss_agg_mode: str):
-    """The actor and distillation configs of a fresh worker: the supervised branch with the k3 estimator, the
-    policy-gradient branch with k1, as verl's docs recommend for each."""
+    """The actor and distillation configs of a fresh worker (`BRANCHES` says which branch and loss)."""
     from verl.workers.config import DistillationConfig, DistillationLossConfig, FSDPActorConfig
 
     actor_config = FSDPActorConfig(
@@ -71,9 +75,9 @@ def make_configs(branch: str, use_task_rewards: bool, loss_agg_mode: str):
         loss_agg_mode=loss_agg_mode,
         use_torch_compile=False,
     )
-    policy_gradient = branch == "policy-gradient"
+    policy_gradient, loss_mode = BRANCHES[branch]
     loss_config = DistillationLossConfig(
-        loss_mode="k1" if policy_gradient else "k3",
+        loss_mode=loss_mode,
         use_policy_gradient=policy_gradient,
         use_task_rewards=use_task_rewards,
     )
@@ -101,9 +105,10 @@ class Worker:
 
 
 def distillation_batch(batch_size: int, seed: int) -> tuple[TensorDict, dict[str, torch.Tensor]]:
-    """A rollout mini-batch with old log-probs, advantages and the teacher's log-probs, and the student's
-    log-probs (the model output). The old log-probs are the student's up to small noise (on-policy), so the PPO
-    clip leaves most tokens in."""
+    """A rollout mini-batch with old log-probs, advantages and the teacher's log-probs, and the model outputs: the
+    student's log-probs, and what the top-k loss's logits processor returns (the per-token forward KL and the
+    top-k masses). The old log-probs are the student's up to small noise (on-policy), so the PPO clip leaves most
+    tokens in."""
     batch = make_rollout_batch(batch_size, seed=seed, extra_fields=("advantages",))
     generator = torch.Generator().manual_seed(seed + 1000)
     shape = (batch_size, RESPONSE_LEN)
@@ -115,14 +120,18 @@ def distillation_batch(batch_size: int, seed: int) -> tuple[TensorDict, dict[str
     padded[:, PROMPT_LEN - 1 : PROMPT_LEN - 1 + RESPONSE_LEN, 0] = teacher
     batch["teacher_logprobs"] = padded
     batch["teacher_ids"] = torch.zeros(padded.shape, dtype=torch.long)
-    return batch, {"log_probs": student}
+    outputs = {"log_probs": student, "distillation_losses": torch.rand(shape, generator=generator)}
+    outputs.update(
+        student_mass=torch.rand(shape, generator=generator), teacher_mass=torch.rand(shape, generator=generator)
+    )
+    return batch, outputs
 
 
 def _gradient(workers: Sequence[Worker], batch: TensorDict, outputs: dict, dp_size: int, split: Split):
     for worker in workers:
         worker.start_mini_batch()
     gradient, _ = engine_gradient(list(workers), batch, outputs, split, dp_size=dp_size)
-    return gradient.view(len(batch), RESPONSE_LEN)
+    return gradient.view(len(batch), -1)  # a row: its gradient with respect to every model output
 
 
 @dataclass
