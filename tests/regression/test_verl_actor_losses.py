@@ -1,0 +1,141 @@
+"""verl's other engine losses: which are split-invariant already, and which are not (docs/loss-audit.md).
+
+The series changes none of these; the suite runs them on every tree (vanilla, patched, verl 0.9.x, overlay mode)
+with the same expectation, as the proof behind the audit table:
+
+- `ppo_loss` with every registered policy loss that aggregates through ``agg_loss(..., **config.global_batch_info)``
+  (all but the three below), its entropy and KL terms on: through verl's no-padding conversion and micro-batch
+  splitter (`engine_sim`), for every ``loss_agg_mode``, fixed and token-budget splits and dp 2, the gradient equals
+  one micro-batch's (rtol 1e-5).
+- ``geo_mean`` averages its per-sequence losses with ``torch.mean`` over the micro-batch: the gradient grows with the
+  number of micro-batches per rank (ratio K), the critic's defect. Pinned; verl 0.9.1 has the same code. Not in
+  this series.
+- ``clip_cov`` and ``kl_cov`` normalize globally, but pick the tokens they clip or penalize from the micro-batch's
+  own statistics (covariance ranking, ``clip_cov`` at random), so no normalization makes them split-invariant.
+  Pinned: the gradient norm stays within 5 % of one micro-batch's (the scale is right), the gradient differs.
+- `sft_loss` (the SFT trainer's engine loss) divides a masked sum by ``batch_num_tokens`` times ``dp_size``:
+  summed over micro-batches it equals one micro-batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from engine_sim import RESPONSE_LEN, Split, engine_gradient, grad_ratio, make_rollout_batch, use_cpu_unpadding
+
+LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+AUDITED_VERSION = "0.8.0"  # docs/loss-audit.md audits this release
+BATCH_SIZE = 96
+SPLITS = [(1, Split(4)), (1, Split(2, dynamic=True)), (2, Split(2))]
+MICRO_BATCH_SCALED = {"geo_mean"}  # normalized within the micro-batch
+MICRO_BATCH_SELECTED = {"clip_cov", "kl_cov"}  # tokens chosen from the micro-batch's statistics
+POLICY_LOSSES = [
+    "bypass_mode",
+    "cispo",
+    "clip_cov",
+    "dppo_kl",
+    "dppo_tv",
+    "geo_mean",
+    "gpg",
+    "gspo",
+    "kl_cov",
+    "sapo",
+    "vanilla",
+]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cpu_unpadding(verl_tree: Path) -> None:
+    use_cpu_unpadding()
+
+
+def test_every_registered_policy_loss_is_audited(verl_tree: Path, verl_version: str):
+    from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
+
+    unaudited = sorted(set(POLICY_LOSS_REGISTRY) - set(POLICY_LOSSES))
+    if verl_version.split("+", 1)[0] != AUDITED_VERSION:
+        pytest.skip(
+            f"the audit is of verl {AUDITED_VERSION}; verl {verl_version} also registers {unaudited or 'nothing'}"
+        )
+    assert not unaudited, f"policy losses not in the audit (docs/loss-audit.md): {unaudited}"
+
+
+def _actor_inputs():
+    batch = make_rollout_batch(BATCH_SIZE, seed=0, extra_fields=("advantages",))
+    generator = torch.Generator().manual_seed(5)
+    shape = (BATCH_SIZE, RESPONSE_LEN)
+    log_probs = -torch.rand(shape, generator=generator) * 2
+    batch["old_log_probs"] = log_probs + 0.05 * torch.randn(shape, generator=generator)
+    batch["ref_log_prob"] = log_probs + 0.1 * torch.randn(shape, generator=generator)
+    return batch, {"log_probs": log_probs, "entropy": torch.rand(shape, generator=generator)}
+
+
+def _ppo_gradient(policy_loss: str, loss_agg_mode: str, dp_size: int, split: Split) -> torch.Tensor:
+    from verl.workers.config import FSDPActorConfig, PolicyLossConfig
+    from verl.workers.utils.losses import ppo_loss
+
+    def worker():
+        config = FSDPActorConfig(
+            strategy="fsdp",
+            ppo_micro_batch_size_per_gpu=1,
+            rollout_n=1,
+            use_torch_compile=False,
+            loss_agg_mode=loss_agg_mode,
+            policy_loss=PolicyLossConfig(loss_mode=policy_loss),
+            use_kl_loss=True,
+            entropy_coeff=0.01,
+        )
+        return lambda model_output, data: ppo_loss(config, model_output, data)
+
+    batch, outputs = _actor_inputs()
+    torch.manual_seed(0)  # clip_cov draws the tokens it clips at random
+    gradient, _ = engine_gradient([worker() for _ in range(dp_size)], batch, outputs, split, dp_size=dp_size)
+    return gradient
+
+
+@pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
+@pytest.mark.parametrize("policy_loss", POLICY_LOSSES)
+@pytest.mark.parametrize(("dp_size", "split"), SPLITS, ids=lambda value: str(value))
+def test_ppo_loss_gradient_against_one_micro_batch(policy_loss, loss_agg_mode, dp_size, split):
+    reference = _ppo_gradient(policy_loss, loss_agg_mode, 1, Split(1))
+    gradient = _ppo_gradient(policy_loss, loss_agg_mode, dp_size, split)
+
+    ratio = grad_ratio(gradient, reference)
+    if policy_loss in MICRO_BATCH_SCALED:
+        assert ratio == pytest.approx(split.num_micro_batches, rel=0.01), f"ratio {ratio:.4f}"
+    elif policy_loss in MICRO_BATCH_SELECTED:
+        assert ratio == pytest.approx(1.0, abs=0.05), f"ratio {ratio:.4f}"
+        assert not torch.allclose(gradient, reference, rtol=1e-3), "split-invariant after all: update the audit"
+    else:
+        torch.testing.assert_close(gradient, reference, rtol=1e-5, atol=1e-8)
+
+
+def _sft_gradient(num_micro_batches: int) -> torch.Tensor:
+    """sft_loss on each micro-batch of no-padding SFT data (nested log-probs and loss mask over whole sequences),
+    with the engine's global token count; the gradient of the summed losses."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.losses import sft_loss
+
+    generator = torch.Generator().manual_seed(3)
+    lengths = torch.randint(4, 24, (BATCH_SIZE,), generator=generator)
+    log_probs = [-torch.rand(int(n), generator=generator) for n in lengths]
+    # the first token is the prompt's: never in the loss (sft_loss shifts the mask left across sequences)
+    masks = [torch.cat([torch.zeros(1), (torch.rand(int(n) - 1, generator=generator) > 0.3).float()]) for n in lengths]
+    leaves = [t.clone().requires_grad_(True) for t in log_probs]
+    batch_num_tokens = int(sum(mask.sum() for mask in masks))
+    total = None
+    for rows in torch.arange(BATCH_SIZE).chunk(num_micro_batches):
+        nested = torch.nested.as_nested_tensor([leaves[i] for i in rows], layout=torch.jagged)
+        mask = torch.nested.as_nested_tensor([masks[i] for i in rows], layout=torch.jagged)
+        data = tu.get_tensordict({"loss_mask": mask}, non_tensor_dict={"dp_size": 1})
+        tu.assign_non_tensor(data, batch_num_tokens=batch_num_tokens)
+        loss, _ = sft_loss(None, {"log_probs": nested}, data)
+        total = loss if total is None else total + loss
+    return torch.cat(torch.autograd.grad(total, leaves))
+
+
+@pytest.mark.parametrize("num_micro_batches", [2, 4])
+def test_sft_loss_gradient_equals_one_micro_batch(verl_tree: Path, num_micro_batches: int):
+    torch.testing.assert_close(_sft_gradient(num_micro_batches), _sft_gradient(1), rtol=1e-5, atol=1e-8)
