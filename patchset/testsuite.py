@@ -30,6 +30,7 @@ from patchset.fetch import ensure_upstream, resolve_cache
 from patchset.overlay_env import build_overlay_env, site_packages
 from patchset.pins import load_pins
 from patchset.regression import run_overlay_regression_tests, run_regression_tests
+from patchset.series import load_series
 from patchset.ui import Console
 from patchset.venv import REPO_ROOT, VenvError, ensure_venv
 from patchset.wheels import check_wheels
@@ -42,7 +43,7 @@ SHELL_SCRIPTS = (
     "scripts/test.sh",
     ".ci/run",
 )
-# A pinned release that has the critic fix upstream, and the first release that had it (its Applied-Upstream).
+# A pinned release that has the fixes of the verl series upstream, and the first release that had them.
 UPSTREAM_MERGED = ("verl", "0.9.1", "0.9.0")
 
 
@@ -61,11 +62,11 @@ def _pinned_trees(cache_root: Path) -> tuple[dict[str, Path], dict[str, Path]]:
 
 
 def _upstream_merged_step(cache_root: Path, env: dict[str, str], patches_dir: Path = REPO_ROOT / "patches") -> bool:
-    """``patchset apply`` on a fresh clone of the pinned verl 0.9.1: it must exit 0, having skipped the critic
-    patch with the message that names 0.9.0 and what the tree has (the Upstream-Check lines matched), and having
-    run the regression tests on that tree."""
+    """``patchset apply`` on a fresh clone of the pinned verl 0.9.1: it must exit 0, having skipped every patch of
+    the verl series with the message that names 0.9.0 and what the tree has (the Upstream-Check lines matched), and
+    having run the regression tests on that tree."""
     key, version, since = UPSTREAM_MERGED
-    print(f"\n=== {key} {version}: the critic patch is recognised as upstream since {since}, its tests pass there")
+    print(f"\n=== {key} {version}: the {key} patches are recognised as upstream since {since}, their tests pass there")
     started = time.monotonic()
     pin = load_pins(patches_dir / "upstreams.toml").find(key, version)
     if pin is None:
@@ -73,10 +74,11 @@ def _upstream_merged_step(cache_root: Path, env: dict[str, str], patches_dir: Pa
         return False
     try:
         vanilla = ensure_upstream(pin, resolve_cache(str(cache_root), os.environ, REPO_ROOT), Console())
+        names = [patch.name for patch in load_series(patches_dir, pin.series).patches]
     except PatchsetError as error:
         print(f"error: {error}", file=sys.stderr)
         return False
-    expected = f"skipped: in upstream since {since} ({pin.label} has it: "
+    expected = [f"* {name} skipped: in upstream since {since} ({pin.label} has it: " for name in names]
     with tempfile.TemporaryDirectory(prefix="patchset-upstream-merged-") as tmp:
         clone = Path(tmp) / pin.dirname
         subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(vanilla), str(clone)], check=True)
@@ -91,9 +93,10 @@ def _upstream_merged_step(cache_root: Path, env: dict[str, str], patches_dir: Pa
                 print(line, end="", flush=True)
                 output.append(line)
         returncode = child.wait()
-    found = any(expected in line for line in output)
-    if not found:
-        print(f"error: the output does not say '{expected}...'", file=sys.stderr)
+    missing = [line for line in expected if not any(said.startswith(line) for said in output)]
+    for line in missing:
+        print(f"error: the output does not say '{line}...'", file=sys.stderr)
+    found = not missing
     print(f"({key} {version} step: exit {returncode}, {time.monotonic() - started:.0f} s)", flush=True)
     return returncode == 0 and found
 
