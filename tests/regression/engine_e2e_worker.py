@@ -28,6 +28,9 @@ from pathlib import Path
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 MICRO_BATCHES = (1, 2, 4)
 COMPONENTS = ("critic", "actor")
+# verl's on-policy distillation loss (supervised k3, task rewards off): needs no Trinity; it runs before the actor,
+# whose Trinity engine patch would otherwise be in place
+DISTILLATION = "distillation"
 GLOBAL_BATCH_SIZE = 24  # sequences per mini-batch, over all ranks (not 16: that is the response length)
 VOCAB_SIZE = 128
 MODEL_SEED = 1234
@@ -163,6 +166,19 @@ def _loss_function(component: str, mode: str):
 
         config = CriticConfig(strategy="fsdp2", ppo_micro_batch_size_per_gpu=1, cliprange_value=0.2, loss_agg_mode=mode)
         return partial(value_loss, config)
+    if component == DISTILLATION:
+        from functools import partial
+
+        from verl.trainer.distillation.losses import distillation_ppo_loss
+        from verl.workers.config import DistillationConfig, DistillationLossConfig, FSDPActorConfig
+
+        # a fresh worker's configs: verl keeps the global batch info on them between calls
+        actor_config = FSDPActorConfig(
+            strategy="fsdp2", ppo_micro_batch_size_per_gpu=1, rollout_n=1, loss_agg_mode=mode, use_torch_compile=False
+        )
+        loss_config = DistillationLossConfig(loss_mode="k3", use_policy_gradient=False, use_task_rewards=False)
+        distillation_config = DistillationConfig(distillation_loss=loss_config)
+        return partial(distillation_ppo_loss, config=actor_config, distillation_config=distillation_config)
     from trinity.trainer.verl.losses import TrinityPolicyLoss
     from trinity_configs import algorithm_config
 
@@ -185,6 +201,18 @@ def make_global_batch():
     return batch
 
 
+def _with_teacher(batch):
+    """The batch with the teacher's log-prob of each token, one entry per position of the padded sequence (top-1),
+    as verl's trainer attaches them for the single-sample estimators."""
+    import torch
+
+    generator = torch.Generator().manual_seed(DATA_SEED + 1)
+    teacher = -math.log(VOCAB_SIZE) + 0.5 * torch.randn(*batch["input_ids"].shape, 1, generator=generator)
+    batch["teacher_logprobs"] = teacher
+    batch["teacher_ids"] = torch.zeros(teacher.shape, dtype=torch.long)
+    return batch
+
+
 def _rank_batch(global_batch, rank: int, world_size: int):
     rows = len(global_batch) // world_size
     return global_batch[rank * rows : (rank + 1) * rows]
@@ -204,6 +232,8 @@ def _step_data(component: str, global_batch, rank: int, world_size: int, budget:
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
+    if component == DISTILLATION:  # the teacher's log-probs of the whole mini-batch, then this rank's rows
+        global_batch = _with_teacher(global_batch.clone())
     data = left_right_2_no_padding(_rank_batch(global_batch, rank, world_size).clone())
     tu.assign_non_tensor(
         data,
@@ -232,6 +262,8 @@ def _run_component(component: str, model_path: Path, rank: int, world_size: int)
     for mode in LOSS_AGG_MODES:
         loss_function = _loss_function(component, mode)
         for micro_batches in MICRO_BATCHES:
+            if component == DISTILLATION:  # every step is a fresh worker's first call
+                loss_function = _loss_function(component, mode)
             budget = token_budget(global_batch, world_size, micro_batches)
             data = _step_data(component, global_batch, rank, world_size, budget)
             grad_norm, made = _train_step(engine, data, loss_function)
@@ -245,6 +277,8 @@ def engine_module_files(components: Sequence[str]) -> dict[str, str]:
     import importlib
 
     names = ["verl.workers.engine.fsdp.transformer_impl", "verl.workers.utils.losses"]
+    if DISTILLATION in components:
+        names += ["verl.trainer.distillation.losses"]
     if "actor" in components:
         names += ["trinity.trainer.verl.losses", "trinity.trainer.verl.monkey_patch"]
     return {name: str(Path(importlib.import_module(name).__file__ or "").resolve()) for name in names}

@@ -10,6 +10,13 @@ that `optimizer_step` returns is the same for every split and both world sizes (
 < 1e-5). The learning rate is 0, so every step sees the same weights. Gradient norms, not weights, are
 compared: AdamW's first step moves each weight by about lr x sign(grad), which hides a scale error.
 
+The same holds for verl's on-policy distillation loss (`distillation_ppo_loss`, supervised k3, task rewards off,
+the teacher's log-probs given with the batch: no teacher model runs) on `FSDPEngineWithLMHead`, each step a fresh
+worker's first call (fresh configs). Vanilla: the first micro-batch of each rank is normalized by its own tokens
+or sequences with ``dp_size`` 1, so with 2 or 4 micro-batches per rank the grad_norm is another (measured 1.54 to
+2.30 times one micro-batch's, either world size); with one micro-batch on each of two ranks only token-mean differs
+(1.014: the ranks hold different token counts), the sequence means of two equal-size ranks averaging right.
+
 On the vanilla trees the same steps show the defect, relative to one micro-batch on one rank: the
 grad_norm grows with the number of micro-batches per rank (about K, exactly K where the engine's
 balanced split gives every micro-batch the same number of sequences). Pinned exception, measured: vanilla
@@ -48,7 +55,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from engine_e2e_worker import COMPONENTS, LOSS_AGG_MODES, MICRO_BATCHES, run_world
+from engine_e2e_worker import COMPONENTS, DISTILLATION, LOSS_AGG_MODES, MICRO_BATCHES, run_world
 
 WORLD_SIZES = (1, 2)
 # The CPU adaptations below are written for verl 0.8.0's engine. verl 0.9.x's FSDP engine is CUDA-only on this
@@ -79,7 +86,7 @@ def trees(request: pytest.FixtureRequest, verl_tree: Path, verl_version: str) ->
 @pytest.fixture(scope="module")
 def e2e_runs(expect: str, trees: dict[str, Path], baseline_dir: Path | None) -> dict[int, list[dict]]:
     """Every rank's result for each world size: one process group per world size runs the whole matrix."""
-    components = COMPONENTS if "trinity" in trees else ("critic",)
+    components = _components(trees)
     sys_path = [str(SUITE_DIR), *(str(tree) for tree in trees.values()), *sys.path]
     runs = {world_size: run_world(world_size, sys_path, components) for world_size in WORLD_SIZES}
     failed = [
@@ -105,10 +112,16 @@ def grad_norms(e2e_runs: dict[int, list[dict]], trees: dict[str, Path]) -> dict[
     for results in e2e_runs.values():
         for row in results[0]["measurements"]:
             norms[row["component"], row["mode"], row["world_size"], row["micro_batches"]] = row["grad_norm"]
-    components = COMPONENTS if "trinity" in trees else ("critic",)
+    components = _components(trees)
     expected = {(c, m, ws, k) for c in components for m in LOSS_AGG_MODES for ws in WORLD_SIZES for k in MICRO_BATCHES}
     assert set(norms) == expected, f"missing measurements: {sorted(expected - set(norms))}"
     return norms
+
+
+def _components(trees: dict[str, Path]) -> tuple[str, ...]:
+    """What runs: the critic and verl's distillation loss, then (with a Trinity tree) Trinity's actor, last because
+    Trinity's engine patch stays in place once applied."""
+    return ("critic", DISTILLATION, "actor") if "trinity" in trees else ("critic", DISTILLATION)
 
 
 def _require(trees: dict[str, Path], component: str) -> None:
@@ -170,3 +183,21 @@ def test_engine_grad_norm_on_two_ranks_equals_one_rank(expect, trees, grad_norms
         value = grad_norms[component, mode, 2, micro_batches]
         bug_ratio = vanilla_ratio(component, mode, 2, micro_batches)
         _check(expect, value, reference, bug_ratio, f"{component} {mode} ws2 K={micro_batches} vs ws1 K=1")
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_engine_distillation_grad_norm_invariant_to_split_and_ranks(expect, grad_norms, mode):
+    """verl's distillation_ppo_loss (supervised k3, task rewards off), each step a fresh worker's first call: the
+    grad_norm of every split and both world sizes equals one micro-batch on one rank. Vanilla: its first micro-batch
+    is normalized by its own tokens or sequences (dp_size 1), so every split into 2 or 4 micro-batches differs."""
+    reference = grad_norms[DISTILLATION, mode, 1, 1]
+    for world_size in WORLD_SIZES:
+        for micro_batches in MICRO_BATCHES:
+            if (world_size, micro_batches) == (1, 1):
+                continue
+            value = grad_norms[DISTILLATION, mode, world_size, micro_batches]
+            what = f"distillation {mode} ws{world_size} K={micro_batches}: grad_norm {value!r} vs {reference!r}"
+            if expect == "fixed":
+                assert abs(value / reference - 1.0) < RTOL, what
+            elif micro_batches > 1:
+                assert abs(value / reference - 1.0) > 0.1, what + " (vanilla unexpectedly invariant)"
