@@ -6,5 +6,6 @@ from __future__ import annotations
 CORE_ALGOS = "verl.trainer.ppo.core_algos"
 CRITIC_CONFIG = "verl.workers.config.critic"
 LOSSES = "verl.workers.utils.losses"
+DISTILLATION_LOSSES = "verl.trainer.distillation.losses"
 
-WATCHED = (CORE_ALGOS, CRITIC_CONFIG, LOSSES)
+WATCHED = (CORE_ALGOS, CRITIC_CONFIG, LOSSES, DISTILLATION_LOSSES)

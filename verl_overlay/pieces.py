@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from patchset_overlay.spec import Overlay, Piece, Target
-from verl_overlay import _critic_fix
-from verl_overlay._modules import CORE_ALGOS, CRITIC_CONFIG, LOSSES
+from verl_overlay import _critic_fix, _distillation_fix
+from verl_overlay._modules import CORE_ALGOS, CRITIC_CONFIG, DISTILLATION_LOSSES, LOSSES
 
 CRITIC_FIX = Piece(
     name="0001-trainer-critic-value-loss-global-normalization",
@@ -22,11 +22,19 @@ CRITIC_FIX = Piece(
     upstream_has_fix=_critic_fix.upstream_has_critic_fix,
 )
 
+DISTILLATION_FIX = Piece(
+    name="0002-algo-micro-batch-normalization-distillation-loss",
+    patches=("0002-algo-micro-batch-normalization-distillation-loss",),
+    targets=(Target(DISTILLATION_LOSSES, "distillation_loss"),),
+    installers={DISTILLATION_LOSSES: _distillation_fix.install_distillation_loss},
+    upstream_has_fix=_distillation_fix.upstream_has_distillation_fix,
+)
+
 OVERLAY = Overlay(
     name="verl_overlay",
     upstream="verl",
     distribution="verl",
     supported=("0.8.0",),
     fixed_since="0.9.0",
-    pieces=(CRITIC_FIX,),
+    pieces=(CRITIC_FIX, DISTILLATION_FIX),
 )

@@ -23,6 +23,16 @@ HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 
 
+def _every_piece() -> int:
+    """How many entries `status` lists when everything is active: each code piece, and verl's critic YAML."""
+    from patchset_overlay import overlays
+
+    return sum(len(overlay.pieces) for overlay in overlays()) + 1
+
+
+EVERY_PIECE = _every_piece()
+
+
 def _path_from_env(variable: str, resolve: bool = True) -> Path:
     value = os.environ.get(variable)
     if not value:

@@ -23,12 +23,14 @@ def _from_upstream(obj, package: str) -> bool:
 
 def untouched() -> dict[str, bool]:
     """Each replaced object is still the upstream's own code (its source file is in the upstream package)."""
+    import verl.trainer.distillation.losses as distillation
     import verl.trainer.ppo.core_algos as core_algos
     import verl.workers.config.critic as critic
     import verl.workers.utils.losses as losses
 
     seen = {
         "compute_value_loss": _from_upstream(core_algos.compute_value_loss, "verl"),
+        "distillation_loss": _from_upstream(distillation.distillation_loss, "verl"),
         "value_loss": _from_upstream(losses.value_loss, "verl"),
         # no overlay field: either none at all, or the one upstream's own source declares
         "CriticConfig": "loss_scale_factor" not in {f.name for f in dataclasses.fields(critic.CriticConfig)}

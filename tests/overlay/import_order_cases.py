@@ -45,6 +45,7 @@ PROBES = {
     "verl.trainer.ppo.core_algos.compute_value_loss": lambda m: _overlay_code(m.compute_value_loss),
     "verl.workers.config.critic.CriticConfig": _critic_config,
     "verl.workers.utils.losses.value_loss": lambda m: _overlay_code(m.value_loss),
+    "verl.trainer.distillation.losses.distillation_loss": lambda m: _overlay_code(m.distillation_loss),
     "trinity.algorithm.policy_loss_fn.policy_loss_fn.PolicyLossFn": lambda m: {"loss_aggregation", "group_size"}
     <= vars(m.PolicyLossFn).keys(),
     "trinity.algorithm.policy_loss_fn.rec_policy_loss.RECPolicyLossFn": lambda m: "loss_aggregation"

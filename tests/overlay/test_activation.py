@@ -18,7 +18,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import HERE, overlay_env, run_json
+from conftest import EVERY_PIECE, HERE, overlay_env, run_json
 
 SCRIPT = HERE / "activation_cases.py"
 
@@ -59,7 +59,7 @@ def test_status_of_a_plain_process(overlay_python, switch):
     states = [piece["state"] for entry in report for piece in entry["pieces"]]
     assert [entry["overlay"] for entry in report] == ["verl_overlay", "trinity_overlay"]
     if switch == "1":
-        assert states == ["active"] * 4, report  # verl: the critic piece and its YAML; Trinity: two pieces
+        assert states == ["active"] * EVERY_PIECE, report
         assert all(entry["how"] == "automatic (patchset_overlay.pth)" for entry in report)
     else:
         assert not any(state == "active" for state in states), report

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 from conftest import HERE, overlay_env, run_json
 
+CRITIC_OBJECTS = ("compute_value_loss", "value_loss", "CriticConfig")
 UPSTREAM_OBJECTS = {
-    "verl": ("compute_value_loss", "value_loss", "CriticConfig"),
+    "verl": (*CRITIC_OBJECTS, "distillation_loss"),
     "trinity": ("TrinityPolicyLoss.__call__", "TrinityPolicyLoss.__init__", "PolicyLossFn", "DPOLossFn.__call__"),
 }
 POLICY_LOSS = "policy-loss-normalization"
@@ -56,17 +57,22 @@ def _guard(python: Path, case: str, off: str, pythonpath: list[Path] = ()) -> di
     return run_json(python, HERE / "guard_cases.py", [case, upstreams], overlay_env("1", pythonpath))
 
 
-def _check(result: dict, case: str, off: str, state: str, expected: str) -> None:
+def _check(result: dict, case: str, off: str, state: str, expected: str, objects: tuple[str, ...] = ()) -> None:
+    """Every piece of the ``off`` overlay (or, with ``objects``, the one that changes them) is in ``state`` with
+    ``expected`` in its reason and its one warning; its objects are untouched; any other piece stays active."""
     _record(case, result["warnings"])
     assert [message for message in result["warnings"] if expected in message], (
         f"no warning containing {expected!r}: {result['warnings']}"
     )
-    for name in UPSTREAM_OBJECTS[off]:
+    for name in objects or UPSTREAM_OBJECTS[off]:
         assert result["untouched"][name], f"{name} was changed: {result['untouched']}"
     # every piece is judged, for all its targets, at the first import of the upstream: one warning per piece
-    judged = [piece for piece in _pieces(result, f"{off}_overlay") if not piece["piece"].startswith("critic.yaml")]
+    pieces = [piece for piece in _pieces(result, f"{off}_overlay") if not piece["piece"].startswith("critic.yaml")]
+    judged = [piece for piece in pieces if expected in piece["reason"]]
+    assert judged and (objects or judged == pieces), pieces
     assert len(result["warnings"]) == len(judged), f"expected one overlay warning per piece, got {result['warnings']}"
-    assert all(piece["state"] == state and expected in piece["reason"] for piece in judged), judged
+    assert all(piece["state"] == state for piece in judged), judged
+    assert all(piece["state"] == "active" for piece in pieces if piece not in judged), pieces
     if off == "trinity":  # the verl overlay, on the same process, is not affected
         assert all(piece["state"] == "active" for piece in _pieces(result, "verl_overlay")), "the verl overlay"
 
@@ -101,7 +107,7 @@ def test_changed_verl_function_leaves_all_of_the_critic_fix_out(tmp_path, overla
     expected = (
         "verl.trainer.ppo.core_algos.compute_value_loss in verl 0.8.0 is not the code this overlay was written for"
     )
-    _check(result, "changed verl compute_value_loss", "verl", "off (refused)", expected)
+    _check(result, "changed verl compute_value_loss", "verl", "off (refused)", expected, CRITIC_OBJECTS)
 
 
 def _check_trinity_pieces(result: dict, case: str, expected: dict[str, tuple[str, str]], untouched: set[str]) -> None:

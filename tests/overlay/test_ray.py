@@ -11,7 +11,7 @@ them off and shows the bug (the teeth); with the switch off but Ray's ``worker_p
 from __future__ import annotations
 
 import pytest
-from conftest import HERE, overlay_env, run_json
+from conftest import EVERY_PIECE, HERE, overlay_env, run_json
 
 
 @pytest.mark.parametrize(
@@ -27,7 +27,7 @@ def test_ray_worker_gets_the_overlays_from_the_environment(overlay_python, switc
     assert result["python"] == result["driver_python"]
     states = [piece["state"] for entry in result["status"] for piece in entry["pieces"]]
     if fixed:
-        assert states == ["active"] * 4, result["status"]  # verl: piece and YAML; Trinity: two pieces
+        assert states == ["active"] * EVERY_PIECE, result["status"]
         assert result["critic"]["ratio"] == pytest.approx(1.0, rel=1e-5)
         assert result["actor"]["ratio"] == pytest.approx(1.0, rel=1e-5)
     else:

@@ -1,0 +1,28 @@
+"""How piece 0002 (distillation loss reads its micro-batch's global batch info) goes onto verl, and how to tell
+that verl already has it (verl >= 0.9.0 sets ``config.global_batch_info`` from ``data`` in ``distillation_loss``)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from types import ModuleType
+
+from patchset_overlay.source import UpstreamSource
+from verl_overlay._modules import DISTILLATION_LOSSES
+
+_SETS_BATCH_INFO = re.compile(r"global_batch_info[\s\S]*?=\s*data\[\"batch_num_tokens\"\]")
+
+
+def upstream_has_distillation_fix(source: UpstreamSource) -> str | None:
+    if _SETS_BATCH_INFO.search(source.segment(DISTILLATION_LOSSES, "distillation_loss")):
+        return "already has the distillation fix (distillation_loss sets global_batch_info from its micro-batch)"
+    return None
+
+
+def install_distillation_loss(module: ModuleType, undo: list[Callable[[], None]]) -> None:
+    """Give ``distillation_loss`` the patched code; ``distillation_ppo_loss`` calls it by its module global, so
+    every caller gets it. Safe on its own: it reads only what the engine attaches to every micro-batch."""
+    from patchset_overlay.replace import replace_function_code
+    from verl_overlay.trainer.distillation import losses
+
+    undo.append(replace_function_code(module.distillation_loss, losses.distillation_loss))
