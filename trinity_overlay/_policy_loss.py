@@ -50,15 +50,13 @@ def install_loss_aggregation(module: ModuleType, undo: list[Callable[[], None]])
 
 def install_trinity_policy_loss(module: ModuleType, undo: list[Callable[[], None]]) -> None:
     """Give TrinityPolicyLoss the patched `__call__` and `_micro_batch_weight`, and its `__init__` the patched code
-    (run in Trinity's module, which gets ``get_logger`` and ``partial`` as the patch imports them)."""
-    from functools import partial
-
+    (run in Trinity's module, which gets ``get_logger`` as the patch imports it)."""
     from trinity.utils.log import get_logger
 
     from patchset_overlay.replace import add_module_globals, replace_function_code, set_class_attributes
     from trinity_overlay.trainer.verl import losses
 
     mirror = vars(losses.TrinityPolicyLoss)
-    undo.append(add_module_globals(module, {"get_logger": get_logger, "partial": partial}))
+    undo.append(add_module_globals(module, {"get_logger": get_logger}))
     undo.append(set_class_attributes(module.TrinityPolicyLoss, {name: mirror[name] for name in PATCHED_MEMBERS}))
     undo.append(replace_function_code(vars(module.TrinityPolicyLoss)["__init__"], mirror["__init__"]))

@@ -8,8 +8,6 @@ itself, so every instance (made before activation, in another module, or unpickl
 
 from __future__ import annotations
 
-from functools import partial
-
 import torch
 from tensordict import TensorDict
 from trinity.algorithm import ENTROPY_LOSS_FN, KL_FN, POLICY_LOSS_FN
@@ -85,20 +83,6 @@ class TrinityPolicyLoss:
         pg_loss, pg_loss_metrics = self.policy_loss_fn(logprob=log_prob, **model_inputs)
         prefix_metrics(src_metrics=pg_loss_metrics, prefix="actor", dst_metrics=metrics)
         policy_loss = pg_loss
-        # each term is weighted by the share its own aggregation needs (see _micro_batch_weight)
-        micro_batch_weight = partial(
-            self._micro_batch_weight,
-            response_mask=response_mask,
-            dp_size=dp_size,
-            batch_num_tokens=batch_num_tokens,
-            global_batch_size=global_batch_size,
-        )
-        if "policy_loss_aggregation" in vars(self):
-            policy_loss_aggregation = self.policy_loss_aggregation
-        else:  # built before the overlay was on, or unpickled from a process without it: what __init__ stores
-            policy_loss_aggregation = self.policy_loss_fn.loss_aggregation
-        scaled_loss = pg_loss * micro_batch_weight(policy_loss_aggregation)
-        term_weight = micro_batch_weight(self.loss_agg_mode)
 
         if self.calculate_entropy and entropy is not None:
             entropy_loss, entropy_loss_metrics = self.entropy_loss_fn(
@@ -109,7 +93,6 @@ class TrinityPolicyLoss:
             )
             prefix_metrics(src_metrics=entropy_loss_metrics, prefix="actor", dst_metrics=metrics)
             policy_loss = policy_loss - entropy_loss
-            scaled_loss = scaled_loss - entropy_loss * term_weight
 
         if self.use_kl_loss:
             kl_loss, kl_loss_metrics = self.kl_loss_fn.calculate_kl_loss(
@@ -121,11 +104,22 @@ class TrinityPolicyLoss:
             )
             prefix_metrics(src_metrics=kl_loss_metrics, prefix="actor", dst_metrics=metrics)
             policy_loss = policy_loss + kl_loss
-            scaled_loss = scaled_loss + kl_loss * term_weight
 
         # the logged loss stays the micro-batch's own (unscaled) combined loss
         metrics["final_loss"] = policy_loss.detach().item()
-        return scaled_loss, metrics
+
+        # each term is weighted by the share its own aggregation needs (see _micro_batch_weight);
+        # usually all terms aggregate alike, and one weight and one multiplication do
+        if "policy_loss_aggregation" in vars(self):
+            policy_loss_aggregation = self.policy_loss_aggregation
+        else:  # built before the overlay was on, or unpickled from a process without it: what __init__ stores
+            policy_loss_aggregation = self.policy_loss_fn.loss_aggregation
+        weight_args = (response_mask, dp_size, batch_num_tokens, global_batch_size)
+        term_weight = self._micro_batch_weight(self.loss_agg_mode, *weight_args)
+        if policy_loss_aggregation == self.loss_agg_mode:
+            return policy_loss * term_weight, metrics
+        policy_weight = self._micro_batch_weight(policy_loss_aggregation, *weight_args)
+        return pg_loss * policy_weight + (policy_loss - pg_loss) * term_weight, metrics
 
     def _micro_batch_weight(
         self,
@@ -155,5 +149,5 @@ class TrinityPolicyLoss:
         if loss_agg_mode == "seq-mean-token-sum-norm":
             return float(dp_size)  # a sum over the micro-batch already: only undo the data parallel averaging
         if loss_agg_mode == "token-mean":
-            return 1.0 if batch_num_tokens is None else response_mask.sum() / batch_num_tokens * dp_size
-        return 1.0 if global_batch_size is None else response_mask.shape[0] / global_batch_size * dp_size
+            return 1.0 if batch_num_tokens is None else response_mask.sum() * dp_size / batch_num_tokens
+        return 1.0 if global_batch_size is None else response_mask.shape[0] * dp_size / global_batch_size
