@@ -63,7 +63,7 @@ def _check_commit(checkout: Path, commit: str, author_line: str, subject: str) -
 def test_verl_export_makes_one_gated_branch_per_group(pinned, capsys):
     checkout = pinned("verl")
     before = _state(checkout)
-    (patch,) = load_series(REPO_ROOT / "patches", "verl").patches
+    patch, distillation_patch = load_series(REPO_ROOT / "patches", "verl").patches
     branch = "patchset/verl-critic-value-loss-global-normalization"
 
     assert main(["verl", str(checkout)]) == 0
@@ -78,6 +78,11 @@ def test_verl_export_makes_one_gated_branch_per_group(pinned, capsys):
     assert "### What does this PR do?" in out and "### Checklist Before Submitting" in out
     assert "### Where upstream stands" in out  # the section of pr/critic-value-loss-global-normalization.md
     assert f"----- PR title -----\n{patch.subject}\n" in out
+    # the distillation backport is a concern of its own: its own branch, on the release, with its own gates
+    (commit,) = git(checkout, "rev-list", "v0.8.0..patchset/verl-distillation-loss-global-batch-info").split()
+    _check_commit(checkout, commit, distillation_patch.text.split("\n", 3)[1], distillation_patch.subject)
+    assert f"----- PR title -----\n{distillation_patch.subject}\n" in out
+    assert "test_distillation_loss_global_normalization_on_cpu.py" in out
     assert f"push <your-fork> {branch}" in out
 
 
@@ -150,7 +155,7 @@ def test_lint_error_exits_1_naming_the_gate_and_keeps_the_branch(pinned, capsys,
 def test_bad_input_exits_2_and_makes_no_branch(pinned, capsys):
     checkout = pinned("verl")
     git(checkout, "branch", "taken")
-    assert main(["verl", str(checkout), "--branch", "taken"]) == 2
+    assert main(["verl", str(checkout), "--group", "critic-value-loss-global-normalization", "--branch", "taken"]) == 2
     assert "already exists" in capsys.readouterr().err
 
     (checkout / "README.md").write_text("dirty\n")
