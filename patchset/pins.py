@@ -25,6 +25,8 @@ class Pin:
     tag: str
     series: str
     default: bool
+    # the upstream key whose trees are tested beside this release; None for a release the series targets
+    companion_for: str | None = None
 
     @property
     def label(self) -> str:
@@ -49,13 +51,18 @@ class Pins:
         return tuple(p for p in self.pins if p.key == key)
 
     def versions(self, key: str) -> list[str]:
-        return sorted((p.version for p in self.for_key(key)), key=release_key)
+        """The versions of ``key`` that its series targets (companion pins excluded)."""
+        return sorted((p.version for p in self.for_key(key) if p.companion_for is None), key=release_key)
 
     def defaults(self) -> tuple[Pin, ...]:
         return tuple(p for p in self.pins if p.default)
 
     def default_for(self, key: str) -> Pin | None:
         return next((p for p in self.defaults() if p.key == key), None)
+
+    def companions(self, key: str, of: str) -> tuple[Pin, ...]:
+        """Releases of ``key`` pinned only so that trees of upstream ``of`` are also tested beside them."""
+        return tuple(p for p in self.for_key(key) if p.companion_for == of)
 
 
 def load_pins(path: Path) -> Pins:
@@ -80,7 +87,10 @@ def load_pins(path: Path) -> Pins:
         default = table.get("default", False)
         if not isinstance(default, bool):
             raise BadInput(f"{where}: default must be true or false")
-        pin = Pin(**{f: table[f] for f in _FIELDS}, default=default)
+        companion_for = table.get("companion_for")
+        if companion_for is not None and (not isinstance(companion_for, str) or not companion_for or default):
+            raise BadInput(f"{where}: companion_for must name an upstream key, on a pin that is not the default")
+        pin = Pin(**{f: table[f] for f in _FIELDS}, default=default, companion_for=companion_for)
         if any(p.key == pin.key and p.version == pin.version for p in pins):
             raise BadInput(f"{where}: {pin.key} {pin.version} is pinned twice")
         if default and any(p.key == pin.key and p.default for p in pins):

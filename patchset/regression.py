@@ -83,6 +83,39 @@ def with_verl_for_trinity(trees: Mapping[str, Path], console: Console) -> dict[s
     return completed
 
 
+def verl_companions_for_trinity(trees: Mapping[str, Path], console: Console) -> list[dict[str, Path]]:
+    """The other runs a Trinity tree needs: beside each verl pinned as Trinity's companion (``companion_for``).
+
+    trinity-rft 0.6.0 accepts verl >= 0.7.1 and trains through verl's engine on verl >= 0.8 but through its own
+    legacy worker (``trinity/trainer/verl_legacy``) below it; the series changes code that path runs too (DPO,
+    the policy losses). Each such verl is only a dependency there: its own tests are skipped.
+    """
+    if "trinity" not in trees:
+        return []
+    pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
+    runs = []
+    for pin in pins.companions("verl", of="trinity"):
+        verl = ensure_upstream(pin, resolve_cache(None, os.environ, REPO_ROOT), console)
+        console.step(f"Trinity on its legacy path: testing it beside {pin.label} ({display_path(verl)}) as well")
+        runs.append({"verl": verl, "trinity": trees["trinity"]})
+    return runs
+
+
+def _run_suite(
+    python: Path,
+    trees: Mapping[str, Path],
+    expect: str,
+    baseline_dir: Path | None,
+    pytest_args: Sequence[str],
+    verl_is_dependency: bool,
+) -> int:
+    described = ", ".join(f"{key} at {path}" for key, path in trees.items()) or "no tree"
+    print(f"* Running the regression tests (expecting {expect}) on {described}", flush=True)
+    command = [str(python), "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider", *pytest_args]
+    env = regression_env(trees, expect, baseline_dir, verl_is_dependency)
+    return subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
+
+
 def run_regression_tests(
     trees: Mapping[str, Path],
     expect: str = "fixed",
@@ -92,14 +125,14 @@ def run_regression_tests(
     """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}); return pytest's exit code.
 
     ``expect`` is "fixed" for patched trees and "bug" for vanilla ones (the teeth run). A Trinity tree given
-    without a verl tree is tested beside the pinned vanilla verl (see `with_verl_for_trinity`); tests whose
-    tree is not given are skipped, and say so.
+    without a verl tree is tested beside the pinned vanilla verl (see `with_verl_for_trinity`), and every Trinity
+    tree once more beside each verl pinned as its companion (its legacy path: `verl_companions_for_trinity`);
+    tests whose tree is not given are skipped, and say so. The first failing run's exit code is returned.
     """
     python = ensure_venv()
+    console = Console()
     verl_is_dependency = "trinity" in trees and "verl" not in trees
-    trees = with_verl_for_trinity(trees, Console())
-    described = ", ".join(f"{key} at {path}" for key, path in trees.items()) or "no tree"
-    print(f"* Running the regression tests (expecting {expect}) on {described}", flush=True)
-    command = [str(python), "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider", *pytest_args]
-    env = regression_env(trees, expect, baseline_dir, verl_is_dependency)
-    return subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
+    runs = [(with_verl_for_trinity(trees, console), verl_is_dependency)]
+    runs += [(companion, True) for companion in verl_companions_for_trinity(trees, console)]
+    returncodes = [_run_suite(python, run, expect, baseline_dir, pytest_args, dep) for run, dep in runs]
+    return next((code for code in returncodes if code != 0), 0)

@@ -7,7 +7,10 @@
 - ``PATCHSET_EXPECT``: ``fixed`` for patched trees (the invariants must hold) or ``bug`` for the
   vanilla pinned trees (the same measurements must show the defect: the teeth run);
 - ``PATCHSET_VERL_ROLE=dependency`` when the verl tree is there only because Trinity imports it (a Trinity
-  checkout tested alone): the verl tests are then skipped.
+  checkout tested alone, or beside verl 0.7.1 for its legacy path): the verl tests are then skipped.
+
+Trinity-RFT trains through verl's engine beside verl >= 0.8 (``trinity_tree``) and through its own legacy worker
+beside verl < 0.8 (``trinity_legacy_tree``); each fixture skips the tests of the other path.
 
 Every test module asserts, through the ``verl_tree`` / ``trinity_tree`` fixtures, that the modules it
 uses were imported from the tree it claims to test.
@@ -127,13 +130,43 @@ def verl_tree(verl_on_path: Path) -> Path:
     return verl_on_path
 
 
-@pytest.fixture(scope="session")
-def trinity_tree(verl_on_path: Path, expect: str) -> Path:
-    """The Trinity-RFT checkout under test (Trinity's engine loss needs verl too)."""
+def _trinity_on_path(verl_on_path: Path, legacy: bool) -> Path:
+    """The Trinity-RFT checkout under test, on the training path the tests ask for: Trinity's own
+    ``is_verl_legacy()`` (verl < 0.8) picks its legacy worker, else verl's engine."""
     tree = _tree_from_env("PATCHSET_TRINITY_TREE")
     if tree is None:
         pytest.skip("no Trinity-RFT tree under test (PATCHSET_TRINITY_TREE)")
+    from trinity.trainer.trainer import is_verl_legacy
+
+    if is_verl_legacy() != legacy:
+        verl_version = (verl_on_path / "verl" / "version" / "version").read_text(encoding="utf-8").strip()
+        taken, wanted = ("legacy worker", "engine") if is_verl_legacy() else ("engine", "legacy worker")
+        pytest.skip(
+            f"Trinity trains through its {taken} beside verl {verl_version}; these tests are for its {wanted} "
+            f"path (scripts/apply.sh runs them beside the verl pinned for it)"
+        )
+    return tree
+
+
+@pytest.fixture(scope="session")
+def trinity_tree(verl_on_path: Path, expect: str) -> Path:
+    """The Trinity-RFT checkout under test on verl's engine (verl >= 0.8; Trinity's engine loss needs verl too)."""
+    tree = _trinity_on_path(verl_on_path, legacy=False)
     for module_name in ("trinity", "trinity.trainer.verl.losses"):
+        _assert_imported_from(module_name, tree)
+    _assert_overlay_state("trinity_overlay", expect, tree)
+    return tree
+
+
+@pytest.fixture(scope="session")
+def trinity_legacy_tree(verl_on_path: Path, expect: str) -> Path:
+    """The Trinity-RFT checkout under test on its legacy path (beside verl < 0.8: ``trinity/trainer/verl_legacy``)."""
+    tree = _trinity_on_path(verl_on_path, legacy=True)
+    from trinity.utils.log import get_logger
+
+    # Trinity's legacy actor module logs through the logger its Ray actor names first; name one as a worker would
+    get_logger("patchset-regression", in_ray_actor=True)
+    for module_name in ("trinity", "trinity.trainer.verl_legacy.dp_actor"):
         _assert_imported_from(module_name, tree)
     _assert_overlay_state("trinity_overlay", expect, tree)
     return tree

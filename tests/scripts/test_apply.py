@@ -180,6 +180,21 @@ def test_unknown_version_exits_2_naming_path_version_and_supported(capsys, world
     assert err.count("\n") == 1
 
 
+def test_companion_version_is_refused_saying_it_is_only_tested_beside(capsys, world):
+    toml = world.patches / "upstreams.toml"
+    companion = '[[upstream]]\nkey = "verl"\nname = "verl"\nversion = "0.7.1"\nsdist_sha256 = "{}"\n'.format("0" * 64)
+    companion += 'repository = "https://example.invalid/repo"\ntag = "v0.7.1"\nseries = "verl"\n'
+    toml.write_text(toml.read_text() + "\n" + companion + 'default = false\ncompanion_for = "trinity"\n')
+    (world.verl / "verl/version/version").write_text("0.7.1\n")
+    git(world.verl, "commit", "-qam", "0.7.1")
+
+    code, _, err = run(capsys, world, str(world.verl))
+
+    assert code == 2
+    assert "verl 0.7.1, which this patchset pins only to test trinity trees beside it" in err
+    assert "the verl series does not target it (supported: 0.8.0, 0.9.0)" in err and "--force-version" in err
+
+
 def test_force_version_applies_the_series_with_a_warning(capsys, world):
     (world.verl / "verl/version/version").write_text("0.8.1.dev0\n")
     git(world.verl, "commit", "-qam", "dev")

@@ -111,6 +111,15 @@ def test_upstreams_toml_of_the_repository_loads():
     pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
     assert [p.label for p in pins.defaults()] == ["verl 0.8.0", "trinity-rft 0.6.0"]
     assert pins.versions("verl") == ["0.8.0", "0.9.0", "0.9.1"]
+    # verl 0.7.1 is pinned only so that Trinity is also tested on its legacy path; no series targets it
+    assert [p.label for p in pins.companions("verl", of="trinity")] == ["verl 0.7.1"]
+
+
+def test_companion_pin_must_not_be_the_default(world):
+    toml = world.patches / "upstreams.toml"
+    toml.write_text(toml.read_text().replace("default = true", 'default = true\ncompanion_for = "trinity"', 1))
+    with pytest.raises(BadInput, match="companion_for must name an upstream key, on a pin that is not the default"):
+        load_pins(toml)
 
 
 @pytest.mark.parametrize(
