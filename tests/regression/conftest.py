@@ -47,6 +47,7 @@ OVERLAY_NOT_APPLICABLE = {
 }
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRITIC_LOSS_FILE = "verl/workers/utils/losses.py"  # the file of the critic's value_loss, which the fix changes
+DPO_STEPS_PATCH = "-trainer-make-one-dpo-training-step-one-optimizer"  # the Trinity patch a user may leave out
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,20 @@ def trinity_legacy_tree(verl_on_path: Path, expect: str) -> Path:
         _assert_imported_from(module_name, tree)
     _assert_overlay_state("trinity_overlay", expect, tree)
     return tree
+
+
+@pytest.fixture(scope="session")
+def dpo_steps_patch(expect: str) -> bool:
+    """Whether the Trinity tree under test counts a DPO mini-batch in pairs (one optimizer step per training step):
+    a patched tree whose series lists that patch. It changes upstream's behaviour, and a user who wants the old one
+    leaves it out of ``patches/trinity/series``; the tests then expect upstream's mini-batches."""
+    if expect != "fixed":
+        return False
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.append(str(REPO_ROOT))  # after the trees under test: only for the stdlib-only patchset package
+    from patchset.series import load_series
+
+    return any(DPO_STEPS_PATCH in patch.name for patch in load_series(REPO_ROOT / "patches", "trinity").patches)
 
 
 @pytest.fixture(scope="session")
