@@ -58,6 +58,11 @@ def judge(overlay: Overlay, piece: Piece, source: UpstreamSource, fingerprints: 
             f"{overlay.name}: {piece.name} not applied: {what} is not a supported version (supported: "
             f"{', '.join(overlay.supported)}); {overlay.upstream} left untouched",
         )
+    unfit = piece.unfit(source) if piece.unfit is not None else None
+    if unfit is not None:
+        return Verdict(
+            PieceState.REFUSED, f"{overlay.name}: {piece.name} not applied: {unfit}; {overlay.upstream} left untouched"
+        )
     for target in piece.targets:
         expected = fingerprints.get(fingerprint_key(target.module, target.name), "none recorded")
         try:

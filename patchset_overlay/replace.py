@@ -16,6 +16,8 @@ from typing import Any
 
 Undo = Callable[[], None]
 _MISSING = object()
+# a module's own identity: replaced code reads the upstream module's, as the patched upstream function would
+_MODULE_IDENTITY = {"__name__", "__file__", "__package__", "__spec__"}
 _FUNCTION_PARTS = ("__code__", "__defaults__", "__kwdefaults__", "__doc__", "__annotations__")
 
 
@@ -31,6 +33,14 @@ def _global_names(code: CodeType) -> set[str]:
     return names
 
 
+def _same_object(theirs: Any, ours: Any) -> bool:
+    """The very object; for a module, the module of that name (a package may swap its ``sys.modules`` entry after
+    import, e.g. transformers' lazy module, so two importers can hold two objects of one module)."""
+    if theirs is ours:
+        return True
+    return isinstance(theirs, ModuleType) and isinstance(ours, ModuleType) and theirs.__name__ == ours.__name__
+
+
 def replace_function_code(target: FunctionType, replacement: FunctionType) -> Undo:
     """Give ``target`` the code, defaults and docs of ``replacement``, keeping the function object itself.
 
@@ -40,10 +50,10 @@ def replace_function_code(target: FunctionType, replacement: FunctionType) -> Un
     """
     if target.__code__.co_freevars or replacement.__code__.co_freevars:
         raise ReplaceError(f"{target.__qualname__}: closures cannot be replaced in place")
-    for name in sorted(_global_names(replacement.__code__)):
+    for name in sorted(_global_names(replacement.__code__) - _MODULE_IDENTITY):
         theirs = target.__globals__.get(name, getattr(builtins, name, _MISSING))
         ours = replacement.__globals__.get(name, getattr(builtins, name, _MISSING))
-        if theirs is _MISSING or theirs is not ours:
+        if theirs is _MISSING or not _same_object(theirs, ours):
             raise ReplaceError(f"{target.__module__}.{target.__qualname__}: global {name!r} differs from the overlay's")
     saved = {part: getattr(target, part) for part in _FUNCTION_PARTS}
     for part in _FUNCTION_PARTS:

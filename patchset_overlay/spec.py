@@ -43,6 +43,8 @@ class Piece:
     targets: tuple[Target, ...]
     installers: dict[str, Installer]  # upstream module -> what changes it, for every module of `targets`
     upstream_has_fix: FixCheck
+    # why the piece does not fit the environment around the upstream (e.g. another package's version), or None
+    unfit: FixCheck | None = None
 
     @property
     def modules(self) -> tuple[str, ...]:

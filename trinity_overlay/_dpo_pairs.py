@@ -1,6 +1,6 @@
-"""How the DPO-pairs piece (patches 0002, 0004) goes onto each of Trinity's modules.
+"""How the DPO piece (patches 0002, 0004, 0006, 0007) goes onto each of Trinity's modules.
 
-Each installer is safe on its own: `group_size` is a new attribute that only the patched `_update_actor` reads,
+Each installer is safe on its own: `group_size` is a new attribute that only the patched `VERLTrainer` reads,
 through Trinity's registry, whose base class module Trinity's trainer imports (and so this overlay changes) first.
 """
 
@@ -9,16 +9,32 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import ModuleType
 
+from patchset_overlay.guard import version_tuple
 from patchset_overlay.source import UpstreamSource
-from trinity_overlay._modules import DPO_LOSS, POLICY_LOSS_FN
+from trinity_overlay._modules import DPO_LOSS, POLICY_LOSS_FN, TRAINER
 
 
-def upstream_has_dpo_pair_fix(source: UpstreamSource) -> str | None:
-    """Trinity's DPO already sums each response on its own and says its rows come in pairs."""
-    if "axis=-1" in source.segment(DPO_LOSS, "DPOLossFn") and "group_size" in source.segment(
-        POLICY_LOSS_FN, "PolicyLossFn"
+def upstream_has_dpo_fix(source: UpstreamSource) -> str | None:
+    """Trinity's DPO already sums each response on its own, keeps pairs whole and counts its steps in pairs."""
+    if (
+        "axis=-1" in source.segment(DPO_LOSS, "DPOLossFn")
+        and "group_size" in source.segment(POLICY_LOSS_FN, "PolicyLossFn")
+        and "_warn_if_groups_fill_micro_batches" in source.segment(TRAINER, "VERLTrainer")
     ):
-        return "already has the DPO pair fix (DPOLossFn sums each response with axis=-1; PolicyLossFn.group_size)"
+        return "already has the DPO fixes (DPOLossFn sums each response with axis=-1; PolicyLossFn.group_size)"
+    return None
+
+
+def beside_legacy_verl(source: UpstreamSource) -> str | None:
+    """Beside verl < 0.8 Trinity trains DPO through its legacy actor, whose split the overlay does not change: the
+    per-pair logits there would meet micro-batches that cut pairs. The patched wheel or checkout covers that path."""
+    verl = UpstreamSource.find("verl")
+    version = verl.version() if verl is not None else None
+    if version is not None and version_tuple(version) < (0, 8):
+        return (
+            f"beside verl {version} Trinity trains through its legacy actor, whose DPO changes (0006, 0007) this "
+            "overlay does not mirror (use the patched wheel or checkout there)"
+        )
     return None
 
 
@@ -41,10 +57,14 @@ def install_dpo_loss(module: ModuleType, undo: list[Callable[[], None]]) -> None
     undo.append(replace_function_code(wrapped, vars(mirror)["__call__"]))
 
 
-def install_update_actor(module: ModuleType, undo: list[Callable[[], None]]) -> None:
-    from patchset_overlay.replace import add_module_globals, replace_function_code
+def install_verl_trainer(module: ModuleType, undo: list[Callable[[], None]]) -> None:
+    """`VERLTrainer.__init__` and `_update_actor` get the patched code, `_warn_if_groups_fill_micro_batches` is
+    added (run in Trinity's module, which gets ``POLICY_LOSS_FN`` as the patch imports it)."""
+    from patchset_overlay.replace import add_module_globals, replace_function_code, set_class_attributes
     from trinity_overlay.trainer.verl import trainer
 
+    mirror = vars(trainer.VERLTrainer)
     undo.append(add_module_globals(module, trainer.ADDED_GLOBALS))
-    upstream, mirror = vars(module.VERLTrainer)["_update_actor"], vars(trainer.VERLTrainer)["_update_actor"]
-    undo.append(replace_function_code(upstream, mirror))
+    undo.append(set_class_attributes(module.VERLTrainer, {name: mirror[name] for name in trainer.ADDED_METHODS}))
+    for name in trainer.PATCHED_METHODS:
+        undo.append(replace_function_code(vars(module.VERLTrainer)[name], mirror[name]))

@@ -3,8 +3,10 @@ series leaves them (a piece is all or nothing, so no intermediate state of a sym
 
 - policy-loss normalization (0001, 0003, 0005): `TrinityPolicyLoss` weights each term by its share of the global
   mini-batch; each policy loss declares its `loss_aggregation`; MIX / MIX_CHORD warn at start-up;
-- DPO pairs (0002, 0004): one DPO logit per chosen/rejected pair, and pairs kept in one micro-batch
-  (`group_size`, passed by `VERLTrainer._update_actor` as ``force_group_size``).
+- DPO pairs and steps (0002, 0004, 0006, 0007): one DPO logit per chosen/rejected pair, pairs kept in one
+  micro-batch (`group_size`, passed by `VERLTrainer._update_actor` as ``force_group_size``), and one optimizer step
+  per training step (the mini-batch counted in rows), on verl's engine path. Beside verl < 0.8 Trinity trains
+  through its legacy actor, whose changes (0006, 0007) the overlay does not mirror: the piece stays off there.
 """
 
 from __future__ import annotations
@@ -39,11 +41,13 @@ POLICY_LOSS_NORMALIZATION = Piece(
     upstream_has_fix=_policy_loss.upstream_has_policy_loss_fix,
 )
 
-DPO_PAIRS = Piece(
-    name="dpo-pairs",
+DPO = Piece(
+    name="dpo-pairs-and-steps",
     patches=(
         "0002-algorithm-fix-dpo-compute-one-logit-per-chosen",
         "0004-trainer-keep-dpo-pairs-one-micro-batch-under-verl",
+        "0006-trainer-refuse-legacy-micro-batch-split-that-would",
+        "0007-trainer-make-one-dpo-training-step-one-optimizer",
     ),
     targets=(
         Target(POLICY_LOSS_FN, "PolicyLossFn"),
@@ -53,9 +57,10 @@ DPO_PAIRS = Piece(
     installers={
         POLICY_LOSS_FN: _dpo_pairs.install_group_size,
         DPO_LOSS: _dpo_pairs.install_dpo_loss,
-        TRAINER: _dpo_pairs.install_update_actor,
+        TRAINER: _dpo_pairs.install_verl_trainer,
     },
-    upstream_has_fix=_dpo_pairs.upstream_has_dpo_pair_fix,
+    upstream_has_fix=_dpo_pairs.upstream_has_dpo_fix,
+    unfit=_dpo_pairs.beside_legacy_verl,
 )
 
 OVERLAY = Overlay(
@@ -64,5 +69,5 @@ OVERLAY = Overlay(
     distribution="trinity-rft",
     supported=("0.6.0",),
     fixed_since=None,
-    pieces=(POLICY_LOSS_NORMALIZATION, DPO_PAIRS),
+    pieces=(POLICY_LOSS_NORMALIZATION, DPO),
 )

@@ -56,7 +56,10 @@ PROBES = {
     in vars(m.MIXCHORDPolicyLossFn),
     "trinity.algorithm.policy_loss_fn.dpo_loss.DPOLossFn": _dpo,
     "trinity.trainer.verl.losses.TrinityPolicyLoss": _trinity_policy_loss,
-    "trinity.trainer.verl.trainer.VERLTrainer": lambda m: _overlay_code(vars(m.VERLTrainer)["_update_actor"]),
+    "trinity.trainer.verl.trainer.VERLTrainer": lambda m: all(
+        _overlay_code(vars(m.VERLTrainer)[name])
+        for name in ("__init__", "_update_actor", "_warn_if_groups_fill_micro_batches")
+    ),
 }
 
 

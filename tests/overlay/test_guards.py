@@ -24,7 +24,7 @@ UPSTREAM_OBJECTS = {
     "trinity": ("TrinityPolicyLoss.__call__", "TrinityPolicyLoss.__init__", "PolicyLossFn", "DPOLossFn.__call__"),
 }
 POLICY_LOSS = "policy-loss-normalization"
-DPO_PAIRS = "dpo-pairs"
+DPO_PAIRS = "dpo-pairs-and-steps"
 
 
 def _changed_copy(tmp_path: Path, site: Path, package: str, relative: str, old: str, new: str) -> Path:

@@ -176,7 +176,7 @@ def trinity_legacy_tree(verl_on_path: Path, expect: str) -> Path:
 @pytest.fixture(scope="session")
 def dpo_steps_patch(expect: str) -> bool:
     """Whether the Trinity tree under test counts a DPO mini-batch in pairs (one optimizer step per training step):
-    a patched tree whose series lists that patch, or in overlay mode an overlay with a piece for it. It changes
+    a patched tree whose series lists that patch, or in overlay mode an overlay with a piece that mirrors it. It changes
     upstream's behaviour, and a user who wants the old one leaves it out of ``patches/trinity/series``; the tests
     then expect upstream's mini-batches."""
     if expect != "fixed":
@@ -185,7 +185,7 @@ def dpo_steps_patch(expect: str) -> bool:
         from patchset_overlay.status import collect
 
         entry = next(entry for entry in collect() if entry["overlay"] == "trinity_overlay")
-        return any(DPO_STEPS_PATCH in piece["piece"] for piece in entry["pieces"])
+        return any(DPO_STEPS_PATCH in patch for piece in entry["pieces"] for patch in piece.get("patches", ()))
     if str(REPO_ROOT) not in sys.path:
         sys.path.append(str(REPO_ROOT))  # after the trees under test: only for the stdlib-only patchset package
     from patchset.series import load_series

@@ -47,6 +47,18 @@ def test_replace_function_code_refuses_a_different_global():
     assert target(1) == 3, "nothing may change when it is refused"
 
 
+def test_replaced_code_reads_the_upstream_modules_own_name():
+    namespace = {"__name__": "upstream.module"}
+    exec("def upstream():\n    return None\n", namespace)
+    target = namespace["upstream"]
+
+    def overlay() -> str:
+        return __name__
+
+    replace.replace_function_code(target, overlay)
+    assert target() == "upstream.module"
+
+
 def test_set_class_attributes_adds_and_restores():
     class Loss:
         kind = "upstream"
