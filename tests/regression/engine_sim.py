@@ -19,6 +19,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tensordict import TensorDict
@@ -187,18 +188,24 @@ def record_ratio(baseline_dir: Path | None, expect: str, component: str, case: s
         stream.write(json.dumps({"component": component, "case": case, "ratio": ratio}) + "\n")
 
 
-def group_size_sent_by_trainer(
-    trainer_cls: type, policy_loss_fn: str, batch: TensorDict, entropy_loss_fn: str
-) -> int | None:
-    """The ``force_group_size`` that Trinity's real ``VERLTrainer._update_actor`` hands the actor's engine for
-    ``batch`` (None: not set). Only the fields that method reads are stubbed: the config, the algorithm and a worker
-    group that records what it is sent."""
+ROLLOUT_FIELDS = ("input_ids", "attention_mask", "position_ids", "prompts", "responses", "response_mask")
+
+
+def sent_by_update_actor(
+    trainer_cls: type,
+    policy_loss_fn: str,
+    batch: TensorDict,
+    actor_config: Any,
+    entropy_loss_fn: str = "none",
+    fields: tuple[str, ...] = ROLLOUT_FIELDS,
+) -> TensorDict:
+    """What Trinity's real ``VERLTrainer._update_actor`` hands the actor's engine for ``batch``. Only the fields that
+    method reads are stubbed: the actor config, the algorithm and a worker group that records what it is sent."""
     from types import SimpleNamespace
 
     from verl import DataProto
     from verl.utils import tensordict_utils as tu
 
-    fields = ("input_ids", "attention_mask", "position_ids", "prompts", "responses", "response_mask")
     sent = {}
 
     def update_actor(batch_td: TensorDict) -> TensorDict:
@@ -207,12 +214,25 @@ def group_size_sent_by_trainer(
         tu.assign_non_tensor(output, metrics={})
         return output
 
-    actor = SimpleNamespace(ppo_mini_batch_size=len(batch), ppo_epochs=1, data_loader_seed=42, shuffle=False)
     trainer = SimpleNamespace(
         algorithm_config=SimpleNamespace(policy_loss_fn=policy_loss_fn, entropy_loss_fn=entropy_loss_fn),
-        config=SimpleNamespace(actor=actor),
+        config=SimpleNamespace(actor=actor_config),
         global_config=SimpleNamespace(model=SimpleNamespace(temperature=1.0)),
         actor_rollout_wg=SimpleNamespace(update_actor=update_actor),
     )
     trainer_cls._update_actor(trainer, DataProto.from_dict({key: batch[key] for key in fields}), {})
-    return tu.get_non_tensor_data(sent["batch"], "force_group_size", default=None)
+    return sent["batch"]
+
+
+def group_size_sent_by_trainer(
+    trainer_cls: type, policy_loss_fn: str, batch: TensorDict, entropy_loss_fn: str
+) -> int | None:
+    """The ``force_group_size`` that Trinity's real ``VERLTrainer._update_actor`` hands the actor's engine for
+    ``batch`` (None: not set)."""
+    from types import SimpleNamespace
+
+    from verl.utils import tensordict_utils as tu
+
+    actor = SimpleNamespace(ppo_mini_batch_size=len(batch), ppo_epochs=1, data_loader_seed=42, shuffle=False)
+    sent = sent_by_update_actor(trainer_cls, policy_loss_fn, batch, actor, entropy_loss_fn)
+    return tu.get_non_tensor_data(sent, "force_group_size", default=None)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import Split, make_rollout_batch, use_cpu_unpadding
+from engine_sim import ROLLOUT_FIELDS, Split, make_rollout_batch, sent_by_update_actor, use_cpu_unpadding
 
 NUM_PAIRS = 24
 ROWS = 2 * NUM_PAIRS
@@ -46,32 +46,15 @@ def experiences(name: str) -> int:
 def engine_mini_batches(policy_loss_fn: str, train_batch_size: int):
     """The mini-batches verl's ``train_mini_batch`` makes of what Trinity's real ``_update_actor`` sends, the
     ``global_batch_size`` sent with them, and verl's own token-budget micro-batches of each mini-batch."""
-    from types import SimpleNamespace
-
-    from tensordict import TensorDict
     from trinity.trainer.verl.trainer import VERLTrainer
-    from verl import DataProto
     from verl.utils import tensordict_utils as tu
     from verl.workers.engine.utils import prepare_micro_batches
 
-    sent = {}
-
-    def update_actor(batch_td: TensorDict) -> TensorDict:
-        sent["batch"] = batch_td
-        output = TensorDict({}, batch_size=[])
-        tu.assign_non_tensor(output, metrics={})
-        return output
-
     batch = make_rollout_batch(ROWS, seed=0)
-    fields = ("input_ids", "attention_mask", "position_ids", "prompts", "responses", "response_mask", "row_id")
-    trainer = SimpleNamespace(
-        algorithm_config=SimpleNamespace(policy_loss_fn=policy_loss_fn, entropy_loss_fn="none"),
-        config=SimpleNamespace(actor=translated_actor_config(train_batch_size)),
-        global_config=SimpleNamespace(model=SimpleNamespace(temperature=1.0)),
-        actor_rollout_wg=SimpleNamespace(update_actor=update_actor),
+    actor_config = translated_actor_config(train_batch_size)
+    batch_td = sent_by_update_actor(
+        VERLTrainer, policy_loss_fn, batch, actor_config, fields=(*ROLLOUT_FIELDS, "row_id")
     )
-    VERLTrainer._update_actor(trainer, DataProto.from_dict({key: batch[key] for key in fields}), {})
-    batch_td = sent["batch"]
     mini_batch_size = tu.get_non_tensor_data(batch_td, "mini_batch_size", default=None)
     global_batch_size = tu.get_non_tensor_data(batch_td, "global_batch_size", default=None)
     budget = int(batch["attention_mask"].sum()) // 4

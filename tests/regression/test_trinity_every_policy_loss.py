@@ -27,6 +27,7 @@ from engine_sim import (
     record_ratio,
     use_cpu_unpadding,
 )
+from trinity_configs import POLICY_LOSSES
 
 BATCH_SIZE = 96
 NUM_EXPERT = 32  # MIX/MIX_CHORD: rows 64..95 are expert data
@@ -41,27 +42,6 @@ MIX_LOSSES = ("mix", "mix_chord")
 @pytest.fixture(scope="module", autouse=True)
 def _cpu_unpadding(trinity_tree: Path) -> None:
     use_cpu_unpadding()
-
-
-# every loss Trinity-RFT 0.6.0 registers in POLICY_LOSS_FN (a literal, so that collection needs no Trinity tree;
-# test_every_registered_policy_loss_is_tested checks it against the registry of the tree under test)
-POLICY_LOSSES = [
-    "cispo",
-    "dpo",
-    "gspo",
-    "importance_sampling",
-    "mix",
-    "mix_chord",
-    "opmd",
-    "ppo",
-    "rec",
-    "sapo",
-    "sft",
-    "sft_is",
-    "sft_phi",
-    "sppo",
-    "topr",
-]
 
 
 def registered_policy_losses() -> list[str]:

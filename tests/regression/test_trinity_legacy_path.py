@@ -31,29 +31,12 @@ import pytest
 import torch
 from engine_sim import Split, grad_ratio, record_ratio
 from legacy_sim import BATCH_SIZE, init_single_process_group, legacy_actor, legacy_gradients
+from trinity_configs import POLICY_LOSSES
 
 FIXED_SPLITS = [Split(k) for k in (2, 3, 4)]
 DYNAMIC_SPLITS = [Split(k, dynamic=True) for k in (2, 3, 4)]
 # dynamic budgets that give this batch micro-batches with an odd number of rows (9, 10, 9, 10, 10 and 7, 6, 8, ...)
 ODD_DYNAMIC_SPLITS = [Split(5, dynamic=True), Split(7, dynamic=True)]
-# every loss Trinity-RFT 0.6.0 registers (checked against the registry of the tree under test below)
-POLICY_LOSSES = [
-    "cispo",
-    "dpo",
-    "gspo",
-    "importance_sampling",
-    "mix",
-    "mix_chord",
-    "opmd",
-    "ppo",
-    "rec",
-    "sapo",
-    "sft",
-    "sft_is",
-    "sft_phi",
-    "sppo",
-    "topr",
-]
 LOSS_AGG_MODES = ["seq-mean-token-mean", "token-mean"]
 # the legacy path scales each micro-batch by its share of rows, which is exact for a mean over sequences (or over
 # DPO pairs, once each pair has its own logit) and for nothing else: token-mean never (unless the experimental

@@ -2,6 +2,26 @@
 
 from __future__ import annotations
 
+# every loss Trinity-RFT 0.6.0 registers in POLICY_LOSS_FN (a literal, so that collection needs no Trinity tree; the
+# test modules that use it check it against the registry of the tree under test)
+POLICY_LOSSES = [
+    "cispo",
+    "dpo",
+    "gspo",
+    "importance_sampling",
+    "mix",
+    "mix_chord",
+    "opmd",
+    "ppo",
+    "rec",
+    "sapo",
+    "sft",
+    "sft_is",
+    "sft_phi",
+    "sppo",
+    "topr",
+]
+
 
 def algorithm_config(algorithm_type: str, loss_agg_mode: str, kl: bool = True, entropy: bool = True):
     """An AlgorithmConfig as Trinity's config validator completes it for ``algorithm_type``."""
