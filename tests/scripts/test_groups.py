@@ -29,9 +29,13 @@ def test_trinity_groups_fold_normalization_on_top_of_dpo():
     groups = {group.name: group for group in _groups("trinity")}
     normalization = groups["policy-loss-normalization"]
 
-    assert groups["dpo-pairs"].numbers == (2, 4) and groups["dpo-pairs"].after is None
+    assert groups["dpo-pairs"].numbers == (2, 4, 6) and groups["dpo-pairs"].after is None
     assert normalization.numbers == (1, 3, 5) and normalization.fold and normalization.after == "dpo-pairs"
-    assert [g.name for g in chain(tuple(groups.values()), normalization.name)] == ["dpo-pairs", normalization.name]
+    assert groups["dpo-optimizer-step"].numbers == (7,) and groups["dpo-optimizer-step"].after == "dpo-pairs"
+    assert [g.name for g in chain(tuple(groups.values()), normalization.name)] == [
+        "dpo-pairs",
+        normalization.name,
+    ]
     assert normalization.description is not None
 
 
