@@ -1,6 +1,6 @@
 """Wiring for the overlay tests: the "pip-installed release" environment and the patched checkouts to compare with.
 
-`patchset.testsuite` builds the environment (`patchset.overlay_env`: a fresh venv with the pinned verl and
+`tests.harness.testsuite` builds the environment (`tests.harness.overlay_env`: a fresh venv with the pinned verl and
 trinity-rft sdists and this project pip-installed) and names it and the patched trees in the environment:
 
 - ``PATCHSET_OVERLAY_PYTHON``: that venv's python; every check runs in a child process of it, because what an

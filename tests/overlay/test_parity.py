@@ -89,7 +89,7 @@ def test_comparison_can_fail_vanilla_differs_from_patched(runs):
 def test_every_patch_of_the_series_is_mirrored_by_exactly_one_piece(series):
     import importlib
 
-    from patchset.series import load_series
+    from patchset.series.model import load_series
 
     patches = [Path(patch.name).stem for patch in load_series(REPO_ROOT / "patches", series).patches]
     overlay = importlib.import_module(f"{series}_overlay.pieces").OVERLAY

@@ -1,6 +1,6 @@
 """Wiring for the regression suite: which upstream trees it tests, and what it expects of them.
 
-`patchset.regression` runs this suite in a child process with the trees under test first on
+`patchset.testenv.regression` runs this suite in a child process with the trees under test first on
 ``sys.path`` and three environment variables:
 
 - ``PATCHSET_VERL_TREE`` / ``PATCHSET_TRINITY_TREE``: the checkouts whose modules the tests import;
@@ -30,6 +30,7 @@ there; ``verl_upstream_skips`` says which patches the series skips on the tree, 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from dataclasses import dataclass
@@ -38,6 +39,13 @@ from pathlib import Path
 import pytest
 
 EXPECTATIONS = ("fixed", "bug")
+# Parameters that only vary the batch's shape: how it is cut into micro-batches and over how many ranks. With
+# PATCHSET_SAMPLE=shapes (the teeth run of the test command) each test keeps one shape per loss and mode: every
+# check still has to fail on the vanilla trees once, without every case again.
+SHAPE_PARAMS = frozenset({"split", "dp_size", "world_size", "micro_batch_rows"})
+SAMPLE_VARIABLE = "PATCHSET_SAMPLE"
+# tests whose patched run compares every case with the vanilla run's own measurement of it: never sampled
+EVERY_VANILLA_CASE = frozenset({"test_every_policy_loss_never_worse_than_vanilla_and_split_invariant_where_promised"})
 MODES = ("patches", "overlay")
 # tests that check files a patch changes; overlays change no file, so these say nothing about them
 OVERLAY_NOT_APPLICABLE = {
@@ -76,7 +84,42 @@ def _mode() -> str:
     return value
 
 
+def _shape_free_key(item: pytest.Item) -> tuple[str, tuple[tuple[str, str], ...]] | None:
+    """The test and its parameters other than the batch's shape (``SHAPE_PARAMS``, also inside a case dataclass);
+    None for a test whose parameters include no shape."""
+    if getattr(item, "originalname", "") in EVERY_VANILLA_CASE:
+        return None
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    kept: list[tuple[str, str]] = []
+    shaped = False
+    for name, value in sorted(params.items()):
+        if name in SHAPE_PARAMS:
+            shaped = True
+            continue
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            fields = [field.name for field in dataclasses.fields(value)]
+            shaped |= any(name in SHAPE_PARAMS for name in fields)
+            value = tuple((name, getattr(value, name)) for name in fields if name not in SHAPE_PARAMS)
+        kept.append((name, repr(value)))
+    return (item.nodeid.split("[", 1)[0], tuple(kept)) if shaped else None
+
+
+def _sample_shapes(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep one batch shape per test, loss and mode: the last listed (the most micro-batches, or the dynamic cut)."""
+    last: dict[tuple[str, tuple[tuple[str, str], ...]], pytest.Item] = {}
+    for item in items:
+        if (key := _shape_free_key(item)) is not None:
+            last[key] = item
+    kept = set(map(id, last.values()))
+    dropped = [item for item in items if _shape_free_key(item) is not None and id(item) not in kept]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if _shape_free_key(item) is None or id(item) in kept]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(SAMPLE_VARIABLE) == "shapes":
+        _sample_shapes(config, items)
     if _mode() != "overlay":
         return
     for item in items:
@@ -192,7 +235,7 @@ def dpo_steps_patch(expect: str) -> bool:
         return any(DPO_STEPS_PATCH in patch for piece in entry["pieces"] for patch in piece.get("patches", ()))
     if str(REPO_ROOT) not in sys.path:
         sys.path.append(str(REPO_ROOT))  # after the trees under test: only for the stdlib-only patchset package
-    from patchset.series import load_series
+    from patchset.series.model import load_series
 
     return any(DPO_STEPS_PATCH in patch.name for patch in load_series(REPO_ROOT / "patches", "trinity").patches)
 
@@ -218,8 +261,8 @@ def verl_upstream_skips(verl_tree: Path, verl_version: str) -> dict[str, Upstrea
         return {}
     if str(REPO_ROOT) not in sys.path:
         sys.path.append(str(REPO_ROOT))  # after the trees under test: only for the stdlib-only patchset package
-    from patchset.plan import Action, plan_series
-    from patchset.series import load_series
+    from patchset.apply.plan import Action, plan_series
+    from patchset.series.model import load_series
 
     series = load_series(REPO_ROOT / "patches", "verl")
     steps = plan_series(verl_tree, series.patches, version=verl_version)

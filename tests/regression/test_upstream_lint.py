@@ -27,11 +27,9 @@ FLAKE8_ARGS = [
 
 
 def _series_names(series_name: str) -> list[str]:
-    return [
-        line.strip()
-        for line in (REPO_ROOT / "patches" / series_name / "series").read_text().splitlines()
-        if line.strip() and not line.startswith("#")
-    ]
+    from patchset.series.model import load_series
+
+    return [patch.name for patch in load_series(REPO_ROOT / "patches", series_name).patches]
 
 
 def _touched_python_files(series_name: str, skipped: Collection[str] = ()) -> list[str]:

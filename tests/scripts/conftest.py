@@ -27,9 +27,9 @@ from patchset_fakes import (
     world_at,
 )
 
-from patchset.fetch import resolve_cache
-from patchset.pins import load_pins
-from patchset.series import load_series
+from patchset.series.model import load_series
+from patchset.upstreams.fetch import resolve_cache
+from patchset.upstreams.pins import load_pins
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +65,7 @@ def world(world_template: Path, tmp_path: Path) -> World:
 @pytest.fixture
 def regression_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[dict[str, Path], str]]:
     """Replace ``run_regression_tests`` with a recorder returning 0; returns the list of calls."""
-    from patchset import regression
+    from patchset.testenv import regression
 
     calls: list[tuple[dict[str, Path], str]] = []
 
@@ -80,7 +80,7 @@ def regression_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[dict[str, Pa
 @pytest.fixture
 def fake_pypi(monkeypatch: pytest.MonkeyPatch, world: World) -> list[str]:
     """Replace the pip download with a copy of the fake sdists; returns the list of names downloaded."""
-    from patchset import fetch
+    from patchset.upstreams import fetch
 
     downloads: list[str] = []
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from patchset_fakes import VERL_PATCH_1, VERL_PATCH_2, World, git, make_repo, tree_digest
 
-from patchset import gitops
-from patchset.cli import main
+from patchset.cli.apply import main
+from patchset.plumbing import gitops
 
 CORE = "verl/trainer/ppo/core_algos.py"
 
@@ -366,7 +366,7 @@ def test_regression_tests_get_only_the_trees_given(world, regression_calls):
 
 
 def test_failing_regression_tests_exit_1(capsys, world, monkeypatch):
-    from patchset import regression
+    from patchset.testenv import regression
 
     monkeypatch.setattr(regression, "run_regression_tests", lambda trees, expect="fixed": 5)
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from patchset.cli import REPO_ROOT, main
+from patchset.cli.apply import REPO_ROOT, main
 
 
 def test_apply_help_documents_exit_codes(capsys):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from patchset_fakes import TRINITY_FILES, VERL_FILES, write_files
 
-from patchset.detect import Detected, detect
-from patchset.errors import BadInput
+from patchset.plumbing.errors import BadInput
+from patchset.upstreams.detect import Detected, detect
 
 
 @pytest.mark.parametrize(

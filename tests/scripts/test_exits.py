@@ -6,9 +6,9 @@ import signal
 
 import pytest
 
-from patchset import gitops, signals
-from patchset.errors import EXIT_BAD_INPUT, DoesNotApply
-from patchset.exits import EXIT_INTERRUPTED, run_reporting_errors
+from patchset.cli.exits import EXIT_INTERRUPTED, run_reporting_errors
+from patchset.plumbing import gitops, signals
+from patchset.plumbing.errors import EXIT_BAD_INPUT, DoesNotApply
 
 
 def _raise(exc: BaseException):

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from patchset.export import assign_names, new_slug, series_text
-from patchset.fetch import resolve_cache
-from patchset.maintain import main
-from patchset.pins import load_pins
-from patchset.series import load_series, read_patch
-from patchset.series_lint import lint_patches_dir
+from patchset.cli.maintain import main
+from patchset.export.series_export import assign_names, new_slug, series_text
+from patchset.series.lint import lint_patches_dir
+from patchset.series.model import load_series, read_patch
+from patchset.upstreams.fetch import resolve_cache
+from patchset.upstreams.pins import load_pins
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PINS = load_pins(REPO_ROOT / "patches" / "upstreams.toml")

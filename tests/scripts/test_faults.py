@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 from patchset_fakes import DEPENDENT_PATCH, INDEPENDENT_PATCH, REPO_ROOT, Case, git, run_fault, tree_state
 
-from patchset import gitops
-from patchset.cli import main
-from patchset.series import load_series
+from patchset.cli.apply import main
+from patchset.plumbing import gitops
+from patchset.series.model import load_series
 
 VERL_PATCH = "0001-trainer-critic-value-loss-global-normalization.patch"
 TRINITY_PATCH = "0001-trainer-policy-loss-global-normalization.patch"

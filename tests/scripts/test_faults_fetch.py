@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 from patchset_fakes import REPO_ROOT, Case, run_fault, tree_state
 
-from patchset import fetch
-from patchset.cli import main
-from patchset.fetch import resolve_cache
-from patchset.pins import load_pins
-from patchset.series import load_series
+from patchset.cli.apply import main
+from patchset.series.model import load_series
+from patchset.upstreams import fetch
+from patchset.upstreams.fetch import resolve_cache
+from patchset.upstreams.pins import load_pins
 
 PINS = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
 VERL = PINS.default_for("verl")

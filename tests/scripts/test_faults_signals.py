@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from patchset_fakes import DEPENDENT_PATCH, REPO_ROOT, tree_state
 
-from patchset.series import load_series
+from patchset.series.model import load_series
 
 VERL_PATCH = "0001-trainer-critic-value-loss-global-normalization.patch"
 TRINITY_PATCH = "0001-trainer-policy-loss-global-normalization.patch"
@@ -28,9 +28,9 @@ TRINITY_PATCH = "0001-trainer-policy-loss-global-normalization.patch"
 HOOK = r"""
 import os, sys, time
 from pathlib import Path
-from patchset import gitops
-from patchset.cli import main
-from patchset.ui import Console
+from patchset.plumbing import gitops
+from patchset.cli.apply import main
+from patchset.plumbing.ui import Console
 
 marker, pause_on = Path(os.environ["FAULT_MARKER"]), os.environ["FAULT_PAUSE_ON"]
 if os.environ.get("FAULT_IN_APPLY_OF"):  # pause inside git apply on the real tree, after it wrote the patch

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from patchset_fakes import VERL_FILES, VERL_PATCH_1, World, git, make_sdist, tree_digest
 
-from patchset import fetch
-from patchset.cli import main
-from patchset.errors import BadInput
+from patchset.cli.apply import main
+from patchset.plumbing.errors import BadInput
+from patchset.upstreams import fetch
 
 CHECKOUT = Path("upstreams") / "verl-0.8.0"
 

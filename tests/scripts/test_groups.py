@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from patchset.errors import BadInput
-from patchset.groups import chain, load_groups, read_description, renumber_text
-from patchset.maintain import REPO_ROOT
-from patchset.series import load_series
+from patchset.cli.maintain import REPO_ROOT
+from patchset.plumbing.errors import BadInput
+from patchset.series.groups import chain, load_groups, read_description, renumber_text
+from patchset.series.model import load_series
 
 
 def _groups(name: str):

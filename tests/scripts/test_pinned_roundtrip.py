@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from patchset_fakes import tree_digest
 
-from patchset.cli import main
-from patchset.fetch import resolve_cache
-from patchset.pins import load_pins
+from patchset.cli.apply import main
+from patchset.upstreams.fetch import resolve_cache
+from patchset.upstreams.pins import load_pins
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PINS = load_pins(REPO_ROOT / "patches" / "upstreams.toml")

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from patchset_fakes import FORMAT_PATCH, REPO_ROOT, git
 
-from patchset.pr_export import main
-from patchset.series import load_series
+from patchset.export.pr_export import main
+from patchset.series.model import load_series
 
 DEP3 = re.compile(r"^(Origin|Bug|Forwarded|Author|Applied-Upstream|Last-Update|Upstream-Check):", re.MULTILINE)
 LICENSE = """\

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from patchset.cli import REPO_ROOT
+from patchset.cli.apply import REPO_ROOT
 
 SCRIPTS = ("apply.sh", "build-wheels.sh", "export-pr.sh", "export.sh", "test.sh")
-DECOY_PACKAGES = ("patchset", "patchset_overlay", "verl_overlay", "trinity_overlay")
+DECOY_PACKAGES = ("patchset", "patchset_overlay", "verl_overlay", "trinity_overlay", "tests")
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from patchset_fakes import TRINITY_PATCH, VERL_PATCH_1, VERL_PATCH_2
 
-from patchset import gitops
-from patchset.errors import BadInput
-from patchset.pins import at_least, load_pins, release_key
-from patchset.series import load_series
+from patchset.plumbing import gitops
+from patchset.plumbing.errors import BadInput
+from patchset.series.model import load_series
+from patchset.upstreams.pins import at_least, load_pins, release_key
 
 
 def test_series_order_comes_from_series_file_not_the_folder(world):
@@ -106,7 +106,7 @@ def test_unparsable_version_sorts_first():
 
 
 def test_upstreams_toml_of_the_repository_loads():
-    from patchset.cli import REPO_ROOT
+    from patchset.cli.apply import REPO_ROOT
 
     pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
     assert [p.label for p in pins.defaults()] == ["verl 0.8.0", "trinity-rft 0.6.0"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from patchset.maintain import REPO_ROOT, main
+from patchset.cli.maintain import REPO_ROOT, main
 
 NAME = "0001-trainer-scale-loss.patch"
 HEADER = {

@@ -35,8 +35,8 @@ from patchset_fakes import (
     write_files,
 )
 
-from patchset.cli import main
-from patchset.series import UpstreamCheck, read_patch
+from patchset.cli.apply import main
+from patchset.series.model import UpstreamCheck, read_patch
 
 MATCHES = ", ".join(f"{path} matches /{pattern}/" for path, pattern in UPSTREAM_CHECKS)
 

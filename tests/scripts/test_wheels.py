@@ -10,7 +10,7 @@ build failed, 2 bad input, 3 a patch does not apply; on any failure nothing land
 
 The fake world's trees (``patchset_fakes``) are made buildable with a small pyproject.toml each; the real pinned
 releases are built too when their checkouts are in the cache. The regression suite against the installed wheels
-is ``patchset.wheels.check_wheels``, a step of the test command (it needs the whole suite, about a minute).
+is ``tests.harness.wheel_checks.check_wheels``, a step of the test command (it needs the whole suite, about a minute).
 """
 
 from __future__ import annotations
@@ -29,10 +29,13 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from patchset_fakes import TRINITY_FILES, VERL_FILES, git, make_sdist, sha256, write_upstreams
 
-from patchset import signals, wheels
-from patchset.fetch import resolve_cache
-from patchset.pins import load_pins
-from patchset.ui import Console
+from patchset.plumbing import signals
+from patchset.plumbing.ui import Console
+from patchset.upstreams.fetch import resolve_cache
+from patchset.upstreams.pins import load_pins
+from patchset.wheels import build as wheels
+from tests.harness import wheel_checks
+from tests.harness.linked_venv import linked_venv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PINS = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
@@ -333,10 +336,10 @@ def test_skips_that_name_the_labelled_version_are_caught(tmp_path: Path):
             ElementTree.SubElement(case, "skipped", message=message)
     ElementTree.ElementTree(suite).write(junit)
 
-    tripped = wheels._skipped_for_the_label(junit, ["0.8.0+patchset.3", "0.6.0+patchset.3"])
+    tripped = wheel_checks._skipped_for_the_label(junit, ["0.8.0+patchset.3", "0.6.0+patchset.3"])
 
     assert [test for test, _ in tripped] == ["tests.regression.mod::test_engine"]
-    assert wheels._skipped_for_the_label(tmp_path / "missing.xml", ["0.8.0+patchset.3"])
+    assert wheel_checks._skipped_for_the_label(tmp_path / "missing.xml", ["0.8.0+patchset.3"])
 
 
 # --- the real pinned releases -------------------------------------------------------------------------------
@@ -359,11 +362,11 @@ def test_real_wheels_install_into_a_fresh_venv_and_report_the_labelled_version(r
     assert [item.wheel.name for item in real_wheels] == [
         f"{pin.name.replace('-', '_')}-{pin.version}+{label.text}-py3-none-any.whl" for pin in PINS.defaults()
     ]
-    python, site = wheels.fresh_env(Path(sys.executable), tmp_path / "venv")
+    python, site = linked_venv(Path(sys.executable), tmp_path / "venv")
     install = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--disable-pip-version-check"]
-    subprocess.run([*install, *(str(item.wheel) for item in real_wheels)], check=True, env=wheels._child_env())
+    subprocess.run([*install, *(str(item.wheel) for item in real_wheels)], check=True, env=wheel_checks._child_env())
 
-    problems = wheels.verify_install(python, site, real_wheels, Console(quiet=True))
+    problems = wheel_checks.verify_install(python, site, real_wheels, Console(quiet=True))
 
     assert problems == []
     for item in real_wheels:

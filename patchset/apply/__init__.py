@@ -1,0 +1,1 @@
+"""Planning and applying a series onto a tree, all or nothing."""

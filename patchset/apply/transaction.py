@@ -1,0 +1,142 @@
+"""Change the trees: carry out the plans of one run, all or nothing.
+
+Before a tree is changed, every file its patches touch is saved (``snapshot.py``). The patches are then applied
+one by one (``git apply``, or for a step planned so with ``--3way`` the merge of ``merge.py``), each inside a
+critical section that a signal cannot cut short (``signals.py``). If a patch still fails (the tree changed since
+the check), the run is interrupted (Ctrl-C, SIGTERM, SIGHUP) or anything else goes wrong, every tree changed in
+this run is restored from its snapshot, last first, and so left exactly as it was found; then the error is
+reported. Restoring copies back what was saved rather than reverting the patches, so it does not depend on them
+reverting cleanly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from patchset.apply.engine import Plan, failure_detail, listing, partly_line, step_line, summary_line, where
+from patchset.apply.plan import Action, Step, series_files
+from patchset.plumbing import gitops
+from patchset.plumbing.errors import BadInput, DoesNotApply
+from patchset.plumbing.merge import Merge, three_way
+from patchset.plumbing.signals import Guard, Interrupted
+from patchset.plumbing.snapshot import Snapshot
+from patchset.plumbing.ui import Console
+
+
+@dataclass
+class _Progress:
+    """One tree being changed: its plan, the snapshot taken before, and the steps done so far."""
+
+    plan: Plan
+    snapshot: Snapshot
+    done: list[Step] = field(default_factory=list)
+
+
+class _StepFailed(Exception):
+    def __init__(self, plan: Plan, step: Step, stderr: str) -> None:
+        super().__init__(stderr)
+        self.plan, self.step, self.stderr = plan, step, stderr
+
+
+def _run_step(plan: Plan, step: Step) -> str | None:
+    """Carry out one CHANGE step on the real tree; git's error, or None when it worked."""
+    tree = plan.target.worktree
+    if step.merged:
+        result = three_way(plan.target.root, step.patch, gitops.objects_dir(tree), install=True)
+        return None if result.outcome is Merge.RESOLVES else f"error: the 3-way merge failed: {result.detail}"
+    result = gitops.apply_patch(tree.toplevel, step.patch.path, reverse=plan.reverse, directory=tree.prefix)
+    return None if result.ok else result.stderr
+
+
+def _execute(plan: Plan, console: Console, guard: Guard, progress: list[_Progress]) -> None:
+    if (line := partly_line(plan, check=False)) is not None:
+        console.step(line)
+    if plan.others and plan.changing:
+        shown = listing(plan.others)
+        console.step(f"Leaving {len(plan.others)} other uncommitted change(s) in {plan.target.shown} alone: {shown}")
+    if plan.changing:
+        progress.append(_Progress(plan, Snapshot(plan.target.root, series_files(s.patch for s in plan.changing))))
+    for step in plan.steps:
+        console.step(step_line(plan, step, check=False))
+        if step.action is not Action.CHANGE:
+            continue
+        with guard.critical():
+            error = _run_step(plan, step)
+            if error is None:
+                progress[-1].done.append(step)
+        guard.check()
+        if error is not None:
+            raise _StepFailed(plan, step, error)
+    console.summary(summary_line(plan, check=False))
+
+
+def _rollback(progress: Sequence[_Progress], console: Console) -> list[str]:
+    """Restore every tree in ``progress``, last first; return what could not be restored, where its originals
+    are kept."""
+    stuck: list[str] = []
+    for item in reversed(progress):
+        for step in reversed(item.done):
+            console.step(f"Rolling back {step.patch.name}")
+        failed = item.snapshot.restore()
+        if failed:
+            kept = item.snapshot.backup
+            stuck.append(f"{', '.join(failed)} in {item.plan.target.shown} (the originals are in {kept})")
+        else:
+            item.snapshot.discard()
+    return stuck
+
+
+def _done_count(progress: Sequence[_Progress]) -> int:
+    return sum(len(item.done) for item in progress)
+
+
+def _failed_message(failed: _StepFailed, progress: Sequence[_Progress], stuck: list[str]) -> str:
+    plan, step = failed.plan, failed.step
+    verb = "revert" if plan.reverse else "apply"
+    as_failure = Step(step.patch, step.index, Action.FAIL, failed.stderr, gitops.parse_failure(failed.stderr))
+    detail = failure_detail(plan, as_failure, reverted=plan.reverse)
+    head = f"{step.patch.name} failed to {verb} on {where(plan)} after its check passed ({detail})"
+    if stuck:
+        return f"{head}, and rolling back failed too: {'; '.join(stuck)}; copy those files back from there"
+    earlier = [item.plan.target.shown for item in progress if item.plan is not plan]
+    also = f" (and so were the trees patched before it in this run: {', '.join(earlier)})" if earlier else ""
+    return (
+        f"{head}; the {_done_count(progress)} patch(es) changed before it were rolled back and the tree is as it "
+        f"was{also}. Next: run again with --check"
+    )
+
+
+def apply_plans(plans: Sequence[Plan], console: Console, guard: Guard) -> None:
+    """Carry out ``plans`` (none with a refusal, see ``apply.refusal``), all or nothing: on any failure, or an
+    interrupt, every tree changed so far is restored before the error propagates."""
+    progress: list[_Progress] = []
+    try:
+        for plan in plans:
+            _execute(plan, console, guard, progress)
+    except _StepFailed as failed:
+        with guard.critical():
+            stuck = _rollback(progress, console)
+        raise DoesNotApply(_failed_message(failed, progress, stuck)) from None
+    except Interrupted as interrupted:
+        with guard.critical():
+            stuck = _rollback(progress, console)
+        if stuck:
+            interrupted.outcome = f"rolling back failed: {'; '.join(stuck)}; copy those files back from there"
+        elif _done_count(progress):
+            interrupted.outcome = (
+                f"the {_done_count(progress)} patch(es) applied in this run were rolled back and every tree is as "
+                f"it was found"
+            )
+        raise
+    except OSError as exc:
+        with guard.critical():
+            stuck = _rollback(progress, console)
+        restored = f"; rolling back failed too: {'; '.join(stuck)}" if stuck else "; every tree was restored"
+        raise BadInput(f"could not change the tree: {exc}{restored}") from None
+    except BaseException:
+        with guard.critical():
+            _rollback(progress, console)
+        raise
+    for item in progress:
+        item.snapshot.discard()

@@ -1,0 +1,242 @@
+"""Command line for maintainers of the series: ``python -m patchset series checkout|export|lint``.
+
+``checkout`` makes a git checkout holding the series as commits, ``export`` writes those commits back as the
+series (``--dry-run``: only say whether anything would change), ``lint`` checks the series folders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+
+from patchset.cli.exits import run_reporting_errors
+from patchset.cli.options import add_common_options, usage_exit_status
+from patchset.export.series_export import (
+    BRANCH,
+    default_checkout,
+    describe,
+    make_checkout,
+    plan_export,
+    refuse_existing,
+    write_export,
+)
+from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, BadInput
+from patchset.plumbing.ui import Console, display_path
+from patchset.series.lint import lint_patches_dir
+from patchset.series.model import load_series
+from patchset.upstreams.fetch import ensure_upstream, resolve_cache
+from patchset.upstreams.pins import Pin, load_pins
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXIT_CHANGES = 1
+
+EXIT_CODES = f"""\
+exit status:
+  {EXIT_OK}  done; export --dry-run: the export is byte-identical to the series; lint: no problems
+  {EXIT_CHANGES}  export --dry-run: the export would change the files listed; lint: the problems listed
+  {EXIT_BAD_INPUT}  bad input: usage; not a maintainer checkout (no tag, no branch {BRANCH}, a rebase in
+     progress); unknown upstream; bad series or corrupt patch; failed fetch
+  {EXIT_DOES_NOT_APPLY}  checkout: a patch of the series does not apply to the pinned release
+"""
+
+DESCRIPTION = """\
+Edit and check the patch series.
+
+To edit a patch: make a maintainer checkout (the pinned release with each patch of the series as a commit on
+branch patches), change it with git (git commit --amend, git rebase -i <tag>, new commits), then export: the
+series folder and its series file are rewritten from the branch. An unchanged branch exports byte-identical
+files, so export --dry-run is also the check that the committed patches are what the tooling writes.
+"""
+
+EPILOG = (
+    EXIT_CODES
+    + """
+examples:
+  scripts/export.sh checkout verl                 .cache/maintain/verl-0.8.0, branch patches on v0.8.0
+  scripts/export.sh export verl --dry-run         would the export change patches/verl/? (exit 1: yes)
+  scripts/export.sh export verl                   write patches/verl/ from the checkout
+  scripts/export.sh lint                          check every series folder
+"""
+)
+
+
+def _patches_dir(args: argparse.Namespace) -> Path:
+    return Path(args.patches_dir).expanduser() if args.patches_dir else REPO_ROOT / "patches"
+
+
+def _pin(args: argparse.Namespace) -> tuple[Path, Pin]:
+    patches_dir = _patches_dir(args)
+    pins = load_pins(patches_dir / "upstreams.toml")
+    pin = pins.default_for(args.upstream)
+    if pin is None:
+        known = ", ".join(p.key for p in pins.defaults()) or "none"
+        raise BadInput(f"{pins.source} has no default pin for {args.upstream!r}; known upstreams: {known}")
+    return patches_dir, pin
+
+
+def _checkout_path(args: argparse.Namespace, pin: Pin, given: str | None) -> Path:
+    if given:
+        return Path(given).expanduser().resolve()
+    return default_checkout(resolve_cache(args.cache, os.environ, REPO_ROOT).root, pin)
+
+
+def cmd_checkout(args: argparse.Namespace, console: Console) -> int:
+    """``checkout``: the pinned release with the series as commits on branch ``patches``."""
+    patches_dir, pin = _pin(args)
+    series = load_series(patches_dir, pin.series)
+    dest = _checkout_path(args, pin, args.dest)
+    refuse_existing(dest, force=args.force)
+    vanilla = ensure_upstream(pin, resolve_cache(args.cache, os.environ, REPO_ROOT), console)
+    console.step(f"Making a maintainer checkout of {pin.label} in {display_path(dest)}")
+    make_checkout(pin, vanilla, [patch.path for patch in series.patches], dest, console, force=args.force)
+    count = len(series.patches)
+    console.summary(
+        f"{pin.label}: {display_path(dest)}, branch {BRANCH} = {pin.tag} + {count} patch{'es' if count != 1 else ''}; "
+        f"edit with git (commit --amend, rebase -i {pin.tag}), then: scripts/export.sh export {pin.key}"
+        + (f" {display_path(dest)}" if args.dest else "")
+    )
+    return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    """``export``: write (or with --dry-run compare) the series from a maintainer checkout."""
+    patches_dir, pin = _pin(args)
+    checkout = _checkout_path(args, pin, args.checkout)
+    export = plan_export(pin, checkout, patches_dir, console)
+    folder = display_path(export.folder)
+    count = len(export.names)
+    patches = f"{count} patch{'es' if count != 1 else ''}"
+    if export.identical:
+        console.summary(f"{folder}: up to date ({patches} byte-identical to the export of {export.source})")
+        return EXIT_OK
+    if args.dry_run:
+        for change in export.changes:
+            for line in describe(change):
+                print(line, flush=True)
+        files = f"{len(export.changes)} file{'s' if len(export.changes) != 1 else ''}"
+        print(
+            f"{folder}: the export of {export.source} would change {files} (listed above); "
+            f"run without --dry-run to write the export, or fix the checkout",
+            flush=True,
+        )
+        return EXIT_CHANGES
+    write_export(export)
+    for change in export.changes:
+        detail = f" (was {change.old_name})" if change.old_name else ""
+        console.step(f"{change.kind.capitalize()} {display_path(change.path)}{detail}")
+    console.summary(f"{folder}: exported {patches} from {export.source}; {len(export.changes)} file(s) changed")
+    return EXIT_OK
+
+
+def cmd_lint(args: argparse.Namespace, console: Console) -> int:
+    """``lint``: one line per problem of the series folders."""
+    patches_dir = _patches_dir(args)
+    folders, problems = lint_patches_dir(patches_dir)
+    for problem in problems:
+        print(problem, flush=True)
+    shown = display_path(patches_dir)
+    if problems:
+        console.summary(f"{shown}: {len(problems)} problem{'s' if len(problems) != 1 else ''} in {folders} series")
+        return EXIT_CHANGES
+    console.summary(f"{shown}: {folders} series, no problems")
+    return EXIT_OK
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser and each subcommand's own parser (parsed on its own so that options may come
+    between the positional arguments: ``export verl --dry-run CHECKOUT``)."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="scripts/export.sh",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=formatter,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    checkout = commands.add_parser(
+        "checkout",
+        help="make a git checkout holding the series as commits, to edit patches in",
+        description=textwrap.dedent(
+            f"""\
+            Clone the pinned vanilla checkout of UPSTREAM (fetched into the cache if needed) into DEST and commit
+            each patch of its series with git am, in order, on branch {BRANCH} off the release tag. Author, date
+            and message come from the patch; the committer is the author and the commit date the author date, so
+            the same series always gives the same commits. DEST defaults to <cache>/maintain/<name>-<version>."""
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=formatter,
+    )
+    checkout.add_argument("upstream", metavar="UPSTREAM", help="which series: verl or trinity (keys of upstreams.toml)")
+    checkout.add_argument("dest", nargs="?", metavar="DEST", help="where to make the checkout")
+    checkout.add_argument("--force", action="store_true", help="replace DEST if it exists (its commits are lost)")
+    add_common_options(checkout)
+    checkout.set_defaults(handler=cmd_checkout)
+
+    export = commands.add_parser(
+        "export",
+        help="write the series from a maintainer checkout (--dry-run: fail if that would change anything)",
+        description=textwrap.dedent(
+            f"""\
+            Export <tag>..{BRANCH} of CHECKOUT with git format-patch (byte-stable: fixed flags, the user's git
+            config neutralised) into patches/<series>/ and rewrite its series file (comment lines kept). Existing
+            patches keep their names (matched by subject, then position), renumbered to their place; new ones are
+            named NNNN-<area>-<slug>.patch from their subject. Only committed changes are exported.
+            CHECKOUT defaults to <cache>/maintain/<name>-<version>."""
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=formatter,
+    )
+    export.add_argument("upstream", metavar="UPSTREAM", help="which series: verl or trinity (keys of upstreams.toml)")
+    export.add_argument("checkout", nargs="?", metavar="CHECKOUT", help="the maintainer checkout to export")
+    export.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="write nothing; exit 0 when the export is byte-identical, else 1, listing each file that would "
+        "change, be added or be removed, with a short diff",
+    )
+    add_common_options(export)
+    export.set_defaults(handler=cmd_export)
+
+    lint = commands.add_parser(
+        "lint",
+        help="check every series folder; one line per problem",
+        description=textwrap.dedent(
+            """\
+            Check every series folder: series and folder agree both ways (no missing, unlisted or duplicate
+            patch), names NNNN-<area>-<slug>.patch numbered in series order, every patch parses and has a
+            Subject and the DEP-3 fields Origin: or Author:, Bug:, Forwarded:, Last-Update: (and
+            Applied-Upstream: when Forwarded: says it is upstream), and no added line ends in whitespace."""
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=formatter,
+    )
+    add_common_options(lint, cache=False)
+    lint.set_defaults(handler=cmd_lint)
+    return parser, {"checkout": checkout, "export": export, "lint": lint}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+    parser, commands = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in commands:
+            args = commands[argv[0]].parse_intermixed_args(argv[1:], argparse.Namespace(command=argv[0]))
+        else:
+            args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2)
+        return usage_exit_status(exc, EXIT_BAD_INPUT)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return EXIT_BAD_INPUT
+    console = Console(quiet=args.quiet)
+    return run_reporting_errors(lambda: args.handler(args, console), interrupted="")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,30 @@
+"""Command-line options shared by the patchset commands (apply, fetch, maintain)."""
+
+from __future__ import annotations
+
+import argparse
+
+from patchset.upstreams.fetch import CACHE_ENV
+
+
+def add_common_options(parser: argparse.ArgumentParser, *, cache: bool = True) -> None:
+    """``--cache`` (unless ``cache`` is off), ``--patches-dir`` and ``-q/--quiet``, worded the same everywhere."""
+    if cache:
+        parser.add_argument(
+            "--cache",
+            metavar="DIR",
+            help=f"cache folder for sdists and checkouts (default: ${CACHE_ENV}, else <repo>/.cache)",
+        )
+    parser.add_argument(
+        "--patches-dir",
+        metavar="DIR",
+        help="folder holding upstreams.toml and the series folders (default: the repository's patches/)",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only summaries, warnings and errors")
+
+
+def usage_exit_status(exc: SystemExit, bad_input: int) -> int:
+    """The exit status for argparse's SystemExit: 0 for --help, else its code (``bad_input`` when not an int)."""
+    if exc.code is None:
+        return 0
+    return exc.code if isinstance(exc.code, int) else bad_input

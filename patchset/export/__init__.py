@@ -1,0 +1,1 @@
+"""Maintaining the series (checkout, refresh, export) and sending it upstream as one branch per concern."""

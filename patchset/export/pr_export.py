@@ -1,0 +1,624 @@
+"""Send the series upstream: one PR branch per concern in the user's checkout, each checked by the upstream's gates.
+
+``python -m patchset export-pr verl|trinity CHECKOUT`` (``scripts/export-pr.sh``) makes one branch
+``patchset/<series>-<group>`` in CHECKOUT, a verl or Trinity-RFT git checkout at a version the series targets, for
+each concern group of ``patches/<series>/groups`` (``--group NAME`` for one). A group's branch
+starts on the release tag (HEAD when the checkout has no such tag), or on the branch of the group it is ``after``.
+It holds one commit per patch, as ``git am --keep-non-patch`` records it (author, date, subject and message from
+the patch header) except that the lines meant for this project are dropped from the message: the DEP-3 fields
+(``Bug:``, ``Forwarded:``, ...) and the "Why this patch ... Drop it ..." paragraph; upstream's PR template asks
+for neither. A ``fold`` group becomes one commit instead, titled and described by ``pr/<group>.md``, so the PR
+carries only the final state of each file and test.
+
+Each branch is built in a temporary ``git worktree`` of CHECKOUT, so the user's work tree, index and checked-out
+branch are never touched: a branch ref is created only once every patch of it has applied. The upstream's lint
+gates (``patchset.export.pr_gates``: its pre-commit hooks at its pinned versions, on the files the group changes) and
+its existing CPU tests for the touched modules, plus the group's own tests, run on each branch with the test
+venv. The PR title and a body in the upstream's PR template are printed for each branch, with the command that
+pushes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchset.cli.exits import run_reporting_errors
+from patchset.cli.options import usage_exit_status
+from patchset.export import pr_gates
+from patchset.plumbing import gitops
+from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, BadInput, DoesNotApply
+from patchset.plumbing.ui import Console, display_path
+from patchset.series.groups import Group, chain, load_groups
+from patchset.series.model import Patch, load_series
+from patchset.testenv.venv import ensure_venv
+from patchset.upstreams.detect import detect
+from patchset.upstreams.fetch import CACHE_ENV, ensure_upstream, resolve_cache
+from patchset.upstreams.pins import Pin, at_least, load_pins
+from patchset.upstreams.registry import LINT_NOT_RUN, UPSTREAMS
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXIT_GATE_FAILED = 1
+BRANCH_PREFIX = "patchset/"
+
+EXIT_CODES = f"""\
+exit status:
+  {EXIT_OK}  every branch was made and every gate passed on each (upstream lint, upstream CPU tests)
+  {EXIT_GATE_FAILED}  a gate failed on a branch (the message names both); the branches are kept to be fixed
+  {EXIT_BAD_INPUT}  bad input: usage; not a verl/Trinity-RFT git checkout; a version the series does not target;
+     uncommitted changes; the branch exists (--force replaces it); bad series or patch
+  {EXIT_DOES_NOT_APPLY}  a patch does not apply with git am; no branch was made
+"""
+
+# DEP-3 fields and this project's own (``Upstream-Check:``): for the patchset, not for the upstream commit.
+_DEP3_LINE = re.compile(
+    r"^(Description|Origin|Bug(-[A-Za-z0-9]+)?|Forwarded|Author|Reviewed-by|Acked-by|Last-Update|Applied-Upstream"
+    r"|Upstream-Check):\s",
+    re.IGNORECASE,
+)
+_TRAILER_LINE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*:\s")
+_PROJECT_PARAGRAPH = re.compile(r"^(Why this patch\b|Drop (it|this patch)\b)", re.IGNORECASE)
+_SLUG = re.compile(r"^\d{4}-(?P<slug>.+)\.patch$")
+
+
+# --- the commit message ------------------------------------------------------------------------------------
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [p.strip("\n") for p in re.split(r"\n\s*\n", text) if p.strip()]
+
+
+def _field_block(paragraph: str) -> bool:
+    """True for a paragraph of ``Name: value`` lines (continuations indented) holding a DEP-3 field."""
+    lines = paragraph.splitlines()
+    fields = all(_TRAILER_LINE.match(ln) or (i and ln[:1].isspace()) for i, ln in enumerate(lines))
+    return fields and any(_DEP3_LINE.match(ln) for ln in lines)
+
+
+def upstream_paragraphs(body: str) -> list[str]:
+    """The paragraphs of a patch message that belong upstream: DEP-3 fields and "Why this patch" dropped.
+
+    In a block of fields only the DEP-3 ones go (and their continuation lines): ``Signed-off-by:`` stays.
+    """
+    kept = []
+    for paragraph in _paragraphs(body):
+        if _PROJECT_PARAGRAPH.match(paragraph):
+            continue
+        if not _field_block(paragraph):
+            kept.append(paragraph)
+            continue
+        lines: list[str] = []
+        dropping = False
+        for line in paragraph.splitlines():
+            if line[:1].isspace():
+                if not dropping:
+                    lines.append(line)
+                continue
+            dropping = bool(_DEP3_LINE.match(line))
+            if not dropping:
+                lines.append(line)
+        if lines:
+            kept.append("\n".join(lines))
+    return kept
+
+
+def _split_patch(text: str) -> tuple[str, str, str]:
+    """(mail headers with their blank line, message body, the rest from ``---`` or the first ``diff --git``)."""
+    headers, sep, rest = text.partition("\n\n")
+    if not sep:
+        raise BadInput("patch has no message body")
+    cut = len(rest)
+    for marker in ("\n---\n", "\ndiff --git "):
+        found = ("\n" + rest).find(marker)
+        if found != -1:
+            cut = min(cut, found)
+    return headers + sep, rest[:cut], rest[cut:]
+
+
+def upstream_patch_text(patch: Patch) -> tuple[str, list[str]]:
+    """The patch with its message cut to what upstream gets, and those paragraphs."""
+    headers, body, rest = _split_patch(patch.text)
+    paragraphs = upstream_paragraphs(body)
+    new_body = "\n\n".join(paragraphs) + "\n" if paragraphs else ""
+    if new_body and not rest.startswith("\n"):
+        new_body += "\n"
+    return headers + new_body + rest, paragraphs
+
+
+# --- the checkout and the branch --------------------------------------------------------------------------
+
+
+def _git(checkout: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return gitops.run_git([*gitops.NEUTRAL, *args], cwd=checkout, check=check)
+
+
+def _value(checkout: Path, *args: str) -> str | None:
+    proc = _git(checkout, *args, check=False)
+    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
+
+
+def _check_checkout(checkout: Path, key: str, patches_dir: Path) -> tuple[Pin, str]:
+    """The pin the checkout is at and the commit to branch from; ``BadInput`` for anything else."""
+    shown = display_path(checkout)
+    found = detect(checkout, shown)
+    if found.key != key:
+        raise BadInput(f"{shown} is a {found.label} checkout, not {key}; pass the {key} checkout or the other series")
+    pins = load_pins(patches_dir / "upstreams.toml")
+    pin = pins.find(key, found.version)
+    if pin is None or pin.companion_for is not None:  # a companion pin is tested beside, never patched
+        targets = ", ".join(pins.versions(key)) or "none"
+        raise BadInput(
+            f"{shown} is {found.label} {found.version} ({found.marker}), a version the {key} series does not target "
+            f"(targets: {targets}); check out one of those releases"
+        )
+    tree = gitops.find_worktree(checkout)
+    if tree is None or tree.prefix:
+        raise BadInput(f"{shown} is not the top of a git checkout; pass the root of a git clone of {pin.label}")
+    for state in ("rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
+        if (checkout / (_value(checkout, "rev-parse", "--git-path", state) or state)).exists():
+            raise BadInput(f"{shown} has a rebase, git am, merge or cherry-pick in progress; finish or abort it first")
+    if not gitops.is_clean(checkout):
+        raise BadInput(f"{shown} has uncommitted changes; commit or stash them first (git stash -u)")
+    base = gitops.tag_commit(checkout, pin.tag) or gitops.head_commit(checkout)
+    if base is None:
+        raise BadInput(f"{shown} has no commit to branch from")
+    return pin, base
+
+
+def branch_name(series: str, patches: Sequence[Patch], group: Group | None = None) -> str:
+    """``patchset/<series>-<group>`` from a groups file, else ``patchset/<series>-<slug of the first patch>``."""
+    if group is not None and not group.name.startswith("patch-"):
+        return f"{BRANCH_PREFIX}{series}-{group.name}"
+    match = _SLUG.match(patches[0].name)
+    slug = match["slug"] if match else re.sub(r"[^a-z0-9]+", "-", patches[0].name.lower()).strip("-")
+    return f"{BRANCH_PREFIX}{series}-{slug}"
+
+
+def _committer_env(checkout: Path, patch: Patch) -> dict[str, str]:
+    """The user's identity as committer when git has one, else the patch's author (git am needs a committer)."""
+    env = dict(os.environ)
+    if gitops.run_git(["var", "GIT_COMMITTER_IDENT"], cwd=checkout, check=False).returncode != 0:
+        from email.utils import parseaddr
+
+        name, address = parseaddr(re.search(r"^From: (.*)$", patch.text, re.MULTILINE)[1])  # type: ignore[index]
+        env.update(GIT_COMMITTER_NAME=name or address, GIT_COMMITTER_EMAIL=address)
+    return env
+
+
+def commit_patches(worktree: Path, patches: Sequence[Patch], scratch: Path, console: Console) -> dict[str, list[str]]:
+    """``git am`` each patch (its message cut to what upstream gets) in ``worktree``; {patch name: paragraphs}."""
+    messages: dict[str, list[str]] = {}
+    for number, patch in enumerate(patches, start=1):
+        console.step(f"Committing {patch.name} ({number}/{len(patches)})")
+        text, paragraphs = upstream_patch_text(patch)
+        edited = scratch / patch.name
+        edited.write_bytes(text.encode("utf-8", "surrogateescape"))
+        if (reason := gitops.am(worktree, edited, _committer_env(worktree, patch))) is not None:
+            raise DoesNotApply(
+                f"{patch.name} does not apply with git am ({reason}); no branch was made. "
+                f"See scripts/apply.sh --check for the failing hunk"
+            )
+        messages[patch.name] = paragraphs
+    return messages
+
+
+# --- the PR text ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Gates:
+    lint: pr_gates.LintResult
+    tests: pr_gates.TestRun
+
+    @property
+    def passed(self) -> bool:
+        return self.lint.passed and self.tests.passed
+
+
+def _related(patches: Sequence[Patch], tag: str) -> list[str]:
+    lines = []
+    for patch in patches:
+        if since := patch.fields.get("Applied-Upstream"):
+            lines.append(f"Backport to the {tag} release line; upstream has this change since {since}.")
+        for name, value in patch.fields.items():
+            if name == "Bug" or name.startswith("Bug-"):
+                lines.append(f"Fixes {value}")
+    return list(dict.fromkeys(lines))
+
+
+def _test_lines(key: str, gates: Gates) -> list[str]:
+    lines = [
+        f"- Lint: `{gates.lint.command}` with {', '.join(h.name for h in gates.lint.hooks)}: {gates.lint.summary()}.",
+    ]
+    if gates.tests.files:
+        files = " ".join(gates.tests.files)
+        lines.append(f"- CPU tests: `pytest {files}`: {gates.tests.summary}.")
+    else:
+        lines.append(f"- CPU tests: {gates.tests.summary}.")
+    lines += [f"- {note}" for note in gates.tests.notes]
+    lines.append(f"- Not run: {LINT_NOT_RUN[key]}.")
+    return lines
+
+
+def pr_title(patches: Sequence[Patch], group: Group | None = None) -> str:
+    if group is not None and group.description is not None:
+        return group.description.title
+    return patches[0].subject if len(patches) == 1 else f"{patches[0].subject} (+{len(patches) - 1} more)"
+
+
+def _stack_lines(group: Group | None, series: str, base_commits: int) -> list[str]:
+    if group is None or group.after is None:
+        return []
+    return [
+        f"Depends on the {group.after} PR (branch `{BRANCH_PREFIX}{series}-{group.after}`): this branch holds its "
+        f"{base_commits} commit(s) first; review the commits after them. Rebase onto main once that PR is merged.",
+        "",
+    ]
+
+
+def pr_body(
+    key: str,
+    tag: str,
+    patches: Sequence[Patch],
+    messages: dict[str, list[str]],
+    changed: Sequence[str],
+    gates: Gates,
+    group: Group | None = None,
+    base_commits: int = 0,
+) -> str:
+    """The PR body in the upstream's template, filled from the group's description (``pr/<group>.md``) or the
+    patch messages, and the gates' results."""
+    description = group.description if group is not None else None
+    if description is not None:
+        paragraphs = list(description.message)
+        sections = description.sections
+    else:
+        paragraphs = [p for patch in patches for p in messages[patch.name]]
+        sections = ""
+    stack = _stack_lines(group, key, base_commits)
+    overview, details = (paragraphs[:1], paragraphs[1:]) if paragraphs else ([patches[0].subject], [])
+    tests = _test_lines(key, gates)
+    files = [f"- `{path}`" for path in changed]
+    new_tests = bool(gates.tests.own_files)
+    if key == "verl":
+        check = "x" if gates.passed else " "
+        return "\n".join(
+            [
+                "### What does this PR do?",
+                "",
+                *stack,
+                *overview,
+                "",
+                *_related(patches, tag),
+                "",
+                "### Test",
+                "",
+                *tests,
+                "",
+                "### API and Usage Example",
+                "",
+                "New arguments and config fields default to the old behaviour; the sections below say what else "
+                "changes for callers.",
+                "",
+                "### Design & Code Changes",
+                "",
+                *(p + "\n" for p in details),
+                "Files changed:",
+                *files,
+                "",
+                *([sections.replace("\n## ", "\n### ").replace("## ", "### ", 1), ""] if sections else []),
+                "### Checklist Before Submitting",
+                "",
+                "- [x] Read the [Contribute Guide](https://github.com/volcengine/verl/blob/main/CONTRIBUTING.md).",
+                f"- [{check}] Apply [pre-commit checks](https://github.com/volcengine/verl/blob/main/CONTRIBUTING.md"
+                "#code-linting-and-formatting)",
+                "- [ ] Add / Update [the documentation](https://github.com/volcengine/verl/tree/main/docs).",
+                f"- [{'x' if new_tests else ' '}] Add unit or end-to-end test(s) to "
+                "[the CI workflow](https://github.com/volcengine/verl/tree/main/.github/workflows) to cover all the "
+                "code.",
+                "",
+            ]
+        )
+    return "\n".join(
+        [
+            "## Description",
+            "",
+            *stack,
+            *(p + "\n" for p in paragraphs),
+            *_related(patches, tag),
+            "",
+            *([sections.replace("\n## ", "\n### ").replace("## ", "### ", 1), ""] if sections else []),
+            "Test:",
+            *tests,
+            "",
+            "Files changed:",
+            *files,
+            "",
+            "## Checklist",
+            "",
+            "Please check the following items before code is ready to be reviewed.",
+            "",
+            f"- [{'x' if gates.passed else ' '}]  Code has passed all tests",
+            "- [x]  Docstrings have been added/updated in Google Style",
+            "- [ ]  Documentation has been updated",
+            "- [ ]  Code is ready for review",
+            "",
+        ]
+    )
+
+
+# --- the command ------------------------------------------------------------------------------------------
+
+
+def _run_gates(
+    pin: Pin, worktree: Path, release: str, changed: list[str], python: Path, cache: str | None, console: Console
+) -> Gates:
+    """The gates on the branch checked out in ``worktree``: lint ``changed``, upstream's tests for them (those of
+    the ``release`` tree) and the test files among them."""
+    key, label = pin.key, pin.name
+    console.step(f"Running {key}'s lint gates through pre-commit on {len(changed)} changed file(s)")
+    lint = pr_gates.run_lint(key, worktree, changed, python)
+    base_files = _git(worktree, "ls-tree", "-r", "--name-only", release).stdout.splitlines()
+    upstream, own = pr_gates.select_tests(key, changed, base_files)
+    notes: list[str] = []
+    pythonpath = [worktree]
+    if not any(path.startswith("tests/") for path in base_files):
+        notes.append(
+            f"{label}'s sdist ships no tests/ folder, so no upstream test exists for the touched modules; only the "
+            "patch's own tests ran."
+        )
+    for other in UPSTREAMS[key].tests_import:
+        other_pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").default_for(other)
+        assert other_pin is not None
+        pythonpath.append(ensure_upstream(other_pin, resolve_cache(cache, os.environ, REPO_ROOT), console))
+        notes.append(f"{UPSTREAMS[key].title}'s tests import {other}: run beside vanilla {other_pin.label}.")
+    files = [*upstream, *own]
+    if files:
+        console.step(f"Running the CPU tests: {' '.join(files)}")
+        passed, summary, output = pr_gates.run_tests(worktree, files, python, pythonpath)
+    else:
+        passed, summary, output = True, "no upstream CPU test covers the touched modules and the patch adds none", ""
+    tests = pr_gates.TestRun(tuple(upstream), tuple(own), passed, summary, output, tuple(notes))
+    return Gates(lint=lint, tests=tests)
+
+
+def _report(gates: Gates, console: Console) -> None:
+    for hook in gates.lint.hooks:
+        console.step(f"lint {hook.name}: {hook.status}")
+    if not gates.lint.passed:
+        print(gates.lint.output.rstrip(), flush=True)
+    console.summary(f"upstream lint: {'passed' if gates.lint.passed else 'FAILED'} ({gates.lint.summary()})")
+    if not gates.tests.passed:
+        print(gates.tests.output.rstrip()[-6000:], flush=True)
+    shown = " ".join(gates.tests.files) or "none"
+    console.summary(
+        f"upstream CPU tests: {'passed' if gates.tests.passed else 'FAILED'} ({gates.tests.summary}; {shown})"
+    )
+    for note in gates.tests.notes:
+        console.summary(f"  note: {note}")
+
+
+@dataclass(frozen=True)
+class _Branch:
+    """One group's branch as made: its name, commits, files changed against its base, PR text inputs."""
+
+    group: Group
+    name: str
+    patches: tuple[Patch, ...]
+    base: str
+    head: str
+    base_commits: int
+    changed: tuple[str, ...]
+    messages: dict[str, list[str]]
+
+
+def _fold(worktree: Path, group: Group, base: str, patches: Sequence[Patch]) -> None:
+    """Squash the commits ``base..HEAD`` into one: the group's title and message, the first patch's author and
+    the last patch's date."""
+    assert group.description is not None
+    message = "\n\n".join([group.description.title, *group.description.message]) + "\n"
+    author = re.search(r"^From: (.*)$", patches[0].text, re.MULTILINE)
+    date = re.search(r"^Date: (.*)$", patches[-1].text, re.MULTILINE)
+    env = _committer_env(worktree, patches[0])
+    if date:
+        env["GIT_AUTHOR_DATE"] = date[1]
+    _git(worktree, "reset", "-q", "--soft", base)
+    args = ["commit", "-q", "--no-verify", "-m", message]
+    if author:
+        args += ["--author", author[1]]
+    gitops.run_git([*gitops.NEUTRAL, *args], cwd=worktree, env=env)
+
+
+def _select_patches(series_patches: Sequence[Patch], pin: Pin, console: Console) -> dict[int, Patch]:
+    """{series number: patch} of the patches to send: those upstream has at ``pin`` are skipped."""
+    chosen: dict[int, Patch] = {}
+    for number, patch in enumerate(series_patches, start=1):
+        since = patch.upstream_since
+        if since and at_least(pin.version, since):
+            console.step(f"Skipping {patch.name}: in upstream since {since}")
+        else:
+            chosen[number] = patch
+    return chosen
+
+
+def _make_branches(
+    checkout: Path,
+    pin: Pin,
+    release: str,
+    wanted: Sequence[Group],
+    groups: tuple[Group, ...],
+    chosen: dict[int, Patch],
+    args: argparse.Namespace,
+    python: Path,
+    console: Console,
+) -> list[tuple[_Branch, Gates]]:
+    """Make and gate the branch of each group of ``wanted``, each on its ``after`` chain, in a temporary worktree."""
+    made: list[tuple[_Branch, Gates]] = []
+    scratch = Path(tempfile.mkdtemp(prefix="patchset-pr-"))
+    worktree = scratch / "tree"
+    try:
+        _git(checkout, "worktree", "add", "-q", "--detach", str(worktree), release)
+        heads: dict[str, str] = {}  # group -> the head of its branch made in this run, for the groups after it
+        for group in wanted:
+            _git(worktree, "checkout", "-q", "--detach", release)
+            base = release
+            base_commits = 0
+            messages: dict[str, list[str]] = {}
+            patches: list[Patch] = []
+            for member in chain(groups, group.name):
+                member_patches = [chosen[n] for n in member.numbers if n in chosen]
+                if member is not group and member.name in heads:  # stack on the very commits of that branch
+                    _git(worktree, "checkout", "-q", "--detach", heads[member.name])
+                    member_patches = []
+                start = gitops.head_commit(worktree)
+                assert start is not None
+                if member_patches:
+                    messages = commit_patches(worktree, member_patches, scratch, console)
+                    if member.fold and len(member_patches) > 1:
+                        _fold(worktree, member, start, member_patches)
+                if member is not group:
+                    base = gitops.head_commit(worktree) or base
+                    base_commits = int(_git(worktree, "rev-list", "--count", f"{release}..{base}").stdout.strip())
+                else:
+                    patches = member_patches
+            if not patches:
+                console.step(f"Skipping group {group.name}: upstream {pin.version} has all its patches")
+                continue
+            head = gitops.head_commit(worktree)
+            assert head is not None
+            name = args.branch or branch_name(pin.series, patches, group)
+            if gitops.run_git(["check-ref-format", "--branch", name], cwd=checkout, check=False).returncode != 0:
+                raise BadInput(f"{name!r} is not a valid branch name")
+            exists = _value(checkout, "rev-parse", "-q", "--verify", f"refs/heads/{name}^{{commit}}") is not None
+            if exists and not args.force:
+                raise BadInput(f"branch {name} already exists in {display_path(checkout)}; pass --force to replace it")
+            if exists and _value(checkout, "symbolic-ref", "-q", "HEAD") == f"refs/heads/{name}":
+                raise BadInput(f"branch {name} is checked out in {display_path(checkout)}; switch to another first")
+            _git(checkout, "branch", "-f", name, head)
+            heads[group.name] = head
+            commits = int(_git(worktree, "rev-list", "--count", f"{base}..{head}").stdout.strip())
+            where = f"the {group.after} branch" if group.after else pin.tag
+            console.step(f"Branch {name}: {commits} commit(s) on {where}")
+            changed = _git(worktree, "diff", "--name-only", "--diff-filter=d", base, head).stdout.splitlines()
+            gates = _run_gates(pin, worktree, release, changed, python, args.cache, console)
+            branch = _Branch(group, name, tuple(patches), base, head, base_commits, tuple(changed), messages)
+            made.append((branch, gates))
+    finally:
+        gitops.run_git(["worktree", "remove", "--force", str(worktree)], cwd=checkout, check=False)
+        gitops.run_git(["worktree", "prune"], cwd=checkout, check=False)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return made
+
+
+def cmd_export(args: argparse.Namespace, console: Console) -> int:
+    patches_dir = Path(args.patches_dir).expanduser() if args.patches_dir else REPO_ROOT / "patches"
+    checkout = Path(args.checkout).expanduser().resolve()
+    pin, release = _check_checkout(checkout, args.upstream, patches_dir)
+    series = load_series(patches_dir, pin.series)
+    groups = load_groups(series.path.parent, len(series.patches))
+    wanted = list(groups) if args.group is None else chain(groups, args.group)[-1:]
+    if args.branch and len(wanted) > 1:
+        raise BadInput(f"--branch names one branch, but the {pin.series} series has {len(wanted)} groups; add --group")
+    chosen = _select_patches(series.patches, pin, console)
+    if not chosen:
+        raise BadInput(f"every patch of the {pin.series} series is in {pin.label} already; nothing to send upstream")
+    for patch in chosen.values():
+        if since := patch.fields.get("Applied-Upstream"):
+            console.warn(f"{patch.name} is in upstream {since}: send it only as a backport to the {pin.tag} line")
+    python = ensure_venv()
+    console.step(
+        f"Making {len(wanted)} branch(es), one per group of {display_path(series.path.parent)}, on "
+        f"{pin.tag if gitops.tag_commit(checkout, pin.tag) else 'HEAD'} ({release[:12]}) in a temporary worktree of "
+        f"{display_path(checkout)}"
+    )
+    made = _make_branches(checkout, pin, release, wanted, groups, chosen, args, python, console)
+
+    shown = display_path(checkout)
+    failed_any = False
+    for branch, gates in made:
+        console.summary(f"=== {branch.name} (group {branch.group.name}) ===")
+        _report(gates, console)
+        title = pr_title(branch.patches, branch.group)
+        body = pr_body(
+            pin.key, pin.tag, branch.patches, branch.messages, branch.changed, gates, branch.group, branch.base_commits
+        )
+        print(f"\n----- PR title -----\n{title}\n----- PR body -----\n{body}----- end -----", flush=True)
+        if not gates.passed:
+            failed_any = True
+            failed = (
+                [f"upstream lint ({', '.join(gates.lint.failed) or 'pre-commit'})"] if not gates.lint.passed else []
+            )
+            failed += [] if gates.tests.passed else [f"upstream CPU tests ({gates.tests.summary})"]
+            print(
+                f"error: {' and '.join(failed)} failed on branch {branch.name}; the branch is kept in {shown}: fix "
+                f"the patch, then run again with --force",
+                file=sys.stderr,
+                flush=True,
+            )
+    for branch, gates in made:
+        state = "gates passed" if gates.passed else "a gate FAILED"
+        console.summary(
+            f"{pin.label}: branch {branch.name} ({len(branch.patches)} patch(es) as "
+            f"{'one folded commit' if branch.group.fold and len(branch.patches) > 1 else 'one commit each'}); {state}"
+        )
+    if failed_any:
+        return EXIT_GATE_FAILED
+    names = " ".join(branch.name for branch, _ in made)
+    console.summary(f"Your checked-out branch is unchanged. Push with: git -C {shown} push <your-fork> {names}")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scripts/export-pr.sh",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("upstream", choices=("verl", "trinity"), help="which series to send")
+    parser.add_argument(
+        "checkout", metavar="CHECKOUT", help="your git checkout of that upstream, at a targeted release"
+    )
+    parser.add_argument(
+        "--group", metavar="NAME", help="make only this group's branch (default: one branch per group of the series)"
+    )
+    parser.add_argument(
+        "--branch", metavar="NAME", help="branch to make, for one group (default: patchset/<series>-<group>)"
+    )
+    parser.add_argument("--force", action="store_true", help="replace the branch if it exists")
+    parser.add_argument(
+        "--cache",
+        metavar="DIR",
+        help=f"cache folder holding the pinned verl that Trinity's tests import (default: ${CACHE_ENV}, else "
+        "<repo>/.cache)",
+    )
+    parser.add_argument(
+        "--patches-dir",
+        metavar="DIR",
+        help="folder holding upstreams.toml and the series folders (default: the repository's patches/)",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only summaries, warnings, errors and the PR")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``scripts/export-pr.sh ARGV`` (default: ``sys.argv[1:]``); return the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # --help (0) or a usage error (2)
+        return usage_exit_status(exc, EXIT_BAD_INPUT)
+    console = Console(quiet=args.quiet)
+    return run_reporting_errors(lambda: cmd_export(args, console), interrupted="")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,408 @@
+"""An upstream's own gates for a PR branch: its pre-commit lint hooks and its existing CPU tests.
+
+The hooks are the ones each upstream's ``.pre-commit-config.yaml`` runs, at the versions it pins, with its
+arguments; they run through ``pre-commit`` on the files the branch changes, as upstream CI does for a PR. pre-commit
+cannot clone hook repositories here (no network but PyPI), so the config written for the run is all ``repo: local``
+hooks with ``language: system`` calling the pinned tools of the test venv (ruff 0.12.2, black 23.7.0, isort
+5.12.0, flake8 6.1.0 + flake8-docstrings). verl's checks that live in its repository as scripts and are not in the
+sdist (license header, docstring coverage of ``core_algos.py``, generated-config consistency) and the
+pre-commit-hooks basics Trinity runs (not in the lock) are re-implemented here as small hooks:
+``python -m patchset.export.pr_gates hook NAME FILES...``.
+
+verl's mypy hook (mirrors-mypy v1.17.0, its default arguments ``--ignore-missing-imports --scripts-are-modules``,
+configured by verl's ``[tool.mypy]``: errors on for ``verl.trainer.ppo.core_algos`` and a few more modules) runs
+with mypy 1.17.0 from the lock.
+
+Not run, and said so in the output: Trinity's mypy (v1.7.0; the lock pins verl's 1.17.0), Trinity's
+check-xml/check-toml/check-json/detect-private-key/check-docstring-first from pre-commit-hooks, and verl's hooks
+whose scripts live only in its repository (``tests/special_sanity/``), beyond the three re-implemented here.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchset.upstreams.registry import (
+    TRINITY_FLAKE8_ARGS,
+    UPSTREAMS,
+    VERL_CONFIG_DIR,
+    VERL_DOCSTRING_FILES,
+    VERL_GENERATED_CONFIGS,
+    VERL_LICENSE_LINES,
+    VERL_MYPY_ARGS,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+_COPYRIGHT = re.compile(r"^# Copyright (\(c\) )?\d{4}(-\d{4})?,? \S")
+_LICENSE_SCAN_LINES = 20
+
+
+# --- the pre-commit config --------------------------------------------------------------------------------
+
+
+def _system_hook(hook_id: str, name: str, entry: Sequence[str], **extra: object) -> dict[str, object]:
+    return {"id": hook_id, "name": name, "entry": shlex.join(entry), "language": "system", **extra}
+
+
+def _own_hook(python: Path, hook_id: str, name: str, **extra: object) -> dict[str, object]:
+    return _system_hook(hook_id, name, [str(python), "-m", "patchset.export.pr_gates", "hook", hook_id], **extra)
+
+
+def precommit_config(key: str, python: Path) -> dict[str, object]:
+    """The pre-commit config (a dict; written as JSON, which is YAML) of ``key``'s lint gates."""
+    bindir = python.parent
+    if key == "verl":
+        hooks = [
+            _system_hook(
+                "ruff",
+                "ruff v0.12.2 (verl's pyproject)",
+                [str(bindir / "ruff"), "check", "--force-exclude"],
+                args=["--fix", "--show-fixes", "--output-format=full"],
+                types_or=["python", "pyi"],
+                require_serial=True,
+            ),
+            _system_hook(
+                "ruff-format",
+                "ruff-format v0.12.2",
+                [str(bindir / "ruff"), "format", "--force-exclude"],
+                types_or=["python", "pyi"],
+                require_serial=True,
+            ),
+            _system_hook(
+                "mypy",
+                "mypy v1.17.0 (verl's pyproject)",
+                [str(bindir / "mypy")],
+                args=list(VERL_MYPY_ARGS),
+                types_or=["python", "pyi"],
+                require_serial=True,
+            ),
+            _own_hook(
+                python,
+                "autogen-trainer-cfg",
+                "generated trainer configs match their Hydra composition",
+                files=rf"^{VERL_CONFIG_DIR}/",
+                pass_filenames=False,
+            ),
+            _own_hook(
+                python,
+                "check-docstrings",
+                "docstring coverage (core_algos.py)",
+                files="^(" + "|".join(re.escape(f) for f in VERL_DOCSTRING_FILES) + ")$",
+            ),
+            _own_hook(
+                python,
+                "check-license",
+                "Apache license header",
+                types=["python"],
+                files=r"^(examples|recipe|scripts|tests|verl)/|^setup\.py$",
+            ),
+            _system_hook("compileall", "compileall", [str(python), "-m", "compileall", "-q"], types=["python"]),
+        ]
+    elif key == "trinity":
+        hooks = [
+            _own_hook(python, "check-ast", "check-ast (pre-commit-hooks)", types=["python"]),
+            _own_hook(python, "check-yaml", "check-yaml (pre-commit-hooks)", types=["yaml"]),
+            {
+                "id": "trailing-whitespace",
+                "name": "trailing-whitespace (pre-commit-hooks)",
+                "entry": r"[ \t]+$",
+                "language": "pygrep",
+                "types": ["text"],
+            },
+            _own_hook(python, "end-of-file-fixer", "end-of-file-fixer (pre-commit-hooks)", types=["text"]),
+            _system_hook(
+                "black",
+                "black 23.7.0 (Trinity's pyproject)",
+                [str(bindir / "black")],
+                args=["--line-length=100"],
+                types_or=["python", "pyi"],
+                require_serial=True,
+            ),
+            _system_hook(
+                "isort",
+                "isort 5.12.0 --profile black",
+                [str(bindir / "isort")],
+                args=["--profile", "black", "--filter-files"],
+                types_or=["python", "pyi"],
+                require_serial=True,
+            ),
+            _system_hook(
+                "flake8",
+                "flake8 6.1.0 + flake8-docstrings",
+                [str(bindir / "flake8")],
+                args=TRINITY_FLAKE8_ARGS,
+                types=["python"],
+                require_serial=True,
+            ),
+        ]
+    else:
+        raise ValueError(f"no lint gates for {key!r}")
+    return {"repos": [{"repo": "local", "hooks": hooks}]}
+
+
+# --- running the gates ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HookResult:
+    name: str
+    status: str  # Passed, Failed or Skipped
+
+
+@dataclass(frozen=True)
+class LintResult:
+    passed: bool
+    hooks: tuple[HookResult, ...]
+    output: str
+    command: str
+
+    @property
+    def failed(self) -> list[str]:
+        return [hook.name for hook in self.hooks if hook.status == "Failed"]
+
+    def summary(self) -> str:
+        counts = {status: sum(1 for h in self.hooks if h.status == status) for status in ("Passed", "Failed")}
+        skipped = [h.name for h in self.hooks if h.status == "Skipped"]
+        text = f"{counts['Passed']} passed, {counts['Failed']} failed"
+        if skipped:
+            text += f", {len(skipped)} skipped: no changed file they check ({'; '.join(skipped)})"
+        return text
+
+
+_HOOK_LINE = re.compile(r"^(?P<name>.+?)\.{3,}(?:\([^)]*\))?(?P<status>Passed|Failed|Skipped)$")
+
+
+def parse_precommit(output: str) -> tuple[HookResult, ...]:
+    """(hook name, status) for each ``name.....Passed`` line of ``pre-commit run`` output."""
+    hooks = []
+    for line in output.splitlines():
+        if match := _HOOK_LINE.match(line.rstrip()):
+            hooks.append(HookResult(match["name"].strip(), match["status"]))
+    return tuple(hooks)
+
+
+def tool_env(python: Path, pythonpath: Sequence[Path] = ()) -> dict[str, str]:
+    """The environment for the venv's tools: its bin first on PATH, ``pythonpath`` (and this package) importable."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(python.parent), env.get("PATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (*pythonpath, REPO_ROOT))
+    env.pop("PYTHONHOME", None)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    return env
+
+
+def run_lint(key: str, tree: Path, files: Sequence[str], python: Path) -> LintResult:
+    """Run ``key``'s lint gates through pre-commit on ``files`` (relative to ``tree``, a git work tree)."""
+    with tempfile.TemporaryDirectory(prefix="patchset-precommit-") as tmp:
+        config = Path(tmp) / "pre-commit-config.yaml"
+        config.write_text(json.dumps(precommit_config(key, python), indent=2) + "\n", encoding="utf-8")
+        env = tool_env(python)
+        env["PRE_COMMIT_HOME"] = str(Path(tmp) / "home")
+        env["MYPY_CACHE_DIR"] = str(Path(tmp) / "mypy-cache")  # not in the tree under test
+        env["PRE_COMMIT_COLOR"] = "never"
+        env.pop("PRE_COMMIT_ALLOW_NO_CONFIG", None)
+        args = ["run", "--config", str(config), "--show-diff-on-failure", "--color=never", "--files", *files]
+        proc = subprocess.run(
+            [str(python), "-m", "pre_commit", *args],
+            cwd=tree,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            check=False,
+        )
+    hooks = parse_precommit(proc.stdout)
+    passed = proc.returncode == 0 and not any(h.status == "Failed" for h in hooks)
+    shown = f"pre-commit run --config <generated: {key} hooks> --files {' '.join(files)}"
+    return LintResult(passed=passed, hooks=hooks, output=proc.stdout, command=shown)
+
+
+@dataclass(frozen=True)
+class TestRun:
+    upstream_files: tuple[str, ...]
+    own_files: tuple[str, ...]
+    passed: bool
+    summary: str
+    output: str = field(repr=False, default="")
+    notes: tuple[str, ...] = ()
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return (*self.upstream_files, *self.own_files)
+
+
+def select_tests(key: str, changed: Sequence[str], base_files: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(upstream's existing CPU test files for the modules ``changed`` touches, the changed test files).
+
+    verl keeps its CPU tests beside the package path, named ``test_<module>*_on_cpu.py``
+    (``verl/trainer/ppo/core_algos.py`` -> ``tests/trainer/ppo/test_core_algos_on_cpu.py``); Trinity names them
+    ``tests/<package path>/<module>*_test.py``. ``base_files`` are the files of the tree before the patches.
+    """
+    registered = UPSTREAMS[key]
+    existing = [f for f in base_files if registered.is_test(f)]
+    upstream: list[str] = []
+    for path in changed:
+        if (pattern := registered.cpu_test_pattern(path)) is not None:
+            upstream += [f for f in existing if pattern.match(f) and f not in upstream]
+    own = [f for f in changed if registered.is_test(f) and f not in upstream]
+    return upstream, own
+
+
+_PYTEST_SUMMARY = re.compile(r"^=*\s*(?P<text>(\d+ \w+(, )?)+.* in [\d.]+s.*?)\s*=*$")
+
+
+def run_tests(tree: Path, files: Sequence[str], python: Path, pythonpath: Sequence[Path]) -> tuple[bool, str, str]:
+    """Run pytest on ``files`` in ``tree`` with the venv; (passed, pytest's summary line, its output)."""
+    command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *files]
+    proc = subprocess.run(
+        command,
+        cwd=tree,
+        env=tool_env(python, pythonpath),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
+    summary = next(
+        (m["text"] for line in reversed(proc.stdout.splitlines()) if (m := _PYTEST_SUMMARY.match(line.strip()))),
+        f"pytest exit status {proc.returncode}",
+    )
+    return proc.returncode == 0, summary, proc.stdout
+
+
+# --- the hooks --------------------------------------------------------------------------------------------
+
+
+def _hook_license(files: Sequence[str]) -> list[str]:
+    problems = []
+    for name in files:
+        head = Path(name).read_text(encoding="utf-8", errors="replace").splitlines()[:_LICENSE_SCAN_LINES]
+        if not any(_COPYRIGHT.match(line) for line in head):
+            problems.append(f"{name}: no '# Copyright <year> <holder>' line in its license header")
+        stripped = [line.rstrip() for line in head]
+        missing = [line for line in VERL_LICENSE_LINES if line not in stripped]
+        if missing:
+            problems.append(f"{name}: the Apache-2.0 license header lacks {missing[0]!r}")
+    return problems
+
+
+def _public_definitions(tree: ast.Module) -> list[tuple[int, str, ast.AST]]:
+    found: list[tuple[int, str, ast.AST]] = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and not node.name.startswith("_"):
+            found.append((node.lineno, node.name, node))
+            if isinstance(node, ast.ClassDef):
+                for sub in node.body:
+                    if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef) and not sub.name.startswith("_"):
+                        found.append((sub.lineno, f"{node.name}.{sub.name}", sub))
+    return found
+
+
+def _hook_docstrings(files: Sequence[str]) -> list[str]:
+    problems = []
+    for name in files:
+        try:
+            tree = ast.parse(Path(name).read_text(encoding="utf-8"), filename=name)
+        except SyntaxError as exc:
+            problems.append(f"{name}:{exc.lineno}: cannot parse: {exc.msg}")
+            continue
+        for line, qualname, node in _public_definitions(tree):
+            if ast.get_docstring(node) is None:  # type: ignore[arg-type]
+                problems.append(f"{name}:{line}: public {qualname} has no docstring")
+    return problems
+
+
+def _hook_generated_config(_files: Sequence[str]) -> list[str]:
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    config_dir = Path(VERL_CONFIG_DIR).resolve()
+    problems = []
+    for generated, overrides in VERL_GENERATED_CONFIGS.items():
+        path = config_dir / generated
+        if not path.is_file():
+            problems.append(f"{VERL_CONFIG_DIR}/{generated}: missing")
+            continue
+        with initialize_config_dir(config_dir=str(config_dir), version_base=None):
+            composed = OmegaConf.to_container(compose(config_name="ppo_trainer", overrides=overrides), resolve=False)
+        flat = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+        assert isinstance(composed, dict) and isinstance(flat, dict)
+        composed.pop("model_engine", None)  # the defaults-list choice, which print_cfg.py does not write
+        for section in sorted(set(composed) | set(flat), key=str):
+            if composed.get(section) != flat.get(section):
+                problems.append(
+                    f"{VERL_CONFIG_DIR}/{generated}: section {section!r} differs from the Hydra composition of "
+                    f"ppo_trainer {' '.join(overrides)}".rstrip()
+                    + "; regenerate it (verl's scripts/generate_trainer_config.sh)"
+                )
+    return problems
+
+
+def _hook_check_ast(files: Sequence[str]) -> list[str]:
+    problems = []
+    for name in files:
+        try:
+            ast.parse(Path(name).read_bytes(), filename=name)
+        except SyntaxError as exc:
+            problems.append(f"{name}:{exc.lineno}: {exc.msg}")
+    return problems
+
+
+def _hook_check_yaml(files: Sequence[str]) -> list[str]:
+    import yaml
+
+    problems = []
+    for name in files:
+        try:
+            list(yaml.safe_load_all(Path(name).read_bytes()))
+        except yaml.YAMLError as exc:
+            problems.append(f"{name}: {exc}")
+    return problems
+
+
+def _hook_end_of_file(files: Sequence[str]) -> list[str]:
+    problems = []
+    for name in files:
+        data = Path(name).read_bytes()
+        if data and (not data.endswith(b"\n") or data.endswith(b"\n\n")):
+            problems.append(f"{name}: must end with exactly one newline")
+    return problems
+
+
+HOOKS = {
+    "check-license": _hook_license,
+    "check-docstrings": _hook_docstrings,
+    "autogen-trainer-cfg": _hook_generated_config,
+    "check-ast": _hook_check_ast,
+    "check-yaml": _hook_check_yaml,
+    "end-of-file-fixer": _hook_end_of_file,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m patchset.export.pr_gates hook NAME FILES...``: one local hook, run by pre-commit in the tree."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) < 2 or argv[0] != "hook" or argv[1] not in HOOKS:
+        print(f"usage: python -m patchset.export.pr_gates hook {{{','.join(HOOKS)}}} FILES...", file=sys.stderr)
+        return 2
+    problems = HOOKS[argv[1]](argv[2:])
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,483 @@
+"""Maintainer checkouts of a series, and the byte-stable export of their commits back into the series folder.
+
+A maintainer checkout is a clone of the pinned vanilla checkout with branch ``patches`` on top of the upstream
+tag, holding one commit per patch of the series (``git am``: author, date and message from the patch, the
+committer set to the author and the commit date to the author date, so the same series always gives the same
+commits). A patch is edited by changing that branch (``git commit --amend``, ``git rebase -i <tag>``) and
+exporting it again.
+
+The export runs ``git format-patch --zero-commit --full-index --no-stat --no-signature --no-numbered`` on
+``<tag>..patches`` with every configuration key that changes its output pinned on the command line (and the
+user's global and system git config switched off), so an unchanged branch exports byte for byte the files that
+are committed, and a diff in review means a real change. Existing patches keep their file names (matched by
+subject, then by position) and are renumbered to their place in the series; new ones are named
+``NNNN-<area>-<slug>.patch`` from their subject.
+"""
+
+from __future__ import annotations
+
+import difflib
+import email.parser
+import email.policy
+import email.utils
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from patchset.plumbing import gitops
+from patchset.plumbing.errors import BadInput, DoesNotApply
+from patchset.plumbing.ui import Console, display_path
+from patchset.series.groups import GROUPS_FILE, renumber_text
+from patchset.series.model import PATCH_NAME, parse_series, read_patch, split_comment, subject_of
+from patchset.upstreams.pins import Pin
+
+BRANCH = "patches"
+SERIES_HEADER = "# Applied in this order by scripts/apply.sh; one patch file name a line."
+
+# Local config of the maintainer checkout that says which series and tag it was made for.
+_CONFIG_SERIES = "patchset.series"
+_CONFIG_TAG = "patchset.tag"
+
+# Every configuration key known to change ``git format-patch`` output, at git's default. Keys an older git does
+# not know are ignored by it, so they are safe to pass everywhere.
+_FORMAT_CONFIG = {
+    "core.abbrev": "auto",
+    "core.attributesFile": "/dev/null",
+    "core.quotePath": "true",
+    "diff.algorithm": "myers",
+    "diff.context": "3",
+    "diff.dstPrefix": "b/",
+    "diff.indentHeuristic": "true",
+    "diff.interHunkContext": "0",
+    "diff.mnemonicPrefix": "false",
+    "diff.noprefix": "false",
+    "diff.relative": "false",
+    "diff.renames": "true",
+    "diff.srcPrefix": "a/",
+    "diff.suppressBlankEmpty": "false",
+    "format.coverLetter": "false",
+    "format.encodeEmailHeaders": "true",
+    "format.forceInBodyFrom": "false",
+    "format.from": "false",
+    "format.noprefix": "false",
+    "format.notes": "false",
+    "format.signOff": "false",
+    "format.subjectPrefix": "PATCH",
+    "format.suffix": ".patch",
+    "format.thread": "false",
+    "format.useAutoBase": "false",
+    "i18n.logOutputEncoding": "UTF-8",
+    "log.showSignature": "false",
+}
+# The house format (--zero-commit --full-index --no-stat --no-signature) plus the options that override the
+# rest of format.* (--no-numbered: "[PATCH]" on every patch, so adding one does not rewrite the others).
+_FORMAT_OPTIONS = (
+    "--zero-commit",
+    "--full-index",
+    "--no-stat",
+    "--no-signature",
+    "--no-numbered",
+    "--subject-prefix=PATCH",
+    "--no-to",
+    "--no-cc",
+    "--no-add-header",
+    "--no-thread",
+    "--no-cover-letter",
+    "--no-base",
+    "--no-notes",
+    "--no-signoff",
+    "--no-from",
+    "--encode-email-headers",
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+    "-O/dev/null",
+)
+
+_AREA = re.compile(r"^\[(?P<area>[^\]]*)\]\s*")
+_CHANGE_TYPE = re.compile(
+    r"^(?:fix|feat|feature|refactor|chore|docs?|tests?|perf|ci|build|style|revert|misc)(?:\([^)]*\))?!?:\s*",
+    re.IGNORECASE,
+)
+_STOP_WORDS = frozenset({"a", "an", "the", "by", "of", "to", "in", "on", "for", "and", "with", "from", "at", "as"})
+_SLUG_MAX = 50
+_DIFF_LINES_SHOWN = 12
+
+
+def _git_env() -> dict[str, str]:
+    """The user's global and system git config off, and no identity or date from the environment."""
+    env = gitops.isolated_env()
+    for role in ("AUTHOR", "COMMITTER"):
+        for part in ("NAME", "EMAIL", "DATE"):
+            env.pop(f"GIT_{role}_{part}", None)
+    return env
+
+
+def default_checkout(cache_root: Path, pin: Pin) -> Path:
+    """``<cache>/maintain/<name>-<version>``: where ``checkout`` puts a maintainer checkout by default."""
+    return cache_root / "maintain" / pin.dirname
+
+
+# --- making a maintainer checkout -------------------------------------------------------------------------
+
+
+def _author(patch: Path) -> tuple[str, str]:
+    """Name and email of the patch's ``From:`` header."""
+    message = email.parser.BytesHeaderParser(policy=email.policy.default).parsebytes(patch.read_bytes())
+    name, address = email.utils.parseaddr(str(message.get("From", "")))
+    if not address:
+        raise BadInput(f"{display_path(patch)} has no From: author; re-export it with git format-patch")
+    return name or address, address
+
+
+def refuse_existing(dest: Path, *, force: bool) -> None:
+    """Raise ``BadInput`` when ``dest`` exists and ``force`` is not given: it may hold unexported edits."""
+    if dest.exists() and not force:
+        raise BadInput(
+            f"{display_path(dest)} already exists; export what it holds first, then remove it or pass --force "
+            f"to replace it with a fresh checkout"
+        )
+
+
+def make_checkout(
+    pin: Pin, vanilla: Path, patch_files: Sequence[Path], dest: Path, console: Console, *, force: bool = False
+) -> Path:
+    """Clone ``vanilla`` into ``dest`` and commit each of ``patch_files`` on branch ``patches`` off ``pin.tag``.
+
+    Built under a temporary name next to ``dest`` and moved into place at the end; raises ``BadInput`` when
+    ``dest`` exists (unless ``force``), ``DoesNotApply`` naming the patch that ``git am`` refuses.
+    """
+    refuse_existing(dest, force=force)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name}-", dir=dest.parent))
+    try:
+        tree = tmp / "tree"
+        try:
+            gitops.clone_local(vanilla, tree)
+        except gitops.GitError as exc:
+            raise BadInput(f"could not clone {display_path(vanilla)}: {exc}") from None
+        env = _git_env()
+        if gitops.tag_commit(tree, pin.tag) is None:
+            raise BadInput(f"{display_path(vanilla)} has no tag {pin.tag}; remove it so the next run fetches it again")
+        gitops.run_git([*gitops.NEUTRAL, "checkout", "-q", "-b", BRANCH, pin.tag], cwd=tree, env=env)
+        gitops.run_git(["config", _CONFIG_SERIES, pin.series], cwd=tree, env=env)
+        gitops.run_git(["config", _CONFIG_TAG, pin.tag], cwd=tree, env=env)
+        for number, patch in enumerate(patch_files, start=1):
+            console.step(f"Committing {patch.name} ({number}/{len(patch_files)})")
+            name, address = _author(patch)
+            am_env = env | {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": address}
+            if (reason := gitops.am(tree, patch, am_env, ["--committer-date-is-author-date"])) is not None:
+                raise DoesNotApply(
+                    f"{patch.name} does not apply to {pin.label} with git am ({reason}); "
+                    f"see scripts/apply.sh --check for the failing hunk"
+                )
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tree, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+# --- exporting --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Change:
+    """One file of the series folder that the export changes.
+
+    ``kind`` is ``changed``, ``added``, ``removed`` or ``renamed`` (``old_name`` is then the file it replaces).
+    ``old``/``new`` are the bytes before and after (None for a file that is not there).
+    """
+
+    kind: str
+    name: str
+    path: Path
+    old: bytes | None
+    new: bytes | None
+    old_name: str | None = None
+    subject: str = ""
+
+
+@dataclass(frozen=True)
+class Export:
+    """What exporting a checkout would write: the series folder, its patches in order and their changes."""
+
+    folder: Path
+    names: tuple[str, ...]
+    changes: tuple[Change, ...]
+    source: str
+
+    @property
+    def identical(self) -> bool:
+        return not self.changes
+
+
+def _git_value(checkout: Path, *args: str) -> str | None:
+    proc = gitops.run_git(list(args), cwd=checkout, env=_git_env(), check=False)
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def check_checkout(checkout: Path, pin: Pin, console: Console) -> None:
+    """Refuse (``BadInput``, naming the path and the next step) anything but a maintainer checkout of ``pin``."""
+    shown = display_path(checkout)
+    remake = f"make one with: scripts/export.sh checkout {pin.key}"
+    if not checkout.is_dir():
+        raise BadInput(f"{shown} does not exist; {remake}")
+    try:
+        tree = gitops.find_worktree(checkout)
+    except gitops.GitError as exc:
+        raise BadInput(f"{shown}: {exc}") from None
+    if tree is None or tree.prefix:
+        raise BadInput(f"{shown} is not the top of a git checkout; {remake}")
+    series = _git_value(checkout, "config", "--get", _CONFIG_SERIES)
+    if series is not None and series != pin.series:
+        raise BadInput(f"{shown} is a maintainer checkout of the {series} series, not {pin.series}; {remake}")
+    tag = _git_value(checkout, "config", "--get", _CONFIG_TAG)
+    if tag is not None and tag != pin.tag:
+        raise BadInput(f"{shown} was made on {tag}, but {pin.label} is pinned at {pin.tag}; {remake}")
+    if gitops.tag_commit(checkout, pin.tag) is None:
+        raise BadInput(f"{shown} has no tag {pin.tag}, so it is not a checkout of {pin.label}; {remake}")
+    if _git_value(checkout, "rev-parse", "-q", "--verify", f"refs/heads/{BRANCH}^{{commit}}") is None:
+        raise BadInput(f"{shown} has no branch {BRANCH} (the series as commits on {pin.tag}); {remake}")
+    for state in ("rebase-merge", "rebase-apply"):
+        if (checkout / (_git_value(checkout, "rev-parse", "--git-path", state) or state)).exists():
+            raise BadInput(f"{shown} has a rebase or git am in progress; finish it (--continue) or --abort it first")
+    ancestor = gitops.run_git(["merge-base", "--is-ancestor", pin.tag, BRANCH], cwd=checkout, check=False)
+    if ancestor.returncode != 0:
+        raise BadInput(f"{shown}: branch {BRANCH} is not based on {pin.tag}; rebase it: git rebase {pin.tag} {BRANCH}")
+    if _git_value(checkout, "rev-list", "--merges", f"{pin.tag}..{BRANCH}"):
+        raise BadInput(f"{shown}: {pin.tag}..{BRANCH} has merge commits; make it linear: git rebase {pin.tag}")
+    if _git_value(checkout, "symbolic-ref", "-q", "HEAD") != f"refs/heads/{BRANCH}":
+        console.warn(f"{shown}: HEAD is not on branch {BRANCH}; exporting branch {BRANCH}")
+    elif not gitops.is_clean(checkout):
+        console.warn(f"{shown} has uncommitted changes; they are not exported (commit them: git commit --amend)")
+
+
+def format_patches(checkout: Path, tag: str, dest: Path) -> list[Path]:
+    """``git format-patch`` of ``tag..patches`` into the empty folder ``dest``, byte-stable; the files in order."""
+    args = [*gitops.config_args(_FORMAT_CONFIG), "format-patch", *_FORMAT_OPTIONS, "-o", str(dest), f"{tag}..{BRANCH}"]
+    gitops.run_git(args, cwd=checkout, env=_git_env())
+    return sorted(dest.glob("*.patch"))
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def new_slug(subject: str) -> str:
+    """``<area>-<slug>`` for a new patch: ``[trainer] fix: scale the critic loss`` -> ``trainer-scale-critic-loss``.
+
+    The area is the first ``[...]`` tag of the subject; a conventional change type (``fix:``) and short filler
+    words are dropped; at most ``_SLUG_MAX`` characters, cut between words.
+    """
+    subject = subject_of(subject)
+    area: list[str] = []
+    if match := _AREA.match(subject):
+        area = _words(match["area"].split(",")[0])
+        subject = subject[match.end() :]
+        while match := _AREA.match(subject):  # further tags ("[trainer] [ci] ...") are not part of the slug
+            subject = subject[match.end() :]
+    words = [w for w in _words(_CHANGE_TYPE.sub("", subject)) if w not in _STOP_WORDS] or ["patch"]
+    slug = "-".join(area)
+    for word in words:
+        candidate = f"{slug}-{word}" if slug else word
+        if len(candidate) > _SLUG_MAX and slug and len(words) > 1:
+            break
+        slug = candidate
+    return slug[:_SLUG_MAX].strip("-") or "patch"
+
+
+def _slug_of_name(name: str) -> str:
+    """The part of an existing patch name after its number (``0001-trainer-x.patch`` -> ``trainer-x``)."""
+    if match := PATCH_NAME.match(name):
+        return match["slug"]
+    stem = re.sub(r"^\d+-", "", PurePosixPath(name).name.removesuffix(".patch"))
+    return "-".join(_words(stem)) or "patch"
+
+
+def _normal_subject(subject: str | None) -> str | None:
+    return " ".join(subject.split()).lower() if subject else None
+
+
+def _old_subject(path: Path) -> str | None:
+    try:
+        return read_patch(path).subject if path.is_file() else None
+    except BadInput:
+        return None
+
+
+def assign_names(
+    new_subjects: Sequence[str], old_entries: Sequence[str], old_subjects: Sequence[str | None]
+) -> list[tuple[str, str | None]]:
+    """(file name, the old entry it continues or None) for each exported patch, in order.
+
+    An exported patch continues the old patch with the same subject (first unused); else, as a reworded patch,
+    the first old patch not continued by another that lies between the old places of its neighbours. It keeps
+    that patch's name, renumbered to its position. Others get ``NNNN-<area>-<slug>.patch`` from their subject.
+    """
+    wanted = [_normal_subject(s) for s in new_subjects]
+    had = [_normal_subject(s) for s in old_subjects]
+    source: list[int | None] = [None] * len(new_subjects)
+    used: set[int] = set()
+    for i, subject in enumerate(wanted):
+        match = next((j for j, old in enumerate(had) if j not in used and old is not None and old == subject), None)
+        if match is not None:
+            source[i] = match
+            used.add(match)
+    for i in range(len(new_subjects)):
+        if source[i] is not None:
+            continue
+        # a reworded patch: the first unused old patch between the old places of its matched neighbours
+        after = max((s for s in source[:i] if s is not None), default=-1)
+        before = min((s for s in source[i + 1 :] if s is not None), default=len(old_entries))
+        match = next((j for j in range(after + 1, before) if j not in used), None)
+        if match is not None:
+            source[i] = match
+            used.add(match)
+    names: list[tuple[str, str | None]] = []
+    taken: set[str] = set()
+    for i, subject in enumerate(new_subjects):
+        old = old_entries[source[i]] if source[i] is not None else None
+        slug = _slug_of_name(old) if old is not None else new_slug(subject)
+        name, extra = f"{i + 1:04d}-{slug}.patch", 2
+        while name in taken:
+            name, extra = f"{i + 1:04d}-{slug}-{extra}.patch", extra + 1
+        taken.add(name)
+        names.append((name, old))
+    return names
+
+
+def _series_entries(lines: Sequence[str], folder: Path) -> list[str]:
+    """The patch names a ``series`` file lists, each once, whether or not the file is there."""
+    return list(dict.fromkeys(entry.name for entry in parse_series(list(lines), folder)))
+
+
+def series_text(old_lines: Sequence[str] | None, names: Sequence[tuple[str, str | None]]) -> str:
+    """The ``series`` file listing ``names`` in order: the old file's comment and blank lines stay where they
+    were, an entry's trailing comment stays with the patch that continues it, new entries follow the last one."""
+    if old_lines is None:
+        return "\n".join([SERIES_HEADER, *(name for name, _ in names)]) + "\n"
+    comments: dict[str, str] = {}
+    entry_lines: list[int] = []
+    for number, line in enumerate(old_lines):
+        entry, comment = split_comment(line)
+        if entry:
+            entry_lines.append(number)
+            comments.setdefault(entry, comment)
+    pending = [f"{name}{comments.get(old, '') if old else ''}" for name, old in names]
+    out: list[str] = []
+    for number, line in enumerate(old_lines):
+        if number not in entry_lines:
+            out.append(line)
+            continue
+        if pending:
+            out.append(pending.pop(0))
+        if number == entry_lines[-1]:
+            out.extend(pending)
+            pending = []
+    out.extend(pending)
+    return "".join(f"{line}\n" for line in out)
+
+
+def plan_export(pin: Pin, checkout: Path, patches_dir: Path, console: Console) -> Export:
+    """What exporting ``checkout`` into ``patches_dir/<series>/`` would write, compared with what is there."""
+    check_checkout(checkout, pin, console)
+    folder = patches_dir / pin.series
+    series_file = folder / "series"
+    old_lines = series_file.read_text(encoding="utf-8").splitlines() if series_file.is_file() else None
+    old_entries = _series_entries(old_lines or [], folder)
+    with tempfile.TemporaryDirectory(prefix="patchset-export-") as tmp:
+        try:
+            exported = format_patches(checkout, pin.tag, Path(tmp))
+        except gitops.GitError as exc:
+            raise BadInput(f"cannot export {display_path(checkout)}: {exc}") from None
+        subjects = [read_patch(path).subject for path in exported]
+        contents = [path.read_bytes() for path in exported]
+    names = assign_names(subjects, old_entries, [_old_subject(folder / entry) for entry in old_entries])
+    changes: list[Change] = []
+    continued = {old for _, old in names if old is not None}
+    for (name, old), data, subject in zip(names, contents, subjects, strict=True):
+        path = folder / name
+        if old is not None and old != name:
+            previous = folder / old
+            before = previous.read_bytes() if previous.is_file() else None
+            changes.append(Change("renamed", name, path, before, data, old_name=old, subject=subject))
+        elif not path.is_file():
+            changes.append(Change("added", name, path, None, data, subject=subject))
+        elif path.read_bytes() != data:
+            changes.append(Change("changed", name, path, path.read_bytes(), data, subject=subject))
+    kept = {name for name, _ in names}
+    for entry in old_entries:
+        if entry not in continued and entry not in kept:
+            path = folder / entry
+            changes.append(Change("removed", entry, path, path.read_bytes() if path.is_file() else None, None))
+    new_series = series_text(old_lines, names).encode("utf-8")
+    old_series = series_file.read_bytes() if series_file.is_file() else None
+    if new_series != old_series:
+        changes.append(Change("changed" if old_series else "added", "series", series_file, old_series, new_series))
+    groups_file = folder / GROUPS_FILE
+    if groups_file.is_file():  # keep the concern groups on the same patches, and give each new patch its own
+        moved: dict[int, int | None] = {number: None for number in range(1, len(old_entries) + 1)}
+        added: list[tuple[int, str]] = []
+        for position, (name, old) in enumerate(names, start=1):
+            if old is not None and old in old_entries:
+                moved[old_entries.index(old) + 1] = position
+            else:
+                added.append((position, _slug_of_name(name)))
+        old_groups = groups_file.read_bytes()
+        new_groups = renumber_text(old_groups.decode("utf-8"), moved, added).encode("utf-8")
+        if new_groups != old_groups:
+            changes.append(Change("changed", GROUPS_FILE, groups_file, old_groups, new_groups))
+    source = f"{pin.tag}..{BRANCH} of {display_path(checkout)}"
+    return Export(folder=folder, names=tuple(name for name, _ in names), changes=tuple(changes), source=source)
+
+
+def _write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def write_export(export: Export) -> None:
+    """Write the changes of ``export``: patches first, files no longer listed removed, ``series`` last."""
+    export.folder.mkdir(parents=True, exist_ok=True)
+    names = set(export.names)
+    ordered = sorted(export.changes, key=lambda change: change.name == "series")
+    for change in ordered:
+        if change.new is not None:
+            _write(change.path, change.new)
+        replaced = change.old_name if change.kind == "renamed" else change.name if change.kind == "removed" else None
+        if replaced is not None and replaced not in names and (export.folder / replaced).is_file():
+            (export.folder / replaced).unlink()
+
+
+def _lines(data: bytes | None) -> list[str]:
+    return data.decode("utf-8", "surrogateescape").splitlines() if data else []
+
+
+def describe(change: Change) -> list[str]:
+    """What ``change`` would do, in one line naming the file, then a short unified diff of it."""
+    shown = display_path(change.path)
+    if change.kind == "removed":
+        return [f"{shown}: would be removed (no longer a commit on {BRANCH})"]
+    old, new = _lines(change.old), _lines(change.new)
+    diff = list(difflib.unified_diff(old, new, n=0, lineterm=""))[2:]
+    added = sum(1 for line in diff if line.startswith("+"))
+    removed = sum(1 for line in diff if line.startswith("-"))
+    if change.kind == "added":
+        title = f'"{change.subject}"' if change.subject else f"{len(new)} lines"
+        return [f"{shown}: would be added ({title})"]
+    counts = f"+{added} -{removed} lines"
+    if change.kind == "renamed":
+        head = f"{shown}: would replace {change.old_name}" + (f" ({counts})" if diff else " (same content)")
+    else:
+        head = f"{shown}: would change ({counts})"
+    shown_diff = [f"    {line}" for line in diff[:_DIFF_LINES_SHOWN]]
+    if len(diff) > _DIFF_LINES_SHOWN:
+        shown_diff.append(f"    ... {len(diff) - _DIFF_LINES_SHOWN} more diff lines")
+    return [head, *shown_diff]

@@ -1,0 +1,1 @@
+"""Git, files and process plumbing: snapshots, signals, merges, console output. Knows nothing about verl or Trinity."""

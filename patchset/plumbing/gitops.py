@@ -1,0 +1,472 @@
+"""Project-agnostic git and patch plumbing: thin subprocess wrappers and patch-text parsing.
+
+Nothing here knows about verl or Trinity-RFT. Callers get plain results (``ApplyResult``, dicts of paths) or a
+``GitError`` carrying git's own message; turning those into user-facing errors is the caller's job.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# Configuration that keeps the user's or a repository's settings (hooks, signing, line endings, encoding) from
+# changing what a git command writes into our trees. The one copy: every caller uses ``NEUTRAL``.
+NEUTRAL_CONFIG = {
+    "core.hooksPath": "/dev/null",
+    "commit.gpgSign": "false",
+    "tag.gpgSign": "false",
+    "core.autocrlf": "false",
+    "i18n.commitEncoding": "UTF-8",
+}
+
+
+def config_args(config: Mapping[str, str]) -> list[str]:
+    """``-c key=value`` options for ``git`` itself, one pair per setting."""
+    return [arg for key, value in config.items() for arg in ("-c", f"{key}={value}")]
+
+
+NEUTRAL = tuple(config_args(NEUTRAL_CONFIG))
+# git am that records a patch as it is: keep "[area]" in the subject (only "[PATCH ...]" is stripped), keep CRs,
+# no scissors, no Message-Id, no 3-way merge, no whitespace fixing.
+AM_OPTIONS = (
+    "--keep-non-patch",
+    "--keep-cr",
+    "--no-scissors",
+    "--no-message-id",
+    "--no-3way",
+    "--whitespace=nowarn",
+    "--quiet",
+)
+
+
+class GitError(Exception):
+    """A git command failed; ``str()`` gives the command and git's stderr."""
+
+    def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:
+        self.git_args = tuple(args)
+        self.returncode = returncode
+        self.stderr = stderr.strip()
+        last = self.stderr.splitlines()[-1] if self.stderr else f"exit status {returncode}"
+        super().__init__(f"git {' '.join(self.git_args)}: {last}")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A fixed author/committer, so that commits made by the tool are reproducible."""
+
+    name: str
+    email: str
+    date: str
+
+    def env(self) -> dict[str, str]:
+        return {
+            "GIT_AUTHOR_NAME": self.name,
+            "GIT_AUTHOR_EMAIL": self.email,
+            "GIT_AUTHOR_DATE": self.date,
+            "GIT_COMMITTER_NAME": self.name,
+            "GIT_COMMITTER_EMAIL": self.email,
+            "GIT_COMMITTER_DATE": self.date,
+        }
+
+
+def isolated_env(identity: Identity | None = None) -> dict[str, str]:
+    """The environment with the user's global and system git config switched off (for trees the tool owns)."""
+    env = dict(os.environ)
+    env["GIT_CONFIG_GLOBAL"] = os.devnull
+    env["GIT_CONFIG_NOSYSTEM"] = "1"
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    if identity is not None:
+        env.update(identity.env())
+    return env
+
+
+def run_git(
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    check: bool = True,
+    binary: bool = False,
+) -> subprocess.CompletedProcess:
+    """Run ``git ARGS`` in ``cwd``; raise ``GitError`` on failure when ``check``.
+
+    stdout is ``bytes`` when ``binary`` else ``str``; stderr is always ``str``. git runs in a session of its own,
+    so a Ctrl-C at the terminal reaches only this process, which decides when to stop (see ``signals.py``): a
+    ``git apply`` is never cut off half-way through writing a tree.
+    """
+    try:
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            env=dict(env) if env is not None else None,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        raise GitError(args, 127, "git not found; install git and put it on PATH") from None
+    stdout = proc.stdout if binary else proc.stdout.decode("utf-8", "surrogateescape")
+    stderr = proc.stderr.decode("utf-8", "replace")
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    if check and proc.returncode != 0:
+        raise GitError(args, proc.returncode, stderr)
+    return result
+
+
+# --- work trees -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkTree:
+    """A directory inside a git work tree: ``root`` itself, the work tree's ``toplevel`` and the ``prefix`` of
+    ``root`` below it ("" when ``root`` is the top level, else ending in "/")."""
+
+    root: Path
+    toplevel: Path
+    prefix: str
+
+
+def find_worktree(path: Path) -> WorkTree | None:
+    """The git work tree that holds ``path``, or None when ``path`` is not inside one.
+
+    Raises ``GitError`` when git refuses for another reason (e.g. "dubious ownership").
+    """
+    args = ["rev-parse", "--show-toplevel", "--show-prefix"]
+    proc = run_git(args, cwd=path, check=False)
+    if proc.returncode != 0:
+        if "not a git repository" in proc.stderr or "must be run in a work tree" in proc.stderr:
+            return None
+        raise GitError(args, proc.returncode, proc.stderr)
+    lines = proc.stdout.splitlines()
+    if len(lines) < 1 or not lines[0]:
+        return None  # e.g. inside a .git directory
+    prefix = lines[1] if len(lines) > 1 else ""
+    return WorkTree(root=path.resolve(), toplevel=Path(lines[0]), prefix=prefix)
+
+
+def objects_dir(tree: WorkTree) -> Path | None:
+    """The object store of the repository holding ``tree`` (shared by its worktrees), or None."""
+    proc = run_git(["rev-parse", "--git-path", "objects"], cwd=tree.root, check=False)
+    path = proc.stdout.strip()
+    if proc.returncode != 0 or not path:
+        return None
+    objects = tree.root / path
+    return objects.resolve() if objects.is_dir() else None
+
+
+def is_tracked(tree: WorkTree, rel: str) -> bool:
+    """True when the file ``rel`` (relative to ``tree.root``) is in the index."""
+    return run_git(["ls-files", "--error-unmatch", "--", rel], cwd=tree.root, check=False).returncode == 0
+
+
+def has_head(tree: WorkTree) -> bool:
+    return run_git(["rev-parse", "--verify", "-q", "HEAD^{commit}"], cwd=tree.root, check=False).returncode == 0
+
+
+def status_paths(tree: WorkTree) -> dict[str, str]:
+    """Uncommitted changes below ``tree.root`` (staged, unstaged, untracked; not ignored files).
+
+    Returns {path relative to ``tree.root``: porcelain XY code}; both sides of a rename are listed. Uses
+    ``--no-optional-locks`` so that asking does not rewrite the index.
+    """
+    proc = run_git(
+        ["--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", "."],
+        cwd=tree.root,
+    )
+    fields = proc.stdout.split("\0")
+    result: dict[str, str] = {}
+    i = 0
+    while i < len(fields):
+        entry = fields[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        code, path = entry[:2], entry[3:]
+        paths = [path]
+        if code[0] in "RC" or code[1] in "RC":
+            paths.append(fields[i])  # the source of a rename/copy follows as its own field
+            i += 1
+        for full in paths:
+            if full.startswith(tree.prefix):
+                result[full[len(tree.prefix) :]] = code
+    return result
+
+
+@dataclass(frozen=True)
+class Blob:
+    mode: str
+    data: bytes
+
+
+def head_blobs(tree: WorkTree, paths: Iterable[str]) -> dict[str, Blob]:
+    """The HEAD versions of ``paths`` (relative to ``tree.root``) that HEAD has as files or symlinks."""
+    wanted = sorted(set(paths))
+    if not wanted or not has_head(tree):
+        return {}
+    listing = run_git(["ls-tree", "-z", "--full-name", "HEAD", "--", *wanted], cwd=tree.root).stdout
+    blobs: dict[str, Blob] = {}
+    for entry in filter(None, listing.split("\0")):
+        meta, full = entry.split("\t", 1)
+        mode, kind, sha = meta.split()
+        if kind != "blob" or not full.startswith(tree.prefix):
+            continue
+        data = run_git(["cat-file", "blob", sha], cwd=tree.root, binary=True).stdout
+        blobs[full[len(tree.prefix) :]] = Blob(mode=mode, data=data)
+    return blobs
+
+
+# --- repositories the tool owns ---------------------------------------------------------------------------
+
+
+def init_commit_tag(path: Path, *, message: str, tag: str, identity: Identity, branch: str = "main") -> None:
+    """Make ``path`` a repository holding all its files in one reproducible commit, tagged ``tag``."""
+    env = isolated_env(identity)
+    run_git([*NEUTRAL, "init", "-q", f"--initial-branch={branch}"], cwd=path, env=env)
+    run_git([*NEUTRAL, "add", "-A", "-f"], cwd=path, env=env)
+    run_git([*NEUTRAL, "commit", "-q", "--no-verify", "--allow-empty", "-m", message], cwd=path, env=env)
+    run_git([*NEUTRAL, "tag", tag], cwd=path, env=env)
+
+
+def tag_commit(path: Path, tag: str) -> str | None:
+    """The commit ``tag`` names in the repository at ``path``, or None."""
+    proc = run_git(["rev-parse", "-q", "--verify", f"refs/tags/{tag}^{{commit}}"], cwd=path, check=False)
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def head_commit(path: Path) -> str | None:
+    proc = run_git(["rev-parse", "-q", "--verify", "HEAD^{commit}"], cwd=path, check=False)
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+def is_clean(path: Path) -> bool:
+    """True when the work tree at ``path`` has no uncommitted changes (untracked files count)."""
+    proc = run_git(["--no-optional-locks", "status", "--porcelain", "--untracked-files=normal"], cwd=path)
+    return proc.stdout == ""
+
+
+def clone_local(source: Path, dest: Path) -> None:
+    """``git clone`` a local repository into ``dest`` (which must not exist)."""
+    run_git([*NEUTRAL, "clone", "-q", str(source), str(dest)], cwd=dest.parent, env=isolated_env())
+
+
+def init_scratch(path: Path) -> None:
+    """Make ``path`` its own (empty) repository, so git commands there never reach an enclosing one."""
+    run_git([*NEUTRAL, "init", "-q"], cwd=path, env=isolated_env())
+
+
+# --- applying patches -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    ok: bool
+    stderr: str
+
+
+def apply_patch(
+    cwd: Path, patch: Path, *, reverse: bool = False, check: bool = False, directory: str = ""
+) -> ApplyResult:
+    """``git apply [--check] [--reverse] PATCH`` on the work tree at ``cwd`` (never the index).
+
+    ``directory`` is prepended to the patch's paths (``--directory``), for a tree below the top of its work tree;
+    run from the top level then. ``--whitespace=nowarn`` keeps a user's ``apply.whitespace=fix`` from rewriting
+    what the patch adds, which would make reversing it inexact. git apply is atomic per patch: on any failed
+    hunk it changes nothing.
+    """
+    args = ["apply", "--whitespace=nowarn"]
+    if check:
+        args.append("--check")
+    if reverse:
+        args.append("--reverse")
+    if directory:
+        args.append(f"--directory={directory.rstrip('/')}")
+    args.append(str(patch.resolve()))
+    proc = run_git(args, cwd=cwd, check=False)
+    return ApplyResult(ok=proc.returncode == 0, stderr=proc.stderr.strip())
+
+
+def merge_apply(scratch: Path, patch: Path, objects: Path) -> subprocess.CompletedProcess:
+    """``git apply --3way PATCH`` in the scratch repository ``scratch`` (see ``init_scratch``), whose files are
+    first added to its index; the blobs the patch names are read from ``objects`` (another repository's object
+    store, read only: new objects go to the scratch repository)."""
+    env = isolated_env()
+    env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(objects)
+    run_git([*NEUTRAL, "add", "-A", "-f"], cwd=scratch, env=env)
+    args = [*NEUTRAL, "apply", "--3way", "--whitespace=nowarn", str(patch.resolve())]
+    return run_git(args, cwd=scratch, env=env, check=False)
+
+
+def patch_parse_error(patch: Path) -> str | None:
+    """Why ``patch`` cannot be used as a patch (corrupt, empty, truncated), else None.
+
+    Runs ``git apply --numstat`` (which reads the patch and touches no file) in an empty directory below a
+    ceiling, so that no enclosing repository or subdirectory filter is involved. git reads a patch cut short in a
+    file header (``diff --git a/ver``) as the files before it and silently drops the rest, so the files git reads
+    are also counted against the ``diff --git`` headers, and the patch must end with a newline, as every
+    ``git format-patch`` output does.
+    """
+    with tempfile.TemporaryDirectory(prefix="patchset-parse-") as tmp:
+        env = isolated_env()
+        env["GIT_CEILING_DIRECTORIES"] = str(Path(tmp).parent)
+        proc = run_git(["apply", "--numstat", str(patch.resolve())], cwd=Path(tmp), env=env, check=False)
+    if proc.returncode != 0:
+        lines = [line.removeprefix("error: ") for line in proc.stderr.splitlines() if line.strip()]
+        return lines[0] if lines else f"git apply exit status {proc.returncode}"
+    raw = patch.read_bytes()
+    if not raw.endswith(b"\n"):
+        return "it does not end with a newline: truncated?"
+    headers = sum(1 for line in raw.split(b"\n") if line.startswith(b"diff --git "))
+    read = sum(1 for line in proc.stdout.splitlines() if line.strip())
+    if headers != read:
+        return f"it has {headers} 'diff --git' headers but git reads {read} files from it: truncated or corrupt?"
+    return None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Where ``git apply`` said a patch failed: the file, the line of the failing hunk (0 when git gave none)
+    and git's reason."""
+
+    path: str
+    line: int
+    reason: str
+
+
+_PATCH_FAILED = re.compile(r"^error: patch failed: (?P<path>.+):(?P<line>\d+)$")
+_FILE_ERROR = re.compile(r"^error: (?P<path>[^:]+): (?P<reason>.+)$")
+
+
+def parse_failure(stderr: str) -> Failure | None:
+    """The first failing file and hunk line from ``git apply``'s stderr."""
+    lines = stderr.splitlines()
+    for i, line in enumerate(lines):
+        match = _PATCH_FAILED.match(line)
+        if match:
+            reason = "patch does not apply"
+            if i + 1 < len(lines) and (follow := _FILE_ERROR.match(lines[i + 1])):
+                reason = follow["reason"]
+            return Failure(path=match["path"], line=int(match["line"]), reason=reason)
+    for line in lines:
+        match = _FILE_ERROR.match(line)
+        if match and not line.startswith("error: while searching"):
+            return Failure(path=match["path"], line=0, reason=match["reason"])
+    return None
+
+
+# --- reading patch text -----------------------------------------------------------------------------------
+
+_DIFF_GIT = re.compile(r"^diff --git (?P<rest>.+)$")
+_HUNK = re.compile(r"^@@ -(?P<old>\d+)(?:,\d+)? \+(?P<new>\d+)(?:,\d+)? @@.*$")
+_NAME_LINES = ("--- ", "+++ ", "rename from ", "rename to ", "copy from ", "copy to ")
+_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+
+
+def _unquote(name: str) -> str:
+    """Undo git's C-style quoting of a path (``"a/\\303\\251.py"``)."""
+    if not (len(name) >= 2 and name[0] == name[-1] == '"'):
+        return name
+    body, out, i = name[1:-1], bytearray(), 0
+    while i < len(body):
+        char = body[i]
+        if char == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            if nxt in "01234567":
+                out.append(int(body[i + 1 : i + 4], 8))
+                i += 4
+                continue
+            out.append(_ESCAPES.get(nxt, ord(nxt)))
+            i += 2
+            continue
+        out.extend(char.encode("utf-8"))
+        i += 1
+    return out.decode("utf-8", "surrogateescape")
+
+
+def _strip_side(name: str) -> str | None:
+    """``a/x`` -> ``x``; ``/dev/null`` -> None (a --- / +++ / diff --git name, tab-suffix removed)."""
+    name = _unquote(name.split("\t", 1)[0].strip())
+    if name == "/dev/null":
+        return None
+    return name[2:] if name[:2] in ("a/", "b/") else name
+
+
+def _names_from_diff_git(rest: str) -> list[str]:
+    if rest.startswith('"'):
+        end = rest.index('"', 1)
+        while rest[end - 1] == "\\":
+            end = rest.index('"', end + 1)
+        first, second = rest[: end + 1], rest[end + 2 :]
+        return [n for n in (_strip_side(first), _strip_side(second)) if n]
+    if rest.endswith('"'):
+        start = rest.rindex(' "')
+        return [n for n in (_strip_side(rest[:start]), _strip_side(rest[start + 1 :])) if n]
+    half = (len(rest) - 1) // 2  # "a/N b/N": the common case of an unrenamed, unquoted path
+    if rest[half] == " " and rest[2:half] == rest[half + 3 :]:
+        return [rest[2:half]]
+    return []
+
+
+def _header_name(line: str) -> str | None:
+    """The path named by a file-header line (``--- a/x``, ``rename to x``, ...), else None."""
+    for prefix in _NAME_LINES:
+        if line.startswith(prefix):
+            value = line[len(prefix) :]
+            return _strip_side(value) if prefix in ("--- ", "+++ ") else _unquote(value)
+    return None
+
+
+def _file_sections(text: str) -> list[tuple[list[str], list[str]]]:
+    """(paths, hunk headers) for each file of a patch. Only header lines are read for names: inside a hunk a
+    removed line ``-- x`` looks like ``--- x``."""
+    sections: list[tuple[list[str], list[str]]] = []
+    in_header = False
+    for line in text.splitlines():
+        match = _DIFF_GIT.match(line)
+        if match:
+            sections.append((_names_from_diff_git(match["rest"]), []))
+            in_header = True
+        elif sections and _HUNK.match(line):
+            sections[-1][1].append(line)
+            in_header = False
+        elif in_header and (name := _header_name(line)):
+            sections[-1][0].append(name)
+    return sections
+
+
+def patch_paths(text: str) -> list[str]:
+    """Every path a patch reads or writes (both sides of a rename), in order of appearance, without duplicates."""
+    seen: dict[str, None] = {}
+    for names, _ in _file_sections(text):
+        for name in names:
+            seen.setdefault(name, None)
+    return list(seen)
+
+
+def find_hunk(text: str, path: str, line: int, *, reverse: bool = False) -> str | None:
+    """The ``@@ ... @@`` header of the hunk of ``path`` that starts at ``line`` (old side; new side if reverse)."""
+    for names, hunks in _file_sections(text):
+        if path not in names:
+            continue
+        for hunk in hunks:
+            match = _HUNK.match(hunk)
+            if match and int(match["new" if reverse else "old"]) == line:
+                return hunk
+    return None
+
+
+def am(tree: Path, patch: Path, env: Mapping[str, str], options: Sequence[str] = ()) -> str | None:
+    """Commit ``patch`` in ``tree`` with ``git am`` (``AM_OPTIONS`` plus ``options``); None when it applied, else
+    git's reason, the first error line (the half-done ``am`` is aborted, the tree is as it was)."""
+    proc = run_git([*NEUTRAL, "am", *AM_OPTIONS, *options, str(patch.resolve())], cwd=tree, env=env, check=False)
+    if proc.returncode == 0:
+        return None
+    lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
+    reason = next((line for line in lines if line.startswith(("error:", "Patch failed"))), lines[0] if lines else "")
+    run_git(["am", "--abort"], cwd=tree, env=env, check=False)
+    return reason.removeprefix("error: ") or f"git am exit status {proc.returncode}"

@@ -1,0 +1,57 @@
+"""A patch that does not apply as it is, tried as a 3-way merge (``git apply --3way``) on a scratch copy.
+
+The patches are ``git format-patch --full-index`` output, so each names the blob it was made against. When the
+tree's repository has that blob (the release it came from is in its history), git can merge the patch's change
+into the file as it is now. The merge runs in a scratch repository that borrows the tree's objects read-only
+(``GIT_ALTERNATE_OBJECT_DIRECTORIES``), holding copies of the patch's files: the tree, its index and its
+repository are never written. ``install`` then copies the merged files into the tree, which is what ``--3way``
+does; without it the result only says whether a merge would resolve the patch.
+"""
+
+from __future__ import annotations
+
+import enum
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchset.plumbing import files, gitops
+from patchset.series.model import Patch
+
+
+class Merge(enum.Enum):
+    RESOLVES = "resolves"  # merges cleanly
+    CONFLICTS = "conflicts"  # merging leaves conflicts in ``detail``
+    UNAVAILABLE = "unavailable"  # the repository lacks the blob the patch was made against
+    APPLIED = "applied"  # merging changes nothing: the change is in the file already
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    outcome: Merge
+    detail: str = ""
+
+
+def three_way(root: Path, patch: Patch, objects: Path | None, *, install: bool = False) -> MergeResult:
+    """Merge ``patch`` into the files under ``root`` with the blobs in ``objects``; copy the result into ``root``
+    only when ``install`` and the merge is clean."""
+    if objects is None:
+        return MergeResult(Merge.UNAVAILABLE, "the tree has no git objects")
+    with tempfile.TemporaryDirectory(prefix="patchset-merge-") as tmp:
+        scratch = Path(tmp)
+        gitops.init_scratch(scratch)
+        files.copy_paths(root, scratch, patch.files)
+        proc = gitops.merge_apply(scratch, patch.path, objects)
+        if proc.returncode != 0:
+            if "lacks the necessary blob" in proc.stderr:
+                return MergeResult(Merge.UNAVAILABLE, "the repository lacks the blob the patch was made against")
+            conflicted = [line[2:].strip() for line in proc.stderr.splitlines() if line.startswith("U ")]
+            if conflicted:
+                return MergeResult(Merge.CONFLICTS, ", ".join(conflicted))
+            errors = [line.removeprefix("error: ") for line in proc.stderr.splitlines() if line.startswith("error: ")]
+            return MergeResult(Merge.UNAVAILABLE, f"git: {errors[0]}" if errors else "git apply --3way failed")
+        if all(files.same(scratch / rel, root / rel) for rel in patch.files):
+            return MergeResult(Merge.APPLIED)
+        if install:
+            files.install_paths(scratch, root, patch.files)
+        return MergeResult(Merge.RESOLVES)

@@ -1,0 +1,222 @@
+"""Concern groups of a series: which patches go upstream together, one pull request per group.
+
+The carried series stays fine-grained (one patch per reviewed step, each with its own "why" and its own drop
+condition), while upstream wants one PR per concern. ``patches/<series>/groups``, beside ``series``, says which
+patches make up each concern, one group a line (``#`` comments and blank lines ignored)::
+
+    # name                      patches          options
+    dpo-pairs                   0002 0004
+    policy-loss-normalization   0001 0003 0005   fold after=dpo-pairs
+
+- ``name``: lowercase ``[a-z0-9-]``; the PR branch is ``patchset/<series>-<name>``.
+- the patches, by their ``NNNN`` number in ``series``, in series order; every patch of the series is in exactly one
+  group.
+- ``fold``: the PR holds the group as one commit (the combined diff), for patches that revise each other: the PR then
+  carries only the final state of each file and test. A folded group needs a description (below).
+- ``after=<group>``: the group builds on an earlier group (its patches need that group's code or tests); its
+  branch is made on top of that group's branch, and its PR says it depends on that PR.
+
+``patches/<series>/pr/<name>.md`` is the group's PR description, optional unless the group folds: its first
+line is the PR title in the upstream's title form (and the folded commit's subject); the text up to the first
+``## `` heading is the message of the folded commit (and the PR overview); the ``## `` sections after it go into
+the PR body only (what upstream asks a reviewer to know: decisions, numbers, where upstream stands).
+
+Without a ``groups`` file every patch is its own group, each after the one before it (series order).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchset.plumbing.errors import BadInput
+
+GROUPS_FILE = "groups"
+DESCRIPTIONS_DIR = "pr"
+GROUP_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_NUMBER = re.compile(r"^\d{4}$")
+_AFTER = "after="
+FOLD = "fold"
+
+
+@dataclass(frozen=True)
+class Description:
+    """A group's PR description: the title line, the commit message paragraphs, the PR-only sections."""
+
+    path: Path
+    title: str
+    message: tuple[str, ...]
+    sections: str
+
+
+@dataclass(frozen=True)
+class Group:
+    """One concern: its name, its patches' numbers (series order), and how it is sent."""
+
+    name: str
+    numbers: tuple[int, ...]
+    fold: bool = False
+    after: str | None = None
+    line: int = 0
+    description: Description | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class GroupFile:
+    """What a ``groups`` file says, and the problems found reading it (one string each, with its line)."""
+
+    groups: tuple[Group, ...]
+    problems: tuple[tuple[int, str], ...]
+
+
+def _paragraphs(text: str) -> tuple[str, ...]:
+    return tuple(p.strip("\n") for p in re.split(r"\n\s*\n", text) if p.strip())
+
+
+def read_description(path: Path) -> Description:
+    """Parse ``pr/<name>.md``; raise ``BadInput`` naming the file when it has no title line."""
+    text = path.read_text(encoding="utf-8")
+    title, _, rest = text.partition("\n")
+    if not title.strip() or title.startswith("#"):
+        raise BadInput(
+            f"{path}: the first line must be the PR title (the upstream's title form), not empty or a heading"
+        )
+    match = re.search(r"^## ", rest, re.MULTILINE)
+    head, sections = (rest[: match.start()], rest[match.start() :]) if match else (rest, "")
+    return Description(path=path, title=title.strip(), message=_paragraphs(head), sections=sections.strip("\n"))
+
+
+def parse_groups(text: str) -> GroupFile:
+    """Every group of a ``groups`` file, and the problems of its lines (syntax only; see ``check_groups``)."""
+    groups: list[Group] = []
+    problems: list[tuple[int, str]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        tokens = line.split("#", 1)[0].split()
+        if not tokens:
+            continue
+        name, rest = tokens[0], tokens[1:]
+        if not GROUP_NAME.match(name):
+            problems.append((number, f"group name {name!r} is not lowercase a-z, 0-9 and -"))
+            continue
+        numbers: list[int] = []
+        fold, after = False, None
+        for token in rest:
+            if _NUMBER.match(token):
+                numbers.append(int(token))
+            elif token == FOLD:
+                fold = True
+            elif token.startswith(_AFTER) and GROUP_NAME.match(token[len(_AFTER) :]):
+                after = token[len(_AFTER) :]
+            else:  # reported; the rest of the line still counts, so one typo is one problem
+                problems.append((number, f"{name}: {token!r} is not a patch number (NNNN), 'fold' or 'after=<group>'"))
+        if not numbers:
+            problems.append((number, f"{name}: lists no patch; give the NNNN numbers of its patches in series"))
+            continue
+        groups.append(Group(name=name, numbers=tuple(numbers), fold=fold, after=after, line=number))
+    return GroupFile(groups=tuple(groups), problems=tuple(problems))
+
+
+def check_groups(groups: tuple[Group, ...], patch_count: int) -> list[tuple[int, str]]:
+    """Problems of ``groups`` against a series of ``patch_count`` patches: (line, message)."""
+    problems: list[tuple[int, str]] = []
+    seen_names: dict[str, int] = {}
+    owner: dict[int, str] = {}
+    for group in groups:
+        if group.name in seen_names:
+            problems.append(
+                (group.line, f"group {group.name} is defined twice (first on line {seen_names[group.name]})")
+            )
+            continue
+        if group.after is not None and group.after not in seen_names:
+            problems.append(
+                (group.line, f"{group.name}: after={group.after} names no group defined above it; define that first")
+            )
+        seen_names[group.name] = group.line
+        if list(group.numbers) != sorted(set(group.numbers)):
+            problems.append((group.line, f"{group.name}: list its patches once each, in series order"))
+        for number in group.numbers:
+            if not 1 <= number <= patch_count:
+                problems.append((group.line, f"{group.name}: {number:04d} is not a patch of series (1-{patch_count})"))
+            elif number in owner and owner[number] != group.name:
+                problems.append((group.line, f"{group.name}: {number:04d} is already in group {owner[number]}"))
+            else:
+                owner[number] = group.name
+    for number in range(1, patch_count + 1):
+        if number not in owner:
+            problems.append(
+                (0, f"patch {number:04d} of series is in no group; add it to one (a new group is one line)")
+            )
+    return problems
+
+
+def load_groups(folder: Path, patch_count: int) -> tuple[Group, ...]:
+    """The groups of the series folder, with their descriptions; ``BadInput`` on any problem.
+
+    Without a ``groups`` file: one group per patch, each after the one before it.
+    """
+    path = folder / GROUPS_FILE
+    if not path.is_file():
+        names = [f"patch-{n:04d}" for n in range(1, patch_count + 1)]
+        return tuple(
+            Group(name=names[n - 1], numbers=(n,), after=names[n - 2] if n > 1 else None)
+            for n in range(1, patch_count + 1)
+        )
+    parsed = parse_groups(path.read_text(encoding="utf-8"))
+    problems = [*parsed.problems, *check_groups(parsed.groups, patch_count)]
+    if problems:
+        line, message = problems[0]
+        raise BadInput(f"{path}{f':{line}' if line else ''}: {message}; see scripts/export.sh lint")
+    groups = []
+    for group in parsed.groups:
+        description_file = folder / DESCRIPTIONS_DIR / f"{group.name}.md"
+        description = read_description(description_file) if description_file.is_file() else None
+        if group.fold and description is None:
+            raise BadInput(f"{path}:{group.line}: {group.name} folds its patches but {description_file} is missing")
+        groups.append(Group(group.name, group.numbers, group.fold, group.after, group.line, description))
+    return tuple(groups)
+
+
+def chain(groups: tuple[Group, ...], name: str) -> list[Group]:
+    """The groups ``name`` builds on, base first, ending with ``name`` itself."""
+    by_name = {group.name: group for group in groups}
+    if name not in by_name:
+        raise BadInput(f"no group {name!r}; the groups are: {', '.join(by_name)}")
+    found: list[Group] = []
+    current: str | None = name
+    while current is not None:
+        group = by_name[current]
+        found.insert(0, group)
+        current = group.after
+    return found
+
+
+_NUMBER_TOKEN = re.compile(r"(?<!\S)\d{4}(?!\S)")
+
+
+def renumber_text(text: str, moved: dict[int, int | None], added: list[tuple[int, str]]) -> str:
+    """A ``groups`` file after an export renumbered its series.
+
+    ``moved`` maps old patch numbers to new ones (None: the patch is gone); every ``added`` (number, slug) patch
+    gets a group of its own, one line named by its slug, so that the series stays fully grouped. Comments,
+    spacing and the order of lines stay as they were.
+    """
+
+    def number(match: re.Match[str]) -> str:
+        new = moved.get(int(match[0]), int(match[0]))
+        return "" if new is None else f"{new:04d}"
+
+    lines = []
+    names = set()
+    for line in text.splitlines():
+        code, sep, comment = line.partition("#")
+        if code.split():
+            names.add(code.split()[0])
+        lines.append(_NUMBER_TOKEN.sub(number, code) + sep + comment)
+    for new, slug in added:
+        name, extra = slug, 2
+        while name in names:
+            name, extra = f"{slug}-{extra}", extra + 1
+        names.add(name)
+        lines.append(f"{name} {new:04d}")
+    return "".join(f"{line}\n" for line in lines)

@@ -1,0 +1,293 @@
+"""A lint of the patch series: every problem is one line naming the file (and line) and what is wrong.
+
+For every series folder (each ``series`` named in ``upstreams.toml``, and every folder of the patches dir that
+holds a ``series`` file or ``*.patch`` files):
+
+- ``series`` and the folder agree both ways: every listed patch exists, every ``*.patch`` is listed, none twice;
+- names are ``NNNN-<area>-<slug>.patch`` (lowercase ``[a-z0-9-]``), numbered 0001, 0002, ... in series order;
+- every patch parses (``git apply --numstat``), has a Subject in the upstream's PR-title form (verl
+  ``[module] type: description``, Trinity-RFT ``[Module] Description``, others ``[area] ...``), and the DEP-3
+  fields this repository requires:
+  ``Origin:`` (``upstream``/``backport``/``vendor``/``other``, with a URL for upstream and backport) or ``Author:``;
+  ``Bug:``, where given, a URL (it names the upstream bug this patch fixes; related work goes in the text);
+  ``Forwarded:`` ``no`` or ``not-needed`` with the reason after it, or the URL where it was sent;
+  ``Applied-Upstream: <version>, ...`` when the header has ``Upstream-Check:`` lines or ``Forwarded:`` says the
+  change is upstream (it mentions "upstream" together with fixed, applied, merged or included);
+  ``Last-Update:`` (YYYY-MM-DD);
+- no added (``+``) line ends in a space or a tab;
+- the ``groups`` file beside ``series``, when there is one (``patchset.series.groups``): every line parses, every patch
+  of the series is in exactly one group, ``after=`` names a group above, a folding group has its
+  ``pr/<name>.md`` description, and every ``pr/*.md`` belongs to a group and starts with a title in the
+  upstream's PR-title form.
+
+Unlike ``load_series``, which stops at the first problem, the lint reads everything and reports every problem.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchset.plumbing import gitops
+from patchset.plumbing.errors import BadInput
+from patchset.plumbing.ui import display_path
+from patchset.series.groups import DESCRIPTIONS_DIR, GROUPS_FILE, check_groups, parse_groups, read_description
+from patchset.series.model import PATCH_NAME, parse_series, read_patch, subject_of
+from patchset.upstreams.pins import load_pins
+
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_UPSTREAM_WORDS = ("fixed", "applied", "merged", "included")
+_URL = re.compile(r"https?://\S+")
+_ORIGIN = re.compile(r"^(?P<kind>upstream|backport|vendor|other)\b[,\s]*(?P<rest>.*)$", re.IGNORECASE)
+_FORWARDED_WORD = re.compile(r"^(?P<word>no|not-needed)\b[\s,;:(-]*(?P<reason>.*?)\)?$", re.IGNORECASE)
+# Each upstream's PR-title form, by series folder (verl's CONTRIBUTING.md; Trinity-RFT's merged PRs).
+SUBJECT_FORMS = {
+    "verl": (
+        re.compile(r"^\[[a-z0-9_, /-]+\] (?i:feat|fix|refactor|chore|test|doc|docs|perf|ci|misc)(\(.+\))?!?: \S"),
+        "[module] type: description (verl: e.g. [trainer] fix: ...)",
+    ),
+    "trinity": (
+        re.compile(r"^\[[A-Z][A-Za-z0-9 ,/-]*\] [A-Z]"),
+        "[Module] Description (Trinity-RFT: e.g. [Trainer] Fix ...)",
+    ),
+}
+_DEFAULT_SUBJECT_FORM = (re.compile(r"^\[[^\]]+\] \S"), "[area] description")
+_DIFF_GIT = "diff --git "
+_HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One lint finding: the file, its line (0 when it is about the whole file) and what is wrong."""
+
+    path: Path
+    message: str
+    line: int = 0
+
+    def __str__(self) -> str:
+        where = display_path(self.path) + (f":{self.line}" if self.line else "")
+        return f"{where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    line: int
+
+
+def series_folders(patches_dir: Path) -> tuple[list[Path], list[Problem]]:
+    """The series folders to lint, in a stable order, and problems with ``upstreams.toml`` itself."""
+    problems: list[Problem] = []
+    named: list[str] = []
+    pins_file = patches_dir / "upstreams.toml"
+    if pins_file.is_file():
+        try:
+            named = list(dict.fromkeys(pin.series for pin in load_pins(pins_file).pins))
+        except BadInput as exc:
+            problems.append(Problem(pins_file, str(exc).removeprefix(f"{pins_file}: ")))
+    found = [
+        child.name
+        for child in sorted(patches_dir.iterdir())
+        if child.is_dir()
+        and not child.name.startswith(".")
+        and ((child / "series").exists() or any(child.rglob("*.patch")))
+    ]
+    for stray in sorted(patches_dir.glob("*.patch")):
+        problems.append(Problem(stray, "not in a series folder; move it into patches/<upstream>/ and list it"))
+    return [patches_dir / name for name in dict.fromkeys([*named, *found])], problems
+
+
+def _read_entries(series_file: Path, problems: list[Problem]) -> list[_Entry]:
+    entries: list[_Entry] = []
+    for entry in parse_series(series_file.read_text(encoding="utf-8").splitlines(), series_file.parent):
+        if entry.problem is not None:
+            problems.append(Problem(series_file, entry.problem, entry.line))
+        else:
+            entries.append(_Entry(entry.name, entry.line))
+    return entries
+
+
+def _lint_name(path: Path, entry: str, position: int, series_file: Path) -> list[Problem]:
+    match = PATCH_NAME.match(entry)
+    if match is None:
+        return [Problem(path, "name does not match NNNN-<area>-<slug>.patch (lowercase a-z, 0-9 and -)")]
+    if int(match["number"]) != position:
+        renamed = f"{position:04d}{entry[4:]}"
+        return [
+            Problem(
+                path,
+                f"numbered {match['number']} but is patch {position} of {display_path(series_file)}; "
+                f"rename it {renamed}",
+            )
+        ]
+    return []
+
+
+def _forwarded_upstream(value: str) -> bool:
+    lower = value.lower()
+    return "upstream" in lower and any(word in lower for word in _UPSTREAM_WORDS)
+
+
+def subject_problem(series: str, subject: str) -> str | None:
+    """Why ``subject`` is not in the PR-title form of the upstream of ``series`` (None when it is)."""
+    form, shown = SUBJECT_FORMS.get(series, _DEFAULT_SUBJECT_FORM)
+    return None if form.match(subject) else f"Subject {subject!r} is not in the upstream's PR-title form {shown}"
+
+
+def _lint_origin(path: Path, origin: str) -> list[Problem]:
+    match = _ORIGIN.match(origin)
+    if match is None:
+        return [Problem(path, f"Origin: {origin} must start with upstream, backport, vendor or other")]
+    if match["kind"].lower() in ("upstream", "backport") and not _URL.search(match["rest"]):
+        return [Problem(path, f"Origin: {match['kind']} needs the upstream commit or PR URL after it")]
+    return []
+
+
+def _lint_forwarded(path: Path, forwarded: str) -> list[Problem]:
+    if _URL.match(forwarded):
+        return []
+    match = _FORWARDED_WORD.match(forwarded)
+    if match is None:
+        return [
+            Problem(path, f"Forwarded: {forwarded} must be no or not-needed with a reason, or the URL it was sent to")
+        ]
+    if not match["reason"].strip():
+        return [Problem(path, f"Forwarded: {match['word']} needs the reason after it (e.g. 'no, sent as PR once ...')")]
+    return []
+
+
+def _lint_header(path: Path, series: str) -> list[Problem]:
+    raw = path.read_bytes()
+    message = email.parser.BytesHeaderParser(policy=email.policy.default).parsebytes(raw)
+    problems: list[Problem] = []
+    subject = subject_of(str(message.get("Subject", "")))
+    if not subject:
+        problems.append(Problem(path, "no Subject (the commit's first line); export it with git format-patch"))
+    elif (why := subject_problem(series, subject)) is not None:
+        problems.append(Problem(path, why))
+    patch = read_patch(path)
+    fields = patch.fields
+    if "Origin" not in fields and "Author" not in fields:
+        problems.append(Problem(path, "header lacks Origin: (backport/vendor + URL) or Author:"))
+    if "Origin" in fields:
+        problems += _lint_origin(path, fields["Origin"])
+    for name in (name for name in fields if name == "Bug" or name.startswith("Bug-")):
+        if not _URL.match(fields[name]):
+            problems.append(Problem(path, f"{name}: must be the URL of the upstream bug this patch fixes"))
+    forwarded = fields.get("Forwarded")
+    if forwarded is None:
+        problems.append(Problem(path, "header lacks Forwarded: (no or not-needed with the reason, or the PR URL)"))
+    else:
+        problems += _lint_forwarded(path, forwarded)
+    last_update = fields.get("Last-Update")
+    if last_update is None:
+        problems.append(Problem(path, "header lacks Last-Update: (YYYY-MM-DD)"))
+    elif not _DATE.match(last_update):
+        problems.append(Problem(path, f"Last-Update: {last_update} is not a YYYY-MM-DD date"))
+    if "Applied-Upstream" in fields:
+        if patch.upstream_since is None:
+            problems.append(Problem(path, "Applied-Upstream: must start with the upstream version, e.g. 0.9.0, <URL>"))
+    elif patch.upstream_checks:
+        problems.append(
+            Problem(path, "Upstream-Check: needs Applied-Upstream: <version>, <URL> (since when upstream has it)")
+        )
+    elif forwarded is not None and _forwarded_upstream(forwarded):
+        problems.append(Problem(path, "Forwarded: says it is upstream, but the header lacks Applied-Upstream:"))
+    return problems
+
+
+def _lint_added_lines(path: Path) -> list[Problem]:
+    """Trailing spaces or tabs on lines the patch adds (only ``+`` lines inside hunks; a CR before the newline
+    belongs to the file's line ending and is not counted)."""
+    problems: list[Problem] = []
+    current = ""
+    in_hunk = False
+    text = path.read_bytes().decode("utf-8", "surrogateescape")
+    for number, line in enumerate(text.split("\n"), start=1):
+        if line.startswith(_DIFF_GIT):
+            paths = gitops.patch_paths(line + "\n")
+            current, in_hunk = (paths[-1] if paths else line[len(_DIFF_GIT) :]), False
+        elif _HUNK.match(line):
+            in_hunk = True
+        elif in_hunk and line.startswith("+"):
+            body = line[1:].removesuffix("\r")
+            if body != body.rstrip(" \t"):
+                problems.append(Problem(path, f"trailing whitespace on an added line of {current}", number))
+        elif in_hunk and not line.startswith((" ", "-", "\\")):
+            in_hunk = False
+    return problems
+
+
+def lint_patch(path: Path, series: str = "") -> list[Problem]:
+    """Every problem of one patch file (parse, header fields, whitespace); ``series`` picks the subject form."""
+    error = gitops.patch_parse_error(path)
+    if error is not None:
+        return [Problem(path, f"does not parse as a patch ({error}); re-export it with scripts/export.sh")]
+    try:
+        return _lint_header(path, series) + _lint_added_lines(path)
+    except BadInput as exc:  # a malformed Upstream-Check: line
+        return [Problem(path, str(exc).removeprefix(f"{path}: "))] + _lint_added_lines(path)
+
+
+def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
+    """Problems of the folder's ``groups`` file and ``pr/*.md`` descriptions (none without a groups file)."""
+    groups_file = folder / GROUPS_FILE
+    descriptions = folder / DESCRIPTIONS_DIR
+    if not groups_file.is_file():
+        return [Problem(path, f"no {GROUPS_FILE} file names this group") for path in sorted(descriptions.glob("*.md"))]
+    parsed = parse_groups(groups_file.read_text(encoding="utf-8"))
+    problems = [Problem(groups_file, message, line) for line, message in parsed.problems]
+    problems += [Problem(groups_file, message, line) for line, message in check_groups(parsed.groups, patch_count)]
+    names = {group.name for group in parsed.groups}
+    for group in parsed.groups:
+        description = descriptions / f"{group.name}.md"
+        if group.fold and not description.is_file():
+            shown = display_path(description)
+            problems.append(Problem(groups_file, f"{group.name} folds its patches but has no {shown}", group.line))
+    for path in sorted(descriptions.glob("*.md")):
+        if path.stem not in names:
+            problems.append(
+                Problem(path, f"no group {path.stem} in {display_path(groups_file)}; add it or delete this")
+            )
+            continue
+        try:
+            title = read_description(path).title
+        except BadInput as exc:
+            problems.append(Problem(path, str(exc).removeprefix(f"{path}: ")))
+            continue
+        if (why := subject_problem(folder.name, title)) is not None:
+            problems.append(Problem(path, why.replace("Subject", "PR title", 1), 1))
+    return problems
+
+
+def lint_folder(folder: Path) -> list[Problem]:
+    """Every problem of one series folder: its ``series`` file, the folder's patches and each listed patch."""
+    series_file = folder / "series"
+    if not folder.is_dir():
+        return [Problem(folder, "series folder named in upstreams.toml does not exist; create it with a series file")]
+    if not series_file.is_file():
+        return [Problem(series_file, "missing; list the folder's patches in it, in order, one a line")]
+    problems: list[Problem] = []
+    entries = _read_entries(series_file, problems)
+    listed = {entry.name for entry in entries}
+    for position, entry in enumerate(entries, start=1):
+        path = folder / entry.name
+        problems += _lint_name(path, entry.name, position, series_file)
+        problems += lint_patch(path, folder.name)
+    for path in sorted(folder.rglob("*.patch")):
+        if path.relative_to(folder).as_posix() not in listed:
+            problems.append(Problem(path, f"not listed in {display_path(series_file)}; list it or delete it"))
+    return problems + lint_groups(folder, len(entries))
+
+
+def lint_patches_dir(patches_dir: Path) -> tuple[int, list[Problem]]:
+    """(number of series folders, every problem) for ``patches_dir``; ``BadInput`` when it is not a folder."""
+    if not patches_dir.is_dir():
+        raise BadInput(f"{display_path(patches_dir)} is not a folder; pass --patches-dir with the patches folder")
+    folders, problems = series_folders(patches_dir)
+    for folder in folders:
+        problems += lint_folder(folder)
+    return len(folders), problems

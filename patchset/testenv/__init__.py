@@ -1,0 +1,1 @@
+"""The pinned test environment, and the regression run that ends `patchset apply`."""

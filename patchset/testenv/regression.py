@@ -1,0 +1,167 @@
+"""Run the CPU regression tests (tests/regression) against given upstream trees, in the pinned venv."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from patchset.plumbing.ui import Console, display_path
+from patchset.testenv.venv import REPO_ROOT, ensure_venv
+from patchset.upstreams.fetch import ensure_upstream, resolve_cache
+from patchset.upstreams.pins import load_pins
+from patchset.upstreams.registry import UPSTREAMS
+
+SUITE = REPO_ROOT / "tests" / "regression"
+EXPECTATIONS = ("fixed", "bug")
+TREE_VARIABLES = {upstream.key: upstream.tree_variable for upstream in UPSTREAMS.values()}
+VERL_ROLE = "PATCHSET_VERL_ROLE"
+SAMPLE_VARIABLE = "PATCHSET_SAMPLE"
+
+
+def parallel_args(python: Path) -> list[str]:
+    """pytest-xdist options that run the suite on every core (``PATCHSET_WORKERS`` overrides; 1: none), one test
+    file per worker so that a module's fixtures (the engine end-to-end run) are built once; none without xdist."""
+    workers = int(os.environ.get("PATCHSET_WORKERS") or min(os.cpu_count() or 1, 4))
+    has_xdist = subprocess.run([str(python), "-c", "import xdist"], capture_output=True).returncode == 0
+    return ["-n", str(workers), "--dist", "loadfile"] if workers > 1 and has_xdist else []
+
+
+def regression_env(
+    trees: Mapping[str, Path],
+    expect: str,
+    baseline_dir: Path | None,
+    verl_is_dependency: bool = False,
+    sample: bool = False,
+) -> dict[str, str]:
+    """Environment for the child pytest: the trees first on PYTHONPATH and the suite's PATCHSET_* settings.
+    ``sample``: one batch shape per test, loss and mode (``PATCHSET_SAMPLE=shapes``, see the suite's conftest)."""
+    if expect not in EXPECTATIONS:
+        raise ValueError(f"expect must be one of {EXPECTATIONS}, not {expect!r}")
+    env = {key: value for key, value in os.environ.items() if key not in (*TREE_VARIABLES.values(), VERL_ROLE)}
+    ordered = [trees[key].resolve() for key in TREE_VARIABLES if key in trees]
+    env["PYTHONPATH"] = os.pathsep.join(str(path) for path in ordered)
+    for key, variable in TREE_VARIABLES.items():
+        if key in trees:
+            env[variable] = str(trees[key].resolve())
+    env["PATCHSET_EXPECT"] = expect
+    env.pop(SAMPLE_VARIABLE, None)
+    if sample:
+        env[SAMPLE_VARIABLE] = "shapes"
+    if verl_is_dependency:
+        env[VERL_ROLE] = "dependency"
+    if baseline_dir is not None:
+        env["PATCHSET_BASELINE_DIR"] = str(baseline_dir.resolve())
+    else:
+        env.pop("PATCHSET_BASELINE_DIR", None)
+    return env
+
+
+def overlay_regression_env(
+    site_packages: Path, expect: str, baseline_dir: Path | None, sample: bool = False
+) -> dict[str, str]:
+    """Environment for the suite in overlay mode: the releases pip-installed in ``site_packages``, the overlays
+    switched on (``fixed``) or off (``bug``) by ``PATCHSET_OVERLAYS``, and nothing on PYTHONPATH."""
+    trees = {key: site_packages for key in TREE_VARIABLES}
+    env = regression_env(trees, expect, baseline_dir, sample=sample)
+    env.pop("PYTHONPATH")
+    env["PATCHSET_MODE"] = "overlay"
+    env["PATCHSET_OVERLAYS"] = "1" if expect == "fixed" else "0"
+    return env
+
+
+def run_overlay_regression_tests(
+    python: Path,
+    site_packages: Path,
+    expect: str,
+    baseline_dir: Path | None = None,
+    pytest_args: Sequence[str] = (),
+    sample: bool = False,
+    paths: Sequence[Path] = (SUITE,),
+) -> int:
+    """Run the regression suite (or its files ``paths``) with ``python``, an environment where verl, Trinity-RFT
+    and this project are installed (`tests.harness.overlay_env`), on the overlays: ``fixed`` with them on, ``bug``
+    with them off."""
+    switch = "on" if expect == "fixed" else "off (PATCHSET_OVERLAYS=0)"
+    print(f"* Running the regression tests (expecting {expect}) on the releases in {site_packages}, overlays {switch}")
+    # -P: the checkout's own verl_overlay/ must not shadow the installed one (cwd is the repository root)
+    command = [str(python), "-P", "-m", "pytest", *map(str, paths), "-q", "-rs", "-p", "no:cacheprovider"]
+    command += [*pytest_args, *parallel_args(python)]
+    env = overlay_regression_env(site_packages, expect, baseline_dir, sample)
+    return subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
+
+
+def with_verl_for_trinity(trees: Mapping[str, Path], console: Console) -> dict[str, Path]:
+    """Trinity's engine loss imports verl: test a Trinity tree given alone beside the pinned vanilla verl.
+
+    The Trinity fix does not depend on verl's, so vanilla verl is the neutral choice; it is only a dependency
+    then, and the verl tests are skipped (they test a verl tree the user gave).
+    """
+    completed = dict(trees)
+    if "trinity" in completed and "verl" not in completed:
+        pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").default_for("verl")
+        assert pin is not None, "upstreams.toml names no default verl"
+        completed["verl"] = ensure_upstream(pin, resolve_cache(None, os.environ, REPO_ROOT), console)
+        console.step(f"Trinity's loss imports verl: testing it beside {pin.label} ({display_path(completed['verl'])})")
+    return completed
+
+
+def verl_companions_for_trinity(trees: Mapping[str, Path], console: Console) -> list[dict[str, Path]]:
+    """The other runs a Trinity tree needs: beside each verl pinned as Trinity's companion (``companion_for``).
+
+    trinity-rft 0.6.0 accepts verl >= 0.7.1 and trains through verl's engine on verl >= 0.8 but through its own
+    legacy worker (``trinity/trainer/verl_legacy``) below it; the series changes code that path runs too (DPO,
+    the policy losses). Each such verl is only a dependency there: its own tests are skipped.
+    """
+    if "trinity" not in trees:
+        return []
+    pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
+    runs = []
+    for pin in pins.companions("verl", of="trinity"):
+        verl = ensure_upstream(pin, resolve_cache(None, os.environ, REPO_ROOT), console)
+        console.step(f"Trinity on its legacy path: testing it beside {pin.label} ({display_path(verl)}) as well")
+        runs.append({"verl": verl, "trinity": trees["trinity"]})
+    return runs
+
+
+def _run_suite(
+    python: Path,
+    trees: Mapping[str, Path],
+    expect: str,
+    baseline_dir: Path | None,
+    pytest_args: Sequence[str],
+    verl_is_dependency: bool,
+    sample: bool,
+) -> int:
+    described = ", ".join(f"{key} at {path}" for key, path in trees.items()) or "no tree"
+    shapes = " (one batch shape per test, loss and mode)" if sample else ""
+    print(f"* Running the regression tests (expecting {expect}){shapes} on {described}", flush=True)
+    command = [str(python), "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider", *pytest_args]
+    command += parallel_args(python)
+    env = regression_env(trees, expect, baseline_dir, verl_is_dependency, sample)
+    return subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
+
+
+def run_regression_tests(
+    trees: Mapping[str, Path],
+    expect: str = "fixed",
+    baseline_dir: Path | None = None,
+    pytest_args: Sequence[str] = (),
+    sample: bool = False,
+) -> int:
+    """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}); return pytest's exit code.
+
+    ``expect`` is "fixed" for patched trees and "bug" for vanilla ones (the teeth run). A Trinity tree given
+    without a verl tree is tested beside the pinned vanilla verl (see `with_verl_for_trinity`), and every Trinity
+    tree once more beside each verl pinned as its companion (its legacy path: `verl_companions_for_trinity`);
+    tests whose tree is not given are skipped, and say so. ``sample``: one batch shape per test, loss and mode.
+    The first failing run's exit code is returned.
+    """
+    python = ensure_venv()
+    console = Console()
+    verl_is_dependency = "trinity" in trees and "verl" not in trees
+    runs = [(with_verl_for_trinity(trees, console), verl_is_dependency)]
+    runs += [(companion, True) for companion in verl_companions_for_trinity(trees, console)]
+    returncodes = [_run_suite(python, run, expect, baseline_dir, pytest_args, dep, sample) for run, dep in runs]
+    return next((code for code in returncodes if code != 0), 0)

@@ -1,0 +1,87 @@
+"""The test environment: a `.venv` built from the pinned lock, rebuilt when the lock changes."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+LOCK_FILE = REPO_ROOT / "requirements" / "lock.txt"
+STAMP_NAME = ".patchset-lock-sha256"
+
+
+class VenvError(RuntimeError):
+    """The environment could not be built; the message says which step failed."""
+
+
+def _lock_digest(lock_file: Path) -> str:
+    return hashlib.sha256(lock_file.read_bytes()).hexdigest()
+
+
+def venv_python(venv_dir: Path) -> Path:
+    return venv_dir / "bin" / "python"
+
+
+def _run(command: list[str], step: str) -> None:
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if result.returncode != 0:
+        tail = "\n".join(result.stdout.splitlines()[-20:])
+        raise VenvError(f"{step} failed (exit {result.returncode}):\n{tail}")
+
+
+def _pinned_count(lock_file: Path) -> int:
+    return sum(1 for line in lock_file.read_text(encoding="utf-8").splitlines() if "==" in line.split("#", 1)[0])
+
+
+def _install_showing_progress(command: list[str], total: int, step: str, every: int = 20) -> None:
+    """Run pip, printing a line every ``every`` packages it collects and when it starts installing, instead of
+    minutes of silence; on failure, the tail of its output is in the error."""
+    started = time.monotonic()
+    lines: list[str] = []
+    collected = 0
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as child:
+        assert child.stdout is not None
+        for line in child.stdout:
+            lines.append(line.rstrip())
+            if line.startswith("Collecting "):
+                collected += 1
+                if collected % every == 0 or collected == total:
+                    print(
+                        f"  pip: {collected}/{total} packages fetched ({time.monotonic() - started:.0f} s)", flush=True
+                    )
+            elif line.startswith("Installing collected packages"):
+                print(f"  pip: installing {collected} packages ({time.monotonic() - started:.0f} s)", flush=True)
+    if child.returncode != 0:
+        tail = "\n".join(lines[-20:])
+        raise VenvError(f"{step} failed (exit {child.returncode}):\n{tail}")
+    print(f"  pip: done in {time.monotonic() - started:.0f} s", flush=True)
+
+
+def ensure_venv(venv_dir: Path | None = None, lock_file: Path = LOCK_FILE) -> Path:
+    """Return the python of a venv that holds exactly the locked set, building it first if needed.
+
+    The venv records the sha256 of the lock it was built from, written only once `pip check` has passed:
+    a changed lock, or a build that was interrupted, rebuilds it from scratch, so a stale or half-made
+    environment can never pass for the pinned one.
+    """
+    venv_dir = venv_dir or Path(os.environ.get("PATCHSET_VENV", REPO_ROOT / ".venv"))
+    digest = _lock_digest(lock_file)
+    stamp = venv_dir / STAMP_NAME
+    if stamp.exists() and stamp.read_text().strip() == digest and venv_python(venv_dir).exists():
+        return venv_python(venv_dir)
+
+    print(f"* Building the test environment {venv_dir} from {lock_file.name} (a few minutes, once)", flush=True)
+    shutil.rmtree(venv_dir, ignore_errors=True)
+    _run([sys.executable, "-m", "venv", str(venv_dir)], "creating the venv")
+    python = str(venv_python(venv_dir))
+    install = [python, "-m", "pip", "install", "--no-deps", "--progress-bar", "off", "-r", str(lock_file)]
+    _install_showing_progress(install, _pinned_count(lock_file), f"pip install -r {lock_file}")
+    _run([python, "-m", "pip", "check"], "pip check")
+    stamp.write_text(digest + "\n")
+    print(f"* Test environment ready: {venv_dir}", flush=True)
+    return venv_python(venv_dir)

@@ -1,0 +1,143 @@
+"""Everything this project knows about verl and Trinity-RFT, in one place.
+
+How to tell each tree and read or set its version, its names on PyPI and at import, where the regression suite
+finds it, how the upstream names its CPU tests, what its wheel build needs, and its lint gates. The pins
+(versions and sdist hashes) are data, in ``patches/upstreams.toml``; the overlays, which are installed without
+this package, keep their own runtime facts beside their code.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_PY_VERSION = re.compile(r"""^(__version__\s*=\s*)(["'])([^"']*)\2""", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """One upstream project, by its key in ``upstreams.toml`` (also its series folder)."""
+
+    key: str
+    title: str  # how messages name it
+    distribution: str  # the PyPI name
+    package: str  # the import package
+    version_file: str  # where the tree declares its version (relative to the tree)
+    marker_file: str  # a file only this upstream's tree has; with the version file, it tells the tree
+    tree_variable: str  # the variable the regression suite reads the tree's path from
+    test_suffix: str  # upstream's CPU tests: tests/<package path>/<prefix><module>*<suffix>
+    test_prefix: str = ""
+    # where the wheel build reads the package's package_data list: a file of the tree and the text that opens the
+    # list, where the manifest is added; None: the build honours include_package_data, and MANIFEST.in names it
+    package_data: tuple[str, str] | None = None
+    tests_import: tuple[str, ...] = ()  # other upstreams its tests import
+
+    def read_version(self, tree: Path) -> str:
+        """The version the tree declares; "" when its version file cannot be read or declares none."""
+        try:
+            text = (tree / self.version_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return ""
+        if self.version_file.endswith(".py"):
+            match = _PY_VERSION.search(text)
+            return match[3] if match else ""
+        return text.strip()
+
+    def write_version(self, tree: Path, version: str) -> None:
+        """Make the tree declare ``version`` where its build and runtime read it."""
+        path = tree / self.version_file
+        if self.version_file.endswith(".py"):
+            text = path.read_text(encoding="utf-8")
+            text = _PY_VERSION.sub(lambda m: f"{m[1]}{m[2]}{version}{m[2]}", text, count=1)
+        else:
+            text = f"{version}\n"
+        path.write_text(text, encoding="utf-8")
+
+    def is_tree(self, root: Path) -> bool:
+        return (root / self.version_file).is_file() and (root / self.marker_file).is_file()
+
+    def is_test(self, path: str) -> bool:
+        """Whether ``path`` (relative to the tree) is one of the upstream's test files."""
+        name = path.rsplit("/", 1)[-1]
+        if not path.startswith("tests/") or not name.endswith(".py"):
+            return False
+        return name.startswith("test_") or (not self.test_prefix and name.endswith(self.test_suffix))
+
+    def cpu_test_pattern(self, module_path: str) -> re.Pattern[str] | None:
+        """The upstream's CPU test files for the module ``module_path`` (``verl/trainer/ppo/core_algos.py`` ->
+        ``tests/trainer/ppo/test_core_algos*_on_cpu.py``); None for a file that is not a module of the package."""
+        if not module_path.startswith(f"{self.package}/") or not module_path.endswith(".py"):
+            return None
+        folder, _, module = module_path[len(self.package) + 1 :].removesuffix(".py").rpartition("/")
+        if module == "__init__":
+            return None
+        where = f"tests/{folder}/" if folder else "tests/"
+        stem = f"{re.escape(self.test_prefix)}{re.escape(module)}(_\\w+)?{re.escape(self.test_suffix)}"
+        return re.compile(rf"^{re.escape(where)}{stem}$")
+
+
+UPSTREAMS = {
+    "verl": Upstream(
+        key="verl",
+        title="verl",
+        distribution="verl",
+        package="verl",
+        version_file="verl/version/version",
+        marker_file="verl/trainer/ppo/core_algos.py",
+        tree_variable="PATCHSET_VERL_TREE",
+        test_prefix="test_",
+        test_suffix="_on_cpu.py",
+        # verl's pyproject.toml sets package-dir {"" = "."}, so setuptools never matches its SOURCES.txt paths to
+        # the package and include-package-data adds nothing: only its [tool.setuptools.package-data] reaches the
+        # wheel
+        package_data=("pyproject.toml", "[tool.setuptools.package-data]\nverl = [\n"),
+    ),
+    "trinity": Upstream(
+        key="trinity",
+        title="Trinity-RFT",
+        distribution="trinity-rft",
+        package="trinity",
+        version_file="trinity/__init__.py",
+        marker_file="trinity/trainer/verl/losses.py",
+        tree_variable="PATCHSET_TRINITY_TREE",
+        test_suffix="_test.py",
+        tests_import=("verl",),
+    ),
+}
+
+
+# --- the lint gates of each upstream (its .pre-commit-config.yaml at the pinned release), run on what a PR changes
+
+LINT_NOT_RUN = {
+    "verl": "verl's repository-only hooks (tests/special_sanity/ scripts, not in the sdist) other than the license, "
+    "docstring and generated-config checks run above",
+    "trinity": "mypy v1.7.0 (the lock pins verl's mypy 1.17.0); pre-commit-hooks check-xml/check-toml/check-json/"
+    "check-docstring-first/detect-private-key (pre-commit-hooks is not in the lock; trailing-whitespace, "
+    "end-of-file-fixer, check-yaml and check-ast are run as local hooks)",
+}
+# Trinity's flake8 hook arguments (its .pre-commit-config.yaml).
+TRINITY_FLAKE8_ARGS = [
+    "--max-line-length=100",
+    "--select=C,E,F,W,B,B950",
+    "--ignore=E203,E266,E501,W503",
+    "--docstring-convention=google",
+]
+# verl's mypy hook: pre-commit/mirrors-mypy v1.17.0 with that hook's default arguments (verl sets none).
+VERL_MYPY_ARGS = ("--ignore-missing-imports", "--scripts-are-modules")
+# verl: generated file -> the overrides scripts/generate_trainer_config.sh composes it with.
+VERL_GENERATED_CONFIGS = {
+    "_generated_ppo_trainer.yaml": [],
+    "_generated_ppo_megatron_trainer.yaml": ["model_engine=megatron"],
+    "_generated_ppo_torchtitan_trainer.yaml": ["model_engine=torchtitan"],
+    "_generated_ppo_veomni_trainer.yaml": ["model_engine=veomni"],
+}
+VERL_CONFIG_DIR = "verl/trainer/config"
+VERL_DOCSTRING_FILES = ("verl/trainer/ppo/core_algos.py",)
+# The Apache-2.0 header lines every verl .py file carries after its "# Copyright <year> <holder>" line(s).
+VERL_LICENSE_LINES = (
+    '# Licensed under the Apache License, Version 2.0 (the "License");',
+    "# you may not use this file except in compliance with the License.",
+    "# You may obtain a copy of the License at",
+    "#     http://www.apache.org/licenses/LICENSE-2.0",
+)

@@ -1,0 +1,1 @@
+"""Patched wheels of the pinned releases, and the manifest each carries."""

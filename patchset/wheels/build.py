@@ -1,0 +1,503 @@
+"""Patched wheels of the pinned releases, labelled with this patchset's revision, and the manifest they carry.
+
+``python -m patchset wheels [build]`` (``scripts/build-wheels.sh``) builds, for every default pin of
+``patches/upstreams.toml``, ``<name>-<version>+patchset.<N>-py3-none-any.whl`` into ``dist/``:
+
+1. the verified vanilla checkout from the cache (``fetch.ensure_upstream``: the sdist, checked by sha256);
+2. a fresh clone of it in a temporary folder, with the series applied by the same planner and transaction as
+   ``patchset apply`` (every patch checked first; one that does not apply stops the build, exit 3);
+3. the version set to ``<version>+patchset.<N>`` where the upstream's build reads it (verl:
+   ``verl/version/version``; Trinity-RFT: ``__version__`` in ``trinity/__init__.py``), so ``verl.__version__``,
+   ``importlib.metadata`` and ``pip show`` all say the same. Under PEP 440 a local label sorts just above its
+   release (``0.8.0 < 0.8.0+patchset.2 < 0.8.1``), so ordered checks keep working: Trinity's ``is_verl_legacy()``
+   (``parse_version(verl.__version__) < parse_version("0.8.0")``) stays False. Only an exact string comparison
+   (``== "0.8.0"``) would trip, and neither upstream makes one on its own version;
+4. ``<package>/_patchset_manifest.json`` written into the package: the patchset, its revision and commit, the
+   upstream release and sdist sha256, and every patch with its subject and sha256. It is named in ``MANIFEST.in``
+   (Trinity's build ships what that lists) and, for verl, whose ``package-dir {"" = "."}`` makes setuptools ignore
+   it, added to ``[tool.setuptools.package-data]`` of its ``pyproject.toml``, in the build copy only;
+5. the git metadata removed, so setuptools lists the files exactly as it does for the sdist (its ``SOURCES.txt``,
+   not ``git ls-files``), then ``pip wheel --no-deps --no-build-isolation --no-index`` with the test
+   environment's python (setuptools 84: no download, no network);
+6. each wheel checked (its name, the ``Version`` in its METADATA, the manifest inside it) before all of them are
+   moved into ``dist/`` together.
+
+Revision ``N``: the number of commits that touch ``patches/`` (``git rev-list --count HEAD -- patches/``, in the
+history that holds the patches folder used). It grows with every change of a patch, a series or a pin, and with
+nothing else, so the same N always means the same patches on the same sdists. Uncommitted changes under
+``patches/`` make it ``patchset.<N>.dirty`` (with a warning); outside a git history (an export, a shallow clone)
+pass ``--revision N``.
+
+``python -m patchset wheels manifest`` prints the manifest of the verl and Trinity-RFT that ``import`` would load,
+without importing them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.parser
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from patchset.apply.engine import plan_target, refusal, target_for_pin
+from patchset.apply.plan import Action
+from patchset.apply.transaction import apply_plans
+from patchset.cli.exits import run_reporting_errors
+from patchset.cli.options import usage_exit_status
+from patchset.plumbing import gitops, signals
+from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, PatchsetError
+from patchset.plumbing.ui import Console, display_path
+from patchset.testenv.venv import VenvError, ensure_venv
+from patchset.upstreams.fetch import CACHE_ENV, ensure_upstream, resolve_cache
+from patchset.upstreams.pins import Pin, load_pins
+from patchset.upstreams.registry import UPSTREAMS, Upstream
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PATCHSET_NAME = "patchset"
+PATCHSET_TITLE = "verl / Trinity-RFT loss-scaling patchset"
+MANIFEST_NAME = "_patchset_manifest.json"
+MANIFEST_SCHEMA = 1
+EXIT_BUILD_FAILED = 1
+
+# PEP 440: a local version label is alphanumeric segments separated by dots (lower case in normal form).
+_LOCAL_LABEL = re.compile(r"^[a-z0-9]+(?:\.[a-z0-9]+)*$")
+_RELEASE = re.compile(r"^\d+(?:\.\d+)*$")
+
+
+_DISTRIBUTIONS = {upstream.package: upstream.distribution for upstream in UPSTREAMS.values()}
+
+
+@dataclass(frozen=True)
+class Label:
+    """The local version label ``patchset.<revision>[.dirty]`` and where it came from."""
+
+    revision: int
+    dirty: bool
+    commit: str | None
+
+    @property
+    def text(self) -> str:
+        return f"{PATCHSET_NAME}.{self.revision}" + (".dirty" if self.dirty else "")
+
+    def version(self, release: str) -> str:
+        return f"{release}+{self.text}"
+
+
+@dataclass(frozen=True)
+class Built:
+    """One wheel built and checked: its pin, its version and where it is."""
+
+    pin: Pin
+    version: str
+    wheel: Path
+    manifest: dict[str, Any]
+
+
+def is_valid_version(version: str) -> bool:
+    """True for ``<release>+<local label>`` as PEP 440 spells it in normal form (``0.8.0+patchset.2``)."""
+    release, plus, local = version.partition("+")
+    return bool(_RELEASE.match(release)) and bool(plus) and bool(_LOCAL_LABEL.match(local))
+
+
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return gitops.run_git(list(args), cwd=cwd, check=False)
+
+
+def patchset_label(patches_dir: Path, revision: int | None = None) -> Label:
+    """The label for the patches folder ``patches_dir``, from the git history that holds it (see the module
+    docstring); ``revision`` overrides the count (for a folder without its history)."""
+    head = _git(patches_dir, "rev-parse", "-q", "--verify", "HEAD^{commit}")
+    commit = head.stdout.strip() if head.returncode == 0 and head.stdout.strip() else None
+    status = _git(patches_dir, "status", "--porcelain", "--untracked-files=all", "--", ".")
+    dirty = commit is not None and status.returncode == 0 and bool(status.stdout.strip())
+    if revision is not None:
+        if revision < 1:
+            raise BadInput(f"--revision must be a positive integer, not {revision}")
+        return Label(revision=revision, dirty=dirty, commit=commit)
+    if commit is None:
+        raise BadInput(
+            f"{patches_dir} is not in a git checkout with history, so the patchset revision (the number of commits "
+            f"that touch it) cannot be counted; pass --revision N"
+        )
+    shallow = _git(patches_dir, "rev-parse", "--is-shallow-repository")
+    if shallow.stdout.strip() == "true":
+        raise BadInput(
+            f"{patches_dir} is in a shallow clone, so counting the commits that touch it would give a wrong "
+            f"revision; fetch the full history (git fetch --unshallow) or pass --revision N"
+        )
+    count = _git(patches_dir, "rev-list", "--count", "HEAD", "--", ".")
+    if count.returncode != 0 or not count.stdout.strip().isdigit() or int(count.stdout) < 1:
+        raise BadInput(f"no commit touches {patches_dir}, so it has no patchset revision; pass --revision N")
+    return Label(revision=int(count.stdout), dirty=dirty, commit=commit)
+
+
+def _sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def make_manifest(pin: Pin, label: Label, steps: Sequence[Any]) -> dict[str, Any]:
+    """The manifest of the wheel of ``pin``: the patchset, the upstream and every patch of the plan's ``steps``."""
+    status = {Action.CHANGE: "applied", Action.SKIP: "in upstream", Action.NOTHING: "already applied"}
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "patchset": PATCHSET_NAME,
+        "title": PATCHSET_TITLE,
+        "revision": label.revision,
+        "label": label.text,
+        "dirty": label.dirty,
+        "commit": label.commit,
+        "version": label.version(pin.version),
+        "upstream": {
+            "name": pin.name,
+            "version": pin.version,
+            "sdist_sha256": pin.sdist_sha256,
+            "repository": pin.repository,
+            "tag": pin.tag,
+        },
+        "series": pin.series,
+        "patches": [
+            {
+                "name": step.patch.name,
+                "subject": step.patch.subject,
+                "sha256": _sha256_bytes(step.patch.path.read_bytes()),
+                "status": status.get(step.action, step.action.value),
+            }
+            for step in steps
+        ],
+    }
+
+
+def _apply_series(pin: Pin, tree: Path, patches_dir: Path, console: Console, guard: signals.Guard) -> list[Any]:
+    """Apply ``pin``'s series to the fresh clone ``tree`` as ``patchset apply`` does; the plan's steps."""
+    plan = plan_target(target_for_pin(pin, tree, patches_dir), reverse=False)
+    if (error := refusal(plan, allow_dirty=False)) is not None:
+        raise error
+    apply_plans([plan], console, guard)
+    return list(plan.steps)
+
+
+def _prepare_tree(pin: Pin, tree: Path, label: Label, manifest: dict[str, Any]) -> None:
+    """Set the labelled version and add the manifest in the build copy ``tree``."""
+    upstream = UPSTREAMS[pin.key]
+    found = upstream.read_version(tree)
+    if found != pin.version:
+        raise BadInput(
+            f"{pin.label}: {upstream.version_file} says {found or 'nothing'!r}, not {pin.version}; the tree is not "
+            f"the pinned release, so its version is left alone and no wheel is built"
+        )
+    upstream.write_version(tree, label.version(pin.version))
+    manifest_rel = f"{upstream.package}/{MANIFEST_NAME}"
+    (tree / manifest_rel).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    _ship(pin, tree, upstream, manifest_rel)
+    # build as from the sdist: setuptools then lists files from the sdist's SOURCES.txt, never from git
+    shutil.rmtree(tree / ".git")
+
+
+def _ship(pin: Pin, tree: Path, upstream: Upstream, manifest_rel: str) -> None:
+    """Make setuptools put the manifest into the wheel: listed in MANIFEST.in (include_package_data), and where the
+    build ignores that, added to the package's package data list."""
+    manifest_in = tree / "MANIFEST.in"
+    before = manifest_in.read_text(encoding="utf-8") if manifest_in.exists() else ""
+    manifest_in.write_text(before + ("" if before.endswith("\n") or not before else "\n") + f"include {manifest_rel}\n")
+    if upstream.package_data is None:
+        return
+    rel, anchor = upstream.package_data
+    path = tree / rel
+    text = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if text.count(anchor) != 1:
+        raise BadInput(
+            f"{pin.label}: {rel} does not hold {anchor!r} exactly once, so the manifest cannot be added to its "
+            f"package data; the wheel recipe in patchset/wheels/build.py needs updating for this release"
+        )
+    path.write_text(text.replace(anchor, f"{anchor}  {json.dumps(MANIFEST_NAME)},\n"), encoding="utf-8")
+
+
+def _wheel_metadata(wheel: Path) -> tuple[str, set[str]]:
+    """The ``Version`` of the wheel's METADATA and the names it holds."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        metadata = next((n for n in names if n.endswith(".dist-info/METADATA") and n.count("/") == 1), None)
+        if metadata is None:
+            return "", names
+        headers = email.parser.BytesHeaderParser().parsebytes(archive.read(metadata))
+        return str(headers.get("Version", "")), names
+
+
+def _check_wheel(pin: Pin, wheel: Path, version: str) -> str | None:
+    """What is wrong with the wheel just built, or None."""
+    stem = pin.name.replace("-", "_")
+    expected = f"{stem}-{version}-py3-none-any.whl"
+    if wheel.name != expected:
+        return f"pip built {wheel.name}, expected {expected}"
+    got, names = _wheel_metadata(wheel)
+    if got != version:
+        return f"{wheel.name} says Version: {got or 'nothing'} in its METADATA, expected {version}"
+    package = UPSTREAMS[pin.key].package
+    for rel in (f"{package}/{MANIFEST_NAME}", UPSTREAMS[pin.key].version_file):
+        if rel not in names:
+            return f"{wheel.name} lacks {rel}"
+    return None
+
+
+def _pip_wheel(python: Path, tree: Path, out: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    command = [str(python), "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index"]
+    command += ["--disable-pip-version-check", "--quiet", "-w", str(out), str(tree)]
+    return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+
+
+def _build_env(label: Label, patches_dir: Path) -> dict[str, str]:
+    """pip's environment: no user config, and zip timestamps from the patchset commit (reproducible wheels)."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    if "SOURCE_DATE_EPOCH" not in env:
+        stamp = _git(patches_dir, "log", "-1", "--format=%ct") if label.commit else None
+        env["SOURCE_DATE_EPOCH"] = stamp.stdout.strip() if stamp and stamp.stdout.strip().isdigit() else "315532800"
+    return env
+
+
+class BuildFailed(PatchsetError):
+    """pip could not build a wheel, or the wheel it built is not the one expected."""
+
+    exit_code = EXIT_BUILD_FAILED
+
+
+def build_wheels(
+    dist_dir: Path,
+    console: Console,
+    guard: signals.Guard,
+    *,
+    python: Path | None = None,
+    patches_dir: Path | None = None,
+    cache_option: str | None = None,
+    revision: int | None = None,
+    repo_root: Path = REPO_ROOT,
+) -> list[Built]:
+    """Build the patched wheel of every default pin into ``dist_dir`` (see the module docstring); all or none of
+    them land there. ``python`` builds them (default: the test environment's)."""
+    patches_dir = patches_dir or repo_root / "patches"
+    pins = load_pins(patches_dir / "upstreams.toml")
+    defaults = pins.defaults()
+    if not defaults:
+        raise BadInput(f"{pins.source} marks no [[upstream]] as default = true")
+    unknown = [pin.label for pin in defaults if pin.key not in UPSTREAMS]
+    if unknown:
+        raise BadInput(f"no wheel recipe for {', '.join(unknown)} (known: {', '.join(UPSTREAMS)})")
+    label = patchset_label(patches_dir, revision)
+    for pin in defaults:
+        if not is_valid_version(label.version(pin.version)):
+            raise BadInput(f"{label.version(pin.version)} is not a PEP 440 version with a local label")
+    if label.dirty:
+        console.warn(f"{display_path(patches_dir)} has uncommitted changes: the wheels are labelled {label.text}")
+    if python is None:
+        python = ensure_venv()  # builds the test environment on first use
+    cache = resolve_cache(cache_option, os.environ, repo_root)
+    env = _build_env(label, patches_dir)
+    dist_dir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="patchset-wheels-"))
+    try:
+        staged: list[Built] = []
+        for pin in defaults:
+            version = label.version(pin.version)
+            vanilla = ensure_upstream(pin, cache, console)
+            tree = work / pin.dirname
+            gitops.clone_local(vanilla, tree)
+            console.step(f"Applying the {pin.series} series to a fresh clone of {pin.label}")
+            steps = _apply_series(pin, tree, patches_dir, console, guard)
+            manifest = make_manifest(pin, label, steps)
+            _prepare_tree(pin, tree, label, manifest)
+            console.step(f"Building {pin.name} {version} wheel")
+            out = work / f"wheel-{pin.dirname}"
+            started = time.monotonic()
+            proc = _pip_wheel(python, tree, out, env)
+            if proc.returncode != 0:
+                tail = "\n".join((proc.stderr + proc.stdout).strip().splitlines()[-20:])
+                raise BuildFailed(f"pip wheel failed for {pin.label} (exit status {proc.returncode}):\n{tail}")
+            wheels = sorted(out.glob("*.whl"))
+            if len(wheels) != 1:
+                raise BuildFailed(f"pip wheel left {len(wheels)} wheels for {pin.label} in {out}, expected one")
+            if (problem := _check_wheel(pin, wheels[0], version)) is not None:
+                raise BuildFailed(f"{pin.label}: {problem}; nothing was put into {display_path(dist_dir)}")
+            console.step(f"Built {wheels[0].name} in {time.monotonic() - started:.0f} s")
+            staged.append(Built(pin=pin, version=version, wheel=wheels[0], manifest=manifest))
+        built = []
+        for item in staged:
+            dest = dist_dir / item.wheel.name
+            shutil.move(str(item.wheel), dest)
+            built.append(Built(pin=item.pin, version=item.version, wheel=dest, manifest=item.manifest))
+        return built
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# --- reading the manifest at runtime --------------------------------------------------------------------------
+
+
+def read_manifest(package: str) -> tuple[Path | None, dict[str, Any] | None]:
+    """Where ``import package`` would load it from and its patchset manifest (None when it has none), without
+    importing it; ``(None, None)`` when it cannot be imported at all."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None, None
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    path = folder / MANIFEST_NAME
+    if not path.is_file():
+        return folder, None
+    return folder, json.loads(path.read_text(encoding="utf-8"))
+
+
+def _installed_version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(_DISTRIBUTIONS.get(package, package))
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cmd_manifest(args: argparse.Namespace, console: Console) -> int:
+    """``manifest``: print the patchset manifest of each installed package; 1 when one has none."""
+    if args.python:  # read that environment: run this same command with its interpreter, from this checkout
+        command = [args.python, "-P", "-m", "patchset", "wheels", "manifest", *args.packages]
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        try:
+            return subprocess.run([*command, *(["--json"] if args.json else [])], env=env).returncode
+        except OSError as error:
+            print(f"error: cannot run --python {args.python}: {error.strerror}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    found: dict[str, Any] = {}
+    missing = False
+    for package in args.packages:
+        folder, manifest = read_manifest(package)
+        missing |= manifest is None
+        found[package] = {
+            "location": str(folder) if folder else None,
+            "distribution_version": _installed_version(package),
+            "manifest": manifest,
+        }
+        if args.json:
+            continue
+        if folder is None:
+            console.summary(f"{package}: not importable")
+        elif manifest is None:
+            console.summary(f"{package} at {folder}: no patchset manifest (not a patched wheel)")
+        else:
+            upstream = manifest["upstream"]
+            console.summary(
+                f"{package} {manifest['version']} at {folder}: {manifest['patchset']} revision {manifest['revision']} "
+                f"(commit {manifest['commit'] or 'unknown'}) on {upstream['name']} {upstream['version']} "
+                f"(sdist sha256 {upstream['sdist_sha256']})"
+            )
+            for patch in manifest["patches"]:
+                console.summary(f"  {patch['name']} ({patch['status']}) sha256 {patch['sha256']}")
+    if args.json:
+        print(json.dumps(found, indent=2))
+    return 1 if missing else EXIT_OK
+
+
+# --- command line -----------------------------------------------------------------------------------------------
+
+EXIT_CODES = """\
+exit status:
+  0  built: every wheel is in the dist folder (manifest: every package has a manifest)
+  1  pip could not build a wheel, the wheel is not the one expected, or the build environment could not be
+     made; nothing was put into the dist folder
+     (manifest: a package is not importable or has no manifest)
+  2  bad input: usage; bad upstreams.toml, series or patch; no revision (not a git checkout: pass --revision);
+     sha256 mismatch, PyPI unreachable with no sdist cached, failed fetch; the tree's version is not the pin's
+  3  a patch does not apply to the pinned release (the message names the patch, file and hunk)
+  130, 143, 129  interrupted by SIGINT, SIGTERM or SIGHUP
+"""
+
+DESCRIPTION = """\
+Build patched wheels of the pinned releases: for each default pin of patches/upstreams.toml (verl 0.8.0,
+trinity-rft 0.6.0), the verified sdist's checkout from the cache, a fresh clone with the series applied,
+version <release>+patchset.<N> (N: the commits of this repository that touch patches/), and a manifest
+<package>/_patchset_manifest.json inside; built with pip wheel (no build isolation, no index) by the test
+environment's python, into DIST (default: <repo>/dist).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="scripts/build-wheels.sh",
+        description=DESCRIPTION,
+        epilog=EXIT_CODES + "\nWith no command, 'build' runs.",
+        formatter_class=formatter,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    build = commands.add_parser(
+        "build", help="build the patched wheels (default)", description=DESCRIPTION, epilog=EXIT_CODES,
+        formatter_class=formatter,
+    )  # fmt: skip
+    build.add_argument("--dist-dir", metavar="DIST", help="where the wheels go (default: <repo>/dist)")
+    build.add_argument(
+        "--cache", metavar="DIR", help=f"cache for sdists and checkouts (default: ${CACHE_ENV}, else <repo>/.cache)"
+    )
+    build.add_argument("--patches-dir", metavar="DIR", help="folder holding upstreams.toml and the series folders")
+    build.add_argument(
+        "--revision", type=int, metavar="N", help="the patchset revision for the label, instead of counting commits"
+    )
+    build.add_argument("-q", "--quiet", action="store_true", help="print only the wheels built, warnings and errors")
+    manifest = commands.add_parser(
+        "manifest",
+        help="print the patchset manifest of the installed verl and trinity",
+        description="Print the patchset manifest of the packages 'import' would load (without importing them).",
+        epilog="exit status: 0 every package has a manifest; 1 one is not importable or has none; 2 usage",
+    )
+    manifest.add_argument("packages", nargs="*", default=list(_DISTRIBUTIONS), metavar="PACKAGE")
+    manifest.add_argument("--json", action="store_true", help="print JSON: location, installed version, manifest")
+    manifest.add_argument(
+        "--python",
+        metavar="PYTHON",
+        help="the python of the environment to read (default: the one running this; this project is not installed "
+        "there, the command runs from this checkout)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("build", "manifest", "-h", "--help"):
+        argv = ["build", *argv]
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2)
+        return usage_exit_status(exc, EXIT_BAD_INPUT)
+    if args.command == "manifest":
+        return cmd_manifest(args, Console())
+    console = Console(quiet=args.quiet)
+    dist_dir = Path(args.dist_dir).expanduser().resolve() if args.dist_dir else REPO_ROOT / "dist"
+    patches_dir = Path(args.patches_dir).expanduser() if args.patches_dir else None
+
+    def build() -> int:
+        with signals.handled() as guard:
+            built = build_wheels(
+                dist_dir, console, guard, patches_dir=patches_dir, cache_option=args.cache, revision=args.revision
+            )
+        for item in built:
+            console.summary(str(item.wheel))
+        return EXIT_OK
+
+    return run_reporting_errors(
+        build,
+        interrupted=f"no wheel was put into {display_path(dist_dir)}",
+        other_errors={VenvError: EXIT_BUILD_FAILED},
+    )
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""This project's tests; \`tests.harness\` is the test command itself."""

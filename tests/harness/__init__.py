@@ -1,0 +1,1 @@
+"""The test command (scripts/test.sh): its steps, environments and checks. Not shipped."""

@@ -1,0 +1,71 @@
+"""A fresh "pip-installed release" environment for the overlay tests: verl and Trinity as users install them.
+
+``python -m venv`` a new environment, let it see the pinned test dependencies through one ``.pth`` line (the
+2.2 GB of torch and friends are not installed twice), then ``pip install`` into it, without network or build
+isolation, the pinned verl and trinity-rft sdists (what ``pip install verl==0.8.0 trinity-rft==0.6.0`` fetches)
+and this project, built as a wheel as users get it. The pinned venv's own pip does the installing.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from patchset.testenv.venv import REPO_ROOT, VenvError
+from patchset.upstreams.fetch import sha256_of
+from patchset.upstreams.pins import Pin, load_pins
+from tests.harness.linked_venv import linked_venv
+
+_NOT_PACKAGED = (
+    ".cache",
+    ".venv",
+    ".git",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    ".ruff_cache",
+)
+
+
+def _run(command: list[str], step: str) -> None:
+    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if result.returncode != 0:
+        tail = "\n".join(result.stdout.splitlines()[-20:])
+        raise VenvError(f"{step} failed (exit {result.returncode}):\n{tail}")
+
+
+def _sdist(cache_sdists: Path, pin: Pin) -> Path:
+    """The cached sdist whose sha256 is the pinned one (the file name does not decide)."""
+    for candidate in sorted(cache_sdists.iterdir()) if cache_sdists.is_dir() else ():
+        if candidate.is_file() and sha256_of(candidate) == pin.sdist_sha256:
+            return candidate
+    raise VenvError(f"no verified sdist of {pin.label} in {cache_sdists}; run `scripts/apply.sh --no-test` first")
+
+
+def build_overlay_env(venv_dir: Path, deps_python: Path, cache_sdists: Path) -> tuple[Path, Path]:
+    """(Re)make ``venv_dir`` with the pinned releases and this project installed; its python and site-packages."""
+    shutil.rmtree(venv_dir, ignore_errors=True)
+    try:
+        python, site = linked_venv(deps_python, venv_dir)
+    except subprocess.CalledProcessError as error:
+        raise VenvError(f"creating the overlay venv failed (exit {error.returncode})") from None
+    pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml").defaults()
+    sdists = [str(_sdist(cache_sdists, pin)) for pin in pins]
+    pip = [str(deps_python), "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index"]
+    pip += ["--no-build-isolation"]
+    _run([*pip, *sdists], "installing the pinned releases from their sdists")
+    # from a clean copy: building in place would leave build/ here, and reuse stale files from an earlier build
+    with tempfile.TemporaryDirectory(prefix="patchset-project-") as tmp:
+        project = Path(tmp) / "project"
+        shutil.copytree(REPO_ROOT, project, ignore=shutil.ignore_patterns(*_NOT_PACKAGED))
+        _run([*pip, str(project)], "installing this project")
+    return python, site
+
+
+if __name__ == "__main__":
+    print(build_overlay_env(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])))

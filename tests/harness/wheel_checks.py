@@ -1,0 +1,237 @@
+"""The test command's check of the patched wheels: build them, install them into a fresh venv, check what they
+report and test the installed packages. Part of the harness (tests/harness), not of the tooling."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+from patchset.plumbing import gitops, signals
+from patchset.plumbing.errors import PatchsetError
+from patchset.plumbing.ui import Console
+from patchset.series.model import load_series
+from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv
+from patchset.upstreams.registry import UPSTREAMS
+from patchset.wheels.build import MANIFEST_NAME, Built, build_wheels
+from tests.harness.linked_venv import linked_venv
+
+# The smoke run on the installed wheels: the loss tests of both upstreams, one batch shape per loss and mode.
+SMOKE = ("test_critic_value_loss.py", "test_trinity_policy_loss.py", "test_distillation_loss.py")
+
+# --- the check: install the wheels into a fresh environment and test them -------------------------------------
+
+
+def _child_env() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
+
+
+def _run(command: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess:
+    return subprocess.run(list(command), capture_output=True, text=True, stdin=subprocess.DEVNULL, **kwargs)
+
+
+def _pip_show(python: Path, names: Sequence[str]) -> dict[str, dict[str, str]]:
+    proc = _run([str(python), "-m", "pip", "show", "--disable-pip-version-check", *names], env=_child_env())
+    shown: dict[str, dict[str, str]] = {}
+    for block in proc.stdout.split("\n---\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        if "Name" in fields:
+            shown[fields["Name"]] = fields
+    return shown
+
+
+def verify_install(python: Path, site: Path, built: Sequence[Built], console: Console) -> list[str]:
+    """Check the wheels installed in the env of ``python``: versions (importlib.metadata, pip show, the modules'
+    own ``__version__``), the manifests, and Trinity's verl version check; the problems found."""
+    problems: list[str] = []
+    names = [item.pin.name for item in built]
+    code = "import importlib.metadata as m, json, sys; print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))"
+    proc = _run([str(python), "-c", code, *names], env=_child_env())
+    versions = json.loads(proc.stdout) if proc.returncode == 0 else {}
+    shown = _pip_show(python, names)
+    for item in built:
+        metadata = versions.get(item.pin.name)
+        pip_version = shown.get(item.pin.name, {}).get("Version")
+        location = shown.get(item.pin.name, {}).get("Location", "")
+        console.step(f"{item.pin.name}: importlib.metadata {metadata}, pip show {pip_version} at {location}")
+        if metadata != item.version or pip_version != item.version:
+            problems.append(f"{item.pin.name} reports {metadata} / {pip_version}, expected {item.version}")
+        if not location or Path(location).resolve() != site.resolve():
+            problems.append(f"pip show places {item.pin.name} at {location or 'nowhere'}, not {site}")
+    proc = _run([str(python), "-m", "patchset", "wheels", "manifest", "--json"], cwd=REPO_ROOT, env=_child_env())
+    read = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+    for item in built:
+        package = UPSTREAMS[item.pin.key].package
+        entry = read.get(package) or {}
+        if entry.get("manifest") != item.manifest:
+            problems.append(f"the manifest read from the installed {package} differs from the one built into it")
+        elif not str(entry.get("location", "")).startswith(str(site)):
+            problems.append(f"{package} would be imported from {entry.get('location')}, not from {site}")
+    # the modules' own version, and the one runtime check of a version among them (Trinity's, on verl)
+    code = (
+        "import json, verl, trinity; from trinity.trainer.trainer import is_verl_legacy; "
+        "print(json.dumps([verl.__version__, trinity.__version__, is_verl_legacy()]))"
+    )
+    proc = _run([str(python), "-c", code], cwd=site, env=_child_env())
+    if proc.returncode != 0:
+        problems.append(f"importing the installed verl and trinity failed:\n{proc.stderr[-2000:]}")
+    else:
+        verl_version, trinity_version, legacy = json.loads(proc.stdout.strip().splitlines()[-1])
+        console.step(f"verl.__version__ {verl_version}, trinity.__version__ {trinity_version}, legacy verl {legacy}")
+        wanted = {item.pin.key: item.version for item in built}
+        if [verl_version, trinity_version] != [wanted.get("verl"), wanted.get("trinity")] or legacy:
+            problems.append(
+                f"at runtime verl {verl_version}, trinity {trinity_version}, is_verl_legacy() {legacy}; expected "
+                f"{wanted.get('verl')}, {wanted.get('trinity')}, False"
+            )
+    return problems
+
+
+def _skipped_for_the_label(junit: Path, versions: Sequence[str]) -> list[tuple[str, str]]:
+    """The tests of the JUnit report ``junit`` skipped with a reason that names one of the labelled ``versions``:
+    a version check that the local label tripped (an exact ``== "0.8.0"`` on the version string, say), which would
+    otherwise pass silently for the wheels."""
+    try:
+        root = ElementTree.parse(junit).getroot()
+    except (OSError, ElementTree.ParseError):
+        return [("the regression suite", f"wrote no readable JUnit report {junit}")]
+    tripped = []
+    for case in root.iter("testcase"):
+        for skipped in case.iter("skipped"):
+            reason = skipped.get("message", "")
+            if any(version in reason for version in versions):
+                tripped.append((f"{case.get('classname')}::{case.get('name')}", reason))
+    return tripped
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _installed_files(site: Path, distribution: str) -> list[str]:
+    """The files pip installed for ``distribution`` into ``site``, from its RECORD (paths relative to ``site``)."""
+    prefix = distribution.replace("-", "_")
+    records = sorted(site.glob(f"{prefix}-*.dist-info/RECORD"))
+    if len(records) != 1:
+        raise PatchsetError(f"expected one {prefix}-*.dist-info/RECORD in {site}, found {len(records)}")
+    with records[0].open(newline="", encoding="utf-8") as stream:
+        return [row[0] for row in csv.reader(stream) if row]
+
+
+def installed_files_match(site: Path, built: Sequence[Built], trees: Mapping[str, Path], console: Console) -> list[str]:
+    """Every file each wheel installed (its RECORD) against the patched tree's file at the same path, by sha256.
+
+    Two files differ by design: the version file, which carries the ``+patchset.N`` label, and the manifest, which
+    only the wheel has. Every Python file the series changes must be among those compared, so a wheel built from
+    the wrong tree, or missing a patched module, fails here. Returns the problems found."""
+    problems: list[str] = []
+    for item in built:
+        upstream, tree = UPSTREAMS[item.pin.key], trees[item.pin.key]
+        labelled = {upstream.version_file, f"{upstream.package}/{MANIFEST_NAME}"}
+        compared: set[str] = set()
+        for relative in _installed_files(site, item.pin.name):
+            if ".dist-info/" in relative or relative.startswith("..") or relative in labelled:
+                continue
+            if "__pycache__/" in relative:
+                continue
+            if not (tree / relative).is_file():
+                problems.append(f"{item.wheel.name} installs {relative}, which the patched tree {tree} does not have")
+            elif _sha256(site / relative) != _sha256(tree / relative):
+                problems.append(f"{item.wheel.name} installs {relative}, which differs from the patched tree's file")
+            else:
+                compared.add(relative)
+        patched = {
+            path
+            for patch in load_series(REPO_ROOT / "patches", item.pin.series).patches
+            for path in patch.files
+            if path.startswith(f"{upstream.package}/") and path.endswith(".py")
+        }
+        for path in sorted(patched - compared):
+            problems.append(f"{item.wheel.name} does not install {path} as the patched tree has it")
+        console.step(
+            f"{item.pin.name}: {len(compared)} installed files equal the patched tree's (sha256), the "
+            f"{len(patched)} Python files the series changes among them; only the version file and manifest differ"
+        )
+    return problems
+
+
+def check_wheels(
+    console: Console,
+    patched: Mapping[str, Path],
+    cache: str | Path | None = None,
+    pytest_args: Sequence[str] = SMOKE,
+) -> bool:
+    """Build the wheels (into a temporary folder), install them with ``pip install --no-deps`` into a fresh venv,
+    check what they report, that every installed file is the patched tree's (``installed_files_match``), and run a
+    smoke run of the regression suite (``SMOKE``: one shape per loss and mode of the loss tests) on them.
+
+    The fresh venv holds nothing but the two wheels; their dependencies (torch and the rest of the locked set,
+    2.2 GB) are seen through a ``.pth`` line pointing at the test environment's site-packages, instead of being
+    installed again: a new venv in under a second rather than two minutes, with the same dependency versions the
+    suite is pinned to. ``venv --system-site-packages`` would not do: from a venv it exposes the base
+    interpreter, not the venv's packages. The suite runs with the fresh venv's python, on its site-packages
+    (the suite's conftest checks every module it tests was imported from there). The whole suite already ran on
+    the patched trees, whose files these are. ``cache``: the cache folder (default: ``$PATCHSET_CACHE``, else
+    ``<repo>/.cache``).
+    """
+    started = time.monotonic()
+    try:
+        with tempfile.TemporaryDirectory(prefix="patchset-wheel-check-") as tmp, signals.handled() as guard:
+            ok = _check_in(Path(tmp), console, guard, None if cache is None else str(cache), patched, pytest_args)
+    except (PatchsetError, gitops.GitError, VenvError, subprocess.CalledProcessError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        ok = False
+    console.summary(f"Wheel check {'passed' if ok else 'FAILED'} in {time.monotonic() - started:.0f} s")
+    return ok
+
+
+def _check_in(
+    work: Path,
+    console: Console,
+    guard: signals.Guard,
+    cache: str | None,
+    patched: Mapping[str, Path],
+    pytest_args: Sequence[str],
+) -> bool:
+    """``check_wheels`` in the scratch folder ``work``."""
+    from patchset.testenv.regression import SUITE, regression_env  # the suite's module: heavier, only needed here
+
+    base_python = ensure_venv()
+    built = build_wheels(work / "dist", console, guard, python=base_python, cache_option=cache)
+    python, site = linked_venv(base_python, work / "venv")
+    console.step(f"Installing {', '.join(item.wheel.name for item in built)} into a fresh venv {work / 'venv'}")
+    if (spec := _run([str(python), "-c", "import verl"], env=_child_env())).returncode == 0:
+        print(f"error: the fresh venv already imports verl before the install:\n{spec.stdout}", file=sys.stderr)
+        return False
+    install = [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check"]
+    proc = _run([*install, "--quiet", *(str(item.wheel) for item in built)], env=_child_env())
+    if proc.returncode != 0:
+        print(f"error: pip install of the wheels failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
+        return False
+    problems = verify_install(python, site, built, console)
+    problems += installed_files_match(site, built, patched, console)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    console.step(f"Smoke run of the regression suite (expecting the fix) on the installed wheels in {site}")
+    trees = {item.pin.key: site for item in built}
+    junit = work / "regression.xml"
+    command = [str(python), "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+    command += [*(str(SUITE / name) for name in pytest_args)]
+    env = regression_env(trees, "fixed", None, sample=True)
+    passed = subprocess.run(command, cwd=REPO_ROOT, env=env).returncode == 0
+    if not passed:
+        print("error: the regression suite failed on the installed wheels; see its output above", file=sys.stderr)
+    tripped = _skipped_for_the_label(junit, [item.version for item in built])
+    for test, reason in tripped:
+        problems.append(f"{test} was skipped because of the labelled version: {reason}")
+        print(f"error: {problems[-1]}", file=sys.stderr)
+    return passed and not problems
