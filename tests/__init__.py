@@ -1,1 +1,1 @@
-"""This project's tests; \`tests.harness\` is the test command itself."""
+"""This project's tests; ``tests.harness`` is the test command itself."""
