@@ -48,14 +48,15 @@ def _install_showing_progress(command: list[str], total: int, step: str, every: 
         assert child.stdout is not None
         for line in child.stdout:
             lines.append(line.rstrip())
-            if line.startswith("Collecting "):
+            if line.startswith(("Collecting ", "Processing ")):
                 collected += 1
                 if collected % every == 0 or collected == total:
                     print(
                         f"  pip: {collected}/{total} packages fetched ({time.monotonic() - started:.0f} s)", flush=True
                     )
             elif line.startswith("Installing collected packages"):
-                print(f"  pip: installing {collected} packages ({time.monotonic() - started:.0f} s)", flush=True)
+                count = len(line.partition(":")[2].split(","))
+                print(f"  pip: installing {count} packages ({time.monotonic() - started:.0f} s)", flush=True)
     if child.returncode != 0:
         tail = "\n".join(lines[-20:])
         raise VenvError(f"{step} failed (exit {child.returncode}):\n{tail}")
@@ -79,7 +80,20 @@ def ensure_venv(venv_dir: Path | None = None, lock_file: Path = LOCK_FILE) -> Pa
     shutil.rmtree(venv_dir, ignore_errors=True)
     _run([sys.executable, "-m", "venv", str(venv_dir)], "creating the venv")
     python = str(venv_python(venv_dir))
-    install = [python, "-m", "pip", "install", "--no-deps", "--progress-bar", "off", "-r", str(lock_file)]
+    # --no-compile: byte-compiling every file of torch and the rest at install takes about a minute; Python compiles
+    # what is imported on first use instead
+    install = [
+        python,
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        "--no-compile",
+        "--progress-bar",
+        "off",
+        "-r",
+        str(lock_file),
+    ]
     _install_showing_progress(install, _pinned_count(lock_file), f"pip install -r {lock_file}")
     _run([python, "-m", "pip", "check"], "pip check")
     stamp.write_text(digest + "\n")

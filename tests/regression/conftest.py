@@ -44,6 +44,7 @@ EXPECTATIONS = ("fixed", "bug")
 # check still has to fail on the vanilla trees once, without every case again.
 SHAPE_PARAMS = frozenset({"split", "dp_size", "world_size", "micro_batch_rows"})
 SAMPLE_VARIABLE = "PATCHSET_SAMPLE"
+LONGEST_FIRST = ("test_engine_e2e.py",)
 # tests whose patched run compares every case with the vanilla run's own measurement of it: never sampled
 EVERY_VANILLA_CASE = frozenset({"test_every_policy_loss_never_worse_than_vanilla_and_split_invariant_where_promised"})
 MODES = ("patches", "overlay")
@@ -120,6 +121,9 @@ def _sample_shapes(config: pytest.Config, items: list[pytest.Item]) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get(SAMPLE_VARIABLE) == "shapes":
         _sample_shapes(config, items)
+    # the longest module first: under pytest-xdist (one file per worker) the other worker runs everything else
+    # meanwhile, instead of the engine runs starting last on a core left alone
+    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)
     if _mode() != "overlay":
         return
     for item in items:

@@ -255,13 +255,15 @@ def _train_step(engine, data, loss_function) -> tuple[float, int]:
     return float(output["metrics"]["grad_norm"]), len(output["loss"])
 
 
-def _run_component(component: str, model_path: Path, rank: int, world_size: int) -> list[Measurement]:
+def _run_component(
+    component: str, model_path: Path, rank: int, world_size: int, micro_batch_counts: Sequence[int]
+) -> list[Measurement]:
     engine = _build_engine(component, model_path)
     global_batch = make_global_batch()
     measurements = []
     for mode in LOSS_AGG_MODES:
         loss_function = _loss_function(component, mode)
-        for micro_batches in MICRO_BATCHES:
+        for micro_batches in micro_batch_counts:
             if component == DISTILLATION:  # every step is a fresh worker's first call
                 loss_function = _loss_function(component, mode)
             budget = token_budget(global_batch, world_size, micro_batches)
@@ -284,7 +286,14 @@ def engine_module_files(components: Sequence[str]) -> dict[str, str]:
     return {name: str(Path(importlib.import_module(name).__file__ or "").resolve()) for name in names}
 
 
-def _worker(rank: int, world_size: int, workdir: str, sys_path: Sequence[str], components: Sequence[str]) -> None:
+def _worker(
+    rank: int,
+    world_size: int,
+    workdir: str,
+    sys_path: Sequence[str],
+    components: Sequence[str],
+    micro_batch_counts: Sequence[int],
+) -> None:
     # the trees under test first, whatever the spawn start method copied over from the parent
     sys.path[:] = [*sys_path, *(entry for entry in sys.path if entry not in sys_path)]
     result_file = Path(workdir) / f"rank{rank}.json"
@@ -304,7 +313,7 @@ def _worker(rank: int, world_size: int, workdir: str, sys_path: Sequence[str], c
                 from trinity.trainer.verl.monkey_patch import patch_verl_engine
 
                 patch_verl_engine()
-            measurements += _run_component(component, Path(workdir) / "model", rank, world_size)
+            measurements += _run_component(component, Path(workdir) / "model", rank, world_size, micro_batch_counts)
         result = {
             "measurements": [asdict(m) for m in measurements],
             "modules": engine_module_files(components),
@@ -316,7 +325,12 @@ def _worker(rank: int, world_size: int, workdir: str, sys_path: Sequence[str], c
     result_file.write_text(json.dumps(result))
 
 
-def run_world(world_size: int, sys_path: Sequence[str], components: Sequence[str] = COMPONENTS) -> list[dict]:
+def run_world(
+    world_size: int,
+    sys_path: Sequence[str],
+    components: Sequence[str] = COMPONENTS,
+    micro_batch_counts: Sequence[int] = MICRO_BATCHES,
+) -> list[dict]:
     """Spawn ``world_size`` ranks, run the matrix, and return each rank's result (measurements, module files)."""
     import torch.multiprocessing as mp
 
@@ -324,7 +338,10 @@ def run_world(world_size: int, sys_path: Sequence[str], components: Sequence[str
         save_tiny_model(Path(workdir) / "model")
         context = mp.get_context("spawn")
         processes = [
-            context.Process(target=_worker, args=(rank, world_size, workdir, list(sys_path), list(components)))
+            context.Process(
+                target=_worker,
+                args=(rank, world_size, workdir, list(sys_path), list(components), list(micro_batch_counts)),
+            )
             for rank in range(world_size)
         ]
         for process in processes:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from patchset_fakes import (
     DEPENDENT_PATCH,
+    FAULT_PROPERTY,
     FORMAT_PATCH,
     INDEPENDENT_PATCH,
     REPO_ROOT,
@@ -173,13 +174,27 @@ def fake_series(pinned_templates: dict[str, Path], tmp_path_factory: pytest.Temp
 FAULTS = pytest.StashKey[list[Fault]]()
 
 
+class _FaultCollector:
+    """Gathers the faults recorded in each test's report into the session's registry: in this process, or from
+    every pytest-xdist worker in the main one."""
+
+    def __init__(self, log: list[Fault]) -> None:
+        self.log = log
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when != "call" and not (report.when == "setup" and report.failed):
+            return  # once per test: its call, or its setup when that failed (each report holds them all)
+        self.log += [Fault(**value) for name, value in report.user_properties if name == FAULT_PROPERTY]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[FAULTS] = []
+    config.pluginmanager.register(_FaultCollector(config.stash[FAULTS]), "patchset-fault-collector")
 
 
 @pytest.fixture
 def faults(request: pytest.FixtureRequest) -> FaultRecorder:
-    return FaultRecorder(request.config.stash[FAULTS], request.node.nodeid)
+    return FaultRecorder(request.node.user_properties, request.node.nodeid)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -7,6 +7,7 @@ invariant."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import os
@@ -274,17 +275,21 @@ class Fault:
         return self.code == 0
 
 
-class FaultRecorder:
-    """Records the faults of one test into the session's registry (recorded before any assertion, so that a
-    silent success is counted even though its test fails)."""
+FAULT_PROPERTY = "patchset-fault"
 
-    def __init__(self, log: list[Fault], test: str) -> None:
-        self._log = log
+
+class FaultRecorder:
+    """Records the faults of one test in its report's ``user_properties`` (recorded before any assertion, so that
+    a silent success is counted even though its test fails). Reports reach the main process under pytest-xdist
+    too, where the session's registry collects them (``pytest_runtest_logreport`` in conftest)."""
+
+    def __init__(self, properties: list[tuple[str, object]], test: str) -> None:
+        self._properties = properties
         self._test = test
 
     def record(self, case: str, code: int, *, intact: bool, message: str = "") -> Fault:
         fault = Fault(self._test, case, code, intact, message)
-        self._log.append(fault)
+        self._properties.append((FAULT_PROPERTY, dataclasses.asdict(fault)))
         return fault
 
 
