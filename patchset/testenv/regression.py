@@ -20,12 +20,13 @@ VERL_ROLE = "PATCHSET_VERL_ROLE"
 SAMPLE_VARIABLE = "PATCHSET_SAMPLE"
 
 
-def parallel_args(python: Path) -> list[str]:
-    """pytest-xdist options that run the suite on every core (``PATCHSET_WORKERS`` overrides; 1: none), one test
-    file per worker so that a module's fixtures (the engine end-to-end run) are built once; none without xdist."""
+def parallel_args(python: Path, dist: str = "loadfile") -> list[str]:
+    """pytest-xdist options that run tests on every core (``PATCHSET_WORKERS`` overrides; 1: none); none without
+    xdist. ``loadfile`` (the regression suite): one file per worker, so that a module's fixtures (the engine
+    end-to-end run) are built once; ``worksteal``: tests of uneven length, spread as workers fall idle."""
     workers = int(os.environ.get("PATCHSET_WORKERS") or min(os.cpu_count() or 1, 4))
     has_xdist = subprocess.run([str(python), "-c", "import xdist"], capture_output=True).returncode == 0
-    return ["-n", str(workers), "--dist", "loadfile"] if workers > 1 and has_xdist else []
+    return ["-n", str(workers), "--dist", dist] if workers > 1 and has_xdist else []
 
 
 def regression_env(

@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if not args.quick:
         # after the fetch, so the round trip of the real series on the pinned checkouts runs too
-        tooling = [python, "-m", "pytest", "tests/scripts", "-q", *parallel_args(Path(python))]
+        tooling = [python, "-m", "pytest", "tests/scripts", "-q", *parallel_args(Path(python), "worksteal")]
         steps.run(
             "tooling tests",
             "apply, export, wheels and their faults leave every tree intact",

@@ -25,8 +25,9 @@ from patchset.upstreams.registry import UPSTREAMS
 from patchset.wheels.build import MANIFEST_NAME, Built, build_wheels
 from tests.harness.linked_venv import linked_venv
 
-# The smoke run on the installed wheels: the loss tests of both upstreams, one batch shape per loss and mode.
-SMOKE = ("test_critic_value_loss.py", "test_trinity_policy_loss.py", "test_distillation_loss.py")
+# The smoke run on installed packages (wheels, overlays): the critic and actor loss tests, one batch shape per
+# loss and mode. What proves those modes is elsewhere (file hashes; parity and import order); this shows they run.
+SMOKE = ("test_critic_value_loss.py", "test_trinity_policy_loss.py")
 
 # --- the check: install the wheels into a fresh environment and test them -------------------------------------
 

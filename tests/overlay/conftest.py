@@ -23,6 +23,15 @@ HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 
 
+# the longest modules first: under pytest-xdist (one file per worker) the short ones fill in around them
+LONGEST_FIRST = ("test_import_order.py", "test_activation.py", "test_guards.py", "test_ray.py", "test_parity.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def _every_piece() -> int:
     """How many entries `status` lists when everything is active: each code piece, and verl's critic YAML."""
     from patchset_overlay import overlays
