@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -166,6 +167,16 @@ def fake_series(pinned_templates: dict[str, Path], tmp_path_factory: pytest.Temp
         (patches / "verl" / "series").write_text(f"{first.path.name}\n{second}\n")
         dirs[kind] = patches
     return dirs
+
+
+@pytest.fixture
+def temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The system temp folder for this test is a folder of its own: backups made by a snapshot land there, where a
+    test can see that they are discarded (and the real temp folder is never written)."""
+    folder = tmp_path / "temp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
 
 
 # --- the fault registry -----------------------------------------------------------------------------------

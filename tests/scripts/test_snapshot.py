@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,13 +17,8 @@ from patchset.plumbing.snapshot import Snapshot
 OLD_TIMES = (946684800_000000000, 946684800_000000000)  # 2000-01-01
 
 
-@pytest.fixture(autouse=True)
-def temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The backups go to a folder of this test's own (the system temp folder is never written)."""
-    folder = tmp_path / "temp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
+# every test: backups go to a temp folder of its own (the `temp` fixture of conftest)
+pytestmark = pytest.mark.usefixtures("temp")
 
 
 def mode(path: Path) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,13 +28,8 @@ FIRST = "0001-add-scale.patch"
 SECOND = "0002-fix-scale.patch"
 
 
-@pytest.fixture(autouse=True)
-def temp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The snapshots' backups go to a folder of this test's own, to see that they are discarded."""
-    folder = tmp_path / "temp"
-    folder.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
+# every test: backups go to a temp folder of its own (the `temp` fixture of conftest)
+pytestmark = pytest.mark.usefixtures("temp")
 
 
 @pytest.fixture(scope="module")
