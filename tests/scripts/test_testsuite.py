@@ -25,16 +25,23 @@ QUICK_STEPS = ["environment", "pinned trees", "teeth (vanilla)", "fix (patched)"
 
 
 @pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Every step passes at once, doing nothing."""
+def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str, list[str], bool]]:
+    """Every step passes at once, doing nothing; the list holds each regression run: (expect, pytest args, sample)."""
+    runs: list[tuple[str, list[str], bool]] = []
+
+    def regression(trees, expect, baseline_dir=None, pytest_args=(), sample=False) -> int:
+        runs.append((expect, list(pytest_args), sample))
+        return 0
+
     monkeypatch.setattr(testsuite, "ensure_venv", lambda: tmp_path / "python")
     monkeypatch.setattr(testsuite, "_run", lambda command, env=None: True)
-    monkeypatch.setattr(testsuite, "run_regression_tests", lambda *args, **kwargs: 0)
+    monkeypatch.setattr(testsuite, "run_regression_tests", regression)
     monkeypatch.setattr(testsuite, "check_wheels", lambda *args, **kwargs: True)
     monkeypatch.setattr(testsuite, "_upstream_merged_step", lambda *args, **kwargs: True)
     monkeypatch.setattr(testsuite, "_overlay_step", lambda *args, **kwargs: True)
     monkeypatch.setattr(testsuite, "_pinned_trees", lambda cache: ({}, {}))
     monkeypatch.setattr(testsuite, "parallel_args", lambda python, dist="loadfile": [])
+    return runs
 
 
 def _steps_run(capsys: pytest.CaptureFixture[str], argv: list[str], cache: Path) -> list[str]:
@@ -46,12 +53,16 @@ def _steps_run(capsys: pytest.CaptureFixture[str], argv: list[str], cache: Path)
 
 def test_every_step_runs_and_is_timed_in_the_summary(recorded, capsys, tmp_path):
     assert _steps_run(capsys, [], tmp_path / "cache") == EVERY_STEP
+    assert recorded == [("bug", [], True), ("fixed", [], False)]  # teeth sampled, the fix on every case
 
 
 def test_quick_runs_exactly_the_steps_its_help_names(recorded, capsys, tmp_path):
     assert _steps_run(capsys, ["--quick"], tmp_path / "cache") == QUICK_STEPS
+    assert [(expect, sample) for expect, _, sample in recorded] == [("bug", True), ("fixed", True)]
+    assert all(args[0] == "--ignore" and args[1].endswith("test_engine_e2e.py") for _, args, _ in recorded)
     with pytest.raises(SystemExit):
         testsuite.main(["--help"])
     quick_help = " ".join(capsys.readouterr().out.split("--quick", 1)[1].split())
-    assert "only the pinned trees and the regression suite on them" in quick_help
+    assert "the pinned trees and the regression suite on them" in quick_help
+    assert "without the engine end-to-end module" in quick_help
     assert "no lint, tooling tests, wheels, verl 0.9.1 or overlays" in quick_help
