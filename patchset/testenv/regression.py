@@ -150,19 +150,22 @@ def run_regression_tests(
     baseline_dir: Path | None = None,
     pytest_args: Sequence[str] = (),
     sample: bool = False,
+    companions: bool = True,
 ) -> int:
     """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}); return pytest's exit code.
 
     ``expect`` is "fixed" for patched trees and "bug" for vanilla ones (the teeth run). A Trinity tree given
     without a verl tree is tested beside the pinned vanilla verl (see `with_verl_for_trinity`), and every Trinity
     tree once more beside each verl pinned as its companion (its legacy path: `verl_companions_for_trinity`);
-    tests whose tree is not given are skipped, and say so. ``sample``: one batch shape per test, loss and mode.
+    tests whose tree is not given are skipped, and say so. ``sample``: one batch shape per test, loss and mode;
+    ``companions=False`` leaves out the runs beside the companion verl (a quick loop).
     The first failing run's exit code is returned.
     """
     python = ensure_venv()
     console = Console()
     verl_is_dependency = "trinity" in trees and "verl" not in trees
     runs = [(with_verl_for_trinity(trees, console), verl_is_dependency)]
-    runs += [(companion, True) for companion in verl_companions_for_trinity(trees, console)]
+    if companions:
+        runs += [(companion, True) for companion in verl_companions_for_trinity(trees, console)]
     returncodes = [_run_suite(python, run, expect, baseline_dir, pytest_args, dep, sample) for run, dep in runs]
     return next((code for code in returncodes if code != 0), 0)

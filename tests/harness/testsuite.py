@@ -18,7 +18,8 @@ Steps (each timed; the summary lists every step, its time and what it proves):
 
 Independent tests run on every core (pytest-xdist). Every step runs even when an earlier one failed, so one run
 reports everything; the exit code is 0 only if all passed. ``--quick``, a loop while editing, runs the environment
-and pinned trees, then teeth and fix one batch shape per test, loss and mode, without the engine end-to-end module.
+and pinned trees, then teeth and fix one batch shape per test, loss and mode, without the engine end-to-end module
+or the legacy-path run beside verl 0.7.1.
 """
 
 from __future__ import annotations
@@ -239,8 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--quick",
         action="store_true",
         help="a quick loop: the pinned trees and the regression suite on them, vanilla and patched, one batch shape "
-        "per test, loss and mode, without the engine end-to-end module; no lint, tooling tests, wheels, verl 0.9.1 "
-        "or overlays",
+        "per test, loss and mode, without the engine end-to-end module or Trinity's legacy-path run beside verl "
+        "0.7.1; no lint, tooling tests, wheels, verl 0.9.1 or overlays",
     )
     args = parser.parse_args(argv)
 
@@ -281,18 +282,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         vanilla, patched = _pinned_trees(args.cache)
         results_dir = args.cache / "results"
         shutil.rmtree(results_dir, ignore_errors=True)
-        # --quick: the engine end-to-end module (minutes: real FSDP2 engines, one and two ranks) is left out
-        quick = ["--ignore", str(REPO_ROOT / "tests" / "regression" / "test_engine_e2e.py")] if args.quick else []
+        # --quick: without the engine end-to-end module (minutes: real FSDP2 engines) or the companion verl's runs
+        e2e = str(REPO_ROOT / "tests" / "regression" / "test_engine_e2e.py")
+        narrowed = {"pytest_args": ["--ignore", e2e] if args.quick else [], "companions": not args.quick}
         steps.run(
             "teeth (vanilla)",
             "every check fails on the vanilla trees (one batch shape per test, loss and mode)",
-            lambda: run_regression_tests(vanilla, "bug", results_dir, quick, sample=True) == 0,
+            lambda: run_regression_tests(vanilla, "bug", results_dir, sample=True, **narrowed) == 0,
         )
         steps.run(
             "fix (patched)",
             "every check passes on the patched trees"
             + (" (one batch shape per test, loss and mode; no engine runs)" if args.quick else ", every case"),
-            lambda: run_regression_tests(patched, "fixed", results_dir, quick, sample=args.quick) == 0,
+            lambda: run_regression_tests(patched, "fixed", results_dir, sample=args.quick, **narrowed) == 0,
         )
         print("\n=== gradient norm relative to one micro-batch on one rank\n" + _ratio_table(results_dir))
         if not args.quick:

@@ -25,12 +25,13 @@ QUICK_STEPS = ["environment", "pinned trees", "teeth (vanilla)", "fix (patched)"
 
 
 @pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str, list[str], bool]]:
-    """Every step passes at once, doing nothing; the list holds each regression run: (expect, pytest args, sample)."""
-    runs: list[tuple[str, list[str], bool]] = []
+def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str, list[str], bool, bool]]:
+    """Every step passes at once, doing nothing; the list holds each regression run: (expect, pytest args, sample,
+    companions)."""
+    runs: list[tuple[str, list[str], bool, bool]] = []
 
-    def regression(trees, expect, baseline_dir=None, pytest_args=(), sample=False) -> int:
-        runs.append((expect, list(pytest_args), sample))
+    def regression(trees, expect, baseline_dir=None, pytest_args=(), sample=False, companions=True) -> int:
+        runs.append((expect, list(pytest_args), sample, companions))
         return 0
 
     monkeypatch.setattr(testsuite, "ensure_venv", lambda: tmp_path / "python")
@@ -53,16 +54,19 @@ def _steps_run(capsys: pytest.CaptureFixture[str], argv: list[str], cache: Path)
 
 def test_every_step_runs_and_is_timed_in_the_summary(recorded, capsys, tmp_path):
     assert _steps_run(capsys, [], tmp_path / "cache") == EVERY_STEP
-    assert recorded == [("bug", [], True), ("fixed", [], False)]  # teeth sampled, the fix on every case
+    assert recorded == [("bug", [], True, True), ("fixed", [], False, True)]  # teeth sampled, the fix every case
 
 
 def test_quick_runs_exactly_the_steps_its_help_names(recorded, capsys, tmp_path):
     assert _steps_run(capsys, ["--quick"], tmp_path / "cache") == QUICK_STEPS
-    assert [(expect, sample) for expect, _, sample in recorded] == [("bug", True), ("fixed", True)]
-    assert all(args[0] == "--ignore" and args[1].endswith("test_engine_e2e.py") for _, args, _ in recorded)
+    assert [(expect, sample, companions) for expect, _, sample, companions in recorded] == [
+        ("bug", True, False),
+        ("fixed", True, False),
+    ]
+    assert all(args[0] == "--ignore" and args[1].endswith("test_engine_e2e.py") for _, args, _, _ in recorded)
     with pytest.raises(SystemExit):
         testsuite.main(["--help"])
     quick_help = " ".join(capsys.readouterr().out.split("--quick", 1)[1].split())
     assert "the pinned trees and the regression suite on them" in quick_help
-    assert "without the engine end-to-end module" in quick_help
+    assert "without the engine end-to-end module or Trinity's legacy-path run" in quick_help
     assert "no lint, tooling tests, wheels, verl 0.9.1 or overlays" in quick_help
