@@ -107,15 +107,13 @@ def _shape_free_key(item: pytest.Item) -> tuple[str, tuple[tuple[str, str], ...]
 
 def _sample_shapes(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep one batch shape per test, loss and mode: the last listed (the most micro-batches, or the dynamic cut)."""
-    last: dict[tuple[str, tuple[tuple[str, str], ...]], pytest.Item] = {}
-    for item in items:
-        if (key := _shape_free_key(item)) is not None:
-            last[key] = item
-    kept = set(map(id, last.values()))
-    dropped = [item for item in items if _shape_free_key(item) is not None and id(item) not in kept]
+    keys = {id(item): _shape_free_key(item) for item in items}
+    last = {key: item for item in items if (key := keys[id(item)]) is not None}
+    kept = {id(item) for item in last.values()} | {id(item) for item in items if keys[id(item)] is None}
+    dropped = [item for item in items if id(item) not in kept]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if _shape_free_key(item) is None or id(item) in kept]
+        items[:] = [item for item in items if id(item) in kept]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
