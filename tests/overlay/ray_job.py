@@ -4,8 +4,8 @@ in this driver, and reports what the overlays say in its own process.
 Nothing here activates an overlay: the workers are processes of the same environment, so they get the overlays
 the way users get them, from ``patchset_overlay.pth`` at start-up (or not, under ``PATCHSET_OVERLAYS=0``, which the
 workers inherit from this driver). With the argument ``setup-hook`` the workers are activated instead by Ray's
-``worker_process_setup_hook`` (README's variant for clusters whose workers use another environment). Prints one
-JSON line.
+``worker_process_setup_hook`` (docs/overlays.md's variant for clusters whose workers use another environment).
+Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
     critic_loss = functools.partial(value_loss, config=critic_cfg)  # as trinity.trainer.verl.trainer builds it
 
     runtime_env: dict = {"env_vars": {"PYTHONPATH": os.pathsep.join([str(HERE), str(REGRESSION_DIR)])}}
-    if argv == ["setup-hook"]:  # README's variant for workers that do not get the .pth: activate at worker start
+    if argv == ["setup-hook"]:  # docs/overlays.md's variant for workers without the .pth: activate at worker start
         runtime_env["worker_process_setup_hook"] = "patchset_overlay.activate_all"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
     try:

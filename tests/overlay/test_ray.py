@@ -5,7 +5,7 @@ and runs a ``partial(value_loss, config=critic_cfg)`` pickled in the driver. Wit
 ``.pth`` start-up hook, the mechanism users get from installing this project), the worker reports both overlays
 active and both losses are invariant to the micro-batch count; with ``PATCHSET_OVERLAYS=0`` the worker reports
 them off and shows the bug (the teeth); with the switch off but Ray's ``worker_process_setup_hook`` set to
-``patchset_overlay.activate_all`` (README's variant for workers in another environment) they are active again.
+``patchset_overlay.activate_all`` (docs/overlays.md's variant for workers in another environment) they are active again.
 """
 
 from __future__ import annotations

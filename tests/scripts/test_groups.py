@@ -1,6 +1,6 @@
 """Concern groups: the ``groups`` file says which patches make one upstream PR, and in what order PRs stack.
 
-Invariants: the repository's series load into the groups the README names (Trinity: the DPO group holds 0002
+Invariants: the repository's series load into the groups docs/maintaining.md names (Trinity: the DPO group holds 0002
 and 0004, the normalization group folds 0001, 0003 and 0005 and stacks on it; verl: one group per patch);
 without a ``groups`` file every patch is its own group, each after the one before; ``chain`` lists a group's
 bases first; a description splits into its title, the commit message and the PR-only sections; a folded group
