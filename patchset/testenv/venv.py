@@ -27,7 +27,8 @@ def venv_python(venv_dir: Path) -> Path:
     return venv_dir / "bin" / "python"
 
 
-def _run(command: list[str], step: str) -> None:
+def run_step(command: list[str], step: str) -> None:
+    """Run one step of building an environment; ``VenvError`` naming the step, with the tail of its output."""
     result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if result.returncode != 0:
         tail = "\n".join(result.stdout.splitlines()[-20:])
@@ -92,7 +93,7 @@ def ensure_venv(venv_dir: Path | None = None, lock_file: Path = LOCK_FILE) -> Pa
 
     print(f"* Building the test environment {venv_dir} from {lock_file.name} (a few minutes, once)", flush=True)
     shutil.rmtree(venv_dir, ignore_errors=True)
-    _run([sys.executable, "-m", "venv", str(venv_dir)], "creating the venv")
+    run_step([sys.executable, "-m", "venv", str(venv_dir)], "creating the venv")
     python = str(venv_python(venv_dir))
     # pip byte-compiles on one core; compileall below does it on all of them. Compiled it must be: where
     # PYTHONDONTWRITEBYTECODE is set (as on these machines) every process would compile torch again on import
@@ -110,7 +111,7 @@ def ensure_venv(venv_dir: Path | None = None, lock_file: Path = LOCK_FILE) -> Pa
     ]
     _install_showing_progress(install, _pinned_count(lock_file), f"pip install -r {lock_file}")
     _byte_compile(python)
-    _run([python, "-m", "pip", "check"], "pip check")
+    run_step([python, "-m", "pip", "check"], "pip check")
     stamp.write_text(digest + "\n")
     print(f"* Test environment ready: {venv_dir}", flush=True)
     return venv_python(venv_dir)

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from patchset.testenv.venv import REPO_ROOT, VenvError
+from patchset.testenv.venv import REPO_ROOT, VenvError, run_step
 from patchset.upstreams.fetch import sha256_of
 from patchset.upstreams.pins import Pin, load_pins
 from tests.harness.linked_venv import linked_venv
@@ -30,13 +30,6 @@ _NOT_PACKAGED = (
     ".pytest_cache",
     ".ruff_cache",
 )
-
-
-def _run(command: list[str], step: str) -> None:
-    result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if result.returncode != 0:
-        tail = "\n".join(result.stdout.splitlines()[-20:])
-        raise VenvError(f"{step} failed (exit {result.returncode}):\n{tail}")
 
 
 def _sdist(cache_sdists: Path, pin: Pin) -> Path:
@@ -58,12 +51,12 @@ def build_overlay_env(venv_dir: Path, deps_python: Path, cache_sdists: Path) -> 
     sdists = [str(_sdist(cache_sdists, pin)) for pin in pins]
     pip = [str(deps_python), "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index"]
     pip += ["--no-build-isolation"]
-    _run([*pip, *sdists], "installing the pinned releases from their sdists")
+    run_step([*pip, *sdists], "installing the pinned releases from their sdists")
     # from a clean copy: building in place would leave build/ here, and reuse stale files from an earlier build
     with tempfile.TemporaryDirectory(prefix="patchset-project-") as tmp:
         project = Path(tmp) / "project"
         shutil.copytree(REPO_ROOT, project, ignore=shutil.ignore_patterns(*_NOT_PACKAGED))
-        _run([*pip, str(project)], "installing this project")
+        run_step([*pip, str(project)], "installing this project")
     return python, site
 
 
