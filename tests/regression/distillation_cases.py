@@ -6,7 +6,7 @@ live as long as the worker's config. So each simulated rank gets its own `Worker
 worker is, and a case says what that worker did before the measured mini-batch:
 
 - ``first call``: nothing; the measured mini-batch is the first the worker trains on. `measure_first_calls`
-  runs these in a spawned process (see test_distillation_loss.py), so nothing of an earlier test is around;
+  runs these in a spawned process (see test_distillation_first_call.py), so nothing of an earlier test is around;
 - ``second mini-batch``: one mini-batch of `FIRST_BATCH_SIZE` sequences (other token and sequence counts).
 
 The model is a leaf tensor standing in for the student's per-token log-probs (`engine_sim`); the teacher's
@@ -16,6 +16,7 @@ entry per position of the padded sequence, top-1 for the single-sample estimator
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -148,12 +149,20 @@ class Measurement:
     previous_sequences: int | None
 
 
+@functools.cache
+def _reference(branch: str, use_task_rewards: bool, loss_agg_mode: str) -> torch.Tensor:
+    """The reference of every case with these loss settings (it does not depend on the split): one micro-batch
+    holding the whole mini-batch on one rank, a fresh worker's first call. Computed once per process."""
+    batch, outputs = distillation_batch(BATCH_SIZE, seed=0)
+    return _gradient([Worker(branch, use_task_rewards, loss_agg_mode)], batch, outputs, 1, Split(1))
+
+
 def measure(case: Case) -> Measurement:
     """Run ``case``: the reference is one micro-batch holding the whole mini-batch on one rank, computed by a
     fresh worker (its first call; with one micro-batch on one rank vanilla gets that right too)."""
     batch, outputs = distillation_batch(BATCH_SIZE, seed=0)
     settings = (case.branch, case.use_task_rewards, case.loss_agg_mode)
-    reference = _gradient([Worker(*settings)], batch, outputs, 1, Split(1))
+    reference = _reference(*settings).clone()
     workers = [Worker(*settings) for _ in range(case.dp_size)]
     previous_tokens = previous_sequences = None
     if case.scenario == "second mini-batch":
