@@ -76,17 +76,19 @@ def pack_model_output(micro_batch: TensorDict, padded: torch.Tensor) -> torch.Te
     """Lay out per-response-token outputs as the model returns them: one entry per valid token.
 
     verl reads the output for response token t from the position before it, so each response sits one
-    position earlier inside its packed sequence (see `no_padding_2_padding`).
+    position earlier inside its packed sequence (see `no_padding_2_padding`): row r's packed sequence is its
+    prompt tokens, then its response tokens, and its outputs are prompt_len - 1 zeros, the response's outputs, one
+    zero. Built with one scatter (the outputs keep their autograd link to ``padded``), not a loop over rows.
     """
-    pieces = []
     attention_mask = micro_batch["attention_mask"]
-    for row in range(attention_mask.shape[0]):
-        prompt_len = int(attention_mask[row, :PROMPT_LEN].sum())
-        response_len = int(attention_mask[row, PROMPT_LEN:].sum())
-        pieces.append(padded.new_zeros(prompt_len - 1))
-        pieces.append(padded[row, :response_len])
-        pieces.append(padded.new_zeros(1))
-    return torch.cat(pieces)
+    prompt_lens = attention_mask[:, :PROMPT_LEN].sum(-1)
+    response_lens = attention_mask[:, PROMPT_LEN:].sum(-1)
+    starts = (prompt_lens + response_lens).cumsum(0) - (prompt_lens + response_lens)
+    positions = torch.arange(padded.shape[1])
+    in_response = positions < response_lens[:, None]  # responses are right-padded
+    destinations = (starts + prompt_lens - 1)[:, None] + positions
+    total = int((prompt_lens + response_lens).sum())
+    return padded.new_zeros(total).scatter(0, destinations[in_response], padded[in_response])
 
 
 @dataclass(frozen=True)
