@@ -80,15 +80,17 @@ def run_overlay_regression_tests(
     pytest_args: Sequence[str] = (),
     sample: bool = False,
     paths: Sequence[Path] = (SUITE,),
+    parallel: bool = True,
 ) -> int:
     """Run the regression suite (or its files ``paths``) with ``python``, an environment where verl, Trinity-RFT
     and this project are installed (`tests.harness.overlay_env`), on the overlays: ``fixed`` with them on, ``bug``
-    with them off."""
+    with them off. ``parallel=False``: one process (a smoke run of a few files costs less than starting a worker
+    per core, each importing torch, verl and Trinity)."""
     switch = "on" if expect == "fixed" else "off (PATCHSET_OVERLAYS=0)"
     print(f"* Running the regression tests (expecting {expect}) on the releases in {site_packages}, overlays {switch}")
     # -P: the checkout's own verl_overlay/ must not shadow the installed one (cwd is the repository root)
     command = [str(python), "-P", "-m", "pytest", *map(str, paths), "-q", "-rs", "-p", "no:cacheprovider"]
-    command += [*pytest_args, *parallel_args(python)]
+    command += [*pytest_args, *(parallel_args(python) if parallel else [])]
     env = overlay_regression_env(site_packages, expect, baseline_dir, sample)
     return subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
 
@@ -134,12 +136,13 @@ def _run_suite(
     pytest_args: Sequence[str],
     verl_is_dependency: bool,
     sample: bool,
+    parallel: bool,
 ) -> int:
     described = ", ".join(f"{key} at {path}" for key, path in trees.items()) or "no tree"
     shapes = " (one batch shape per test, loss and mode)" if sample else ""
     print(f"* Running the regression tests (expecting {expect}){shapes} on {described}", flush=True)
     command = [str(python), "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider", *pytest_args]
-    command += parallel_args(python)
+    command += parallel_args(python) if parallel else []
     env = regression_env(trees, expect, baseline_dir, verl_is_dependency, sample)
     return subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
 
@@ -164,8 +167,13 @@ def run_regression_tests(
     python = ensure_venv()
     console = Console()
     verl_is_dependency = "trinity" in trees and "verl" not in trees
-    runs = [(with_verl_for_trinity(trees, console), verl_is_dependency)]
+    runs = [(with_verl_for_trinity(trees, console), verl_is_dependency, True)]
     if companions:
-        runs += [(companion, True) for companion in verl_companions_for_trinity(trees, console)]
-    returncodes = [_run_suite(python, run, expect, baseline_dir, pytest_args, dep, sample) for run, dep in runs]
+        # beside a companion verl only Trinity's legacy-path tests run (seconds): one process, rather than a worker
+        # per core that each import torch, verl and Trinity first
+        runs += [(companion, True, False) for companion in verl_companions_for_trinity(trees, console)]
+    returncodes = [
+        _run_suite(python, run, expect, baseline_dir, pytest_args, dependency, sample, parallel)
+        for run, dependency, parallel in runs
+    ]
     return next((code for code in returncodes if code != 0), 0)
