@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 from conftest import EVERY_PIECE, HERE, overlay_env, run_json
@@ -66,10 +67,19 @@ def test_status_of_a_plain_process(overlay_python, switch):
         assert all(entry["how"] == "switched off by PATCHSET_OVERLAYS=0" for entry in report)
 
 
+@pytest.fixture(scope="module")
+def pickles(tmp_path_factory, overlay_python) -> dict[str, tuple[Path, dict]]:
+    """The objects pickled once by a process with the overlays on and once by one with them off: (file, report)."""
+    made = {}
+    for dumper in ("1", "0"):
+        pickled = tmp_path_factory.mktemp(f"dumped-by-overlays-{dumper}") / "objects.pkl"
+        made[dumper] = pickled, run_json(overlay_python, SCRIPT, ["dump", str(pickled)], overlay_env(dumper))
+    return made
+
+
 @pytest.mark.parametrize(("dumper", "loader"), [("1", "1"), ("0", "1"), ("1", "0")], ids=lambda s: f"overlays={s}")
-def test_pickled_objects_take_the_behaviour_of_the_unpickling_process(tmp_path, overlay_python, dumper, loader):
-    pickled = tmp_path / "objects.pkl"
-    dumped = run_json(overlay_python, SCRIPT, ["dump", str(pickled)], overlay_env(dumper))
+def test_pickled_objects_take_the_behaviour_of_the_unpickling_process(pickles, overlay_python, dumper, loader):
+    pickled, dumped = pickles[dumper]
     loaded = run_json(overlay_python, SCRIPT, ["load", str(pickled)], overlay_env(loader))
 
     check = _fixed if loader == "1" else _bug

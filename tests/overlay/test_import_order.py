@@ -102,15 +102,22 @@ def test_verl_091_own_critic_test_against_verl_080(overlay_python, upstream_crit
 
 
 @pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory, overlay_python) -> Path:
-    """A Hugging Face config of a tiny Qwen2 (the critic model config reads it; no weights, no download)."""
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A Hugging Face config of a tiny Qwen2 (the critic model config reads it; no weights, no download), written
+    here: the transformers of the overlay venv is this one (its dependencies are the test venv's)."""
+    from transformers import Qwen2Config
+
     folder = tmp_path_factory.mktemp("tiny-qwen2")
-    script = (
-        "import sys; from transformers import Qwen2Config; Qwen2Config(vocab_size=128, hidden_size=32, "
-        "intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, "
-        "architectures=['Qwen2ForCausalLM']).save_pretrained(sys.argv[1])"
+    config = Qwen2Config(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        architectures=["Qwen2ForCausalLM"],
     )
-    subprocess.run([str(overlay_python), "-P", "-c", script, str(folder)], check=True, env=overlay_env("0"))
+    config.save_pretrained(folder)
     return folder
 
 
