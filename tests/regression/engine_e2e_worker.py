@@ -1,10 +1,10 @@
 """Worker for the end-to-end engine test: real verl FSDP2 engines training a tiny Qwen2 on CPU.
 
-One call of `run_world` spawns ``world_size`` processes that form one gloo process group; every process
-imports verl (and Trinity) from the trees under test, builds the engines once, and then runs, for each
-``loss_agg_mode`` and each token budget, one complete `BaseEngine.train_batch` step (zero_grad, the
-engine's micro-batch loop with ``loss.backward()`` per micro-batch, `optimizer_step`) and records the
-pre-clip ``grad_norm`` it returns. The learning rate is 0, so the weights never move and every step
+One call of `run_world` starts ``world_size`` processes that form one gloo process group, forked from a fork server
+that imported torch and the engine and loss modules from the trees under test once; every process builds the engines
+once, and then runs, for each ``loss_agg_mode`` and each token budget, one complete `BaseEngine.train_batch` step
+(zero_grad, the engine's micro-batch loop with ``loss.backward()`` per micro-batch, `optimizer_step`) and records
+the pre-clip ``grad_norm`` it returns. The learning rate is 0, so the weights never move and every step
 sees the same model: only the micro-batch split differs between the steps of one mode.
 
 The adaptations needed on a CPU-only machine are all outside the loss path; they are listed in
@@ -309,7 +309,7 @@ def _worker(
     components: Sequence[str],
     micro_batch_counts: Sequence[int],
 ) -> None:
-    # the trees under test first, whatever the spawn start method copied over from the parent
+    # the trees under test first, whatever the fork server's start copied over from the parent
     sys.path[:] = [*sys_path, *(entry for entry in sys.path if entry not in sys_path)]
     result_file = Path(workdir) / f"rank{rank}.json"
     try:
@@ -340,19 +340,31 @@ def _worker(
     result_file.write_text(json.dumps(result))
 
 
+def preload_modules(components: Sequence[str]) -> list[str]:
+    """What the fork server imports once, before any rank is forked from it: torch and the engine and loss modules.
+    Each rank is then a fresh fork (its own process group, engines and Trinity patch), without importing them again."""
+    names = ["torch", "transformers", "verl.workers.engine.fsdp.transformer_impl", "verl.workers.utils.losses"]
+    if DISTILLATION in components:
+        names += ["verl.trainer.distillation.losses"]
+    if "actor" in components:
+        names += ["trinity.trainer.verl.losses", "trinity.trainer.verl.monkey_patch"]
+    return names
+
+
 def run_world(
     world_size: int,
     sys_path: Sequence[str],
     components: Sequence[str] = COMPONENTS,
     micro_batch_counts: Sequence[int] = MICRO_BATCHES,
 ) -> list[dict]:
-    """Spawn ``world_size`` ranks, run the matrix, and return each rank's result (measurements, module files)."""
+    """Start ``world_size`` ranks, run the matrix, and return each rank's result (measurements, module files)."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="engine-e2e-") as workdir:
         with _GLOBAL_RNG:  # the model's weights come from torch's global generator: one seeded build at a time
             save_tiny_model(Path(workdir) / "model")
-        context = mp.get_context("spawn")
+        context = mp.get_context("forkserver")
+        context.set_forkserver_preload(preload_modules(components))
         processes = [
             context.Process(
                 target=_worker,

@@ -5,7 +5,7 @@ Invariant on the patched trees: verl 0.8.0's `FSDPEngineWithValueHead` training 
 (after Trinity's own `patch_verl_engine()`), each run complete `train_batch` steps (FSDP2, fp32,
 torch.distributed on gloo) on a tiny random Qwen2 (2 layers, hidden 64, built from a config in code); with
 ``use_dynamic_bsz`` token budgets that make 1, 2 and 4 micro-batches per rank, for every ``loss_agg_mode``,
-at world size 1 and 2 (spawned processes) over the same 24-sequence mini-batch, the pre-clip grad_norm
+at world size 1 and 2 (processes of a fork server) over the same 24-sequence mini-batch, the pre-clip grad_norm
 that `optimizer_step` returns is the same for every split and both world sizes (relative difference
 < 1e-5). The learning rate is 0, so every step sees the same weights. Gradient norms, not weights, are
 compared: AdamW's first step moves each weight by about lr x sign(grad), which hides a scale error.
@@ -46,7 +46,7 @@ loop, backward, the gradient reduction and `optimizer_step` run unchanged from t
    on this CPU walking every object torch, transformers and verl keep alive was half of each step.
 
 The engine, loss and Trinity patch modules are checked to come from the trees under test in every
-spawned rank. With ``baseline_dir`` set, every measurement is written to ``e2e-<expect>.jsonl`` there
+rank. With ``baseline_dir`` set, every measurement is written to ``e2e-<expect>.jsonl`` there
 (`scripts/plot.py` draws them).
 """
 
