@@ -83,12 +83,12 @@ def pack_model_output(micro_batch: TensorDict, padded: torch.Tensor) -> torch.Te
     attention_mask = micro_batch["attention_mask"]
     prompt_lens = attention_mask[:, :PROMPT_LEN].sum(-1)
     response_lens = attention_mask[:, PROMPT_LEN:].sum(-1)
-    starts = (prompt_lens + response_lens).cumsum(0) - (prompt_lens + response_lens)
+    lengths = prompt_lens + response_lens  # of each packed sequence
+    starts = lengths.cumsum(0) - lengths
     positions = torch.arange(padded.shape[1])
     in_response = positions < response_lens[:, None]  # responses are right-padded
     destinations = (starts + prompt_lens - 1)[:, None] + positions
-    total = int((prompt_lens + response_lens).sum())
-    return padded.new_zeros(total).scatter(0, destinations[in_response], padded[in_response])
+    return padded.new_zeros(int(lengths.sum())).scatter(0, destinations[in_response], padded[in_response])
 
 
 @dataclass(frozen=True)
