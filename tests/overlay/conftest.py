@@ -8,13 +8,21 @@ trinity-rft sdists and this project pip-installed) and names it and the patched 
 - ``PATCHSET_PATCHED_VERL_TREE`` / ``PATCHSET_PATCHED_TRINITY_TREE``: the patched checkouts (parity);
 - ``PATCHSET_VANILLA_VERL_TREE`` / ``PATCHSET_VANILLA_TRINITY_TREE``: the vanilla checkouts (fingerprints);
 - ``PATCHSET_FIXED_VERL_TREE``: the verl 0.9.1 release, which has the critic fix (a guard test; optional).
+
+Cases run through the ``cases`` fixture: a fork of a warm parent (`warm_parent.py`: torch, transformers, ray and
+the rest imported once; upstream's and the overlays' modules, Hydra and OmegaConf never) started with the case's
+``PATCHSET_OVERLAYS``, or with ``fresh=True`` a new process of the venv, the shape users start. Each process shape
+the import-order matrix pins keeps at least one fresh case; parity, Ray and ``status`` always run fresh.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
+import signal
 import subprocess
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -24,7 +32,7 @@ REPO_ROOT = HERE.parents[1]
 
 
 # the longest modules first: under pytest-xdist (one file per worker) the short ones fill in around them
-LONGEST_FIRST = ("test_import_order.py", "test_activation.py", "test_guards.py", "test_ray.py", "test_parity.py")
+LONGEST_FIRST = ("test_ray.py", "test_parity.py", "test_import_order.py", "test_activation.py", "test_guards.py")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -90,18 +98,115 @@ def overlay_env(switch: str | None, pythonpath: list[Path] = ()) -> dict[str, st
     return env
 
 
-def run_json(python: Path, script: Path, args: list[str], env: dict[str, str], timeout: int = 600) -> dict:
-    """Run ``script`` with ``python -P`` (the checkout's own packages never shadow the installed ones) and return
-    the JSON object it prints on its last stdout line; stderr is kept for the assertion messages."""
-    completed = subprocess.run(
-        [str(python), "-P", str(script), *args],
-        cwd=HERE,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert completed.returncode == 0, f"{script.name} {args} failed:\n{completed.stdout}\n{completed.stderr[-4000:]}"
-    result = json.loads(completed.stdout.strip().splitlines()[-1])
-    result["stderr"] = completed.stderr
-    return result
+def _completed(argv: Sequence[str], returncode: int, stdout: str, stderr: str) -> dict:
+    return {"argv": list(argv), "returncode": returncode, "stdout": stdout, "stderr": stderr}
+
+
+class WarmParent:
+    """One `warm_parent.py` process of the overlay venv for one ``PATCHSET_OVERLAYS`` value; runs cases as forks."""
+
+    def __init__(self, python: Path, switch: str, modules_list: Path, workdir: Path) -> None:
+        self.workdir = workdir
+        command = [str(python), "-P", str(HERE / "warm_parent.py"), str(modules_list), *WARM_PROBE_MODULES]
+        self.process = subprocess.Popen(
+            command,
+            cwd=HERE,
+            env=overlay_env(switch),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # a case that hangs is killed with its parent, as a group
+        )
+        self.ready = json.loads(self._answer(600))["ready"]
+        self.count = 0
+
+    def _answer(self, timeout: int) -> str:
+        assert self.process.stdout is not None
+        readable, _, _ = select.select([self.process.stdout], [], [], timeout)
+        line = self.process.stdout.readline() if readable else ""
+        if not line:
+            self.close()
+            raise AssertionError(f"the warm parent gave no answer within {timeout} s (exit {self.process.poll()})")
+        return line
+
+    def run(self, argv: Sequence[str], pythonpath: Sequence[Path], cwd: Path, timeout: int) -> dict:
+        assert self.process.stdin is not None
+        self.count += 1
+        out, err = self.workdir / f"case-{self.count}.out", self.workdir / f"case-{self.count}.err"
+        request = {"argv": list(argv), "cwd": str(cwd), "pythonpath": [str(path) for path in pythonpath]}
+        request.update(stdout=str(out), stderr=str(err))
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        returncode = json.loads(self._answer(timeout))["returncode"]
+        return _completed(argv, returncode, out.read_text(encoding="utf-8"), err.read_text(encoding="utf-8"))
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+
+# what the warm parents learn to preload: the modules these import, less upstream's, the overlays', Hydra's
+WARM_PROBE_MODULES = (
+    "verl.trainer.ppo.core_algos",
+    "verl.workers.utils.losses",
+    "trinity.trainer.verl.trainer",
+    "trinity.algorithm.policy_loss_fn.dpo_loss",
+)
+
+
+class Cases:
+    """Runs a case script (or ``-m module``) of the overlay venv as ``python -P ARGV`` and returns what it did."""
+
+    def __init__(self, python: Path, tmp: Path, modules_list: Path) -> None:
+        self.python, self.tmp, self.modules_list = python, tmp, modules_list
+        self.parents: dict[str, WarmParent] = {}
+
+    def run(
+        self,
+        argv: Sequence[str],
+        switch: str,
+        pythonpath: Sequence[Path] = (),
+        cwd: Path = HERE,
+        fresh: bool = False,
+        timeout: int = 600,
+    ) -> dict:
+        if fresh:
+            completed = subprocess.run(
+                [str(self.python), "-P", *argv],
+                cwd=cwd,
+                env=overlay_env(switch, list(pythonpath)),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+            return _completed(argv, completed.returncode, completed.stdout, completed.stderr)
+        if switch not in self.parents:
+            workdir = self.tmp / f"warm-{switch}"
+            workdir.mkdir()
+            self.parents[switch] = WarmParent(self.python, switch, self.modules_list, workdir)
+        return self.parents[switch].run(argv, pythonpath, cwd, timeout)
+
+    def json(self, script: Path, args: Sequence[str], switch: str, **how: object) -> dict:
+        """Run ``script`` and return the JSON object it prints on its last stdout line (stderr kept with it)."""
+        completed = self.run([str(script), *args], switch, **how)  # type: ignore[arg-type]
+        assert completed["returncode"] == 0, (
+            f"{script.name} {list(args)} failed:\n{completed['stdout']}\n{completed['stderr'][-4000:]}"
+        )
+        result = json.loads(completed["stdout"].strip().splitlines()[-1])
+        result["stderr"] = completed["stderr"]
+        return result
+
+    def close(self) -> None:
+        for parent in self.parents.values():
+            parent.close()
+
+
+@pytest.fixture(scope="session")
+def cases(overlay_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cases]:
+    # one list for every pytest-xdist worker (the first parent to start writes it): the root of their temp folders
+    shared = tmp_path_factory.getbasetemp()
+    shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
+    runner = Cases(overlay_python, tmp_path_factory.mktemp("cases"), shared / "warm-modules.txt")
+    yield runner
+    runner.close()

@@ -3,6 +3,8 @@
 - ``probe MODULE...``: import the given upstream modules in that order and nothing else, then look at every target
   whose module is now imported: does it run the overlay's code (the fix) or upstream's? Also returns what
   ``status`` says of each piece, judged from what this process has imported, without importing more.
+- ``loaded``: what this process has imported before the case imports anything: every module of upstream's, the
+  overlays', Hydra's and OmegaConf's, and whether torch is in (a warm parent's fork has it; a fresh process not).
 - ``compose CONFIG MODEL_DIR``: first thing in the process, compose verl's Hydra config ``CONFIG`` and build the
   critic's dataclass with ``verl.utils.config.omega_conf_to_dataclass`` (what a user's own trainer does).
 """
@@ -77,6 +79,15 @@ def probe(*modules: str) -> dict:
     return {"targets": seen, "pieces": states}
 
 
+def loaded() -> dict:
+    owned = ("verl", "trinity", "verl_overlay", "trinity_overlay", "patchset_overlay", "hydra", "hydra_plugins")
+    owned += ("omegaconf",)
+    return {
+        "owned": sorted(name for name in sys.modules if name.split(".", 1)[0] in owned),
+        "torch": "torch" in sys.modules,
+    }
+
+
 def compose(config_name: str, model_dir: str) -> dict:
     import importlib.util
 
@@ -99,7 +110,7 @@ def compose(config_name: str, model_dir: str) -> dict:
 
 def main(argv: list[str]) -> int:
     case, *rest = argv
-    print(json.dumps({"probe": probe, "compose": compose}[case](*rest)))
+    print(json.dumps({"probe": probe, "loaded": loaded, "compose": compose}[case](*rest)))
     return 0
 
 

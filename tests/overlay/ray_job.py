@@ -1,11 +1,13 @@
-"""A real local Ray run: a Ray actor builds ``TrinityPolicyLoss`` and runs a ``partial(value_loss, ...)`` pickled
-in this driver, and reports what the overlays say in its own process.
+"""A real local Ray run: Ray actors build ``TrinityPolicyLoss`` and run a ``partial(value_loss, ...)`` pickled in
+this driver, and each reports what the overlays say in its own process.
 
-Nothing here activates an overlay: the workers are processes of the same environment, so they get the overlays
-the way users get them, from ``patchset_overlay.pth`` at start-up (or not, under ``PATCHSET_OVERLAYS=0``, which the
-workers inherit from this driver). With the argument ``setup-hook`` the workers are activated instead by Ray's
-``worker_process_setup_hook`` (docs/overlays.md's variant for clusters whose workers use another environment).
-Prints one JSON line.
+``ray_job.py environment``: nothing here activates an overlay. The workers are processes of the same environment,
+so they get the overlays the way users get them, from ``patchset_overlay.pth`` at start-up: the ``inherited``
+worker has this driver's environment; the ``switched-off`` one is started with ``PATCHSET_OVERLAYS=0`` in its
+runtime_env (the teeth: the same observation shows the bug). ``ray_job.py setup-hook``, run with the switch off:
+the job's ``worker_process_setup_hook`` activates the ``setup-hook`` worker instead (docs/overlays.md's variant
+for clusters whose workers use another environment; Ray runs that hook for the job's runtime_env only). Prints one
+JSON line: each worker's observations under its name.
 """
 
 from __future__ import annotations
@@ -21,6 +23,13 @@ REGRESSION_DIR = HERE.parent / "regression"
 sys.path[:0] = [str(HERE), str(REGRESSION_DIR)]
 
 
+# per run: each worker's own runtime_env (None: the job's), keyed by what the test calls it
+WORKERS = {
+    "environment": {"inherited": None, "switched-off": {"env_vars": {"PATCHSET_OVERLAYS": "0"}}},
+    "setup-hook": {"setup-hook": None},
+}
+
+
 def main(argv: list[str]) -> int:
     import ray
     from verl.workers.config import CriticConfig
@@ -29,10 +38,13 @@ def main(argv: list[str]) -> int:
     critic_cfg = CriticConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, loss_agg_mode="token-mean")
     critic_loss = functools.partial(value_loss, config=critic_cfg)  # as trinity.trainer.verl.trainer builds it
 
-    runtime_env: dict = {"env_vars": {"PYTHONPATH": os.pathsep.join([str(HERE), str(REGRESSION_DIR)])}}
-    if argv == ["setup-hook"]:  # docs/overlays.md's variant for workers without the .pth: activate at worker start
+    (run,) = argv
+    pythonpath = os.pathsep.join([str(HERE), str(REGRESSION_DIR)])
+    runtime_env: dict = {"env_vars": {"PYTHONPATH": pythonpath}}
+    if run == "setup-hook":  # docs/overlays.md's variant for workers without the .pth: activate at worker start
         runtime_env["worker_process_setup_hook"] = "patchset_overlay.activate_all"
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
+    variants = WORKERS[run]
+    ray.init(num_cpus=len(variants), include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
     try:
 
         @ray.remote(num_cpus=1)
@@ -55,8 +67,14 @@ def main(argv: list[str]) -> int:
                     "actor": actor_observation(policy_loss),
                 }
 
-        worker = LossWorker.remote()
-        result = ray.get(worker.run.remote(critic_loss), timeout=400)
+        def start(own: dict | None):  # type: ignore[no-untyped-def]
+            if own is None:
+                return LossWorker.remote()
+            return LossWorker.options(runtime_env={"env_vars": {**own["env_vars"], "PYTHONPATH": pythonpath}}).remote()
+
+        workers = {name: start(own) for name, own in variants.items()}
+        runs = {name: worker.run.remote(critic_loss) for name, worker in workers.items()}
+        result = {name: ray.get(run, timeout=400) for name, run in runs.items()}
     finally:
         ray.shutdown()
     result["driver_pid"] = os.getpid()

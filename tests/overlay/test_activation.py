@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import EVERY_PIECE, HERE, overlay_env, run_json
+from conftest import EVERY_PIECE, HERE, overlay_env
 
 SCRIPT = HERE / "activation_cases.py"
 
@@ -32,8 +32,8 @@ def _bug(observation: dict) -> bool:
     return observation["ratio"] == pytest.approx(4.0, rel=0.15)
 
 
-def test_explicit_activation_is_idempotent_undoable_and_order_independent(overlay_python):
-    seen = run_json(overlay_python, SCRIPT, ["explicit"], overlay_env("0"))
+def test_explicit_activation_is_idempotent_undoable_and_order_independent(cases):
+    seen = cases.json(SCRIPT, ["explicit"], "0")
 
     assert _bug(seen["before"]) and seen["before"]["vf_loss_aggregation"] == "None"
     assert seen["activate"] == [True, True] and seen["activate again"] == [False, False]
@@ -68,19 +68,19 @@ def test_status_of_a_plain_process(overlay_python, switch):
 
 
 @pytest.fixture(scope="module")
-def pickles(tmp_path_factory, overlay_python) -> dict[str, tuple[Path, dict]]:
+def pickles(tmp_path_factory, cases) -> dict[str, tuple[Path, dict]]:
     """The objects pickled once by a process with the overlays on and once by one with them off: (file, report)."""
     made = {}
     for dumper in ("1", "0"):
         pickled = tmp_path_factory.mktemp(f"dumped-by-overlays-{dumper}") / "objects.pkl"
-        made[dumper] = pickled, run_json(overlay_python, SCRIPT, ["dump", str(pickled)], overlay_env(dumper))
+        made[dumper] = pickled, cases.json(SCRIPT, ["dump", str(pickled)], dumper)
     return made
 
 
 @pytest.mark.parametrize(("dumper", "loader"), [("1", "1"), ("0", "1"), ("1", "0")], ids=lambda s: f"overlays={s}")
-def test_pickled_objects_take_the_behaviour_of_the_unpickling_process(pickles, overlay_python, dumper, loader):
+def test_pickled_objects_take_the_behaviour_of_the_unpickling_process(pickles, cases, dumper, loader):
     pickled, dumped = pickles[dumper]
-    loaded = run_json(overlay_python, SCRIPT, ["load", str(pickled)], overlay_env(loader))
+    loaded = cases.json(SCRIPT, ["load", str(pickled)], loader)
 
     check = _fixed if loader == "1" else _bug
     assert check(loaded["critic"]) and check(loaded["actor"]), loaded

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import HERE, overlay_env, run_json
+from conftest import HERE, Cases
 
 CRITIC_OBJECTS = ("compute_value_loss", "value_loss", "CriticConfig")
 UPSTREAM_OBJECTS = {
@@ -51,10 +51,10 @@ def _pieces(result: dict, overlay: str) -> list[dict]:
     return next(entry for entry in result["status"] if entry["overlay"] == overlay)["pieces"]
 
 
-def _guard(python: Path, case: str, off: str, pythonpath: list[Path] = ()) -> dict:
-    """Run one guard case; Trinity is imported only where its overlay is the one under test (it is slow)."""
+def _guard(cases: Cases, case: str, off: str, pythonpath: list[Path] = ()) -> dict:
+    """Run one guard case; Trinity is imported only where its overlay is the one under test."""
     upstreams = "verl,trinity" if off == "trinity" else "verl"
-    return run_json(python, HERE / "guard_cases.py", [case, upstreams], overlay_env("1", pythonpath))
+    return cases.json(HERE / "guard_cases.py", [case, upstreams], "1", pythonpath=pythonpath)
 
 
 def _check(result: dict, case: str, off: str, state: str, expected: str, objects: tuple[str, ...] = ()) -> None:
@@ -85,15 +85,15 @@ def _check(result: dict, case: str, off: str, state: str, expected: str, objects
     ids=["verl-0.7.1", "trinity-0.5.9"],
 )
 def test_unsupported_version_leaves_upstream_untouched(
-    tmp_path, overlay_python, overlay_site, off, relative, old, new, expected
+    tmp_path, cases, overlay_site, off, relative, old, new, expected
 ):
     """The version is read from the installed files (as the fingerprints are), so this case changes the file."""
     changed = _changed_copy(tmp_path, overlay_site, off, relative, old, new)
-    result = _guard(overlay_python, f"{off} version", off, [changed])
+    result = _guard(cases, f"{off} version", off, [changed])
     _check(result, f"{off} {new}", off, "off (refused)", expected)
 
 
-def test_changed_verl_function_leaves_all_of_the_critic_fix_out(tmp_path, overlay_python, overlay_site):
+def test_changed_verl_function_leaves_all_of_the_critic_fix_out(tmp_path, cases, overlay_site):
     changed = _changed_copy(
         tmp_path,
         overlay_site,
@@ -102,7 +102,7 @@ def test_changed_verl_function_leaves_all_of_the_critic_fix_out(tmp_path, overla
         "vf_loss = 0.5 * agg_loss(",
         "vf_loss = 0.50 * agg_loss(",
     )
-    result = _guard(overlay_python, "changed", "verl", [changed])
+    result = _guard(cases, "changed", "verl", [changed])
     expected = (
         "verl.trainer.ppo.core_algos.compute_value_loss in verl 0.8.0 is not the code this overlay was written for"
     )
@@ -121,7 +121,7 @@ def _check_trinity_pieces(result: dict, case: str, expected: dict[str, tuple[str
     assert {name for name in UPSTREAM_OBJECTS["trinity"] if result["untouched"][name]} == untouched, result
 
 
-def test_changed_trinity_class_leaves_it_untouched(tmp_path, overlay_python, overlay_site):
+def test_changed_trinity_class_leaves_it_untouched(tmp_path, cases, overlay_site):
     """TrinityPolicyLoss changed: the three pieces that change it stay out; the DPO fix, which does not, goes on."""
     changed = _changed_copy(
         tmp_path,
@@ -131,7 +131,7 @@ def test_changed_trinity_class_leaves_it_untouched(tmp_path, overlay_python, ove
         "return policy_loss, metrics",
         "return policy_loss * 1, metrics",
     )
-    result = _guard(overlay_python, "changed", "trinity", [changed])
+    result = _guard(cases, "changed", "trinity", [changed])
     expected = "trinity.trainer.verl.losses.TrinityPolicyLoss in trinity-rft 0.6.0 is not the code this overlay was"
     refused = ("off (refused)", expected)
     _check_trinity_pieces(
@@ -142,7 +142,7 @@ def test_changed_trinity_class_leaves_it_untouched(tmp_path, overlay_python, ove
     )
 
 
-def test_changed_dpo_loss_leaves_both_pieces_that_change_it_out(tmp_path, overlay_python, overlay_site):
+def test_changed_dpo_loss_leaves_both_pieces_that_change_it_out(tmp_path, cases, overlay_site):
     """DPOLossFn changed: both pieces change it (its aggregation; its logits and pairs), so both stay out whole."""
     changed = _changed_copy(
         tmp_path,
@@ -152,7 +152,7 @@ def test_changed_dpo_loss_leaves_both_pieces_that_change_it_out(tmp_path, overla
         '"dpo_loss": loss.detach().item(),',
         '"dpo_loss": float(loss.detach()),',
     )
-    result = _guard(overlay_python, "changed", "trinity", [changed])
+    result = _guard(cases, "changed", "trinity", [changed])
     expected = "trinity.algorithm.policy_loss_fn.dpo_loss.DPOLossFn in trinity-rft 0.6.0 is not the code this overlay"
     refused = ("off (refused)", expected)
     _check_trinity_pieces(
@@ -163,7 +163,7 @@ def test_changed_dpo_loss_leaves_both_pieces_that_change_it_out(tmp_path, overla
     )
 
 
-def test_changed_critic_yaml_is_not_put_on_hydras_search_path(tmp_path, overlay_python, overlay_site):
+def test_changed_critic_yaml_is_not_put_on_hydras_search_path(tmp_path, cases, overlay_site):
     changed = _changed_copy(
         tmp_path,
         overlay_site,
@@ -172,7 +172,7 @@ def test_changed_critic_yaml_is_not_put_on_hydras_search_path(tmp_path, overlay_
         "cliprange_value: 0.5",
         "cliprange_value: 0.4",
     )
-    result = _guard(overlay_python, "changed", "verl", [changed])
+    result = _guard(cases, "changed", "verl", [changed])
     _record("changed critic.yaml", result["warnings"])
     assert not result["critic_yaml_composes_loss_scale_factor"]
     assert [
@@ -191,17 +191,17 @@ def test_changed_critic_yaml_is_not_put_on_hydras_search_path(tmp_path, overlay_
         ("patched", "trinity", "trinity-rft 0.6.0 already "),
     ],
 )
-def test_upstream_with_the_fix_keeps_the_overlay_off(overlay_python, patched_trees, case, off, expected):
-    result = _guard(overlay_python, case, off, [patched_trees[off]])
+def test_upstream_with_the_fix_keeps_the_overlay_off(cases, patched_trees, case, off, expected):
+    result = _guard(cases, case, off, [patched_trees[off]])
     _check(result, f"{case} {off}", off, "off (upstream has the fix)", expected)
 
 
-def test_verl_release_with_the_fix_keeps_the_critic_overlay_off(overlay_python):
+def test_verl_release_with_the_fix_keeps_the_critic_overlay_off(cases):
     """The real verl 0.9.1 release (upstream's fix, its own critic.yaml with loss_scale_factor): nothing replaced."""
     tree = os.environ.get("PATCHSET_FIXED_VERL_TREE")
     if not tree:
         pytest.skip("PATCHSET_FIXED_VERL_TREE is not set (scripts/test.sh sets it once verl 0.9.1 is fetched)")
-    result = _guard(overlay_python, "release", "verl", [Path(tree)])
+    result = _guard(cases, "release", "verl", [Path(tree)])
     _check(
         result,
         "verl 0.9.1 release",

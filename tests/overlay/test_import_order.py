@@ -1,7 +1,9 @@
 """Each target is fixed the moment its own module has been imported, whatever else is imported, in any order.
 
-Every case is a fresh process of the overlay venv (verl 0.8.0, trinity-rft 0.6.0 and this project pip-installed,
-the overlays switched on by the ``.pth`` file as users get them):
+Every case is a process of the overlay venv (verl 0.8.0, trinity-rft 0.6.0 and this project pip-installed, the
+overlays switched on by the ``.pth`` file as users get them) that imports upstream's modules itself: a fork of a
+warm parent that has torch and the other third-party modules imported, and for each shape one fresh process too
+(``fresh``), started as users start one:
 
 - the import-order matrix: a process that imports one target module and nothing else finds that module's targets
   (and those of every module it pulled in) running the overlay's code, and ``status`` reports every piece active;
@@ -19,11 +21,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import HERE, overlay_env, run_json
+from conftest import HERE, Cases
 
 SCRIPT = HERE / "import_order_cases.py"
 TARGET_MODULES = (
@@ -42,8 +43,23 @@ TARGET_MODULES = (
 UPSTREAM_TEST = "tests/trainer/ppo/test_value_loss_normalization_on_cpu.py"  # in the verl 0.9.1 sdist
 
 
-def _probe(python: Path, switch: str, modules: tuple[str, ...]) -> dict:
-    return run_json(python, SCRIPT, ["probe", *modules], overlay_env(switch))
+# one fresh process per shape: a module imported alone (the one verl 0.9.1's own test imports), Hydra composed first
+FRESH_MODULE = TARGET_MODULES[0]
+FRESH_COMPOSE = ("1", "ppo_trainer")
+
+
+def _probe(cases: Cases, switch: str, modules: tuple[str, ...], fresh: bool = False) -> dict:
+    return cases.json(SCRIPT, ["probe", *modules], switch, fresh=fresh)
+
+
+def test_a_warm_parents_fork_starts_with_what_a_fresh_process_has_of_upstream_and_the_overlays(cases):
+    """The forks imported torch and the rest early, and nothing of upstream's, the overlays', Hydra's or OmegaConf's
+    beyond what the start-up of a fresh process imports (the ``.pth`` file's finder): the shapes stay the users'."""
+    for switch in ("1", "0"):
+        fresh = cases.json(SCRIPT, ["loaded"], switch, fresh=True)
+        forked = cases.json(SCRIPT, ["loaded"], switch)
+        assert forked["owned"] == fresh["owned"], (switch, forked["owned"], fresh["owned"])
+        assert forked["torch"] and not fresh["torch"]
 
 
 def test_overlay_watches_exactly_the_target_modules():
@@ -52,9 +68,13 @@ def test_overlay_watches_exactly_the_target_modules():
     assert set(watched_modules()) == set(TARGET_MODULES) == {m for overlay in overlays() for m in overlay.modules}
 
 
-@pytest.mark.parametrize("module", TARGET_MODULES)
-def test_a_module_imported_alone_is_fixed_at_once(overlay_python, module):
-    seen = _probe(overlay_python, "1", (module,))
+@pytest.mark.parametrize(
+    ("module", "fresh"),
+    [(module, False) for module in TARGET_MODULES] + [(FRESH_MODULE, True)],
+    ids=[*TARGET_MODULES, f"{FRESH_MODULE}-fresh-process"],
+)
+def test_a_module_imported_alone_is_fixed_at_once(cases, module, fresh):
+    seen = _probe(cases, "1", (module,), fresh)
     own = [label for label in seen["targets"] if label.rsplit(".", 1)[0] == module]
     assert own, f"no target of {module} was probed: {seen}"
     assert all(seen["targets"].values()), f"importing {module} alone left targets on upstream's code: {seen}"
@@ -62,14 +82,14 @@ def test_a_module_imported_alone_is_fixed_at_once(overlay_python, module):
     assert set(code_pieces.values()) == {"active"}, seen
 
 
-def test_modules_imported_in_reverse_order_are_all_fixed(overlay_python):
-    seen = _probe(overlay_python, "1", tuple(reversed(TARGET_MODULES)))
+def test_modules_imported_in_reverse_order_are_all_fixed(cases):
+    seen = _probe(cases, "1", tuple(reversed(TARGET_MODULES)))
     assert len(seen["targets"]) == len(TARGET_MODULES) and all(seen["targets"].values()), seen
 
 
 @pytest.mark.parametrize("module", [TARGET_MODULES[0], TARGET_MODULES[4]])
-def test_probe_can_fail_overlays_off_leave_upstream_code(overlay_python, module):
-    seen = _probe(overlay_python, "0", (module,))
+def test_probe_can_fail_overlays_off_leave_upstream_code(cases, module):
+    seen = _probe(cases, "0", (module,))
     assert seen["targets"] and not any(seen["targets"].values()), seen
 
 
@@ -84,21 +104,15 @@ def upstream_critic_test(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize(("switch", "passes"), [("1", True), ("0", False)], ids=["overlays-on", "overlays-off"])
-def test_verl_091_own_critic_test_against_verl_080(overlay_python, upstream_critic_test, switch, passes):
-    completed = subprocess.run(
-        [str(overlay_python), "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", upstream_critic_test.name],
-        cwd=upstream_critic_test.parent,
-        env=overlay_env(switch),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    summary = completed.stdout.strip().splitlines()[-1]
+def test_verl_091_own_critic_test_against_verl_080(cases, upstream_critic_test, switch, passes):
+    argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider", upstream_critic_test.name]
+    completed = cases.run(argv, switch, cwd=upstream_critic_test.parent)
+    summary = completed["stdout"].strip().splitlines()[-1]
     counts = {word: int(number) for number, word in re.findall(r"(\d+) (passed|failed)", summary)}
     if passes:
-        assert completed.returncode == 0 and counts.get("passed", 0) >= 20, completed.stdout[-3000:]
+        assert completed["returncode"] == 0 and counts.get("passed", 0) >= 20, completed["stdout"][-3000:]
     else:  # the teeth: upstream's test does catch verl 0.8.0's bug
-        assert completed.returncode != 0 and counts.get("failed", 0) >= 20, completed.stdout[-3000:]
+        assert completed["returncode"] != 0 and counts.get("failed", 0) >= 20, completed["stdout"][-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -121,13 +135,23 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return folder
 
 
+CRITIC_CLASSES = (("ppo_trainer", "FSDPCriticConfig"), ("ppo_megatron_trainer", "McoreCriticConfig"))
+COMPOSE_CASES = [
+    (switch, config_name, critic_class, fresh)
+    for switch in ("1", "0")
+    for config_name, critic_class in CRITIC_CLASSES
+    for fresh in (False, True)
+    if not fresh or (switch, config_name) == FRESH_COMPOSE
+]
+
+
 @pytest.mark.parametrize(
-    ("config_name", "critic_class"),
-    [("ppo_trainer", "FSDPCriticConfig"), ("ppo_megatron_trainer", "McoreCriticConfig")],
+    ("switch", "config_name", "critic_class", "fresh"),
+    COMPOSE_CASES,
+    ids=[f"overlays-{'on' if c[0] == '1' else 'off'}-{c[1]}{'-fresh-process' if c[3] else ''}" for c in COMPOSE_CASES],
 )
-@pytest.mark.parametrize("switch", ["1", "0"], ids=["overlays-on", "overlays-off"])
-def test_compose_first_then_build_the_critic_config(overlay_python, tiny_model_dir, config_name, critic_class, switch):
-    seen = run_json(overlay_python, SCRIPT, ["compose", config_name, str(tiny_model_dir)], overlay_env(switch))
+def test_compose_first_then_build_the_critic_config(cases, tiny_model_dir, config_name, critic_class, switch, fresh):
+    seen = cases.json(SCRIPT, ["compose", config_name, str(tiny_model_dir)], switch, fresh=fresh)
     assert seen["class"] == critic_class
     # on: the YAML and the dataclass both have the field; off: neither (never one without the other)
     assert seen["composed"] is seen["field"] is (switch == "1"), seen

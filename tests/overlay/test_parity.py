@@ -12,6 +12,7 @@ differences: it can fail.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +21,20 @@ import torch
 from conftest import HERE, REPO_ROOT, overlay_env
 
 
-def _cases(python: Path, out: Path, switch: str, pythonpath: list[Path] = ()) -> dict[str, Any]:
-    import subprocess
-
-    completed = subprocess.run(
+def _start(python: Path, out: Path, switch: str, pythonpath: list[Path] = ()) -> subprocess.Popen[str]:
+    """A fresh process of the overlay venv computing every case into ``out``; the runs go on at once."""
+    return subprocess.Popen(
         [str(python), "-P", str(HERE / "parity_cases.py"), str(out)],
         env=overlay_env(switch, pythonpath),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    assert completed.returncode == 0, completed.stdout[-4000:]
+
+
+def _cases(process: subprocess.Popen[str], out: Path) -> dict[str, Any]:
+    output, _ = process.communicate(timeout=600)
+    assert process.returncode == 0, output[-4000:]
     return torch.load(out, weights_only=False)
 
 
@@ -51,9 +55,18 @@ def _states(provenance: dict) -> dict[str, list[str]]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, overlay_python: Path, overlay_site: Path, patched_trees: dict[str, Path]):
     tmp = tmp_path_factory.mktemp("parity")
-    patched = _cases(overlay_python, tmp / "patched.pt", "0", [patched_trees["verl"], patched_trees["trinity"]])
-    overlay = _cases(overlay_python, tmp / "overlay.pt", "1")
-    vanilla = _cases(overlay_python, tmp / "vanilla.pt", "0")
+    outs = {kind: tmp / f"{kind}.pt" for kind in ("patched", "overlay", "vanilla")}
+    started = {
+        "patched": _start(overlay_python, outs["patched"], "0", [patched_trees["verl"], patched_trees["trinity"]]),
+        "overlay": _start(overlay_python, outs["overlay"], "1"),
+        "vanilla": _start(overlay_python, outs["vanilla"], "0"),
+    }
+    try:
+        patched, overlay, vanilla = (_cases(started[kind], outs[kind]) for kind in ("patched", "overlay", "vanilla"))
+    finally:  # one failed: the others are not left running
+        for process in started.values():
+            if process.poll() is None:
+                process.kill()
     assert Path(patched["provenance"]["verl"]).is_relative_to(patched_trees["verl"])
     assert Path(patched["provenance"]["trinity"]).is_relative_to(patched_trees["trinity"])
     for run in (overlay, vanilla):
