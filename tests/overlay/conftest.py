@@ -12,7 +12,8 @@ trinity-rft sdists and this project pip-installed) and names it and the patched 
 Cases run through the ``cases`` fixture: a fork of a warm parent (`warm_parent.py`: torch, transformers, ray and
 the rest imported once; upstream's and the overlays' modules, Hydra and OmegaConf never) started with the case's
 ``PATCHSET_OVERLAYS``, or with ``fresh=True`` a new process of the venv, the shape users start. Each process shape
-the import-order matrix pins keeps at least one fresh case; parity, Ray and ``status`` always run fresh.
+the import-order matrix pins keeps a fresh case, and `test_import_order.py` checks that a fork starts with the same
+upstream and overlay modules as a fresh process. Ray's workers are always fresh processes, started by Ray.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import os
 import select
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -117,8 +119,15 @@ class WarmParent:
             text=True,
             start_new_session=True,  # a case that hangs is killed with its parent, as a group
         )
-        self.ready = json.loads(self._answer(600))["ready"]
+        self.preloaded: dict | None = None  # what it says once ready; it boots meanwhile
         self.count = 0
+        self.lock = threading.Lock()  # one case at a time
+        self.ready_lock = threading.Lock()  # one reader of the ready line
+
+    def wait_ready(self) -> None:
+        with self.ready_lock:
+            if self.preloaded is None:
+                self.preloaded = json.loads(self._answer(600))["ready"]
 
     def _answer(self, timeout: int) -> str:
         assert self.process.stdout is not None
@@ -130,7 +139,12 @@ class WarmParent:
         return line
 
     def run(self, argv: Sequence[str], pythonpath: Sequence[Path], cwd: Path, timeout: int) -> dict:
+        with self.lock:
+            return self._run(argv, pythonpath, cwd, timeout)
+
+    def _run(self, argv: Sequence[str], pythonpath: Sequence[Path], cwd: Path, timeout: int) -> dict:
         assert self.process.stdin is not None
+        self.wait_ready()
         self.count += 1
         out, err = self.workdir / f"case-{self.count}.out", self.workdir / f"case-{self.count}.err"
         request = {"argv": list(argv), "cwd": str(cwd), "pythonpath": [str(path) for path in pythonpath]}
@@ -161,6 +175,20 @@ class Cases:
     def __init__(self, python: Path, tmp: Path, modules_list: Path) -> None:
         self.python, self.tmp, self.modules_list = python, tmp, modules_list
         self.parents: dict[str, WarmParent] = {}
+        self.lock = threading.Lock()
+
+    def parent(self, switch: str) -> WarmParent:
+        """The warm parent for ``switch``, started (booting in the background) on first use. The first parent learns
+        the modules to preload and writes their list; a second one starts once that list is there."""
+        with self.lock:
+            if switch not in self.parents:
+                if not self.modules_list.exists():
+                    for started in self.parents.values():
+                        started.wait_ready()
+                workdir = self.tmp / f"warm-{switch}"
+                workdir.mkdir()
+                self.parents[switch] = WarmParent(self.python, switch, self.modules_list, workdir)
+            return self.parents[switch]
 
     def run(
         self,
@@ -181,11 +209,7 @@ class Cases:
                 timeout=timeout,
             )
             return _completed(argv, completed.returncode, completed.stdout, completed.stderr)
-        if switch not in self.parents:
-            workdir = self.tmp / f"warm-{switch}"
-            workdir.mkdir()
-            self.parents[switch] = WarmParent(self.python, switch, self.modules_list, workdir)
-        return self.parents[switch].run(argv, pythonpath, cwd, timeout)
+        return self.parent(switch).run(argv, pythonpath, cwd, timeout)
 
     def json(self, script: Path, args: Sequence[str], switch: str, **how: object) -> dict:
         """Run ``script`` and return the JSON object it prints on its last stdout line (stderr kept with it)."""

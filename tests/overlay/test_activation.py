@@ -7,7 +7,7 @@ verl's engine steps (gradient norm with 4 micro-batches relative to 1: the bug g
   trainer module imported with ``from ... import`` before it was called, and that module's ``VERLTrainer`` then
   keeps DPO pairs together (``force_group_size`` 2); a second call returns False and changes nothing;
   ``deactivate()`` restores upstream's behaviour exactly (and the field goes away); activating again works;
-- automatic: a plain process of the venv reports both overlays active with no call at all;
+- automatic: a process of the venv (its start-up as any process has it) reports both overlays active with no call;
 - pickles: ``partial(value_loss, config=critic_cfg)``, a ``CriticConfig`` and a ``TrinityPolicyLoss`` pickled in one
   process behave as the overlays in the *unpickling* process say: fixed where they are on, upstream's where off.
 """
@@ -15,11 +15,10 @@ verl's engine steps (gradient norm with 4 micro-batches relative to 1: the bug g
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import EVERY_PIECE, HERE, overlay_env
+from conftest import EVERY_PIECE, HERE
 
 SCRIPT = HERE / "activation_cases.py"
 
@@ -48,15 +47,10 @@ def test_explicit_activation_is_idempotent_undoable_and_order_independent(cases)
 
 
 @pytest.mark.parametrize("switch", ["1", "0"])
-def test_status_of_a_plain_process(overlay_python, switch):
-    completed = subprocess.run(
-        [str(overlay_python), "-P", "-m", "patchset_overlay", "status", "--json"],
-        env=overlay_env(switch),
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    report = json.loads(completed.stdout)
+def test_status_of_a_plain_process(cases, switch):
+    completed = cases.run(["-m", "patchset_overlay", "status", "--json"], switch)
+    assert completed["returncode"] == 0, completed["stderr"][-4000:]
+    report = json.loads(completed["stdout"])
     states = [piece["state"] for entry in report for piece in entry["pieces"]]
     assert [entry["overlay"] for entry in report] == ["verl_overlay", "trinity_overlay"]
     if switch == "1":

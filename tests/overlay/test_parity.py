@@ -12,29 +12,19 @@ differences: it can fail.
 
 from __future__ import annotations
 
-import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from conftest import HERE, REPO_ROOT, overlay_env
+from conftest import HERE, REPO_ROOT, Cases
 
 
-def _start(python: Path, out: Path, switch: str, pythonpath: list[Path] = ()) -> subprocess.Popen[str]:
-    """A fresh process of the overlay venv computing every case into ``out``; the runs go on at once."""
-    return subprocess.Popen(
-        [str(python), "-P", str(HERE / "parity_cases.py"), str(out)],
-        env=overlay_env(switch, pythonpath),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
-def _cases(process: subprocess.Popen[str], out: Path) -> dict[str, Any]:
-    output, _ = process.communicate(timeout=600)
-    assert process.returncode == 0, output[-4000:]
+def _cases(cases: Cases, out: Path, switch: str, pythonpath: list[Path] = ()) -> dict[str, Any]:
+    """Every case computed by a process of the overlay venv (a warm parent's fork), written to ``out``."""
+    completed = cases.run([str(HERE / "parity_cases.py"), str(out)], switch, pythonpath=pythonpath)
+    assert completed["returncode"] == 0, (completed["stdout"] + completed["stderr"])[-4000:]
     return torch.load(out, weights_only=False)
 
 
@@ -53,20 +43,16 @@ def _states(provenance: dict) -> dict[str, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, overlay_python: Path, overlay_site: Path, patched_trees: dict[str, Path]):
+def runs(tmp_path_factory, cases: Cases, overlay_site: Path, patched_trees: dict[str, Path]):
     tmp = tmp_path_factory.mktemp("parity")
-    outs = {kind: tmp / f"{kind}.pt" for kind in ("patched", "overlay", "vanilla")}
-    started = {
-        "patched": _start(overlay_python, outs["patched"], "0", [patched_trees["verl"], patched_trees["trinity"]]),
-        "overlay": _start(overlay_python, outs["overlay"], "1"),
-        "vanilla": _start(overlay_python, outs["vanilla"], "0"),
+    runs = {
+        "patched": ("0", [patched_trees["verl"], patched_trees["trinity"]]),
+        "vanilla": ("0", []),
+        "overlay": ("1", []),
     }
-    try:
-        patched, overlay, vanilla = (_cases(started[kind], outs[kind]) for kind in ("patched", "overlay", "vanilla"))
-    finally:  # one failed: the others are not left running
-        for process in started.values():
-            if process.poll() is None:
-                process.kill()
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two warm parents (overlays off, on): two runs at a time
+        started = {kind: pool.submit(_cases, cases, tmp / f"{kind}.pt", *how) for kind, how in runs.items()}
+        patched, vanilla, overlay = (started[kind].result() for kind in runs)
     assert Path(patched["provenance"]["verl"]).is_relative_to(patched_trees["verl"])
     assert Path(patched["provenance"]["trinity"]).is_relative_to(patched_trees["trinity"])
     for run in (overlay, vanilla):

@@ -1,12 +1,13 @@
 """A real local Ray run (``ray.init`` on this machine): the overlays are active in Ray workers with no call at all.
 
-`ray_job.py` runs in the overlay venv; its Ray actors, other processes of that venv, build ``TrinityPolicyLoss``
-and run a ``partial(value_loss, config=critic_cfg)`` pickled in the driver. With the overlays on (the ``.pth``
-start-up hook, the mechanism users get from installing this project), a worker that inherits the driver's
-environment reports both overlays active and both losses invariant to the micro-batch count; one started with
-``PATCHSET_OVERLAYS=0`` in its runtime_env reports them off and shows the bug (the teeth), in the same Ray run.
-With the switch off but the job's ``worker_process_setup_hook`` set to ``patchset_overlay.activate_all``
-(docs/overlays.md's variant for workers in another environment) they are active again.
+`ray_job.py` runs in the overlay venv (a warm parent's fork); its Ray actors, fresh processes of that venv that Ray
+starts, build ``TrinityPolicyLoss`` and run a ``partial(value_loss, config=critic_cfg)`` pickled in the driver. With
+the overlays on (the ``.pth`` start-up hook, the mechanism users get from installing this project), a worker that
+inherits the driver's environment reports both overlays active and both losses invariant to the micro-batch count;
+one started with ``PATCHSET_OVERLAYS=0`` in its runtime_env reports them off and shows the bug (the teeth), in the
+same Ray run. With the switch off but the job's ``worker_process_setup_hook`` set to
+``patchset_overlay.activate_all`` (docs/overlays.md's variant for workers in another environment) they are active
+again.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def ray_runs(cases) -> dict[str, dict]:
     """Both Ray runs, at once (each spends seconds starting its cluster); the workers' observations by name."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = pool.map(
-            lambda how: cases.json(HERE / "ray_job.py", [how[1]], how[0], fresh=True, timeout=500),
+            lambda how: cases.json(HERE / "ray_job.py", [how[1]], how[0], timeout=500),
             [("1", "environment"), ("0", "setup-hook")],
         )
     runs = {}

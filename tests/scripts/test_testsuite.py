@@ -1,72 +1,119 @@
-"""The test command runs the steps its help names: all of them, or with --quick the pinned trees and the
-regression suite only, each timed in the summary. Every step is replaced by a recorder here (the real ones take
-minutes and are what the test command itself runs)."""
+"""The test command plans the steps its help names (all of them, or with --quick the environment, the pinned trees
+and the regression suite only), each step runs its own body in a process of its own, and the exit code and summary
+follow the steps' verdicts. The step bodies are replaced by recorders here (the real ones take minutes and are what
+the test command itself runs)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.harness import testsuite
+from tests.harness.scheduler import Step
 
-EVERY_STEP = [
-    "environment",
-    "lint",
-    "pinned trees",
-    "tooling tests",
-    "teeth (vanilla)",
-    "fix (patched)",
-    "patched wheels",
-    "verl 0.9.1",
-    "overlays",
-]
-QUICK_STEPS = ["environment", "pinned trees", "teeth (vanilla)", "fix (patched)"]
+EVERY_STEP = ["environment", "pinned trees", "lint", "teeth", "tooling", "overlays", "fix", "wheels", "verl 0.9.1"]
+QUICK_STEPS = ["environment", "pinned trees", "teeth", "fix"]
 
 
 @pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str, list[str], bool, bool]]:
-    """Every step passes at once, doing nothing; the list holds each regression run: (expect, pytest args, sample,
-    companions)."""
-    runs: list[tuple[str, list[str], bool, bool]] = []
+def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str, ...]]:
+    """Every step body passes at once, doing nothing but say what it was asked; regression runs are recorded as
+    ("regression", expect, pytest args, sample, companions)."""
+    calls: list[tuple] = []
 
     def regression(trees, expect, baseline_dir=None, pytest_args=(), sample=False, companions=True) -> int:
-        runs.append((expect, list(pytest_args), sample, companions))
+        calls.append(("regression", expect, list(pytest_args), sample, companions))
         return 0
 
+    def named(name: str):  # type: ignore[no-untyped-def]
+        return lambda *args, **kwargs: calls.append((name,)) or True
+
     monkeypatch.setattr(testsuite, "ensure_venv", lambda: tmp_path / "python")
-    monkeypatch.setattr(testsuite, "_run", lambda command, env=None: True)
     monkeypatch.setattr(testsuite, "run_regression_tests", regression)
-    monkeypatch.setattr(testsuite, "check_wheels", lambda *args, **kwargs: True)
-    monkeypatch.setattr(testsuite, "_upstream_merged_step", lambda *args, **kwargs: True)
-    monkeypatch.setattr(testsuite, "_overlay_step", lambda *args, **kwargs: True)
+    monkeypatch.setattr(testsuite, "_pinned_trees_step", named("pinned trees"))
+    monkeypatch.setattr(testsuite, "_lint", named("lint"))
+    monkeypatch.setattr(testsuite, "_tooling_step", named("tooling"))
+    monkeypatch.setattr(testsuite, "check_wheels", named("wheels"))
+    monkeypatch.setattr(testsuite, "_upstream_merged_step", named("verl 0.9.1"))
+    monkeypatch.setattr(testsuite, "_overlay_step", named("overlays"))
     monkeypatch.setattr(testsuite, "_pinned_trees", lambda cache: ({}, {}))
-    monkeypatch.setattr(testsuite, "parallel_args", lambda python, dist="loadfile": [])
-    return runs
+    return calls
 
 
-def _steps_run(capsys: pytest.CaptureFixture[str], argv: list[str], cache: Path) -> list[str]:
-    assert testsuite.main([*argv, "--cache", str(cache)]) == 0
-    summary = capsys.readouterr().out.split("=== summary\n", 1)[1].splitlines()
-    steps = [line.split(None, 2)[2] for line in summary if line.startswith("  ok")]
-    return [next(name for name in EVERY_STEP if step.startswith(name)) for step in steps]
+def _step_argv(step: Step) -> list[str]:
+    """What the scheduler would run, as arguments of testsuite.main (after ``python -P -m tests.harness.testsuite``)."""
+    assert step.argv[1:4] == ("-P", "-m", "tests.harness.testsuite")
+    return list(step.argv[4:])
 
 
-def test_every_step_runs_and_is_timed_in_the_summary(recorded, capsys, tmp_path):
-    assert _steps_run(capsys, [], tmp_path / "cache") == EVERY_STEP
-    assert recorded == [("bug", [], True, True), ("fixed", [], False, True)]  # teeth sampled, the fix every case
+@pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
+def test_each_planned_step_runs_its_own_body(recorded, tmp_path, quick):
+    steps = testsuite.plan(tmp_path / "cache", quick)
+    assert [step.name for step in steps] == (QUICK_STEPS if quick else EVERY_STEP)
+    for step in steps:
+        recorded.clear()
+        assert testsuite.main(_step_argv(step)) == 0
+        if step.name in ("teeth", "fix"):
+            ((kind, expect, args, sample, companions),) = recorded
+            assert (kind, expect) == ("regression", "bug" if step.name == "teeth" else "fixed")
+            assert (args != []) is quick and companions is not quick  # quick: without the e2e module
+            assert sample is (step.name == "teeth" or quick)  # teeth sampled; the fix every case unless quick
+        else:
+            assert recorded == ([] if step.name == "environment" else [(step.name,)])
 
 
-def test_quick_runs_exactly_the_steps_its_help_names(recorded, capsys, tmp_path):
-    assert _steps_run(capsys, ["--quick"], tmp_path / "cache") == QUICK_STEPS
-    assert [(expect, sample, companions) for expect, _, sample, companions in recorded] == [
-        ("bug", True, False),
-        ("fixed", True, False),
-    ]
-    assert all(args[0] == "--ignore" and args[1].endswith("test_engine_e2e.py") for _, args, _, _ in recorded)
+def test_fix_waits_for_teeth_and_nothing_runs_without_the_environment_and_the_pinned_trees(tmp_path):
+    steps = {step.name: step for step in testsuite.plan(tmp_path / "cache", quick=False)}
+    assert steps["fix"].after == ("teeth",)
+    assert steps["environment"].stream and steps["environment"].needs == steps["pinned trees"].needs == ()
+    assert steps["lint"].needs == ("environment",)
+    for name in EVERY_STEP[3:]:
+        assert set(steps[name].needs) == {"environment", "pinned trees"}, name
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_steps_running_at_once_share_the_cores_among_their_workers(monkeypatch, tmp_path, jobs):
+    """Regression and overlay steps (workers that import torch, verl and Trinity) get the cores divided by the
+    steps running at once; the tooling tests, the wheels and verl 0.9.1 (the last) keep their own default;
+    PATCHSET_WORKERS wins."""
+    monkeypatch.delenv("PATCHSET_WORKERS", raising=False)
+    monkeypatch.setattr(testsuite.os, "cpu_count", lambda: 4)
+    steps = {step.name: dict(step.env) for step in testsuite.plan(tmp_path / "cache", quick=False, jobs=jobs)}
+    shared = {name for name, env in steps.items() if env}
+    assert shared == {"teeth", "overlays", "fix"}
+    assert all(steps[name] == {"PATCHSET_WORKERS": str(4 // jobs)} for name in shared)
+    monkeypatch.setenv("PATCHSET_WORKERS", "3")
+    assert not any(step.env for step in testsuite.plan(tmp_path / "cache", quick=False, jobs=jobs))
+
+
+def test_quick_help_names_exactly_what_it_runs(capsys):
     with pytest.raises(SystemExit):
         testsuite.main(["--help"])
     quick_help = " ".join(capsys.readouterr().out.split("--quick", 1)[1].split())
-    assert "the pinned trees and the regression suite on them" in quick_help
+    assert "the environment, the pinned trees, and the regression suite on them" in quick_help
     assert "without the engine end-to-end module or Trinity's legacy-path run" in quick_help
     assert "no lint, tooling tests, wheels, verl 0.9.1 or overlays" in quick_help
+
+
+@pytest.mark.parametrize(
+    ("codes", "exit_code"),
+    [((0, 0, 0), 0), ((0, 1, 0), 1), ((2, 0, 0), 2)],
+    ids=["all-pass", "a-step-fails", "no-environment"],
+)
+def test_exit_code_and_summary_follow_the_steps(monkeypatch, capsys, tmp_path, codes, exit_code):
+    def plan(cache: Path, quick: bool, jobs: int) -> list[Step]:
+        names = ("environment", "teeth", "fix")
+        needs = {"environment": (), "teeth": ("environment",), "fix": ("environment",)}
+        return [
+            Step(name, f"proves {name}", (sys.executable, "-c", f"exit({code})"), needs[name])
+            for name, code in zip(names, codes, strict=False)
+        ]
+
+    monkeypatch.setattr(testsuite, "plan", plan)
+    assert testsuite.main(["--cache", str(tmp_path / "cache"), "--jobs", "2"]) == exit_code
+    summary = capsys.readouterr().out.split("=== summary\n", 1)[1].splitlines()
+    verdicts = [line.split()[0] for line in summary[:3]]
+    assert verdicts == ["ok" if code == 0 and codes[0] == 0 else "FAIL" for code in codes]
+    assert summary[3].startswith("  total ") and "up to 2 steps at a time" in summary[3]

@@ -1,0 +1,153 @@
+"""Run the steps of the test command, several at once where they are independent, each timed and reported whole.
+
+A step is a child process. With one job at a time its output streams as it comes; with more, each step's output
+goes to a log of its own and is printed in one piece when the step ends, so two steps never interleave, while a
+line every ``progress_every`` seconds says which steps are running and for how long. A step waits for the steps
+it comes ``after`` to finish, and is not run (and counts as failed) when a step it ``needs`` failed. A step marked
+``stream`` (the environment build, whose progress is pip's) always streams; the others, buffered, run beside it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    proves: str
+    argv: tuple[str, ...]
+    needs: tuple[str, ...] = ()  # must have passed
+    after: tuple[str, ...] = ()  # must have ended (what they write is read), passed or not
+    stream: bool = False
+    env: tuple[tuple[str, str], ...] = ()  # set for this step only, over the scheduler's environment
+
+
+@dataclass
+class StepResult:
+    name: str
+    proves: str
+    passed: bool
+    seconds: float
+    note: str = ""
+
+
+@dataclass
+class _Running:
+    step: Step
+    process: subprocess.Popen[bytes]
+    started: float
+    log: Path | None = None
+    stream: object = field(default=None)
+
+
+def duration(seconds: float) -> str:
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes else f"{rest}s"
+
+
+class Scheduler:
+    """Runs ``steps`` in their order, up to ``jobs`` at a time; ``run`` returns a result per step, in that order."""
+
+    def __init__(
+        self,
+        steps: Sequence[Step],
+        jobs: int,
+        cwd: Path,
+        env: Mapping[str, str],
+        out: TextIO = sys.stdout,
+        progress_every: float = 30.0,
+    ) -> None:
+        names = [step.name for step in steps]
+        for step in steps:
+            unknown = set(step.needs + step.after) - set(names[: names.index(step.name)])
+            if unknown:
+                raise ValueError(f"step {step.name!r} waits for {sorted(unknown)}, which are not earlier steps")
+        self.steps, self.jobs, self.cwd, self.env = list(steps), max(1, jobs), cwd, dict(env)
+        self.out, self.progress_every = out, progress_every
+        self.results: dict[str, StepResult] = {}
+
+    def _say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def _ready(self, step: Step) -> bool:
+        return all(name in self.results for name in step.needs + step.after)
+
+    def _blocked_by(self, step: Step) -> list[str]:
+        return [name for name in step.needs if not self.results[name].passed]
+
+    def _start(self, step: Step, logs: Path) -> _Running:
+        streamed = self.jobs == 1 or step.stream
+        self._say(f"\n=== {step.name}: {step.proves}" + ("" if streamed else " (started)"))
+        env = {**self.env, **dict(step.env)}
+        if streamed:
+            process = subprocess.Popen(step.argv, cwd=self.cwd, env=env)
+            return _Running(step, process, time.monotonic())
+        log = logs / f"{len(self.results) + 1:02d}-{step.name.replace(' ', '-').replace('/', '-')}.log"
+        stream = log.open("wb")
+        process = subprocess.Popen(step.argv, cwd=self.cwd, env=env, stdout=stream, stderr=subprocess.STDOUT)
+        return _Running(step, process, time.monotonic(), log, stream)
+
+    def _finish(self, running: _Running) -> None:
+        seconds = time.monotonic() - running.started
+        passed = running.process.returncode == 0
+        step = running.step
+        if running.log is not None:
+            running.stream.close()  # type: ignore[attr-defined]
+            self._say(f"\n=== {step.name}: {step.proves}")
+            self.out.write(running.log.read_text(encoding="utf-8", errors="replace"))
+        self._say(f"=== {step.name}: {'ok' if passed else 'FAILED'} in {duration(seconds)}")
+        self.results[step.name] = StepResult(step.name, step.proves, passed, seconds)
+
+    def run(self) -> list[StepResult]:
+        waiting = list(self.steps)
+        running: list[_Running] = []
+        last_progress = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="patchset-steps-") as tmp:
+            try:
+                while waiting or running:
+                    for step in [step for step in waiting if self._ready(step)]:
+                        blocked = self._blocked_by(step)
+                        if blocked:
+                            waiting.remove(step)
+                            note = f"not run: {', '.join(blocked)} failed"
+                            self._say(f"\n=== {step.name}: {note}")
+                            self.results[step.name] = StepResult(step.name, step.proves, False, 0.0, note)
+                        elif len(running) < self.jobs:
+                            waiting.remove(step)
+                            running.append(self._start(step, Path(tmp)))
+                    if not running:
+                        continue
+                    time.sleep(0.2)
+                    for entry in [entry for entry in running if entry.process.poll() is not None]:
+                        running.remove(entry)
+                        self._finish(entry)
+                        last_progress = time.monotonic()
+                    if self.jobs > 1 and running and time.monotonic() - last_progress >= self.progress_every:
+                        now = time.monotonic()
+                        what = ", ".join(f"{entry.step.name} ({duration(now - entry.started)})" for entry in running)
+                        self._say(f"... running: {what}")
+                        last_progress = now
+            finally:  # interrupted: no step is left running behind the user's back
+                for entry in running:
+                    entry.process.terminate()
+                for entry in running:
+                    entry.process.wait()
+        return [self.results[step.name] for step in self.steps]
+
+
+def summary(results: Sequence[StepResult], total_seconds: float, jobs: int) -> str:
+    width = max(len(result.name) for result in results)
+    lines = [
+        f"  {'ok  ' if result.passed else 'FAIL'} {duration(result.seconds):>7}  {result.name:<{width}}  "
+        f"{result.note or result.proves}"
+        for result in results
+    ]
+    return "\n".join([*lines, f"  total {duration(total_seconds)} (up to {jobs} steps at a time)"])
