@@ -14,9 +14,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, TextIO
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,8 @@ class _Running:
     step: Step
     process: subprocess.Popen[bytes]
     started: float
-    log: Path | None = None
-    stream: object = field(default=None)
+    log: Path | None = None  # None: the step streams
+    stream: BinaryIO | None = None
 
 
 def duration(seconds: float) -> str:
@@ -99,8 +99,8 @@ class Scheduler:
         seconds = time.monotonic() - running.started
         passed = running.process.returncode == 0
         step = running.step
-        if running.log is not None:
-            running.stream.close()  # type: ignore[attr-defined]
+        if running.log is not None and running.stream is not None:
+            running.stream.close()
             self._say(f"\n=== {step.name}: {step.proves}")
             self.out.write(running.log.read_text(encoding="utf-8", errors="replace"))
         self._say(f"=== {step.name}: {'ok' if passed else 'FAILED'} in {duration(seconds)}")
