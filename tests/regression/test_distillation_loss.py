@@ -3,7 +3,7 @@
 verl 0.8.0's `distillation_ppo_loss` calls `distillation_loss` before `ppo_loss`, and it is `ppo_loss` that writes
 the micro-batch's ``dp_size``, ``batch_num_tokens``, ``global_batch_size`` and ``loss_scale_factor`` into
 ``config.global_batch_info``, the dict both branches of `distillation_loss` aggregate with (verl PR #7225, issue
-#7200). Patch 0002 sets it at the top of `distillation_loss`, as verl 0.9.0 does.
+#7200). Patch 0002 sets it inside `distillation_loss` where verl 0.9.0 does, just before the policy-gradient branch.
 
 Invariant on the patched tree (and on verl >= 0.9.0, where the series skips the patch and these tests run on
 upstream's code): the gradient that the summed micro-batch `distillation_ppo_loss` sends into the model outputs

@@ -14,15 +14,19 @@ venv (``PATCHSET_VENV``); skipped when the checkouts are absent.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 from patchset_fakes import FORMAT_PATCH, REPO_ROOT, git
 
 from patchset.export.pr_export import main
 from patchset.series.model import load_series
+from patchset.upstreams.fetch import resolve_cache
+from patchset.upstreams.pins import load_pins
 
 DEP3 = re.compile(r"^(Origin|Bug|Forwarded|Author|Applied-Upstream|Last-Update|Upstream-Check):", re.MULTILINE)
 LICENSE = """\
@@ -40,6 +44,9 @@ LICENSE = """\
 # See the License for the specific language governing permissions and
 # limitations under the License.
 """
+
+# read at import: the autouse fixture in conftest.py clears PATCHSET_CACHE for each test
+CACHE = resolve_cache(None, os.environ, REPO_ROOT)
 
 
 def _state(tree: Path) -> tuple[str, str, str, str]:
@@ -63,7 +70,7 @@ def _check_commit(checkout: Path, commit: str, author_line: str, subject: str) -
 def test_verl_export_makes_one_gated_branch_per_group(pinned, capsys):
     checkout = pinned("verl")
     before = _state(checkout)
-    patch, distillation_patch = load_series(REPO_ROOT / "patches", "verl").patches
+    patch, distillation_patch, geo_mean_patch = load_series(REPO_ROOT / "patches", "verl").patches
     branch = "patchset/verl-critic-value-loss-global-normalization"
 
     assert main(["verl", str(checkout)]) == 0
@@ -83,7 +90,35 @@ def test_verl_export_makes_one_gated_branch_per_group(pinned, capsys):
     _check_commit(checkout, commit, distillation_patch.text.split("\n", 3)[1], distillation_patch.subject)
     assert f"----- PR title -----\n{distillation_patch.subject}\n" in out
     assert "test_distillation_loss_global_normalization_on_cpu.py" in out
+    (commit,) = git(checkout, "rev-list", "v0.8.0..patchset/verl-geo-mean-policy-loss-global-normalization").split()
+    _check_commit(checkout, commit, geo_mean_patch.text.split("\n", 3)[1], geo_mean_patch.subject)
     assert f"push <your-fork> {branch}" in out
+
+
+def test_verl_geo_mean_group_exports_onto_verl_0_9_1_with_every_gate(tmp_path, capsys):
+    """The geo_mean fix is open upstream: its PR goes onto the newest release, where the groups upstream has are
+    skipped, and upstream's gates (ruff, mypy, the generated configs, the CPU tests) pass there."""
+    pin = load_pins(REPO_ROOT / "patches/upstreams.toml").find("verl", "0.9.1")
+    vanilla = CACHE.upstreams / pin.dirname
+    if not (vanilla / ".git").exists():
+        pytest.skip(f"no cached checkout of {pin.label} at {vanilla} (scripts/test.sh fetches it)")
+    checkout = tmp_path / pin.dirname
+    git(tmp_path, "clone", "-q", "--no-hardlinks", str(vanilla), str(checkout))
+    before = _state(checkout)
+    geo_mean_patch = load_series(REPO_ROOT / "patches", "verl").patches[2]
+
+    assert main(["verl", str(checkout)]) == 0
+
+    out = capsys.readouterr().out
+    assert _state(checkout) == before
+    assert "Skipping group critic-value-loss-global-normalization: upstream 0.9.1 has all its patches" in out
+    assert "Skipping group distillation-loss-global-batch-info: upstream 0.9.1 has all its patches" in out
+    (commit,) = git(checkout, "rev-list", "v0.9.1..patchset/verl-geo-mean-policy-loss-global-normalization").split()
+    _check_commit(checkout, commit, geo_mean_patch.text.split("\n", 3)[1], geo_mean_patch.subject)
+    assert "lint mypy v1.17.0 (verl's pyproject): Passed" in out
+    assert "upstream lint: passed (" in out and "upstream CPU tests: passed (" in out
+    assert "tests/trainer/ppo/test_geo_mean_policy_loss_on_cpu.py" in out
+    assert "### Where upstream stands" in out  # the section of pr/geo-mean-policy-loss-global-normalization.md
 
 
 def _final_state(pinned, numbers: list[int], path: str, tmp_path: Path) -> str:
