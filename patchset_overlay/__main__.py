@@ -26,7 +26,7 @@ def _status(as_json: bool) -> int:
 
 def _fingerprints(roots: list[str], write: bool, check: bool) -> int:
     from patchset_overlay import overlays
-    from patchset_overlay.fingerprints import compute, fingerprints_path, render, stale
+    from patchset_overlay.fingerprints import compute, fingerprints_path, recorded, render, stale
     from patchset_overlay.source import UpstreamSource
 
     by_upstream = {overlay.upstream: overlay for overlay in overlays()}
@@ -47,11 +47,11 @@ def _fingerprints(roots: list[str], write: bool, check: bool) -> int:
                     f"--root {upstream}=PATH)"
                 )
             problems += len(keys)
-        elif write:
-            path.write_text(render(compute(overlay, source)), encoding="utf-8")
-            print(f"* Wrote {path}")
+        elif write:  # this release's set, beside the other releases' sets already stored
+            path.write_text(render({**recorded(overlay), source.version(): compute(overlay, source)}), encoding="utf-8")
+            print(f"* Wrote the fingerprints of {upstream} {source.version()} into {path}")
         else:
-            print(render(compute(overlay, source)), end="")
+            print(render({source.version(): compute(overlay, source)}), end="")
     return 1 if problems else 0
 
 

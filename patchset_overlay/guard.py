@@ -36,18 +36,24 @@ def version_tuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def fixed_in(piece: Piece, version: str) -> bool:
+    """Whether the upstream release ``version`` has the piece's fix (it is at or past ``fixed_since``)."""
+    return piece.fixed_since is not None and version_tuple(version) >= version_tuple(piece.fixed_since)
+
+
 def fingerprint_key(module: str, name: str) -> str:
     return f"{module}:{name}"
 
 
 def judge(overlay: Overlay, piece: Piece, source: UpstreamSource, fingerprints: Mapping[str, str]) -> Verdict:
-    """Whether ``piece`` may be installed on the upstream in ``source``, and why not if it may not."""
+    """Whether ``piece`` may be installed on the upstream in ``source``, and why not if it may not;
+    ``fingerprints``: those recorded for the release ``source`` declares."""
     version = source.version()
     what = f"{overlay.distribution} {version}"
-    if overlay.fixed_since and version_tuple(version) >= version_tuple(overlay.fixed_since):
+    if fixed_in(piece, version):
         return Verdict(
             PieceState.UPSTREAM_HAS_FIX,
-            f"{overlay.name}: {piece.name} stays off: {what} has the fix (upstream since {overlay.fixed_since})",
+            f"{overlay.name}: {piece.name} stays off: {what} has the fix (upstream since {piece.fixed_since})",
         )
     reason = piece.upstream_has_fix(source)
     if reason is not None:

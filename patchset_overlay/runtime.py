@@ -9,15 +9,13 @@ installer that fails takes the whole piece back out (every module it had changed
 
 from __future__ import annotations
 
-import importlib
-import json
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from types import ModuleType
 
 from patchset_overlay import dispatch
 from patchset_overlay.finder import already_imported, install
+from patchset_overlay.fingerprints import recorded
 from patchset_overlay.guard import Verdict, judge
 from patchset_overlay.source import UpstreamSource
 from patchset_overlay.spec import Overlay, Piece
@@ -34,18 +32,12 @@ def _warn_once(record: OverlayRecord, message: str) -> None:
         warnings.warn(message, OverlayWarning, stacklevel=3)
 
 
-def recorded_fingerprints(overlay: Overlay) -> dict[str, str]:
-    """The overlay's fingerprints file: {"module:name": sha256} of the release it was written for."""
-    folder = Path(importlib.import_module(overlay.name).__file__).resolve().parent
-    return json.loads((folder / overlay.fingerprints_file).read_text(encoding="utf-8"))
-
-
 def _verdicts(overlay: Overlay) -> dict[str, Verdict]:
     """Each piece's verdict; a check that cannot be made refuses (this often runs inside someone's import, which
     it must never break)."""
     try:
         source = UpstreamSource.find(overlay.upstream)
-        fingerprints = recorded_fingerprints(overlay) if source is not None else {}
+        fingerprints = recorded(overlay).get(source.version(), {}) if source is not None else {}
     except Exception as error:
         failed = Verdict(
             PieceState.REFUSED,

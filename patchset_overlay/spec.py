@@ -45,6 +45,7 @@ class Piece:
     upstream_has_fix: FixCheck
     # why the piece does not fit the environment around the upstream (e.g. another package's version), or None
     unfit: FixCheck | None = None
+    fixed_since: str | None = None  # the first upstream release with this piece's fix, if any
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -58,10 +59,10 @@ class Overlay:
     name: str  # the overlay package, e.g. "verl_overlay"
     upstream: str  # the upstream's import name, e.g. "verl"
     distribution: str  # the upstream's PyPI name, e.g. "verl"
-    supported: tuple[str, ...]
-    fixed_since: str | None  # first upstream release with every fix of this overlay, if any
+    supported: tuple[str, ...]  # the releases it accepts; each piece is judged on its own there
     pieces: tuple[Piece, ...]
-    # the overlay package's JSON of {"module:name": sha256 of the source segment} for the supported release
+    # the overlay package's JSON of {release: {"module:name": sha256 of the source segment}} for each supported
+    # release, of the targets of the pieces that release lacks (`patchset_overlay.fingerprints`)
     fingerprints_file: str = "fingerprints.json"
 
     @property

@@ -68,6 +68,5 @@ OVERLAY = Overlay(
     upstream="trinity",
     distribution="trinity-rft",
     supported=("0.6.0",),
-    fixed_since=None,
     pieces=(POLICY_LOSS_NORMALIZATION, DPO),
 )

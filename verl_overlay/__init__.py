@@ -1,9 +1,10 @@
-"""Overlay of the verl fixes (patches/verl/) for a pip-installed verl 0.8.0.
+"""Overlay of the verl fixes (patches/verl/) for a pip-installed verl 0.8.0 or 0.9.1.
 
 Modules here mirror verl's module paths and hold only the patched symbols; `verl_overlay.pieces` declares what
 goes where. `activate` switches the overlay on in this process (a second call does nothing), `deactivate` undoes
 it; installing this project does it in every process automatically (see `patchset_overlay`). verl >= 0.9.0 has
-the fixes, and the overlay stays off there. Importing this package imports no verl code.
+the critic and distillation fixes, and those pieces stay off there; the geo_mean piece goes onto 0.8.0 and 0.9.1.
+Importing this package imports no verl code.
 """
 
 from __future__ import annotations

@@ -88,8 +88,11 @@ def run_overlay_regression_tests(
     per core, each importing torch, verl and Trinity)."""
     switch = "on" if expect == "fixed" else "off (PATCHSET_OVERLAYS=0)"
     print(f"* Running the regression tests (expecting {expect}) on the releases in {site_packages}, overlays {switch}")
-    # -P: the checkout's own verl_overlay/ must not shadow the installed one (cwd is the repository root)
+    # -P, and pytest's append import mode: the checkout's own verl_overlay/ must not shadow the installed one (cwd is
+    # the repository root, and in its default mode pytest puts the root of the tests/ package first on sys.path;
+    # with the overlays off nothing has imported the installed overlay first)
     command = [str(python), "-P", "-m", "pytest", *map(str, paths), "-q", "-rs", "-p", "no:cacheprovider"]
+    command += ["--import-mode=append"]
     command += [*pytest_args, *(parallel_args(python) if parallel else [])]
     env = overlay_regression_env(site_packages, expect, baseline_dir, sample)
     return subprocess.run(command, cwd=REPO_ROOT, env=env).returncode

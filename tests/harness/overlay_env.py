@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from patchset.testenv.venv import REPO_ROOT, VenvError, run_step
@@ -40,14 +41,18 @@ def _sdist(cache_sdists: Path, pin: Pin) -> Path:
     raise VenvError(f"no verified sdist of {pin.label} in {cache_sdists}; run `scripts/apply.sh --no-test` first")
 
 
-def build_overlay_env(venv_dir: Path, deps_python: Path, cache_sdists: Path) -> tuple[Path, Path]:
-    """(Re)make ``venv_dir`` with the pinned releases and this project installed; its python and site-packages."""
+def build_overlay_env(
+    venv_dir: Path, deps_python: Path, cache_sdists: Path, pins: Sequence[Pin] | None = None
+) -> tuple[Path, Path]:
+    """(Re)make ``venv_dir`` with the pinned releases (``pins``, default: the default pins) and this project
+    installed; its python and site-packages."""
     shutil.rmtree(venv_dir, ignore_errors=True)
     try:
         python, site = linked_venv(deps_python, venv_dir)
     except subprocess.CalledProcessError as error:
         raise VenvError(f"creating the overlay venv failed (exit {error.returncode})") from None
-    pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml").defaults()
+    if pins is None:
+        pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml").defaults()
     sdists = [str(_sdist(cache_sdists, pin)) for pin in pins]
     pip = [str(deps_python), "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index"]
     pip += ["--no-build-isolation"]

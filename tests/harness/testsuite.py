@@ -12,10 +12,14 @@ Steps (each timed; the summary lists every step, its time and what it proves):
 - fix: the whole regression suite on the patched trees, expecting the fix;
 - wheels: the patched wheels built, installed into a fresh venv, every installed file equal by sha256 to the patched
   tree's, versions and manifests as labelled, and a smoke run of the loss tests on the installed packages;
-- verl 0.9.1: the series applied to it skips the verl patches by content, and the suite passes on upstream's fix;
+- verl 0.9.1, a target that takes part of the verl series: applied to a clone, the patches upstream has are skipped
+  by content and the others apply; the suite passes on the patched clone, and the tests of the applied patches
+  (`TEETH_OF_PATCH`) fail on the vanilla release;
 - overlays: a fresh venv with the pinned sdists and this project pip-installed; a smoke run of the suite with the
   overlays on, then tests/overlay: parity with the patched trees bit for bit, the import-order matrix, guards,
-  activation, verl 0.9.1's own CPU test of the critic fix, a local Ray run, the installed file list.
+  activation, verl 0.9.1's own CPU test of the critic fix, a local Ray run, the installed file list; then a venv with
+  verl 0.9.1 pip-installed, where the suite's tests of the patches that apply there pass with the overlays on and
+  fail with them off.
 
 Each step is a process of its own (``--step NAME``); `tests.harness.scheduler` runs independent steps at once (as
 many as ``--jobs``, default the cores), each step's output printed whole when it ends, and within a step
@@ -174,10 +178,35 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
         command = [python, "-m", "pytest", str(REPO_ROOT / "tests" / "overlay"), "-q", "-rs", "-p", "no:cacheprovider"]
         command += parallel_args(Path(python))
         passed["tests/overlay"] = subprocess.run(command, cwd=REPO_ROOT, env=env).returncode == 0
+        passed["verl 0.9.1"] = _overlay_partial_target(python, cache_root, Path(tmp) / "venv-verl-0.9.1")
     guards = results_dir / "overlay-guards.txt"
     if guards.exists():
         print("* Guards tried, and the message each printed:\n" + guards.read_text(encoding="utf-8"), end="")
     return all(passed.values())
+
+
+def _overlay_partial_target(python: str, cache_root: Path, venv_dir: Path) -> bool:
+    """The overlay on pip-installed verl 0.9.1 (alone: pip cannot install trinity-rft 0.6.0 beside it), a release
+    that has some of the fixes: the suite, in overlay mode, on the patches that apply there (`TEETH_OF_PATCH`), with
+    the overlays on (fixed) and off (the teeth). The pieces 0.9.1 has stay off, which the suite's overlay check
+    allows only for those."""
+    key, version, _ = UPSTREAM_MERGED
+    pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").find(key, version)
+    assert pin is not None  # the pinned-trees step fetched it by this pin
+    try:
+        overlay_python, site = build_overlay_env(venv_dir, Path(python), cache_root / "sdists", [pin])
+    except VenvError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return False
+    print(f"* Installed {pin.label} and this project into {site}", flush=True)
+    series = load_series(REPO_ROOT / "patches", pin.series).patches
+    applies = [p.name for p in series if not (p.upstream_since and at_least(pin.version, p.upstream_since))]
+    selected = " or ".join(f"({TEETH_OF_PATCH[name]})" for name in applies if name in TEETH_OF_PATCH)
+    runs = [
+        run_overlay_regression_tests(overlay_python, site, expect, None, ["-k", selected], sample=True, parallel=False)
+        for expect in ("fixed", "bug")
+    ]
+    return all(code == 0 for code in runs)
 
 
 def _ratio_table(results_dir: Path) -> str:

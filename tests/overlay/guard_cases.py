@@ -30,6 +30,7 @@ def untouched() -> dict[str, bool]:
 
     seen = {
         "compute_value_loss": _from_upstream(core_algos.compute_value_loss, "verl"),
+        "compute_policy_loss_geo_mean": _from_upstream(core_algos.compute_policy_loss_geo_mean, "verl"),
         "distillation_loss": _from_upstream(distillation.distillation_loss, "verl"),
         "value_loss": _from_upstream(losses.value_loss, "verl"),
         # no overlay field: either none at all, or the one upstream's own source declares

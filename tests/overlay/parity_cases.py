@@ -1,6 +1,7 @@
 """Compute every loss case the overlay/patch parity test compares, in whichever process runs this file.
 
-``python parity_cases.py OUT.pt`` runs the real verl critic ``value_loss`` and Trinity's ``TrinityPolicyLoss``
+``python parity_cases.py OUT.pt`` runs the real verl critic ``value_loss``, verl's ``ppo_loss`` with GMPO, and
+Trinity's ``TrinityPolicyLoss``
 through verl's engine steps (tests/regression/engine_sim.py) for every ``loss_agg_mode`` and algorithm, and for
 every registered policy loss (`policy_loss_cases.py`: REC, MIX, MIX_CHORD, DPO's pair grouping, ...), several
 splits and data-parallel sizes, and saves each case's micro-batch losses, gradient and metrics, with which files
@@ -100,6 +101,31 @@ def critic_cases() -> dict[str, dict[str, Any]]:
     return cases
 
 
+def geo_mean_cases() -> dict[str, dict[str, Any]]:
+    """verl's ppo_loss with the GMPO policy loss (patch 0003), token-mean and a sequence mean."""
+    from verl.workers.config import FSDPActorConfig, PolicyLossConfig
+    from verl.workers.utils.losses import ppo_loss
+
+    batch = make_rollout_batch(BATCH_SIZE, seed=2, extra_fields=("old_log_probs", "advantages"))
+    batch["old_log_probs"] = -batch["old_log_probs"].abs()
+    noise = torch.randn(batch["old_log_probs"].shape, generator=torch.Generator().manual_seed(13))
+    outputs = {"log_probs": batch["old_log_probs"] + 0.1 * noise}
+    cases = {}
+    for mode in ("token-mean", "seq-mean-token-mean"):
+        config = FSDPActorConfig(
+            strategy="fsdp",
+            ppo_micro_batch_size_per_gpu=1,
+            rollout_n=1,
+            use_torch_compile=False,
+            loss_agg_mode=mode,
+            policy_loss=PolicyLossConfig(loss_mode="geo_mean"),
+        )
+        loss_fn = lambda model_output, data, config=config: ppo_loss(config, model_output, data)  # noqa: E731
+        for dp_size, split in SPLITS:
+            cases[f"geo_mean {mode} dp{dp_size} {split}"] = _run(loss_fn, batch, outputs, dp_size, split)
+    return cases
+
+
 def actor_cases() -> dict[str, dict[str, Any]]:
     from trinity.trainer.verl.losses import TrinityPolicyLoss
 
@@ -167,7 +193,7 @@ def provenance() -> dict[str, Any]:
 def main(out: str) -> int:
     use_cpu_unpadding()
     torch.use_deterministic_algorithms(True)
-    cases = {**critic_cases(), **actor_cases(), **every_policy_loss_cases(_run, SPLITS, BATCH_SIZE)}
+    cases = {**critic_cases(), **geo_mean_cases(), **actor_cases(), **every_policy_loss_cases(_run, SPLITS, BATCH_SIZE)}
     results = {"provenance": provenance(), "cases": cases, "config": config_cases()}
     torch.save(results, out)
     return 0

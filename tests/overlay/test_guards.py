@@ -20,7 +20,7 @@ from conftest import HERE, Cases
 
 CRITIC_OBJECTS = ("compute_value_loss", "value_loss", "CriticConfig")
 UPSTREAM_OBJECTS = {
-    "verl": (*CRITIC_OBJECTS, "distillation_loss"),
+    "verl": (*CRITIC_OBJECTS, "distillation_loss", "compute_policy_loss_geo_mean"),
     "trinity": ("TrinityPolicyLoss.__call__", "TrinityPolicyLoss.__init__", "PolicyLossFn", "DPOLossFn.__call__"),
 }
 POLICY_LOSS = "policy-loss-normalization"
@@ -79,7 +79,13 @@ def _check(result: dict, case: str, off: str, state: str, expected: str, objects
 @pytest.mark.parametrize(
     ("off", "relative", "old", "new", "expected"),
     [
-        ("verl", "version/version", "0.8.0", "0.7.1", "verl 0.7.1 is not a supported version (supported: 0.8.0); "),
+        (
+            "verl",
+            "version/version",
+            "0.8.0",
+            "0.7.1",
+            "verl 0.7.1 is not a supported version (supported: 0.8.0, 0.9.1); ",
+        ),
         ("trinity", "__init__.py", '__version__ = "0.6.0"', '__version__ = "0.5.9"', "trinity-rft 0.5.9 is not a "),
     ],
     ids=["verl-0.7.1", "trinity-0.5.9"],
@@ -196,8 +202,9 @@ def test_upstream_with_the_fix_keeps_the_overlay_off(cases, patched_trees, case,
     _check(result, f"{case} {off}", off, "off (upstream has the fix)", expected)
 
 
-def test_verl_release_with_the_fix_keeps_the_critic_overlay_off(cases):
-    """The real verl 0.9.1 release (upstream's fix, its own critic.yaml with loss_scale_factor): nothing replaced."""
+def test_verl_091_release_keeps_the_fixed_pieces_off_and_puts_geo_mean_on(cases):
+    """The real verl 0.9.1 release (upstream's critic and distillation fixes, its own critic.yaml with
+    loss_scale_factor): those pieces replace nothing; the geo_mean piece, whose bug 0.9.1 still has, goes on."""
     tree = os.environ.get("PATCHSET_FIXED_VERL_TREE")
     if not tree:
         pytest.skip("PATCHSET_FIXED_VERL_TREE is not set (scripts/test.sh sets it once verl 0.9.1 is fetched)")
@@ -208,7 +215,9 @@ def test_verl_release_with_the_fix_keeps_the_critic_overlay_off(cases):
         "verl",
         "off (upstream has the fix)",
         "verl 0.9.1 has the fix (upstream since 0.9.0)",
+        objects=(*CRITIC_OBJECTS, "distillation_loss"),
     )
+    assert not result["untouched"]["compute_policy_loss_geo_mean"], "the geo_mean piece did not go onto verl 0.9.1"
     yaml_piece = next(p for p in _pieces(result, "verl_overlay") if p["piece"].startswith("critic.yaml"))
     assert yaml_piece["state"] == "off (upstream has the fix)"
     assert result["critic_yaml_composes_loss_scale_factor"], "upstream's own critic.yaml has the field"

@@ -32,15 +32,6 @@ def distillation_loss(
     - distillation_metrics: Dictionary of metrics.
     """
     assert distillation_config is not None
-    # distillation_ppo_loss calls this before ppo_loss, which sets the micro-batch's global batch info only
-    # afterwards: without this, agg_loss would normalize by this micro-batch alone (first call) or by the
-    # previous mini-batch's token and sequence counts.
-    config.global_batch_info.update(
-        dp_size=data["dp_size"],
-        batch_num_tokens=data["batch_num_tokens"],
-        global_batch_size=data["global_batch_size"],
-        loss_scale_factor=config.loss_scale_factor,
-    )
     loss_config: DistillationLossConfig = distillation_config.distillation_loss
     distillation_loss_fn = get_distillation_loss_fn(loss_config.loss_mode)
     distillation_losses, distillation_metrics = distillation_loss_fn(
@@ -58,6 +49,16 @@ def distillation_loss(
     if loss_config.loss_max_clamp is not None:
         # clamping min is for k1 loss which can be negative
         distillation_losses = distillation_losses.clamp(min=-loss_config.loss_max_clamp, max=loss_config.loss_max_clamp)
+
+    # global batch info for loss aggregation, where verl 0.9.0 sets it: distillation_ppo_loss calls this before
+    # ppo_loss, which sets it only afterwards, so without this both branches below would normalize by this
+    # micro-batch alone (first call) or by the previous mini-batch's token and sequence counts.
+    config.global_batch_info.update(
+        dp_size=data["dp_size"],
+        batch_num_tokens=data["batch_num_tokens"],
+        global_batch_size=data["global_batch_size"],
+        loss_scale_factor=config.loss_scale_factor,
+    )
 
     if loss_config.use_policy_gradient:
         # Use negative distillation loss as reward, as done by https://thinkingmachines.ai/blog/on-policy-distillation/.
