@@ -46,11 +46,11 @@ from pathlib import Path
 
 from patchset.plumbing.errors import PatchsetError
 from patchset.plumbing.ui import Console
-from patchset.series.model import load_series
+from patchset.series.model import Patch, load_series
 from patchset.testenv.regression import parallel_args, run_overlay_regression_tests, run_regression_tests
 from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv
 from patchset.upstreams.fetch import ensure_upstream, resolve_cache
-from patchset.upstreams.pins import at_least, load_pins
+from patchset.upstreams.pins import Pin, at_least, load_pins
 from tests.harness.overlay_env import build_overlay_env
 from tests.harness.scheduler import Scheduler, Step, summary
 from tests.harness.wheel_checks import SMOKE, check_wheels
@@ -85,12 +85,24 @@ def _pinned_trees(cache_root: Path) -> tuple[dict[str, Path], dict[str, Path]]:
     return vanilla, patched
 
 
+def _split_series(pin: Pin, patches_dir: Path) -> tuple[list[Patch], list[Patch]]:
+    """The series of ``pin``, as (the patches its release has upstream, by ``Applied-Upstream``; the others)."""
+    patches = load_series(patches_dir, pin.series).patches
+    merged = [p for p in patches if p.upstream_since and at_least(pin.version, p.upstream_since)]
+    return merged, [p for p in patches if p not in merged]
+
+
+def _teeth_selection(applied: Sequence[str]) -> str:
+    """The pytest -k expression of the tests that show the bugs of the patches ``applied`` (`TEETH_OF_PATCH`)."""
+    return " or ".join(f"({TEETH_OF_PATCH[name]})" for name in applied if name in TEETH_OF_PATCH)
+
+
 def _partial_target_teeth(applied: Sequence[str], vanilla: Path, key: str) -> bool:
     """The teeth of the patches that apply to a release taking part of the series, on its vanilla tree."""
     missing = [name for name in applied if name not in TEETH_OF_PATCH]
     for name in missing:
         print(f"error: {name} applies to {vanilla.name}, but TEETH_OF_PATCH names no test that shows its bug there")
-    selected = " or ".join(f"({TEETH_OF_PATCH[name]})" for name in applied if name in TEETH_OF_PATCH)
+    selected = _teeth_selection(applied)
     if not selected:
         return not missing
     args = ["-k", selected]
@@ -110,11 +122,11 @@ def _upstream_merged_step(cache_root: Path, env: dict[str, str], patches_dir: Pa
         print(f"error: patches/upstreams.toml has no pin for {key} {version}", file=sys.stderr)
         return False
     vanilla = ensure_upstream(pin, resolve_cache(str(cache_root), os.environ, REPO_ROOT), Console())
+    merged, applies = _split_series(pin, patches_dir)
     patches = load_series(patches_dir, pin.series).patches
-    merged = [p for p in patches if p.upstream_since and at_least(pin.version, p.upstream_since)]
     expected = [f"* {p.name} skipped: in upstream since {p.upstream_since} ({pin.label} has it: " for p in merged]
-    applied = [p.name for p in patches if p not in merged]
-    expected += [f"* Applying {p.name} ({n}/{len(patches)})" for n, p in enumerate(patches, 1) if p not in merged]
+    expected += [f"* Applying {p.name} ({patches.index(p) + 1}/{len(patches)})" for p in applies]
+    applied = [p.name for p in applies]
     with tempfile.TemporaryDirectory(prefix="patchset-upstream-merged-") as tmp:
         clone = Path(tmp) / pin.dirname
         subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(vanilla), str(clone)], check=True)
@@ -199,9 +211,8 @@ def _overlay_partial_target(python: str, cache_root: Path, venv_dir: Path) -> bo
         print(f"error: {error}", file=sys.stderr)
         return False
     print(f"* Installed {pin.label} and this project into {site}", flush=True)
-    series = load_series(REPO_ROOT / "patches", pin.series).patches
-    applies = [p.name for p in series if not (p.upstream_since and at_least(pin.version, p.upstream_since))]
-    selected = " or ".join(f"({TEETH_OF_PATCH[name]})" for name in applies if name in TEETH_OF_PATCH)
+    applies = [p.name for p in _split_series(pin, REPO_ROOT / "patches")[1]]
+    selected = _teeth_selection(applies)
     runs = [
         run_overlay_regression_tests(overlay_python, site, expect, None, ["-k", selected], sample=True, parallel=False)
         for expect in ("fixed", "bug")
