@@ -1,11 +1,14 @@
 """Patched wheels of the pinned releases, labelled with this patchset's revision, and the manifest they carry.
 
 ``python -m patchset wheels [build]`` (``scripts/build-wheels.sh``) builds, for every default pin of
-``patches/upstreams.toml``, ``<name>-<version>+patchset.<N>-py3-none-any.whl`` into ``dist/``:
+``patches/upstreams.toml`` (or the pinned releases named with ``--pin NAME==VERSION``, any that a series targets:
+see ``selection.py``), ``<name>-<version>+patchset.<N>-py3-none-any.whl`` into ``dist/``:
 
 1. the verified vanilla checkout from the cache (``fetch.ensure_upstream``: the sdist, checked by sha256);
 2. a fresh clone of it in a temporary folder, with the series applied by the same planner and transaction as
-   ``patchset apply`` (every patch checked first; one that does not apply stops the build, exit 3);
+   ``patchset apply`` (every patch checked first; one that does not apply stops the build, exit 3; one that upstream
+   has there, by its ``Applied-Upstream`` and ``Upstream-Check`` header lines, is skipped, as ``patchset apply``
+   skips it: verl 0.9.x takes 0003 of the verl series only);
 3. the version set to ``<version>+patchset.<N>`` where the upstream's build reads it (verl:
    ``verl/version/version``; Trinity-RFT: ``__version__`` in ``trinity/__init__.py``), so ``verl.__version__``,
    ``importlib.metadata`` and ``pip show`` all say the same. Under PEP 440 a local label sorts just above its
@@ -13,7 +16,8 @@
    (``parse_version(verl.__version__) < parse_version("0.8.0")``) stays False. Only an exact string comparison
    (``== "0.8.0"``) would trip, and neither upstream makes one on its own version;
 4. ``<package>/_patchset_manifest.json`` written into the package: the patchset, its revision and commit, the
-   upstream release and sdist sha256, and every patch with its subject and sha256. It is named in ``MANIFEST.in``
+   upstream release and sdist sha256, and every patch of the series with its subject, sha256 and status (``applied``,
+   or ``skipped`` with the reason and what the tree has). It is named in ``MANIFEST.in``
    (Trinity's build ships what that lists) and, for verl, whose ``package-dir {"" = "."}`` makes setuptools ignore
    it, added to ``[tool.setuptools.package-data]`` of its ``pyproject.toml``, in the build copy only;
 5. the git metadata removed, so setuptools lists the files exactly as it does for the sdist (its ``SOURCES.txt``,
@@ -54,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from patchset.apply.engine import plan_target, refusal, target_for_pin
-from patchset.apply.plan import Action
+from patchset.apply.plan import Action, Step
 from patchset.apply.transaction import apply_plans
 from patchset.cli.exits import run_reporting_errors
 from patchset.cli.options import usage_exit_status
@@ -65,12 +69,14 @@ from patchset.testenv.venv import VenvError, ensure_venv
 from patchset.upstreams.fetch import CACHE_ENV, ensure_upstream, resolve_cache
 from patchset.upstreams.pins import Pin, load_pins
 from patchset.upstreams.registry import UPSTREAMS, Upstream
+from patchset.wheels.selection import select_pins
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PATCHSET_NAME = "patchset"
 PATCHSET_TITLE = "verl / Trinity-RFT loss-scaling patchset"
 MANIFEST_NAME = "_patchset_manifest.json"
-MANIFEST_SCHEMA = 1
+# 2: each patch also says applied_upstream, reason and upstream_checks; a patch upstream has is "skipped"
+MANIFEST_SCHEMA = 2
 EXIT_BUILD_FAILED = 1
 
 # PEP 440: a local version label is alphanumeric segments separated by dots (lower case in normal form).
@@ -149,9 +155,30 @@ def _sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def make_manifest(pin: Pin, label: Label, steps: Sequence[Any]) -> dict[str, Any]:
+def _patch_entry(step: Step) -> dict[str, Any]:
+    """One patch of the manifest: what it is, and what the build did with it and why. ``applied``: the build applied
+    it; ``skipped``: upstream has it (``reason``: ``in upstream since <version>``, or ``already upstream (content)``
+    below that version; ``upstream_checks``: the header's ``Upstream-Check`` lines the tree matched);
+    ``already applied``: the release ships exactly this change. ``applied_upstream``: the patch's
+    ``Applied-Upstream`` version (null: not upstream), whatever the build did."""
+    status = {Action.CHANGE: "applied", Action.SKIP: "skipped", Action.NOTHING: "already applied"}
+    state = step.upstream if step.action is Action.SKIP else None
+    reason = None
+    if state is not None:
+        reason = f"in upstream since {state.since}" if state.claimed else "already upstream (content)"
+    return {
+        "name": step.patch.name,
+        "subject": step.patch.subject,
+        "sha256": _sha256_bytes(step.patch.path.read_bytes()),
+        "status": status.get(step.action, step.action.value),
+        "applied_upstream": step.patch.upstream_since,
+        "reason": reason,
+        "upstream_checks": [str(check) for check in state.matched] if state is not None else [],
+    }
+
+
+def make_manifest(pin: Pin, label: Label, steps: Sequence[Step]) -> dict[str, Any]:
     """The manifest of the wheel of ``pin``: the patchset, the upstream and every patch of the plan's ``steps``."""
-    status = {Action.CHANGE: "applied", Action.SKIP: "in upstream", Action.NOTHING: "already applied"}
     return {
         "schema": MANIFEST_SCHEMA,
         "patchset": PATCHSET_NAME,
@@ -169,19 +196,11 @@ def make_manifest(pin: Pin, label: Label, steps: Sequence[Any]) -> dict[str, Any
             "tag": pin.tag,
         },
         "series": pin.series,
-        "patches": [
-            {
-                "name": step.patch.name,
-                "subject": step.patch.subject,
-                "sha256": _sha256_bytes(step.patch.path.read_bytes()),
-                "status": status.get(step.action, step.action.value),
-            }
-            for step in steps
-        ],
+        "patches": [_patch_entry(step) for step in steps],
     }
 
 
-def _apply_series(pin: Pin, tree: Path, patches_dir: Path, console: Console, guard: signals.Guard) -> list[Any]:
+def _apply_series(pin: Pin, tree: Path, patches_dir: Path, console: Console, guard: signals.Guard) -> list[Step]:
     """Apply ``pin``'s series to the fresh clone ``tree`` as ``patchset apply`` does; the plan's steps."""
     plan = plan_target(target_for_pin(pin, tree, patches_dir), reverse=False)
     if (error := refusal(plan, allow_dirty=False)) is not None:
@@ -284,20 +303,19 @@ def build_wheels(
     patches_dir: Path | None = None,
     cache_option: str | None = None,
     revision: int | None = None,
+    requested: Sequence[str] = (),
     repo_root: Path = REPO_ROOT,
 ) -> list[Built]:
-    """Build the patched wheel of every default pin into ``dist_dir`` (see the module docstring); all or none of
-    them land there. ``python`` builds them (default: the test environment's)."""
+    """Build the patched wheel of every pin ``requested`` (``NAME==VERSION`` each, see ``selection.py``; none: the
+    default pins) into ``dist_dir`` (see the module docstring); all or none of them land there. Every request is
+    checked before anything is fetched or built. ``python`` builds them (default: the test environment's)."""
     patches_dir = patches_dir or repo_root / "patches"
-    pins = load_pins(patches_dir / "upstreams.toml")
-    defaults = pins.defaults()
-    if not defaults:
-        raise BadInput(f"{pins.source} marks no [[upstream]] as default = true")
-    unknown = [pin.label for pin in defaults if pin.key not in UPSTREAMS]
+    targets = select_pins(load_pins(patches_dir / "upstreams.toml"), requested)
+    unknown = [pin.label for pin in targets if pin.key not in UPSTREAMS]
     if unknown:
         raise BadInput(f"no wheel recipe for {', '.join(unknown)} (known: {', '.join(UPSTREAMS)})")
     label = patchset_label(patches_dir, revision)
-    for pin in defaults:
+    for pin in targets:
         if not is_valid_version(label.version(pin.version)):
             raise BadInput(f"{label.version(pin.version)} is not a PEP 440 version with a local label")
     if label.dirty:
@@ -310,7 +328,7 @@ def build_wheels(
     work = Path(tempfile.mkdtemp(prefix="patchset-wheels-"))
     try:
         staged: list[Built] = []
-        for pin in defaults:
+        for pin in targets:
             version = label.version(pin.version)
             vanilla = ensure_upstream(pin, cache, console)
             tree = work / pin.dirname
@@ -318,6 +336,11 @@ def build_wheels(
             console.step(f"Applying the {pin.series} series to a fresh clone of {pin.label}")
             steps = _apply_series(pin, tree, patches_dir, console, guard)
             manifest = make_manifest(pin, label, steps)
+            if not any(step.action is Action.CHANGE for step in steps):
+                console.warn(
+                    f"{pin.label} has every patch of the {pin.series} series already; its wheel is the release with "
+                    f"the label and the manifest only"
+                )
             _prepare_tree(pin, tree, label, manifest)
             console.step(f"Building {pin.name} {version} wheel")
             out = work / f"wheel-{pin.dirname}"
@@ -400,7 +423,8 @@ def cmd_manifest(args: argparse.Namespace, console: Console) -> int:
                 f"(sdist sha256 {upstream['sdist_sha256']})"
             )
             for patch in manifest["patches"]:
-                console.summary(f"  {patch['name']} ({patch['status']}) sha256 {patch['sha256']}")
+                why = f": {patch['reason']}" if patch.get("reason") else ""  # schema 1 has no reason
+                console.summary(f"  {patch['name']} ({patch['status']}{why}) sha256 {patch['sha256']}")
     if args.json:
         print(json.dumps(found, indent=2))
     return 1 if missing else EXIT_OK
@@ -414,18 +438,26 @@ exit status:
   1  pip could not build a wheel, the wheel is not the one expected, or the build environment could not be
      made; nothing was put into the dist folder
      (manifest: a package is not importable or has no manifest)
-  2  bad input: usage; bad upstreams.toml, series or patch; no revision (not a git checkout: pass --revision);
-     sha256 mismatch, PyPI unreachable with no sdist cached, failed fetch; the tree's version is not the pin's
+  2  bad input: usage; a --pin that is not NAME==VERSION of a release a series targets (a companion-only pin,
+     a release not pinned); bad upstreams.toml, series or patch; no revision (not a git checkout: pass
+     --revision); sha256 mismatch, PyPI unreachable with no sdist cached, failed fetch; the tree's version is not
+     the pin's
   3  a patch does not apply to the pinned release (the message names the patch, file and hunk)
   130, 143, 129  interrupted by SIGINT, SIGTERM or SIGHUP
 """
 
 DESCRIPTION = """\
 Build patched wheels of the pinned releases: for each default pin of patches/upstreams.toml (verl 0.8.0,
-trinity-rft 0.6.0), the verified sdist's checkout from the cache, a fresh clone with the series applied,
-version <release>+patchset.<N> (N: the commits of this repository that touch patches/), and a manifest
-<package>/_patchset_manifest.json inside; built with pip wheel (no build isolation, no index) by the test
-environment's python, into DIST (default: <repo>/dist).
+trinity-rft 0.6.0), or each release named with --pin, the verified sdist's checkout from the cache, a fresh clone
+with the series applied (patches upstream has there are skipped, as scripts/apply.sh skips them), version
+<release>+patchset.<N> (N: the commits of this repository that touch patches/), and a manifest
+<package>/_patchset_manifest.json inside, recording each patch as applied or skipped; built with pip wheel (no
+build isolation, no index) by the test environment's python, into DIST (default: <repo>/dist).
+
+examples:
+  scripts/build-wheels.sh                           verl 0.8.0 and trinity-rft 0.6.0 (the default pins)
+  scripts/build-wheels.sh --pin verl==0.9.1         verl 0.9.1 alone, with the patches upstream lacks there
+  scripts/build-wheels.sh --pin verl==0.8.0 --pin verl==0.9.1 --pin trinity-rft==0.6.0
 """
 
 
@@ -442,6 +474,15 @@ def build_parser() -> argparse.ArgumentParser:
         "build", help="build the patched wheels (default)", description=DESCRIPTION, epilog=EXIT_CODES,
         formatter_class=formatter,
     )  # fmt: skip
+    build.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="NAME==VERSION",
+        help="build this pinned release (repeatable; default: the default pins). Any release of "
+        "patches/upstreams.toml that a series targets, e.g. verl==0.9.1; a companion-only pin (verl==0.7.1) or a "
+        "release not pinned there is refused (exit 2)",
+    )
     build.add_argument("--dist-dir", metavar="DIST", help="where the wheels go (default: <repo>/dist)")
     build.add_argument(
         "--cache", metavar="DIR", help=f"cache for sdists and checkouts (default: ${CACHE_ENV}, else <repo>/.cache)"
@@ -486,7 +527,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     def build() -> int:
         with signals.handled() as guard:
             built = build_wheels(
-                dist_dir, console, guard, patches_dir=patches_dir, cache_option=args.cache, revision=args.revision
+                dist_dir,
+                console,
+                guard,
+                patches_dir=patches_dir,
+                cache_option=args.cache,
+                revision=args.revision,
+                requested=args.pin,
             )
         for item in built:
             console.summary(str(item.wheel))

@@ -11,7 +11,8 @@ Steps (each timed; the summary lists every step, its time and what it proves):
   (every check must fail there once), the engine end-to-end module included;
 - fix: the whole regression suite on the patched trees, expecting the fix;
 - wheels: the patched wheels built, installed into a fresh venv, every installed file equal by sha256 to the patched
-  tree's, versions and manifests as labelled, and a smoke run of the loss tests on the installed packages;
+  tree's, versions and manifests as labelled, and a smoke run of the loss tests on the installed packages; verl
+  0.9.1's wheel too, installed alone, its files equal to a patched clone's, each patch applied or skipped as labelled;
 - verl 0.9.1, a target that takes part of the verl series: applied to a clone, the patches upstream has are skipped
   by content and the others apply; the suite passes on the patched clone, and the tests of the applied patches
   (`TEETH_OF_PATCH`) fail on the vanilla release;
@@ -303,8 +304,8 @@ def _run_one_step(name: str, cache_root: Path, quick: bool) -> bool:
         return _regression_step(cache_root, "bug" if name == "teeth" else "fixed", quick)
     if name == "tooling":
         return _tooling_step(python, env)
-    if name == "wheels":
-        return check_wheels(Console(), _pinned_trees(cache_root)[1], cache_root)
+    if name == "wheels":  # and verl 0.9.1's wheel, a release that takes part of the series, in a venv of its own
+        return check_wheels(Console(), _pinned_trees(cache_root)[1], cache_root, also=[UPSTREAM_MERGED[:2]])
     if name == "verl 0.9.1":
         return _upstream_merged_step(cache_root, env)
     if name == "overlays":
@@ -345,7 +346,10 @@ def plan(cache_root: Path, quick: bool, jobs: int = 1) -> list[Step]:
             after=("teeth",),
             env=shared,
         ),
-        step("wheels", "every installed file is the patched tree's (sha256); labels, manifests; smoke run"),
+        step(
+            "wheels",
+            "every installed file is the patched tree's (sha256); labels, manifests; smoke run; verl 0.9.1's wheel too",
+        ),
         # last, when the other steps are ending: its workers take every core
         step(
             "verl 0.9.1",

@@ -21,8 +21,11 @@ from patchset.plumbing.errors import PatchsetError
 from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
 from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv
+from patchset.upstreams.fetch import ensure_upstream, resolve_cache
+from patchset.upstreams.pins import Pin, at_least, load_pins
 from patchset.upstreams.registry import UPSTREAMS
 from patchset.wheels.build import MANIFEST_NAME, Built, build_wheels
+from patchset.wheels.selection import requirement
 from tests.harness.linked_venv import linked_venv
 
 # The smoke run on installed packages (wheels, overlays): the critic and actor loss tests, one batch shape per
@@ -51,8 +54,9 @@ def _pip_show(python: Path, names: Sequence[str]) -> dict[str, dict[str, str]]:
 
 
 def verify_install(python: Path, site: Path, built: Sequence[Built], console: Console) -> list[str]:
-    """Check the wheels installed in the env of ``python``: versions (importlib.metadata, pip show, the modules'
-    own ``__version__``), the manifests, and Trinity's verl version check; the problems found."""
+    """Check the wheels installed in the env of ``python``: versions (importlib.metadata, pip show, the version file
+    each package reads its ``__version__`` from), the manifests, and, where verl and Trinity are installed together,
+    the modules' own ``__version__`` and Trinity's verl version check at runtime; the problems found."""
     problems: list[str] = []
     names = [item.pin.name for item in built]
     code = "import importlib.metadata as m, json, sys; print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))"
@@ -77,6 +81,12 @@ def verify_install(python: Path, site: Path, built: Sequence[Built], console: Co
             problems.append(f"the manifest read from the installed {package} differs from the one built into it")
         elif not str(entry.get("location", "")).startswith(str(site)):
             problems.append(f"{package} would be imported from {entry.get('location')}, not from {site}")
+    for item in built:  # what __version__ reads (importing verl alone would cost seconds of torch for the same file)
+        upstream = UPSTREAMS[item.pin.key]
+        if (found := upstream.read_version(site)) != item.version:
+            problems.append(f"the installed {upstream.version_file} says {found}, expected {item.version}")
+    if {item.pin.key for item in built} != {"verl", "trinity"}:
+        return problems
     # the modules' own version, and the one runtime check of a version among them (Trinity's, on verl)
     code = (
         "import json, verl, trinity; from trinity.trainer.trainer import is_verl_legacy; "
@@ -132,8 +142,9 @@ def installed_files_match(site: Path, built: Sequence[Built], trees: Mapping[str
     """Every file each wheel installed (its RECORD) against the patched tree's file at the same path, by sha256.
 
     Two files differ by design: the version file, which carries the ``+patchset.N`` label, and the manifest, which
-    only the wheel has. Every Python file the series changes must be among those compared, so a wheel built from
-    the wrong tree, or missing a patched module, fails here. Returns the problems found."""
+    only the wheel has. Every Python file that the patches the wheel's manifest calls applied change must be among
+    those compared, so a wheel built from the wrong tree, or missing a patched module, fails here. Returns the
+    problems found."""
     problems: list[str] = []
     for item in built:
         upstream, tree = UPSTREAMS[item.pin.key], trees[item.pin.key]
@@ -150,19 +161,73 @@ def installed_files_match(site: Path, built: Sequence[Built], trees: Mapping[str
                 problems.append(f"{item.wheel.name} installs {relative}, which differs from the patched tree's file")
             else:
                 compared.add(relative)
+        applied = {entry["name"] for entry in item.manifest["patches"] if entry["status"] == "applied"}
         patched = {
             path
             for patch in load_series(REPO_ROOT / "patches", item.pin.series).patches
+            if patch.name in applied
             for path in patch.files
             if path.startswith(f"{upstream.package}/") and path.endswith(".py")
         }
         for path in sorted(patched - compared):
             problems.append(f"{item.wheel.name} does not install {path} as the patched tree has it")
         console.step(
-            f"{item.pin.name}: {len(compared)} installed files equal the patched tree's (sha256), the "
-            f"{len(patched)} Python files the series changes among them; only the version file and manifest differ"
+            f"{item.pin.name} {item.pin.version}: {len(compared)} installed files equal the patched tree's (sha256), "
+            f"the Python files its {len(applied)} applied patches change ({len(patched)}) among them; only the "
+            f"version file and manifest differ"
         )
     return problems
+
+
+def manifest_statuses_match(item: Built, patches_dir: Path = REPO_ROOT / "patches") -> list[str]:
+    """The wheel's manifest against what each patch's header says of the release: a patch whose ``Applied-Upstream``
+    version is at or before the release is ``skipped`` (``in upstream since <version>``), every other one
+    ``applied``; the series in its order. The problems found."""
+    expected = []
+    for patch in load_series(patches_dir, item.pin.series).patches:
+        upstream = patch.upstream_since is not None and at_least(item.pin.version, patch.upstream_since)
+        reason = f"in upstream since {patch.upstream_since}" if upstream else None
+        expected.append((patch.name, "skipped" if upstream else "applied", reason))
+    recorded = [(entry["name"], entry["status"], entry["reason"]) for entry in item.manifest["patches"]]
+    if recorded == expected:
+        return []
+    return [f"{item.wheel.name}'s manifest records {recorded}; the patch headers say {expected}"]
+
+
+def _patched_clone(pin: Pin, cache: str | None, where: Path, console: Console) -> Path:
+    """A patched tree of ``pin`` to compare its wheel with, made as a user makes one: a fresh clone of the cached
+    checkout (the pinned trees step fetched it; only read here), then ``patchset apply --no-test`` on it."""
+    vanilla = ensure_upstream(pin, resolve_cache(cache, os.environ, REPO_ROOT), console)
+    clone = where / pin.dirname
+    where.mkdir(parents=True, exist_ok=True)
+    gitops.clone_local(vanilla, clone)
+    command = [sys.executable, "-P", "-m", "patchset", "apply", "--no-test", "-q", str(clone)]
+    proc = _run(command, cwd=REPO_ROOT, env={**_child_env(), "PYTHONPATH": str(REPO_ROOT)})
+    print(proc.stdout + proc.stderr, end="", flush=True)
+    if proc.returncode != 0:
+        raise PatchsetError(f"patchset apply exited {proc.returncode} on a fresh clone of {pin.label}")
+    return clone
+
+
+def _check_alone(work: Path, base_python: Path, item: Built, cache: str | None, console: Console) -> list[str]:
+    """The wheel of a release installed alone, in a fresh venv of its own: versions and manifest as labelled, each
+    patch's status as its header says, and every installed file equal to a patched clone's (sha256). One verl per
+    site-packages, and pip cannot install trinity-rft 0.6.0 beside verl 0.9.x, hence the venv; ``--no-deps`` with
+    the locked dependencies seen through the ``.pth`` line, as for the default pins: what is proven is the files
+    and labels (the verl 0.9.1 step runs the suite on that release's patched code, with the same locked set)."""
+    tree = _patched_clone(item.pin, cache, work / "patched", console)
+    python, site = linked_venv(base_python, work / f"venv-{item.pin.dirname}")
+    console.step(f"Installing {item.wheel.name} alone into a fresh venv {site.parents[2]}")
+    install = [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check"]
+    # --no-compile: nothing is imported from this venv, and byte-compiling 500 files is half of pip's time here
+    proc = _run([*install, "--quiet", "--no-compile", str(item.wheel)], env=_child_env())
+    if proc.returncode != 0:
+        return [f"pip install of {item.wheel.name} failed:\n{proc.stderr[-3000:]}"]
+    problems = verify_install(python, site, [item], console)
+    problems += manifest_statuses_match(item)
+    statuses = ", ".join(f"{entry['name'][:4]} {entry['status']}" for entry in item.manifest["patches"])
+    console.step(f"{item.pin.name} {item.version}: manifest {statuses}")
+    return problems + installed_files_match(site, [item], {item.pin.key: tree}, console)
 
 
 def check_wheels(
@@ -170,10 +235,13 @@ def check_wheels(
     patched: Mapping[str, Path],
     cache: str | Path | None = None,
     pytest_args: Sequence[str] = SMOKE,
+    also: Sequence[tuple[str, str]] = (),
 ) -> bool:
     """Build the wheels (into a temporary folder), install them with ``pip install --no-deps`` into a fresh venv,
     check what they report, that every installed file is the patched tree's (``installed_files_match``), and run a
     smoke run of the regression suite (``SMOKE``: one shape per loss and mode of the loss tests) on them.
+    ``also``: more pinned releases a series targets, as (key, version): each built in the same run, then installed
+    alone into a venv of its own and checked against a patched clone made here (``_check_alone``).
 
     The fresh venv holds nothing but the two wheels; their dependencies (torch and the rest of the locked set,
     2.2 GB) are seen through a ``.pth`` line pointing at the test environment's site-packages, instead of being
@@ -187,7 +255,8 @@ def check_wheels(
     started = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="patchset-wheel-check-") as tmp, signals.handled() as guard:
-            ok = _check_in(Path(tmp), console, guard, None if cache is None else str(cache), patched, pytest_args)
+            cache_option = None if cache is None else str(cache)
+            ok = _check_in(Path(tmp), console, guard, cache_option, patched, pytest_args, also)
     except (PatchsetError, gitops.GitError, VenvError, subprocess.CalledProcessError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         ok = False
@@ -202,12 +271,25 @@ def _check_in(
     cache: str | None,
     patched: Mapping[str, Path],
     pytest_args: Sequence[str],
+    also: Sequence[tuple[str, str]],
 ) -> bool:
     """``check_wheels`` in the scratch folder ``work``."""
     from patchset.testenv.regression import SUITE, regression_env  # the suite's module: heavier, only needed here
 
     base_python = ensure_venv()
-    built = build_wheels(work / "dist", console, guard, python=base_python, cache_option=cache)
+    pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
+    alone = [pins.find(key, version) for key, version in also]
+    if None in alone:
+        raise PatchsetError(f"patches/upstreams.toml lacks one of {', '.join(' '.join(pair) for pair in also)}")
+    requested = [requirement(pin) for pin in (*pins.defaults(), *(pin for pin in alone if pin is not None))]
+    built_all = build_wheels(work / "dist", console, guard, python=base_python, cache_option=cache, requested=requested)
+    built = [item for item in built_all if item.pin.default]
+    problems = [
+        problem
+        for item in built_all
+        if not item.pin.default
+        for problem in _check_alone(work, base_python, item, cache, console)
+    ]
     python, site = linked_venv(base_python, work / "venv")
     console.step(f"Installing {', '.join(item.wheel.name for item in built)} into a fresh venv {work / 'venv'}")
     if (spec := _run([str(python), "-c", "import verl"], env=_child_env())).returncode == 0:
@@ -218,7 +300,7 @@ def _check_in(
     if proc.returncode != 0:
         print(f"error: pip install of the wheels failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
         return False
-    problems = verify_install(python, site, built, console)
+    problems += verify_install(python, site, built, console)
     problems += installed_files_match(site, built, patched, console)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)

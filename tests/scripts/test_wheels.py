@@ -6,7 +6,10 @@ patches folder, ``.dirty`` marks uncommitted changes there; each wheel carries `
 naming every patch (with its sha256), the upstream sdist sha256 and the revision, and reports the labelled version
 in its METADATA; installed into a fresh venv the wheels report that version through importlib.metadata, pip show and
 the modules' own ``__version__``, and Trinity's verl version check still sees verl >= 0.8. Exit codes: 0 built, 1 the
-build failed, 2 bad input, 3 a patch does not apply; on any failure nothing lands in the dist folder.
+build failed, 2 bad input, 3 a patch does not apply; on any failure nothing lands in the dist folder. ``--pin
+NAME==VERSION`` builds exactly the pinned releases named, any a series targets, and on a release that has some patches
+upstream the manifest records those as skipped (with why) and the others as applied; a companion-only pin, a release
+not pinned or a malformed request is refused (exit 2) before anything is fetched, built or written.
 
 The fake world's trees (``patchset_fakes``) are made buildable with a small pyproject.toml each; the real pinned
 releases are built too when their checkouts are in the cache. The regression suite against the installed wheels
@@ -27,7 +30,17 @@ from xml.etree import ElementTree
 import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
-from patchset_fakes import TRINITY_FILES, VERL_FILES, git, make_sdist, sha256, write_upstreams
+from patchset_fakes import (
+    TRINITY_FILES,
+    VERL_FILES,
+    VERL_PATCH_1,
+    VERL_PATCH_2,
+    git,
+    make_sdist,
+    sha256,
+    tree_state,
+    write_upstreams,
+)
 
 from patchset.plumbing import signals
 from patchset.plumbing.ui import Console
@@ -112,6 +125,44 @@ def buildable(world, monkeypatch: pytest.MonkeyPatch):
     )  # fmt: skip
     monkeypatch.setattr(wheels, "ensure_venv", lambda: Path(sys.executable))
     return world
+
+
+# upstream merged the fake series' first patch in "0.9.1" (as verl did 0001 and 0002 in 0.9.0): its header says so,
+# and the fake 0.9.1 tree has the change; the second patch (it changes a line the first adds) applies on top
+MERGED_FIELDS = (
+    "Applied-Upstream: 0.9.0, https://example.invalid/pr/1\n"
+    "Upstream-Check: verl/trainer/ppo/core_algos.py: ^def scale\\(x\\):\n"
+)
+
+
+@pytest.fixture
+def partial(buildable):
+    """``buildable``, plus a verl 0.9.1 that takes part of the verl series, and a companion-only verl 0.7.1."""
+    patch = buildable.patches / "verl" / VERL_PATCH_1
+    patch.write_text(
+        patch.read_text().replace("Last-Update: 2026-01-01\n", MERGED_FIELDS + "Last-Update: 2026-01-01\n")
+    )
+    core = VERL_FILES["verl/trainer/ppo/core_algos.py"].replace(
+        "# line 10\n", "# line 10\ndef scale(x):\n    return x * 1\n"
+    )
+    files = {**VERL_FILES, "verl/version/version": "0.9.1\n", "verl/trainer/ppo/core_algos.py": core}
+    sdist = make_sdist(
+        buildable.cache / "sdists" / "verl-0.9.1.tar.gz", "verl-0.9.1", {**files, "pyproject.toml": VERL_PYPROJECT}
+    )
+    pins = load_pins(buildable.patches / "upstreams.toml")
+    common = {"repository": "https://example.invalid/repo"}
+    write_upstreams(
+        buildable.patches,
+        [
+            {"key": "verl", "name": "verl", "version": "0.7.1", "sdist_sha256": "0" * 64, **common, "tag": "v0.7.1",
+             "series": "verl", "default": False, "companion_for": "trinity"},
+            *({"key": pin.key, "name": pin.name, "version": pin.version, "sdist_sha256": pin.sdist_sha256, **common,
+               "tag": pin.tag, "series": pin.series, "default": pin.default} for pin in pins.pins),
+            {"key": "verl", "name": "verl", "version": "0.9.1", "sdist_sha256": sha256(sdist), **common,
+             "tag": "v0.9.1", "series": "verl", "default": False},
+        ],
+    )  # fmt: skip
+    return buildable
 
 
 def _build_args(world, dist: Path, *extra: str) -> list[str]:
@@ -283,6 +334,65 @@ def test_a_failed_build_exits_1_and_leaves_the_dist_folder_alone(buildable, tmp_
 
     assert "pip wheel failed for trinity-rft 0.6.0" in capsys.readouterr().err
     assert sorted(p.name for p in dist.iterdir()) == ["other.whl"]  # the verl wheel built first did not land either
+
+
+def test_pins_build_exactly_those_releases_and_the_manifest_says_what_each_took(partial, tmp_path: Path, capsys):
+    dist = tmp_path / "dist"
+
+    assert (
+        wheels.main(_build_args(partial, dist, "--revision", "7", "--pin", "verl==0.8.0", "--pin", "verl==0.9.1")) == 0
+    )
+
+    out = capsys.readouterr().out
+    assert f"* {VERL_PATCH_1} skipped: in upstream since 0.9.0" in out
+    names = sorted(p.name for p in dist.iterdir())
+    assert names == ["verl-0.8.0+patchset.7-py3-none-any.whl", "verl-0.9.1+patchset.7-py3-none-any.whl"]  # no trinity
+    old, new = (json.loads(_read(dist / name, "verl/_patchset_manifest.json")) for name in names)
+    assert old["schema"] == new["schema"] == 2
+    assert new["version"] == _wheel_version_and_names(dist / names[1])[0] == "0.9.1+patchset.7"
+    statuses = [(p["name"], p["status"], p["applied_upstream"], p["reason"]) for p in new["patches"]]
+    assert statuses == [
+        (VERL_PATCH_1, "skipped", "0.9.0", "in upstream since 0.9.0"),
+        (VERL_PATCH_2, "applied", None, None),
+    ]
+    assert new["patches"][0]["upstream_checks"] == ["verl/trainer/ppo/core_algos.py matches /^def scale\\(x\\):/"]
+    assert [(p["status"], p["applied_upstream"]) for p in old["patches"]] == [("applied", "0.9.0"), ("applied", None)]
+    assert "    return x * 2\n" in _read(dist / names[1], "verl/trainer/ppo/core_algos.py")  # the applied patch is in
+    # the test command's check of the statuses agrees, and fails on a manifest that says otherwise
+    built = wheels.Built(
+        load_pins(partial.patches / "upstreams.toml").find("verl", "0.9.1"), new["version"], dist / names[1], new
+    )
+    assert wheel_checks.manifest_statuses_match(built, partial.patches) == []
+    new["patches"][0]["status"] = "applied"
+    assert wheel_checks.manifest_statuses_match(built, partial.patches)
+
+
+@pytest.mark.parametrize(
+    "pin, says",
+    [
+        (
+            "verl==0.7.1",
+            "verl 0.7.1 is pinned only to test trinity trees beside it; the verl series does not target it",
+        ),
+        ("verl==0.9.2", "does not pin that release (buildable: verl==0.8.0, trinity-rft==0.6.0, verl==0.9.1)"),
+        ("nosuch==1.0", "does not pin that release"),
+        ("verl>=0.8", "expected NAME==VERSION of a pinned release"),
+        ("verl==0.8.0+patchset.7", "without a local label (--pin verl==0.8.0)"),
+    ],
+)
+def test_a_pin_that_is_no_series_target_exits_2_before_anything_is_fetched(
+    partial, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys, pin: str, says: str
+):
+    monkeypatch.setattr(wheels, "ensure_venv", lambda: pytest.fail("the build environment was asked for"))
+    dist = tmp_path / "dist"
+    before = tree_state(partial.cache, dist)
+
+    assert wheels.main(_build_args(partial, dist, "--revision", "7", "--pin", "trinity-rft==0.6.0", "--pin", pin)) == 2
+
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --pin "), lines  # one line, naming the request
+    assert pin in lines[0] and says in lines[0]
+    assert tree_state(partial.cache, dist) == before  # nothing fetched, no dist folder
 
 
 @pytest.mark.parametrize("argv", [["--revision", "0"], ["--revision", "x"], ["--bogus"]])
