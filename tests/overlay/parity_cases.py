@@ -21,7 +21,7 @@ REGRESSION_DIR = Path(__file__).resolve().parents[1] / "regression"
 sys.path.insert(0, str(REGRESSION_DIR))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # policy_loss_cases (-P leaves it out)
 
-from engine_sim import Split, engine_gradient, make_rollout_batch, use_cpu_unpadding  # noqa: E402
+from engine_sim import Split, actor_config, engine_gradient, make_rollout_batch, use_cpu_unpadding  # noqa: E402
 from policy_loss_cases import every_policy_loss_cases  # noqa: E402
 from trinity_configs import algorithm_config  # noqa: E402
 
@@ -103,7 +103,7 @@ def critic_cases() -> dict[str, dict[str, Any]]:
 
 def geo_mean_cases() -> dict[str, dict[str, Any]]:
     """verl's ppo_loss with the GMPO policy loss (patch 0003), token-mean and a sequence mean."""
-    from verl.workers.config import FSDPActorConfig, PolicyLossConfig
+    from verl.workers.config import PolicyLossConfig
     from verl.workers.utils.losses import ppo_loss
 
     batch = make_rollout_batch(BATCH_SIZE, seed=2, extra_fields=("old_log_probs", "advantages"))
@@ -112,14 +112,7 @@ def geo_mean_cases() -> dict[str, dict[str, Any]]:
     outputs = {"log_probs": batch["old_log_probs"] + 0.1 * noise}
     cases = {}
     for mode in ("token-mean", "seq-mean-token-mean"):
-        config = FSDPActorConfig(
-            strategy="fsdp",
-            ppo_micro_batch_size_per_gpu=1,
-            rollout_n=1,
-            use_torch_compile=False,
-            loss_agg_mode=mode,
-            policy_loss=PolicyLossConfig(loss_mode="geo_mean"),
-        )
+        config = actor_config(mode, policy_loss=PolicyLossConfig(loss_mode="geo_mean"))
         loss_fn = lambda model_output, data, config=config: ppo_loss(config, model_output, data)  # noqa: E731
         for dp_size, split in SPLITS:
             cases[f"geo_mean {mode} dp{dp_size} {split}"] = _run(loss_fn, batch, outputs, dp_size, split)

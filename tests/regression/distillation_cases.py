@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 from engine_sim import PROMPT_LEN, RESPONSE_LEN, Split, engine_gradient, make_rollout_batch, use_cpu_unpadding
+from engine_sim import actor_config as engine_actor_config
 from tensordict import TensorDict
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -74,15 +75,9 @@ def all_cases(scenario: str) -> list[Case]:
 
 def make_configs(branch: str, use_task_rewards: bool, loss_agg_mode: str):
     """The actor and distillation configs of a fresh worker (`BRANCHES` says which branch and loss)."""
-    from verl.workers.config import DistillationConfig, DistillationLossConfig, FSDPActorConfig
+    from verl.workers.config import DistillationConfig, DistillationLossConfig
 
-    actor_config = FSDPActorConfig(
-        strategy="fsdp",
-        ppo_micro_batch_size_per_gpu=1,
-        rollout_n=1,
-        loss_agg_mode=loss_agg_mode,
-        use_torch_compile=False,
-    )
+    actor_config = engine_actor_config(loss_agg_mode)
     policy_gradient, loss_mode = BRANCHES[branch]
     loss_config = DistillationLossConfig(
         loss_mode=loss_mode,

@@ -30,6 +30,21 @@ RESPONSE_LEN = 16
 LossFn = Callable[[dict, TensorDict], tuple[torch.Tensor, dict]]
 
 
+def actor_config(loss_agg_mode: str, **fields):
+    """A verl FSDP actor config as these tests build it: one-row micro-batches declared (the splits are the
+    engine's own), one rollout per prompt, no torch.compile; ``fields`` set the rest (policy loss, KL, entropy)."""
+    from verl.workers.config import FSDPActorConfig
+
+    return FSDPActorConfig(
+        strategy="fsdp",
+        ppo_micro_batch_size_per_gpu=1,
+        rollout_n=1,
+        use_torch_compile=False,
+        loss_agg_mode=loss_agg_mode,
+        **fields,
+    )
+
+
 def use_cpu_unpadding() -> None:
     """Point verl's unpad helpers at its pure-torch implementation (no flash_attn on CPU)."""
     import verl.utils.attention_utils as attention_utils

@@ -27,6 +27,7 @@ import torch
 from engine_sim import (
     RESPONSE_LEN,
     Split,
+    actor_config,
     engine_gradient,
     grad_ratio,
     make_rollout_batch,
@@ -89,19 +90,15 @@ def _actor_inputs():
 
 def _ppo_gradient(policy_loss: str, loss_agg_mode: str, dp_size: int, split: Split) -> torch.Tensor:
     from verl.trainer.ppo.core_algos import POLICY_LOSS_REGISTRY
-    from verl.workers.config import FSDPActorConfig, PolicyLossConfig
+    from verl.workers.config import PolicyLossConfig
     from verl.workers.utils.losses import ppo_loss
 
     if policy_loss not in POLICY_LOSS_REGISTRY:
         pytest.skip(f"{policy_loss} is not registered in this verl release")
 
     def worker():
-        config = FSDPActorConfig(
-            strategy="fsdp",
-            ppo_micro_batch_size_per_gpu=1,
-            rollout_n=1,
-            use_torch_compile=False,
-            loss_agg_mode=loss_agg_mode,
+        config = actor_config(
+            loss_agg_mode,
             policy_loss=PolicyLossConfig(loss_mode=policy_loss, **({"dro_beta": 0.1} if policy_loss == "dro" else {})),
             use_kl_loss=True,
             entropy_coeff=0.01,
