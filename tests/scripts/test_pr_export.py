@@ -6,7 +6,8 @@ on the release tag or, for a group ``after`` another, on that group's branch; ea
 ``fold`` group one commit titled by ``pr/<group>.md`` whose tree is the final state of the group's patches (so
 a test that a later patch revises appears only in its final form). The user's checked-out branch, work tree and
 worktree list are as they were; the upstream lint gates (pre-commit, verl's mypy among them) and the upstream CPU
-tests are reported passed for every branch, and each PR title and body printed. A patch with a lint error gives
+tests are reported passed for every branch, and each PR title and body printed: every group of the groups file has
+its ``pr/<group>.md``, whose title and text the export prints. A patch with a lint error gives
 exit 1 naming the gate, and keeps the branch; bad input (dirty tree, existing branch, a version the series does
 not target, an unknown group) gives exit 2 and makes no branch. Needs the cached vanilla checkouts and the test
 venv (``PATCHSET_VENV``); skipped when the checkouts are absent.
@@ -22,6 +23,7 @@ from pathlib import Path
 from patchset_fakes import FORMAT_PATCH, REPO_ROOT, git
 
 from patchset.export.pr_export import main
+from patchset.series.groups import load_groups
 from patchset.series.model import load_series
 
 DEP3 = re.compile(r"^(Origin|Bug|Forwarded|Author|Applied-Upstream|Last-Update|Upstream-Check):", re.MULTILINE)
@@ -49,6 +51,16 @@ def _state(tree: Path) -> tuple[str, str, str, str]:
         git(tree, "status", "--porcelain", "--untracked-files=all"),
         git(tree, "worktree", "list", "--porcelain"),
     )
+
+
+def _check_every_group_has_its_body(series: str, out: str) -> None:
+    """Every group of ``patches/<series>/groups`` has its ``pr/<group>.md``, and the export printed it: its title as
+    the PR title, its first paragraph in the body."""
+    loaded = load_series(REPO_ROOT / "patches", series)
+    for group in load_groups(loaded.path.parent, len(loaded.patches)):
+        assert group.description is not None, f"group {group.name} has no patches/{series}/pr/{group.name}.md"
+        assert f"----- PR title -----\n{group.description.title}\n" in out, group.name
+        assert group.description.message[0].split("\n", 1)[0] in out, group.name
 
 
 def _check_commit(checkout: Path, commit: str, author_line: str, subject: str) -> None:
@@ -84,6 +96,7 @@ def test_verl_export_makes_one_gated_branch_per_group(pinned, capsys):
     assert f"----- PR title -----\n{distillation_patch.subject}\n" in out
     assert "test_distillation_loss_global_normalization_on_cpu.py" in out
     assert f"push <your-fork> {branch}" in out
+    _check_every_group_has_its_body("verl", out)
 
 
 def _final_state(pinned, numbers: list[int], path: str, tmp_path: Path) -> str:
@@ -122,6 +135,7 @@ def test_trinity_export_stacks_a_folded_group_on_the_dpo_group(pinned, capsys, t
     assert "Depends on the dpo-pairs PR" in out
     assert "## Description" in out and "## Checklist" in out and "### Where upstream stands" in out
     assert f"push <your-fork> {dpo} {folded}" in out
+    _check_every_group_has_its_body("trinity", out)
 
 
 def _long_line_series(pinned, tmp_path: Path) -> Path:
