@@ -31,6 +31,12 @@ class TrinityPolicyLoss:
         self.loss_agg_mode = algo_config.loss_agg_mode
         self.use_kl_loss = not isinstance(self.kl_loss_fn, DummyKLFn)
         self.policy_loss_aggregation = self.policy_loss_fn.loss_aggregation
+        # decided once: a token share, or a loss that takes it, needs batch_num_tokens (each read of the TensorDict's
+        # non-tensor data costs a few microseconds per micro-batch)
+        self.reads_batch_num_tokens = "token-mean" in (
+            self.loss_agg_mode,
+            self.policy_loss_aggregation,
+        ) or "batch_num_tokens" in getattr(self.policy_loss_fn, "_runtime_keys", ())
         if self.policy_loss_aggregation is None:
             get_logger("trinity.trainer.verl.losses").warning(
                 f"Policy loss `{algo_config.policy_loss_fn}` does not declare its "
@@ -57,7 +63,17 @@ class TrinityPolicyLoss:
     ) -> tuple[torch.Tensor, dict]:
         # read before select() below: the engine's global batch info, absent outside the engine
         dp_size = tu.get_non_tensor_data(data=data, key="dp_size", default=1)
-        batch_num_tokens = tu.get_non_tensor_data(data=data, key="batch_num_tokens", default=None)
+        if "reads_batch_num_tokens" in vars(self):
+            policy_loss_aggregation = self.policy_loss_aggregation
+            reads_batch_num_tokens = self.reads_batch_num_tokens
+        else:  # built before the overlay was on, or unpickled from a process without it: what __init__ stores
+            policy_loss_aggregation = self.policy_loss_fn.loss_aggregation
+            reads_batch_num_tokens = "token-mean" in (self.loss_agg_mode, policy_loss_aggregation) or (
+                "batch_num_tokens" in getattr(self.policy_loss_fn, "_runtime_keys", ())
+            )
+        batch_num_tokens = None
+        if reads_batch_num_tokens:
+            batch_num_tokens = tu.get_non_tensor_data(data=data, key="batch_num_tokens", default=None)
 
         log_prob = no_padding_2_padding(model_output["log_probs"], data)
         entropy = model_output.get("entropy", None)
@@ -112,10 +128,6 @@ class TrinityPolicyLoss:
 
         # each term is weighted by the share its own aggregation needs (see _micro_batch_weight);
         # usually all terms aggregate alike, and one weight and one multiplication do
-        if "policy_loss_aggregation" in vars(self):
-            policy_loss_aggregation = self.policy_loss_aggregation
-        else:  # built before the overlay was on, or unpickled from a process without it: what __init__ stores
-            policy_loss_aggregation = self.policy_loss_fn.loss_aggregation
         weight_args = (data, response_mask, dp_size, batch_num_tokens)
         term_weight = self._micro_batch_weight(self.loss_agg_mode, *weight_args)
         if policy_loss_aggregation == self.loss_agg_mode:
