@@ -30,10 +30,21 @@ def upstream_has_policy_loss_fix(source: UpstreamSource) -> str | None:
     if (
         "_micro_batch_weight" in policy_loss
         and "micro-batch-weighted" in policy_loss
-        and "loss_aggregation" in source.segment(POLICY_LOSS_FN, "PolicyLossFn")
+        and "self-normalized" in source.segment(POLICY_LOSS_FN, "PolicyLossFn")
     ):
         return "already has the policy-loss fix (TrinityPolicyLoss._micro_batch_weight, PolicyLossFn.loss_aggregation)"
     return None
+
+
+def install_policy_loss_fn(module: ModuleType, undo: list[Callable[[], None]]) -> None:
+    """The base class's `loss_aggregation`, and the metaclass's ``__new__`` with the runtime keys: loss classes made
+    from now on neither select them from the batch nor drop them from the trainer's call."""
+    from patchset_overlay.replace import set_class_attributes
+    from trinity_overlay.algorithm.policy_loss_fn import policy_loss_fn
+
+    install_loss_aggregation(module, undo)
+    mirror_new = vars(policy_loss_fn.PolicyLossFnMeta)["__new__"]
+    undo.append(set_class_attributes(module.PolicyLossFnMeta, {"__new__": mirror_new}))
 
 
 def install_loss_aggregation(module: ModuleType, undo: list[Callable[[], None]]) -> None:

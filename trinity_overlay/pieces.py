@@ -2,7 +2,8 @@
 series leaves them (a piece is all or nothing, so no intermediate state of a symbol is ever needed):
 
 - policy-loss normalization (0001, 0003, 0005): `TrinityPolicyLoss` weights each term by its share of the global
-  mini-batch; each policy loss declares its `loss_aggregation`; MIX / MIX_CHORD warn at start-up;
+  mini-batch; each policy loss declares its `loss_aggregation` (a loss that takes the engine's batch info as
+  runtime keys normalizes itself, and `PolicyLossFnMeta` passes those keys through); MIX / MIX_CHORD warn at start-up;
 - DPO pairs and steps (0002, 0004, 0006, 0007): one DPO logit per chosen/rejected pair, pairs kept in one
   micro-batch (`group_size`, passed by `VERLTrainer._update_actor` as ``force_group_size``), and one optimizer step
   per training step (the mini-batch counted in rows), on verl's engine path. Beside verl < 0.8 Trinity trains
@@ -24,6 +25,7 @@ POLICY_LOSS_NORMALIZATION = Piece(
     ),
     targets=(
         Target(POLICY_LOSS_FN, "PolicyLossFn"),
+        Target(POLICY_LOSS_FN, "PolicyLossFnMeta"),
         Target(REC_LOSS, "RECPolicyLossFn"),
         Target(MIX_LOSS, "MIXPolicyLossFn"),
         Target(CHORD_LOSS, "MIXCHORDPolicyLossFn"),
@@ -31,7 +33,7 @@ POLICY_LOSS_NORMALIZATION = Piece(
         Target(LOSSES, "TrinityPolicyLoss"),
     ),
     installers={
-        POLICY_LOSS_FN: _policy_loss.install_loss_aggregation,
+        POLICY_LOSS_FN: _policy_loss.install_policy_loss_fn,
         REC_LOSS: _policy_loss.install_loss_aggregation,
         MIX_LOSS: _policy_loss.install_loss_aggregation,
         CHORD_LOSS: _policy_loss.install_loss_aggregation,

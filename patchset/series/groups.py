@@ -12,11 +12,12 @@ patches make up each concern, one group a line (``#`` comments and blank lines i
 - the patches, by their ``NNNN`` number in ``series``, in series order; every patch of the series is in exactly one
   group.
 - ``fold``: the PR holds the group as one commit (the combined diff), for patches that revise each other: the PR then
-  carries only the final state of each file and test. A folded group needs a description (below).
+  carries only the final state of each file and test. Its commit message comes from the description (below).
 - ``after=<group>``: the group builds on an earlier group (its patches need that group's code or tests); its
   branch is made on top of that group's branch, and its PR says it depends on that PR.
 
-``patches/<series>/pr/<name>.md`` is the group's PR description, optional unless the group folds: its first
+``patches/<series>/pr/<name>.md`` is the group's PR description, which every group needs (the lint says so; the
+export itself needs it only for a folded group, and fills another group's body from its patch messages): its first
 line is the PR title in the upstream's title form (and the folded commit's subject); the text up to the first
 ``## `` heading is the message of the folded commit (and the PR overview); the ``## `` sections after it go into
 the PR body only (what upstream asks a reviewer to know: decisions, numbers, where upstream stands).

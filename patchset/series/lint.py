@@ -16,9 +16,9 @@ holds a ``series`` file or ``*.patch`` files):
   ``Last-Update:`` (YYYY-MM-DD);
 - no added (``+``) line ends in a space or a tab;
 - the ``groups`` file beside ``series``, when there is one (``patchset.series.groups``): every line parses, every patch
-  of the series is in exactly one group, ``after=`` names a group above, a folding group has its
-  ``pr/<name>.md`` description, and every ``pr/*.md`` belongs to a group and starts with a title in the
-  upstream's PR-title form.
+  of the series is in exactly one group, ``after=`` names a group above, every group has its ``pr/<name>.md``
+  description (each group goes upstream as one pull request, and that file is its body), and every ``pr/*.md``
+  belongs to a group and starts with a title in the upstream's PR-title form.
 
 Unlike ``load_series``, which stops at the first problem, the lint reads everything and reports every problem.
 """
@@ -244,9 +244,10 @@ def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
     names = {group.name for group in parsed.groups}
     for group in parsed.groups:
         description = descriptions / f"{group.name}.md"
-        if group.fold and not description.is_file():
+        if not description.is_file():
             shown = display_path(description)
-            problems.append(Problem(groups_file, f"{group.name} folds its patches but has no {shown}", group.line))
+            why = "its patches are folded into one commit" if group.fold else "every group is a pull request"
+            problems.append(Problem(groups_file, f"{group.name} has no {shown}, its PR body ({why})", group.line))
     for path in sorted(descriptions.glob("*.md")):
         if path.stem not in names:
             problems.append(

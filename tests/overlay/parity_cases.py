@@ -3,9 +3,10 @@
 ``python parity_cases.py OUT.pt`` runs the real verl critic ``value_loss``, verl's ``ppo_loss`` with GMPO, and
 Trinity's ``TrinityPolicyLoss``
 through verl's engine steps (tests/regression/engine_sim.py) for every ``loss_agg_mode`` and algorithm, and for
-every registered policy loss (`policy_loss_cases.py`: REC, MIX, MIX_CHORD, DPO's pair grouping, ...), several
-splits and data-parallel sizes, and saves each case's micro-batch losses, gradient and metrics, with which files
-the upstream modules came from and what the overlays say. The test runs it once on the installed releases with
+every registered policy loss (`policy_loss_cases.py`: REC, MIX, MIX_CHORD, DPO's pair grouping, ...) and a loss
+that normalizes itself (tests/regression/self_normalizing_loss.py), several splits and data-parallel sizes, and
+saves each case's micro-batch losses, gradient and metrics, with which files the upstream modules came from and what
+the overlays say. The test runs it once on the installed releases with
 the overlays on and once on the patched checkouts, and compares the two bit for bit.
 """
 
@@ -23,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # policy_loss_cases (-
 
 from engine_sim import Split, actor_config, engine_gradient, make_rollout_batch, use_cpu_unpadding  # noqa: E402
 from policy_loss_cases import every_policy_loss_cases  # noqa: E402
+from self_normalizing_loss import algorithm_config as self_normalizing_config  # noqa: E402
+from self_normalizing_loss import registered  # noqa: E402
 from trinity_configs import algorithm_config  # noqa: E402
 
 LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
@@ -119,9 +122,7 @@ def geo_mean_cases() -> dict[str, dict[str, Any]]:
     return cases
 
 
-def actor_cases() -> dict[str, dict[str, Any]]:
-    from trinity.trainer.verl.losses import TrinityPolicyLoss
-
+def _actor_inputs() -> tuple[Any, dict[str, torch.Tensor]]:
     batch = make_rollout_batch(
         BATCH_SIZE, seed=1, extra_fields=("old_log_probs", "ref_log_prob", "advantages"), holes_in_mask=True
     )
@@ -132,6 +133,13 @@ def actor_cases() -> dict[str, dict[str, Any]]:
         "log_probs": batch["old_log_probs"] + 0.1 * noise,
         "entropy": torch.rand(noise.shape, generator=torch.Generator().manual_seed(12)),
     }
+    return batch, outputs
+
+
+def actor_cases() -> dict[str, dict[str, Any]]:
+    from trinity.trainer.verl.losses import TrinityPolicyLoss
+
+    batch, outputs = _actor_inputs()
     cases = {}
     for algorithm in ALGORITHMS:
         for mode in LOSS_AGG_MODES:
@@ -141,6 +149,23 @@ def actor_cases() -> dict[str, dict[str, Any]]:
                 for dp_size, split in SPLITS:
                     cases[f"{name} dp{dp_size} {split}"] = _run(loss_fn, batch, outputs, dp_size, split)
                 cases[f"{name} outside-engine"] = _run(loss_fn, batch, outputs, 1, Split(2), global_batch_info=False)
+    return cases
+
+
+def self_normalizing_cases() -> dict[str, dict[str, Any]]:
+    """A policy loss that takes the engine's batch info as runtime keys and normalizes itself, as upstream main's
+    M2PO does (registered while its cases run)."""
+    from trinity.trainer.verl.losses import TrinityPolicyLoss
+
+    batch, outputs = _actor_inputs()
+    cases = {}
+    with registered():
+        for terms in (True, False):
+            loss_fn = TrinityPolicyLoss(self_normalizing_config(terms))
+            name = f"actor self-normalizing {'pg+entropy+kl' if terms else 'pg-only'}"
+            for dp_size, split in SPLITS:
+                cases[f"{name} dp{dp_size} {split}"] = _run(loss_fn, batch, outputs, dp_size, split)
+            cases[f"{name} outside-engine"] = _run(loss_fn, batch, outputs, 1, Split(2), global_batch_info=False)
     return cases
 
 
@@ -186,7 +211,13 @@ def provenance() -> dict[str, Any]:
 def main(out: str) -> int:
     use_cpu_unpadding()
     torch.use_deterministic_algorithms(True)
-    cases = {**critic_cases(), **geo_mean_cases(), **actor_cases(), **every_policy_loss_cases(_run, SPLITS, BATCH_SIZE)}
+    cases = {
+        **critic_cases(),
+        **geo_mean_cases(),
+        **actor_cases(),
+        **self_normalizing_cases(),
+        **every_policy_loss_cases(_run, SPLITS, BATCH_SIZE),
+    }
     results = {"provenance": provenance(), "cases": cases, "config": config_cases()}
     torch.save(results, out)
     return 0

@@ -154,6 +154,10 @@ def test_new_commit_is_exported_as_the_next_numbered_patch(real_checkout, tmp_pa
     groups = (folder / "groups").read_text().splitlines()
     assert groups[-1] == f"docs-add-note-maintainers {new_name[:4]}"  # a new patch is a new concern until moved
     assert read_patch(folder / new_name).files == ("NOTES.md",)
+    # the new concern still needs its PR body: the lint names what to write (or the patch joins a group)
+    (problem,) = lint_patches_dir(copy)[1]
+    assert problem.path == folder / "groups" and "docs-add-note-maintainers has no" in problem.message
+    (folder / "pr" / "docs-add-note-maintainers.md").write_text(f"{subject}\n\nA note for maintainers.\n")
     assert lint_patches_dir(copy)[1] == []
     assert main(["export", key, str(checkout), "--dry-run", "--patches-dir", str(copy)]) == 0
 

@@ -6,7 +6,8 @@ on the release tag or, for a group ``after`` another, on that group's branch; ea
 ``fold`` group one commit titled by ``pr/<group>.md`` whose tree is the final state of the group's patches (so
 a test that a later patch revises appears only in its final form). The user's checked-out branch, work tree and
 worktree list are as they were; the upstream lint gates (pre-commit, verl's mypy among them) and the upstream CPU
-tests are reported passed for every branch, and each PR title and body printed. A patch with a lint error gives
+tests are reported passed for every branch, and each PR title and body printed: every group of the groups file has
+its ``pr/<group>.md``, whose title and text the export prints. A patch with a lint error gives
 exit 1 naming the gate, and keeps the branch; bad input (dirty tree, existing branch, a version the series does
 not target, an unknown group) gives exit 2 and makes no branch. Needs the cached vanilla checkouts and the test
 venv (``PATCHSET_VENV``); skipped when the checkouts are absent.
@@ -24,6 +25,7 @@ import pytest
 from patchset_fakes import FORMAT_PATCH, REPO_ROOT, git
 
 from patchset.export.pr_export import main
+from patchset.series.groups import load_groups
 from patchset.series.model import load_series
 from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins
@@ -56,6 +58,16 @@ def _state(tree: Path) -> tuple[str, str, str, str]:
         git(tree, "status", "--porcelain", "--untracked-files=all"),
         git(tree, "worktree", "list", "--porcelain"),
     )
+
+
+def _check_every_group_has_its_body(series: str, out: str) -> None:
+    """Every group of ``patches/<series>/groups`` has its ``pr/<group>.md``, and the export printed it: its title as
+    the PR title, its first paragraph in the body."""
+    loaded = load_series(REPO_ROOT / "patches", series)
+    for group in load_groups(loaded.path.parent, len(loaded.patches)):
+        assert group.description is not None, f"group {group.name} has no patches/{series}/pr/{group.name}.md"
+        assert f"----- PR title -----\n{group.description.title}\n" in out, group.name
+        assert group.description.message[0].split("\n", 1)[0] in out, group.name
 
 
 def _check_commit(checkout: Path, commit: str, author_line: str, subject: str) -> None:
@@ -93,6 +105,7 @@ def test_verl_export_makes_one_gated_branch_per_group(pinned, capsys):
     (commit,) = git(checkout, "rev-list", "v0.8.0..patchset/verl-geo-mean-policy-loss-global-normalization").split()
     _check_commit(checkout, commit, geo_mean_patch.text.split("\n", 3)[1], geo_mean_patch.subject)
     assert f"push <your-fork> {branch}" in out
+    _check_every_group_has_its_body("verl", out)
 
 
 def test_verl_geo_mean_group_exports_onto_verl_0_9_1_with_every_gate(tmp_path, capsys):
@@ -157,6 +170,7 @@ def test_trinity_export_stacks_a_folded_group_on_the_dpo_group(pinned, capsys, t
     assert "Depends on the dpo-pairs PR" in out
     assert "## Description" in out and "## Checklist" in out and "### Where upstream stands" in out
     assert f"push <your-fork> {dpo} {folded}" in out
+    _check_every_group_has_its_body("trinity", out)
 
 
 def _long_line_series(pinned, tmp_path: Path) -> Path:

@@ -5,10 +5,10 @@ kind of problem (series and folder out of step either way, duplicates, bad names
 or one not in the upstream's PR-title form, missing or malformed DEP-3 fields: Origin without its URL, Bug that
 is not a URL, Forwarded no/not-needed without a reason, Upstream-Check or Forwarded upstream without
 Applied-Upstream; trailing whitespace on an added line, a patch that does not parse; a ``groups`` file that does
-not parse, leaves a patch out, names a patch twice or a later group, folds without a description, or a
-description without a group or with a bad title) it exits 1 and prints exactly the expected ``path[:line]:
-problem`` line; removed and context lines may keep their trailing whitespace; ``scripts/export.sh lint`` runs the
-same check from any directory.
+not parse, leaves a patch out, names a patch twice or a later group, has a group (folded or not) without its
+description, or a description without a group or with a bad title) it exits 1 and prints exactly the expected
+``path[:line]: problem`` line; removed and context lines may keep their trailing whitespace; ``scripts/export.sh
+lint`` runs the same check from any directory.
 """
 
 from __future__ import annotations
@@ -115,11 +115,14 @@ def _pinned_folder_missing(tmp: Path) -> Path:
     return patches
 
 
-def _grouped(tmp: Path, groups: str, descriptions: dict[str, str] | None = None) -> Path:
-    """Two well-formed patches, the ``groups`` file given (after a comment line) and ``pr/<name>.md`` files."""
+def _grouped(tmp: Path, groups: str, descriptions: dict[str, str] | None = None, without: tuple[str, ...] = ()) -> Path:
+    """Two well-formed patches, the ``groups`` file given (after a comment line) and ``pr/<name>.md`` files: a
+    well-formed one for every group named in ``groups`` but those ``without``, then ``descriptions`` on top."""
     patches = _patches_dir(tmp, {NAME: _patch(), "0002-trainer-more.patch": _patch()})
     (patches / "verl" / "groups").write_text("# name patches options\n" + groups)
-    for name, text in (descriptions or {}).items():
+    named = [line.split()[0] for line in groups.splitlines() if line.strip()]
+    every = {name: "[trainer] fix: scale the loss\n\nWhy.\n" for name in named if name not in without}
+    for name, text in (every | (descriptions or {})).items():
         (patches / "verl" / "pr").mkdir(exist_ok=True)
         (patches / "verl" / "pr" / f"{name}.md").write_text(text)
     return patches
@@ -232,8 +235,13 @@ CASES: dict[str, tuple[Setup, str]] = {
         "patches/verl/groups:2: one: 'squash' is not a patch number (NNNN), 'fold' or 'after=<group>'",
     ),
     "groups: fold without a description": (
-        lambda tmp: _grouped(tmp, "one 0001 0002 fold\n"),
-        "patches/verl/groups:2: one folds its patches but has no patches/verl/pr/one.md",
+        lambda tmp: _grouped(tmp, "one 0001 0002 fold\n", without=("one",)),
+        "patches/verl/groups:2: one has no patches/verl/pr/one.md, its PR body (its patches are folded into one "
+        "commit)",
+    ),
+    "groups: a group without a description": (
+        lambda tmp: _grouped(tmp, "one 0001\ntwo 0002 after=one\n", without=("two",)),
+        "patches/verl/groups:3: two has no patches/verl/pr/two.md, its PR body (every group is a pull request)",
     ),
     "groups: a description of no group": (
         lambda tmp: _grouped(tmp, "one 0001 0002\n", {"other": "[trainer] fix: x\n"}),

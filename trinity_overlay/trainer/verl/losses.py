@@ -31,6 +31,12 @@ class TrinityPolicyLoss:
         self.loss_agg_mode = algo_config.loss_agg_mode
         self.use_kl_loss = not isinstance(self.kl_loss_fn, DummyKLFn)
         self.policy_loss_aggregation = self.policy_loss_fn.loss_aggregation
+        # decided once: a token share, or a loss that takes it, needs batch_num_tokens (each read of the TensorDict's
+        # non-tensor data costs a few microseconds per micro-batch)
+        self.reads_batch_num_tokens = "token-mean" in (
+            self.loss_agg_mode,
+            self.policy_loss_aggregation,
+        ) or "batch_num_tokens" in getattr(self.policy_loss_fn, "_runtime_keys", ())
         if self.policy_loss_aggregation is None:
             get_logger("trinity.trainer.verl.losses").warning(
                 f"Policy loss `{algo_config.policy_loss_fn}` does not declare its "
@@ -57,8 +63,17 @@ class TrinityPolicyLoss:
     ) -> tuple[torch.Tensor, dict]:
         # read before select() below: the engine's global batch info, absent outside the engine
         dp_size = tu.get_non_tensor_data(data=data, key="dp_size", default=1)
-        batch_num_tokens = tu.get_non_tensor_data(data=data, key="batch_num_tokens", default=None)
-        global_batch_size = tu.get_non_tensor_data(data=data, key="global_batch_size", default=None)
+        if "reads_batch_num_tokens" in vars(self):
+            policy_loss_aggregation = self.policy_loss_aggregation
+            reads_batch_num_tokens = self.reads_batch_num_tokens
+        else:  # built before the overlay was on, or unpickled from a process without it: what __init__ stores
+            policy_loss_aggregation = self.policy_loss_fn.loss_aggregation
+            reads_batch_num_tokens = "token-mean" in (self.loss_agg_mode, policy_loss_aggregation) or (
+                "batch_num_tokens" in getattr(self.policy_loss_fn, "_runtime_keys", ())
+            )
+        batch_num_tokens = None
+        if reads_batch_num_tokens:
+            batch_num_tokens = tu.get_non_tensor_data(data=data, key="batch_num_tokens", default=None)
 
         log_prob = no_padding_2_padding(model_output["log_probs"], data)
         entropy = model_output.get("entropy", None)
@@ -80,7 +95,10 @@ class TrinityPolicyLoss:
         )
 
         metrics: dict = {}
-        pg_loss, pg_loss_metrics = self.policy_loss_fn(logprob=log_prob, **model_inputs)
+        # a policy loss that declares them as runtime keys (e.g. upstream main's M2PO) normalizes itself with them
+        pg_loss, pg_loss_metrics = self.policy_loss_fn(
+            logprob=log_prob, batch_num_tokens=batch_num_tokens, dp_size=dp_size, **model_inputs
+        )
         prefix_metrics(src_metrics=pg_loss_metrics, prefix="actor", dst_metrics=metrics)
         policy_loss = pg_loss
 
@@ -110,11 +128,7 @@ class TrinityPolicyLoss:
 
         # each term is weighted by the share its own aggregation needs (see _micro_batch_weight);
         # usually all terms aggregate alike, and one weight and one multiplication do
-        if "policy_loss_aggregation" in vars(self):
-            policy_loss_aggregation = self.policy_loss_aggregation
-        else:  # built before the overlay was on, or unpickled from a process without it: what __init__ stores
-            policy_loss_aggregation = self.policy_loss_fn.loss_aggregation
-        weight_args = (response_mask, dp_size, batch_num_tokens, global_batch_size)
+        weight_args = (data, response_mask, dp_size, batch_num_tokens)
         term_weight = self._micro_batch_weight(self.loss_agg_mode, *weight_args)
         if policy_loss_aggregation == self.loss_agg_mode:
             return policy_loss * term_weight, metrics
@@ -124,30 +138,36 @@ class TrinityPolicyLoss:
     def _micro_batch_weight(
         self,
         loss_agg_mode: str | None,
+        data: TensorDict,
         response_mask: torch.Tensor,
         dp_size: int,
         batch_num_tokens: int | None,
-        global_batch_size: int | None,
     ) -> torch.Tensor | float:
         """The micro-batch's share of the global mini-batch for a term aggregated by ``loss_agg_mode``, times
         dp_size; 1.0 without the engine's batch info.
 
         A mean over pairs, and a loss that weights its micro-batch itself for the legacy trainer (which scaled
         each micro-batch by its share of sequences), take the share of sequences, as does a loss that declares no
-        aggregation. Stays on device: no host synchronization.
+        aggregation. A loss that normalizes itself over the global mini-batch already returns its share. Stays on
+        device: no host synchronization.
 
         Args:
             loss_agg_mode (Optional[str]): how the term aggregates (see `PolicyLossFn.loss_aggregation`).
+            data (TensorDict): the micro-batch, with the engine's `global_batch_size` (sequences in the global
+                mini-batch), read only for a share of sequences.
             response_mask (torch.Tensor): response mask of the micro-batch, (bsz, response_length).
             dp_size (int): data parallel size.
             batch_num_tokens (Optional[int]): response tokens in the global mini-batch.
-            global_batch_size (Optional[int]): sequences in the global mini-batch.
 
         Returns:
             Union[torch.Tensor, float]: the weight.
         """
+        if loss_agg_mode == "self-normalized":
+            return 1.0
         if loss_agg_mode == "seq-mean-token-sum-norm":
             return float(dp_size)  # a sum over the micro-batch already: only undo the data parallel averaging
         if loss_agg_mode == "token-mean":
-            return 1.0 if batch_num_tokens is None else response_mask.sum() * dp_size / batch_num_tokens
+            # one tensor operation: tokens over the global mini-batch's tokens per rank
+            return 1.0 if batch_num_tokens is None else response_mask.sum() / (batch_num_tokens / dp_size)
+        global_batch_size = tu.get_non_tensor_data(data=data, key="global_batch_size", default=None)
         return 1.0 if global_batch_size is None else response_mask.shape[0] * dp_size / global_batch_size
