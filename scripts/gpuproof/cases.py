@@ -19,8 +19,8 @@ class Expect(Enum):
     """What a tree's grad_norm does as a mini-batch is cut into more micro-batches per rank."""
 
     INVARIANT = "the same at every split"
-    GROWS = "grows about K times with K micro-batches (the bug)"
-    DIFFERS = "differs from one micro-batch's (the bug)"
+    GROWS = "grows about K times with K micro-batches"
+    DIFFERS = "differs from one micro-batch's"
 
 
 @dataclass(frozen=True)
@@ -42,10 +42,23 @@ CASES: dict[str, Case] = {
         Case("critic", "verl critic value_loss", "value", Expect.GROWS, patch="verl 0001"),
         # verl's own actor loss is split-invariant on both trees: it shows the engine path itself is sound
         Case("ppo", "verl actor ppo_loss (GRPO, vanilla policy loss)", "lm", Expect.INVARIANT),
-        Case("geo_mean", "verl actor ppo_loss, policy_loss.loss_mode=geo_mean (GMPO)", "lm", Expect.GROWS, patch="verl 0003"),
+        Case(
+            "geo_mean",
+            "verl actor ppo_loss, policy_loss.loss_mode=geo_mean (GMPO)",
+            "lm",
+            Expect.GROWS,
+            patch="verl 0003",
+        ),
         # each step a fresh worker's first call: vanilla normalizes it with the info of no mini-batch (verl#7200)
         Case("distillation", "verl distillation_ppo_loss (k3, first call)", "lm", Expect.DIFFERS, patch="verl 0002"),
-        Case("trinity", "Trinity-RFT TrinityPolicyLoss (GRPO)", "lm", Expect.GROWS, needs_trinity=True, patch="Trinity 0001"),
+        Case(
+            "trinity",
+            "Trinity-RFT TrinityPolicyLoss (GRPO)",
+            "lm",
+            Expect.GROWS,
+            needs_trinity=True,
+            patch="Trinity 0001",
+        ),
     )
 }
 

@@ -280,19 +280,26 @@ def _loss_function(case: Case) -> Any:
     return TrinityPolicyLoss(algorithm_config("grpo", LOSS_AGG_MODE))
 
 
-def _train_step(engine, data, loss_function) -> tuple[float, int, float]:
-    """One `train_batch`: (grad_norm, micro-batches the engine made, seconds)."""
+def step_clock(device: str) -> str:
+    """What a step's time is: wall-clock time on a GPU (the device is the process's own); on CPU the CPU time of this
+    process, so that time the OS gives to other processes of a shared machine is not counted."""
+    return "wall" if device == "cuda" else "process CPU"
+
+
+def _train_step(engine, data, loss_function, on_gpu: bool) -> tuple[float, int, float]:
+    """One `train_batch`: (grad_norm, micro-batches the engine made, seconds by `step_clock`)."""
     import torch
 
+    clock = time.perf_counter if on_gpu else time.process_time
     with engine.train_mode():
-        if torch.cuda.is_available():
+        if on_gpu:
             torch.cuda.synchronize()
-        started = time.perf_counter()
+        started = clock()
         output = engine.train_batch(data, loss_function=loss_function)
         grad_norm = float(output["metrics"]["grad_norm"])
-        if torch.cuda.is_available():
+        if on_gpu:
             torch.cuda.synchronize()
-        seconds = time.perf_counter() - started
+        seconds = clock() - started
     return grad_norm, len(output["loss"]), seconds
 
 
@@ -309,9 +316,10 @@ def _run_case(
         global_batch = _with_teacher(global_batch, model.vocab)
     splits = [("fixed", 1)] + [(s, k) for s in spec["splits"] for k in spec["micro_batches"] if k > 1]
 
-    def step(split: str, micro_batches: int) -> tuple[float, int, float]:
+    def step(split: str, micro_batches: int, engine=engine) -> tuple[float, int, float]:
         data = _step_data(case, global_batch, rank, world_size, split, micro_batches)
-        return _train_step(engine, data, _loss_function(case))  # a fresh loss: distillation's first call
+        # a fresh loss each step: distillation's first call
+        return _train_step(engine, data, _loss_function(case), on_gpu=spec["device"] == "cuda")
 
     step("fixed", 1)  # warm-up, not recorded (allocations, kernel selection)
     rows = []
@@ -354,7 +362,7 @@ def module_files(cases: Sequence[str]) -> dict[str, str]:
     return {name: str(Path(importlib.import_module(name).__file__ or "").resolve()) for name in names}
 
 
-def _environment(world_size: int, backend: str, unpad: str, attention: str) -> dict[str, Any]:
+def _environment(device: str, world_size: int, backend: str, unpad: str, attention: str) -> dict[str, Any]:
     import torch
     import transformers
 
@@ -364,11 +372,12 @@ def _environment(world_size: int, backend: str, unpad: str, attention: str) -> d
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
         "transformers": transformers.__version__,
-        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else f"CPU ({os.cpu_count()} cores)",
+        "device": torch.cuda.get_device_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)",
         "world_size": world_size,
         "backend": backend,
         "unpad": unpad,
         "attention": attention,
+        "step_clock": step_clock(device),
         "verl": (verl_dir / "version" / "version").read_text().strip(),
     }
     if "trinity" in sys.modules:
@@ -404,7 +413,7 @@ def run_rank(rank: int, spec: dict, workdir: str) -> None:
         result = {
             "measurements": rows if rank == 0 else [],
             "modules": module_files(spec["cases"]),
-            "environment": _environment(world_size, backend, unpad, spec["attention"]),
+            "environment": _environment(spec["device"], world_size, backend, unpad, spec["attention"]),
         }
         torch.distributed.destroy_process_group()
     except BaseException:

@@ -74,7 +74,10 @@ def judge(side: str, case: Case, precision: str, rows: Sequence[Measurement]) ->
 
     if not split:
         return verdict(False, "no measurement with more than one micro-batch")
-    wrong_count = [f"{s} K={k} made {r.made}" for r in rows if r.case == case.name for s, k in [(r.split, r.micro_batches)] if r.made != k]
+    mine = [row for row in rows if row.case == case.name and row.precision == precision]
+    wrong_count = [
+        f"{row.split} K={row.micro_batches} made {row.made}" for row in mine if row.made != row.micro_batches
+    ]
     if wrong_count:
         return verdict(False, "the engine did not make the micro-batches asked for: " + ", ".join(wrong_count))
     if any(value != value for value in ratios.values()):  # NaN
@@ -85,16 +88,16 @@ def judge(side: str, case: Case, precision: str, rows: Sequence[Measurement]) ->
         within = worst <= tolerance
         return verdict(
             within,
-            f"{expect.value}: largest difference from K=1 {worst:.1e} ({'within' if within else 'over'} "
+            f"grad_norm {expect.value}: largest difference from K=1 {worst:.1e} ({'within' if within else 'over'} "
             f"{tolerance:.1e}, {precision})",
         )
     if expect is Expect.GROWS:
         off = {key: value for key, value in split.items() if abs(value / key[1] - 1.0) > BUG_RATIO_TOLERANCE}
         shown = ", ".join(f"x{value:.2f} at {s} K={k}" for (s, k), value in sorted(split.items()))
-        return verdict(not off, f"{'shows' if not off else 'does not show'} the bug ({expect.value}): {shown}")
+        return verdict(not off, f"{'shows' if not off else 'does not show'} the bug, grad_norm {expect.value}: {shown}")
     close = {key: value for key, value in split.items() if abs(value - 1.0) <= DIFFERS_AT_LEAST}
     shown = ", ".join(f"x{value:.3f} at {s} K={k}" for (s, k), value in sorted(split.items()))
-    return verdict(not close, f"{'shows' if not close else 'does not show'} the bug ({expect.value}): {shown}")
+    return verdict(not close, f"{'shows' if not close else 'does not show'} the bug, grad_norm {expect.value}: {shown}")
 
 
 def median_step_seconds(rows: Iterable[Measurement], case: str, precision: str) -> float | None:
