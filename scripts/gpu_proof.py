@@ -265,6 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{environment['transformers']}, attention {environment['attention']}, unpadding: {environment['unpad']}; "
             f"step times: {environment['step_clock']} time"
         )
+    if environment.get("standins"):
+        print(f"* stand-ins from scripts/gpu_offline for: {', '.join(environment['standins'])} (offline machine)")
     print("\ngrad_norm relative to one micro-batch per rank (K=1: the grad_norm itself)")
     print("\n".join(table(results, cases, precisions)))
     print("\n" + tolerance_note(precisions))

@@ -380,6 +380,8 @@ def _environment(device: str, world_size: int, backend: str, unpad: str, attenti
         "step_clock": step_clock(device),
         "verl": (verl_dir / "version" / "version").read_text().strip(),
     }
+    # the offline helper's placeholders (scripts/gpu_offline), if they stood in for ray or wandb here
+    info["standins"] = [name for name in ("ray", "wandb") if getattr(sys.modules.get(name), "STANDIN", False)]
     if "trinity" in sys.modules:
         info["trinity"] = sys.modules["trinity"].__version__
     return info
