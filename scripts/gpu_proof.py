@@ -16,6 +16,7 @@ fp32. Usage and exit codes: ``--help``.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -184,6 +185,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per split (default %(default)s)")
     parser.add_argument("--attention", default="sdpa", help="the model's attn_implementation (default %(default)s)")
     parser.add_argument("--json", type=Path, help="also write every measurement and the machine to this file")
+    parser.add_argument("--plot", type=Path, help="also draw grad_norm / K=1's against K to this PNG (matplotlib)")
     return parser
 
 
@@ -210,6 +212,8 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, list[Source]], list[str],
         _csv(args.precision, PRECISIONS, "precision")
     if args.repeats < 1:
         raise BadInput(f"--repeats {args.repeats}: at least 1")
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise BadInput(f"--plot {args.plot}: matplotlib is not installed in this Python ({sys.executable})")
     return sources, cases, splits, counts, sides
 
 
@@ -285,6 +289,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 indent=1,
             )
         )
+    if args.plot and any(results.values()):
+        from gpuproof.plot import draw
+
+        machine = f"{environment.get('device', '?')} x{world_size}" if environment else f"{device} x{world_size}"
+        draw(results, cases, precisions, f"scripts/gpu_proof.py, model {args.model}, {machine}", args.plot)
+        print(f"* plot: {args.plot}")
     failed = [verdict for verdict in verdicts if not verdict.passed]
     expected = len(sides) * len(cases) * len(precisions)
     ok = not failed and not problems and len(verdicts) == expected
