@@ -19,6 +19,7 @@ import argparse
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -113,14 +114,27 @@ def _check_modules(side: str, sources: Sequence[Source], modules: dict[str, str]
 
 
 def _measure(
-    side: str, sources: Sequence[Source], spec: dict, workdir: Path
+    side: str, sources: Sequence[Source], spec: dict, workdir: Path, timeout: float
 ) -> tuple[list[Measurement], dict, list[str]]:
     """Run one tree's process; (rank 0's measurements, its environment, problems)."""
     spec_file, result_file, log_file = (workdir / f"{side}.{suffix}" for suffix in ("spec.json", "result.json", "log"))
     spec_file.write_text(json.dumps(spec))
     command = [sys.executable, "-m", "gpuproof.side", str(spec_file), str(result_file)]
+    code: int | str
     with log_file.open("w") as log:
-        code = subprocess.run(command, env=_side_env(side, sources), stdout=log, stderr=subprocess.STDOUT).returncode
+        # a session of its own, so that a timeout ends the ranks it started too
+        process = subprocess.Popen(
+            command, env=_side_env(side, sources), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            code = f"none: stopped after --timeout {timeout:g} s"
+        except KeyboardInterrupt:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise
     if code != 0 or not result_file.exists():
         tail = "".join(log_file.read_text(errors="replace").splitlines(keepends=True)[-30:])
         return [], {}, [f"{side}: the tree's process exited with code {code}; last lines of its output:\n{tail}"]
@@ -184,6 +198,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--world-size", type=int, help="ranks (default: every GPU torch sees; 1 on CPU)")
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per split (default %(default)s)")
     parser.add_argument("--attention", default="sdpa", help="the model's attn_implementation (default %(default)s)")
+    parser.add_argument(
+        "--timeout", type=float, default=3600, help="seconds one tree's run may take (default %(default)s)"
+    )
     parser.add_argument("--json", type=Path, help="also write every measurement and the machine to this file")
     parser.add_argument("--plot", type=Path, help="also draw grad_norm / K=1's against K to this PNG (matplotlib)")
     return parser
@@ -251,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
         for side in sides:
             print(f"* {side}: {', '.join(source.describe() for source in sources[side])}", flush=True)
-            rows, environment, side_problems = _measure(side, sources[side], spec, Path(workdir))
+            rows, environment, side_problems = _measure(side, sources[side], spec, Path(workdir), args.timeout)
             results[side], environments[side] = rows, environment
             problems += side_problems
     verdicts: list[Verdict] = [

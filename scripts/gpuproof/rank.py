@@ -336,7 +336,7 @@ def _run_case(
                 "seconds": [run[2] for run in runs],
             }
         )
-    del engine
+    del step, engine  # the closure holds the engine too
     gc.unfreeze()
     gc.collect()
     if torch.cuda.is_available():
@@ -421,3 +421,6 @@ def run_rank(rank: int, spec: dict, workdir: str) -> None:
     except BaseException:
         result = {"error": traceback.format_exc()}
     (Path(workdir) / f"rank{rank}.json").write_text(json.dumps(result))
+    if "error" in result and world_size > 1:
+        # a non-zero exit makes torch.multiprocessing end the other ranks, which would wait in a collective forever
+        raise SystemExit(1)

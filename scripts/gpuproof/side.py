@@ -38,7 +38,10 @@ def run_side(spec: dict) -> dict:
         else:
             import torch.multiprocessing as mp
 
-            mp.start_processes(run_rank, args=(spec, workdir), nprocs=world_size, start_method="spawn", join=True)
+            try:
+                mp.start_processes(run_rank, args=(spec, workdir), nprocs=world_size, start_method="spawn", join=True)
+            except mp.ProcessExitedException:
+                pass  # a rank failed and the others were ended: its own result file says why
         ranks = []
         for rank in range(world_size):
             result_file = Path(workdir) / f"rank{rank}.json"
