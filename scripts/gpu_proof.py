@@ -87,7 +87,8 @@ def _csv(value: str, allowed: Sequence[str], what: str) -> list[str]:
 def _side_env(side: str, sources: Sequence[Source]) -> dict[str, str]:
     env = dict(os.environ)
     trees = [str(source.tree) for source in sources if source.tree is not None]
-    env["PYTHONPATH"] = os.pathsep.join([*trees, str(SCRIPTS_DIR), str(SUITE_DIR), env.get("PYTHONPATH", "")])
+    inherited = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]  # "" would be the cwd
+    env["PYTHONPATH"] = os.pathsep.join([*trees, str(SCRIPTS_DIR), str(SUITE_DIR), *inherited])
     if side == "vanilla":
         env["PATCHSET_OVERLAYS"] = "0"  # this project's overlays, if installed here, must not fix the vanilla side
     return env
