@@ -169,6 +169,12 @@ def _parser() -> argparse.ArgumentParser:
         epilog=(
             "cases:\n"
             + "".join(f"  {case.name:<13} {case.title}\n" for case in CASES.values())
+            + "\nmodels (random Qwen2 built in code, nothing downloaded):\n"
+            + "".join(
+                f"  {m.name:<6} {m.layers} layers, hidden {m.hidden}, vocab {m.vocab}, {m.sequences} sequences of "
+                f"up to {m.prompt_len + m.response_len} tokens\n"
+                for m in MODELS.values()
+            )
             + "\nexpected: on the patched tree every case's grad_norm is the same at every split (fp32 within 1e-4,\n"
             "bf16 within 2**-8 = 3.9e-3 of one micro-batch's); on the vanilla tree critic, geo_mean and trinity\n"
             "grow about K times with K micro-batches, distillation differs, ppo does not change (already right).\n"
