@@ -130,3 +130,28 @@ def test_help_names_every_case_and_the_exit_codes(capsys):
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert all(name in out for name in CASES) and "exit codes: 0" in out and "--world-size" in out
+
+
+def test_a_module_from_outside_the_tree_claimed_is_reported(tmp_path):
+    script = _script()
+    tree, elsewhere = tmp_path / "verl-tree", tmp_path / "site-packages"
+    sources = [script.Source("verl", tree)]
+    inside = {"verl": str(tree / "verl" / "__init__.py"), "verl.workers.utils.losses": str(tree / "verl" / "l.py")}
+    assert script._check_modules("patched", sources, inside) == []
+    stray = {**inside, "verl.workers.utils.losses": str(elsewhere / "verl" / "l.py")}
+    assert script._check_modules("patched", sources, stray) == [
+        f"patched: verl.workers.utils.losses came from {elsewhere / 'verl' / 'l.py'}, not from {tree}"
+    ]
+    unclaimed = {**inside, "trinity": str(elsewhere / "trinity" / "__init__.py")}
+    assert script._check_modules("patched", sources, unclaimed) == [
+        "patched: trinity imported, but no trinity was given"
+    ]
+
+
+def test_an_installed_package_must_not_come_from_a_pinned_tree():
+    script = _script()
+    sources = [script.Source("verl", None)]
+    pinned = script.DEFAULT_TREES["verl", "patched"]
+    modules = {"verl": str(pinned / "verl" / "__init__.py")}
+    (problem,) = script._check_modules("patched", sources, modules)
+    assert "not from the installed verl" in problem
