@@ -1,0 +1,98 @@
+"""What the GPU proof measures, and what each tree should show.
+
+Read by the main process, which imports neither torch nor verl: plain data only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+SIDES = ("vanilla", "patched")
+PRECISIONS = ("fp32", "bf16")
+SPLIT_KINDS = ("fixed", "dynamic")
+MICRO_BATCHES = (1, 2, 4)
+
+
+class Expect(Enum):
+    """What a tree's grad_norm does as a mini-batch is cut into more micro-batches per rank."""
+
+    INVARIANT = "the same at every split"
+    GROWS = "grows about K times with K micro-batches"
+    DIFFERS = "differs from one micro-batch's"
+
+
+@dataclass(frozen=True)
+class Case:
+    """One loss trained through one engine class."""
+
+    name: str
+    title: str
+    engine: str  # "value" (FSDPEngineWithValueHead) or "lm" (FSDPEngineWithLMHead)
+    vanilla: Expect
+    needs_trinity: bool = False
+    patch: str = ""  # the patch of the series that fixes it, for the report
+
+
+# In the order the ranks run them: Trinity's `patch_verl_engine()` stays in place once applied, so it runs last.
+CASES: dict[str, Case] = {
+    case.name: case
+    for case in (
+        Case("critic", "verl critic value_loss", "value", Expect.GROWS, patch="verl 0001"),
+        # verl's own actor loss is split-invariant on both trees: it shows the engine path itself is sound
+        Case("ppo", "verl actor ppo_loss (GRPO, vanilla policy loss)", "lm", Expect.INVARIANT),
+        Case(
+            "geo_mean",
+            "verl actor ppo_loss, policy_loss.loss_mode=geo_mean (GMPO)",
+            "lm",
+            Expect.GROWS,
+            patch="verl 0003",
+        ),
+        # each step a fresh worker's first call: vanilla normalizes it with the info of no mini-batch (verl#7200)
+        Case("distillation", "verl distillation_ppo_loss (k3, first call)", "lm", Expect.DIFFERS, patch="verl 0002"),
+        Case(
+            "trinity",
+            "Trinity-RFT TrinityPolicyLoss (GRPO)",
+            "lm",
+            Expect.GROWS,
+            needs_trinity=True,
+            patch="Trinity 0001",
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Model:
+    """A Qwen2 built from a config in code (random weights, no download), and the mini-batch it trains on."""
+
+    name: str
+    layers: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    sequences: int  # per mini-batch, over all ranks (rounded up to a multiple of 4 x world size)
+    prompt_len: int  # longest prompt
+    response_len: int  # longest response
+
+
+MODELS: dict[str, Model] = {
+    "tiny": Model("tiny", 2, 64, 128, 4, 2, 128, 64, 16, 48),
+    # the issue's larger run: 64 sequences of up to 980 tokens (about 32k tokens a mini-batch)
+    "large": Model("large", 8, 1024, 2816, 16, 4, 32000, 64, 256, 724),
+}
+
+
+def expectation(side: str, case: Case) -> Expect:
+    """The patched tree must be split-invariant in every case; the vanilla tree shows each case's bug (or none)."""
+    return Expect.INVARIANT if side == "patched" else case.vanilla
+
+
+def global_batch_size(model: Model, world_size: int, micro_batches: tuple[int, ...] = MICRO_BATCHES) -> int:
+    """Sequences per mini-batch: the model's, rounded up so that every rank's rows cut into each count of equal
+    micro-batches (the fixed split)."""
+    unit = math.lcm(*micro_batches) * world_size
+    return -(-model.sequences // unit) * unit

@@ -1,0 +1,110 @@
+"""Pass or fail per case, from the grad_norms one tree's ranks measured.
+
+Tolerances, and why:
+
+- ``fp32``: 1e-4 relative to one micro-batch's grad_norm. Splitting changes only the order in which the engine sums
+  the micro-batch gradients (and, on a GPU, which kernels the shapes pick); fp32's unit roundoff is 6e-8, and sums
+  over tens of thousands of tokens in another order stay within about 1e-5 (1.3e-7 measured on CPU, the tiny model).
+  The bug it must catch is a factor of K (or, for a wrong weighting, several per cent): 1e-4 is far from both.
+- ``bf16`` (bf16 parameters and activations, fp32 gradient reduction and master weights, verl's default actor
+  setting): 2**-8 = 3.9e-3, bf16's unit roundoff (8 significant bits). The activations of a micro-batch of another
+  shape are rounded differently, each by up to 2**-8 of its value; the grad_norm, a norm over millions of gradient
+  entries reduced in fp32, moves far less than one rounding of every value in the same direction would. Measured by
+  hand on an H200: within 2.3e-4 of K = 1 (tiny Qwen2) and 3.8e-4 (8 layers, 32k tokens: 12.997 against 12.992); on
+  CPU, 4.0e-4: ten times inside it, and a hundred times below the bug's smallest effect (x1.5, distillation).
+- the bug's ratio, K with K micro-batches per rank, within 15 % (a token-mean loss scales each micro-batch by its own
+  token count, so the ratio is about K, exactly K where the split gives every micro-batch the same sequences).
+- a loss whose bug is not a factor (distillation's first call): the grad_norm is more than 10 % off at every K > 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gpuproof.cases import Case, Expect, expectation
+
+TOLERANCE = {"fp32": 1e-4, "bf16": 2.0**-8}
+BUG_RATIO_TOLERANCE = 0.15
+DIFFERS_AT_LEAST = 0.1
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One engine configuration: the grad_norm `optimizer_step` returned and the time of each timed step."""
+
+    case: str
+    precision: str
+    split: str  # "fixed" or "dynamic"
+    micro_batches: int
+    grad_norm: float
+    made: int  # micro-batches the engine made, per rank
+    seconds: tuple[float, ...]
+
+    @classmethod
+    def from_dict(cls, row: dict) -> Measurement:
+        return cls(**{**row, "seconds": tuple(row["seconds"])})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    side: str
+    case: str
+    precision: str
+    passed: bool
+    detail: str
+
+
+def relative(rows: Iterable[Measurement], case: str, precision: str) -> dict[tuple[str, int], float]:
+    """{(split, K): grad_norm / grad_norm of one micro-batch} for one case and precision."""
+    chosen = [row for row in rows if row.case == case and row.precision == precision]
+    reference = next((row.grad_norm for row in chosen if row.micro_batches == 1), None)
+    if reference is None:
+        return {}
+    return {(row.split, row.micro_batches): row.grad_norm / reference for row in chosen}
+
+
+def judge(side: str, case: Case, precision: str, rows: Sequence[Measurement]) -> Verdict:
+    """Whether ``side``'s measurements of ``case`` show what that tree should (`cases.expectation`)."""
+    ratios = relative(rows, case.name, precision)
+    split = {key: value for key, value in ratios.items() if key[1] > 1}
+    expect = expectation(side, case)
+
+    def verdict(passed: bool, detail: str) -> Verdict:
+        return Verdict(side, case.name, precision, passed, detail)
+
+    if not split:
+        return verdict(False, "no measurement with more than one micro-batch")
+    mine = [row for row in rows if row.case == case.name and row.precision == precision]
+    wrong_count = [
+        f"{row.split} K={row.micro_batches} made {row.made}" for row in mine if row.made != row.micro_batches
+    ]
+    if wrong_count:
+        return verdict(False, "the engine did not make the micro-batches asked for: " + ", ".join(wrong_count))
+    if any(value != value for value in ratios.values()):  # NaN
+        return verdict(False, "grad_norm is not a number")
+    if expect is Expect.INVARIANT:
+        tolerance = TOLERANCE[precision]
+        worst = max(abs(value - 1.0) for value in ratios.values())
+        within = worst <= tolerance
+        return verdict(
+            within,
+            f"grad_norm {expect.value}: largest difference from K=1 {worst:.1e} ({'within' if within else 'over'} "
+            f"{tolerance:.1e}, {precision})",
+        )
+    if expect is Expect.GROWS:
+        off = {key: value for key, value in split.items() if abs(value / key[1] - 1.0) > BUG_RATIO_TOLERANCE}
+        shown = ", ".join(f"x{value:.2f} at {s} K={k}" for (s, k), value in sorted(split.items()))
+        return verdict(not off, f"{'shows' if not off else 'does not show'} the bug, grad_norm {expect.value}: {shown}")
+    close = {key: value for key, value in split.items() if abs(value - 1.0) <= DIFFERS_AT_LEAST}
+    shown = ", ".join(f"x{value:.3f} at {s} K={k}" for (s, k), value in sorted(split.items()))
+    return verdict(not close, f"{'shows' if not close else 'does not show'} the bug, grad_norm {expect.value}: {shown}")
+
+
+def median_step_seconds(rows: Iterable[Measurement], case: str, precision: str) -> float | None:
+    """The median time of one timed `train_batch` step over every split of the case."""
+    seconds = sorted(s for row in rows if row.case == case and row.precision == precision for s in row.seconds)
+    if not seconds:
+        return None
+    middle = len(seconds) // 2
+    return seconds[middle] if len(seconds) % 2 else (seconds[middle - 1] + seconds[middle]) / 2

@@ -1,0 +1,157 @@
+"""`scripts/gpu_proof.py` without a GPU or an engine: its verdicts, its report and its refusals.
+
+Invariants: a patched tree passes only when every split's grad_norm is within the precision's tolerance of one
+micro-batch's (fp32 1e-4, bf16 2**-8); a vanilla tree passes only when it shows its case's bug (about K times, or
+for distillation a difference); a split the engine did not make fails; bad input exits 2 with one line naming the
+flag and the value, before any torch import or process start. The engine runs themselves are tested by
+tests/regression/test_gpu_proof_smoke.py on the real trees.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS_DIR = REPO_ROOT / "scripts"
+if str(SCRIPTS_DIR) not in sys.path:
+    sys.path.append(str(SCRIPTS_DIR))
+
+from gpuproof.cases import CASES, MODELS, global_batch_size  # noqa: E402
+from gpuproof.report import step_time_lines, table, verdict_lines  # noqa: E402
+from gpuproof.verdict import TOLERANCE, Measurement, judge  # noqa: E402
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("gpu_proof_cli", SCRIPTS_DIR / "gpu_proof.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _rows(case: str, ratios: dict[tuple[str, int], float], precision: str = "fp32", seconds: float = 1.0):
+    rows = [Measurement(case, precision, "fixed", 1, 0.5, 1, (seconds,))]
+    rows += [Measurement(case, precision, s, k, 0.5 * r, k, (seconds,)) for (s, k), r in ratios.items()]
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("precision", "drift", "passed"),
+    [("fp32", 5e-5, True), ("fp32", 5e-4, False), ("bf16", 2.3e-4, True), ("bf16", 1e-2, False)],
+)
+def test_patched_tree_passes_only_within_the_precision_tolerance(precision, drift, passed):
+    rows = _rows("critic", {("fixed", 2): 1 + drift, ("dynamic", 4): 1 - drift / 2}, precision)
+    verdict = judge("patched", CASES["critic"], precision, rows)
+    assert verdict.passed is passed, verdict.detail
+    assert f"{TOLERANCE[precision]:.1e}" in verdict.detail
+
+
+@pytest.mark.parametrize(
+    ("case", "ratios", "passed"),
+    [
+        ("critic", {("fixed", 2): 2.0, ("fixed", 4): 4.0, ("dynamic", 4): 4.14}, True),
+        ("trinity", {("fixed", 2): 2.0, ("fixed", 4): 1.0}, False),  # fixed at K=4: not the vanilla tree
+        ("geo_mean", {("dynamic", 2): 1.0}, False),
+        ("ppo", {("fixed", 2): 1.0, ("fixed", 4): 1.0}, True),  # already split-invariant upstream
+        ("ppo", {("fixed", 2): 2.0}, False),
+        ("distillation", {("fixed", 2): 1.6, ("dynamic", 4): 2.3}, True),
+        ("distillation", {("fixed", 2): 1.6, ("dynamic", 4): 1.02}, False),
+    ],
+)
+def test_vanilla_tree_passes_only_when_it_shows_its_case_bug(case, ratios, passed):
+    verdict = judge("vanilla", CASES[case], "fp32", _rows(case, ratios))
+    assert verdict.passed is passed, verdict.detail
+
+
+def test_a_split_the_engine_did_not_make_fails():
+    rows = _rows("critic", {("fixed", 2): 1.0})
+    rows[1] = Measurement("critic", "fp32", "fixed", 2, 0.5, 3, (1.0,))
+    verdict = judge("patched", CASES["critic"], "fp32", rows)
+    assert not verdict.passed and "made 3" in verdict.detail
+
+
+def test_no_split_measured_fails():
+    assert not judge("patched", CASES["critic"], "fp32", _rows("critic", {})).passed
+
+
+def test_report_prints_ratios_verdicts_and_the_step_time_ratio():
+    results = {
+        "vanilla": _rows("critic", {("fixed", 2): 2.0}, seconds=2.0),
+        "patched": _rows("critic", {("fixed", 2): 1.0}, seconds=2.2),
+    }
+    lines = table(results, ["critic"], ["fp32"])
+    assert lines[0].split()[:4] == ["case", "precision", "tree", "K=1"]
+    assert lines[1].split()[2:5] == ["vanilla", "0.5", "2.0000"]
+    assert lines[2].split()[2:5] == ["patched", "0.5", "1.0000000"]
+    assert step_time_lines(results, ["critic"], ["fp32"]) == [
+        "step time patched / vanilla: critic fp32: 1.100 (2.200 s / 2.000 s, median of every timed step)"
+    ]
+    verdict = judge("patched", CASES["critic"], "fp32", results["patched"])
+    assert verdict_lines([verdict])[0].startswith("PASS  patched  fp32  verl critic value_loss")
+
+
+def test_global_batch_cuts_evenly_on_every_rank():
+    for world_size in (1, 2, 3, 8):
+        rows = global_batch_size(MODELS["tiny"], world_size)
+        assert rows >= MODELS["tiny"].sequences and rows % (4 * world_size) == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--vanilla", "/nonexistent/verl"], "--vanilla /nonexistent/verl: not a verl tree"),
+        (
+            ["--vanilla", "installed", "--patched", "installed", "--trinity-patched", "/nonexistent/t"],
+            "--trinity-patched /nonexistent/t: not a trinity tree",
+        ),
+        (["--vanilla", "installed", "--patched", "installed", "--cases", "critic,sft"], "--cases 'critic,sft'"),
+        (["--sides", "patched", "--patched", "installed", "--micro-batches", "2,4"], "--micro-batches '2,4'"),
+        (["--sides", "patched", "--patched", "installed", "--precision", "fp16"], "--precision 'fp16'"),
+        (["--sides", "both"], "--sides 'both'"),
+        (["--sides", "patched", "--patched", "installed", "--repeats", "0"], "--repeats 0"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_naming_the_flag(argv, message, capsys, monkeypatch, tmp_path):
+    """Refused before torch is imported or a process starts (the default trees made absent, as on a fresh clone)."""
+    script = _script()
+    monkeypatch.setattr(script, "DEFAULT_TREES", {key: tmp_path / "missing" for key in script.DEFAULT_TREES})
+    assert script.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpu_proof: ") and message in err and "\n" not in err, err
+
+
+def test_help_names_every_case_and_the_exit_codes(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        _script().main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in CASES) and "exit codes: 0" in out and "--world-size" in out
+
+
+def test_a_module_from_outside_the_tree_claimed_is_reported(tmp_path):
+    script = _script()
+    tree, elsewhere = tmp_path / "verl-tree", tmp_path / "site-packages"
+    sources = [script.Source("verl", tree)]
+    inside = {"verl": str(tree / "verl" / "__init__.py"), "verl.workers.utils.losses": str(tree / "verl" / "l.py")}
+    assert script._check_modules("patched", sources, inside) == []
+    stray = {**inside, "verl.workers.utils.losses": str(elsewhere / "verl" / "l.py")}
+    assert script._check_modules("patched", sources, stray) == [
+        f"patched: verl.workers.utils.losses came from {elsewhere / 'verl' / 'l.py'}, not from {tree}"
+    ]
+    unclaimed = {**inside, "trinity": str(elsewhere / "trinity" / "__init__.py")}
+    assert script._check_modules("patched", sources, unclaimed) == [
+        "patched: trinity imported, but no trinity was given"
+    ]
+
+
+def test_an_installed_package_must_not_come_from_a_pinned_tree():
+    script = _script()
+    sources = [script.Source("verl", None)]
+    pinned = script.DEFAULT_TREES["verl", "patched"]
+    modules = {"verl": str(pinned / "verl" / "__init__.py")}
+    (problem,) = script._check_modules("patched", sources, modules)
+    assert "not from the installed verl" in problem
