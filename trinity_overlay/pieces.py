@@ -46,7 +46,7 @@ DPO = Piece(
     patches=(
         "0002-algorithm-fix-dpo-compute-one-logit-per-chosen",
         "0004-trainer-keep-dpo-pairs-one-micro-batch-under-verl",
-        "0006-trainer-refuse-legacy-micro-batch-split-that-would",
+        "0006-trainer-keep-dpo-pairs-whole-legacy-actors",
         "0007-trainer-make-one-dpo-training-step-one-optimizer",
     ),
     targets=(
