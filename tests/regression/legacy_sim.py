@@ -212,11 +212,11 @@ def rollout(seed: int = 0, rows: int = BATCH_SIZE):
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
 
 
-def rank_rollout(seed: int = 0):
+def rank_rollout(rows_per_rank: int = BATCH_SIZE, seed: int = 0):
     """This rank's share of the rollout (the trainer chunks it over the data parallel ranks)."""
     import torch.distributed as dist
 
-    data = rollout(seed, rows=BATCH_SIZE * dist.get_world_size())
+    data = rollout(seed, rows=rows_per_rank * dist.get_world_size())
     return data.chunk(dist.get_world_size())[dist.get_rank()]
 
 
@@ -232,6 +232,7 @@ def legacy_actor(
     train_batch_size: int | None = None,
     terms: Terms = ALL_TERMS,
     dpo_mini_batch_in_rows: bool = True,
+    rows_per_rank: int = BATCH_SIZE,
 ):
     """Trinity's legacy ``DataParallelPPOActor``, with its algorithm set as the worker sets it at start-up (where
     a configuration the actor refuses raises). ``split`` cuts this rank's batch into that many micro-batches: a fixed
@@ -243,15 +244,15 @@ def legacy_actor(
 
     world_size = dist.get_world_size()
     if train_batch_size is None:
-        total_rows = BATCH_SIZE * world_size
+        total_rows = rows_per_rank * world_size
         train_batch_size = experiences(name, total_rows) if dpo_mini_batch_in_rows else total_rows
-    data = rank_rollout()
+    data = rank_rollout(rows_per_rank)
     if split.dynamic:
         total_tokens = int(data.batch["attention_mask"].sum())
         budget = max(-(-total_tokens // split.num_micro_batches), PROMPT_LEN + RESPONSE_LEN)
         config = legacy_actor_config(name, train_batch_size, None, budget)
     else:
-        micro_rows = BATCH_SIZE // split.num_micro_batches
+        micro_rows = rows_per_rank // split.num_micro_batches
         config = legacy_actor_config(name, train_batch_size, experiences(name, micro_rows), None)
     model = TinyLM()
     optimizer = RecordingOptimizer(model.parameters())
@@ -269,12 +270,15 @@ def legacy_gradients(
     train_batch_size: int | None = None,
     terms: Terms = ALL_TERMS,
     dpo_mini_batch_in_rows: bool = True,
+    rows_per_rank: int = BATCH_SIZE,
 ):
     """The gradient of every optimizer step of one ``update_policy`` call, and the rows of each dynamic
     micro-batch (in the rank's batch)."""
     from verl.utils import seqlen_balancing
 
-    actor, optimizer = legacy_actor(name, loss_agg_mode, split, train_batch_size, terms, dpo_mini_batch_in_rows)
+    actor, optimizer = legacy_actor(
+        name, loss_agg_mode, split, train_batch_size, terms, dpo_mini_batch_in_rows, rows_per_rank
+    )
     seen_rows: list[list[int]] = []
     original = seqlen_balancing.rearrange_micro_batches  # Trinity's, which the worker installed
     offset = [0]  # update_policy drops row_id, but keeps the rows in order: mini-batches are contiguous slices
@@ -287,7 +291,31 @@ def legacy_gradients(
 
     seqlen_balancing.rearrange_micro_batches = recording
     try:
-        actor.update_policy(rank_rollout())
+        actor.update_policy(rank_rollout(rows_per_rank))
     finally:
         seqlen_balancing.rearrange_micro_batches = original
     return optimizer.gradients, seen_rows
+
+
+def data_parallel_rank(rank: int, world_size: int, folder: str, cases: str, dpo_mini_batch_in_rows: bool) -> None:
+    """One data parallel rank (its own process): run ``cases`` (JSON: [name, loss_agg_mode, K, dynamic]) and, on
+    rank 0, save the rank-averaged gradient of each to ``folder``/gradients.pt."""
+    import json
+
+    from trinity.utils.log import get_logger
+
+    get_logger("patchset-regression", in_ray_actor=True)  # Trinity's legacy modules log as a Ray actor
+    init_process_group(Path(folder), rank, world_size)
+    gradients: dict[str, torch.Tensor | str] = {}
+    for name, loss_agg_mode, k, dynamic in json.loads(cases):
+        key = f"{name} {loss_agg_mode} {Split(k, dynamic)}"
+        try:
+            steps, _ = legacy_gradients(
+                name, loss_agg_mode, Split(k, dynamic), dpo_mini_batch_in_rows=dpo_mini_batch_in_rows
+            )
+        except Exception as error:  # the same on every rank: a start-up refusal; the test reports it
+            gradients[key] = f"{type(error).__name__}: {error}"
+            continue
+        gradients[key] = steps[0] if len(steps) == 1 else f"{len(steps)} optimizer steps"
+    if rank == 0:
+        torch.save(gradients, Path(folder) / "gradients.pt")
