@@ -1,8 +1,8 @@
-"""How the DPO piece (patches 0002, 0004, 0006, 0007) goes onto each of Trinity's modules.
+"""How the DPO piece (patches 0002, 0004, 0006, 0007; 0008) goes onto each of Trinity's modules.
 
 Mirrored: the DPO loss, `group_size`, the veRL trainer (engine path) and the configuration-time refusal of
 ``actor.shuffle``. Not mirrored: the legacy actors' changes (0006's pair grouping, 0007's legacy config translation,
-and 0008, which is no piece): beside verl < 0.8 the piece stays off and says so.
+and 0008, which changes nothing else): beside verl < 0.8 the piece stays off and says so.
 
 Each installer is safe on its own: `group_size` is a new attribute that only the patched `VERLTrainer` reads,
 through Trinity's registry, whose base class module Trinity's trainer imports (and so this overlay changes) first.

@@ -3,11 +3,12 @@ series leaves them (a piece is all or nothing, so no intermediate state of a sym
 
 - policy-loss normalization (0001, 0003, 0005): `TrinityPolicyLoss` weights each term by its share of the global
   mini-batch; each policy loss declares its `loss_aggregation`; MIX / MIX_CHORD warn at start-up;
-- DPO pairs and steps (0002, 0004, 0006, 0007): one DPO logit per chosen/rejected pair, pairs kept in one
-  micro-batch (`group_size`, passed by `VERLTrainer._update_actor` as ``force_group_size``), and one optimizer step
-  per training step (the mini-batch counted in rows), on verl's engine path; DPO's configuration check refuses
-  ``actor.shuffle``. Beside verl < 0.8 Trinity trains through its legacy actors, whose changes (0006, 0007, and
-  0008's micro-batch weights) the overlay does not mirror: the piece stays off there.
+- DPO pairs and steps, and the legacy path (0002, 0004, 0006, 0007, 0008): one DPO logit per chosen/rejected pair,
+  pairs kept in one micro-batch (`group_size`, passed by `VERLTrainer._update_actor` as ``force_group_size``), and
+  one optimizer step per training step (the mini-batch counted in rows), on verl's engine path; DPO's configuration
+  check refuses ``actor.shuffle``. Beside verl < 0.8 Trinity trains through its legacy actors, whose changes (0006,
+  0007, and 0008's micro-batch weights, which change nothing else) the overlay does not mirror: the piece stays off
+  there.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ DPO = Piece(
         "0004-trainer-keep-dpo-pairs-one-micro-batch-under-verl",
         "0006-trainer-keep-dpo-pairs-whole-legacy-actors",
         "0007-trainer-make-one-dpo-training-step-one-optimizer",
+        # the legacy actors' weights: nothing to mirror on verl's engine path, where this piece is active; beside
+        # verl < 0.8, where those actors run, the piece stays off and says that it does not mirror them
+        "0008-trainer-weight-each-legacy-micro-batch-loss-term",
     ),
     targets=(
         Target(POLICY_LOSS_FN, "PolicyLossFn"),
