@@ -21,6 +21,7 @@ where the real module cannot be imported):
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import io
 import logging
@@ -182,9 +183,11 @@ class RecordingDistributedOptimizer(torch.optim.SGD):
         return True, gradient.norm(), None
 
 
+@functools.cache
 def megatron_gradients(name: str, loss_agg_mode: str, split: Split, calculate_entropy: bool = True):
     """The gradient of every optimizer step of the legacy Megatron actor's ``update_policy`` on this rank's rows,
-    as one mini-batch (the actor config as the legacy FSDP tests use it, Megatron's fields added)."""
+    as one mini-batch (the actor config as the legacy FSDP tests use it, Megatron's fields added). Measured once
+    per setting (the one-micro-batch reference is shared)."""
     from omegaconf import OmegaConf
 
     install_stand_ins()
