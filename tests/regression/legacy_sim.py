@@ -103,7 +103,7 @@ def _worker_module():
     return fsdp_workers
 
 
-def trinity_config(policy_loss: str, train_batch_size: int, budget: int | None):
+def trinity_config(policy_loss: str, train_batch_size: int, budget: int | None, loss_scale_flag: bool = False):
     """A Trinity ``Config`` for one trainer GPU per rank: ``buffer.train_batch_size`` experiences, dynamic
     batching with a token ``budget`` or a fixed micro-batch size (None)."""
     import torch.distributed as dist
@@ -117,25 +117,34 @@ def trinity_config(policy_loss: str, train_batch_size: int, budget: int | None):
     config.trainer.ulysses_sequence_parallel_size = 1
     config.trainer.grad_clip = 1.0e9  # the recorded gradient is the unclipped one
     config.trainer.use_dynamic_bsz = budget is not None
+    config.trainer.fix_actor_microbatch_loss_scale = loss_scale_flag  # Trinity's default: False
     config.trainer.max_token_len_per_gpu = budget if budget is not None else 16384
     config.model.max_model_len = PROMPT_LEN + RESPONSE_LEN
     return config
 
 
-def legacy_actor_config(policy_loss: str, train_batch_size: int, micro_batch_size: int | None, budget: int | None):
+def legacy_actor_config(
+    policy_loss: str,
+    train_batch_size: int,
+    micro_batch_size: int | None,
+    budget: int | None,
+    loss_scale_flag: bool = False,
+):
     """The actor config of Trinity's legacy path: ``synchronize_config``, then the real worker's ``__init__``
     (which divides the mini- and micro-batch sizes per GPU, asserts they divide, and raises on what it refuses).
     Built once per setting (the actor only reads it)."""
-    return _legacy_actor_config(policy_loss == "dpo", train_batch_size, micro_batch_size, budget)
+    return _legacy_actor_config(policy_loss == "dpo", train_batch_size, micro_batch_size, budget, loss_scale_flag)
 
 
 @functools.cache
-def _legacy_actor_config(dpo: bool, train_batch_size: int, micro_batch_size: int | None, budget: int | None):
+def _legacy_actor_config(
+    dpo: bool, train_batch_size: int, micro_batch_size: int | None, budget: int | None, loss_scale_flag: bool
+):
     import torch.distributed as dist
     from omegaconf import OmegaConf, open_dict
     from trinity.trainer.verl_legacy.verl_config import veRLConfig
 
-    config = trinity_config("dpo" if dpo else "ppo", train_batch_size, budget)
+    config = trinity_config("dpo" if dpo else "ppo", train_batch_size, budget, loss_scale_flag)
     verl_config = veRLConfig()
     micro = micro_batch_size
     if micro is not None:  # trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
@@ -233,6 +242,7 @@ def legacy_actor(
     terms: Terms = ALL_TERMS,
     dpo_mini_batch_in_rows: bool = True,
     rows_per_rank: int = BATCH_SIZE,
+    loss_scale_flag: bool = False,
 ):
     """Trinity's legacy ``DataParallelPPOActor``, with its algorithm set as the worker sets it at start-up (where
     a configuration the actor refuses raises). ``split`` cuts this rank's batch into that many micro-batches: a fixed
@@ -250,10 +260,10 @@ def legacy_actor(
     if split.dynamic:
         total_tokens = int(data.batch["attention_mask"].sum())
         budget = max(-(-total_tokens // split.num_micro_batches), PROMPT_LEN + RESPONSE_LEN)
-        config = legacy_actor_config(name, train_batch_size, None, budget)
+        config = legacy_actor_config(name, train_batch_size, None, budget, loss_scale_flag)
     else:
         micro_rows = rows_per_rank // split.num_micro_batches
-        config = legacy_actor_config(name, train_batch_size, experiences(name, micro_rows), None)
+        config = legacy_actor_config(name, train_batch_size, experiences(name, micro_rows), None, loss_scale_flag)
     model = TinyLM()
     optimizer = RecordingOptimizer(model.parameters())
     with contextlib.redirect_stdout(io.StringIO()):  # verl prints its settings on rank 0
@@ -271,13 +281,14 @@ def legacy_gradients(
     terms: Terms = ALL_TERMS,
     dpo_mini_batch_in_rows: bool = True,
     rows_per_rank: int = BATCH_SIZE,
+    loss_scale_flag: bool = False,
 ):
     """The gradient of every optimizer step of one ``update_policy`` call, and the rows of each dynamic
     micro-batch (in the rank's batch)."""
     from verl.utils import seqlen_balancing
 
     actor, optimizer = legacy_actor(
-        name, loss_agg_mode, split, train_batch_size, terms, dpo_mini_batch_in_rows, rows_per_rank
+        name, loss_agg_mode, split, train_batch_size, terms, dpo_mini_batch_in_rows, rows_per_rank, loss_scale_flag
     )
     seen_rows: list[list[int]] = []
     original = seqlen_balancing.rearrange_micro_batches  # Trinity's, which the worker installed

@@ -14,7 +14,8 @@ mini-batch cut into K = 4 micro-batches (and 2, for PPO, DPO and REC), fixed or 
 of the uncut mini-batch
 (rtol 1e-5): each term is weighted by its micro-batch's share of the mini-batch under its own aggregation. DPO
 (its default k2 KL term, token-mean) keeps every chosen/rejected pair whole in one micro-batch under dynamic
-batching, and is exact too.
+batching, and is exact too. ``trainer.fix_actor_microbatch_loss_scale`` is no longer read (the same gradient on
+and off); on vanilla it was the opt-in that made token-mean exact.
 
 On the vanilla tree the same measurement shows the defect: the legacy actor weights each micro-batch's token mean
 by its share of rows, so token-mean (and REC, which aggregates by token-mean) deviates, a token sum normalized by a
@@ -132,3 +133,18 @@ def test_ppo_every_aggregation_with_and_without_its_terms(
     expect, baseline_dir, dpo_steps_patch, loss_agg_mode, terms, split
 ):
     check_split(expect, baseline_dir, dpo_steps_patch, "ppo", loss_agg_mode, split, terms)
+
+
+@pytest.mark.parametrize("split", [Split(4), Split(4, dynamic=True)], ids=str)
+def test_loss_scale_flag_no_longer_needed_for_token_mean(expect, split):
+    """``trainer.fix_actor_microbatch_loss_scale`` (Trinity's opt-in token-mean rule, default False): on vanilla it
+    makes token-mean exact, and without it token-mean deviates; on the patched tree the flag is no longer read, and
+    both give the exact gradient."""
+    (reference,), _ = legacy_gradients("ppo", "token-mean", Split(1))
+    (flag_off,), _ = legacy_gradients("ppo", "token-mean", split)
+    (flag_on,), _ = legacy_gradients("ppo", "token-mean", split, loss_scale_flag=True)
+    torch.testing.assert_close(flag_on, reference, rtol=1e-5, atol=1e-7)
+    if expect == "fixed":
+        torch.testing.assert_close(flag_off, flag_on, rtol=0, atol=0)
+    else:
+        assert float((flag_off - reference).norm() / reference.norm()) > BUG_DEVIATION
