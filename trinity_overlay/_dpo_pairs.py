@@ -1,4 +1,8 @@
-"""How the DPO piece (patches 0002, 0004, 0006, 0007) goes onto each of Trinity's modules.
+"""How the DPO piece (patches 0002, 0004, 0006, 0007; 0008) goes onto each of Trinity's modules.
+
+Mirrored: the DPO loss, `group_size`, the veRL trainer (engine path) and the configuration-time refusal of
+``actor.shuffle``. Not mirrored: the legacy actors' changes (0006's pair grouping, 0007's legacy config translation,
+and 0008, which changes nothing else): beside verl < 0.8 the piece stays off and says so.
 
 Each installer is safe on its own: `group_size` is a new attribute that only the patched `VERLTrainer` reads,
 through Trinity's registry, whose base class module Trinity's trainer imports (and so this overlay changes) first.
@@ -11,7 +15,7 @@ from types import ModuleType
 
 from patchset_overlay.guard import version_tuple
 from patchset_overlay.source import UpstreamSource
-from trinity_overlay._modules import DPO_LOSS, POLICY_LOSS_FN, TRAINER
+from trinity_overlay._modules import ALGORITHM, DPO_LOSS, POLICY_LOSS_FN, TRAINER
 
 
 def upstream_has_dpo_fix(source: UpstreamSource) -> str | None:
@@ -20,6 +24,7 @@ def upstream_has_dpo_fix(source: UpstreamSource) -> str | None:
         "axis=-1" in source.segment(DPO_LOSS, "DPOLossFn")
         and "group_size" in source.segment(POLICY_LOSS_FN, "PolicyLossFn")
         and "_warn_if_groups_fill_micro_batches" in source.segment(TRAINER, "VERLTrainer")
+        and "shuffle" in source.segment(ALGORITHM, "DPOAlgorithm")
     ):
         return "already has the DPO fixes (DPOLossFn sums each response with axis=-1; PolicyLossFn.group_size)"
     return None
@@ -32,8 +37,9 @@ def beside_legacy_verl(source: UpstreamSource) -> str | None:
     version = verl.version() if verl is not None else None
     if version is not None and version_tuple(version) < (0, 8):
         return (
-            f"beside verl {version} Trinity trains through its legacy actor, whose DPO changes (0006, 0007) this "
-            "overlay does not mirror (use the patched wheel or checkout there)"
+            f"beside verl {version} Trinity trains through its legacy actors, whose changes (0006, 0007, 0008: DPO "
+            "pairs, DPO optimizer steps, micro-batch weights) this overlay does not mirror (use the patched wheel "
+            "or checkout there)"
         )
     return None
 
@@ -68,3 +74,12 @@ def install_verl_trainer(module: ModuleType, undo: list[Callable[[], None]]) -> 
     undo.append(set_class_attributes(module.VERLTrainer, {name: mirror[name] for name in trainer.ADDED_METHODS}))
     for name in trainer.PATCHED_METHODS:
         undo.append(replace_function_code(vars(module.VERLTrainer)[name], mirror[name]))
+
+
+def install_dpo_algorithm(module: ModuleType, undo: list[Callable[[], None]]) -> None:
+    """`DPOAlgorithm.check_config` gets the patched code (the classmethod's function, in Trinity's module)."""
+    from patchset_overlay.replace import replace_function_code
+    from trinity_overlay.algorithm import algorithm
+
+    target = vars(module.DPOAlgorithm)["check_config"].__func__
+    undo.append(replace_function_code(target, vars(algorithm.DPOAlgorithm)["check_config"].__func__))

@@ -10,5 +10,6 @@ MIX_LOSS = "trinity.algorithm.policy_loss_fn.mix_policy_loss"
 CHORD_LOSS = "trinity.algorithm.policy_loss_fn.chord_policy_loss"
 LOSSES = "trinity.trainer.verl.losses"
 TRAINER = "trinity.trainer.verl.trainer"
+ALGORITHM = "trinity.algorithm.algorithm"
 
-WATCHED = (POLICY_LOSS_FN, DPO_LOSS, REC_LOSS, MIX_LOSS, CHORD_LOSS, LOSSES, TRAINER)
+WATCHED = (POLICY_LOSS_FN, DPO_LOSS, REC_LOSS, MIX_LOSS, CHORD_LOSS, LOSSES, TRAINER, ALGORITHM)

@@ -62,6 +62,7 @@ PROBES = {
         _overlay_code(vars(m.VERLTrainer)[name])
         for name in ("__init__", "_update_actor", "_warn_if_groups_fill_micro_batches")
     ),
+    "trinity.algorithm.algorithm.DPOAlgorithm": lambda m: _overlay_code(vars(m.DPOAlgorithm)["check_config"].__func__),
 }
 
 

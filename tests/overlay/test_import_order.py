@@ -39,6 +39,7 @@ TARGET_MODULES = (
     "trinity.algorithm.policy_loss_fn.chord_policy_loss",
     "trinity.trainer.verl.losses",
     "trinity.trainer.verl.trainer",
+    "trinity.algorithm.algorithm",
 )
 UPSTREAM_TEST = "tests/trainer/ppo/test_value_loss_normalization_on_cpu.py"  # in the verl 0.9.1 sdist
 

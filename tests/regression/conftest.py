@@ -46,7 +46,12 @@ SHAPE_PARAMS = frozenset({"split", "dp_size", "world_size", "micro_batch_rows"})
 SAMPLE_VARIABLE = "PATCHSET_SAMPLE"
 LONGEST_FIRST = ("test_engine_e2e.py",)
 # tests whose patched run compares every case with the vanilla run's own measurement of it: never sampled
-EVERY_VANILLA_CASE = frozenset({"test_every_policy_loss_never_worse_than_vanilla_and_split_invariant_where_promised"})
+EVERY_VANILLA_CASE = frozenset(
+    {
+        "test_every_policy_loss_gradient_independent_of_the_split",
+        "test_ppo_every_aggregation_with_and_without_its_terms",
+    }
+)
 MODES = ("patches", "overlay")
 # tests that check files a patch changes; overlays change no file, so these say nothing about them
 OVERLAY_NOT_APPLICABLE = {

@@ -1,16 +1,26 @@
-"""Trinity-RFT's legacy actor update (verl < 0.8) as it ships, on one CPU process, for the regression tests.
+"""Trinity-RFT's legacy actor update (verl < 0.8) as it ships, on CPU, for the regression tests.
 
 Runs ``trinity/trainer/verl_legacy/dp_actor.py`` ``DataParallelPPOActor.update_policy`` with its own micro-batch
-split, scaling and optimizer step; a tiny torch language model stands in for the FSDP-wrapped one, and an
-optimizer with lr 0 records the gradient of every optimizer step. The only other adaptation is what Trinity's
-legacy worker does before it builds the actor (its ``rearrange_micro_batches`` replaces verl's).
+split, weighting and optimizer step, on the actor config Trinity's legacy path builds: its config translation
+(``veRLConfig.synchronize_config`` on a Trinity ``Config``), then the real ``ActorRolloutRefWorker.__init__`` of
+``verl_legacy/fsdp_workers.py`` (its per-GPU normalization and start-up checks, and its swap of verl's
+``rearrange_micro_batches`` for Trinity's). What is emulated: a tiny torch language model stands in for the
+FSDP-wrapped one (the fields ``init_model`` would set from the model are set here, and ``vllm``, which the worker
+module imports only for an environment variable, is an empty module when absent); an optimizer with lr 0 records
+the gradient of every optimizer step; with several ranks (gloo processes), that optimizer averages the gradients
+over the ranks first, as FSDP's reduce-scatter does.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import functools
 import io
+import os
+import sys
+import types
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,14 +30,34 @@ from engine_sim import PROMPT_LEN, RESPONSE_LEN, Split, make_rollout_batch
 BATCH_SIZE = 48  # rows: 24 DPO pairs (rows 2i, 2i+1)
 NUM_EXPERT = 16  # MIX/MIX_CHORD: the last rows are expert data
 VOCAB, HIDDEN = 64, 8
+# the fields the legacy worker's init_model sets in the actor config from the model (not built here)
+MODEL_FIELDS = {"use_remove_padding": False, "use_fused_kernels": False, "use_torch_compile": False}
 
 
-def init_single_process_group(folder: Path) -> None:
-    """One gloo process: verl's legacy actor asks torch.distributed for its rank and all-reduces counts."""
+@dataclass(frozen=True)
+class Terms:
+    """Which terms the algorithm adds to the policy loss: Trinity's k2 KL and its default entropy term."""
+
+    entropy: bool = True
+    kl: bool = True
+
+    def __str__(self) -> str:
+        return f"entropy-{'on' if self.entropy else 'off'}-kl-{'on' if self.kl else 'off'}"
+
+
+ALL_TERMS = Terms()
+
+
+def init_process_group(folder: Path, rank: int = 0, world_size: int = 1) -> None:
+    """gloo: the legacy actor and worker ask torch.distributed for ranks and all-reduce token counts."""
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method=f"file://{folder / 'store'}", rank=0, world_size=1)
+        dist.init_process_group("gloo", init_method=f"file://{folder / 'store'}", rank=rank, world_size=world_size)
+
+
+def init_single_process_group(folder: Path) -> None:
+    init_process_group(folder)
 
 
 class TinyLM(torch.nn.Module):
@@ -44,45 +74,107 @@ class TinyLM(torch.nn.Module):
 
 
 class RecordingOptimizer(torch.optim.SGD):
-    """lr 0: records the gradient at every optimizer step and never moves the weights."""
+    """lr 0: records the gradient at every optimizer step (averaged over the ranks, as FSDP does) and never moves
+    the weights."""
 
     def __init__(self, params) -> None:
         super().__init__(params, lr=0.0)
         self.gradients: list[torch.Tensor] = []
 
     def step(self, closure=None):
+        import torch.distributed as dist
+
         grads = [p.grad.flatten() for group in self.param_groups for p in group["params"] if p.grad is not None]
-        self.gradients.append(torch.cat(grads).clone())
+        gradient = torch.cat(grads).clone()
+        if dist.get_world_size() > 1:
+            dist.all_reduce(gradient)
+            gradient /= dist.get_world_size()
+        self.gradients.append(gradient)
 
 
-def legacy_actor_config(ppo_mini_batch_size: int, micro_batch_rows: int | None, budget: int | None) -> dict:
-    """The actor config fields the legacy ``update_policy`` reads, as Trinity's legacy worker leaves them: a fixed
-    micro-batch of ``micro_batch_rows`` rows, or dynamic batching with a token ``budget``."""
-    if budget is not None:
-        micro = {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": budget, "ppo_micro_batch_size_per_gpu": None}
-    else:
-        micro = {"use_dynamic_bsz": False, "ppo_max_token_len_per_gpu": 16384}
-        micro["ppo_micro_batch_size_per_gpu"] = micro_batch_rows
-    return {
-        "ppo_mini_batch_size": ppo_mini_batch_size,
-        "ppo_epochs": 1,
-        "shuffle": False,
-        "ulysses_sequence_parallel_size": 1,
-        "use_remove_padding": False,
-        "use_fused_kernels": False,
-        "use_prefix_grouper": False,
-        "use_torch_compile": False,
-        "entropy_from_logits_with_chunking": False,
-        "entropy_checkpointing": False,
-        "fix_actor_microbatch_loss_scale": False,
-        "grad_clip": 1.0e9,
-        "fsdp_config": {"dtype": "float32"},
-        "policy_loss": {"loss_mode": "vanilla"},
-        **micro,
-    }
+def _worker_module():
+    if "vllm" not in sys.modules:
+        try:
+            import vllm  # noqa: F401
+        except ImportError:  # fsdp_workers imports it only to set NCCL_CUMEM_ENABLE
+            sys.modules["vllm"] = types.ModuleType("vllm")
+    from trinity.trainer.verl_legacy import fsdp_workers
+
+    return fsdp_workers
 
 
-def algorithm(name: str, loss_agg_mode: str, split: Split):
+def trinity_config(policy_loss: str, train_batch_size: int, budget: int | None, loss_scale_flag: bool = False):
+    """A Trinity ``Config`` for one trainer GPU per rank: ``buffer.train_batch_size`` experiences, dynamic
+    batching with a token ``budget`` or a fixed micro-batch size (None)."""
+    import torch.distributed as dist
+    from trinity.common.config import Config
+
+    config = Config(mode="train")
+    config.algorithm.algorithm_type = "dpo" if policy_loss == "dpo" else "grpo"
+    config.buffer.train_batch_size = train_batch_size
+    config.cluster.trainer_gpu_num = config.cluster.trainer_gpu_num_per_node = dist.get_world_size()
+    config.trainer.trainer_strategy = "fsdp"
+    config.trainer.ulysses_sequence_parallel_size = 1
+    config.trainer.grad_clip = 1.0e9  # the recorded gradient is the unclipped one
+    config.trainer.use_dynamic_bsz = budget is not None
+    config.trainer.fix_actor_microbatch_loss_scale = loss_scale_flag  # Trinity's default: False
+    config.trainer.max_token_len_per_gpu = budget if budget is not None else 16384
+    config.model.max_model_len = PROMPT_LEN + RESPONSE_LEN
+    return config
+
+
+def legacy_actor_config(
+    policy_loss: str,
+    train_batch_size: int,
+    micro_batch_size: int | None,
+    budget: int | None,
+    loss_scale_flag: bool = False,
+):
+    """The actor config of Trinity's legacy path: ``synchronize_config``, then the real worker's ``__init__``
+    (which divides the mini- and micro-batch sizes per GPU, asserts they divide, and raises on what it refuses).
+    Built once per setting (the actor only reads it)."""
+    return _legacy_actor_config(policy_loss == "dpo", train_batch_size, micro_batch_size, budget, loss_scale_flag)
+
+
+@functools.cache
+def _legacy_actor_config(
+    dpo: bool, train_batch_size: int, micro_batch_size: int | None, budget: int | None, loss_scale_flag: bool
+):
+    import torch.distributed as dist
+    from omegaconf import OmegaConf, open_dict
+    from trinity.trainer.verl_legacy.verl_config import veRLConfig
+
+    config = trinity_config("dpo" if dpo else "ppo", train_batch_size, budget, loss_scale_flag)
+    verl_config = veRLConfig()
+    micro = micro_batch_size
+    if micro is not None:  # trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
+        verl_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu = micro
+    with contextlib.redirect_stdout(io.StringIO()):
+        verl_config.synchronize_config(config)
+    worker_config = OmegaConf.structured(verl_config.actor_rollout_ref)
+    rank = dist.get_rank()
+    env = {"WORLD_SIZE": str(dist.get_world_size()), "RANK": str(rank), "LOCAL_RANK": str(rank)}
+    env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"}  # read by verl's Worker, unused: gloo is up
+    saved_env = {key: os.environ.get(key) for key in env}
+    saved_print = builtins.print  # the worker sends print to its logger
+    os.environ.update(env)
+    try:
+        worker = _worker_module().ActorRolloutRefWorker(worker_config, role="actor")
+    finally:
+        builtins.print = saved_print
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    actor_config = worker.config.actor
+    with open_dict(actor_config):
+        actor_config.update(MODEL_FIELDS)
+        actor_config.fsdp_config.dtype = "float32"
+    return actor_config
+
+
+def algorithm(name: str, loss_agg_mode: str, split: Split, terms: Terms = ALL_TERMS, mini_batch: int = BATCH_SIZE):
     """Trinity's AlgorithmConfig for policy loss ``name`` with k2 KL and an entropy term, all by ``loss_agg_mode``."""
     from trinity.algorithm import POLICY_LOSS_FN
     from trinity.common.config import AlgorithmConfig
@@ -93,75 +185,113 @@ def algorithm(name: str, loss_agg_mode: str, split: Split):
     if name in ("mix", "mix_chord"):
         args.update(
             use_dynamic_bsz=split.dynamic,
-            ppo_mini_batch_size=BATCH_SIZE,
-            ppo_micro_batch_size_per_gpu=BATCH_SIZE // split.num_micro_batches,
+            ppo_mini_batch_size=mini_batch,
+            ppo_micro_batch_size_per_gpu=mini_batch // split.num_micro_batches,
             ngpus_trainer=1,
-            train_batch_size_usual=BATCH_SIZE - NUM_EXPERT,
+            train_batch_size_usual=mini_batch - NUM_EXPERT,
             train_batch_size_expert=NUM_EXPERT,
         )
+    entropy = "mix" if name in ("mix", "mix_chord") else "default"
     return AlgorithmConfig(
         policy_loss_fn=name,
         policy_loss_fn_args=args,
-        kl_loss_fn="k2",
-        kl_loss_fn_args={"kl_coef": 0.05},
-        entropy_loss_fn="mix" if name in ("mix", "mix_chord") else "default",
-        entropy_loss_fn_args={"entropy_coef": 0.01},
+        kl_loss_fn="k2" if terms.kl else "none",
+        kl_loss_fn_args={"kl_coef": 0.05} if terms.kl else {},
+        entropy_loss_fn=entropy if terms.entropy else "none",
+        entropy_loss_fn_args={"entropy_coef": 0.01 if terms.entropy else 0.0},
         loss_agg_mode=loss_agg_mode,
     )
 
 
-def rollout(seed: int = 0):
+def rollout(seed: int = 0, rows: int = BATCH_SIZE):
     """A rollout batch as Trinity's legacy trainer hands it over, rows 2i and 2i+1 forming DPO pair i."""
     from verl import DataProto
 
     batch = make_rollout_batch(
-        BATCH_SIZE, seed=seed, extra_fields=("old_log_probs", "ref_log_prob", "advantages"), holes_in_mask=True
+        rows, seed=seed, extra_fields=("old_log_probs", "ref_log_prob", "advantages"), holes_in_mask=True
     )
     batch["input_ids"] = batch["input_ids"] % VOCAB
     batch["responses"] = batch["input_ids"][:, PROMPT_LEN:]
     batch["prompts"] = batch["input_ids"][:, :PROMPT_LEN]
     batch["old_log_probs"] = -batch["old_log_probs"].abs() - 3.0
     batch["ref_log_prob"] = -batch["ref_log_prob"].abs() - 3.0
-    batch["expert_mask"] = torch.arange(BATCH_SIZE) >= BATCH_SIZE - NUM_EXPERT
-    batch["step"] = torch.full((BATCH_SIZE,), 3)
+    batch["expert_mask"] = torch.arange(rows) >= rows - NUM_EXPERT
+    batch["step"] = torch.full((rows,), 3)
     tensors = {key: batch[key] for key in batch.keys()}
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
 
 
-def legacy_actor(name: str, loss_agg_mode: str, split: Split, ppo_mini_batch_size: int = BATCH_SIZE):
-    """Trinity's legacy ``DataParallelPPOActor``, with its algorithm set as the worker sets it at start-up (where
-    a configuration the actor refuses raises). ``split`` cuts the whole batch into that many micro-batches: fixed
-    ones of ``BATCH_SIZE / K`` rows, or a token budget of ``1 / K`` of the batch's tokens."""
-    from omegaconf import OmegaConf
-    from trinity.trainer.verl_legacy.dp_actor import DataParallelPPOActor
-    from trinity.trainer.verl_legacy.utils import rearrange_micro_batches
-    from verl.utils import seqlen_balancing
+def rank_rollout(rows_per_rank: int = BATCH_SIZE, seed: int = 0):
+    """This rank's share of the rollout (the trainer chunks it over the data parallel ranks)."""
+    import torch.distributed as dist
 
-    # what Trinity's legacy ActorRolloutRefWorker.__init__ does to verl before it builds the actor
-    seqlen_balancing.rearrange_micro_batches = rearrange_micro_batches
+    data = rollout(seed, rows=rows_per_rank * dist.get_world_size())
+    return data.chunk(dist.get_world_size())[dist.get_rank()]
+
+
+def experiences(name: str, rows: int) -> int:
+    """``buffer.train_batch_size`` for a mini-batch of ``rows`` rows: pairs for DPO, sequences otherwise."""
+    return rows // 2 if name == "dpo" else rows
+
+
+def legacy_actor(
+    name: str,
+    loss_agg_mode: str,
+    split: Split,
+    train_batch_size: int | None = None,
+    terms: Terms = ALL_TERMS,
+    dpo_mini_batch_in_rows: bool = True,
+    rows_per_rank: int = BATCH_SIZE,
+    loss_scale_flag: bool = False,
+):
+    """Trinity's legacy ``DataParallelPPOActor``, with its algorithm set as the worker sets it at start-up (where
+    a configuration the actor refuses raises). ``split`` cuts this rank's batch into that many micro-batches: a fixed
+    micro-batch of ``1 / K`` of the rank's rows, or a token budget of ``1 / K`` of its tokens. ``train_batch_size``
+    (experiences, all ranks) defaults to the whole batch; ``dpo_mini_batch_in_rows`` says whether the tree's config
+    translation counts a DPO mini-batch in rows (the DPO-steps patch), for the default."""
+    import torch.distributed as dist
+    from trinity.trainer.verl_legacy.dp_actor import DataParallelPPOActor
+
+    world_size = dist.get_world_size()
+    if train_batch_size is None:
+        total_rows = rows_per_rank * world_size
+        train_batch_size = experiences(name, total_rows) if dpo_mini_batch_in_rows else total_rows
+    data = rank_rollout(rows_per_rank)
+    if split.dynamic:
+        total_tokens = int(data.batch["attention_mask"].sum())
+        budget = max(-(-total_tokens // split.num_micro_batches), PROMPT_LEN + RESPONSE_LEN)
+        config = legacy_actor_config(name, train_batch_size, None, budget, loss_scale_flag)
+    else:
+        micro_rows = rows_per_rank // split.num_micro_batches
+        config = legacy_actor_config(name, train_batch_size, experiences(name, micro_rows), None, loss_scale_flag)
     model = TinyLM()
     optimizer = RecordingOptimizer(model.parameters())
-    if split.dynamic:
-        total_tokens = int(rollout().batch["attention_mask"].sum())
-        budget = max(-(-total_tokens // split.num_micro_batches), PROMPT_LEN + RESPONSE_LEN)
-        config = legacy_actor_config(ppo_mini_batch_size, None, budget)
-    else:
-        config = legacy_actor_config(ppo_mini_batch_size, BATCH_SIZE // split.num_micro_batches, None)
     with contextlib.redirect_stdout(io.StringIO()):  # verl prints its settings on rank 0
-        actor = DataParallelPPOActor(OmegaConf.create(config), model, optimizer)
-    actor.set_algorithm(algorithm(name, loss_agg_mode, split))
+        actor = DataParallelPPOActor(config, model, optimizer)
+    actor.set_algorithm(algorithm(name, loss_agg_mode, split, terms, config.ppo_mini_batch_size))
     return actor, optimizer
 
 
 @functools.cache
-def legacy_gradients(name: str, loss_agg_mode: str, split: Split, ppo_mini_batch_size: int = BATCH_SIZE):
-    """The gradient of every optimizer step of one ``update_policy`` call, and the rows of each micro-batch."""
+def legacy_gradients(
+    name: str,
+    loss_agg_mode: str,
+    split: Split,
+    train_batch_size: int | None = None,
+    terms: Terms = ALL_TERMS,
+    dpo_mini_batch_in_rows: bool = True,
+    rows_per_rank: int = BATCH_SIZE,
+    loss_scale_flag: bool = False,
+):
+    """The gradient of every optimizer step of one ``update_policy`` call, and the rows of each dynamic
+    micro-batch (in the rank's batch)."""
     from verl.utils import seqlen_balancing
 
-    actor, optimizer = legacy_actor(name, loss_agg_mode, split, ppo_mini_batch_size)
+    actor, optimizer = legacy_actor(
+        name, loss_agg_mode, split, train_batch_size, terms, dpo_mini_batch_in_rows, rows_per_rank, loss_scale_flag
+    )
     seen_rows: list[list[int]] = []
-    original = seqlen_balancing.rearrange_micro_batches
-
+    original = seqlen_balancing.rearrange_micro_batches  # Trinity's, which the worker installed
     offset = [0]  # update_policy drops row_id, but keeps the rows in order: mini-batches are contiguous slices
 
     def recording(batch, *args, **kwargs):
@@ -172,7 +302,31 @@ def legacy_gradients(name: str, loss_agg_mode: str, split: Split, ppo_mini_batch
 
     seqlen_balancing.rearrange_micro_batches = recording
     try:
-        actor.update_policy(rollout())
+        actor.update_policy(rank_rollout(rows_per_rank))
     finally:
         seqlen_balancing.rearrange_micro_batches = original
     return optimizer.gradients, seen_rows
+
+
+def data_parallel_rank(rank: int, world_size: int, folder: str, cases: str, dpo_mini_batch_in_rows: bool) -> None:
+    """One data parallel rank (its own process): run ``cases`` (JSON: [name, loss_agg_mode, K, dynamic]) and, on
+    rank 0, save the rank-averaged gradient of each to ``folder``/gradients.pt."""
+    import json
+
+    from trinity.utils.log import get_logger
+
+    get_logger("patchset-regression", in_ray_actor=True)  # Trinity's legacy modules log as a Ray actor
+    init_process_group(Path(folder), rank, world_size)
+    gradients: dict[str, torch.Tensor | str] = {}
+    for name, loss_agg_mode, k, dynamic in json.loads(cases):
+        key = f"{name} {loss_agg_mode} {Split(k, dynamic)}"
+        try:
+            steps, _ = legacy_gradients(
+                name, loss_agg_mode, Split(k, dynamic), dpo_mini_batch_in_rows=dpo_mini_batch_in_rows
+            )
+        except Exception as error:  # the same on every rank: a start-up refusal; the test reports it
+            gradients[key] = f"{type(error).__name__}: {error}"
+            continue
+        gradients[key] = steps[0] if len(steps) == 1 else f"{len(steps)} optimizer steps"
+    if rank == 0:
+        torch.save(gradients, Path(folder) / "gradients.pt")

@@ -122,12 +122,13 @@ def test_engine_fixed_micro_batch_size_warns_for_dpo_at_start_up(
 
 @pytest.mark.parametrize("name", ["dpo", "ppo", "sft"])
 def test_legacy_step_is_one_optimizer_step(expect, trinity_legacy_tree, dpo_steps_patch, tmp_path: Path, name):
-    """The real legacy ``update_policy``, fixed micro-batches of 12 rows, ``ppo_mini_batch_size`` as Trinity's
-    config translation sets it: one optimizer step per training step, with the gradient of the whole batch."""
+    """The real legacy ``update_policy`` on the actor config Trinity's legacy config translation and worker build
+    for ``buffer.train_batch_size`` (24 pairs, or 48 sequences), fixed micro-batches of 12 rows: one optimizer step
+    per training step, with the gradient of the whole batch."""
     from legacy_sim import init_single_process_group, legacy_gradients
 
     init_single_process_group(tmp_path)
-    train_batch_size = int(translated_actor_config(experiences(name)).ppo_mini_batch_size)
+    train_batch_size = experiences(name)
     gradients, _ = legacy_gradients(name, "seq-mean-token-mean", Split(4), train_batch_size)
     print(f"legacy {name}: train_batch_size {train_batch_size}, optimizer steps {len(gradients)}")
     if name == "dpo" and not dpo_steps_patch:
@@ -136,3 +137,27 @@ def test_legacy_step_is_one_optimizer_step(expect, trinity_legacy_tree, dpo_step
     assert len(gradients) == 1
     (whole,), _ = legacy_gradients(name, "seq-mean-token-mean", Split(1), train_batch_size)
     torch.testing.assert_close(gradients[0], whole, rtol=1e-5, atol=1e-7)
+
+
+# (pairs, micro-batch in pairs): 0007's own Trinity tests accept 7 pairs with a micro-batch of one pair (2 rows)
+DPO_SIZES = [(7, 1), (32, 2), (24, 3)]
+
+
+@pytest.mark.parametrize(("pairs", "micro_pairs"), DPO_SIZES, ids=lambda value: str(value))
+def test_legacy_worker_starts_with_every_dpo_size_the_steps_patch_accepts(
+    expect, trinity_legacy_tree, dpo_steps_patch, tmp_path: Path, pairs, micro_pairs
+):
+    """The legacy config translation and the real ``ActorRolloutRefWorker.__init__`` (its per-GPU normalization and
+    its start-up assertion that the mini-batch divides into micro-batches) agree with how the steps patch counts
+    rows: the mini-batch and the micro-batch both in rows. Upstream counts the mini-batch in pairs and the micro-batch
+    in rows (doubled for DPO), so an odd number of pairs per micro-batch stops the worker at start-up."""
+    from legacy_sim import init_single_process_group, legacy_actor_config
+
+    init_single_process_group(tmp_path)
+    if not dpo_steps_patch and pairs % (2 * micro_pairs) != 0:
+        with pytest.raises(AssertionError, match="should be divisible by ppo_micro_batch_size_per_gpu"):
+            legacy_actor_config("dpo", pairs, micro_pairs, None)
+        return
+    config = legacy_actor_config("dpo", pairs, micro_pairs, None)
+    rows = 2 * pairs if dpo_steps_patch else pairs
+    assert (config.ppo_mini_batch_size, config.ppo_micro_batch_size_per_gpu) == (rows, 2 * micro_pairs)

@@ -154,7 +154,7 @@ def test_trinity_export_stacks_a_folded_group_on_the_dpo_group(pinned, capsys, t
     out = capsys.readouterr().out
     assert _state(checkout) == before
     dpo_commits = git(checkout, "rev-list", "--reverse", f"v0.6.0..{dpo}").split()
-    for commit, patch in zip(dpo_commits, patches[1::2], strict=True):  # 0002, 0004 and 0006, one commit each
+    for commit, patch in zip(dpo_commits, patches[1:7:2], strict=True):  # 0002, 0004 and 0006, one commit each
         _check_commit(checkout, commit, patch.text.split("\n", 3)[1], patch.subject)
     (fold_commit,) = git(checkout, "rev-list", f"{dpo}..{folded}").split()  # 0001, 0003, 0005 as one commit
     assert git(checkout, "rev-parse", f"{folded}~1") == git(checkout, "rev-parse", dpo)
@@ -164,8 +164,10 @@ def test_trinity_export_stacks_a_folded_group_on_the_dpo_group(pinned, capsys, t
     assert git(checkout, "show", f"{folded}:{test_file}") == _final_state(pinned, [1, 2, 3, 4, 5], test_file, tmp_path)
     (steps_commit,) = git(checkout, "rev-list", f"{dpo}..patchset/trinity-dpo-optimizer-step").split()  # 0007
     _check_commit(checkout, steps_commit, patches[6].text.split("\n", 3)[1], patches[6].subject)
-    assert out.count("upstream lint: passed (6 passed, 0 failed") == 3  # check-yaml: no YAML changed
-    assert out.count("upstream CPU tests: passed (") == 3
+    (legacy_commit,) = git(checkout, "rev-list", f"{folded}..patchset/trinity-legacy-normalization").split()  # 0008
+    _check_commit(checkout, legacy_commit, patches[7].text.split("\n", 3)[1], patches[7].subject)
+    assert out.count("upstream lint: passed (6 passed, 0 failed") == 4  # check-yaml: no YAML changed
+    assert out.count("upstream CPU tests: passed (") == 4
     assert f"----- PR title -----\n{title}\n" in out
     assert "Depends on the dpo-pairs PR" in out
     assert "## Description" in out and "## Checklist" in out and "### Where upstream stands" in out

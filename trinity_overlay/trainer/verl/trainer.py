@@ -120,19 +120,20 @@ class VERLTrainer:
         self._init_workers()
 
     def _warn_if_groups_fill_micro_batches(self) -> None:
-        """Warn once, at start-up, that a fixed micro-batch size counts groups of rows.
+        """Say once, at start-up, that a fixed micro-batch size counts experiences, not rows.
 
         The veRL trainer hands a policy loss with ``group_size`` > 1 (DPO) to the engine with
         ``force_group_size``, and veRL then counts ``ppo_micro_batch_size_per_gpu`` in groups: each
-        micro-batch holds ``group_size`` times the rows, and the activation memory, that it says.
+        micro-batch holds ``group_size`` times the rows, and the activation memory, that it says,
+        as on the legacy trainer, which doubles DPO's micro-batch size.
         """
         group_size = POLICY_LOSS_FN.get(self.algorithm_config.policy_loss_fn).group_size
         if group_size > 1 and not self.config.actor.use_dynamic_bsz:
             self.logger.warning(
-                f"Policy loss '{self.algorithm_config.policy_loss_fn}' compares groups of "
-                f"{group_size} rows, so veRL counts the actor's micro_batch_size_per_gpu in groups: "
-                f"each micro-batch holds {group_size} times as many rows (and as much activation "
-                f"memory) as it says. Divide it by {group_size}, or use dynamic batching."
+                f"Policy loss '{self.algorithm_config.policy_loss_fn}' reads each experience as "
+                f"{group_size} rows, so the actor's ppo_micro_batch_size_per_gpu counts "
+                f"experiences: each micro-batch holds {group_size} times as many rows (and as much "
+                "activation memory) as it says, as with verl < 0.8."
             )
 
     def _update_actor(self, batch: DataProto, metrics: dict) -> DataProto:
