@@ -1,25 +1,24 @@
 """Trinity-RFT's legacy actor with two data parallel ranks: the mini-batch is the global one, over both ranks.
 
-Two gloo processes each run the real legacy ``update_policy`` (``tests/regression/legacy_sim.py``: Trinity's legacy
-config translation and worker for two trainer GPUs, each rank its half of a 96-row rollout) and average their
-gradients, as FSDP does. Invariant on the patched tree: the averaged gradient, with the ranks' mini-batches cut into
-K = 2 micro-batches or not, fixed or by token budget, equals the gradient of one process on the whole 96-row
-mini-batch: the token count of a token mean is summed over the ranks. Vanilla weighted each rank's token mean
-alone (and DPO fed whole micro-batches into one logit), so the same comparison deviates there.
+Two gloo processes (forks of the test process) each run the real legacy ``update_policy``
+(``tests/regression/legacy_sim.py``: Trinity's legacy config translation and worker for two trainer GPUs, each rank
+its half of a 96-row rollout) and average their gradients, as FSDP does. Invariant on the patched tree: the averaged
+gradient, with the ranks' mini-batches cut into K = 2 micro-batches or not, fixed or by token budget, equals the
+gradient of one process on the whole 96-row mini-batch: the token count of a token mean is summed over the ranks.
+Vanilla weighted each rank's token mean alone (and DPO fed whole micro-batches into one logit), so the same
+comparison deviates there.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+import multiprocessing
 from pathlib import Path
 
 import pytest
 import torch
 from engine_sim import Split
-from legacy_sim import BATCH_SIZE, init_single_process_group, legacy_gradients
+from legacy_sim import BATCH_SIZE, data_parallel_rank, init_single_process_group, legacy_gradients
 
 WORLD_SIZE = 2
 # (policy loss, loss_agg_mode, K, dynamic): PPO by Trinity's default token mean, and DPO with its default k2 KL term
@@ -30,24 +29,23 @@ CASES = [
     ("dpo", "token-mean", 1, False),
     ("dpo", "token-mean", 2, True),
 ]
-HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="module")
 def rank_gradients(trinity_legacy_tree: Path, dpo_steps_patch: bool, tmp_path_factory: pytest.TempPathFactory):
-    """The rank-averaged gradient of every case, from two processes run at once (imports paid once each)."""
+    """The rank-averaged gradient of every case, from two ranks run at once: forks of this process, which imported
+    torch, verl and Trinity from the trees under test already (a fresh process would import them again, 7 s each),
+    made before this process joins a process group of its own (conftest runs this module first)."""
+    assert not torch.distributed.is_initialized(), "fork the ranks before this process initializes a process group"
     folder = tmp_path_factory.mktemp("dp")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.environ.get("PYTHONPATH", ""), str(HERE)]))
-    code = (
-        "import sys; from legacy_sim import data_parallel_rank; "
-        "data_parallel_rank(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5] == '1')"
-    )
-    args = [str(WORLD_SIZE), str(folder), json.dumps(CASES), "1" if dpo_steps_patch else "0"]
-    ranks = [
-        subprocess.Popen([sys.executable, "-P", "-c", code, str(rank), *args], env=env, cwd=HERE)
-        for rank in range(WORLD_SIZE)
-    ]
-    assert all(rank.wait(timeout=300) == 0 for rank in ranks), "a data parallel rank failed (its output is above)"
+    args = (WORLD_SIZE, str(folder), json.dumps(CASES), dpo_steps_patch)
+    context = multiprocessing.get_context("fork")
+    ranks = [context.Process(target=data_parallel_rank, args=(rank, *args)) for rank in range(WORLD_SIZE)]
+    for rank in ranks:
+        rank.start()
+    for rank in ranks:
+        rank.join(timeout=300)
+    assert all(rank.exitcode == 0 for rank in ranks), "a data parallel rank failed (its output is above)"
     return torch.load(folder / "gradients.pt")
 
 
