@@ -2,7 +2,7 @@
 
 ``python -m patchset export-pr verl|trinity CHECKOUT`` (``scripts/export-pr.sh``) makes one branch
 ``patchset/<series>-<group>`` in CHECKOUT, a verl or Trinity-RFT git checkout at a version the series targets, for
-each concern group of ``patches/<series>/groups`` (``--group NAME`` for one). A group's branch
+each concern group of ``patches/<series>/groups`` (``--group NAME``, repeatable, for some). A group's branch
 starts on the release tag (HEAD when the checkout has no such tag), or on the branch of the group it is ``after``.
 It holds one commit per patch, as ``git am --keep-non-patch`` records it (author, date, subject and message from
 the patch header) except that the lines meant for this project are dropped from the message: the DEP-3 fields
@@ -524,7 +524,7 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     pin, release = _check_checkout(checkout, args.upstream, patches_dir)
     series = load_series(patches_dir, pin.series)
     groups = load_groups(series.path.parent, len(series.patches))
-    wanted = list(groups) if args.group is None else chain(groups, args.group)[-1:]
+    wanted = list(groups) if not args.group else [chain(groups, name)[-1] for name in dict.fromkeys(args.group)]
     if args.branch and len(wanted) > 1:
         raise BadInput(f"--branch names one branch, but the {pin.series} series has {len(wanted)} groups; add --group")
     chosen = _select_patches(series.patches, pin, console)
@@ -588,7 +588,10 @@ def build_parser() -> argparse.ArgumentParser:
         "checkout", metavar="CHECKOUT", help="your git checkout of that upstream, at a targeted release"
     )
     parser.add_argument(
-        "--group", metavar="NAME", help="make only this group's branch (default: one branch per group of the series)"
+        "--group",
+        metavar="NAME",
+        action="append",
+        help="make only this group's branch; repeat for several (default: one branch per group of the series)",
     )
     parser.add_argument(
         "--branch", metavar="NAME", help="branch to make, for one group (default: patchset/<series>-<group>)"
