@@ -17,7 +17,7 @@ from patchset.cli.options import add_common_options, usage_exit_status
 from patchset.plumbing import signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, EXIT_TESTS_FAILED, BadInput
 from patchset.plumbing.ui import Console, display_path
-from patchset.upstreams.fetch import ensure_upstream, fresh_patched_clone, resolve_cache
+from patchset.upstreams.fetch import Cache, ensure_upstream, fresh_patched_clone, resolve_cache
 from patchset.upstreams.pins import Pins, load_pins
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -110,12 +110,12 @@ def _check(plans: Sequence[Plan], console: Console, *, allow_dirty: bool) -> int
     return EXIT_OK
 
 
-def _regression(trees: Mapping[str, Path], console: Console) -> int:
+def _regression(trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console) -> int:
     from patchset.testenv import regression  # imported late: it is the regression work's module, heavier to import
 
     shown = ", ".join(f"{key} at {display_path(path)}" for key, path in trees.items())
     console.step(f"Running the regression tests on {shown}")
-    returncode = regression.run_regression_tests(trees, expect="fixed")
+    returncode = regression.run_regression_tests(trees, expect="fixed", pins=pins, cache=cache, console=console)
     if returncode != 0:
         print(
             f"error: the regression tests failed (exit status {returncode}) on {shown}; see their output above",
@@ -158,7 +158,8 @@ def cmd_apply(args: argparse.Namespace, console: Console, guard: signals.Guard) 
     if args.no_test:
         console.step("Skipping the regression tests (--no-test)")
         return EXIT_OK
-    return _regression({target.key: target.root for target in targets}, console)
+    cache = resolve_cache(args.cache, os.environ, REPO_ROOT)
+    return _regression({target.key: target.root for target in targets}, pins, cache, console)
 
 
 def cmd_fetch(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
