@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from patchset.apply.engine import Plan, Target, plan_target, refusal, report, target_for_path, target_for_pin
+from patchset.apply.locking import locked
 from patchset.apply.transaction import apply_plans
 from patchset.cli import DELEGATED
 from patchset.cli.exits import run_reporting_errors
 from patchset.cli.options import add_common_options, usage_exit_status
-from patchset.plumbing import signals
+from patchset.plumbing import signals, tempdirs
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, EXIT_TESTS_FAILED, BadInput
 from patchset.plumbing.ui import Console, display_path
 from patchset.upstreams.fetch import Cache, ensure_upstream, fresh_patched_clone, resolve_cache
@@ -133,6 +135,7 @@ def cmd_apply(args: argparse.Namespace, console: Console, guard: signals.Guard) 
             "--3way merges patches in; it cannot be combined with --reverse (take a merged patch out "
             "with git checkout or git diff -R | git apply)"
         )
+    tempdirs.sweep()  # what runs killed before left in the temp folder
     patches_dir, pins = _pins(args)
     if args.paths:
         targets = [
@@ -142,24 +145,25 @@ def cmd_apply(args: argparse.Namespace, console: Console, guard: signals.Guard) 
         _refuse_duplicates(targets)
     else:
         targets = _cached_targets(args, patches_dir, pins, console)
-    plans = [plan_target(target, reverse=args.reverse, merge=args.three_way) for target in targets]
-    if args.check:
-        return _check(plans, console, allow_dirty=args.allow_dirty)
-    for plan in plans:
-        if (error := refusal(plan, allow_dirty=args.allow_dirty)) is not None:
-            raise error
-    for plan in plans:
-        if plan.dirty:
-            verb = "reverting" if plan.reverse else "patching"
-            console.warn(f"{verb} despite uncommitted changes in {', '.join(plan.dirty)} (--allow-dirty)")
-    apply_plans(plans, console, guard)
-    if args.reverse:
-        return EXIT_OK
-    if args.no_test:
-        console.step("Skipping the regression tests (--no-test)")
-        return EXIT_OK
-    cache = resolve_cache(args.cache, os.environ, REPO_ROOT)
-    return _regression({target.key: target.root for target in targets}, pins, cache, console)
+    with locked(targets, args.command_line, console, guard) as homes:
+        plans = [plan_target(target, reverse=args.reverse, merge=args.three_way) for target in targets]
+        if args.check:
+            return _check(plans, console, allow_dirty=args.allow_dirty)
+        for plan in plans:
+            if (error := refusal(plan, allow_dirty=args.allow_dirty)) is not None:
+                raise error
+        for plan in plans:
+            if plan.dirty:
+                verb = "reverting" if plan.reverse else "patching"
+                console.warn(f"{verb} despite uncommitted changes in {', '.join(plan.dirty)} (--allow-dirty)")
+        apply_plans(plans, console, guard, homes)
+        if args.reverse:
+            return EXIT_OK
+        if args.no_test:
+            console.step("Skipping the regression tests (--no-test)")
+            return EXIT_OK
+        cache = resolve_cache(args.cache, os.environ, REPO_ROOT)
+        return _regression({target.key: target.root for target in targets}, pins, cache, console)
 
 
 def cmd_fetch(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
@@ -256,5 +260,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
     console = Console(quiet=args.quiet)
+    args.command_line = "python -m patchset " + shlex.join(sys.argv[1:] if argv is None else argv)
     with signals.handled() as guard:
         return run_reporting_errors(lambda: args.handler(args, console, guard))
