@@ -17,7 +17,14 @@ from patchset.cli import DELEGATED
 from patchset.cli.exits import run_reporting_errors
 from patchset.cli.options import add_common_options, usage_exit_status
 from patchset.plumbing import signals, tempdirs
-from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, EXIT_TESTS_FAILED, BadInput
+from patchset.plumbing.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_DOES_NOT_APPLY,
+    EXIT_LOCKED,
+    EXIT_OK,
+    EXIT_TESTS_FAILED,
+    BadInput,
+)
 from patchset.plumbing.ui import Console, display_path
 from patchset.upstreams.fetch import Cache, ensure_upstream, fresh_patched_clone, resolve_cache
 from patchset.upstreams.pins import Pins, load_pins
@@ -34,6 +41,8 @@ exit status:
      Nothing was changed.
   {EXIT_DOES_NOT_APPLY}  a patch does not apply (or cannot be reverted); the tree is left exactly as it was, and the
      message says whether a 3-way merge would resolve it (--3way)
+  {EXIT_LOCKED}  another run holds one of the trees (its lock is <git-dir>/patchset/lock): the message names its pid,
+     when it started and its command. Nothing was changed
   130, 143, 129  interrupted by SIGINT (Ctrl-C), SIGTERM or SIGHUP: every tree changed in the run was restored
      first (a signal that arrives while a patch is being written waits until it is written)
 """
@@ -54,6 +63,11 @@ Every patch is checked, in order, before any is applied; a patch that is already
 alone, so running again is safe. If one patch does not apply, nothing is applied; if applying fails or is
 interrupted half-way, every tree is restored as it was. A patch is never reversed to make it fit: one that only
 reverts is reported as already applied, and --reverse is the only way to take patches out.
+
+One run per tree: every run (--check and --reverse too) locks each tree in its git directory
+(<git-dir>/patchset/lock) until it ends; a second run exits 4 naming the first. The copy taken before the first
+change is kept beside the lock, so a run killed outright (SIGKILL) leaves it there, and the next run restores the
+tree from it, says so, then does what it was asked.
 """
 
 APPLY_EPILOG = (
@@ -199,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="dry run: say for each patch whether it would apply, is already applied or does not apply; "
         "change nothing (exit 0 when all would apply or are applied, 3 when one does not apply, 2 for what "
-        "apply would refuse: uncommitted changes, a series applied out of order, a read-only tree)",
+        "apply would refuse: uncommitted changes, a series applied out of order, a read-only tree; 4 when another "
+        "run holds the tree)",
     )
     apply.add_argument(
         "--reverse",
