@@ -37,8 +37,12 @@ def _busy_message(shown: str, busy: treelock.Busy) -> str:
 
 
 def _recover(folder: Path, shown: str, stale: treelock.Holder | None, console: Console) -> None:
-    """Restore the trees from the snapshots that a killed run left in ``folder``, and say so."""
-    run = f"a run that was killed (pid {stale.pid}, started {stale.started})" if stale else "a run that was killed"
+    """Restore the trees from the snapshots that a killed run (or one whose rollback failed) left in ``folder``, and
+    say so."""
+    if stale is not None:
+        run = f"a run that was killed (pid {stale.pid}, started {stale.started})"
+    else:  # its lock was released: the run ended, but could not restore everything from its snapshot
+        run = "an earlier run that could not restore it"
     for backup in sorted(folder.glob("snapshot-*")):
         snapshot = Snapshot.load(backup)
         if snapshot is None:  # killed while saving the files, before it changed any
