@@ -83,7 +83,7 @@ def _rollback(progress: Sequence[_Progress], console: Console) -> list[str]:
             console.step(f"Rolling back {step.patch.name}")
         failed = item.snapshot.restore()
         if failed:
-            kept = item.snapshot.backup
+            kept = item.snapshot.keep()
             stuck.append(f"{', '.join(failed)} in {item.plan.target.shown} (the originals are in {kept})")
         else:
             item.snapshot.discard()

@@ -159,6 +159,15 @@ class Snapshot:
             if staged.exists():
                 staged.unlink()
 
+    def keep(self) -> Path:
+        """Keep the backup for the user (a restore failed): one in the temp folder loses this process's id from its
+        name, so that no later run sweeps it away (``tempdirs.sweep``); return where it is."""
+        temporary = tempdirs.prefix("backup")
+        if self.backup.name.startswith(temporary):
+            kept = self.backup.with_name("patchset-backup-kept-" + self.backup.name.removeprefix(temporary))
+            self.backup = self.backup.rename(kept)
+        return self.backup
+
     def discard(self) -> None:
         """Remove the backup; the manifest first, so that a kill half-way leaves a folder ``load`` ignores."""
         (self.backup / MANIFEST).unlink(missing_ok=True)

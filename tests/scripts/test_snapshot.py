@@ -141,6 +141,7 @@ def test_restore_reports_what_it_cannot_put_back_and_keeps_the_backup(tmp_path: 
 
     assert failed == ["d/f.txt: File exists"]
     assert (root / "ok.txt").read_text() == "fine\n"
+    assert snapshot.keep().name.startswith("patchset-backup-kept-")  # no pid in it: no later run sweeps it away
     kept = sorted(path.read_text() for path in snapshot.backup.iterdir() if path.name != "manifest.json")
     assert kept == ["fine\n", "original\n"]
     snapshot.discard()
