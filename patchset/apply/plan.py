@@ -52,7 +52,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.plumbing import files, gitops
+from patchset.plumbing import files, gitops, tempdirs
 from patchset.plumbing.merge import Merge, MergeResult, three_way
 from patchset.series.model import Patch, UpstreamCheck
 from patchset.upstreams.pins import at_least
@@ -218,7 +218,7 @@ def plan_series(
     claimed = {i for i, state in upstream.items() if state.claimed}  # skipped, or FAIL when the content lacks it
     by_content = {i for i, state in upstream.items() if not state.claimed and state.present}
     active = [(i, p) for i, p in numbered if i not in claimed]
-    with tempfile.TemporaryDirectory(prefix="patchset-check-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("check")) as tmp:
         applied, ambiguous = _peel(_scratch_copy(root, patches, Path(tmp) / "peel"), active)
         scratch = _scratch_copy(root, patches, Path(tmp) / "forward")
         failed, merges = _forward(scratch, active, applied | ambiguous, None if reverse else objects, by_content)
@@ -259,7 +259,7 @@ def unexplained_changes(tree: gitops.WorkTree, dirty: Iterable[str], applied: Se
     if not dirty:
         return []
     paths = series_files(applied) + dirty
-    with tempfile.TemporaryDirectory(prefix="patchset-head-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("head")) as tmp:
         scratch = Path(tmp)
         gitops.init_scratch(scratch)
         for rel, blob in gitops.head_blobs(tree, paths).items():

@@ -1,6 +1,7 @@
 """Change the trees: carry out the plans of one run, all or nothing.
 
-Before a tree is changed, every file its patches touch is saved (``snapshot.py``). The patches are then applied
+Before a tree is changed, every file its patches touch is saved (``snapshot.py``; beside the tree's lock, where
+the next run finds it if this one is killed with SIGKILL: ``locking.py``). The patches are then applied
 one by one (``git apply``, or for a step planned so with ``--3way`` the merge of ``merge.py``), each inside a
 critical section that a signal cannot cut short (``signals.py``). If a patch still fails (the tree changed since
 the check), the run is interrupted (Ctrl-C, SIGTERM, SIGHUP) or anything else goes wrong, every tree changed in
@@ -11,8 +12,9 @@ reverting cleanly.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from patchset.apply.engine import Plan, failure_detail, listing, partly_line, step_line, summary_line, where
 from patchset.apply.plan import Action, Step, series_files
@@ -49,14 +51,15 @@ def _run_step(plan: Plan, step: Step) -> str | None:
     return None if result.ok else result.stderr
 
 
-def _execute(plan: Plan, console: Console, guard: Guard, progress: list[_Progress]) -> None:
+def _execute(plan: Plan, console: Console, guard: Guard, progress: list[_Progress], home: Path | None) -> None:
     if (line := partly_line(plan, check=False)) is not None:
         console.step(line)
     if plan.others and plan.changing:
         shown = listing(plan.others)
         console.step(f"Leaving {len(plan.others)} other uncommitted change(s) in {plan.target.shown} alone: {shown}")
     if plan.changing:
-        progress.append(_Progress(plan, Snapshot(plan.target.root, series_files(s.patch for s in plan.changing))))
+        paths = series_files(s.patch for s in plan.changing)
+        progress.append(_Progress(plan, Snapshot(plan.target.root, paths, home)))
     for step in plan.steps:
         console.step(step_line(plan, step, check=False))
         if step.action is not Action.CHANGE:
@@ -80,7 +83,7 @@ def _rollback(progress: Sequence[_Progress], console: Console) -> list[str]:
             console.step(f"Rolling back {step.patch.name}")
         failed = item.snapshot.restore()
         if failed:
-            kept = item.snapshot.backup
+            kept = item.snapshot.keep()
             stuck.append(f"{', '.join(failed)} in {item.plan.target.shown} (the originals are in {kept})")
         else:
             item.snapshot.discard()
@@ -107,13 +110,17 @@ def _failed_message(failed: _StepFailed, progress: Sequence[_Progress], stuck: l
     )
 
 
-def apply_plans(plans: Sequence[Plan], console: Console, guard: Guard) -> None:
+def apply_plans(
+    plans: Sequence[Plan], console: Console, guard: Guard, homes: Mapping[Path, Path] | None = None
+) -> None:
     """Carry out ``plans`` (none with a refusal, see ``apply.refusal``), all or nothing: on any failure, or an
-    interrupt, every tree changed so far is restored before the error propagates."""
+    interrupt, every tree changed so far is restored before the error propagates. ``homes``: where to keep each
+    tree's snapshot ({root: new folder}, beside its lock: see ``locking.py``); else a private temporary folder."""
     progress: list[_Progress] = []
+    homes = homes or {}
     try:
         for plan in plans:
-            _execute(plan, console, guard, progress)
+            _execute(plan, console, guard, progress, homes.get(plan.target.root))
     except _StepFailed as failed:
         with guard.critical():
             stuck = _rollback(progress, console)

@@ -4,20 +4,29 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from patchset.apply.engine import Plan, Target, plan_target, refusal, report, target_for_path, target_for_pin
+from patchset.apply.locking import locked
 from patchset.apply.transaction import apply_plans
 from patchset.cli import DELEGATED
 from patchset.cli.exits import run_reporting_errors
 from patchset.cli.options import add_common_options, usage_exit_status
-from patchset.plumbing import signals
-from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, EXIT_TESTS_FAILED, BadInput
+from patchset.plumbing import signals, tempdirs
+from patchset.plumbing.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_DOES_NOT_APPLY,
+    EXIT_LOCKED,
+    EXIT_OK,
+    EXIT_TESTS_FAILED,
+    BadInput,
+)
 from patchset.plumbing.ui import Console, display_path
-from patchset.upstreams.fetch import ensure_upstream, fresh_patched_clone, resolve_cache
+from patchset.upstreams.fetch import Cache, ensure_upstream, fresh_patched_clone, resolve_cache
 from patchset.upstreams.pins import Pins, load_pins
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +41,8 @@ exit status:
      Nothing was changed.
   {EXIT_DOES_NOT_APPLY}  a patch does not apply (or cannot be reverted); the tree is left exactly as it was, and the
      message says whether a 3-way merge would resolve it (--3way)
+  {EXIT_LOCKED}  another run holds one of the trees (its lock is <git-dir>/patchset/lock): the message names its pid,
+     when it started and its command. Nothing was changed
   130, 143, 129  interrupted by SIGINT (Ctrl-C), SIGTERM or SIGHUP: every tree changed in the run was restored
      first (a signal that arrives while a patch is being written waits until it is written)
 """
@@ -52,6 +63,11 @@ Every patch is checked, in order, before any is applied; a patch that is already
 alone, so running again is safe. If one patch does not apply, nothing is applied; if applying fails or is
 interrupted half-way, every tree is restored as it was. A patch is never reversed to make it fit: one that only
 reverts is reported as already applied, and --reverse is the only way to take patches out.
+
+One run per tree: every run (--check and --reverse too) locks each tree in its git directory
+(<git-dir>/patchset/lock) until it ends; a second run exits 4 naming the first. The copy taken before the first
+change is kept beside the lock, so a run killed outright (SIGKILL) leaves it there, and the next run restores the
+tree from it, says so, then does what it was asked.
 """
 
 APPLY_EPILOG = (
@@ -110,12 +126,12 @@ def _check(plans: Sequence[Plan], console: Console, *, allow_dirty: bool) -> int
     return EXIT_OK
 
 
-def _regression(trees: Mapping[str, Path], console: Console) -> int:
+def _regression(trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console) -> int:
     from patchset.testenv import regression  # imported late: it is the regression work's module, heavier to import
 
     shown = ", ".join(f"{key} at {display_path(path)}" for key, path in trees.items())
     console.step(f"Running the regression tests on {shown}")
-    returncode = regression.run_regression_tests(trees, expect="fixed")
+    returncode = regression.run_regression_tests(trees, expect="fixed", pins=pins, cache=cache, console=console)
     if returncode != 0:
         print(
             f"error: the regression tests failed (exit status {returncode}) on {shown}; see their output above",
@@ -133,6 +149,7 @@ def cmd_apply(args: argparse.Namespace, console: Console, guard: signals.Guard) 
             "--3way merges patches in; it cannot be combined with --reverse (take a merged patch out "
             "with git checkout or git diff -R | git apply)"
         )
+    tempdirs.sweep()  # what runs killed before left in the temp folder
     patches_dir, pins = _pins(args)
     if args.paths:
         targets = [
@@ -142,23 +159,25 @@ def cmd_apply(args: argparse.Namespace, console: Console, guard: signals.Guard) 
         _refuse_duplicates(targets)
     else:
         targets = _cached_targets(args, patches_dir, pins, console)
-    plans = [plan_target(target, reverse=args.reverse, merge=args.three_way) for target in targets]
-    if args.check:
-        return _check(plans, console, allow_dirty=args.allow_dirty)
-    for plan in plans:
-        if (error := refusal(plan, allow_dirty=args.allow_dirty)) is not None:
-            raise error
-    for plan in plans:
-        if plan.dirty:
-            verb = "reverting" if plan.reverse else "patching"
-            console.warn(f"{verb} despite uncommitted changes in {', '.join(plan.dirty)} (--allow-dirty)")
-    apply_plans(plans, console, guard)
-    if args.reverse:
-        return EXIT_OK
-    if args.no_test:
-        console.step("Skipping the regression tests (--no-test)")
-        return EXIT_OK
-    return _regression({target.key: target.root for target in targets}, console)
+    with locked(targets, args.command_line, console, guard) as homes:
+        plans = [plan_target(target, reverse=args.reverse, merge=args.three_way) for target in targets]
+        if args.check:
+            return _check(plans, console, allow_dirty=args.allow_dirty)
+        for plan in plans:
+            if (error := refusal(plan, allow_dirty=args.allow_dirty)) is not None:
+                raise error
+        for plan in plans:
+            if plan.dirty:
+                verb = "reverting" if plan.reverse else "patching"
+                console.warn(f"{verb} despite uncommitted changes in {', '.join(plan.dirty)} (--allow-dirty)")
+        apply_plans(plans, console, guard, homes)
+        if args.reverse:
+            return EXIT_OK
+        if args.no_test:
+            console.step("Skipping the regression tests (--no-test)")
+            return EXIT_OK
+        cache = resolve_cache(args.cache, os.environ, REPO_ROOT)
+        return _regression({target.key: target.root for target in targets}, pins, cache, console)
 
 
 def cmd_fetch(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
@@ -194,7 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="dry run: say for each patch whether it would apply, is already applied or does not apply; "
         "change nothing (exit 0 when all would apply or are applied, 3 when one does not apply, 2 for what "
-        "apply would refuse: uncommitted changes, a series applied out of order, a read-only tree)",
+        "apply would refuse: uncommitted changes, a series applied out of order, a read-only tree; 4 when another "
+        "run holds the tree)",
     )
     apply.add_argument(
         "--reverse",
@@ -255,5 +275,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return EXIT_BAD_INPUT
     console = Console(quiet=args.quiet)
+    args.command_line = "python -m patchset " + shlex.join(sys.argv[1:] if argv is None else argv)
     with signals.handled() as guard:
         return run_reporting_errors(lambda: args.handler(args, console, guard))

@@ -6,6 +6,7 @@ EXIT_OK = 0
 EXIT_TESTS_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_DOES_NOT_APPLY = 3
+EXIT_LOCKED = 4
 
 
 class PatchsetError(Exception):
@@ -24,3 +25,9 @@ class DoesNotApply(PatchsetError):
     """A patch does not apply (the tree was left as it was, unless the message says otherwise)."""
 
     exit_code = EXIT_DOES_NOT_APPLY
+
+
+class TreeLocked(PatchsetError):
+    """Another run holds a tree of this one (nothing was changed)."""
+
+    exit_code = EXIT_LOCKED

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchset.plumbing import tempdirs
+
 # Configuration that keeps the user's or a repository's settings (hooks, signing, line endings, encoding) from
 # changing what a git command writes into our trees. The one copy: every caller uses ``NEUTRAL``.
 NEUTRAL_CONFIG = {
@@ -158,6 +160,12 @@ def objects_dir(tree: WorkTree) -> Path | None:
         return None
     objects = tree.root / path
     return objects.resolve() if objects.is_dir() else None
+
+
+def git_dir(tree: WorkTree) -> Path:
+    """The git directory of the work tree holding ``tree`` (its own one for a linked worktree, as git keeps the
+    index and ``index.lock`` of each worktree there)."""
+    return Path(run_git(["rev-parse", "--absolute-git-dir"], cwd=tree.root).stdout.strip())
 
 
 def is_tracked(tree: WorkTree, rel: str) -> bool:
@@ -311,7 +319,7 @@ def patch_parse_error(patch: Path) -> str | None:
     are also counted against the ``diff --git`` headers, and the patch must end with a newline, as every
     ``git format-patch`` output does.
     """
-    with tempfile.TemporaryDirectory(prefix="patchset-parse-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("parse")) as tmp:
         env = isolated_env()
         env["GIT_CEILING_DIRECTORIES"] = str(Path(tmp).parent)
         proc = run_git(["apply", "--numstat", str(patch.resolve())], cwd=Path(tmp), env=env, check=False)

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.plumbing import files, gitops
+from patchset.plumbing import files, gitops, tempdirs
 from patchset.series.model import Patch
 
 
@@ -37,7 +37,7 @@ def three_way(root: Path, patch: Patch, objects: Path | None, *, install: bool =
     only when ``install`` and the merge is clean."""
     if objects is None:
         return MergeResult(Merge.UNAVAILABLE, "the tree has no git objects")
-    with tempfile.TemporaryDirectory(prefix="patchset-merge-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("merge")) as tmp:
         scratch = Path(tmp)
         gitops.init_scratch(scratch)
         files.copy_paths(root, scratch, patch.files)

@@ -3,10 +3,17 @@ absence (a file that was not there is removed again, with the folders made for i
 
 Restoring from a copy, rather than reverting the patches, does not depend on the patches reverting cleanly, and
 also undoes a change that stopped half-way. Knows nothing about patches or git.
+
+A snapshot kept in a folder of the caller's choosing (beside the tree's lock) also outlives its process: a manifest,
+written last and removed first, records every entry, so that the next run can ``load`` the snapshot of a run that
+was killed (SIGKILL, a power cut of the process) and restore the tree from it. Without the manifest the folder is
+a snapshot still being taken, before any change: there is nothing to restore.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shutil
 import stat
@@ -14,6 +21,10 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+from patchset.plumbing import tempdirs
+
+MANIFEST = "manifest.json"
 
 
 @dataclass(frozen=True)
@@ -32,19 +43,57 @@ def _dirs_above(root: Path, rel: str) -> list[str]:
     return [Path(*parts[: i + 1]).as_posix() for i in range(len(parts))]
 
 
-class Snapshot:
-    """Copies of ``paths`` under ``root``, kept in a private temporary folder (``backup``) until ``discard()``."""
+def _entry(data: dict[str, object]) -> _Entry:
+    """The ``_Entry`` that ``dataclasses.asdict`` wrote into a manifest (JSON made its tuples lists)."""
+    times, missing, modes = data["times"], data["missing_dirs"], data["dir_modes"]
+    assert isinstance(times, list) and isinstance(missing, list) and isinstance(modes, list)
+    return _Entry(
+        rel=str(data["rel"]),
+        kind=str(data["kind"]),
+        mode=int(str(data["mode"])),
+        times=(int(times[0]), int(times[1])),
+        link=str(data["link"]),
+        missing_dirs=tuple(str(rel) for rel in missing),
+        dir_modes=tuple((str(rel), int(mode)) for rel, mode in modes),
+    )
 
-    def __init__(self, root: Path, paths: Iterable[str]) -> None:
+
+class Snapshot:
+    """Copies of ``paths`` under ``root``, kept in ``backup`` until ``discard()``: the new folder ``folder``, or a
+    private temporary one (named with this process's id, see ``tempdirs.py``)."""
+
+    def __init__(self, root: Path, paths: Iterable[str], folder: Path | None = None) -> None:
         self.root = root
-        self.backup = Path(tempfile.mkdtemp(prefix="patchset-backup-"))
+        if folder is None:
+            self.backup = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("backup")))
+        else:
+            folder.mkdir(parents=True)
+            self.backup = folder
         self._entries: list[_Entry] = []
         try:
             for number, rel in enumerate(dict.fromkeys(paths)):
                 self._entries.append(self._save(number, rel))
+            manifest = {"root": str(root), "entries": [dataclasses.asdict(entry) for entry in self._entries]}
+            staged = self.backup / f"{MANIFEST}.tmp"
+            staged.write_text(json.dumps(manifest))
+            os.replace(staged, self.backup / MANIFEST)
         except BaseException:
             self.discard()
             raise
+
+    @classmethod
+    def load(cls, folder: Path) -> Snapshot | None:
+        """The snapshot that an earlier process left in ``folder``, or None when it has no manifest (it was still
+        being taken: nothing had been changed yet)."""
+        try:
+            manifest = json.loads((folder / MANIFEST).read_text())
+        except FileNotFoundError:
+            return None
+        snapshot = cls.__new__(cls)
+        snapshot.root = Path(manifest["root"])
+        snapshot.backup = folder
+        snapshot._entries = [_entry(data) for data in manifest["entries"]]
+        return snapshot
 
     def _save(self, number: int, rel: str) -> _Entry:
         path = self.root / rel
@@ -110,5 +159,16 @@ class Snapshot:
             if staged.exists():
                 staged.unlink()
 
+    def keep(self) -> Path:
+        """Keep the backup for the user (a restore failed): one in the temp folder loses this process's id from its
+        name, so that no later run sweeps it away (``tempdirs.sweep``); return where it is."""
+        temporary = tempdirs.prefix("backup")
+        if self.backup.name.startswith(temporary):
+            kept = self.backup.with_name("patchset-backup-kept-" + self.backup.name.removeprefix(temporary))
+            self.backup = self.backup.rename(kept)
+        return self.backup
+
     def discard(self) -> None:
+        """Remove the backup; the manifest first, so that a kill half-way leaves a folder ``load`` ignores."""
+        (self.backup / MANIFEST).unlink(missing_ok=True)
         shutil.rmtree(self.backup, ignore_errors=True)

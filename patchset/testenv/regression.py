@@ -9,8 +9,8 @@ from pathlib import Path
 
 from patchset.plumbing.ui import Console, display_path
 from patchset.testenv.venv import REPO_ROOT, ensure_venv
-from patchset.upstreams.fetch import ensure_upstream, resolve_cache
-from patchset.upstreams.pins import load_pins
+from patchset.upstreams.fetch import Cache, ensure_upstream, resolve_cache
+from patchset.upstreams.pins import Pins, load_pins
 from patchset.upstreams.registry import UPSTREAMS
 
 SUITE = REPO_ROOT / "tests" / "regression"
@@ -98,7 +98,7 @@ def run_overlay_regression_tests(
     return subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
 
 
-def with_verl_for_trinity(trees: Mapping[str, Path], console: Console) -> dict[str, Path]:
+def with_verl_for_trinity(trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console) -> dict[str, Path]:
     """Trinity's engine loss imports verl: test a Trinity tree given alone beside the pinned vanilla verl.
 
     The Trinity fix does not depend on verl's, so vanilla verl is the neutral choice; it is only a dependency
@@ -106,14 +106,16 @@ def with_verl_for_trinity(trees: Mapping[str, Path], console: Console) -> dict[s
     """
     completed = dict(trees)
     if "trinity" in completed and "verl" not in completed:
-        pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").default_for("verl")
-        assert pin is not None, "upstreams.toml names no default verl"
-        completed["verl"] = ensure_upstream(pin, resolve_cache(None, os.environ, REPO_ROOT), console)
+        pin = pins.default_for("verl")
+        assert pin is not None, f"{pins.source} names no default verl"
+        completed["verl"] = ensure_upstream(pin, cache, console)
         console.step(f"Trinity's loss imports verl: testing it beside {pin.label} ({display_path(completed['verl'])})")
     return completed
 
 
-def verl_companions_for_trinity(trees: Mapping[str, Path], console: Console) -> list[dict[str, Path]]:
+def verl_companions_for_trinity(
+    trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console
+) -> list[dict[str, Path]]:
     """The other runs a Trinity tree needs: beside each verl pinned as Trinity's companion (``companion_for``).
 
     trinity-rft 0.6.0 accepts verl >= 0.7.1 and trains through verl's engine on verl >= 0.8 but through its own
@@ -122,10 +124,9 @@ def verl_companions_for_trinity(trees: Mapping[str, Path], console: Console) -> 
     """
     if "trinity" not in trees:
         return []
-    pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
     runs = []
     for pin in pins.companions("verl", of="trinity"):
-        verl = ensure_upstream(pin, resolve_cache(None, os.environ, REPO_ROOT), console)
+        verl = ensure_upstream(pin, cache, console)
         console.step(f"Trinity on its legacy path: testing it beside {pin.label} ({display_path(verl)}) as well")
         runs.append({"verl": verl, "trinity": trees["trinity"]})
     return runs
@@ -157,6 +158,10 @@ def run_regression_tests(
     pytest_args: Sequence[str] = (),
     sample: bool = False,
     companions: bool = True,
+    *,
+    pins: Pins | None = None,
+    cache: Cache | None = None,
+    console: Console | None = None,
 ) -> int:
     """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}); return pytest's exit code.
 
@@ -165,16 +170,20 @@ def run_regression_tests(
     tree once more beside each verl pinned as its companion (its legacy path: `verl_companions_for_trinity`);
     tests whose tree is not given are skipped, and say so. ``sample``: one batch shape per test, loss and mode;
     ``companions=False`` leaves out the runs beside the companion verl (a quick loop).
-    The first failing run's exit code is returned.
+    ``pins``, ``cache`` and ``console`` are the caller's (``apply --patches-dir``, ``--cache``, ``-q``): the verl
+    trees fetched for Trinity come from them; by default this repository's pins, ``$PATCHSET_CACHE`` or
+    ``<repo>/.cache``, and a console that prints everything. The first failing run's exit code is returned.
     """
     python = ensure_venv()
-    console = Console()
+    pins = pins if pins is not None else load_pins(REPO_ROOT / "patches" / "upstreams.toml")
+    cache = cache if cache is not None else resolve_cache(None, os.environ, REPO_ROOT)
+    console = console if console is not None else Console()
     verl_is_dependency = "trinity" in trees and "verl" not in trees
-    runs = [(with_verl_for_trinity(trees, console), verl_is_dependency, True)]
+    runs = [(with_verl_for_trinity(trees, pins, cache, console), verl_is_dependency, True)]
     if companions:
         # beside a companion verl only Trinity's legacy-path tests run (seconds): one process, rather than a worker
         # per core that each import torch, verl and Trinity first
-        runs += [(companion, True, False) for companion in verl_companions_for_trinity(trees, console)]
+        runs += [(companion, True, False) for companion in verl_companions_for_trinity(trees, pins, cache, console)]
     returncodes = [
         _run_suite(python, run, expect, baseline_dir, pytest_args, dependency, sample, parallel)
         for run, dependency, parallel in runs

@@ -71,7 +71,7 @@ def regression_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[dict[str, Pa
 
     calls: list[tuple[dict[str, Path], str]] = []
 
-    def fake(trees: Mapping[str, Path], expect: str = "fixed") -> int:
+    def fake(trees: Mapping[str, Path], expect: str = "fixed", **sources: object) -> int:
         calls.append((dict(trees), expect))
         return 0
 

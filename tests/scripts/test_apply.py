@@ -368,7 +368,7 @@ def test_regression_tests_get_only_the_trees_given(world, regression_calls):
 def test_failing_regression_tests_exit_1(capsys, world, monkeypatch):
     from patchset.testenv import regression
 
-    monkeypatch.setattr(regression, "run_regression_tests", lambda trees, expect="fixed": 5)
+    monkeypatch.setattr(regression, "run_regression_tests", lambda trees, expect="fixed", **sources: 5)
 
     code = main(world.args(str(world.verl)))
 

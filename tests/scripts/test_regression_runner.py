@@ -53,3 +53,36 @@ def test_verl_given_only_as_trinitys_dependency_is_marked_so(tmp_path: Path):
 
     assert regression_env(trees, "fixed", None, verl_is_dependency=True)["PATCHSET_VERL_ROLE"] == "dependency"
     assert "PATCHSET_VERL_ROLE" not in regression_env(trees, "fixed", None)
+
+
+def test_apply_hands_its_pins_cache_and_quiet_console_to_the_verl_fetches_of_the_regression_run(
+    world, monkeypatch, capsys
+):
+    """``apply --patches-dir P --cache C -q TRINITY``: the verl trees fetched for Trinity (the default one it imports,
+    and each companion) come from P's pins and into C, and say nothing (-q), not from this repository's pins and
+    $PATCHSET_CACHE."""
+    from patchset.cli.apply import main
+    from patchset.testenv import regression
+
+    toml = world.patches / "upstreams.toml"
+    companion = '[[upstream]]\nkey = "verl"\nname = "verl"\nversion = "0.7.9"\nsdist_sha256 = "{}"\n'.format("0" * 64)
+    companion += 'repository = "https://example.invalid/repo"\ntag = "v0.7.9"\nseries = "verl"\n'
+    toml.write_text(toml.read_text() + "\n" + companion + 'default = false\ncompanion_for = "trinity"\n')
+    monkeypatch.setenv("PATCHSET_CACHE", str(world.cache.parent / "not-this-cache"))
+    fetched: list[tuple[str, Path, bool]] = []
+
+    def ensure_upstream(pin, cache, console):
+        fetched.append((pin.label, cache.root, console.quiet))
+        return cache.root / "upstreams" / pin.dirname
+
+    monkeypatch.setattr(regression, "ensure_upstream", ensure_upstream)
+    monkeypatch.setattr(regression, "ensure_venv", lambda: Path("python"))
+    runs: list[dict[str, Path]] = []
+    monkeypatch.setattr(regression, "_run_suite", lambda python, trees, *rest: runs.append(dict(trees)) or 0)
+
+    assert main(world.args("-q", str(world.trinity))) == 0
+
+    cache = world.cache.resolve()
+    assert fetched == [("verl 0.8.0", cache, True), ("verl 0.7.9", cache, True)]
+    assert [run["verl"] for run in runs] == [cache / "upstreams" / "verl-0.8.0", cache / "upstreams" / "verl-0.7.9"]
+    assert "Trinity's loss imports verl" not in capsys.readouterr().out

@@ -25,9 +25,11 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
 
-def test_restore_leaves_the_tree_identical_after_edits_deletions_and_additions(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kept", [False, True], ids=["in-process", "loaded-by-the-next-run"])
+def test_restore_leaves_the_tree_identical_after_edits_deletions_and_additions(tmp_path: Path, kept: bool) -> None:
     """Every saved path comes back as it was: content, mode, mtime, symlink target, absence, and the folders
-    made for a new file go again; git sees the same tracked, deleted and untracked files."""
+    made for a new file go again; git sees the same tracked, deleted and untracked files. Alike when the snapshot
+    kept in a folder is loaded from there (``Snapshot.load``), as the run after a killed one does."""
     repo = make_repo(
         tmp_path / "repo",
         {"mod.txt": "original\n", "run.sh": "#!/bin/sh\n", "gone.txt": "tracked\n", "del.txt": "to delete\n"},
@@ -43,7 +45,8 @@ def test_restore_leaves_the_tree_identical_after_edits_deletions_and_additions(t
     paths = ["mod.txt", "run.sh", "link", "gone.txt", "del.txt", "untracked.txt", "swap.txt", "new/deep/file.txt"]
     before = tree_state(repo)
 
-    snapshot = Snapshot(repo, paths)
+    folder = tmp_path / "git-dir" / "snapshot"
+    snapshot = Snapshot(repo, paths, folder if kept else None)
     (repo / "mod.txt").write_text("patched\n")
     (repo / "run.sh").write_text("#!/bin/sh\nexit 1\n")
     (repo / "run.sh").chmod(0o644)
@@ -58,6 +61,10 @@ def test_restore_leaves_the_tree_identical_after_edits_deletions_and_additions(t
     (repo / "new/deep").mkdir(parents=True)
     (repo / "new/deep/file.txt").write_text("added\n")
     assert tree_state(repo) != before
+    if kept:
+        loaded = Snapshot.load(folder)
+        assert loaded is not None and loaded.paths == snapshot.paths and loaded.root == repo
+        snapshot = loaded
 
     assert snapshot.restore() == []
 
@@ -66,6 +73,18 @@ def test_restore_leaves_the_tree_identical_after_edits_deletions_and_additions(t
     assert mode(repo / "run.sh") == 0o755
     assert not (repo / "new").exists()
     snapshot.discard()
+    assert not snapshot.backup.exists()
+
+
+def test_a_kept_snapshot_without_its_manifest_loads_as_none(tmp_path: Path) -> None:
+    """The manifest is written last and removed first: a folder without it is a snapshot killed while it was being
+    taken (nothing changed yet) or while it was being discarded (nothing left to restore)."""
+    (tmp_path / "a.txt").write_text("a\n")
+    folder = tmp_path / "kept"
+    Snapshot(tmp_path, ["a.txt"], folder)
+    (folder / "manifest.json").unlink()
+
+    assert Snapshot.load(folder) is None
 
 
 def test_restore_touches_only_the_saved_paths(tmp_path: Path) -> None:
@@ -122,7 +141,8 @@ def test_restore_reports_what_it_cannot_put_back_and_keeps_the_backup(tmp_path: 
 
     assert failed == ["d/f.txt: File exists"]
     assert (root / "ok.txt").read_text() == "fine\n"
-    kept = sorted(path.read_text() for path in snapshot.backup.iterdir())
+    assert snapshot.keep().name.startswith("patchset-backup-kept-")  # no pid in it: no later run sweeps it away
+    kept = sorted(path.read_text() for path in snapshot.backup.iterdir() if path.name != "manifest.json")
     assert kept == ["fine\n", "original\n"]
     snapshot.discard()
     assert not snapshot.backup.exists()

@@ -1,0 +1,98 @@
+"""One run per tree: hold every tree of a run from before it is read until the run ends, and first undo what a
+killed run left half-done.
+
+Each tree's lock is ``<git-dir>/patchset/lock`` (``treelock.py``), taken in a fixed order (by that path) before
+any tree is read, so that two runs on the same trees never wait on each other crosswise and a run never plans from
+a tree that another is changing. A dry run (``--check``) takes it too: it would otherwise report a state half-way
+through another run's changes, one that the series never has. The snapshots of the run (``snapshot.py``) are kept
+beside the lock, in ``snapshot-<key>/``, not in the system temp folder: a run killed with SIGKILL, which no handler
+sees, leaves its snapshot there, and the next run restores the tree from it, says so, and only then does what it
+was asked. A git directory that cannot be written (a read-only tree) is not locked: the run says so and goes on.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from patchset.apply.engine import Target
+from patchset.plumbing import gitops, treelock
+from patchset.plumbing.errors import BadInput, TreeLocked
+from patchset.plumbing.signals import Guard
+from patchset.plumbing.snapshot import Snapshot
+from patchset.plumbing.ui import Console
+
+FOLDER = "patchset"
+
+
+def _busy_message(shown: str, busy: treelock.Busy) -> str:
+    holder = busy.holder
+    who = f"another run (pid {holder.pid}, started {holder.started}: {holder.command})" if holder else "another run"
+    return (
+        f"{shown} is being changed or checked by {who}, which holds {busy.path}; nothing was changed. Next: wait "
+        f"for that run to end, then run again"
+    )
+
+
+def _recover(folder: Path, shown: str, stale: treelock.Holder | None, console: Console) -> None:
+    """Restore the trees from the snapshots that a killed run (or one whose rollback failed) left in ``folder``, and
+    say so."""
+    if stale is not None:
+        run = f"a run that was killed (pid {stale.pid}, started {stale.started})"
+    else:  # its lock was released: the run ended, but could not restore everything from its snapshot
+        run = "an earlier run that could not restore it"
+    for backup in sorted(folder.glob("snapshot-*")):
+        snapshot = Snapshot.load(backup)
+        if snapshot is None:  # killed while saving the files, before it changed any
+            shutil.rmtree(backup, ignore_errors=True)
+            continue
+        failed = snapshot.restore()
+        if failed:
+            raise BadInput(
+                f"{shown} was left half-changed by {run}, and restoring it from that run's snapshot failed: "
+                f"{', '.join(failed)}; nothing else was changed. Next: copy those files back from {backup} (its "
+                f"manifest.json names them by number), then remove {backup}"
+            )
+        snapshot.discard()
+        console.warn(
+            f"{shown} was left half-changed by {run}: restored {len(snapshot.paths)} file(s) from its snapshot, as "
+            f"they were before it; now doing what was asked"
+        )
+
+
+@contextmanager
+def locked(targets: Sequence[Target], command: str, console: Console, guard: Guard) -> Iterator[dict[Path, Path]]:
+    """Hold the trees of ``targets`` for ``command`` while the block runs, after restoring what a killed run left;
+    yields where each tree's snapshot is to be kept ({root: folder}; a tree that could not be locked has none)."""
+    folders: dict[Path, list[Target]] = {}
+    for target in targets:
+        folders.setdefault(gitops.git_dir(target.worktree) / FOLDER, []).append(target)
+    locks: list[treelock.Lock] = []
+    homes: dict[Path, Path] = {}
+    try:
+        for folder in sorted(folders):
+            shown = ", ".join(target.shown for target in folders[folder])
+            with guard.critical():
+                try:
+                    lock = treelock.acquire(folder, command)
+                except treelock.Busy as busy:
+                    raise TreeLocked(_busy_message(shown, busy)) from None
+                except OSError as exc:
+                    console.warn(
+                        f"could not lock {shown} ({exc.strerror or exc}: {folder}); going on without the lock, so no "
+                        f"other run may change it meanwhile"
+                    )
+                    continue
+                locks.append(lock)
+                if lock.stale is not None:
+                    console.warn(f"{shown}: taking over the lock of a run that is gone ({lock.stale})")
+                _recover(folder, shown, lock.stale, console)
+            guard.check()
+            homes.update({target.root: folder / f"snapshot-{target.key}" for target in folders[folder]})
+        yield homes
+    finally:
+        with guard.critical():
+            for lock in reversed(locks):
+                lock.release()

@@ -1,0 +1,53 @@
+"""Scratch folders in the system temp folder, named with the id of the process that made them, so that the next
+run can remove those of a process that is gone (killed with SIGKILL, say, where no ``finally`` runs).
+
+``prefix("check")`` is ``patchset-check-<pid>-``: pass it to ``tempfile``. ``sweep()`` removes every such folder
+whose process no longer exists; those of live processes (another run, on another tree) are left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+_NAME = re.compile(r"patchset-[a-z]+-(\d+)-")
+
+
+def prefix(kind: str) -> str:
+    """The name prefix of a scratch folder of ``kind`` made by this process."""
+    return f"patchset-{kind}-{os.getpid()}-"
+
+
+def alive(pid: int) -> bool:
+    """True when a process ``pid`` exists (one of another user's counts: it may not be signalled, but it is there)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep(folder: Path | None = None) -> list[Path]:
+    """Remove the scratch folders in ``folder`` (default: the system temp folder) left by processes that are gone;
+    return them."""
+    where = Path(folder or tempfile.gettempdir())
+    removed = []
+    try:
+        entries = list(where.iterdir())
+    except OSError:
+        return []
+    for path in entries:
+        match = _NAME.match(path.name)
+        if match is None or int(match.group(1)) == os.getpid() or alive(int(match.group(1))):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed

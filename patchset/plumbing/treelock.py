@@ -1,0 +1,114 @@
+"""One run at a time per tree: a lock file in a folder of the tree's git directory, as git keeps ``index.lock``.
+
+The lock is the file ``<folder>/lock`` held with ``flock``: the kernel lets one process hold it, and lets it go
+when that process ends however it ends (SIGKILL included), so a lock is never left held by a process that is gone.
+The file records who holds it (pid, when it started, the command), which a second run reads to say so. Releasing
+removes the file; a file that is found with a record in it, and free, was left by a run that was killed: it is
+taken over, and ``Lock.stale`` says whose it was. The folder is removed again when it holds nothing else, so a
+run leaves the git directory as it found it. Knows nothing about patches.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+LOCK = "lock"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds (or held) a lock: the process id, when it started (local time, ISO 8601) and its command."""
+
+    pid: int
+    started: str
+    command: str
+
+    def __str__(self) -> str:
+        return f"pid {self.pid}, started {self.started}: {self.command}"
+
+
+class Busy(Exception):
+    """The lock is held by a live process; ``holder`` is its record (None when it has not written it yet)."""
+
+    def __init__(self, path: Path, holder: Holder | None) -> None:
+        super().__init__(f"{path} is held by {holder or 'another process'}")
+        self.path, self.holder = path, holder
+
+
+def _holder(text: str) -> Holder | None:
+    try:
+        data = json.loads(text)
+        return Holder(int(data["pid"]), str(data["started"]), str(data["command"]))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _read(fd: int) -> str:
+    return os.pread(fd, 65536, 0).decode("utf-8", "replace")
+
+
+@dataclass
+class Lock:
+    """A lock this process holds, until ``release()``; ``stale``: the record of the killed run it was taken from."""
+
+    path: Path
+    stale: Holder | None
+    _fd: int
+
+    def release(self) -> None:
+        """Remove the lock file, then let go of it (a run waiting on the old file sees it gone and starts again),
+        and remove the folder when it is empty."""
+        if self._fd < 0:
+            return
+        self.path.unlink(missing_ok=True)
+        os.close(self._fd)
+        self._fd = -1
+        try:
+            self.path.parent.rmdir()
+        except OSError:
+            pass  # not empty: another run's lock, or what the caller keeps there
+
+
+def acquire(folder: Path, command: str) -> Lock:
+    """Take the lock in ``folder`` (made if need be) for ``command``; raise ``Busy`` when a live process holds it,
+    ``OSError`` when it cannot be made (a read-only git directory)."""
+    path = folder / LOCK
+    for _ in range(100):  # each retry: the holder let go between our open and our flock, or removed the folder
+        folder.mkdir(exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = None
+            for _ in range(20):  # the holder writes its record right after taking the lock
+                if (holder := _holder(_read(fd))) is not None:
+                    break
+                time.sleep(0.05)
+            os.close(fd)
+            raise Busy(path, holder) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.fstat(fd).st_ino == path.stat().st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:  # released (and removed) after we opened it: take the new one
+            os.close(fd)
+            continue
+        stale = _holder(_read(fd))
+        started = datetime.now().astimezone().isoformat(timespec="seconds")
+        record = json.dumps({"pid": os.getpid(), "started": started, "command": command})
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record.encode("utf-8") + b"\n", 0)
+        return Lock(path, stale, fd)
+    raise OSError(f"could not take the lock {path}: it kept changing under this process")
