@@ -35,7 +35,7 @@ import platform
 import sys
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -65,38 +65,6 @@ def _unpad_helpers() -> str:
         functions = (torch_impl.index_first_axis, torch_impl.pad_input, torch_impl.rearrange, torch_impl.unpad_input)
         attention_utils._get_attention_functions = lambda: functions
         return "verl's pure-torch helpers (no flash_attn)"
-
-
-def _value_head_loader() -> None:
-    """verl's `load_valuehead_model` hard-codes flash_attention_2: load the same class with the config's attention."""
-    import verl.utils.model as verl_model
-
-    def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
-        from transformers import AutoModelForTokenClassification
-
-        return AutoModelForTokenClassification.from_pretrained(
-            pretrained_model_name_or_path=local_path,
-            torch_dtype=torch_dtype,
-            config=model_config,
-            attn_implementation=model_config._attn_implementation,
-            trust_remote_code=trust_remote_code,
-        )
-
-    verl_model.load_valuehead_model = load_valuehead_model
-
-
-@contextlib.contextmanager
-def _every_rank_loads() -> Iterator[None]:
-    """Trinity's `_build_module` builds ranks > 0 on the meta device on Hopper (capability >= 9); report (0, 0) while
-    it runs, so that every rank loads the checkpoint with the config's attention (Trinity's path elsewhere)."""
-    import torch
-
-    real = torch.cuda.get_device_capability
-    torch.cuda.get_device_capability = lambda device=None: (0, 0)
-    try:
-        yield
-    finally:
-        torch.cuda.get_device_capability = real
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -229,7 +197,9 @@ def _build_engine(case: Case, precision: str, model_path: Path, attention: str):
         checkpoint_config=CheckpointConfig(),
     )
     torch.manual_seed(MODEL_SEED)  # the value head is not in the checkpoint: the same head on every tree
-    with _every_rank_loads() if case.needs_trinity else contextlib.nullcontext():
+    from engine_sim import every_rank_loads_weights
+
+    with every_rank_loads_weights() if case.needs_trinity else contextlib.nullcontext():
         engine.initialize()
     torch.distributed.barrier()
     return engine
@@ -401,7 +371,9 @@ def run_rank(rank: int, spec: dict, workdir: str) -> None:
             backend = "gloo"
         torch.distributed.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size)
         unpad = _unpad_helpers()
-        _value_head_loader()
+        from engine_sim import load_value_head_with_config_attention
+
+        load_value_head_with_config_attention()
         model = MODELS[spec["model"]]
         rows: list[dict] = []
         for name in spec["cases"]:

@@ -22,7 +22,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -61,42 +61,6 @@ def _cpu_unpadding() -> None:
     from engine_sim import use_cpu_unpadding
 
     use_cpu_unpadding()
-
-
-def _cpu_value_head_loader() -> None:
-    """verl's `load_valuehead_model` hard-codes ``attn_implementation="flash_attention_2"``.
-
-    Load the same class (`AutoModelForTokenClassification`, what verl tries first) with the attention
-    implementation of the model config (sdpa) instead.
-    """
-    import verl.utils.model as verl_model
-
-    def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
-        from transformers import AutoModelForTokenClassification
-
-        return AutoModelForTokenClassification.from_pretrained(
-            pretrained_model_name_or_path=local_path,
-            torch_dtype=torch_dtype,
-            config=model_config,
-            attn_implementation=model_config._attn_implementation,
-            trust_remote_code=trust_remote_code,
-        )
-
-    verl_model.load_valuehead_model = load_valuehead_model
-
-
-@contextlib.contextmanager
-def _cpu_device_capability() -> Iterator[None]:
-    """Trinity's `_build_module` asks `torch.cuda.get_device_capability(0)` (to choose meta-device init on
-    Hopper); on CPU report capability 0, i.e. every rank loads the weights itself (the non-Hopper path)."""
-    import torch
-
-    real = torch.cuda.get_device_capability
-    torch.cuda.get_device_capability = lambda device=None: (0, 0)
-    try:
-        yield
-    finally:
-        torch.cuda.get_device_capability = real
 
 
 def _cpu_collector_freeze() -> None:
@@ -165,7 +129,9 @@ def _build_engine(component: str, model_path: Path):
     # the critic's value head (`score`) is not in the checkpoint: seed its initialization, so that every
     # world size trains the same model (FSDP2 broadcasts rank 0's weights to the other ranks)
     torch.manual_seed(MODEL_SEED)
-    with _cpu_device_capability() if component == "actor" else contextlib.nullcontext():
+    from engine_sim import every_rank_loads_weights
+
+    with every_rank_loads_weights() if component == "actor" else contextlib.nullcontext():
         engine.initialize()
     torch.distributed.barrier()
     return engine
@@ -320,7 +286,9 @@ def _worker(
             "gloo", init_method=f"file://{workdir}/rendezvous", rank=rank, world_size=world_size
         )
         _cpu_unpadding()
-        _cpu_value_head_loader()
+        from engine_sim import load_value_head_with_config_attention
+
+        load_value_head_with_config_attention()
         started = time.perf_counter()
         measurements: list[Measurement] = []
         for component in components:

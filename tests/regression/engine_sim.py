@@ -15,8 +15,9 @@ pure-torch functions verl ships in `verl.utils.npu_flash_attn_utils`.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,39 @@ PROMPT_LEN = 8
 RESPONSE_LEN = 16
 
 LossFn = Callable[[dict, TensorDict], tuple[torch.Tensor, dict]]
+
+
+def load_value_head_with_config_attention() -> None:
+    """verl's `load_valuehead_model` hard-codes ``attn_implementation="flash_attention_2"``: load the same class
+    (`AutoModelForTokenClassification`, what verl tries first) with the model config's attention (sdpa) instead.
+    Not on the loss path; the engine end-to-end tests and scripts/gpu_proof.py use it where flash_attn is absent."""
+    import verl.utils.model as verl_model
+
+    def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
+        from transformers import AutoModelForTokenClassification
+
+        return AutoModelForTokenClassification.from_pretrained(
+            pretrained_model_name_or_path=local_path,
+            torch_dtype=torch_dtype,
+            config=model_config,
+            attn_implementation=model_config._attn_implementation,
+            trust_remote_code=trust_remote_code,
+        )
+
+    verl_model.load_valuehead_model = load_valuehead_model
+
+
+@contextlib.contextmanager
+def every_rank_loads_weights() -> Iterator[None]:
+    """Trinity's `_build_module` asks `torch.cuda.get_device_capability(0)` and, on Hopper (>= 9), builds ranks > 0
+    on the meta device; while it runs report (0, 0), so every rank loads the checkpoint itself with the config's
+    attention (Trinity's path on every other device, and on CPU)."""
+    real = torch.cuda.get_device_capability
+    torch.cuda.get_device_capability = lambda device=None: (0, 0)
+    try:
+        yield
+    finally:
+        torch.cuda.get_device_capability = real
 
 
 def actor_config(loss_agg_mode: str, **fields):
