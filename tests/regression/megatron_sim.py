@@ -30,7 +30,16 @@ import types
 from types import SimpleNamespace
 
 import torch
-from legacy_sim import BATCH_SIZE, PROMPT_LEN, RESPONSE_LEN, Split, TinyLM, algorithm, rank_rollout
+from legacy_sim import (
+    BATCH_SIZE,
+    PROMPT_LEN,
+    RESPONSE_LEN,
+    RecordingOptimizer,
+    Split,
+    TinyLM,
+    algorithm,
+    rank_rollout,
+)
 
 
 class _StandIn(types.ModuleType):
@@ -164,23 +173,13 @@ class MegatronModel(TinyLM):
         self.zero_grad(set_to_none=True)
 
 
-class RecordingDistributedOptimizer(torch.optim.SGD):
-    """lr 0; ``step()`` records the gradient averaged over the ranks and returns (success, grad_norm, zeros)."""
-
-    def __init__(self, params) -> None:
-        super().__init__(params, lr=0.0)
-        self.gradients: list[torch.Tensor] = []
+class RecordingDistributedOptimizer(RecordingOptimizer):
+    """lr 0; ``step()`` records the gradient averaged over the ranks and returns (success, grad_norm, zeros), as
+    Megatron's optimizer does."""
 
     def step(self, closure=None):  # type: ignore[override]
-        import torch.distributed as dist
-
-        grads = [p.grad.flatten() for group in self.param_groups for p in group["params"] if p.grad is not None]
-        gradient = torch.cat(grads).clone()
-        if dist.get_world_size() > 1:
-            dist.all_reduce(gradient)
-            gradient /= dist.get_world_size()
-        self.gradients.append(gradient)
-        return True, gradient.norm(), None
+        super().step(closure)
+        return True, self.gradients[-1].norm(), None
 
 
 @functools.cache
