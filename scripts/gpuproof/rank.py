@@ -215,32 +215,25 @@ def _loss_function(case: Case) -> Any:
         )
         return partial(value_loss, config)
     if case.name in ("ppo", "geo_mean"):
-        from verl.workers.config import FSDPActorConfig, PolicyLossConfig
+        from engine_sim import actor_config
+        from verl.workers.config import PolicyLossConfig
         from verl.workers.utils.losses import ppo_loss
 
-        config = FSDPActorConfig(
+        config = actor_config(
+            LOSS_AGG_MODE,
             strategy="fsdp2",
-            ppo_micro_batch_size_per_gpu=1,
-            rollout_n=1,
-            use_torch_compile=False,
-            loss_agg_mode=LOSS_AGG_MODE,
             policy_loss=PolicyLossConfig(loss_mode="vanilla" if case.name == "ppo" else "geo_mean"),
             use_kl_loss=True,
             entropy_coeff=0.01,
         )
         return partial(ppo_loss, config)
     if case.name == "distillation":
+        from engine_sim import actor_config as engine_actor_config
         from verl.trainer.distillation.losses import distillation_ppo_loss
-        from verl.workers.config import DistillationConfig, DistillationLossConfig, FSDPActorConfig
+        from verl.workers.config import DistillationConfig, DistillationLossConfig
 
         # a fresh worker's configs: verl keeps the global batch info on them between calls
-        actor_config = FSDPActorConfig(
-            strategy="fsdp2",
-            ppo_micro_batch_size_per_gpu=1,
-            rollout_n=1,
-            loss_agg_mode=LOSS_AGG_MODE,
-            use_torch_compile=False,
-        )
+        actor_config = engine_actor_config(LOSS_AGG_MODE, strategy="fsdp2")
         loss_config = DistillationLossConfig(loss_mode="k3", use_policy_gradient=False, use_task_rewards=False)
         distillation = DistillationConfig(distillation_loss=loss_config)
         return partial(distillation_ppo_loss, config=actor_config, distillation_config=distillation)

@@ -149,13 +149,12 @@ def _loss_function(component: str, mode: str):
     if component == DISTILLATION:
         from functools import partial
 
+        from engine_sim import actor_config as engine_actor_config
         from verl.trainer.distillation.losses import distillation_ppo_loss
-        from verl.workers.config import DistillationConfig, DistillationLossConfig, FSDPActorConfig
+        from verl.workers.config import DistillationConfig, DistillationLossConfig
 
         # a fresh worker's configs: verl keeps the global batch info on them between calls
-        actor_config = FSDPActorConfig(
-            strategy="fsdp2", ppo_micro_batch_size_per_gpu=1, rollout_n=1, loss_agg_mode=mode, use_torch_compile=False
-        )
+        actor_config = engine_actor_config(mode, strategy="fsdp2")
         loss_config = DistillationLossConfig(loss_mode="k3", use_policy_gradient=False, use_task_rewards=False)
         distillation_config = DistillationConfig(distillation_loss=loss_config)
         return partial(distillation_ppo_loss, config=actor_config, distillation_config=distillation_config)

@@ -64,13 +64,14 @@ def every_rank_loads_weights() -> Iterator[None]:
         torch.cuda.get_device_capability = real
 
 
-def actor_config(loss_agg_mode: str, **fields):
+def actor_config(loss_agg_mode: str, strategy: str = "fsdp", **fields):
     """A verl FSDP actor config as these tests build it: one-row micro-batches declared (the splits are the
-    engine's own), one rollout per prompt, no torch.compile; ``fields`` set the rest (policy loss, KL, entropy)."""
+    engine's own), one rollout per prompt, no torch.compile; ``strategy`` "fsdp2" for the real engine; ``fields``
+    set the rest (policy loss, KL, entropy)."""
     from verl.workers.config import FSDPActorConfig
 
     return FSDPActorConfig(
-        strategy="fsdp",
+        strategy=strategy,
         ppo_micro_batch_size_per_gpu=1,
         rollout_n=1,
         use_torch_compile=False,
