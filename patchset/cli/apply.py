@@ -10,8 +10,11 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from patchset.apply.engine import Plan, Target, plan_target, refusal, report, target_for_path, target_for_pin
 from patchset.apply.locking import locked
+from patchset.apply.plan import Plan, plan_target
+from patchset.apply.refusals import refusal, refuse_duplicates
+from patchset.apply.report import report_plan
+from patchset.apply.target import Target, target_for_path, target_for_pin
 from patchset.apply.transaction import apply_plans
 from patchset.cli import DELEGATED
 from patchset.cli.exits import run_reporting_errors
@@ -91,17 +94,6 @@ def _pins(args: argparse.Namespace) -> tuple[Path, Pins]:
     return patches_dir, load_pins(patches_dir / "upstreams.toml")
 
 
-def _refuse_duplicates(targets: Sequence[Target]) -> None:
-    seen: dict[str, Target] = {}
-    for target in targets:
-        if target.key in seen:
-            first = seen[target.key]
-            raise BadInput(
-                f"two {target.key} trees given ({first.shown}, {target.shown}); pass at most one of each kind"
-            )
-        seen[target.key] = target
-
-
 def _cached_targets(args: argparse.Namespace, patches_dir: Path, pins: Pins, console: Console) -> list[Target]:
     if args.reverse:
         raise BadInput("--reverse needs a PATH: the patched trees in the cache are rebuilt fresh on every run")
@@ -119,7 +111,7 @@ def _cached_targets(args: argparse.Namespace, patches_dir: Path, pins: Pins, con
 
 def _check(plans: Sequence[Plan], console: Console, *, allow_dirty: bool) -> int:
     for plan in plans:
-        report(plan, console)
+        report_plan(plan, console)
     for plan in plans:
         if (error := refusal(plan, allow_dirty=allow_dirty)) is not None:
             raise error
@@ -156,7 +148,7 @@ def cmd_apply(args: argparse.Namespace, console: Console, guard: signals.Guard) 
             target_for_path(path, pins, patches_dir, force_version=args.force_version, console=console)
             for path in args.paths
         ]
-        _refuse_duplicates(targets)
+        refuse_duplicates(targets)
     else:
         targets = _cached_targets(args, patches_dir, pins, console)
     with locked(targets, args.command_line, console, guard) as homes:
