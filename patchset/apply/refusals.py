@@ -80,3 +80,11 @@ def refusal(plan: Plan, *, allow_dirty: bool) -> PatchsetError | None:
     if plan.changing and (blocked := unwritable(plan)):
         return BadInput(unwritable_message(plan, blocked))
     return None
+
+
+def refuse(plans: Sequence[Plan], *, allow_dirty: bool) -> None:
+    """Raise the refusal of the first plan that has one (see ``refusal``); every plan is checked before any tree
+    is changed."""
+    for plan in plans:
+        if (error := refusal(plan, allow_dirty=allow_dirty)) is not None:
+            raise error

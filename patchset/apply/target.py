@@ -16,6 +16,7 @@ from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.model import Series, load_series
 from patchset.upstreams.detect import detect
+from patchset.upstreams.fetch import Cache, ensure_upstream, fresh_patched_clone
 from patchset.upstreams.pins import Pin, Pins
 
 
@@ -117,3 +118,21 @@ def target_for_pin(pin: Pin, root: Path, patches_dir: Path) -> Target:
         series=_series(patches_dir, pin.series),
         worktree=tree,
     )
+
+
+def cached_targets(
+    pins: Pins, patches_dir: Path, cache: Cache, console: Console, *, reverse: bool, check: bool
+) -> list[Target]:
+    """The targets of a run given no PATH: the default pins, fetched into ``cache`` (their vanilla checkouts for
+    ``check``, else fresh patched clones of them)."""
+    if reverse:
+        raise BadInput("--reverse needs a PATH: the patched trees in the cache are rebuilt fresh on every run")
+    defaults = pins.defaults()
+    if not defaults:
+        raise BadInput(f"{pins.source} marks no [[upstream]] as default = true")
+    targets = []
+    for pin in defaults:
+        vanilla = ensure_upstream(pin, cache, console)
+        tree = vanilla if check else fresh_patched_clone(pin, vanilla, cache, console)
+        targets.append(target_for_pin(pin, tree, patches_dir))
+    return targets
