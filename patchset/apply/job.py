@@ -1,8 +1,8 @@
 """One apply run, the whole of it: find the trees, lock them, plan every patch, refuse what is in the way, apply
 all or nothing, then run the regression tests on the trees (or say they are skipped).
 
-Plain arguments only, so that the command line (``patchset.cli.apply``) is one caller among others: it parses,
-resolves the cache and calls ``run_apply``. The regression run gets this run's pins, cache and console, so the
+Plain arguments only, so that the command line is one caller among others: it parses the options, resolves the
+cache and calls ``run_apply``. The regression run gets this run's pins, cache and console, so the
 verl trees it fetches for Trinity come from the same ``--patches-dir`` and ``--cache``, and ``-q`` holds there too.
 """
 
