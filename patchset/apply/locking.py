@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from patchset.apply.engine import Target
+from patchset.apply.target import Target
 from patchset.plumbing import gitops, treelock
 from patchset.plumbing.errors import BadInput, TreeLocked
 from patchset.plumbing.signals import Guard

@@ -41,6 +41,8 @@ tree's content decides, read as it is now, not the version number alone:
   that applies or reverts is judged as usual, so a backport tree keeps working.
 
 A patch with ``Applied-Upstream`` but no check is skipped at or past that version, by the version only.
+
+A tree's ``Plan`` (``plan_target``): its steps, and its uncommitted changes, those in the way and the others.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchset.apply.target import Target
 from patchset.plumbing import files, gitops, tempdirs
 from patchset.plumbing.merge import Merge, MergeResult, three_way
 from patchset.series.model import Patch, UpstreamCheck
@@ -275,3 +278,44 @@ def unexplained_changes(tree: gitops.WorkTree, dirty: Iterable[str], applied: Se
             if not gitops.apply_patch(scratch, patch.path).ok:
                 return dirty  # HEAD plus the patches does not even build: nothing is explained
         return [rel for rel in dirty if not files.same(scratch / rel, tree.root / rel)]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every step for one tree, plus its uncommitted changes: ``dirty`` (in files a step will change, and not
+    the series' own doing) and ``others`` (elsewhere, left alone)."""
+
+    target: Target
+    steps: tuple[Step, ...]
+    reverse: bool
+    dirty: tuple[str, ...]
+    others: tuple[str, ...]
+
+    def count(self, action: Action) -> int:
+        return sum(1 for s in self.steps if s.action is action)
+
+    @property
+    def first_failure(self) -> Step | None:
+        return next((s for s in self.steps if s.action is Action.FAIL), None)
+
+    @property
+    def changing(self) -> list[Step]:
+        return [s for s in self.steps if s.action is Action.CHANGE]
+
+
+def plan_target(target: Target, *, reverse: bool, merge: bool = False) -> Plan:
+    """Plan ``target`` (see the module docstring); reads the tree, changes nothing. ``merge``: apply with a 3-way
+    merge what does not apply as it is (``--3way``)."""
+    objects = gitops.objects_dir(target.worktree)
+    steps = tuple(
+        plan_series(
+            target.root, target.series.patches, version=target.version, reverse=reverse, objects=objects, merge=merge
+        )
+    )
+    changing = series_files(s.patch for s in steps if s.action in (Action.CHANGE, Action.FAIL))
+    status = gitops.status_paths(target.worktree) if changing else {}
+    touched_dirty = [path for path in changing if path in status]
+    dirty = unexplained_changes(target.worktree, touched_dirty, applied_patches(steps, reverse=reverse))
+    ours = set(series_files(target.series.patches))
+    others = tuple(sorted(path for path in status if path not in ours))
+    return Plan(target=target, steps=steps, reverse=reverse, dirty=tuple(dirty), others=others)

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchset.apply.engine import Plan, failure_detail, listing, partly_line, step_line, summary_line, where
-from patchset.apply.plan import Action, Step, series_files
+from patchset.apply.plan import Action, Plan, Step, series_files
+from patchset.apply.report import failure_detail, listing, partly_line, step_line, summary_line, where
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput, DoesNotApply
 from patchset.plumbing.merge import Merge, three_way
@@ -113,7 +113,7 @@ def _failed_message(failed: _StepFailed, progress: Sequence[_Progress], stuck: l
 def apply_plans(
     plans: Sequence[Plan], console: Console, guard: Guard, homes: Mapping[Path, Path] | None = None
 ) -> None:
-    """Carry out ``plans`` (none with a refusal, see ``apply.refusal``), all or nothing: on any failure, or an
+    """Carry out ``plans`` (none with a refusal, see ``refusals.refusal``), all or nothing: on any failure, or an
     interrupt, every tree changed so far is restored before the error propagates. ``homes``: where to keep each
     tree's snapshot ({root: new folder}, beside its lock: see ``locking.py``); else a private temporary folder."""
     progress: list[_Progress] = []

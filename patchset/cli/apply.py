@@ -7,26 +7,23 @@ import os
 import shlex
 import sys
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-from patchset.apply.engine import Plan, Target, plan_target, refusal, report, target_for_path, target_for_pin
-from patchset.apply.locking import locked
-from patchset.apply.transaction import apply_plans
+from patchset.apply.job import run_apply
 from patchset.cli import DELEGATED
 from patchset.cli.exits import run_reporting_errors
 from patchset.cli.options import add_common_options, usage_exit_status
-from patchset.plumbing import signals, tempdirs
+from patchset.plumbing import signals
 from patchset.plumbing.errors import (
     EXIT_BAD_INPUT,
     EXIT_DOES_NOT_APPLY,
     EXIT_LOCKED,
     EXIT_OK,
     EXIT_TESTS_FAILED,
-    BadInput,
 )
-from patchset.plumbing.ui import Console, display_path
-from patchset.upstreams.fetch import Cache, ensure_upstream, fresh_patched_clone, resolve_cache
+from patchset.plumbing.ui import Console
+from patchset.upstreams.fetch import ensure_upstream, resolve_cache
 from patchset.upstreams.pins import Pins, load_pins
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -91,93 +88,22 @@ def _pins(args: argparse.Namespace) -> tuple[Path, Pins]:
     return patches_dir, load_pins(patches_dir / "upstreams.toml")
 
 
-def _refuse_duplicates(targets: Sequence[Target]) -> None:
-    seen: dict[str, Target] = {}
-    for target in targets:
-        if target.key in seen:
-            first = seen[target.key]
-            raise BadInput(
-                f"two {target.key} trees given ({first.shown}, {target.shown}); pass at most one of each kind"
-            )
-        seen[target.key] = target
-
-
-def _cached_targets(args: argparse.Namespace, patches_dir: Path, pins: Pins, console: Console) -> list[Target]:
-    if args.reverse:
-        raise BadInput("--reverse needs a PATH: the patched trees in the cache are rebuilt fresh on every run")
-    defaults = pins.defaults()
-    if not defaults:
-        raise BadInput(f"{pins.source} marks no [[upstream]] as default = true")
-    cache = resolve_cache(args.cache, os.environ, REPO_ROOT)
-    targets = []
-    for pin in defaults:
-        vanilla = ensure_upstream(pin, cache, console)
-        tree = vanilla if args.check else fresh_patched_clone(pin, vanilla, cache, console)
-        targets.append(target_for_pin(pin, tree, patches_dir))
-    return targets
-
-
-def _check(plans: Sequence[Plan], console: Console, *, allow_dirty: bool) -> int:
-    for plan in plans:
-        report(plan, console)
-    for plan in plans:
-        if (error := refusal(plan, allow_dirty=allow_dirty)) is not None:
-            raise error
-    return EXIT_OK
-
-
-def _regression(trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console) -> int:
-    from patchset.testenv import regression  # imported late: it is the regression work's module, heavier to import
-
-    shown = ", ".join(f"{key} at {display_path(path)}" for key, path in trees.items())
-    console.step(f"Running the regression tests on {shown}")
-    returncode = regression.run_regression_tests(trees, expect="fixed", pins=pins, cache=cache, console=console)
-    if returncode != 0:
-        print(
-            f"error: the regression tests failed (exit status {returncode}) on {shown}; see their output above",
-            file=sys.stderr,
-        )
-        return EXIT_TESTS_FAILED
-    console.summary("Regression tests passed")
-    return EXIT_OK
-
-
 def cmd_apply(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
-    """``apply``: see ``APPLY_DESCRIPTION``."""
-    if args.three_way and args.reverse:
-        raise BadInput(
-            "--3way merges patches in; it cannot be combined with --reverse (take a merged patch out "
-            "with git checkout or git diff -R | git apply)"
-        )
-    tempdirs.sweep()  # what runs killed before left in the temp folder
-    patches_dir, pins = _pins(args)
-    if args.paths:
-        targets = [
-            target_for_path(path, pins, patches_dir, force_version=args.force_version, console=console)
-            for path in args.paths
-        ]
-        _refuse_duplicates(targets)
-    else:
-        targets = _cached_targets(args, patches_dir, pins, console)
-    with locked(targets, args.command_line, console, guard) as homes:
-        plans = [plan_target(target, reverse=args.reverse, merge=args.three_way) for target in targets]
-        if args.check:
-            return _check(plans, console, allow_dirty=args.allow_dirty)
-        for plan in plans:
-            if (error := refusal(plan, allow_dirty=args.allow_dirty)) is not None:
-                raise error
-        for plan in plans:
-            if plan.dirty:
-                verb = "reverting" if plan.reverse else "patching"
-                console.warn(f"{verb} despite uncommitted changes in {', '.join(plan.dirty)} (--allow-dirty)")
-        apply_plans(plans, console, guard, homes)
-        if args.reverse:
-            return EXIT_OK
-        if args.no_test:
-            console.step("Skipping the regression tests (--no-test)")
-            return EXIT_OK
-        cache = resolve_cache(args.cache, os.environ, REPO_ROOT)
-        return _regression({target.key: target.root for target in targets}, pins, cache, console)
+    """``apply``: see ``APPLY_DESCRIPTION``; the run itself is ``patchset.apply.job``."""
+    return run_apply(
+        args.paths,
+        patches_dir=_patches_dir(args),
+        cache=resolve_cache(args.cache, os.environ, REPO_ROOT),
+        console=console,
+        guard=guard,
+        command_line=args.command_line,
+        check=args.check,
+        reverse=args.reverse,
+        three_way=args.three_way,
+        allow_dirty=args.allow_dirty,
+        no_test=args.no_test,
+        force_version=args.force_version,
+    )
 
 
 def cmd_fetch(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:

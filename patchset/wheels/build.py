@@ -57,8 +57,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchset.apply.engine import plan_target, refusal, target_for_pin
-from patchset.apply.plan import Action, Step
+from patchset.apply.plan import Action, Step, plan_target
+from patchset.apply.refusals import refusal
+from patchset.apply.target import target_for_pin
 from patchset.apply.transaction import apply_plans
 from patchset.cli.exits import run_reporting_errors
 from patchset.cli.options import usage_exit_status

@@ -277,7 +277,8 @@ def _regression_step(cache_root: Path, expect: str, quick: bool) -> bool:
     e2e = str(REPO_ROOT / "tests" / "regression" / "test_engine_e2e.py")
     narrowed = {"pytest_args": ["--ignore", e2e] if quick else [], "companions": not quick}
     trees, sample = (vanilla, True) if expect == "bug" else (patched, quick)
-    return run_regression_tests(trees, expect, cache_root / "results", sample=sample, **narrowed) == 0
+    cache = resolve_cache(str(cache_root), os.environ, REPO_ROOT)  # the companion verl is fetched into it
+    return run_regression_tests(trees, expect, cache_root / "results", sample=sample, cache=cache, **narrowed) == 0
 
 
 def _tooling_step(python: str, env: dict[str, str]) -> bool:

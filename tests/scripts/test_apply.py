@@ -10,8 +10,13 @@ from pathlib import Path
 import pytest
 from patchset_fakes import VERL_PATCH_1, VERL_PATCH_2, World, git, make_repo, tree_digest
 
+from patchset.apply.job import run_apply
 from patchset.cli.apply import main
 from patchset.plumbing import gitops
+from patchset.plumbing.errors import BadInput
+from patchset.plumbing.signals import Guard
+from patchset.plumbing.ui import Console
+from patchset.upstreams.fetch import Cache
 
 CORE = "verl/trainer/ppo/core_algos.py"
 
@@ -403,4 +408,39 @@ def test_reverse_refuses_local_edit_on_top_of_patched_file(capsys, world):
 
     assert code == 2
     assert CORE in err
+    assert tree_digest(world.verl) == before
+
+
+def job(world: World, *paths: Path, **flags: bool) -> int:
+    """``run_apply`` called as a program would, with plain arguments: no command line, no argparse."""
+    cache, console = Cache(root=world.cache.resolve()), Console(quiet=False)
+    paths_given = [str(path) for path in paths]
+    return run_apply(
+        paths_given,
+        patches_dir=world.patches,
+        cache=cache,
+        console=console,
+        guard=Guard(),
+        command_line="test",
+        **flags,
+    )
+
+
+def test_the_apply_job_checks_a_tree_from_plain_arguments(capsys, world):
+    before = tree_digest(world.verl)
+
+    assert job(world, world.verl, check=True) == 0
+
+    assert f"* Would apply {VERL_PATCH_2} (2/2)" in capsys.readouterr().out
+    assert tree_digest(world.verl) == before
+
+
+def test_the_apply_job_raises_its_refusal_and_changes_nothing(world):
+    core = world.verl / CORE
+    core.write_text(core.read_text() + "# mine\n")
+    before = tree_digest(world.verl)
+
+    with pytest.raises(BadInput, match=f"has uncommitted changes in {CORE}, which the patches change"):
+        job(world, world.verl, no_test=True)
+
     assert tree_digest(world.verl) == before

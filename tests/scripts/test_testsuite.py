@@ -20,11 +20,11 @@ QUICK_STEPS = ["environment", "pinned trees", "teeth", "fix"]
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str, ...]]:
     """Every step body passes at once, doing nothing but say what it was asked; regression runs are recorded as
-    ("regression", expect, pytest args, sample, companions)."""
+    ("regression", expect, pytest args, sample, companions, the cache's root)."""
     calls: list[tuple] = []
 
-    def regression(trees, expect, baseline_dir=None, pytest_args=(), sample=False, companions=True) -> int:
-        calls.append(("regression", expect, list(pytest_args), sample, companions))
+    def regression(trees, expect, baseline_dir=None, pytest_args=(), sample=False, companions=True, cache=None) -> int:
+        calls.append(("regression", expect, list(pytest_args), sample, companions, cache and cache.root))
         return 0
 
     def named(name: str):  # type: ignore[no-untyped-def]
@@ -56,10 +56,11 @@ def test_each_planned_step_runs_its_own_body(recorded, tmp_path, quick):
         recorded.clear()
         assert testsuite.main(_step_argv(step)) == 0
         if step.name in ("teeth", "fix"):
-            ((kind, expect, args, sample, companions),) = recorded
+            ((kind, expect, args, sample, companions, cache),) = recorded
             assert (kind, expect) == ("regression", "bug" if step.name == "teeth" else "fixed")
             assert (args != []) is quick and companions is not quick  # quick: without the e2e module
             assert sample is (step.name == "teeth" or quick)  # teeth sampled; the fix every case unless quick
+            assert cache == (tmp_path / "cache").resolve()  # the companion verl is fetched into the step's cache
         else:
             assert recorded == ([] if step.name == "environment" else [(step.name,)])
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from patchset_fakes import FORMAT_PATCH, TEST_GIT_ENV, git, make_repo, tree_state
 
-from patchset.apply.engine import Plan, Target, plan_target
-from patchset.apply.plan import Action
+from patchset.apply.plan import Action, Plan, plan_target
+from patchset.apply.target import Target
 from patchset.apply.transaction import apply_plans
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput, DoesNotApply

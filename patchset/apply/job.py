@@ -1,0 +1,95 @@
+"""One apply run, the whole of it: find the trees, lock them, plan every patch, refuse what is in the way, apply
+all or nothing, then run the regression tests on the trees (or say they are skipped).
+
+Plain arguments only, so that the command line is one caller among others: it parses the options, resolves the
+cache and calls ``run_apply``. The regression run gets this run's pins, cache and console, so the
+verl trees it fetches for Trinity come from the same ``--patches-dir`` and ``--cache``, and ``-q`` holds there too.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from patchset.apply.locking import locked
+from patchset.apply.plan import plan_target
+from patchset.apply.refusals import refuse, refuse_duplicates
+from patchset.apply.report import report_plan
+from patchset.apply.target import cached_targets, target_for_path
+from patchset.apply.transaction import apply_plans
+from patchset.plumbing import signals, tempdirs
+from patchset.plumbing.errors import EXIT_OK, EXIT_TESTS_FAILED, BadInput
+from patchset.plumbing.ui import Console, display_path
+from patchset.upstreams.fetch import Cache
+from patchset.upstreams.pins import Pins, load_pins
+
+
+def _regression(trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console) -> int:
+    from patchset.testenv import regression  # imported late: it is the regression work's module, heavier to import
+
+    shown = ", ".join(f"{key} at {display_path(path)}" for key, path in trees.items())
+    console.step(f"Running the regression tests on {shown}")
+    returncode = regression.run_regression_tests(trees, expect="fixed", pins=pins, cache=cache, console=console)
+    if returncode != 0:
+        print(
+            f"error: the regression tests failed (exit status {returncode}) on {shown}; see their output above",
+            file=sys.stderr,
+        )
+        return EXIT_TESTS_FAILED
+    console.summary("Regression tests passed")
+    return EXIT_OK
+
+
+def run_apply(
+    paths: Sequence[str],
+    *,
+    patches_dir: Path,
+    cache: Cache,
+    console: Console,
+    guard: signals.Guard,
+    command_line: str,
+    check: bool = False,
+    reverse: bool = False,
+    three_way: bool = False,
+    allow_dirty: bool = False,
+    no_test: bool = False,
+    force_version: bool = False,
+) -> int:
+    """Apply the series of ``patches_dir`` to the trees at ``paths`` (none: fresh patched clones of the default pins
+    in ``cache``) and test them; return the exit status, or raise a ``PatchsetError``. ``check``: report and refuse
+    only, change nothing; the other flags are ``apply``'s options of the same names. ``command_line`` is what the
+    trees' locks say holds them."""
+    if three_way and reverse:
+        raise BadInput(
+            "--3way merges patches in; it cannot be combined with --reverse (take a merged patch out "
+            "with git checkout or git diff -R | git apply)"
+        )
+    tempdirs.sweep()  # what runs killed before left in the temp folder
+    pins = load_pins(patches_dir / "upstreams.toml")
+    if paths:
+        targets = [
+            target_for_path(path, pins, patches_dir, force_version=force_version, console=console) for path in paths
+        ]
+        refuse_duplicates(targets)
+    else:
+        targets = cached_targets(pins, patches_dir, cache, console, reverse=reverse, check=check)
+    with locked(targets, command_line, console, guard) as homes:
+        plans = [plan_target(target, reverse=reverse, merge=three_way) for target in targets]
+        if check:
+            for plan in plans:
+                report_plan(plan, console)
+        refuse(plans, allow_dirty=allow_dirty)
+        if check:
+            return EXIT_OK
+        for plan in plans:
+            if plan.dirty:
+                verb = "reverting" if plan.reverse else "patching"
+                console.warn(f"{verb} despite uncommitted changes in {', '.join(plan.dirty)} (--allow-dirty)")
+        apply_plans(plans, console, guard, homes)
+        if reverse:
+            return EXIT_OK
+        if no_test:
+            console.step("Skipping the regression tests (--no-test)")
+            return EXIT_OK
+        return _regression({target.key: target.root for target in targets}, pins, cache, console)

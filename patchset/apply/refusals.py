@@ -1,0 +1,90 @@
+"""What is in the way of a run: two trees of one kind, a series applied out of order, uncommitted changes in the
+files the patches change, a patch that does not apply, files that cannot be written.
+
+Atomicity: ``plan_target`` checks every patch of the tree in sequence without touching it (see ``plan.py``), and
+``refusal`` finds anything else in the way; the caller changes nothing unless every step of every tree is possible.
+Changing the trees, with the rollback that leaves them as they were found on any failure or interrupt, is
+``transaction.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+from patchset.apply.plan import Action, Plan, series_files
+from patchset.apply.report import dirty_message, failure_message, out_of_order_message, unwritable_message
+from patchset.apply.target import Target
+from patchset.plumbing.errors import BadInput, DoesNotApply, PatchsetError
+
+
+def refuse_duplicates(targets: Sequence[Target]) -> None:
+    """Refuse two trees of one kind in one run: the regression run takes one tree of each kind."""
+    seen: dict[str, Target] = {}
+    for target in targets:
+        if target.key in seen:
+            first = seen[target.key]
+            raise BadInput(
+                f"two {target.key} trees given ({first.shown}, {target.shown}); pass at most one of each kind"
+            )
+        seen[target.key] = target
+
+
+def out_of_order(plan: Plan) -> bool:
+    """True when a patch is applied although one before it in the series is not (applying would put the earlier
+    one on top of the later one, an order the series never had)."""
+    if plan.reverse:
+        return False
+    missing = [s.index for s in plan.steps if s.action in (Action.CHANGE, Action.FAIL)]
+    return bool(missing) and any(s.action is Action.NOTHING and s.index > min(missing) for s in plan.steps)
+
+
+def _writable(path: Path) -> bool:
+    """Writable by this process and not marked read-only (no write bit), which root would otherwise ignore."""
+    try:
+        mode = path.stat().st_mode if not path.is_symlink() else path.lstat().st_mode
+    except OSError:
+        return False
+    return bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)) and os.access(path, os.W_OK, follow_symlinks=False)
+
+
+def unwritable(plan: Plan) -> list[str]:
+    """The paths (relative to the tree) that the changing steps must write but cannot: a file without write
+    permission, or the folder where a file is replaced, created or removed."""
+    root = plan.target.root
+    blocked: dict[str, None] = {}
+    for rel in series_files(s.patch for s in plan.changing):
+        path = root / rel
+        if (path.is_file() or path.is_symlink()) and not _writable(path):
+            blocked.setdefault(rel, None)
+        folder = path.parent
+        while not folder.exists() and folder != root:
+            folder = folder.parent
+        if not _writable(folder):
+            blocked.setdefault((folder.relative_to(root).as_posix() if folder != root else ".") + "/", None)
+    return list(blocked)
+
+
+def refusal(plan: Plan, *, allow_dirty: bool) -> PatchsetError | None:
+    """Why the plan must not be carried out, as the error to raise, or None (``--check`` refuses alike). In order:
+    a series applied out of order, uncommitted changes in the files it changes (the likely cause of a patch not
+    applying there), a patch that does not apply, a tree that cannot be written where the patches write."""
+    if out_of_order(plan):
+        return BadInput(out_of_order_message(plan))
+    if plan.dirty and not allow_dirty:
+        return BadInput(dirty_message(plan))
+    if (step := plan.first_failure) is not None:
+        return DoesNotApply(failure_message(plan, step))
+    if plan.changing and (blocked := unwritable(plan)):
+        return BadInput(unwritable_message(plan, blocked))
+    return None
+
+
+def refuse(plans: Sequence[Plan], *, allow_dirty: bool) -> None:
+    """Raise the refusal of the first plan that has one (see ``refusal``); every plan is checked before any tree
+    is changed."""
+    for plan in plans:
+        if (error := refusal(plan, allow_dirty=allow_dirty)) is not None:
+            raise error

@@ -1,0 +1,138 @@
+"""The tree to patch (``Target``): what it is, which series it takes, and how a tree named on the command line or
+one the tool made from a pin is found to be one.
+
+Only git work trees whose files are tracked are accepted (a subdirectory of one works too): git is what makes
+"the tree as it was" checkable (HEAD, status) and recoverable. A plain directory (an unpacked sdist) is refused
+with a hint to ``git init`` it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchset.plumbing import gitops
+from patchset.plumbing.errors import BadInput
+from patchset.plumbing.ui import Console, display_path
+from patchset.series.model import Series, load_series
+from patchset.upstreams.detect import detect
+from patchset.upstreams.fetch import Cache, ensure_upstream, fresh_patched_clone
+from patchset.upstreams.pins import Pin, Pins
+
+
+@dataclass(frozen=True)
+class Target:
+    """A tree to patch: where it is, how to name it, what it is and which series it takes."""
+
+    root: Path
+    shown: str
+    key: str
+    label: str
+    version: str
+    series: Series
+    worktree: gitops.WorkTree
+
+
+def _worktree(root: Path, shown: str, marker: str) -> gitops.WorkTree:
+    tree = gitops.find_worktree(root)
+    if tree is None:
+        raise BadInput(
+            f"{shown} is not a git checkout, so the patches could not be checked or reverted safely; "
+            f"run 'git init && git add -A && git commit -m upstream' in it first"
+        )
+    if not gitops.is_tracked(tree, marker):
+        where = "" if not tree.prefix else f" (inside the git checkout {tree.toplevel})"
+        raise BadInput(
+            f"{shown} is in git{where}, but its files are not tracked there ({marker} is untracked or ignored), "
+            f"so the patches could not be checked or reverted safely; commit the tree first, or make it a "
+            f"checkout of its own: cd {shown} && git init && git add -A && git commit -m upstream"
+        )
+    return tree
+
+
+def _series(patches_dir: Path, name: str) -> Series:
+    """The series to apply; one that lists no patch would make any run a silent success, so it is refused."""
+    series = load_series(patches_dir, name)
+    if not series.patches:
+        raise BadInput(f"{series.path} lists no patches; add the patch file names, one a line, in the order to apply")
+    return series
+
+
+def target_for_path(shown: str, pins: Pins, patches_dir: Path, *, force_version: bool, console: Console) -> Target:
+    """The target for a tree named on the command line; raise ``BadInput`` for anything unsupported."""
+    root = Path(shown).expanduser()
+    if not root.exists():
+        raise BadInput(f"{shown} does not exist; pass the root of a verl or Trinity-RFT checkout")
+    found = detect(root, shown)
+    pin = pins.find(found.key, found.version)
+    if pin is not None and pin.companion_for is not None and not force_version:
+        raise BadInput(
+            f"{shown} is {pin.label}, which this patchset pins only to test {pin.companion_for} trees beside it; "
+            f"the {pin.series} series does not target it (supported: {', '.join(pins.versions(found.key))}). "
+            f"Next: give the {pin.companion_for} tree alone (it is tested beside {pin.label}), or pass "
+            f"--force-version to try the {pin.series} series anyway"
+        )
+    if pin is not None and pin.companion_for is not None:
+        pin = None
+    if pin is None:
+        supported = ", ".join(pins.versions(found.key)) or "none"
+        candidates = pins.for_key(found.key)
+        fallback = pins.default_for(found.key) or (candidates[-1] if candidates else None)
+        if fallback is None:
+            raise BadInput(f"{shown} is {found.label} {found.version}, but {pins.source} has no pin for {found.key}")
+        if not force_version:
+            raise BadInput(
+                f"{shown} is {found.label} {found.version}, which this patchset does not support "
+                f"(supported: {supported}); pass --force-version to try the {fallback.series} series anyway"
+            )
+        console.warn(
+            f"{shown} is {found.label} {found.version} (supported: {supported}); "
+            f"trying the {fallback.series} series anyway (--force-version)"
+        )
+        series = fallback.series
+    else:
+        series = pin.series
+    return Target(
+        root=root.resolve(),
+        shown=shown,
+        key=found.key,
+        label=f"{found.label} {found.version}" if pin is None else pin.label,
+        version=found.version,
+        series=_series(patches_dir, series),
+        worktree=_worktree(root, shown, found.marker),
+    )
+
+
+def target_for_pin(pin: Pin, root: Path, patches_dir: Path) -> Target:
+    """The target for a tree the tool made itself from ``pin`` (a cached checkout or its patched clone)."""
+    shown = display_path(root)
+    tree = gitops.find_worktree(root)
+    if tree is None:
+        raise BadInput(f"{shown} is not a git checkout; delete it and run again to rebuild it")
+    return Target(
+        root=root.resolve(),
+        shown=shown,
+        key=pin.key,
+        label=pin.label,
+        version=pin.version,
+        series=_series(patches_dir, pin.series),
+        worktree=tree,
+    )
+
+
+def cached_targets(
+    pins: Pins, patches_dir: Path, cache: Cache, console: Console, *, reverse: bool, check: bool
+) -> list[Target]:
+    """The targets of a run given no PATH: the default pins, fetched into ``cache`` (their vanilla checkouts for
+    ``check``, else fresh patched clones of them)."""
+    if reverse:
+        raise BadInput("--reverse needs a PATH: the patched trees in the cache are rebuilt fresh on every run")
+    defaults = pins.defaults()
+    if not defaults:
+        raise BadInput(f"{pins.source} marks no [[upstream]] as default = true")
+    targets = []
+    for pin in defaults:
+        vanilla = ensure_upstream(pin, cache, console)
+        tree = vanilla if check else fresh_patched_clone(pin, vanilla, cache, console)
+        targets.append(target_for_pin(pin, tree, patches_dir))
+    return targets
