@@ -32,8 +32,8 @@ def overlays() -> tuple[Overlay, ...]:
 
 def watched_modules() -> tuple[str, ...]:
     """Every upstream module an overlay changes, without importing the overlays' machinery."""
-    from trinity_overlay._modules import WATCHED as TRINITY
-    from verl_overlay._modules import WATCHED as VERL
+    from trinity_overlay import WATCHED as TRINITY
+    from verl_overlay import WATCHED as VERL
 
     return (*VERL, *TRINITY)
 
