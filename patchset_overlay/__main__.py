@@ -1,8 +1,9 @@
 """``python -m patchset_overlay``: what the overlays do in this process, and their fingerprints.
 
 - ``status [--json]``: each overlay, each piece, its state and the reason (imports the upstreams to judge them);
-- ``fingerprints --root verl=PATH [--root trinity=PATH] [--write | --check]``: the sha256 of every target's source
-  in the unpatched release whose package folder is PATH (see `patchset_overlay.fingerprints`).
+- ``fingerprints --root UPSTREAM=PATH [--root ...] [--write | --check]``: the sha256 of every target's source in the
+  unpatched release whose package folder is PATH, UPSTREAM the import name of a registered overlay's upstream (e.g.
+  ``verl``; see `patchset_overlay.fingerprints`).
 
 Exit codes: 0 done; 1 ``--check`` found stale fingerprints; 2 bad arguments (a root that is not a package folder).
 """
@@ -24,6 +25,13 @@ def _status(as_json: bool) -> int:
     return 0
 
 
+def _root_forms() -> str:
+    """``verl=PATH or trinity=PATH``: the ``--root`` forms, one per registered overlay's upstream."""
+    from patchset_overlay import overlays
+
+    return " or ".join(f"{overlay.upstream}=PATH" for overlay in overlays())
+
+
 def _fingerprints(roots: list[str], write: bool, check: bool) -> int:
     from patchset_overlay import overlays
     from patchset_overlay.fingerprints import compute, fingerprints_path, recorded, render, stale
@@ -35,7 +43,7 @@ def _fingerprints(roots: list[str], write: bool, check: bool) -> int:
         upstream, _, folder = item.partition("=")
         root = Path(folder).resolve()
         if upstream not in by_upstream or not (root / "__init__.py").is_file():
-            print(f"error: --root {item}: expected verl=PATH or trinity=PATH, PATH a package folder", file=sys.stderr)
+            print(f"error: --root {item}: expected {_root_forms()}, PATH a package folder", file=sys.stderr)
             return 2
         overlay, source = by_upstream[upstream], UpstreamSource(upstream, root)
         path = fingerprints_path(overlay)
@@ -70,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         required=True,
         metavar="UPSTREAM=PATH",
-        help="verl=PATH or trinity=PATH: the package folder of the release (repeatable)",
+        help=f"{_root_forms()}: the package folder of the release (repeatable)",
     )
     mode = prints.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="store them in each overlay's fingerprints.json")

@@ -10,17 +10,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from patchset_overlay.source import SourceError, UpstreamSource
 from patchset_overlay.spec import Overlay, Piece
-from patchset_overlay.state import PieceState
-
-
-@dataclass(frozen=True)
-class Verdict:
-    state: PieceState
-    reason: str
+from patchset_overlay.state import PieceState, Verdict
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

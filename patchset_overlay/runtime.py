@@ -9,17 +9,18 @@ installer that fails takes the whole piece back out (every module it had changed
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Mapping
 from types import ModuleType
 
-from patchset_overlay import dispatch
+from patchset_overlay import ENV_SWITCH, activate_all, dispatch, switched_off
 from patchset_overlay.finder import already_imported, install
 from patchset_overlay.fingerprints import recorded
-from patchset_overlay.guard import Verdict, judge
+from patchset_overlay.guard import judge
 from patchset_overlay.source import UpstreamSource
 from patchset_overlay.spec import Overlay, Piece
-from patchset_overlay.state import OverlayRecord, PieceRecord, PieceState, record_for
+from patchset_overlay.state import OverlayRecord, PieceRecord, PieceState, Verdict, record_for
 
 
 class OverlayWarning(UserWarning):
@@ -148,3 +149,27 @@ def deactivate(overlay: Overlay) -> bool:
 def piece_states(overlay: Overlay) -> Mapping[str, PieceRecord]:
     record = record_for(overlay.name)
     return {piece.name: record.pieces.get(piece.name, PieceRecord()) for piece in overlay.pieces}
+
+
+def switched_on(overlay: Overlay) -> tuple[bool, str]:
+    """Whether ``overlay`` is on in this process, and how it was switched on (or why it is off). Under automatic
+    activation, a caller that comes before any watched import (Hydra composing a config first thing in a process)
+    activates the overlays here, as that import would have."""
+    record = record_for(overlay.name)
+    if record.enabled:
+        return True, record.how
+    autoload = sys.modules.get("patchset_overlay.autoload")
+    if autoload is not None and autoload.outcome == autoload.AUTOMATIC:
+        activate_all(autoload.AUTOMATIC)
+        return record.enabled, record.how
+    if switched_off():
+        return False, f"switched off by {ENV_SWITCH}"
+    return False, record.how or f"{overlay.name} is not activated in this process"
+
+
+def piece_verdict(overlay: Overlay, name: str) -> Verdict | None:
+    """Piece ``name``'s state and reason in this process, judged now if its overlay is on and not judged yet;
+    None if the piece has no record here (its overlay was never activated)."""
+    judge_pieces(overlay)
+    record = record_for(overlay.name).pieces.get(name)
+    return None if record is None else Verdict(record.state, record.reason)

@@ -3,17 +3,20 @@
 A piece is judged once, for all of its targets, from the upstream's files on disk (`patchset_overlay.guard`);
 once judged active, each target is changed the moment its own module has finished importing, by that module's
 installer. So every installer must be safe on its own: it may not assume that another target is changed yet.
+What is particular to one overlay (a part that is no import hook, what overlay mode cannot change) is data or a hook
+here, so that the core never asks which overlay it has in hand.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from patchset_overlay.source import UpstreamSource
+    from patchset_overlay.state import Verdict
 
 # An installer changes the piece's objects in one upstream module, appending one undo step per change as it makes
 # it (so a failure half-way can be rolled back); the steps are run in reverse.
@@ -64,6 +67,11 @@ class Overlay:
     # the overlay package's JSON of {release: {"module:name": sha256 of the source segment}} for each supported
     # release, of the targets of the pieces that release lacks (`patchset_overlay.fingerprints`)
     fingerprints_file: str = "fingerprints.json"
+    # what overlay mode leaves different from a patched tree (files on disk, which it never edits), for `status`
+    cannot_change: str | None = None
+    # the overlay's parts that are no import hook (verl's critic YAML on Hydra's search path), judged by the overlay
+    # itself: {name: Verdict}, reported by `status` after the pieces
+    other_parts: Callable[[Overlay], Mapping[str, Verdict]] | None = None
 
     @property
     def modules(self) -> tuple[str, ...]:

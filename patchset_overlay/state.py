@@ -19,6 +19,14 @@ class PieceState(Enum):
     INACTIVE = "off"
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """A piece's state and why: what the guard decides, and what an overlay reports of its other parts."""
+
+    state: PieceState
+    reason: str
+
+
 @dataclass
 class PieceRecord:
     state: PieceState = PieceState.INACTIVE

@@ -60,7 +60,8 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
             pieces.append(
                 {"piece": piece.name, "patches": list(piece.patches), "state": state.state.value, "reason": reason}
             )
-        pieces.extend(overlay_extras(overlay))
+        for name, verdict in (overlay.other_parts(overlay) if overlay.other_parts else {}).items():
+            pieces.append({"piece": name, "patches": [], "state": verdict.state.value, "reason": verdict.reason})
         report.append(
             {
                 "overlay": overlay.name,
@@ -70,29 +71,10 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
                 "version": getattr(package, "__version__", None),
                 "problem": problem,
                 "pieces": pieces,
-                "cannot_change": cannot_change(overlay),
+                "cannot_change": overlay.cannot_change,
             }
         )
     return report
-
-
-def overlay_extras(overlay: Overlay) -> list[dict[str, Any]]:
-    """Pieces that are not import hooks (verl's Hydra config), reported beside the others."""
-    if overlay.name != "verl_overlay":
-        return []
-    from verl_overlay.trainer.config import hydra_config_state
-
-    state, reason = hydra_config_state()
-    return [{"piece": "critic.yaml (Hydra search path)", "patches": [], "state": state, "reason": reason}]
-
-
-def cannot_change(overlay: Overlay) -> str | None:
-    """What overlay mode leaves different from a patched tree: files on disk, which it never edits."""
-    if overlay.name != "verl_overlay":
-        return None
-    from verl_overlay.trainer.config import NOT_CHANGED
-
-    return NOT_CHANGED
 
 
 def render(report: list[dict[str, Any]]) -> str:

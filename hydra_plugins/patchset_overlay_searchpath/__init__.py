@@ -13,7 +13,7 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 class PatchsetOverlaySearchPathPlugin(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        from verl_overlay.trainer.config import search_path_dir
+        from verl_overlay.pieces.critic_yaml import search_path_dir
 
         folder = search_path_dir()
         if folder is not None:

@@ -82,7 +82,7 @@ def probe(*modules: str) -> dict:
 
 def loaded() -> dict:
     owned = ("verl", "trinity", "verl_overlay", "trinity_overlay", "patchset_overlay", "hydra", "hydra_plugins")
-    owned += ("omegaconf",)
+    owned += ("patchset_overlay_registry", "omegaconf")
     return {
         "owned": sorted(name for name in sys.modules if name.split(".", 1)[0] in owned),
         "torch": "torch" in sys.modules,

@@ -64,9 +64,14 @@ def test_a_warm_parents_fork_starts_with_what_a_fresh_process_has_of_upstream_an
 
 
 def test_overlay_watches_exactly_the_target_modules():
+    """Each registered overlay package's ``WATCHED`` (what the start-up finder watches) is its pieces' modules."""
+    import importlib
+
     from patchset_overlay import overlays, watched_modules
 
     assert set(watched_modules()) == set(TARGET_MODULES) == {m for overlay in overlays() for m in overlay.modules}
+    for overlay in overlays():
+        assert set(importlib.import_module(overlay.name).WATCHED) == set(overlay.modules), overlay.name
 
 
 @pytest.mark.parametrize(

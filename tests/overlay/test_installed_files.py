@@ -11,7 +11,8 @@ import json
 import subprocess
 from pathlib import PurePosixPath
 
-RUNTIME_TOP_LEVEL = {"patchset_overlay", "verl_overlay", "trinity_overlay", "hydra_plugins", "patchset_overlay.pth"}
+RUNTIME_TOP_LEVEL = {"patchset_overlay", "patchset_overlay_registry", "patchset_overlay.pth", "hydra_plugins"}
+RUNTIME_TOP_LEVEL |= {"verl_overlay", "trinity_overlay"}
 READ_RECORD = """
 import importlib.metadata as m, json
 files = m.distribution("verl-trinity-patchset").files or []

@@ -95,7 +95,7 @@ def test_every_patch_of_the_series_is_mirrored_by_exactly_one_piece(series):
     mirrored = [patch for piece in overlay.pieces for patch in piece.patches]
     assert sorted(mirrored) == sorted(patches), (
         f"patches/{series}/series lists {patches}, but {series}_overlay's pieces mirror {mirrored}: every patch "
-        "needs exactly one overlay piece (see the overlay's pieces.py)"
+        "needs exactly one overlay piece (see the overlay's pieces/)"
     )
 
 

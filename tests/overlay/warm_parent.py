@@ -27,7 +27,7 @@ from pathlib import Path
 
 # modules a case must import itself: upstream's, the overlays', and what composing Hydra's config imports first
 CASE_OWNED = ("verl", "trinity", "verl_overlay", "trinity_overlay", "patchset_overlay", "hydra", "hydra_plugins")
-CASE_OWNED += ("omegaconf",)
+CASE_OWNED += ("patchset_overlay_registry", "omegaconf")
 
 
 def _owned(name: str) -> bool:

@@ -1,9 +1,11 @@
-"""How piece 0001 (the critic fix) goes onto each of verl's modules, and how to tell that verl already has it.
+"""Piece 0001, the critic fix: its targets, the release that has it, how to tell a tree has it, and its installers.
 
 Each installer is safe on its own: the new ``compute_value_loss`` keyword arguments default to the old behaviour,
 ``CriticConfig.loss_scale_factor`` defaults to None, and the new ``value_loss`` is installed only where the
 ``compute_value_loss`` it calls takes the new arguments (verl's losses module imports core_algos, which this piece
-has changed by then; the installer checks rather than assumes it).
+has changed by then; the installer checks rather than assumes it). The patched code is in the mirrored modules
+(``verl_overlay/trainer/ppo/core_algos.py``, ``workers/config/critic.py``, ``workers/utils/losses.py``), which keep
+verl's layout; the critic YAML's part is `verl_overlay.pieces.critic_yaml`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,11 @@ from collections.abc import Callable
 from types import ModuleType
 
 from patchset_overlay.source import UpstreamSource
-from verl_overlay._modules import CORE_ALGOS
+from patchset_overlay.spec import Piece, Target
+
+CORE_ALGOS = "verl.trainer.ppo.core_algos"
+CRITIC_CONFIG = "verl.workers.config.critic"
+LOSSES = "verl.workers.utils.losses"
 
 
 def upstream_has_critic_fix(source: UpstreamSource) -> str | None:
@@ -57,3 +63,21 @@ def install_value_loss(module: ModuleType, undo: list[Callable[[], None]]) -> No
     if "batch_num_tokens" not in inspect.signature(module.compute_value_loss).parameters:
         raise ReplaceError(f"{module.__name__}.compute_value_loss does not take batch_num_tokens")
     undo.append(replace_function_code(module.value_loss, losses.value_loss))
+
+
+PIECE = Piece(
+    name="0001-trainer-critic-value-loss-global-normalization",
+    patches=("0001-trainer-critic-value-loss-global-normalization",),
+    targets=(
+        Target(CORE_ALGOS, "compute_value_loss"),
+        Target(CRITIC_CONFIG, "CriticConfig"),
+        Target(LOSSES, "value_loss"),
+    ),
+    installers={
+        CORE_ALGOS: install_compute_value_loss,
+        CRITIC_CONFIG: install_loss_scale_factor,
+        LOSSES: install_value_loss,
+    },
+    upstream_has_fix=upstream_has_critic_fix,
+    fixed_since="0.9.0",
+)

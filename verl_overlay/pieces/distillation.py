@@ -1,5 +1,6 @@
-"""How piece 0002 (distillation loss reads its micro-batch's global batch info) goes onto verl, and how to tell
-that verl already has it (verl >= 0.9.0 sets ``config.global_batch_info`` from ``data`` in ``distillation_loss``)."""
+"""Piece 0002, the distillation loss reads its micro-batch's global batch info: its target, the release that has it
+(verl >= 0.9.0 sets ``config.global_batch_info`` from ``data`` in ``distillation_loss``), how to tell a tree has it,
+and its installer. The patched code is in the mirrored ``verl_overlay/trainer/distillation/losses.py``."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from collections.abc import Callable
 from types import ModuleType
 
 from patchset_overlay.source import UpstreamSource
-from verl_overlay._modules import DISTILLATION_LOSSES
+from patchset_overlay.spec import Piece, Target
 
+DISTILLATION_LOSSES = "verl.trainer.distillation.losses"
 _SETS_BATCH_INFO = re.compile(r"global_batch_info[\s\S]*?=\s*data\[\"batch_num_tokens\"\]")
 
 
@@ -26,3 +28,13 @@ def install_distillation_loss(module: ModuleType, undo: list[Callable[[], None]]
     from verl_overlay.trainer.distillation import losses
 
     undo.append(replace_function_code(module.distillation_loss, losses.distillation_loss))
+
+
+PIECE = Piece(
+    name="0002-algo-micro-batch-normalization-distillation-loss",
+    patches=("0002-algo-micro-batch-normalization-distillation-loss",),
+    targets=(Target(DISTILLATION_LOSSES, "distillation_loss"),),
+    installers={DISTILLATION_LOSSES: install_distillation_loss},
+    upstream_has_fix=upstream_has_distillation_fix,
+    fixed_since="0.9.0",
+)

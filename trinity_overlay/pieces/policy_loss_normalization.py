@@ -1,6 +1,11 @@
-"""How the policy-loss normalization piece (patches 0001, 0003, 0005) goes onto each of Trinity's modules.
+"""The policy-loss normalization piece (patches 0001, 0003, 0005): its targets, how to tell a tree has it, and how it
+goes onto each of Trinity's modules.
 
-Each installer is safe on its own: `loss_aggregation` is a new attribute no upstream code reads, and
+`TrinityPolicyLoss` weights each term by its share of the global mini-batch; each policy loss declares its
+`loss_aggregation` (a loss that takes the engine's batch info as runtime keys normalizes itself, and
+`PolicyLossFnMeta` passes those keys through); MIX / MIX_CHORD warn at start-up. The patched code is in the mirrored
+modules (``trinity_overlay/algorithm/policy_loss_fn/...``, ``trinity_overlay/trainer/verl/losses.py``), which keep
+Trinity's layout. Each installer is safe on its own: `loss_aggregation` is a new attribute no upstream code reads, and
 `TrinityPolicyLoss` reads it only from losses built through Trinity's registry, whose base class module Trinity's
 losses module imports (and so this overlay changes) first.
 """
@@ -11,7 +16,14 @@ from collections.abc import Callable
 from types import ModuleType
 
 from patchset_overlay.source import UpstreamSource
-from trinity_overlay._modules import CHORD_LOSS, DPO_LOSS, LOSSES, MIX_LOSS, POLICY_LOSS_FN, REC_LOSS
+from patchset_overlay.spec import Piece, Target
+
+POLICY_LOSS_FN = "trinity.algorithm.policy_loss_fn.policy_loss_fn"
+DPO_LOSS = "trinity.algorithm.policy_loss_fn.dpo_loss"
+REC_LOSS = "trinity.algorithm.policy_loss_fn.rec_policy_loss"
+MIX_LOSS = "trinity.algorithm.policy_loss_fn.mix_policy_loss"
+CHORD_LOSS = "trinity.algorithm.policy_loss_fn.chord_policy_loss"
+LOSSES = "trinity.trainer.verl.losses"
 
 # the class of each module that declares its own `loss_aggregation`
 DECLARING_CLASSES = {
@@ -71,3 +83,31 @@ def install_trinity_policy_loss(module: ModuleType, undo: list[Callable[[], None
     undo.append(add_module_globals(module, {"get_logger": get_logger}))
     undo.append(set_class_attributes(module.TrinityPolicyLoss, {name: mirror[name] for name in PATCHED_MEMBERS}))
     undo.append(replace_function_code(vars(module.TrinityPolicyLoss)["__init__"], mirror["__init__"]))
+
+
+PIECE = Piece(
+    name="policy-loss-normalization",
+    patches=(
+        "0001-trainer-policy-loss-global-normalization",
+        "0003-trainer-weight-each-trinitypolicyloss-term-its-own",
+        "0005-trainer-warn-start-up-that-mix-mix-chord-depend",
+    ),
+    targets=(
+        Target(POLICY_LOSS_FN, "PolicyLossFn"),
+        Target(POLICY_LOSS_FN, "PolicyLossFnMeta"),
+        Target(REC_LOSS, "RECPolicyLossFn"),
+        Target(MIX_LOSS, "MIXPolicyLossFn"),
+        Target(CHORD_LOSS, "MIXCHORDPolicyLossFn"),
+        Target(DPO_LOSS, "DPOLossFn"),
+        Target(LOSSES, "TrinityPolicyLoss"),
+    ),
+    installers={
+        POLICY_LOSS_FN: install_policy_loss_fn,
+        REC_LOSS: install_loss_aggregation,
+        MIX_LOSS: install_loss_aggregation,
+        CHORD_LOSS: install_loss_aggregation,
+        DPO_LOSS: install_loss_aggregation,
+        LOSSES: install_trinity_policy_loss,
+    },
+    upstream_has_fix=upstream_has_policy_loss_fix,
+)

@@ -1,8 +1,13 @@
-"""How the DPO piece (patches 0002, 0004, 0006, 0007; 0008) goes onto each of Trinity's modules.
+"""The DPO piece (patches 0002, 0004, 0006, 0007; 0008): its targets, how to tell a tree has it, what keeps it off
+(verl < 0.8 beside Trinity), and how it goes onto each of Trinity's modules.
 
-Mirrored: the DPO loss, `group_size`, the veRL trainer (engine path) and the configuration-time refusal of
-``actor.shuffle``. Not mirrored: the legacy actors' changes (0006's pair grouping, 0007's legacy config translation,
-and 0008, which changes nothing else): beside verl < 0.8 the piece stays off and says so.
+One DPO logit per chosen/rejected pair, pairs kept in one micro-batch (`group_size`, passed by
+`VERLTrainer._update_actor` as ``force_group_size``), and one optimizer step per training step (the mini-batch
+counted in rows), on verl's engine path. Mirrored (in ``trinity_overlay/algorithm/...`` and
+``trinity_overlay/trainer/verl/trainer.py``, which keep Trinity's layout): the DPO loss, `group_size`, the veRL
+trainer (engine path) and the configuration-time refusal of ``actor.shuffle``. Not mirrored: the legacy actors'
+changes (0006's pair grouping, 0007's legacy config translation, and 0008, which changes nothing else): beside
+verl < 0.8 the piece stays off and says so.
 
 Each installer is safe on its own: `group_size` is a new attribute that only the patched `VERLTrainer` reads,
 through Trinity's registry, whose base class module Trinity's trainer imports (and so this overlay changes) first.
@@ -15,7 +20,12 @@ from types import ModuleType
 
 from patchset_overlay.guard import version_tuple
 from patchset_overlay.source import UpstreamSource
-from trinity_overlay._modules import ALGORITHM, DPO_LOSS, POLICY_LOSS_FN, TRAINER
+from patchset_overlay.spec import Piece, Target
+
+POLICY_LOSS_FN = "trinity.algorithm.policy_loss_fn.policy_loss_fn"
+DPO_LOSS = "trinity.algorithm.policy_loss_fn.dpo_loss"
+TRAINER = "trinity.trainer.verl.trainer"
+ALGORITHM = "trinity.algorithm.algorithm"
 
 
 def upstream_has_dpo_fix(source: UpstreamSource) -> str | None:
@@ -83,3 +93,31 @@ def install_dpo_algorithm(module: ModuleType, undo: list[Callable[[], None]]) ->
 
     target = vars(module.DPOAlgorithm)["check_config"].__func__
     undo.append(replace_function_code(target, vars(algorithm.DPOAlgorithm)["check_config"].__func__))
+
+
+PIECE = Piece(
+    name="dpo-pairs-and-steps",
+    patches=(
+        "0002-algorithm-fix-dpo-compute-one-logit-per-chosen",
+        "0004-trainer-keep-dpo-pairs-one-micro-batch-under-verl",
+        "0006-trainer-keep-dpo-pairs-whole-legacy-actors",
+        "0007-trainer-make-one-dpo-training-step-one-optimizer",
+        # the legacy actors' weights: nothing to mirror on verl's engine path, where this piece is active; beside
+        # verl < 0.8, where those actors run, the piece stays off and says that it does not mirror them
+        "0008-trainer-weight-each-legacy-micro-batch-loss-term",
+    ),
+    targets=(
+        Target(POLICY_LOSS_FN, "PolicyLossFn"),
+        Target(DPO_LOSS, "DPOLossFn"),
+        Target(TRAINER, "VERLTrainer"),
+        Target(ALGORITHM, "DPOAlgorithm"),
+    ),
+    installers={
+        POLICY_LOSS_FN: install_group_size,
+        DPO_LOSS: install_dpo_loss,
+        TRAINER: install_verl_trainer,
+        ALGORITHM: install_dpo_algorithm,
+    },
+    upstream_has_fix=upstream_has_dpo_fix,
+    unfit=beside_legacy_verl,
+)
