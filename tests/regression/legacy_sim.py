@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import datetime
 import functools
 import io
 import os
@@ -53,7 +54,10 @@ def init_process_group(folder: Path, rank: int = 0, world_size: int = 1) -> None
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method=f"file://{folder / 'store'}", rank=rank, world_size=world_size)
+        store = f"file://{folder / 'store'}"
+        # a collective waiting for a rank that is gone fails after the timeout instead of waiting forever
+        timeout = datetime.timedelta(seconds=120)
+        dist.init_process_group("gloo", init_method=store, rank=rank, world_size=world_size, timeout=timeout)
 
 
 def init_single_process_group(folder: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from engine_sim import Split
 from legacy_sim import BATCH_SIZE, data_parallel_rank, init_single_process_group, legacy_gradients
 
 WORLD_SIZE = 2
+RANKS_DEADLINE_S = 240  # both ranks together take about 10 s of CPU
 # (policy loss, loss_agg_mode, K, dynamic): PPO by Trinity's default token mean, and DPO with its default k2 KL term
 CASES = [
     ("ppo", "token-mean", 1, False),
@@ -40,11 +42,18 @@ def rank_gradients(trinity_legacy_tree: Path, dpo_steps_patch: bool, tmp_path_fa
     folder = tmp_path_factory.mktemp("dp")
     args = (WORLD_SIZE, str(folder), json.dumps(CASES), dpo_steps_patch)
     context = multiprocessing.get_context("fork")
-    ranks = [context.Process(target=data_parallel_rank, args=(rank, *args)) for rank in range(WORLD_SIZE)]
+    # daemons: a rank that never ends is killed below, and never keeps this process waiting at its exit
+    ranks = [context.Process(target=data_parallel_rank, args=(rank, *args), daemon=True) for rank in range(WORLD_SIZE)]
     for rank in ranks:
         rank.start()
+    deadline = time.monotonic() + RANKS_DEADLINE_S
     for rank in ranks:
-        rank.join(timeout=300)
+        rank.join(timeout=max(0.0, deadline - time.monotonic()))
+    hung = [number for number, rank in enumerate(ranks) if rank.is_alive()]
+    for number in hung:
+        ranks[number].kill()
+        ranks[number].join()
+    assert not hung, f"data parallel rank(s) {hung} still running after {RANKS_DEADLINE_S} s: killed"
     assert all(rank.exitcode == 0 for rank in ranks), "a data parallel rank failed (its output is above)"
     return torch.load(folder / "gradients.pt")
 
