@@ -4,6 +4,10 @@
 2.2 GB of torch and friends are not installed twice), then ``pip install`` into it, without network or build
 isolation, the pinned verl and trinity-rft sdists (what ``pip install verl==0.8.0 trinity-rft==0.6.0`` fetches)
 and this project, built as a wheel as users get it. The pinned venv's own pip does the installing.
+
+pip installs an sdist by building a wheel of it and installing that wheel; the wheel built from a verified sdist
+is kept beside the sdists, named by the sdist's sha256, so later runs install the same wheel without building it
+again. This project is built afresh every time: it is the code under test.
 """
 
 from __future__ import annotations
@@ -41,6 +45,25 @@ def _sdist(cache_sdists: Path, pin: Pin) -> Path:
     raise VenvError(f"no verified sdist of {pin.label} in {cache_sdists}; run `scripts/apply.sh --no-test` first")
 
 
+def _release_wheel(deps_python: Path, sdist: Path, digest: str, wheels: Path) -> Path:
+    """The wheel pip builds from ``sdist`` (sha256 ``digest``), built once into ``wheels/<digest>/``."""
+    home = wheels / digest
+    built = sorted(home.glob("*.whl")) if home.is_dir() else []
+    if len(built) == 1:
+        return built[0]
+    wheels.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{digest[:12]}-", dir=wheels) as tmp:
+        command = [str(deps_python), "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index"]
+        run_step([*command, "--no-build-isolation", "--wheel-dir", tmp, str(sdist)], f"building a wheel of {sdist.name}")
+        staged = Path(tmp) / "home"
+        staged.mkdir()
+        for wheel in Path(tmp).glob("*.whl"):
+            wheel.rename(staged / wheel.name)
+        shutil.rmtree(home, ignore_errors=True)
+        staged.rename(home)  # whole or not at all: a run killed while building leaves only the temporary folder
+    return next(home.glob("*.whl"))
+
+
 def build_overlay_env(
     venv_dir: Path, deps_python: Path, cache_sdists: Path, pins: Sequence[Pin] | None = None
 ) -> tuple[Path, Path]:
@@ -53,10 +76,11 @@ def build_overlay_env(
         raise VenvError(f"creating the overlay venv failed (exit {error.returncode})") from None
     if pins is None:
         pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml").defaults()
-    sdists = [str(_sdist(cache_sdists, pin)) for pin in pins]
+    wheels_dir = cache_sdists.parent / "sdist-wheels"
+    wheels = [str(_release_wheel(deps_python, _sdist(cache_sdists, pin), pin.sdist_sha256, wheels_dir)) for pin in pins]
     pip = [str(deps_python), "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index"]
     pip += ["--no-build-isolation"]
-    run_step([*pip, *sdists], "installing the pinned releases from their sdists")
+    run_step([*pip, *wheels], "installing the pinned releases (wheels built from their sdists)")
     # from a clean copy: building in place would leave build/ here, and reuse stale files from an earlier build
     with tempfile.TemporaryDirectory(prefix="patchset-project-") as tmp:
         project = Path(tmp) / "project"
