@@ -25,11 +25,10 @@ from patchset.plumbing.errors import (
     EXIT_TESTS_FAILED,
     BadInput,
 )
+from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
 from patchset.upstreams.fetch import Cache, ensure_upstream, fresh_patched_clone, resolve_cache
 from patchset.upstreams.pins import Pins, load_pins
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 EXIT_CODES = f"""\
 exit status:

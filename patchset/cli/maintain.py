@@ -25,13 +25,13 @@ from patchset.export.series_export import (
     write_export,
 )
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, BadInput
+from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.lint import lint_patches_dir
 from patchset.series.model import load_series
 from patchset.upstreams.fetch import ensure_upstream, resolve_cache
 from patchset.upstreams.pins import Pin, load_pins
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 EXIT_CHANGES = 1
 
 EXIT_CODES = f"""\

@@ -36,6 +36,7 @@ from patchset.cli.options import usage_exit_status
 from patchset.export import pr_gates
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, BadInput, DoesNotApply
+from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.groups import Group, chain, load_groups
 from patchset.series.model import Patch, load_series
@@ -45,7 +46,6 @@ from patchset.upstreams.fetch import CACHE_ENV, ensure_upstream, resolve_cache
 from patchset.upstreams.pins import Pin, at_least, load_pins
 from patchset.upstreams.registry import LINT_NOT_RUN, UPSTREAMS
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 EXIT_GATE_FAILED = 1
 BRANCH_PREFIX = "patchset/"
 

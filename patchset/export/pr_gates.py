@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchset.plumbing.paths import REPO_ROOT
 from patchset.upstreams.registry import (
     TRINITY_FLAKE8_ARGS,
     UPSTREAMS,
@@ -41,8 +42,6 @@ from patchset.upstreams.registry import (
     VERL_LICENSE_LINES,
     VERL_MYPY_ARGS,
 )
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 _COPYRIGHT = re.compile(r"^# Copyright (\(c\) )?\d{4}(-\d{4})?,? \S")
 _LICENSE_SCAN_LINES = 20

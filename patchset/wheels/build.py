@@ -64,6 +64,7 @@ from patchset.cli.exits import run_reporting_errors
 from patchset.cli.options import usage_exit_status
 from patchset.plumbing import gitops, signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, PatchsetError
+from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
 from patchset.testenv.venv import VenvError, ensure_venv
 from patchset.upstreams.fetch import CACHE_ENV, ensure_upstream, resolve_cache
@@ -71,7 +72,6 @@ from patchset.upstreams.pins import Pin, load_pins
 from patchset.upstreams.registry import UPSTREAMS, Upstream
 from patchset.wheels.selection import select_pins
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PATCHSET_NAME = "patchset"
 PATCHSET_TITLE = "verl / Trinity-RFT loss-scaling patchset"
 MANIFEST_NAME = "_patchset_manifest.json"

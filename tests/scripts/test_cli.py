@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from patchset.cli.apply import REPO_ROOT, main
+from patchset.cli.apply import main
+from patchset.plumbing.paths import REPO_ROOT
 
 
 def test_apply_help_documents_exit_codes(capsys):
