@@ -140,11 +140,6 @@ def _git(checkout: Path, *args: str, check: bool = True) -> subprocess.Completed
     return gitops.run_git([*gitops.NEUTRAL, *args], cwd=checkout, check=check)
 
 
-def _value(checkout: Path, *args: str) -> str | None:
-    proc = _git(checkout, *args, check=False)
-    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
-
-
 def _check_checkout(checkout: Path, key: str, patches_dir: Path) -> tuple[Pin, str]:
     """The pin the checkout is at and the commit to branch from; ``BadInput`` for anything else."""
     shown = display_path(checkout)
@@ -163,7 +158,7 @@ def _check_checkout(checkout: Path, key: str, patches_dir: Path) -> tuple[Pin, s
     if tree is None or tree.prefix:
         raise BadInput(f"{shown} is not the top of a git checkout; pass the root of a git clone of {pin.label}")
     for state in ("rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
-        if (checkout / (_value(checkout, "rev-parse", "--git-path", state) or state)).exists():
+        if (checkout / (gitops.git_value(checkout, "rev-parse", "--git-path", state) or state)).exists():
             raise BadInput(f"{shown} has a rebase, git am, merge or cherry-pick in progress; finish or abort it first")
     if not gitops.is_clean(checkout):
         raise BadInput(f"{shown} has uncommitted changes; commit or stash them first (git stash -u)")
@@ -497,10 +492,11 @@ def _make_branches(
             name = args.branch or branch_name(pin.series, patches, group)
             if gitops.run_git(["check-ref-format", "--branch", name], cwd=checkout, check=False).returncode != 0:
                 raise BadInput(f"{name!r} is not a valid branch name")
-            exists = _value(checkout, "rev-parse", "-q", "--verify", f"refs/heads/{name}^{{commit}}") is not None
+            ref = f"refs/heads/{name}^{{commit}}"
+            exists = gitops.git_value(checkout, "rev-parse", "-q", "--verify", ref) is not None
             if exists and not args.force:
                 raise BadInput(f"branch {name} already exists in {display_path(checkout)}; pass --force to replace it")
-            if exists and _value(checkout, "symbolic-ref", "-q", "HEAD") == f"refs/heads/{name}":
+            if exists and gitops.git_value(checkout, "symbolic-ref", "-q", "HEAD") == f"refs/heads/{name}":
                 raise BadInput(f"branch {name} is checked out in {display_path(checkout)}; switch to another first")
             _git(checkout, "branch", "-f", name, head)
             heads[group.name] = head

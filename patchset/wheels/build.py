@@ -119,17 +119,12 @@ def is_valid_version(version: str) -> bool:
     return bool(_RELEASE.match(release)) and bool(plus) and bool(_LOCAL_LABEL.match(local))
 
 
-def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return gitops.run_git(list(args), cwd=cwd, check=False)
-
-
 def patchset_label(patches_dir: Path, revision: int | None = None) -> Label:
     """The label for the patches folder ``patches_dir``, from the git history that holds it (see the module
     docstring); ``revision`` overrides the count (for a folder without its history)."""
-    head = _git(patches_dir, "rev-parse", "-q", "--verify", "HEAD^{commit}")
-    commit = head.stdout.strip() if head.returncode == 0 and head.stdout.strip() else None
-    status = _git(patches_dir, "status", "--porcelain", "--untracked-files=all", "--", ".")
-    dirty = commit is not None and status.returncode == 0 and bool(status.stdout.strip())
+    commit = gitops.head_commit(patches_dir)
+    status = gitops.git_value(patches_dir, "status", "--porcelain", "--untracked-files=all", "--", ".")
+    dirty = commit is not None and status is not None
     if revision is not None:
         if revision < 1:
             raise BadInput(f"--revision must be a positive integer, not {revision}")
@@ -139,16 +134,15 @@ def patchset_label(patches_dir: Path, revision: int | None = None) -> Label:
             f"{patches_dir} is not in a git checkout with history, so the patchset revision (the number of commits "
             f"that touch it) cannot be counted; pass --revision N"
         )
-    shallow = _git(patches_dir, "rev-parse", "--is-shallow-repository")
-    if shallow.stdout.strip() == "true":
+    if gitops.git_value(patches_dir, "rev-parse", "--is-shallow-repository") == "true":
         raise BadInput(
             f"{patches_dir} is in a shallow clone, so counting the commits that touch it would give a wrong "
             f"revision; fetch the full history (git fetch --unshallow) or pass --revision N"
         )
-    count = _git(patches_dir, "rev-list", "--count", "HEAD", "--", ".")
-    if count.returncode != 0 or not count.stdout.strip().isdigit() or int(count.stdout) < 1:
+    count = gitops.git_value(patches_dir, "rev-list", "--count", "HEAD", "--", ".")
+    if count is None or not count.isdigit() or int(count) < 1:
         raise BadInput(f"no commit touches {patches_dir}, so it has no patchset revision; pass --revision N")
-    return Label(revision=int(count.stdout), dirty=dirty, commit=commit)
+    return Label(revision=int(count), dirty=dirty, commit=commit)
 
 
 def _sha256_bytes(data: bytes) -> str:
@@ -283,8 +277,8 @@ def _build_env(label: Label, patches_dir: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env["PIP_CONFIG_FILE"] = os.devnull
     if "SOURCE_DATE_EPOCH" not in env:
-        stamp = _git(patches_dir, "log", "-1", "--format=%ct") if label.commit else None
-        env["SOURCE_DATE_EPOCH"] = stamp.stdout.strip() if stamp and stamp.stdout.strip().isdigit() else "315532800"
+        stamp = gitops.git_value(patches_dir, "log", "-1", "--format=%ct") if label.commit else None
+        env["SOURCE_DATE_EPOCH"] = stamp if stamp and stamp.isdigit() else "315532800"
     return env
 
 
