@@ -13,7 +13,7 @@ from pathlib import Path
 from patchset.apply.engine import Plan, Target, plan_target, refusal, report, target_for_path, target_for_pin
 from patchset.apply.locking import locked
 from patchset.apply.transaction import apply_plans
-from patchset.cli import DELEGATED
+from patchset.cli import COMMANDS
 from patchset.cli.exits import run_reporting_errors
 from patchset.cli.options import add_common_options, usage_exit_status
 from patchset.plumbing import signals, tempdirs
@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     apply = commands.add_parser(
         "apply",
-        help="apply (or check, or revert) the series; the default command of scripts/apply.sh",
+        help=COMMANDS["apply"].help,
         description=APPLY_DESCRIPTION,
         epilog=APPLY_EPILOG,
         formatter_class=formatter,
@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     fetch = commands.add_parser(
         "fetch",
-        help="fetch the pinned releases into the cache and print their checkouts' paths",
+        help=COMMANDS["fetch"].help,
         description=textwrap.dedent(
             """\
             Fetch the default pinned releases (all pins with --all) from PyPI, verify their sha256 and unpack
@@ -258,8 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("--all", action="store_true", help="every pin in upstreams.toml, not only the defaults")
     add_common_options(fetch)
     fetch.set_defaults(handler=cmd_fetch)
-    for name, (_, summary) in DELEGATED.items():  # parsed by their own modules (see patchset.cli)
-        commands.add_parser(name, help=summary, add_help=False)
+    for name, command in COMMANDS.items():  # the others are parsed by their own modules (see patchset.cli)
+        if command.module != __name__:
+            commands.add_parser(name, help=command.help, add_help=False)
     return parser
 
 

@@ -20,7 +20,6 @@ pushes it.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -31,32 +30,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.cli.exits import run_reporting_errors
-from patchset.cli.options import usage_exit_status
 from patchset.export import pr_gates
 from patchset.plumbing import gitops
-from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, BadInput, DoesNotApply
+from patchset.plumbing.errors import EXIT_OK, BadInput, DoesNotApply
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.groups import Group, chain, load_groups
 from patchset.series.model import Patch, load_series
 from patchset.testenv.venv import ensure_venv
 from patchset.upstreams.detect import detect
-from patchset.upstreams.fetch import CACHE_ENV, ensure_upstream, resolve_cache
+from patchset.upstreams.fetch import ensure_upstream, resolve_cache
 from patchset.upstreams.pins import Pin, at_least, load_pins
 from patchset.upstreams.registry import LINT_NOT_RUN, UPSTREAMS
 
 EXIT_GATE_FAILED = 1
 BRANCH_PREFIX = "patchset/"
-
-EXIT_CODES = f"""\
-exit status:
-  {EXIT_OK}  every branch was made and every gate passed on each (upstream lint, upstream CPU tests)
-  {EXIT_GATE_FAILED}  a gate failed on a branch (the message names both); the branches are kept to be fixed
-  {EXIT_BAD_INPUT}  bad input: usage; not a verl/Trinity-RFT git checkout; a version the series does not target;
-     uncommitted changes; the branch exists (--force replaces it); bad series or patch
-  {EXIT_DOES_NOT_APPLY}  a patch does not apply with git am; no branch was made
-"""
 
 # DEP-3 fields and this project's own (``Upstream-Check:``): for the patchset, not for the upstream commit.
 _DEP3_LINE = re.compile(
@@ -451,7 +439,9 @@ def _make_branches(
     wanted: Sequence[Group],
     groups: tuple[Group, ...],
     chosen: dict[int, Patch],
-    args: argparse.Namespace,
+    branch_option: str | None,
+    force: bool,
+    cache: str | None,
     python: Path,
     console: Console,
 ) -> list[tuple[_Branch, Gates]]:
@@ -489,12 +479,12 @@ def _make_branches(
                 continue
             head = gitops.head_commit(worktree)
             assert head is not None
-            name = args.branch or branch_name(pin.series, patches, group)
+            name = branch_option or branch_name(pin.series, patches, group)
             if gitops.run_git(["check-ref-format", "--branch", name], cwd=checkout, check=False).returncode != 0:
                 raise BadInput(f"{name!r} is not a valid branch name")
             ref = f"refs/heads/{name}^{{commit}}"
             exists = gitops.git_value(checkout, "rev-parse", "-q", "--verify", ref) is not None
-            if exists and not args.force:
+            if exists and not force:
                 raise BadInput(f"branch {name} already exists in {display_path(checkout)}; pass --force to replace it")
             if exists and gitops.git_value(checkout, "symbolic-ref", "-q", "HEAD") == f"refs/heads/{name}":
                 raise BadInput(f"branch {name} is checked out in {display_path(checkout)}; switch to another first")
@@ -504,7 +494,7 @@ def _make_branches(
             where = f"the {group.after} branch" if group.after else pin.tag
             console.step(f"Branch {name}: {commits} commit(s) on {where}")
             changed = _git(worktree, "diff", "--name-only", "--diff-filter=d", base, head).stdout.splitlines()
-            gates = _run_gates(pin, worktree, release, changed, python, args.cache, console)
+            gates = _run_gates(pin, worktree, release, changed, python, cache, console)
             branch = _Branch(group, name, tuple(patches), base, head, base_commits, tuple(changed), messages)
             made.append((branch, gates))
     finally:
@@ -514,14 +504,26 @@ def _make_branches(
     return made
 
 
-def cmd_export(args: argparse.Namespace, console: Console) -> int:
-    patches_dir = Path(args.patches_dir).expanduser() if args.patches_dir else REPO_ROOT / "patches"
-    checkout = Path(args.checkout).expanduser().resolve()
-    pin, release = _check_checkout(checkout, args.upstream, patches_dir)
+def export_pr(
+    upstream: str,
+    checkout: Path,
+    console: Console,
+    *,
+    only_groups: Sequence[str] = (),
+    branch: str | None = None,
+    force: bool = False,
+    cache: str | None = None,
+    patches_dir: Path = REPO_ROOT / "patches",
+) -> int:
+    """Make and gate one branch per concern group of ``upstream``'s series in ``checkout`` (``only_groups``: those
+    groups and the groups they come after); print each PR's title and body. ``branch`` names the one branch made,
+    ``force`` replaces existing branches, ``cache`` is the ``--cache`` option. ``EXIT_GATE_FAILED`` when a gate
+    failed on a branch, else ``EXIT_OK``."""
+    pin, release = _check_checkout(checkout, upstream, patches_dir)
     series = load_series(patches_dir, pin.series)
     groups = load_groups(series.path.parent, len(series.patches))
-    wanted = list(groups) if not args.group else [chain(groups, name)[-1] for name in dict.fromkeys(args.group)]
-    if args.branch and len(wanted) > 1:
+    wanted = list(groups) if not only_groups else [chain(groups, name)[-1] for name in dict.fromkeys(only_groups)]
+    if branch and len(wanted) > 1:
         raise BadInput(f"--branch names one branch, but the {pin.series} series has {len(wanted)} groups; add --group")
     chosen = _select_patches(series.patches, pin, console)
     if not chosen:
@@ -535,7 +537,7 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
         f"{pin.tag if gitops.tag_commit(checkout, pin.tag) else 'HEAD'} ({release[:12]}) in a temporary worktree of "
         f"{display_path(checkout)}"
     )
-    made = _make_branches(checkout, pin, release, wanted, groups, chosen, args, python, console)
+    made = _make_branches(checkout, pin, release, wanted, groups, chosen, branch, force, cache, python, console)
 
     shown = display_path(checkout)
     failed_any = False
@@ -570,54 +572,3 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     names = " ".join(branch.name for branch, _ in made)
     console.summary(f"Your checked-out branch is unchanged. Push with: git -C {shown} push <your-fork> {names}")
     return EXIT_OK
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="scripts/export-pr.sh",
-        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
-        epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("upstream", choices=("verl", "trinity"), help="which series to send")
-    parser.add_argument(
-        "checkout", metavar="CHECKOUT", help="your git checkout of that upstream, at a targeted release"
-    )
-    parser.add_argument(
-        "--group",
-        metavar="NAME",
-        action="append",
-        help="make only this group's branch; repeat for several (default: one branch per group of the series)",
-    )
-    parser.add_argument(
-        "--branch", metavar="NAME", help="branch to make, for one group (default: patchset/<series>-<group>)"
-    )
-    parser.add_argument("--force", action="store_true", help="replace the branch if it exists")
-    parser.add_argument(
-        "--cache",
-        metavar="DIR",
-        help=f"cache folder holding the pinned verl that Trinity's tests import (default: ${CACHE_ENV}, else "
-        "<repo>/.cache)",
-    )
-    parser.add_argument(
-        "--patches-dir",
-        metavar="DIR",
-        help="folder holding upstreams.toml and the series folders (default: the repository's patches/)",
-    )
-    parser.add_argument("-q", "--quiet", action="store_true", help="print only summaries, warnings, errors and the PR")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``scripts/export-pr.sh ARGV`` (default: ``sys.argv[1:]``); return the exit status."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exc:  # --help (0) or a usage error (2)
-        return usage_exit_status(exc, EXIT_BAD_INPUT)
-    console = Console(quiet=args.quiet)
-    return run_reporting_errors(lambda: cmd_export(args, console), interrupted="")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
