@@ -342,10 +342,18 @@ def pr_body(
 
 
 def _run_gates(
-    pin: Pin, worktree: Path, release: str, changed: list[str], python: Path, cache: str | None, console: Console
+    pin: Pin,
+    worktree: Path,
+    release: str,
+    changed: list[str],
+    python: Path,
+    cache: str | None,
+    patches_dir: Path,
+    console: Console,
 ) -> Gates:
     """The gates on the branch checked out in ``worktree``: lint ``changed``, upstream's tests for them (those of
-    the ``release`` tree) and the test files among them."""
+    the ``release`` tree) and the test files among them; another upstream its tests import is the default pin of
+    ``patches_dir``, from the cache ``cache``."""
     key, label = pin.key, pin.name
     console.step(f"Running {key}'s lint gates through pre-commit on {len(changed)} changed file(s)")
     lint = pr_gates.run_lint(key, worktree, changed, python)
@@ -359,7 +367,7 @@ def _run_gates(
             "patch's own tests ran."
         )
     for other in UPSTREAMS[key].tests_import:
-        other_pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").default_for(other)
+        other_pin = load_pins(patches_dir / "upstreams.toml").default_for(other)
         assert other_pin is not None
         pythonpath.append(ensure_upstream(other_pin, resolve_cache(cache, os.environ, REPO_ROOT), console))
         notes.append(f"{UPSTREAMS[key].title}'s tests import {other}: run beside vanilla {other_pin.label}.")
@@ -442,6 +450,7 @@ def _make_branches(
     branch_option: str | None,
     force: bool,
     cache: str | None,
+    patches_dir: Path,
     python: Path,
     console: Console,
 ) -> list[tuple[_Branch, Gates]]:
@@ -494,7 +503,7 @@ def _make_branches(
             where = f"the {group.after} branch" if group.after else pin.tag
             console.step(f"Branch {name}: {commits} commit(s) on {where}")
             changed = _git(worktree, "diff", "--name-only", "--diff-filter=d", base, head).stdout.splitlines()
-            gates = _run_gates(pin, worktree, release, changed, python, cache, console)
+            gates = _run_gates(pin, worktree, release, changed, python, cache, patches_dir, console)
             branch = _Branch(group, name, tuple(patches), base, head, base_commits, tuple(changed), messages)
             made.append((branch, gates))
     finally:
@@ -537,7 +546,9 @@ def export_pr(
         f"{pin.tag if gitops.tag_commit(checkout, pin.tag) else 'HEAD'} ({release[:12]}) in a temporary worktree of "
         f"{display_path(checkout)}"
     )
-    made = _make_branches(checkout, pin, release, wanted, groups, chosen, branch, force, cache, python, console)
+    made = _make_branches(
+        checkout, pin, release, wanted, groups, chosen, branch, force, cache, patches_dir, python, console
+    )
 
     shown = display_path(checkout)
     failed_any = False
