@@ -18,6 +18,7 @@ from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_O
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console
 from patchset.upstreams.fetch import CACHE_ENV
+from patchset.upstreams.registry import UPSTREAMS
 
 EXIT_CODES = f"""\
 exit status:
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("upstream", choices=("verl", "trinity"), help="which series to send")
+    parser.add_argument("upstream", choices=tuple(UPSTREAMS), help="which series to send")
     parser.add_argument(
         "checkout", metavar="CHECKOUT", help="your git checkout of that upstream, at a targeted release"
     )

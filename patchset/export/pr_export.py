@@ -41,7 +41,7 @@ from patchset.testenv.venv import ensure_venv
 from patchset.upstreams.detect import detect
 from patchset.upstreams.fetch import ensure_upstream, resolve_cache
 from patchset.upstreams.pins import Pin, at_least, load_pins
-from patchset.upstreams.registry import LINT_NOT_RUN, UPSTREAMS
+from patchset.upstreams.registry import UPSTREAMS
 
 EXIT_GATE_FAILED = 1
 BRANCH_PREFIX = "patchset/"
@@ -227,7 +227,7 @@ def _test_lines(key: str, gates: Gates) -> list[str]:
     else:
         lines.append(f"- CPU tests: {gates.tests.summary}.")
     lines += [f"- {note}" for note in gates.tests.notes]
-    lines.append(f"- Not run: {LINT_NOT_RUN[key]}.")
+    lines.append(f"- Not run: {UPSTREAMS[key].lint_not_run}.")
     return lines
 
 
@@ -245,6 +245,98 @@ def _stack_lines(group: Group | None, series: str, base_commits: int) -> list[st
         f"{base_commits} commit(s) first; review the commits after them. Rebase onto main once that PR is merged.",
         "",
     ]
+
+
+@dataclass(frozen=True)
+class PrParts:
+    """What a PR body says, before an upstream's template lays it out."""
+
+    stack: list[str]  # the lines on the branch it depends on (a group ``after`` another)
+    paragraphs: list[str]  # the description (``pr/<group>.md``'s message, else the patches')
+    overview: list[str]  # its first paragraph (the subject when there is none)
+    details: list[str]  # the others
+    related: list[str]  # backport and "Fixes <bug>" lines
+    tests: list[str]  # the gates run and what they said
+    files: list[str]  # the files changed, one "- `path`" line each
+    sections: str  # the further sections of ``pr/<group>.md``
+    passed: bool  # every gate passed
+    new_tests: bool  # the branch adds tests of its own
+
+
+def _verl_template(parts: PrParts) -> str:
+    """verl's .github/PULL_REQUEST_TEMPLATE.md."""
+    check = "x" if parts.passed else " "
+    return "\n".join(
+        [
+            "### What does this PR do?",
+            "",
+            *parts.stack,
+            *parts.overview,
+            "",
+            *parts.related,
+            "",
+            "### Test",
+            "",
+            *parts.tests,
+            "",
+            "### API and Usage Example",
+            "",
+            "New arguments and config fields default to the old behaviour; the sections below say what else "
+            "changes for callers.",
+            "",
+            "### Design & Code Changes",
+            "",
+            *(p + "\n" for p in parts.details),
+            "Files changed:",
+            *parts.files,
+            "",
+            *([parts.sections.replace("\n## ", "\n### ").replace("## ", "### ", 1), ""] if parts.sections else []),
+            "### Checklist Before Submitting",
+            "",
+            "- [x] Read the [Contribute Guide](https://github.com/volcengine/verl/blob/main/CONTRIBUTING.md).",
+            f"- [{check}] Apply [pre-commit checks](https://github.com/volcengine/verl/blob/main/CONTRIBUTING.md"
+            "#code-linting-and-formatting)",
+            "- [ ] Add / Update [the documentation](https://github.com/volcengine/verl/tree/main/docs).",
+            f"- [{'x' if parts.new_tests else ' '}] Add unit or end-to-end test(s) to "
+            "[the CI workflow](https://github.com/volcengine/verl/tree/main/.github/workflows) to cover all the "
+            "code.",
+            "",
+        ]
+    )
+
+
+def _trinity_template(parts: PrParts) -> str:
+    """Trinity-RFT's .github/pull_request_template.md."""
+    return "\n".join(
+        [
+            "## Description",
+            "",
+            *parts.stack,
+            *(p + "\n" for p in parts.paragraphs),
+            *parts.related,
+            "",
+            *([parts.sections.replace("\n## ", "\n### ").replace("## ", "### ", 1), ""] if parts.sections else []),
+            "Test:",
+            *parts.tests,
+            "",
+            "Files changed:",
+            *parts.files,
+            "",
+            "## Checklist",
+            "",
+            "Please check the following items before code is ready to be reviewed.",
+            "",
+            f"- [{'x' if parts.passed else ' '}]  Code has passed all tests",
+            "- [x]  Docstrings have been added/updated in Google Style",
+            "- [ ]  Documentation has been updated",
+            "- [ ]  Code is ready for review",
+            "",
+        ]
+    )
+
+
+# the PR body layouts, by the name an upstream's registry entry gives (``Upstream.pr_template``)
+PR_TEMPLATES = {"verl": _verl_template, "trinity": _trinity_template}
 
 
 def pr_body(
@@ -266,76 +358,19 @@ def pr_body(
     else:
         paragraphs = [p for patch in patches for p in messages[patch.name]]
         sections = ""
-    stack = _stack_lines(group, key, base_commits)
-    overview, details = (paragraphs[:1], paragraphs[1:]) if paragraphs else ([patches[0].subject], [])
-    tests = _test_lines(key, gates)
-    files = [f"- `{path}`" for path in changed]
-    new_tests = bool(gates.tests.own_files)
-    if key == "verl":
-        check = "x" if gates.passed else " "
-        return "\n".join(
-            [
-                "### What does this PR do?",
-                "",
-                *stack,
-                *overview,
-                "",
-                *_related(patches, tag),
-                "",
-                "### Test",
-                "",
-                *tests,
-                "",
-                "### API and Usage Example",
-                "",
-                "New arguments and config fields default to the old behaviour; the sections below say what else "
-                "changes for callers.",
-                "",
-                "### Design & Code Changes",
-                "",
-                *(p + "\n" for p in details),
-                "Files changed:",
-                *files,
-                "",
-                *([sections.replace("\n## ", "\n### ").replace("## ", "### ", 1), ""] if sections else []),
-                "### Checklist Before Submitting",
-                "",
-                "- [x] Read the [Contribute Guide](https://github.com/volcengine/verl/blob/main/CONTRIBUTING.md).",
-                f"- [{check}] Apply [pre-commit checks](https://github.com/volcengine/verl/blob/main/CONTRIBUTING.md"
-                "#code-linting-and-formatting)",
-                "- [ ] Add / Update [the documentation](https://github.com/volcengine/verl/tree/main/docs).",
-                f"- [{'x' if new_tests else ' '}] Add unit or end-to-end test(s) to "
-                "[the CI workflow](https://github.com/volcengine/verl/tree/main/.github/workflows) to cover all the "
-                "code.",
-                "",
-            ]
-        )
-    return "\n".join(
-        [
-            "## Description",
-            "",
-            *stack,
-            *(p + "\n" for p in paragraphs),
-            *_related(patches, tag),
-            "",
-            *([sections.replace("\n## ", "\n### ").replace("## ", "### ", 1), ""] if sections else []),
-            "Test:",
-            *tests,
-            "",
-            "Files changed:",
-            *files,
-            "",
-            "## Checklist",
-            "",
-            "Please check the following items before code is ready to be reviewed.",
-            "",
-            f"- [{'x' if gates.passed else ' '}]  Code has passed all tests",
-            "- [x]  Docstrings have been added/updated in Google Style",
-            "- [ ]  Documentation has been updated",
-            "- [ ]  Code is ready for review",
-            "",
-        ]
+    parts = PrParts(
+        stack=_stack_lines(group, key, base_commits),
+        paragraphs=paragraphs,
+        overview=paragraphs[:1] if paragraphs else [patches[0].subject],
+        details=paragraphs[1:],
+        related=_related(patches, tag),
+        tests=_test_lines(key, gates),
+        files=[f"- `{path}`" for path in changed],
+        sections=sections,
+        passed=gates.passed,
+        new_tests=bool(gates.tests.own_files),
     )
+    return PR_TEMPLATES[UPSTREAMS[key].pr_template](parts)
 
 
 # --- the command ------------------------------------------------------------------------------------------
