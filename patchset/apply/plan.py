@@ -181,7 +181,7 @@ def _forward(
         if not result.ok:
             failed[index] = result.stderr
             if objects is not None and index not in no_merge:
-                merges[index] = three_way(scratch, patch, objects, install=True)
+                merges[index] = three_way(scratch, patch.path, patch.files, objects, install=True)
     return failed, merges
 
 

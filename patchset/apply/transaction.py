@@ -45,7 +45,7 @@ def _run_step(plan: Plan, step: Step) -> str | None:
     """Carry out one CHANGE step on the real tree; git's error, or None when it worked."""
     tree = plan.target.worktree
     if step.merged:
-        result = three_way(plan.target.root, step.patch, gitops.objects_dir(tree), install=True)
+        result = three_way(plan.target.root, step.patch.path, step.patch.files, gitops.objects_dir(tree), install=True)
         return None if result.outcome is Merge.RESOLVES else f"error: the 3-way merge failed: {result.detail}"
     result = gitops.apply_patch(tree.toplevel, step.patch.path, reverse=plan.reverse, directory=tree.prefix)
     return None if result.ok else result.stderr

@@ -1,7 +1,9 @@
 """The command line, ``python -m patchset <command>``: one subcommand per user task.
 
-``apply`` and ``fetch`` are parsed here; ``series``, ``export-pr`` and ``wheels`` hand the rest of the line to
-their own parsers, so each keeps its ``--help`` and exit codes. ``scripts/*.sh`` are thin wrappers over these.
+``COMMANDS`` is the one table of them: each names the module that parses it and its one-line help. ``apply`` and
+``fetch`` are parsed by ``patchset.cli.apply``, whose parser is also the top-level one (``--help``, usage errors);
+every other command's module gets the rest of the line, so each keeps its own ``--help`` and exit codes.
+``scripts/*.sh`` are thin wrappers over these.
 """
 
 from __future__ import annotations
@@ -9,20 +11,30 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-# command -> the module whose ``main(argv)`` parses the rest of the line
-DELEGATED = {
-    "series": ("patchset.cli.maintain", "check out, refresh, export and lint the series (scripts/export.sh)"),
-    "export-pr": ("patchset.export.pr_export", "one upstream branch per concern, gated (scripts/export-pr.sh)"),
-    "wheels": ("patchset.wheels.build", "build patched wheels, or print an installed one's manifest"),
+TOP_LEVEL = "patchset.cli.apply"  # the module whose parser is ``python -m patchset`` itself
+
+
+@dataclass(frozen=True)
+class Command:
+    module: str  # its ``main(argv)`` parses the line: the whole line for TOP_LEVEL, else the rest after the command
+    help: str  # one line, for ``python -m patchset --help``
+
+
+COMMANDS = {
+    "apply": Command(TOP_LEVEL, "apply (or check, or revert) the series; the default command of scripts/apply.sh"),
+    "fetch": Command(TOP_LEVEL, "fetch the pinned releases into the cache and print their checkouts' paths"),
+    "series": Command("patchset.cli.maintain", "check out, refresh, export and lint the series (scripts/export.sh)"),
+    "export-pr": Command("patchset.cli.export_pr", "one upstream branch per concern, gated (scripts/export-pr.sh)"),
+    "wheels": Command("patchset.cli.wheels", "build patched wheels, or print an installed one's manifest"),
 }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``python -m patchset`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in DELEGATED:
-        return int(importlib.import_module(DELEGATED[argv[0]][0]).main(argv[1:]))
-    from patchset.cli.apply import main as apply_main
-
-    return apply_main(argv)
+    command = COMMANDS.get(argv[0]) if argv else None
+    if command is not None and command.module != TOP_LEVEL:
+        return int(importlib.import_module(command.module).main(argv[1:]))
+    return int(importlib.import_module(TOP_LEVEL).main(argv))

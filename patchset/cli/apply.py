@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from patchset.apply.job import run_apply
-from patchset.cli import DELEGATED
+from patchset.cli import COMMANDS
 from patchset.cli.exits import run_reporting_errors
 from patchset.cli.options import add_common_options, usage_exit_status
 from patchset.plumbing import signals
@@ -22,11 +22,10 @@ from patchset.plumbing.errors import (
     EXIT_OK,
     EXIT_TESTS_FAILED,
 )
+from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console
 from patchset.upstreams.fetch import ensure_upstream, resolve_cache
 from patchset.upstreams.pins import Pins, load_pins
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 EXIT_CODES = f"""\
 exit status:
@@ -128,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     apply = commands.add_parser(
         "apply",
-        help="apply (or check, or revert) the series; the default command of scripts/apply.sh",
+        help=COMMANDS["apply"].help,
         description=APPLY_DESCRIPTION,
         epilog=APPLY_EPILOG,
         formatter_class=formatter,
@@ -172,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     fetch = commands.add_parser(
         "fetch",
-        help="fetch the pinned releases into the cache and print their checkouts' paths",
+        help=COMMANDS["fetch"].help,
         description=textwrap.dedent(
             """\
             Fetch the default pinned releases (all pins with --all) from PyPI, verify their sha256 and unpack
@@ -185,8 +184,9 @@ def build_parser() -> argparse.ArgumentParser:
     fetch.add_argument("--all", action="store_true", help="every pin in upstreams.toml, not only the defaults")
     add_common_options(fetch)
     fetch.set_defaults(handler=cmd_fetch)
-    for name, (_, summary) in DELEGATED.items():  # parsed by their own modules (see patchset.cli)
-        commands.add_parser(name, help=summary, add_help=False)
+    for name, command in COMMANDS.items():  # the others are parsed by their own modules (see patchset.cli)
+        if command.module != __name__:
+            commands.add_parser(name, help=command.help, add_help=False)
     return parser
 
 

@@ -25,14 +25,17 @@ from patchset.export.series_export import (
     write_export,
 )
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, BadInput
+from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.lint import lint_patches_dir
 from patchset.series.model import load_series
 from patchset.upstreams.fetch import ensure_upstream, resolve_cache
 from patchset.upstreams.pins import Pin, load_pins
+from patchset.upstreams.registry import UPSTREAMS
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 EXIT_CHANGES = 1
+
+UPSTREAM_HELP = f"which series: {' or '.join(UPSTREAMS)} (keys of upstreams.toml)"
 
 EXIT_CODES = f"""\
 exit status:
@@ -171,7 +174,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         epilog=EXIT_CODES,
         formatter_class=formatter,
     )
-    checkout.add_argument("upstream", metavar="UPSTREAM", help="which series: verl or trinity (keys of upstreams.toml)")
+    checkout.add_argument("upstream", metavar="UPSTREAM", help=UPSTREAM_HELP)
     checkout.add_argument("dest", nargs="?", metavar="DEST", help="where to make the checkout")
     checkout.add_argument("--force", action="store_true", help="replace DEST if it exists (its commits are lost)")
     add_common_options(checkout)
@@ -191,7 +194,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         epilog=EXIT_CODES,
         formatter_class=formatter,
     )
-    export.add_argument("upstream", metavar="UPSTREAM", help="which series: verl or trinity (keys of upstreams.toml)")
+    export.add_argument("upstream", metavar="UPSTREAM", help=UPSTREAM_HELP)
     export.add_argument("checkout", nargs="?", metavar="CHECKOUT", help="the maintainer checkout to export")
     export.add_argument(
         "--dry-run",

@@ -20,7 +20,6 @@ pushes it.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -31,32 +30,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.cli.exits import run_reporting_errors
-from patchset.cli.options import usage_exit_status
 from patchset.export import pr_gates
 from patchset.plumbing import gitops
-from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, BadInput, DoesNotApply
+from patchset.plumbing.errors import EXIT_OK, BadInput, DoesNotApply
+from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.groups import Group, chain, load_groups
 from patchset.series.model import Patch, load_series
 from patchset.testenv.venv import ensure_venv
 from patchset.upstreams.detect import detect
-from patchset.upstreams.fetch import CACHE_ENV, ensure_upstream, resolve_cache
+from patchset.upstreams.fetch import ensure_upstream, resolve_cache
 from patchset.upstreams.pins import Pin, at_least, load_pins
-from patchset.upstreams.registry import LINT_NOT_RUN, UPSTREAMS
+from patchset.upstreams.registry import UPSTREAMS
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 EXIT_GATE_FAILED = 1
 BRANCH_PREFIX = "patchset/"
-
-EXIT_CODES = f"""\
-exit status:
-  {EXIT_OK}  every branch was made and every gate passed on each (upstream lint, upstream CPU tests)
-  {EXIT_GATE_FAILED}  a gate failed on a branch (the message names both); the branches are kept to be fixed
-  {EXIT_BAD_INPUT}  bad input: usage; not a verl/Trinity-RFT git checkout; a version the series does not target;
-     uncommitted changes; the branch exists (--force replaces it); bad series or patch
-  {EXIT_DOES_NOT_APPLY}  a patch does not apply with git am; no branch was made
-"""
 
 # DEP-3 fields and this project's own (``Upstream-Check:``): for the patchset, not for the upstream commit.
 _DEP3_LINE = re.compile(
@@ -140,11 +128,6 @@ def _git(checkout: Path, *args: str, check: bool = True) -> subprocess.Completed
     return gitops.run_git([*gitops.NEUTRAL, *args], cwd=checkout, check=check)
 
 
-def _value(checkout: Path, *args: str) -> str | None:
-    proc = _git(checkout, *args, check=False)
-    return (proc.stdout.strip() or None) if proc.returncode == 0 else None
-
-
 def _check_checkout(checkout: Path, key: str, patches_dir: Path) -> tuple[Pin, str]:
     """The pin the checkout is at and the commit to branch from; ``BadInput`` for anything else."""
     shown = display_path(checkout)
@@ -163,7 +146,7 @@ def _check_checkout(checkout: Path, key: str, patches_dir: Path) -> tuple[Pin, s
     if tree is None or tree.prefix:
         raise BadInput(f"{shown} is not the top of a git checkout; pass the root of a git clone of {pin.label}")
     for state in ("rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
-        if (checkout / (_value(checkout, "rev-parse", "--git-path", state) or state)).exists():
+        if (checkout / (gitops.git_value(checkout, "rev-parse", "--git-path", state) or state)).exists():
             raise BadInput(f"{shown} has a rebase, git am, merge or cherry-pick in progress; finish or abort it first")
     if not gitops.is_clean(checkout):
         raise BadInput(f"{shown} has uncommitted changes; commit or stash them first (git stash -u)")
@@ -244,7 +227,7 @@ def _test_lines(key: str, gates: Gates) -> list[str]:
     else:
         lines.append(f"- CPU tests: {gates.tests.summary}.")
     lines += [f"- {note}" for note in gates.tests.notes]
-    lines.append(f"- Not run: {LINT_NOT_RUN[key]}.")
+    lines.append(f"- Not run: {UPSTREAMS[key].lint_not_run}.")
     return lines
 
 
@@ -262,6 +245,98 @@ def _stack_lines(group: Group | None, series: str, base_commits: int) -> list[st
         f"{base_commits} commit(s) first; review the commits after them. Rebase onto main once that PR is merged.",
         "",
     ]
+
+
+@dataclass(frozen=True)
+class PrParts:
+    """What a PR body says, before an upstream's template lays it out."""
+
+    stack: list[str]  # the lines on the branch it depends on (a group ``after`` another)
+    paragraphs: list[str]  # the description (``pr/<group>.md``'s message, else the patches')
+    overview: list[str]  # its first paragraph (the subject when there is none)
+    details: list[str]  # the others
+    related: list[str]  # backport and "Fixes <bug>" lines
+    tests: list[str]  # the gates run and what they said
+    files: list[str]  # the files changed, one "- `path`" line each
+    sections: str  # the further sections of ``pr/<group>.md``
+    passed: bool  # every gate passed
+    new_tests: bool  # the branch adds tests of its own
+
+
+def _verl_template(parts: PrParts) -> str:
+    """verl's .github/PULL_REQUEST_TEMPLATE.md."""
+    check = "x" if parts.passed else " "
+    return "\n".join(
+        [
+            "### What does this PR do?",
+            "",
+            *parts.stack,
+            *parts.overview,
+            "",
+            *parts.related,
+            "",
+            "### Test",
+            "",
+            *parts.tests,
+            "",
+            "### API and Usage Example",
+            "",
+            "New arguments and config fields default to the old behaviour; the sections below say what else "
+            "changes for callers.",
+            "",
+            "### Design & Code Changes",
+            "",
+            *(p + "\n" for p in parts.details),
+            "Files changed:",
+            *parts.files,
+            "",
+            *([parts.sections.replace("\n## ", "\n### ").replace("## ", "### ", 1), ""] if parts.sections else []),
+            "### Checklist Before Submitting",
+            "",
+            "- [x] Read the [Contribute Guide](https://github.com/volcengine/verl/blob/main/CONTRIBUTING.md).",
+            f"- [{check}] Apply [pre-commit checks](https://github.com/volcengine/verl/blob/main/CONTRIBUTING.md"
+            "#code-linting-and-formatting)",
+            "- [ ] Add / Update [the documentation](https://github.com/volcengine/verl/tree/main/docs).",
+            f"- [{'x' if parts.new_tests else ' '}] Add unit or end-to-end test(s) to "
+            "[the CI workflow](https://github.com/volcengine/verl/tree/main/.github/workflows) to cover all the "
+            "code.",
+            "",
+        ]
+    )
+
+
+def _trinity_template(parts: PrParts) -> str:
+    """Trinity-RFT's .github/pull_request_template.md."""
+    return "\n".join(
+        [
+            "## Description",
+            "",
+            *parts.stack,
+            *(p + "\n" for p in parts.paragraphs),
+            *parts.related,
+            "",
+            *([parts.sections.replace("\n## ", "\n### ").replace("## ", "### ", 1), ""] if parts.sections else []),
+            "Test:",
+            *parts.tests,
+            "",
+            "Files changed:",
+            *parts.files,
+            "",
+            "## Checklist",
+            "",
+            "Please check the following items before code is ready to be reviewed.",
+            "",
+            f"- [{'x' if parts.passed else ' '}]  Code has passed all tests",
+            "- [x]  Docstrings have been added/updated in Google Style",
+            "- [ ]  Documentation has been updated",
+            "- [ ]  Code is ready for review",
+            "",
+        ]
+    )
+
+
+# the PR body layouts, by the name an upstream's registry entry gives (``Upstream.pr_template``)
+PR_TEMPLATES = {"verl": _verl_template, "trinity": _trinity_template}
 
 
 def pr_body(
@@ -283,86 +358,37 @@ def pr_body(
     else:
         paragraphs = [p for patch in patches for p in messages[patch.name]]
         sections = ""
-    stack = _stack_lines(group, key, base_commits)
-    overview, details = (paragraphs[:1], paragraphs[1:]) if paragraphs else ([patches[0].subject], [])
-    tests = _test_lines(key, gates)
-    files = [f"- `{path}`" for path in changed]
-    new_tests = bool(gates.tests.own_files)
-    if key == "verl":
-        check = "x" if gates.passed else " "
-        return "\n".join(
-            [
-                "### What does this PR do?",
-                "",
-                *stack,
-                *overview,
-                "",
-                *_related(patches, tag),
-                "",
-                "### Test",
-                "",
-                *tests,
-                "",
-                "### API and Usage Example",
-                "",
-                "New arguments and config fields default to the old behaviour; the sections below say what else "
-                "changes for callers.",
-                "",
-                "### Design & Code Changes",
-                "",
-                *(p + "\n" for p in details),
-                "Files changed:",
-                *files,
-                "",
-                *([sections.replace("\n## ", "\n### ").replace("## ", "### ", 1), ""] if sections else []),
-                "### Checklist Before Submitting",
-                "",
-                "- [x] Read the [Contribute Guide](https://github.com/volcengine/verl/blob/main/CONTRIBUTING.md).",
-                f"- [{check}] Apply [pre-commit checks](https://github.com/volcengine/verl/blob/main/CONTRIBUTING.md"
-                "#code-linting-and-formatting)",
-                "- [ ] Add / Update [the documentation](https://github.com/volcengine/verl/tree/main/docs).",
-                f"- [{'x' if new_tests else ' '}] Add unit or end-to-end test(s) to "
-                "[the CI workflow](https://github.com/volcengine/verl/tree/main/.github/workflows) to cover all the "
-                "code.",
-                "",
-            ]
-        )
-    return "\n".join(
-        [
-            "## Description",
-            "",
-            *stack,
-            *(p + "\n" for p in paragraphs),
-            *_related(patches, tag),
-            "",
-            *([sections.replace("\n## ", "\n### ").replace("## ", "### ", 1), ""] if sections else []),
-            "Test:",
-            *tests,
-            "",
-            "Files changed:",
-            *files,
-            "",
-            "## Checklist",
-            "",
-            "Please check the following items before code is ready to be reviewed.",
-            "",
-            f"- [{'x' if gates.passed else ' '}]  Code has passed all tests",
-            "- [x]  Docstrings have been added/updated in Google Style",
-            "- [ ]  Documentation has been updated",
-            "- [ ]  Code is ready for review",
-            "",
-        ]
+    parts = PrParts(
+        stack=_stack_lines(group, key, base_commits),
+        paragraphs=paragraphs,
+        overview=paragraphs[:1] if paragraphs else [patches[0].subject],
+        details=paragraphs[1:],
+        related=_related(patches, tag),
+        tests=_test_lines(key, gates),
+        files=[f"- `{path}`" for path in changed],
+        sections=sections,
+        passed=gates.passed,
+        new_tests=bool(gates.tests.own_files),
     )
+    return PR_TEMPLATES[UPSTREAMS[key].pr_template](parts)
 
 
 # --- the command ------------------------------------------------------------------------------------------
 
 
 def _run_gates(
-    pin: Pin, worktree: Path, release: str, changed: list[str], python: Path, cache: str | None, console: Console
+    pin: Pin,
+    worktree: Path,
+    release: str,
+    changed: list[str],
+    python: Path,
+    cache: str | None,
+    patches_dir: Path,
+    console: Console,
 ) -> Gates:
     """The gates on the branch checked out in ``worktree``: lint ``changed``, upstream's tests for them (those of
-    the ``release`` tree) and the test files among them."""
+    the ``release`` tree) and the test files among them; another upstream its tests import is the default pin of
+    ``patches_dir``, from the cache ``cache``."""
     key, label = pin.key, pin.name
     console.step(f"Running {key}'s lint gates through pre-commit on {len(changed)} changed file(s)")
     lint = pr_gates.run_lint(key, worktree, changed, python)
@@ -376,7 +402,7 @@ def _run_gates(
             "patch's own tests ran."
         )
     for other in UPSTREAMS[key].tests_import:
-        other_pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").default_for(other)
+        other_pin = load_pins(patches_dir / "upstreams.toml").default_for(other)
         assert other_pin is not None
         pythonpath.append(ensure_upstream(other_pin, resolve_cache(cache, os.environ, REPO_ROOT), console))
         notes.append(f"{UPSTREAMS[key].title}'s tests import {other}: run beside vanilla {other_pin.label}.")
@@ -456,7 +482,10 @@ def _make_branches(
     wanted: Sequence[Group],
     groups: tuple[Group, ...],
     chosen: dict[int, Patch],
-    args: argparse.Namespace,
+    branch_option: str | None,
+    force: bool,
+    cache: str | None,
+    patches_dir: Path,
     python: Path,
     console: Console,
 ) -> list[tuple[_Branch, Gates]]:
@@ -494,13 +523,14 @@ def _make_branches(
                 continue
             head = gitops.head_commit(worktree)
             assert head is not None
-            name = args.branch or branch_name(pin.series, patches, group)
+            name = branch_option or branch_name(pin.series, patches, group)
             if gitops.run_git(["check-ref-format", "--branch", name], cwd=checkout, check=False).returncode != 0:
                 raise BadInput(f"{name!r} is not a valid branch name")
-            exists = _value(checkout, "rev-parse", "-q", "--verify", f"refs/heads/{name}^{{commit}}") is not None
-            if exists and not args.force:
+            ref = f"refs/heads/{name}^{{commit}}"
+            exists = gitops.git_value(checkout, "rev-parse", "-q", "--verify", ref) is not None
+            if exists and not force:
                 raise BadInput(f"branch {name} already exists in {display_path(checkout)}; pass --force to replace it")
-            if exists and _value(checkout, "symbolic-ref", "-q", "HEAD") == f"refs/heads/{name}":
+            if exists and gitops.git_value(checkout, "symbolic-ref", "-q", "HEAD") == f"refs/heads/{name}":
                 raise BadInput(f"branch {name} is checked out in {display_path(checkout)}; switch to another first")
             _git(checkout, "branch", "-f", name, head)
             heads[group.name] = head
@@ -508,7 +538,7 @@ def _make_branches(
             where = f"the {group.after} branch" if group.after else pin.tag
             console.step(f"Branch {name}: {commits} commit(s) on {where}")
             changed = _git(worktree, "diff", "--name-only", "--diff-filter=d", base, head).stdout.splitlines()
-            gates = _run_gates(pin, worktree, release, changed, python, args.cache, console)
+            gates = _run_gates(pin, worktree, release, changed, python, cache, patches_dir, console)
             branch = _Branch(group, name, tuple(patches), base, head, base_commits, tuple(changed), messages)
             made.append((branch, gates))
     finally:
@@ -518,14 +548,26 @@ def _make_branches(
     return made
 
 
-def cmd_export(args: argparse.Namespace, console: Console) -> int:
-    patches_dir = Path(args.patches_dir).expanduser() if args.patches_dir else REPO_ROOT / "patches"
-    checkout = Path(args.checkout).expanduser().resolve()
-    pin, release = _check_checkout(checkout, args.upstream, patches_dir)
+def export_pr(
+    upstream: str,
+    checkout: Path,
+    console: Console,
+    *,
+    only_groups: Sequence[str] = (),
+    branch: str | None = None,
+    force: bool = False,
+    cache: str | None = None,
+    patches_dir: Path = REPO_ROOT / "patches",
+) -> int:
+    """Make and gate one branch per concern group of ``upstream``'s series in ``checkout`` (``only_groups``: those
+    groups and the groups they come after); print each PR's title and body. ``branch`` names the one branch made,
+    ``force`` replaces existing branches, ``cache`` is the ``--cache`` option. ``EXIT_GATE_FAILED`` when a gate
+    failed on a branch, else ``EXIT_OK``."""
+    pin, release = _check_checkout(checkout, upstream, patches_dir)
     series = load_series(patches_dir, pin.series)
     groups = load_groups(series.path.parent, len(series.patches))
-    wanted = list(groups) if not args.group else [chain(groups, name)[-1] for name in dict.fromkeys(args.group)]
-    if args.branch and len(wanted) > 1:
+    wanted = list(groups) if not only_groups else [chain(groups, name)[-1] for name in dict.fromkeys(only_groups)]
+    if branch and len(wanted) > 1:
         raise BadInput(f"--branch names one branch, but the {pin.series} series has {len(wanted)} groups; add --group")
     chosen = _select_patches(series.patches, pin, console)
     if not chosen:
@@ -539,7 +581,9 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
         f"{pin.tag if gitops.tag_commit(checkout, pin.tag) else 'HEAD'} ({release[:12]}) in a temporary worktree of "
         f"{display_path(checkout)}"
     )
-    made = _make_branches(checkout, pin, release, wanted, groups, chosen, args, python, console)
+    made = _make_branches(
+        checkout, pin, release, wanted, groups, chosen, branch, force, cache, patches_dir, python, console
+    )
 
     shown = display_path(checkout)
     failed_any = False
@@ -574,54 +618,3 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     names = " ".join(branch.name for branch, _ in made)
     console.summary(f"Your checked-out branch is unchanged. Push with: git -C {shown} push <your-fork> {names}")
     return EXIT_OK
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="scripts/export-pr.sh",
-        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
-        epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("upstream", choices=("verl", "trinity"), help="which series to send")
-    parser.add_argument(
-        "checkout", metavar="CHECKOUT", help="your git checkout of that upstream, at a targeted release"
-    )
-    parser.add_argument(
-        "--group",
-        metavar="NAME",
-        action="append",
-        help="make only this group's branch; repeat for several (default: one branch per group of the series)",
-    )
-    parser.add_argument(
-        "--branch", metavar="NAME", help="branch to make, for one group (default: patchset/<series>-<group>)"
-    )
-    parser.add_argument("--force", action="store_true", help="replace the branch if it exists")
-    parser.add_argument(
-        "--cache",
-        metavar="DIR",
-        help=f"cache folder holding the pinned verl that Trinity's tests import (default: ${CACHE_ENV}, else "
-        "<repo>/.cache)",
-    )
-    parser.add_argument(
-        "--patches-dir",
-        metavar="DIR",
-        help="folder holding upstreams.toml and the series folders (default: the repository's patches/)",
-    )
-    parser.add_argument("-q", "--quiet", action="store_true", help="print only summaries, warnings, errors and the PR")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``scripts/export-pr.sh ARGV`` (default: ``sys.argv[1:]``); return the exit status."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exc:  # --help (0) or a usage error (2)
-        return usage_exit_status(exc, EXIT_BAD_INPUT)
-    console = Console(quiet=args.quiet)
-    return run_reporting_errors(lambda: cmd_export(args, console), interrupted="")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -32,17 +32,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchset.plumbing.paths import REPO_ROOT
 from patchset.upstreams.registry import (
-    TRINITY_FLAKE8_ARGS,
     UPSTREAMS,
     VERL_CONFIG_DIR,
-    VERL_DOCSTRING_FILES,
     VERL_GENERATED_CONFIGS,
     VERL_LICENSE_LINES,
-    VERL_MYPY_ARGS,
+    LintHook,
 )
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 _COPYRIGHT = re.compile(r"^# Copyright (\(c\) )?\d{4}(-\d{4})?,? \S")
 _LICENSE_SCAN_LINES = 20
@@ -51,103 +48,32 @@ _LICENSE_SCAN_LINES = 20
 # --- the pre-commit config --------------------------------------------------------------------------------
 
 
-def _system_hook(hook_id: str, name: str, entry: Sequence[str], **extra: object) -> dict[str, object]:
-    return {"id": hook_id, "name": name, "entry": shlex.join(entry), "language": "system", **extra}
-
-
-def _own_hook(python: Path, hook_id: str, name: str, **extra: object) -> dict[str, object]:
-    return _system_hook(hook_id, name, [str(python), "-m", "patchset.export.pr_gates", "hook", hook_id], **extra)
+def _entry(hook: LintHook, python: Path) -> str:
+    """The hook's ``entry``: its command with the venv's tool (``python``: its interpreter), this project's own hook
+    when it names none, or a pygrep hook's regular expression."""
+    if hook.language == "pygrep":
+        return hook.command[0]
+    if not hook.command:
+        return shlex.join([str(python), "-m", "patchset.export.pr_gates", "hook", hook.id])
+    tool, *args = hook.command
+    return shlex.join([str(python if tool == "python" else python.parent / tool), *args])
 
 
 def precommit_config(key: str, python: Path) -> dict[str, object]:
-    """The pre-commit config (a dict; written as JSON, which is YAML) of ``key``'s lint gates."""
-    bindir = python.parent
-    if key == "verl":
-        hooks = [
-            _system_hook(
-                "ruff",
-                "ruff v0.12.2 (verl's pyproject)",
-                [str(bindir / "ruff"), "check", "--force-exclude"],
-                args=["--fix", "--show-fixes", "--output-format=full"],
-                types_or=["python", "pyi"],
-                require_serial=True,
-            ),
-            _system_hook(
-                "ruff-format",
-                "ruff-format v0.12.2",
-                [str(bindir / "ruff"), "format", "--force-exclude"],
-                types_or=["python", "pyi"],
-                require_serial=True,
-            ),
-            _system_hook(
-                "mypy",
-                "mypy v1.17.0 (verl's pyproject)",
-                [str(bindir / "mypy")],
-                args=list(VERL_MYPY_ARGS),
-                types_or=["python", "pyi"],
-                require_serial=True,
-            ),
-            _own_hook(
-                python,
-                "autogen-trainer-cfg",
-                "generated trainer configs match their Hydra composition",
-                files=rf"^{VERL_CONFIG_DIR}/",
-                pass_filenames=False,
-            ),
-            _own_hook(
-                python,
-                "check-docstrings",
-                "docstring coverage (core_algos.py)",
-                files="^(" + "|".join(re.escape(f) for f in VERL_DOCSTRING_FILES) + ")$",
-            ),
-            _own_hook(
-                python,
-                "check-license",
-                "Apache license header",
-                types=["python"],
-                files=r"^(examples|recipe|scripts|tests|verl)/|^setup\.py$",
-            ),
-            _system_hook("compileall", "compileall", [str(python), "-m", "compileall", "-q"], types=["python"]),
-        ]
-    elif key == "trinity":
-        hooks = [
-            _own_hook(python, "check-ast", "check-ast (pre-commit-hooks)", types=["python"]),
-            _own_hook(python, "check-yaml", "check-yaml (pre-commit-hooks)", types=["yaml"]),
-            {
-                "id": "trailing-whitespace",
-                "name": "trailing-whitespace (pre-commit-hooks)",
-                "entry": r"[ \t]+$",
-                "language": "pygrep",
-                "types": ["text"],
-            },
-            _own_hook(python, "end-of-file-fixer", "end-of-file-fixer (pre-commit-hooks)", types=["text"]),
-            _system_hook(
-                "black",
-                "black 23.7.0 (Trinity's pyproject)",
-                [str(bindir / "black")],
-                args=["--line-length=100"],
-                types_or=["python", "pyi"],
-                require_serial=True,
-            ),
-            _system_hook(
-                "isort",
-                "isort 5.12.0 --profile black",
-                [str(bindir / "isort")],
-                args=["--profile", "black", "--filter-files"],
-                types_or=["python", "pyi"],
-                require_serial=True,
-            ),
-            _system_hook(
-                "flake8",
-                "flake8 6.1.0 + flake8-docstrings",
-                [str(bindir / "flake8")],
-                args=TRINITY_FLAKE8_ARGS,
-                types=["python"],
-                require_serial=True,
-            ),
-        ]
-    else:
+    """The pre-commit config (a dict; written as JSON, which is YAML) of ``key``'s lint gates (the registry's)."""
+    upstream = UPSTREAMS.get(key)
+    if upstream is None or not upstream.lint_hooks:
         raise ValueError(f"no lint gates for {key!r}")
+    hooks = [
+        {
+            "id": hook.id,
+            "name": hook.name,
+            "entry": _entry(hook, python),
+            "language": hook.language,
+            **dict(hook.options),
+        }
+        for hook in upstream.lint_hooks
+    ]
     return {"repos": [{"repo": "local", "hooks": hooks}]}
 
 

@@ -217,11 +217,6 @@ class Export:
         return not self.changes
 
 
-def _git_value(checkout: Path, *args: str) -> str | None:
-    proc = gitops.run_git(list(args), cwd=checkout, env=_git_env(), check=False)
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
-
-
 def check_checkout(checkout: Path, pin: Pin, console: Console) -> None:
     """Refuse (``BadInput``, naming the path and the next step) anything but a maintainer checkout of ``pin``."""
     shown = display_path(checkout)
@@ -234,25 +229,26 @@ def check_checkout(checkout: Path, pin: Pin, console: Console) -> None:
         raise BadInput(f"{shown}: {exc}") from None
     if tree is None or tree.prefix:
         raise BadInput(f"{shown} is not the top of a git checkout; {remake}")
-    series = _git_value(checkout, "config", "--get", _CONFIG_SERIES)
+    env = _git_env()
+    series = gitops.git_value(checkout, "config", "--get", _CONFIG_SERIES, env=env)
     if series is not None and series != pin.series:
         raise BadInput(f"{shown} is a maintainer checkout of the {series} series, not {pin.series}; {remake}")
-    tag = _git_value(checkout, "config", "--get", _CONFIG_TAG)
+    tag = gitops.git_value(checkout, "config", "--get", _CONFIG_TAG, env=env)
     if tag is not None and tag != pin.tag:
         raise BadInput(f"{shown} was made on {tag}, but {pin.label} is pinned at {pin.tag}; {remake}")
     if gitops.tag_commit(checkout, pin.tag) is None:
         raise BadInput(f"{shown} has no tag {pin.tag}, so it is not a checkout of {pin.label}; {remake}")
-    if _git_value(checkout, "rev-parse", "-q", "--verify", f"refs/heads/{BRANCH}^{{commit}}") is None:
+    if gitops.git_value(checkout, "rev-parse", "-q", "--verify", f"refs/heads/{BRANCH}^{{commit}}", env=env) is None:
         raise BadInput(f"{shown} has no branch {BRANCH} (the series as commits on {pin.tag}); {remake}")
     for state in ("rebase-merge", "rebase-apply"):
-        if (checkout / (_git_value(checkout, "rev-parse", "--git-path", state) or state)).exists():
+        if (checkout / (gitops.git_value(checkout, "rev-parse", "--git-path", state, env=env) or state)).exists():
             raise BadInput(f"{shown} has a rebase or git am in progress; finish it (--continue) or --abort it first")
     ancestor = gitops.run_git(["merge-base", "--is-ancestor", pin.tag, BRANCH], cwd=checkout, check=False)
     if ancestor.returncode != 0:
         raise BadInput(f"{shown}: branch {BRANCH} is not based on {pin.tag}; rebase it: git rebase {pin.tag} {BRANCH}")
-    if _git_value(checkout, "rev-list", "--merges", f"{pin.tag}..{BRANCH}"):
+    if gitops.git_value(checkout, "rev-list", "--merges", f"{pin.tag}..{BRANCH}", env=env):
         raise BadInput(f"{shown}: {pin.tag}..{BRANCH} has merge commits; make it linear: git rebase {pin.tag}")
-    if _git_value(checkout, "symbolic-ref", "-q", "HEAD") != f"refs/heads/{BRANCH}":
+    if gitops.git_value(checkout, "symbolic-ref", "-q", "HEAD", env=env) != f"refs/heads/{BRANCH}":
         console.warn(f"{shown}: HEAD is not on branch {BRANCH}; exporting branch {BRANCH}")
     elif not gitops.is_clean(checkout):
         console.warn(f"{shown} has uncommitted changes; they are not exported (commit them: git commit --amend)")

@@ -241,15 +241,20 @@ def init_commit_tag(path: Path, *, message: str, tag: str, identity: Identity, b
     run_git([*NEUTRAL, "tag", tag], cwd=path, env=env)
 
 
+def git_value(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> str | None:
+    """What ``git ARGS`` prints in ``cwd``, stripped; None when it fails or prints nothing (a ref that does not
+    exist, a config key that is not set, a clean status): for questions, where a failure is an answer."""
+    proc = run_git(list(args), cwd=cwd, env=env, check=False)
+    return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
 def tag_commit(path: Path, tag: str) -> str | None:
     """The commit ``tag`` names in the repository at ``path``, or None."""
-    proc = run_git(["rev-parse", "-q", "--verify", f"refs/tags/{tag}^{{commit}}"], cwd=path, check=False)
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
+    return git_value(path, "rev-parse", "-q", "--verify", f"refs/tags/{tag}^{{commit}}")
 
 
 def head_commit(path: Path) -> str | None:
-    proc = run_git(["rev-parse", "-q", "--verify", "HEAD^{commit}"], cwd=path, check=False)
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
+    return git_value(path, "rev-parse", "-q", "--verify", "HEAD^{commit}")
 
 
 def is_clean(path: Path) -> bool:

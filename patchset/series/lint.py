@@ -37,24 +37,13 @@ from patchset.plumbing.ui import display_path
 from patchset.series.groups import DESCRIPTIONS_DIR, GROUPS_FILE, check_groups, parse_groups, read_description
 from patchset.series.model import PATCH_NAME, parse_series, read_patch, subject_of
 from patchset.upstreams.pins import load_pins
+from patchset.upstreams.registry import ANY_SUBJECT_FORM, UPSTREAMS
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _UPSTREAM_WORDS = ("fixed", "applied", "merged", "included")
 _URL = re.compile(r"https?://\S+")
 _ORIGIN = re.compile(r"^(?P<kind>upstream|backport|vendor|other)\b[,\s]*(?P<rest>.*)$", re.IGNORECASE)
 _FORWARDED_WORD = re.compile(r"^(?P<word>no|not-needed)\b[\s,;:(-]*(?P<reason>.*?)\)?$", re.IGNORECASE)
-# Each upstream's PR-title form, by series folder (verl's CONTRIBUTING.md; Trinity-RFT's merged PRs).
-SUBJECT_FORMS = {
-    "verl": (
-        re.compile(r"^\[[a-z0-9_, /-]+\] (?i:feat|fix|refactor|chore|test|doc|docs|perf|ci|misc)(\(.+\))?!?: \S"),
-        "[module] type: description (verl: e.g. [trainer] fix: ...)",
-    ),
-    "trinity": (
-        re.compile(r"^\[[A-Z][A-Za-z0-9 ,/-]*\] [A-Z]"),
-        "[Module] Description (Trinity-RFT: e.g. [Trainer] Fix ...)",
-    ),
-}
-_DEFAULT_SUBJECT_FORM = (re.compile(r"^\[[^\]]+\] \S"), "[area] description")
 _DIFF_GIT = "diff --git "
 _HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@")
 
@@ -133,8 +122,10 @@ def _forwarded_upstream(value: str) -> bool:
 
 def subject_problem(series: str, subject: str) -> str | None:
     """Why ``subject`` is not in the PR-title form of the upstream of ``series`` (None when it is)."""
-    form, shown = SUBJECT_FORMS.get(series, _DEFAULT_SUBJECT_FORM)
-    return None if form.match(subject) else f"Subject {subject!r} is not in the upstream's PR-title form {shown}"
+    form = UPSTREAMS[series].subject_form if series in UPSTREAMS else ANY_SUBJECT_FORM
+    if form.pattern.match(subject):
+        return None
+    return f"Subject {subject!r} is not in the upstream's PR-title form {form.shown}"
 
 
 def _lint_origin(path: Path, origin: str) -> list[Problem]:

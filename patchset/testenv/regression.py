@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from patchset.plumbing.ui import Console, display_path
@@ -16,7 +16,8 @@ from patchset.upstreams.registry import UPSTREAMS
 SUITE = REPO_ROOT / "tests" / "regression"
 EXPECTATIONS = ("fixed", "bug")
 TREE_VARIABLES = {upstream.key: upstream.tree_variable for upstream in UPSTREAMS.values()}
-VERL_ROLE = "PATCHSET_VERL_ROLE"
+# the variable that says a tree is only there because another's tests import it (``dependency``), by upstream
+ROLE_VARIABLES = {upstream.key: upstream.role_variable for upstream in UPSTREAMS.values() if upstream.role_variable}
 SAMPLE_VARIABLE = "PATCHSET_SAMPLE"
 
 
@@ -33,14 +34,17 @@ def regression_env(
     trees: Mapping[str, Path],
     expect: str,
     baseline_dir: Path | None,
-    verl_is_dependency: bool = False,
+    dependencies: Collection[str] = (),
     sample: bool = False,
 ) -> dict[str, str]:
     """Environment for the child pytest: the trees first on PYTHONPATH and the suite's PATCHSET_* settings.
-    ``sample``: one batch shape per test, loss and mode (``PATCHSET_SAMPLE=shapes``, see the suite's conftest)."""
+    ``dependencies``: the keys of the trees that are there only because another's tests import them (their own tests
+    are skipped); ``sample``: one batch shape per test, loss and mode (``PATCHSET_SAMPLE=shapes``, see the suite's
+    conftest)."""
     if expect not in EXPECTATIONS:
         raise ValueError(f"expect must be one of {EXPECTATIONS}, not {expect!r}")
-    env = {key: value for key, value in os.environ.items() if key not in (*TREE_VARIABLES.values(), VERL_ROLE)}
+    ours = (*TREE_VARIABLES.values(), *ROLE_VARIABLES.values())
+    env = {key: value for key, value in os.environ.items() if key not in ours}
     ordered = [trees[key].resolve() for key in TREE_VARIABLES if key in trees]
     env["PYTHONPATH"] = os.pathsep.join(str(path) for path in ordered)
     for key, variable in TREE_VARIABLES.items():
@@ -50,8 +54,8 @@ def regression_env(
     env.pop(SAMPLE_VARIABLE, None)
     if sample:
         env[SAMPLE_VARIABLE] = "shapes"
-    if verl_is_dependency:
-        env[VERL_ROLE] = "dependency"
+    for key in dependencies:
+        env[ROLE_VARIABLES[key]] = "dependency"
     if baseline_dir is not None:
         env["PATCHSET_BASELINE_DIR"] = str(baseline_dir.resolve())
     else:
@@ -98,37 +102,50 @@ def run_overlay_regression_tests(
     return subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
 
 
-def with_verl_for_trinity(trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console) -> dict[str, Path]:
-    """Trinity's engine loss imports verl: test a Trinity tree given alone beside the pinned vanilla verl.
+def imported_only(trees: Mapping[str, Path]) -> list[str]:
+    """The upstreams the tests of ``trees`` import (``Upstream.tests_import``) that are not among them."""
+    imported = [other for key in trees for other in UPSTREAMS[key].tests_import if other not in trees]
+    return list(dict.fromkeys(imported))
+
+
+def with_imported_trees(trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console) -> dict[str, Path]:
+    """A tree whose tests import another upstream, given without it, is tested beside that upstream's pinned vanilla
+    release: Trinity's engine loss imports verl.
 
     The Trinity fix does not depend on verl's, so vanilla verl is the neutral choice; it is only a dependency
     then, and the verl tests are skipped (they test a verl tree the user gave).
     """
     completed = dict(trees)
-    if "trinity" in completed and "verl" not in completed:
-        pin = pins.default_for("verl")
-        assert pin is not None, f"{pins.source} names no default verl"
-        completed["verl"] = ensure_upstream(pin, cache, console)
-        console.step(f"Trinity's loss imports verl: testing it beside {pin.label} ({display_path(completed['verl'])})")
+    for key in trees:
+        for other in UPSTREAMS[key].tests_import:
+            if other in completed:
+                continue
+            pin = pins.default_for(other)
+            assert pin is not None, f"{pins.source} names no default {other}"
+            completed[other] = ensure_upstream(pin, cache, console)
+            note = UPSTREAMS[key].tests_import_note
+            console.step(f"{note}: testing it beside {pin.label} ({display_path(completed[other])})")
     return completed
 
 
-def verl_companions_for_trinity(
+def companion_runs(
     trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console
-) -> list[dict[str, Path]]:
-    """The other runs a Trinity tree needs: beside each verl pinned as Trinity's companion (``companion_for``).
+) -> list[tuple[dict[str, Path], tuple[str, ...]]]:
+    """The other runs a tree needs: beside each release pinned as its companion (``companion_for``) of an upstream
+    its tests import, with that release only a dependency (its own tests are skipped); (trees, dependencies) each.
 
     trinity-rft 0.6.0 accepts verl >= 0.7.1 and trains through verl's engine on verl >= 0.8 but through its own
     legacy worker (``trinity/trainer/verl_legacy``) below it; the series changes code that path runs too (DPO,
-    the policy losses). Each such verl is only a dependency there: its own tests are skipped.
+    the policy losses).
     """
-    if "trinity" not in trees:
-        return []
     runs = []
-    for pin in pins.companions("verl", of="trinity"):
-        verl = ensure_upstream(pin, cache, console)
-        console.step(f"Trinity on its legacy path: testing it beside {pin.label} ({display_path(verl)}) as well")
-        runs.append({"verl": verl, "trinity": trees["trinity"]})
+    for key, tree in trees.items():
+        for other in UPSTREAMS[key].tests_import:
+            for pin in pins.companions(other, of=key):
+                checkout = ensure_upstream(pin, cache, console)
+                note = UPSTREAMS[key].companion_note
+                console.step(f"{note}: testing it beside {pin.label} ({display_path(checkout)}) as well")
+                runs.append(({other: checkout, key: tree}, (other,)))
     return runs
 
 
@@ -138,7 +155,7 @@ def _run_suite(
     expect: str,
     baseline_dir: Path | None,
     pytest_args: Sequence[str],
-    verl_is_dependency: bool,
+    dependencies: Collection[str],
     sample: bool,
     parallel: bool,
 ) -> int:
@@ -147,7 +164,7 @@ def _run_suite(
     print(f"* Running the regression tests (expecting {expect}){shapes} on {described}", flush=True)
     command = [str(python), "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider", *pytest_args]
     command += parallel_args(python) if parallel else []
-    env = regression_env(trees, expect, baseline_dir, verl_is_dependency, sample)
+    env = regression_env(trees, expect, baseline_dir, dependencies, sample)
     return subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
 
 
@@ -166,8 +183,8 @@ def run_regression_tests(
     """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}); return pytest's exit code.
 
     ``expect`` is "fixed" for patched trees and "bug" for vanilla ones (the teeth run). A Trinity tree given
-    without a verl tree is tested beside the pinned vanilla verl (see `with_verl_for_trinity`), and every Trinity
-    tree once more beside each verl pinned as its companion (its legacy path: `verl_companions_for_trinity`);
+    without a verl tree is tested beside the pinned vanilla verl (see `with_imported_trees`), and every Trinity
+    tree once more beside each verl pinned as its companion (its legacy path: `companion_runs`);
     tests whose tree is not given are skipped, and say so. ``sample``: one batch shape per test, loss and mode;
     ``companions=False`` leaves out the runs beside the companion verl (a quick loop).
     ``pins``, ``cache`` and ``console`` are the caller's (``apply --patches-dir``, ``--cache``, ``-q``): the verl
@@ -178,14 +195,13 @@ def run_regression_tests(
     pins = pins if pins is not None else load_pins(REPO_ROOT / "patches" / "upstreams.toml")
     cache = cache if cache is not None else resolve_cache(None, os.environ, REPO_ROOT)
     console = console if console is not None else Console()
-    verl_is_dependency = "trinity" in trees and "verl" not in trees
-    runs = [(with_verl_for_trinity(trees, pins, cache, console), verl_is_dependency, True)]
+    runs = [(with_imported_trees(trees, pins, cache, console), imported_only(trees), True)]
     if companions:
         # beside a companion verl only Trinity's legacy-path tests run (seconds): one process, rather than a worker
         # per core that each import torch, verl and Trinity first
-        runs += [(companion, True, False) for companion in verl_companions_for_trinity(trees, pins, cache, console)]
+        runs += [(run, dependencies, False) for run, dependencies in companion_runs(trees, pins, cache, console)]
     returncodes = [
-        _run_suite(python, run, expect, baseline_dir, pytest_args, dependency, sample, parallel)
-        for run, dependency, parallel in runs
+        _run_suite(python, run, expect, baseline_dir, pytest_args, dependencies, sample, parallel)
+        for run, dependencies, parallel in runs
     ]
     return next((code for code in returncodes if code != 0), 0)

@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from patchset.plumbing.paths import REPO_ROOT
+
 LOCK_FILE = REPO_ROOT / "requirements" / "lock.txt"
 STAMP_NAME = ".patchset-lock-sha256"
 

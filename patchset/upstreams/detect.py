@@ -27,15 +27,20 @@ def _detected(root: Path, upstream: Upstream) -> Detected | None:
     return Detected(upstream.key, upstream.title, version, marker=upstream.version_file) if version else None
 
 
+def _either(names: list[str], word: str = "or") -> str:
+    return ", ".join(names[:-1]) + f" {word} {names[-1]}" if len(names) > 1 else "".join(names)
+
+
 def detect(root: Path, shown: str) -> Detected:
     """Detect the upstream at ``root`` (``shown`` is how to name it in messages); raise ``BadInput`` otherwise."""
+    titles = _either([upstream.title for upstream in UPSTREAMS.values()])
     if not root.is_dir():
-        raise BadInput(f"{shown} is not a directory; pass the root of a verl or Trinity-RFT checkout")
+        raise BadInput(f"{shown} is not a directory; pass the root of a {titles} checkout")
     found = [d for d in (_detected(root, upstream) for upstream in UPSTREAMS.values()) if d is not None]
     if not found:
-        raise BadInput(
-            f"{shown} is not a verl or Trinity-RFT checkout (no verl/version/version or trinity/__init__.py)"
-        )
+        files = _either([upstream.version_file for upstream in UPSTREAMS.values()])
+        raise BadInput(f"{shown} is not a {titles} checkout (no {files})")
     if len(found) > 1:
-        raise BadInput(f"{shown} holds both verl and Trinity-RFT; pass the root of each tree separately")
+        held = ("both " if len(found) == 2 else "") + _either([d.label for d in found], "and")
+        raise BadInput(f"{shown} holds {held}; pass the root of each tree separately")
     return found[0]

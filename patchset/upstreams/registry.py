@@ -1,9 +1,10 @@
 """Everything this project knows about verl and Trinity-RFT, in one place.
 
 How to tell each tree and read or set its version, its names on PyPI and at import, where the regression suite
-finds it, how the upstream names its CPU tests, what its wheel build needs, and its lint gates. The pins
-(versions and sdist hashes) are data, in ``patches/upstreams.toml``; the overlays, which are installed without
-this package, keep their own runtime facts beside their code.
+finds it and which other upstream its tests import, how the upstream names its CPU tests, what its wheel build
+needs, its PR-title form, its PR template and its lint gates. The pins (versions and sdist hashes) are data, in
+``patches/upstreams.toml``; the overlays, which are installed without this package, keep their own runtime facts
+beside their code. Adding an upstream is one entry in ``UPSTREAMS`` plus its series and pins.
 """
 
 from __future__ import annotations
@@ -13,6 +14,39 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _PY_VERSION = re.compile(r"""^(__version__\s*=\s*)(["'])([^"']*)\2""", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class SubjectForm:
+    """An upstream's PR-title form: what a patch's Subject and a ``pr/<group>.md`` title must match."""
+
+    pattern: re.Pattern[str]
+    shown: str  # how the lint names the form
+
+
+# the form of a series folder that is no upstream's
+ANY_SUBJECT_FORM = SubjectForm(re.compile(r"^\[[^\]]+\] \S"), "[area] description")
+
+
+@dataclass(frozen=True)
+class LintHook:
+    """One hook of an upstream's lint gates, as ``export-pr`` runs it: a ``repo: local`` pre-commit hook.
+
+    ``command`` is a tool of the test venv's ``bin/`` and its arguments (``python``: the venv's interpreter); empty,
+    the hook is this project's own ``id`` (``python -m patchset.export.pr_gates hook ID``). With ``language``
+    ``pygrep``, ``command`` is the one regular expression that must not match. ``options``: pre-commit's other
+    fields (args, types, files, ...), in the order written.
+    """
+
+    id: str
+    name: str
+    command: tuple[str, ...] = ()
+    language: str = "system"
+    options: tuple[tuple[str, object], ...] = ()
+
+
+def _hook(hook_id: str, name: str, *command: str, language: str = "system", **options: object) -> LintHook:
+    return LintHook(hook_id, name, tuple(command), language, tuple(options.items()))
 
 
 @dataclass(frozen=True)
@@ -31,7 +65,18 @@ class Upstream:
     # where the wheel build reads the package's package_data list: a file of the tree and the text that opens the
     # list, where the manifest is added; None: the build honours include_package_data, and MANIFEST.in names it
     package_data: tuple[str, str] | None = None
-    tests_import: tuple[str, ...] = ()  # other upstreams its tests import
+    # other upstreams its tests (and the regression suite's tests of it) import: a tree of it given alone is tested
+    # beside the default pin of each, and once more beside each pin marked ``companion_for`` it
+    tests_import: tuple[str, ...] = ()
+    tests_import_note: str = ""  # what the run says when it adds the default pin of one ("Trinity's loss imports verl")
+    companion_note: str = ""  # what it says for a run beside a companion pin ("Trinity on its legacy path")
+    # the variable that tells the regression suite this tree is there only because another's tests import it (its
+    # own tests are then skipped); "" for an upstream that no other imports
+    role_variable: str = ""
+    subject_form: SubjectForm = ANY_SUBJECT_FORM
+    pr_template: str = ""  # the layout of the PR body export-pr writes (its upstream's PR template; see pr_export)
+    lint_hooks: tuple[LintHook, ...] = ()  # its .pre-commit-config.yaml at the pinned release, as run here
+    lint_not_run: str = ""  # what of that config is not run here, said in the PR body
 
     def read_version(self, tree: Path) -> str:
         """The version the tree declares; "" when its version file cannot be read or declares none."""
@@ -77,45 +122,8 @@ class Upstream:
         return re.compile(rf"^{re.escape(where)}{stem}$")
 
 
-UPSTREAMS = {
-    "verl": Upstream(
-        key="verl",
-        title="verl",
-        distribution="verl",
-        package="verl",
-        version_file="verl/version/version",
-        marker_file="verl/trainer/ppo/core_algos.py",
-        tree_variable="PATCHSET_VERL_TREE",
-        test_prefix="test_",
-        test_suffix="_on_cpu.py",
-        # verl's pyproject.toml sets package-dir {"" = "."}, so setuptools never matches its SOURCES.txt paths to
-        # the package and include-package-data adds nothing: only its [tool.setuptools.package-data] reaches the
-        # wheel
-        package_data=("pyproject.toml", "[tool.setuptools.package-data]\nverl = [\n"),
-    ),
-    "trinity": Upstream(
-        key="trinity",
-        title="Trinity-RFT",
-        distribution="trinity-rft",
-        package="trinity",
-        version_file="trinity/__init__.py",
-        marker_file="trinity/trainer/verl/losses.py",
-        tree_variable="PATCHSET_TRINITY_TREE",
-        test_suffix="_test.py",
-        tests_import=("verl",),
-    ),
-}
-
-
 # --- the lint gates of each upstream (its .pre-commit-config.yaml at the pinned release), run on what a PR changes
 
-LINT_NOT_RUN = {
-    "verl": "verl's repository-only hooks (tests/special_sanity/ scripts, not in the sdist) other than the license, "
-    "docstring and generated-config checks run above",
-    "trinity": "mypy v1.7.0 (the lock pins verl's mypy 1.17.0); pre-commit-hooks check-xml/check-toml/check-json/"
-    "check-docstring-first/detect-private-key (pre-commit-hooks is not in the lock; trailing-whitespace, "
-    "end-of-file-fixer, check-yaml and check-ast are run as local hooks)",
-}
 # Trinity's flake8 hook arguments (its .pre-commit-config.yaml).
 TRINITY_FLAKE8_ARGS = [
     "--max-line-length=100",
@@ -141,3 +149,135 @@ VERL_LICENSE_LINES = (
     "# You may obtain a copy of the License at",
     "#     http://www.apache.org/licenses/LICENSE-2.0",
 )
+
+VERL_LINT_HOOKS = (
+    _hook(
+        "ruff",
+        "ruff v0.12.2 (verl's pyproject)",
+        "ruff",
+        "check",
+        "--force-exclude",
+        args=["--fix", "--show-fixes", "--output-format=full"],
+        types_or=["python", "pyi"],
+        require_serial=True,
+    ),
+    _hook(
+        "ruff-format",
+        "ruff-format v0.12.2",
+        "ruff",
+        "format",
+        "--force-exclude",
+        types_or=["python", "pyi"],
+        require_serial=True,
+    ),
+    _hook(
+        "mypy",
+        "mypy v1.17.0 (verl's pyproject)",
+        "mypy",
+        args=list(VERL_MYPY_ARGS),
+        types_or=["python", "pyi"],
+        require_serial=True,
+    ),
+    _hook(
+        "autogen-trainer-cfg",
+        "generated trainer configs match their Hydra composition",
+        files=rf"^{VERL_CONFIG_DIR}/",
+        pass_filenames=False,
+    ),
+    _hook(
+        "check-docstrings",
+        "docstring coverage (core_algos.py)",
+        files="^(" + "|".join(re.escape(f) for f in VERL_DOCSTRING_FILES) + ")$",
+    ),
+    _hook(
+        "check-license",
+        "Apache license header",
+        types=["python"],
+        files=r"^(examples|recipe|scripts|tests|verl)/|^setup\.py$",
+    ),
+    _hook("compileall", "compileall", "python", "-m", "compileall", "-q", types=["python"]),
+)
+TRINITY_LINT_HOOKS = (
+    _hook("check-ast", "check-ast (pre-commit-hooks)", types=["python"]),
+    _hook("check-yaml", "check-yaml (pre-commit-hooks)", types=["yaml"]),
+    _hook(
+        "trailing-whitespace", "trailing-whitespace (pre-commit-hooks)", r"[ \t]+$", language="pygrep", types=["text"]
+    ),
+    _hook("end-of-file-fixer", "end-of-file-fixer (pre-commit-hooks)", types=["text"]),
+    _hook(
+        "black",
+        "black 23.7.0 (Trinity's pyproject)",
+        "black",
+        args=["--line-length=100"],
+        types_or=["python", "pyi"],
+        require_serial=True,
+    ),
+    _hook(
+        "isort",
+        "isort 5.12.0 --profile black",
+        "isort",
+        args=["--profile", "black", "--filter-files"],
+        types_or=["python", "pyi"],
+        require_serial=True,
+    ),
+    _hook(
+        "flake8",
+        "flake8 6.1.0 + flake8-docstrings",
+        "flake8",
+        args=TRINITY_FLAKE8_ARGS,
+        types=["python"],
+        require_serial=True,
+    ),
+)
+
+
+UPSTREAMS = {
+    "verl": Upstream(
+        key="verl",
+        title="verl",
+        distribution="verl",
+        package="verl",
+        version_file="verl/version/version",
+        marker_file="verl/trainer/ppo/core_algos.py",
+        tree_variable="PATCHSET_VERL_TREE",
+        test_prefix="test_",
+        test_suffix="_on_cpu.py",
+        # verl's pyproject.toml sets package-dir {"" = "."}, so setuptools never matches its SOURCES.txt paths to
+        # the package and include-package-data adds nothing: only its [tool.setuptools.package-data] reaches the
+        # wheel
+        package_data=("pyproject.toml", "[tool.setuptools.package-data]\nverl = [\n"),
+        role_variable="PATCHSET_VERL_ROLE",
+        # verl's CONTRIBUTING.md
+        subject_form=SubjectForm(
+            re.compile(r"^\[[a-z0-9_, /-]+\] (?i:feat|fix|refactor|chore|test|doc|docs|perf|ci|misc)(\(.+\))?!?: \S"),
+            "[module] type: description (verl: e.g. [trainer] fix: ...)",
+        ),
+        pr_template="verl",
+        lint_hooks=VERL_LINT_HOOKS,
+        lint_not_run="verl's repository-only hooks (tests/special_sanity/ scripts, not in the sdist) other than the "
+        "license, docstring and generated-config checks run above",
+    ),
+    "trinity": Upstream(
+        key="trinity",
+        title="Trinity-RFT",
+        distribution="trinity-rft",
+        package="trinity",
+        version_file="trinity/__init__.py",
+        marker_file="trinity/trainer/verl/losses.py",
+        tree_variable="PATCHSET_TRINITY_TREE",
+        test_suffix="_test.py",
+        tests_import=("verl",),
+        tests_import_note="Trinity's loss imports verl",
+        companion_note="Trinity on its legacy path",
+        # Trinity-RFT's merged PRs
+        subject_form=SubjectForm(
+            re.compile(r"^\[[A-Z][A-Za-z0-9 ,/-]*\] [A-Z]"),
+            "[Module] Description (Trinity-RFT: e.g. [Trainer] Fix ...)",
+        ),
+        pr_template="trinity",
+        lint_hooks=TRINITY_LINT_HOOKS,
+        lint_not_run="mypy v1.7.0 (the lock pins verl's mypy 1.17.0); pre-commit-hooks check-xml/check-toml/check-json/"
+        "check-docstring-first/detect-private-key (pre-commit-hooks is not in the lock; trailing-whitespace, "
+        "end-of-file-fixer, check-yaml and check-ast are run as local hooks)",
+    ),
+}

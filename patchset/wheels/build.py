@@ -38,7 +38,6 @@ without importing them.
 
 from __future__ import annotations
 
-import argparse
 import email.parser
 import hashlib
 import importlib.metadata
@@ -48,7 +47,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import zipfile
@@ -61,18 +59,16 @@ from patchset.apply.plan import Action, Step, plan_target
 from patchset.apply.refusals import refusal
 from patchset.apply.target import target_for_pin
 from patchset.apply.transaction import apply_plans
-from patchset.cli.exits import run_reporting_errors
-from patchset.cli.options import usage_exit_status
 from patchset.plumbing import gitops, signals
-from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput, PatchsetError
+from patchset.plumbing.errors import EXIT_OK, BadInput, PatchsetError
+from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
-from patchset.testenv.venv import VenvError, ensure_venv
-from patchset.upstreams.fetch import CACHE_ENV, ensure_upstream, resolve_cache
+from patchset.testenv.venv import ensure_venv
+from patchset.upstreams.fetch import ensure_upstream, resolve_cache
 from patchset.upstreams.pins import Pin, load_pins
 from patchset.upstreams.registry import UPSTREAMS, Upstream
 from patchset.wheels.selection import select_pins
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PATCHSET_NAME = "patchset"
 PATCHSET_TITLE = "verl / Trinity-RFT loss-scaling patchset"
 MANIFEST_NAME = "_patchset_manifest.json"
@@ -85,7 +81,8 @@ _LOCAL_LABEL = re.compile(r"^[a-z0-9]+(?:\.[a-z0-9]+)*$")
 _RELEASE = re.compile(r"^\d+(?:\.\d+)*$")
 
 
-_DISTRIBUTIONS = {upstream.package: upstream.distribution for upstream in UPSTREAMS.values()}
+# import package -> PyPI name, of the packages ``wheels manifest`` reads by default
+DISTRIBUTIONS = {upstream.package: upstream.distribution for upstream in UPSTREAMS.values()}
 
 
 @dataclass(frozen=True)
@@ -120,17 +117,12 @@ def is_valid_version(version: str) -> bool:
     return bool(_RELEASE.match(release)) and bool(plus) and bool(_LOCAL_LABEL.match(local))
 
 
-def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return gitops.run_git(list(args), cwd=cwd, check=False)
-
-
 def patchset_label(patches_dir: Path, revision: int | None = None) -> Label:
     """The label for the patches folder ``patches_dir``, from the git history that holds it (see the module
     docstring); ``revision`` overrides the count (for a folder without its history)."""
-    head = _git(patches_dir, "rev-parse", "-q", "--verify", "HEAD^{commit}")
-    commit = head.stdout.strip() if head.returncode == 0 and head.stdout.strip() else None
-    status = _git(patches_dir, "status", "--porcelain", "--untracked-files=all", "--", ".")
-    dirty = commit is not None and status.returncode == 0 and bool(status.stdout.strip())
+    commit = gitops.head_commit(patches_dir)
+    status = gitops.git_value(patches_dir, "status", "--porcelain", "--untracked-files=all", "--", ".")
+    dirty = commit is not None and status is not None
     if revision is not None:
         if revision < 1:
             raise BadInput(f"--revision must be a positive integer, not {revision}")
@@ -140,16 +132,15 @@ def patchset_label(patches_dir: Path, revision: int | None = None) -> Label:
             f"{patches_dir} is not in a git checkout with history, so the patchset revision (the number of commits "
             f"that touch it) cannot be counted; pass --revision N"
         )
-    shallow = _git(patches_dir, "rev-parse", "--is-shallow-repository")
-    if shallow.stdout.strip() == "true":
+    if gitops.git_value(patches_dir, "rev-parse", "--is-shallow-repository") == "true":
         raise BadInput(
             f"{patches_dir} is in a shallow clone, so counting the commits that touch it would give a wrong "
             f"revision; fetch the full history (git fetch --unshallow) or pass --revision N"
         )
-    count = _git(patches_dir, "rev-list", "--count", "HEAD", "--", ".")
-    if count.returncode != 0 or not count.stdout.strip().isdigit() or int(count.stdout) < 1:
+    count = gitops.git_value(patches_dir, "rev-list", "--count", "HEAD", "--", ".")
+    if count is None or not count.isdigit() or int(count) < 1:
         raise BadInput(f"no commit touches {patches_dir}, so it has no patchset revision; pass --revision N")
-    return Label(revision=int(count.stdout), dirty=dirty, commit=commit)
+    return Label(revision=int(count), dirty=dirty, commit=commit)
 
 
 def _sha256_bytes(data: bytes) -> str:
@@ -284,8 +275,8 @@ def _build_env(label: Label, patches_dir: Path) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     env["PIP_CONFIG_FILE"] = os.devnull
     if "SOURCE_DATE_EPOCH" not in env:
-        stamp = _git(patches_dir, "log", "-1", "--format=%ct") if label.commit else None
-        env["SOURCE_DATE_EPOCH"] = stamp.stdout.strip() if stamp and stamp.stdout.strip().isdigit() else "315532800"
+        stamp = gitops.git_value(patches_dir, "log", "-1", "--format=%ct") if label.commit else None
+        env["SOURCE_DATE_EPOCH"] = stamp if stamp and stamp.isdigit() else "315532800"
     return env
 
 
@@ -385,24 +376,17 @@ def read_manifest(package: str) -> tuple[Path | None, dict[str, Any] | None]:
 
 def _installed_version(package: str) -> str | None:
     try:
-        return importlib.metadata.version(_DISTRIBUTIONS.get(package, package))
+        return importlib.metadata.version(DISTRIBUTIONS.get(package, package))
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
-def cmd_manifest(args: argparse.Namespace, console: Console) -> int:
-    """``manifest``: print the patchset manifest of each installed package; 1 when one has none."""
-    if args.python:  # read that environment: run this same command with its interpreter, from this checkout
-        command = [args.python, "-P", "-m", "patchset", "wheels", "manifest", *args.packages]
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        try:
-            return subprocess.run([*command, *(["--json"] if args.json else [])], env=env).returncode
-        except OSError as error:
-            print(f"error: cannot run --python {args.python}: {error.strerror}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+def report_manifests(packages: Sequence[str], console: Console, *, as_json: bool = False) -> int:
+    """Print the patchset manifest of each of the installed ``packages`` (``as_json``: as JSON, with its location and
+    installed version); 1 when one has none, else 0."""
     found: dict[str, Any] = {}
     missing = False
-    for package in args.packages:
+    for package in packages:
         folder, manifest = read_manifest(package)
         missing |= manifest is None
         found[package] = {
@@ -410,7 +394,7 @@ def cmd_manifest(args: argparse.Namespace, console: Console) -> int:
             "distribution_version": _installed_version(package),
             "manifest": manifest,
         }
-        if args.json:
+        if as_json:
             continue
         if folder is None:
             console.summary(f"{package}: not importable")
@@ -426,126 +410,6 @@ def cmd_manifest(args: argparse.Namespace, console: Console) -> int:
             for patch in manifest["patches"]:
                 why = f": {patch['reason']}" if patch.get("reason") else ""  # schema 1 has no reason
                 console.summary(f"  {patch['name']} ({patch['status']}{why}) sha256 {patch['sha256']}")
-    if args.json:
+    if as_json:
         print(json.dumps(found, indent=2))
     return 1 if missing else EXIT_OK
-
-
-# --- command line -----------------------------------------------------------------------------------------------
-
-EXIT_CODES = """\
-exit status:
-  0  built: every wheel is in the dist folder (manifest: every package has a manifest)
-  1  pip could not build a wheel, the wheel is not the one expected, or the build environment could not be
-     made; nothing was put into the dist folder
-     (manifest: a package is not importable or has no manifest)
-  2  bad input: usage; a --pin that is not NAME==VERSION of a release a series targets (a companion-only pin,
-     a release not pinned); bad upstreams.toml, series or patch; no revision (not a git checkout: pass
-     --revision); sha256 mismatch, PyPI unreachable with no sdist cached, failed fetch; the tree's version is not
-     the pin's
-  3  a patch does not apply to the pinned release (the message names the patch, file and hunk)
-  130, 143, 129  interrupted by SIGINT, SIGTERM or SIGHUP
-"""
-
-DESCRIPTION = """\
-Build patched wheels of the pinned releases: for each default pin of patches/upstreams.toml (verl 0.8.0,
-trinity-rft 0.6.0), or each release named with --pin, the verified sdist's checkout from the cache, a fresh clone
-with the series applied (patches upstream has there are skipped, as scripts/apply.sh skips them), version
-<release>+patchset.<N> (N: the commits of this repository that touch patches/), and a manifest
-<package>/_patchset_manifest.json inside, recording each patch as applied or skipped; built with pip wheel (no
-build isolation, no index) by the test environment's python, into DIST (default: <repo>/dist).
-
-examples:
-  scripts/build-wheels.sh                           verl 0.8.0 and trinity-rft 0.6.0 (the default pins)
-  scripts/build-wheels.sh --pin verl==0.9.1         verl 0.9.1 alone, with the patches upstream lacks there
-  scripts/build-wheels.sh --pin verl==0.8.0 --pin verl==0.9.1 --pin trinity-rft==0.6.0
-"""
-
-
-def build_parser() -> argparse.ArgumentParser:
-    formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="scripts/build-wheels.sh",
-        description=DESCRIPTION,
-        epilog=EXIT_CODES + "\nWith no command, 'build' runs.",
-        formatter_class=formatter,
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    build = commands.add_parser(
-        "build", help="build the patched wheels (default)", description=DESCRIPTION, epilog=EXIT_CODES,
-        formatter_class=formatter,
-    )  # fmt: skip
-    build.add_argument(
-        "--pin",
-        action="append",
-        default=[],
-        metavar="NAME==VERSION",
-        help="build this pinned release (repeatable; default: the default pins). Any release of "
-        "patches/upstreams.toml that a series targets, e.g. verl==0.9.1; a companion-only pin (verl==0.7.1) or a "
-        "release not pinned there is refused (exit 2)",
-    )
-    build.add_argument("--dist-dir", metavar="DIST", help="where the wheels go (default: <repo>/dist)")
-    build.add_argument(
-        "--cache", metavar="DIR", help=f"cache for sdists and checkouts (default: ${CACHE_ENV}, else <repo>/.cache)"
-    )
-    build.add_argument("--patches-dir", metavar="DIR", help="folder holding upstreams.toml and the series folders")
-    build.add_argument(
-        "--revision", type=int, metavar="N", help="the patchset revision for the label, instead of counting commits"
-    )
-    build.add_argument("-q", "--quiet", action="store_true", help="print only the wheels built, warnings and errors")
-    manifest = commands.add_parser(
-        "manifest",
-        help="print the patchset manifest of the installed verl and trinity",
-        description="Print the patchset manifest of the packages 'import' would load (without importing them).",
-        epilog="exit status: 0 every package has a manifest; 1 one is not importable or has none; 2 usage",
-    )
-    manifest.add_argument("packages", nargs="*", default=list(_DISTRIBUTIONS), metavar="PACKAGE")
-    manifest.add_argument("--json", action="store_true", help="print JSON: location, installed version, manifest")
-    manifest.add_argument(
-        "--python",
-        metavar="PYTHON",
-        help="the python of the environment to read (default: the one running this; this project is not installed "
-        "there, the command runs from this checkout)",
-    )
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("build", "manifest", "-h", "--help"):
-        argv = ["build", *argv]
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2)
-        return usage_exit_status(exc, EXIT_BAD_INPUT)
-    if args.command == "manifest":
-        return cmd_manifest(args, Console())
-    console = Console(quiet=args.quiet)
-    dist_dir = Path(args.dist_dir).expanduser().resolve() if args.dist_dir else REPO_ROOT / "dist"
-    patches_dir = Path(args.patches_dir).expanduser() if args.patches_dir else None
-
-    def build() -> int:
-        with signals.handled() as guard:
-            built = build_wheels(
-                dist_dir,
-                console,
-                guard,
-                patches_dir=patches_dir,
-                cache_option=args.cache,
-                revision=args.revision,
-                requested=args.pin,
-            )
-        for item in built:
-            console.summary(str(item.wheel))
-        return EXIT_OK
-
-    return run_reporting_errors(
-        build,
-        interrupted=f"no wheel was put into {display_path(dist_dir)}",
-        other_errors={VenvError: EXIT_BUILD_FAILED},
-    )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

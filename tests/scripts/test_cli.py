@@ -3,12 +3,14 @@ same entry point from any directory."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
 import pytest
 
-from patchset.cli.apply import REPO_ROOT, main
+from patchset.cli.apply import main
+from patchset.plumbing.paths import REPO_ROOT
 
 
 def test_apply_help_documents_exit_codes(capsys):
@@ -30,6 +32,27 @@ def test_apply_help_documents_exit_codes(capsys):
 @pytest.mark.parametrize("argv", [[], ["apply", "--no-such-option"], ["frobnicate"]])
 def test_usage_errors_exit_2(capsys, argv):
     assert main(argv) == 2
+
+
+def test_the_command_table_is_what_help_lists_and_where_each_command_goes(capsys, monkeypatch):
+    """``python -m patchset --help`` lists every command of ``COMMANDS`` with its help, in order, and each command
+    reaches the module the table names: with the rest of the line, or the whole line for the top-level parser."""
+    import patchset.cli
+
+    monkeypatch.setenv("COLUMNS", "200")  # one line per command
+    assert patchset.cli.main(["--help"]) == 0
+    listed = capsys.readouterr().out
+    positions = [listed.index(f"    {name}") for name in patchset.cli.COMMANDS]
+    assert positions == sorted(positions)
+    for command in patchset.cli.COMMANDS.values():
+        assert command.help in listed
+    calls = []
+    for name, command in patchset.cli.COMMANDS.items():
+        module = importlib.import_module(command.module)
+        monkeypatch.setattr(module, "main", lambda argv, module=module: calls.append((module.__name__, argv)) or 0)
+        assert patchset.cli.main([name, "--x"]) == 0
+        top = command.module == patchset.cli.TOP_LEVEL
+        assert calls.pop() == (command.module, [name, "--x"] if top else ["--x"])
 
 
 def test_missing_patches_dir_exits_2(capsys, tmp_path):

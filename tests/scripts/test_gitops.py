@@ -225,6 +225,20 @@ def test_run_git_raises_git_error_with_git_message(tmp_path: Path) -> None:
     assert gitops.run_git(["rev-parse", "--verify", "no-such-ref"], cwd=repo, check=False).returncode != 0
 
 
+def test_git_value_is_the_stripped_answer_or_none_for_a_failure_or_nothing(tmp_path: Path) -> None:
+    """git_value answers a question: git's stripped stdout; None when git fails (no such ref) or prints nothing
+    (a clean status), so callers never read the output of a failed command."""
+    repo = numbers_repo(tmp_path / "repo")
+
+    assert gitops.git_value(repo, "rev-parse", "--verify", "HEAD^{commit}") == git(repo, "rev-parse", "HEAD").strip()
+    assert gitops.git_value(repo, "rev-parse", "-q", "--verify", "refs/heads/no-such-branch") is None
+    assert gitops.git_value(repo, "status", "--porcelain") is None
+    (repo / "a.txt").write_text("edited\n")
+    assert gitops.git_value(repo, "status", "--porcelain") == "M a.txt"
+    env = {**os.environ, "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "patchset.probe", "GIT_CONFIG_VALUE_0": "on"}
+    assert gitops.git_value(repo, "config", "--get", "patchset.probe", env=env) == "on"
+
+
 def test_init_commit_tag_ignores_hooks_signing_and_autocrlf_from_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from patchset.cli.maintain import REPO_ROOT
 from patchset.plumbing.errors import BadInput
+from patchset.plumbing.paths import REPO_ROOT
 from patchset.series.groups import chain, load_groups, read_description, renumber_text
 from patchset.series.model import load_series
 

@@ -47,10 +47,10 @@ def test_clean_merge_resolves_and_only_install_writes_the_merged_file(patch: Pat
     before = tree_state(root)
     head = git(root, "rev-parse", "HEAD")
 
-    assert three_way(root, patch, objects) == MergeResult(Merge.RESOLVES)
+    assert three_way(root, patch.path, patch.files, objects) == MergeResult(Merge.RESOLVES)
     assert tree_state(root) == before
 
-    assert three_way(root, patch, objects, install=True) == MergeResult(Merge.RESOLVES)
+    assert three_way(root, patch.path, patch.files, objects, install=True) == MergeResult(Merge.RESOLVES)
     merged = BASE.replace("# line 8\n", "# line eight\n").replace("# line 10\n", "# line ten\n")
     assert (root / CORE).read_text() == merged
     assert git(root, "status", "--porcelain", "--untracked-files=all") == f" M {CORE}\n"
@@ -63,7 +63,7 @@ def test_conflicting_merge_names_the_file_and_never_writes_it(patch: Patch, tmp_
     root, objects = tree_with(tmp_path, BASE.replace("# line 10\n", "# line TEN\n"))
     before = tree_state(root)
 
-    assert three_way(root, patch, objects, install=True) == MergeResult(Merge.CONFLICTS, CORE)
+    assert three_way(root, patch.path, patch.files, objects, install=True) == MergeResult(Merge.CONFLICTS, CORE)
     assert tree_state(root) == before
 
 
@@ -72,7 +72,7 @@ def test_merge_that_changes_nothing_is_applied_already(patch: Patch, tmp_path: P
     root, objects = tree_with(tmp_path, BASE.replace("# line 10\n", "# line ten\n"))
     before = tree_state(root)
 
-    assert three_way(root, patch, objects, install=True) == MergeResult(Merge.APPLIED)
+    assert three_way(root, patch.path, patch.files, objects, install=True) == MergeResult(Merge.APPLIED)
     assert tree_state(root) == before
 
 
@@ -84,8 +84,8 @@ def test_merge_without_the_base_blob_is_unavailable(patch: Patch, tmp_path: Path
     assert other_tree is not None
     before = tree_state(root)
 
-    lacking = three_way(root, patch, gitops.objects_dir(other_tree), install=True)
+    lacking = three_way(root, patch.path, patch.files, gitops.objects_dir(other_tree), install=True)
 
     assert lacking == MergeResult(Merge.UNAVAILABLE, "the repository lacks the blob the patch was made against")
-    assert three_way(root, patch, None).outcome is Merge.UNAVAILABLE
+    assert three_way(root, patch.path, patch.files, None).outcome is Merge.UNAVAILABLE
     assert tree_state(root) == before

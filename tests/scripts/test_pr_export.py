@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from patchset_fakes import FORMAT_PATCH, REPO_ROOT, git
 
-from patchset.export.pr_export import main
+from patchset.cli.export_pr import main
 from patchset.series.groups import load_groups
 from patchset.series.model import load_series
 from patchset.upstreams.fetch import resolve_cache

@@ -51,7 +51,7 @@ def test_ratio_table_puts_vanilla_next_to_patched(tmp_path: Path):
 def test_verl_given_only_as_trinitys_dependency_is_marked_so(tmp_path: Path):
     trees = {"trinity": tmp_path / "trinity", "verl": tmp_path / "verl"}
 
-    assert regression_env(trees, "fixed", None, verl_is_dependency=True)["PATCHSET_VERL_ROLE"] == "dependency"
+    assert regression_env(trees, "fixed", None, dependencies=("verl",))["PATCHSET_VERL_ROLE"] == "dependency"
     assert "PATCHSET_VERL_ROLE" not in regression_env(trees, "fixed", None)
 
 

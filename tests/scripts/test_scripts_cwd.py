@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from patchset.cli.apply import REPO_ROOT
+from patchset.plumbing.paths import REPO_ROOT
 
 SCRIPTS = ("apply.sh", "build-wheels.sh", "export-pr.sh", "export.sh", "test.sh")
 DECOY_PACKAGES = ("patchset", "patchset_overlay", "verl_overlay", "trinity_overlay", "tests")

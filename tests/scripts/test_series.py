@@ -106,7 +106,7 @@ def test_unparsable_version_sorts_first():
 
 
 def test_upstreams_toml_of_the_repository_loads():
-    from patchset.cli.apply import REPO_ROOT
+    from patchset.plumbing.paths import REPO_ROOT
 
     pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
     assert [p.label for p in pins.defaults()] == ["verl 0.8.0", "trinity-rft 0.6.0"]

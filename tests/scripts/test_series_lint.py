@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from patchset.cli.maintain import REPO_ROOT, main
+from patchset.cli.maintain import main
+from patchset.plumbing.paths import REPO_ROOT
 
 NAME = "0001-trainer-scale-loss.patch"
 HEADER = {

@@ -42,6 +42,7 @@ from patchset_fakes import (
     write_upstreams,
 )
 
+from patchset.cli.wheels import main as wheels_main
 from patchset.plumbing import signals
 from patchset.plumbing.ui import Console
 from patchset.upstreams.fetch import resolve_cache
@@ -244,7 +245,7 @@ def test_revision_outside_a_git_history_needs_the_option(tmp_path: Path):
 def test_build_makes_labelled_wheels_with_their_manifest(buildable, tmp_path: Path, capsys):
     dist = tmp_path / "dist"
 
-    assert wheels.main(_build_args(buildable, dist, "--revision", "7")) == 0
+    assert wheels_main(_build_args(buildable, dist, "--revision", "7")) == 0
 
     out = capsys.readouterr().out
     assert "* Building verl 0.8.0+patchset.7 wheel" in out
@@ -283,8 +284,8 @@ def test_build_makes_labelled_wheels_with_their_manifest(buildable, tmp_path: Pa
 def test_building_the_same_commit_twice_gives_byte_identical_wheels(buildable, tmp_path: Path):
     first, second = tmp_path / "first", tmp_path / "second"
 
-    assert wheels.main(_build_args(buildable, first, "--revision", "7")) == 0
-    assert wheels.main(_build_args(buildable, second, "--revision", "7")) == 0
+    assert wheels_main(_build_args(buildable, first, "--revision", "7")) == 0
+    assert wheels_main(_build_args(buildable, second, "--revision", "7")) == 0
 
     names = sorted(p.name for p in first.iterdir())
     assert names == sorted(p.name for p in second.iterdir())
@@ -297,7 +298,7 @@ def test_a_patch_that_does_not_apply_exits_3_and_builds_nothing(buildable, tmp_p
     patch.write_text(patch.read_text().replace("-    return x\n", "-    return y\n"))
     dist = tmp_path / "dist"
 
-    assert wheels.main(_build_args(buildable, dist, "--revision", "7")) == 3
+    assert wheels_main(_build_args(buildable, dist, "--revision", "7")) == 3
 
     assert "does not apply" in capsys.readouterr().err
     assert not any(dist.glob("*.whl"))
@@ -313,7 +314,7 @@ def test_a_tree_whose_version_is_not_the_pins_exits_2(buildable, tmp_path: Path,
         text.replace(pins.default_for("verl").sdist_sha256, sha256(sdist))
     )
 
-    assert wheels.main(_build_args(buildable, tmp_path / "dist", "--revision", "7")) == 2
+    assert wheels_main(_build_args(buildable, tmp_path / "dist", "--revision", "7")) == 2
 
     assert "verl/version/version says '0.8.1', not 0.8.0" in capsys.readouterr().err
 
@@ -330,7 +331,7 @@ def test_a_failed_build_exits_1_and_leaves_the_dist_folder_alone(buildable, tmp_
     dist.mkdir()
     (dist / "other.whl").write_text("kept")
 
-    assert wheels.main(_build_args(buildable, dist, "--revision", "7")) == 1
+    assert wheels_main(_build_args(buildable, dist, "--revision", "7")) == 1
 
     assert "pip wheel failed for trinity-rft 0.6.0" in capsys.readouterr().err
     assert sorted(p.name for p in dist.iterdir()) == ["other.whl"]  # the verl wheel built first did not land either
@@ -340,7 +341,7 @@ def test_pins_build_exactly_those_releases_and_the_manifest_says_what_each_took(
     dist = tmp_path / "dist"
 
     assert (
-        wheels.main(_build_args(partial, dist, "--revision", "7", "--pin", "verl==0.8.0", "--pin", "verl==0.9.1")) == 0
+        wheels_main(_build_args(partial, dist, "--revision", "7", "--pin", "verl==0.8.0", "--pin", "verl==0.9.1")) == 0
     )
 
     out = capsys.readouterr().out
@@ -387,7 +388,7 @@ def test_a_pin_that_is_no_series_target_exits_2_before_anything_is_fetched(
     dist = tmp_path / "dist"
     before = tree_state(partial.cache, dist)
 
-    assert wheels.main(_build_args(partial, dist, "--revision", "7", "--pin", "trinity-rft==0.6.0", "--pin", pin)) == 2
+    assert wheels_main(_build_args(partial, dist, "--revision", "7", "--pin", "trinity-rft==0.6.0", "--pin", pin)) == 2
 
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --pin "), lines  # one line, naming the request
@@ -397,12 +398,12 @@ def test_a_pin_that_is_no_series_target_exits_2_before_anything_is_fetched(
 
 @pytest.mark.parametrize("argv", [["--revision", "0"], ["--revision", "x"], ["--bogus"]])
 def test_bad_options_exit_2(buildable, tmp_path: Path, argv: list[str]):
-    assert wheels.main(_build_args(buildable, tmp_path / "dist", *argv)) == 2
+    assert wheels_main(_build_args(buildable, tmp_path / "dist", *argv)) == 2
 
 
 def test_help_lists_the_exit_codes(capsys):
-    assert wheels.main(["--help"]) == 0
-    assert wheels.main(["build", "--help"]) == 0
+    assert wheels_main(["--help"]) == 0
+    assert wheels_main(["build", "--help"]) == 0
 
     out = capsys.readouterr().out
     assert "a patch does not apply" in out and "exit status" in out
@@ -422,11 +423,11 @@ def test_manifest_command_reads_the_manifest_without_importing(tmp_path: Path, m
     (tmp_path / "site" / "plainpkg" / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
 
-    assert wheels.main(["manifest", "--json", "fakepkg"]) == 0
+    assert wheels_main(["manifest", "--json", "fakepkg"]) == 0
     read = json.loads(capsys.readouterr().out)
     assert read["fakepkg"]["manifest"] == manifest
     assert read["fakepkg"]["location"] == str(package)
-    assert wheels.main(["manifest", "fakepkg", "plainpkg", "nosuchpkg"]) == 1
+    assert wheels_main(["manifest", "fakepkg", "plainpkg", "nosuchpkg"]) == 1
     out = capsys.readouterr().out
     assert "fakepkg 1.0+patchset.2 at" in out
     assert "plainpkg at" in out and "no patchset manifest" in out

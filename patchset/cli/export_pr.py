@@ -1,0 +1,90 @@
+"""Command line: ``python -m patchset export-pr verl|trinity CHECKOUT`` (``scripts/export-pr.sh``).
+
+The work is ``patchset.export.pr_export.export_pr``; this module parses the line and reports its errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from patchset.cli.exits import run_reporting_errors
+from patchset.cli.options import usage_exit_status
+from patchset.export import pr_export
+from patchset.export.pr_export import EXIT_GATE_FAILED
+from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK
+from patchset.plumbing.paths import REPO_ROOT
+from patchset.plumbing.ui import Console
+from patchset.upstreams.fetch import CACHE_ENV
+from patchset.upstreams.registry import UPSTREAMS
+
+EXIT_CODES = f"""\
+exit status:
+  {EXIT_OK}  every branch was made and every gate passed on each (upstream lint, upstream CPU tests)
+  {EXIT_GATE_FAILED}  a gate failed on a branch (the message names both); the branches are kept to be fixed
+  {EXIT_BAD_INPUT}  bad input: usage; not a verl/Trinity-RFT git checkout; a version the series does not target;
+     uncommitted changes; the branch exists (--force replaces it); bad series or patch
+  {EXIT_DOES_NOT_APPLY}  a patch does not apply with git am; no branch was made
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scripts/export-pr.sh",
+        description=pr_export.__doc__.split("\n\n", 1)[1] if pr_export.__doc__ else None,
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("upstream", choices=tuple(UPSTREAMS), help="which series to send")
+    parser.add_argument(
+        "checkout", metavar="CHECKOUT", help="your git checkout of that upstream, at a targeted release"
+    )
+    parser.add_argument(
+        "--group",
+        metavar="NAME",
+        action="append",
+        help="make only this group's branch; repeat for several (default: one branch per group of the series)",
+    )
+    parser.add_argument(
+        "--branch", metavar="NAME", help="branch to make, for one group (default: patchset/<series>-<group>)"
+    )
+    parser.add_argument("--force", action="store_true", help="replace the branch if it exists")
+    parser.add_argument(
+        "--cache",
+        metavar="DIR",
+        help=f"cache folder holding the pinned verl that Trinity's tests import (default: ${CACHE_ENV}, else "
+        "<repo>/.cache)",
+    )
+    parser.add_argument(
+        "--patches-dir",
+        metavar="DIR",
+        help="folder holding upstreams.toml and the series folders (default: the repository's patches/)",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="print only summaries, warnings, errors and the PR")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``scripts/export-pr.sh ARGV`` (default: ``sys.argv[1:]``); return the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # --help (0) or a usage error (2)
+        return usage_exit_status(exc, EXIT_BAD_INPUT)
+    console = Console(quiet=args.quiet)
+    patches_dir = Path(args.patches_dir).expanduser() if args.patches_dir else REPO_ROOT / "patches"
+    return run_reporting_errors(
+        lambda: pr_export.export_pr(
+            args.upstream,
+            Path(args.checkout).expanduser().resolve(),
+            console,
+            only_groups=args.group or (),
+            branch=args.branch,
+            force=args.force,
+            cache=args.cache,
+            patches_dir=patches_dir,
+        ),
+        interrupted="",
+    )

@@ -1,0 +1,152 @@
+"""Command line: ``python -m patchset wheels [build|manifest]`` (``scripts/build-wheels.sh``).
+
+The work is ``patchset.wheels.build``: ``build_wheels`` and ``report_manifests``; this module parses the line,
+chooses the folders and reports the errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from patchset.cli.exits import run_reporting_errors
+from patchset.cli.options import usage_exit_status
+from patchset.plumbing import signals
+from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_OK
+from patchset.plumbing.paths import REPO_ROOT
+from patchset.plumbing.ui import Console, display_path
+from patchset.testenv.venv import VenvError
+from patchset.upstreams.fetch import CACHE_ENV
+from patchset.wheels.build import DISTRIBUTIONS, EXIT_BUILD_FAILED, build_wheels, report_manifests
+
+
+def cmd_manifest(args: argparse.Namespace, console: Console) -> int:
+    """``manifest``: print the patchset manifest of each installed package; 1 when one has none. ``--python``: of
+    that environment's packages, by running this command there."""
+    if args.python:  # read that environment: run this same command with its interpreter, from this checkout
+        command = [args.python, "-P", "-m", "patchset", "wheels", "manifest", *args.packages]
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        try:
+            return subprocess.run([*command, *(["--json"] if args.json else [])], env=env).returncode
+        except OSError as error:
+            print(f"error: cannot run --python {args.python}: {error.strerror}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    return report_manifests(args.packages, console, as_json=args.json)
+
+
+EXIT_CODES = """\
+exit status:
+  0  built: every wheel is in the dist folder (manifest: every package has a manifest)
+  1  pip could not build a wheel, the wheel is not the one expected, or the build environment could not be
+     made; nothing was put into the dist folder
+     (manifest: a package is not importable or has no manifest)
+  2  bad input: usage; a --pin that is not NAME==VERSION of a release a series targets (a companion-only pin,
+     a release not pinned); bad upstreams.toml, series or patch; no revision (not a git checkout: pass
+     --revision); sha256 mismatch, PyPI unreachable with no sdist cached, failed fetch; the tree's version is not
+     the pin's
+  3  a patch does not apply to the pinned release (the message names the patch, file and hunk)
+  130, 143, 129  interrupted by SIGINT, SIGTERM or SIGHUP
+"""
+
+DESCRIPTION = """\
+Build patched wheels of the pinned releases: for each default pin of patches/upstreams.toml (verl 0.8.0,
+trinity-rft 0.6.0), or each release named with --pin, the verified sdist's checkout from the cache, a fresh clone
+with the series applied (patches upstream has there are skipped, as scripts/apply.sh skips them), version
+<release>+patchset.<N> (N: the commits of this repository that touch patches/), and a manifest
+<package>/_patchset_manifest.json inside, recording each patch as applied or skipped; built with pip wheel (no
+build isolation, no index) by the test environment's python, into DIST (default: <repo>/dist).
+
+examples:
+  scripts/build-wheels.sh                           verl 0.8.0 and trinity-rft 0.6.0 (the default pins)
+  scripts/build-wheels.sh --pin verl==0.9.1         verl 0.9.1 alone, with the patches upstream lacks there
+  scripts/build-wheels.sh --pin verl==0.8.0 --pin verl==0.9.1 --pin trinity-rft==0.6.0
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="scripts/build-wheels.sh",
+        description=DESCRIPTION,
+        epilog=EXIT_CODES + "\nWith no command, 'build' runs.",
+        formatter_class=formatter,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    build = commands.add_parser(
+        "build", help="build the patched wheels (default)", description=DESCRIPTION, epilog=EXIT_CODES,
+        formatter_class=formatter,
+    )  # fmt: skip
+    build.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="NAME==VERSION",
+        help="build this pinned release (repeatable; default: the default pins). Any release of "
+        "patches/upstreams.toml that a series targets, e.g. verl==0.9.1; a companion-only pin (verl==0.7.1) or a "
+        "release not pinned there is refused (exit 2)",
+    )
+    build.add_argument("--dist-dir", metavar="DIST", help="where the wheels go (default: <repo>/dist)")
+    build.add_argument(
+        "--cache", metavar="DIR", help=f"cache for sdists and checkouts (default: ${CACHE_ENV}, else <repo>/.cache)"
+    )
+    build.add_argument("--patches-dir", metavar="DIR", help="folder holding upstreams.toml and the series folders")
+    build.add_argument(
+        "--revision", type=int, metavar="N", help="the patchset revision for the label, instead of counting commits"
+    )
+    build.add_argument("-q", "--quiet", action="store_true", help="print only the wheels built, warnings and errors")
+    manifest = commands.add_parser(
+        "manifest",
+        help="print the patchset manifest of the installed verl and trinity",
+        description="Print the patchset manifest of the packages 'import' would load (without importing them).",
+        epilog="exit status: 0 every package has a manifest; 1 one is not importable or has none; 2 usage",
+    )
+    manifest.add_argument("packages", nargs="*", default=list(DISTRIBUTIONS), metavar="PACKAGE")
+    manifest.add_argument("--json", action="store_true", help="print JSON: location, installed version, manifest")
+    manifest.add_argument(
+        "--python",
+        metavar="PYTHON",
+        help="the python of the environment to read (default: the one running this; this project is not installed "
+        "there, the command runs from this checkout)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("build", "manifest", "-h", "--help"):
+        argv = ["build", *argv]
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2)
+        return usage_exit_status(exc, EXIT_BAD_INPUT)
+    if args.command == "manifest":
+        return cmd_manifest(args, Console())
+    console = Console(quiet=args.quiet)
+    dist_dir = Path(args.dist_dir).expanduser().resolve() if args.dist_dir else REPO_ROOT / "dist"
+    patches_dir = Path(args.patches_dir).expanduser() if args.patches_dir else None
+
+    def build() -> int:
+        with signals.handled() as guard:
+            built = build_wheels(
+                dist_dir,
+                console,
+                guard,
+                patches_dir=patches_dir,
+                cache_option=args.cache,
+                revision=args.revision,
+                requested=args.pin,
+            )
+        for item in built:
+            console.summary(str(item.wheel))
+        return EXIT_OK
+
+    return run_reporting_errors(
+        build,
+        interrupted=f"no wheel was put into {display_path(dist_dir)}",
+        other_errors={VenvError: EXIT_BUILD_FAILED},
+    )

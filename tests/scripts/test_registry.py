@@ -1,0 +1,83 @@
+"""The registry drives every per-upstream choice of the tooling: an upstream added to ``UPSTREAMS`` alone is offered by
+the command line, linted in its own PR-title form, gated by its own hooks, given its PR template and tested beside
+the upstream its tests import; and the entries that exist are complete."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from patchset.cli import export_pr
+from patchset.export import pr_export, pr_gates
+from patchset.series.lint import subject_problem
+from patchset.testenv import regression
+from patchset.upstreams.registry import UPSTREAMS, LintHook, SubjectForm
+
+
+@pytest.fixture
+def third(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A third upstream, registered only in ``UPSTREAMS``: its tests import verl; its own form, hook and template."""
+    entry = dataclasses.replace(
+        UPSTREAMS["trinity"],
+        key="third",
+        title="Third",
+        subject_form=SubjectForm(re.compile(r"^THIRD: \S"), "THIRD: description"),
+        lint_hooks=(LintHook("lint-third", "third's linter", ("thirdlint", "--strict")),),
+        pr_template="verl",
+        tests_import_note="Third imports verl",
+    )
+    monkeypatch.setitem(UPSTREAMS, "third", entry)
+    return "third"
+
+
+def test_export_pr_offers_the_registrys_upstreams(third: str) -> None:
+    choices = next(action.choices for action in export_pr.build_parser()._actions if action.dest == "upstream")
+
+    assert list(choices) == ["verl", "trinity", third]
+
+
+def test_a_registered_upstream_gets_its_subject_form_hooks_and_template(third: str) -> None:
+    assert subject_problem(third, "THIRD: fix the loss") is None
+    assert "THIRD: description" in (subject_problem(third, "[trainer] fix: the loss") or "")
+    assert "[area] description" in (subject_problem("unregistered", "no area") or "")
+
+    (hook,) = pr_gates.precommit_config(third, Path("/venv/bin/python"))["repos"][0]["hooks"]  # type: ignore[index]
+    assert hook == {
+        "id": "lint-third",
+        "name": "third's linter",
+        "entry": "/venv/bin/thirdlint --strict",
+        "language": "system",
+    }
+    patch = SimpleNamespace(name="0001-third-fix.patch", subject="THIRD: fix the loss", fields={})
+    gates = pr_export.Gates(pr_gates.LintResult(True, (), "", "pre-commit"), pr_gates.TestRun((), (), True, "ok"))
+    body = pr_export.pr_body(third, "v1", [patch], {patch.name: ["Fix it."]}, ["a.py"], gates)  # type: ignore[list-item]
+    assert body.startswith("### What does this PR do?\n")  # verl's template, as its entry says
+    assert f"- Not run: {UPSTREAMS['trinity'].lint_not_run}." in body
+
+
+def test_a_registered_upstream_whose_tests_import_verl_is_run_beside_it(third: str, tmp_path: Path) -> None:
+    trees = {third: tmp_path / "third"}
+
+    assert regression.imported_only(trees) == ["verl"]
+    assert regression.imported_only({**trees, "verl": tmp_path / "verl"}) == []
+    env = regression.regression_env(
+        {**trees, "verl": tmp_path / "verl"}, "fixed", None, regression.imported_only(trees)
+    )
+    assert env["PATCHSET_VERL_ROLE"] == "dependency"
+
+
+def test_every_registry_entry_is_complete() -> None:
+    """What the tooling looks up for each entry exists: a role variable for each upstream another imports, a PR
+    template, lint hooks whose own ones are implemented, and what is not run said."""
+    for upstream in UPSTREAMS.values():
+        assert upstream.pr_template in pr_export.PR_TEMPLATES, upstream.key
+        assert upstream.lint_hooks and upstream.lint_not_run, upstream.key
+        own = [hook.id for hook in upstream.lint_hooks if not hook.command]
+        assert set(own) <= set(pr_gates.HOOKS), upstream.key
+        for other in upstream.tests_import:
+            assert UPSTREAMS[other].role_variable, f"{upstream.key} imports {other}, which has no role variable"
+            assert upstream.tests_import_note and upstream.companion_note, upstream.key
