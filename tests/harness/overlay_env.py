@@ -53,8 +53,8 @@ def _release_wheel(deps_python: Path, sdist: Path, digest: str, wheels: Path) ->
         return built[0]
     wheels.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{digest[:12]}-", dir=wheels) as tmp:
-        command = [str(deps_python), "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index"]
-        run_step([*command, "--no-build-isolation", "--wheel-dir", tmp, str(sdist)], f"building a wheel of {sdist.name}")
+        command = [str(deps_python), "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index", "--no-build-isolation"]
+        run_step([*command, "--wheel-dir", tmp, str(sdist)], f"building a wheel of {sdist.name}")
         staged = Path(tmp) / "home"
         staged.mkdir()
         for wheel in Path(tmp).glob("*.whl"):
