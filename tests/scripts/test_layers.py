@@ -1,0 +1,138 @@
+"""The import layers: every module imports only its own part or a part on a lower layer.
+
+The tooling (``patchset``) and the overlays stand apart; within each, a part may import only the parts below it.
+An import inside a function counts as much as one at the top: it is an arrow all the same. Imports of other
+packages (stdlib, torch, verl) are not this test's concern.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# part -> layer; a part is a top-level package, or a subpackage of ``patchset``
+TOOLING_LAYERS: Mapping[str, int] = {
+    "patchset": 0,  # the package's own __init__: a docstring
+    "patchset.plumbing": 0,
+    "patchset.upstreams": 1,
+    "patchset.series": 2,
+    "patchset.testenv": 2,
+    "patchset.apply": 3,
+    "patchset.export": 3,
+    "patchset.wheels": 4,
+    "patchset.cli": 5,
+    "patchset.__main__": 6,
+}
+OVERLAY_LAYERS: Mapping[str, int] = {
+    "patchset_overlay": 0,
+    "verl_overlay": 1,
+    "trinity_overlay": 1,
+    "patchset_overlay_registry": 2,  # names the overlays (the core reads it by name): imports nothing
+    "hydra_plugins": 2,  # Hydra's search-path plugin for the verl overlay's configs
+}
+LAYERS: Mapping[str, Mapping[str, int]] = {"tooling": TOOLING_LAYERS, "overlays": OVERLAY_LAYERS}
+
+
+def part_of(module: str) -> str | None:
+    """The part ``module`` belongs to, or None for a package outside this repo's code."""
+    top, _, rest = module.partition(".")
+    if top == "patchset":
+        return f"patchset.{rest.split('.')[0]}" if rest else "patchset"
+    return top if top in OVERLAY_LAYERS else None
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, name: str) -> Iterator[str]:
+    """Every module ``path`` imports, anywhere in it; relative imports resolved against ``name``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module or ""
+            yield module
+            if module == "patchset":  # ``from patchset import cli`` imports the subpackage cli
+                yield from (f"patchset.{alias.name}" for alias in node.names)
+
+
+def upward_imports(root: Path, packages: Mapping[str, int]) -> list[str]:
+    """``importer -> imported`` for each import of a part not below the importer's, nor its own."""
+    every_layer = {**TOOLING_LAYERS, **OVERLAY_LAYERS}
+    found = []
+    tops = {part.split(".")[0] for part in packages}
+    for top in sorted(tops):
+        for path in sorted((root / top).rglob("*.py")):
+            name = module_name(root, path)
+            own = part_of(name)
+            if own not in packages:
+                continue
+            for imported in imported_modules(path, name):
+                target = part_of(imported)
+                if target is None or target == own or (target == "patchset" and imported != "patchset"):
+                    continue
+                if target not in packages or every_layer[target] >= packages[own]:
+                    found.append(f"{name} -> {imported}")
+    return sorted(set(found))
+
+
+@pytest.mark.parametrize("family", sorted(LAYERS))
+def test_no_module_imports_a_part_on_its_own_layer_or_above(family):
+    assert upward_imports(REPO_ROOT, LAYERS[family]) == []
+
+
+def test_every_part_of_the_tooling_has_a_layer():
+    parts = {part_of(module_name(REPO_ROOT, path)) for path in (REPO_ROOT / "patchset").rglob("*.py")}
+    assert parts <= set(TOOLING_LAYERS), sorted(parts - set(TOOLING_LAYERS))
+
+
+def test_an_import_inside_a_function_counts_as_an_arrow(tmp_path):
+    plumbing = tmp_path / "patchset" / "plumbing"
+    plumbing.mkdir(parents=True)
+    (tmp_path / "patchset" / "__init__.py").write_text("")
+    (plumbing / "__init__.py").write_text("from . import merge\n")
+    (plumbing / "merge.py").write_text("def f():\n    from ..series import model\n    from patchset.cli import main\n")
+    assert upward_imports(tmp_path, TOOLING_LAYERS) == [
+        "patchset.plumbing.merge -> patchset.cli",
+        "patchset.plumbing.merge -> patchset.series",
+    ]
+
+
+def _code_strings(path: Path) -> Iterator[str]:
+    """The string constants of ``path`` that are not docstrings."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.value
+
+
+def test_the_overlay_core_names_no_overlay_even_in_a_string():
+    """The core finds its overlays through the registry; a name in a string would be an import all the same."""
+    overlays = [part for part, layer in OVERLAY_LAYERS.items() if layer == 1]
+    named = [
+        f"{path.relative_to(REPO_ROOT)}: {text!r}"
+        for path in sorted((REPO_ROOT / "patchset_overlay").rglob("*.py"))
+        for text in _code_strings(path)
+        if any(overlay in text for overlay in overlays)
+    ]
+    assert named == []
