@@ -6,6 +6,7 @@ The work is ``patchset.export.pr_export.export_pr``; this module parses the line
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +18,7 @@ from patchset.export.pr_export import EXIT_GATE_FAILED
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console
-from patchset.upstreams.fetch import CACHE_ENV
+from patchset.upstreams.fetch import CACHE_ENV, resolve_cache
 from patchset.upstreams.registry import UPSTREAMS
 
 EXIT_CODES = f"""\
@@ -62,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="folder holding upstreams.toml and the series folders (default: the repository's patches/)",
     )
+    parser.add_argument(
+        "--rerun-gates",
+        action="store_true",
+        help="run every gate, even one that passed on exactly the same content before (default: such a pass, "
+        "recorded in <cache>/gates/ by the sha256 of the branch's tree, the trees its tests import, the test venv's "
+        "lock and the gate's code and arguments, is reused and said so)",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="print only summaries, warnings, errors and the PR")
     return parser
 
@@ -85,6 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             force=args.force,
             cache=args.cache,
             patches_dir=patches_dir,
+            gate_records=None if args.rerun_gates else resolve_cache(args.cache, os.environ, REPO_ROOT).root / "gates",
         ),
         interrupted="",
     )

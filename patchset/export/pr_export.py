@@ -382,16 +382,17 @@ def _run_gates(
     release: str,
     changed: list[str],
     python: Path,
+    records: Path | None,
     cache: str | None,
     patches_dir: Path,
     console: Console,
 ) -> Gates:
     """The gates on the branch checked out in ``worktree``: lint ``changed``, upstream's tests for them (those of
     the ``release`` tree) and the test files among them; another upstream its tests import is the default pin of
-    ``patches_dir``, from the cache ``cache``."""
+    ``patches_dir``, from the cache ``cache``. ``records``: where passes are remembered (None: every gate runs)."""
     key, label = pin.key, pin.name
     console.step(f"Running {key}'s lint gates through pre-commit on {len(changed)} changed file(s)")
-    lint = pr_gates.run_lint(key, worktree, changed, python)
+    lint = pr_gates.run_lint(key, worktree, changed, python, records)
     base_files = _git(worktree, "ls-tree", "-r", "--name-only", release).stdout.splitlines()
     upstream, own = pr_gates.select_tests(key, changed, base_files)
     notes: list[str] = []
@@ -409,7 +410,7 @@ def _run_gates(
     files = [*upstream, *own]
     if files:
         console.step(f"Running the CPU tests: {' '.join(files)}")
-        passed, summary, output = pr_gates.run_tests(worktree, files, python, pythonpath)
+        passed, summary, output = pr_gates.run_tests(worktree, files, python, pythonpath, records)
     else:
         passed, summary, output = True, "no upstream CPU test covers the touched modules and the patch adds none", ""
     tests = pr_gates.TestRun(tuple(upstream), tuple(own), passed, summary, output, tuple(notes))
@@ -487,6 +488,7 @@ def _make_branches(
     cache: str | None,
     patches_dir: Path,
     python: Path,
+    records: Path | None,
     console: Console,
 ) -> list[tuple[_Branch, Gates]]:
     """Make and gate the branch of each group of ``wanted``, each on its ``after`` chain, in a temporary worktree."""
@@ -538,7 +540,7 @@ def _make_branches(
             where = f"the {group.after} branch" if group.after else pin.tag
             console.step(f"Branch {name}: {commits} commit(s) on {where}")
             changed = _git(worktree, "diff", "--name-only", "--diff-filter=d", base, head).stdout.splitlines()
-            gates = _run_gates(pin, worktree, release, changed, python, cache, patches_dir, console)
+            gates = _run_gates(pin, worktree, release, changed, python, records, cache, patches_dir, console)
             branch = _Branch(group, name, tuple(patches), base, head, base_commits, tuple(changed), messages)
             made.append((branch, gates))
     finally:
@@ -558,11 +560,13 @@ def export_pr(
     force: bool = False,
     cache: str | None = None,
     patches_dir: Path = REPO_ROOT / "patches",
+    gate_records: Path | None = None,
 ) -> int:
     """Make and gate one branch per concern group of ``upstream``'s series in ``checkout`` (``only_groups``: those
     groups and the groups they come after); print each PR's title and body. ``branch`` names the one branch made,
-    ``force`` replaces existing branches, ``cache`` is the ``--cache`` option. ``EXIT_GATE_FAILED`` when a gate
-    failed on a branch, else ``EXIT_OK``."""
+    ``force`` replaces existing branches, ``cache`` is the ``--cache`` option, ``gate_records`` the folder where
+    gate passes are remembered by content (None: every gate runs). ``EXIT_GATE_FAILED`` when a gate failed on a
+    branch, else ``EXIT_OK``."""
     pin, release = _check_checkout(checkout, upstream, patches_dir)
     series = load_series(patches_dir, pin.series)
     groups = load_groups(series.path.parent, len(series.patches))
@@ -582,7 +586,7 @@ def export_pr(
         f"{display_path(checkout)}"
     )
     made = _make_branches(
-        checkout, pin, release, wanted, groups, chosen, branch, force, cache, patches_dir, python, console
+        checkout, pin, release, wanted, groups, chosen, branch, force, cache, patches_dir, python, gate_records, console
     )
 
     shown = display_path(checkout)

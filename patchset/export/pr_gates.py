@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchset.export import gate_record
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.upstreams.registry import (
     UPSTREAMS,
@@ -92,6 +93,7 @@ class LintResult:
     hooks: tuple[HookResult, ...]
     output: str
     command: str
+    recorded: str | None = None  # when the same gate passed on the same content, if that pass was reused
 
     @property
     def failed(self) -> list[str]:
@@ -103,7 +105,7 @@ class LintResult:
         text = f"{counts['Passed']} passed, {counts['Failed']} failed"
         if skipped:
             text += f", {len(skipped)} skipped: no changed file they check ({'; '.join(skipped)})"
-        return text
+        return text + (_reused(self.recorded) if self.recorded else "")
 
 
 _HOOK_LINE = re.compile(r"^(?P<name>.+?)\.{3,}(?:\([^)]*\))?(?P<status>Passed|Failed|Skipped)$")
@@ -128,14 +130,30 @@ def tool_env(python: Path, pythonpath: Sequence[Path] = ()) -> dict[str, str]:
     return env
 
 
-def run_lint(key: str, tree: Path, files: Sequence[str], python: Path) -> LintResult:
-    """Run ``key``'s lint gates through pre-commit on ``files`` (relative to ``tree``, a git work tree)."""
+# the code that decides how a gate runs: part of what a remembered pass is keyed by (see gate_record)
+GATE_CODE = (Path(__file__), Path(gate_record.__file__), REPO_ROOT / "patchset" / "upstreams" / "registry.py")
+
+
+def _reused(recorded: str) -> str:
+    return f"; the same gate passed on exactly this content at {recorded}: not run again (--rerun-gates runs it)"
+
+
+def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: Path | None = None) -> LintResult:
+    """Run ``key``'s lint gates through pre-commit on ``files`` (relative to ``tree``, a git work tree); with
+    ``records``, a pass on exactly the same content recorded there is reused, and a new pass is recorded."""
+    shown = f"pre-commit run --config <generated: {key} hooks> --files {' '.join(files)}"
+    config_text = json.dumps(precommit_config(key, python), indent=2) + "\n"
+    memo = gate_record.gate_key(f"lint {key}", [tree], python, [config_text, *files], GATE_CODE) if records else None
+    if records and (earlier := gate_record.recall(records, memo)):
+        hooks = parse_precommit(earlier.output)
+        return LintResult(passed=True, hooks=hooks, output=earlier.output, command=shown, recorded=earlier.recorded)
     with tempfile.TemporaryDirectory(prefix="patchset-precommit-") as tmp:
         config = Path(tmp) / "pre-commit-config.yaml"
-        config.write_text(json.dumps(precommit_config(key, python), indent=2) + "\n", encoding="utf-8")
+        config.write_text(config_text, encoding="utf-8")
         env = tool_env(python)
         env["PRE_COMMIT_HOME"] = str(Path(tmp) / "home")
         env["MYPY_CACHE_DIR"] = str(Path(tmp) / "mypy-cache")  # not in the tree under test
+        env["PYTHONPYCACHEPREFIX"] = str(Path(tmp) / "pycache")  # the compile hook's bytecode: not in it either
         env["PRE_COMMIT_COLOR"] = "never"
         env.pop("PRE_COMMIT_ALLOW_NO_CONFIG", None)
         args = ["run", "--config", str(config), "--show-diff-on-failure", "--color=never", "--files", *files]
@@ -151,7 +169,8 @@ def run_lint(key: str, tree: Path, files: Sequence[str], python: Path) -> LintRe
         )
     hooks = parse_precommit(proc.stdout)
     passed = proc.returncode == 0 and not any(h.status == "Failed" for h in hooks)
-    shown = f"pre-commit run --config <generated: {key} hooks> --files {' '.join(files)}"
+    if passed and records:
+        gate_record.remember(records, memo, "lint", proc.stdout)
     return LintResult(passed=passed, hooks=hooks, output=proc.stdout, command=shown)
 
 
@@ -189,9 +208,16 @@ def select_tests(key: str, changed: Sequence[str], base_files: Sequence[str]) ->
 _PYTEST_SUMMARY = re.compile(r"^=*\s*(?P<text>(\d+ \w+(, )?)+.* in [\d.]+s.*?)\s*=*$")
 
 
-def run_tests(tree: Path, files: Sequence[str], python: Path, pythonpath: Sequence[Path]) -> tuple[bool, str, str]:
-    """Run pytest on ``files`` in ``tree`` with the venv; (passed, pytest's summary line, its output)."""
+def run_tests(
+    tree: Path, files: Sequence[str], python: Path, pythonpath: Sequence[Path], records: Path | None = None
+) -> tuple[bool, str, str]:
+    """Run pytest on ``files`` in ``tree`` with the venv; (passed, pytest's summary line, its output). With
+    ``records``, a pass on exactly the same content recorded there is reused, and a new pass is recorded."""
     command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *files]
+    trees = [tree, *(path for path in pythonpath if path != tree)]
+    memo = gate_record.gate_key("tests", trees, python, command[1:], GATE_CODE) if records else None
+    if records and (earlier := gate_record.recall(records, memo)):
+        return True, earlier.summary + _reused(earlier.recorded), earlier.output
     proc = subprocess.run(
         command,
         cwd=tree,
@@ -206,6 +232,8 @@ def run_tests(tree: Path, files: Sequence[str], python: Path, pythonpath: Sequen
         (m["text"] for line in reversed(proc.stdout.splitlines()) if (m := _PYTEST_SUMMARY.match(line.strip()))),
         f"pytest exit status {proc.returncode}",
     )
+    if proc.returncode == 0 and records:
+        gate_record.remember(records, memo, summary, proc.stdout)
     return proc.returncode == 0, summary, proc.stdout
 
 

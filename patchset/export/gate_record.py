@@ -1,0 +1,86 @@
+"""Gates that passed, remembered by exactly what they ran on, so that an unchanged branch is not gated twice.
+
+A gate's result is a function of the files it reads: the branch's git tree, the trees on its ``PYTHONPATH``, the
+virtual environment (built from a lock whose sha256 it records) and the gate's own command and code. The key is the
+sha256 of all of them; when any one is not pinned by content (a tree with uncommitted or untracked files, a folder
+that is not a git work tree, a venv without its lock stamp) there is no key and the gate always runs. Only passes are
+remembered: a failure runs again, with its whole output, every time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchset.plumbing.gitops import run_git
+
+# the file ``testenv.venv.ensure_venv`` writes once the venv matches its lock (kept in step by a test)
+VENV_STAMP = ".patchset-lock-sha256"
+
+
+@dataclass(frozen=True)
+class Passed:
+    """What a remembered pass printed: its one-line summary, its whole output, and when it ran."""
+
+    summary: str
+    output: str
+    recorded: str
+
+
+def _clean_tree_sha(tree: Path) -> str | None:
+    """The git tree ``tree``'s HEAD holds, if the work tree is exactly that (nothing changed, nothing untracked)."""
+    top = run_git(["rev-parse", "--show-toplevel"], cwd=tree, check=False)
+    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != tree.resolve():
+        return None
+    status = run_git(["status", "--porcelain", "--untracked-files=all"], cwd=tree, check=False)
+    head = run_git(["rev-parse", "HEAD^{tree}"], cwd=tree, check=False)
+    if status.returncode != 0 or status.stdout.strip() or head.returncode != 0:
+        return None
+    return head.stdout.strip()
+
+
+def _venv_lock(python: Path) -> str | None:
+    stamp = python.parent.parent / VENV_STAMP
+    return stamp.read_text(encoding="utf-8").strip() if stamp.is_file() else None
+
+
+def gate_key(kind: str, trees: Sequence[Path], python: Path, inputs: Sequence[str], code: Sequence[Path]) -> str | None:
+    """The content key of running gate ``kind`` on ``trees`` (the branch first) with ``python``, ``inputs`` (its
+    arguments and configuration) and ``code`` (the modules that decide how it runs); None when not pinned."""
+    parts = [kind, *inputs]
+    for tree in trees:
+        if (sha := _clean_tree_sha(tree)) is None:
+            return None
+        parts.append(sha)
+    if (lock := _venv_lock(python)) is None:
+        return None
+    parts.append(lock)
+    parts += [hashlib.sha256(path.read_bytes()).hexdigest() for path in code]
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def recall(directory: Path, key: str | None) -> Passed | None:
+    """The pass remembered under ``key``, if any (an unreadable record counts as none)."""
+    if key is None:
+        return None
+    try:
+        record = json.loads((directory / f"{key}.json").read_text(encoding="utf-8"))
+        return Passed(summary=record["summary"], output=record["output"], recorded=record["recorded"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def remember(directory: Path, key: str | None, summary: str, output: str) -> None:
+    """Record a pass under ``key`` (written whole or not at all: a temporary file renamed into place)."""
+    if key is None:
+        return
+    directory.mkdir(parents=True, exist_ok=True)
+    recorded = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    temporary = directory / f".{key}.{os.getpid()}.tmp"
+    temporary.write_text(json.dumps({"summary": summary, "output": output, "recorded": recorded}), encoding="utf-8")
+    os.replace(temporary, directory / f"{key}.json")
