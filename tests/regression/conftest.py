@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from forking import FORKING_MODULES
 
 EXPECTATIONS = ("fixed", "bug")
 # Parameters that only vary the batch's shape: how it is cut into micro-batches and over how many ranks. With
@@ -44,8 +45,8 @@ EXPECTATIONS = ("fixed", "bug")
 # check still has to fail on the vanilla trees once, without every case again.
 SHAPE_PARAMS = frozenset({"split", "dp_size", "world_size", "micro_batch_rows"})
 SAMPLE_VARIABLE = "PATCHSET_SAMPLE"
-# test_trinity_legacy_data_parallel.py forks its ranks before anything in the process joins a process group
-LONGEST_FIRST = ("test_engine_e2e.py", "test_trinity_legacy_data_parallel.py")
+# the engine runs, then the modules that fork from the test process before anything in it joins a process group
+FIRST = ("test_engine_e2e.py", *FORKING_MODULES)
 # tests whose patched run compares every case with the vanilla run's own measurement of it: never sampled
 EVERY_VANILLA_CASE = frozenset(
     {
@@ -127,8 +128,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if os.environ.get(SAMPLE_VARIABLE) == "shapes":
         _sample_shapes(config, items)
     # the longest module first: under pytest-xdist (one file per worker) the other worker runs everything else
-    # meanwhile, instead of the engine runs starting last on a core left alone
-    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)
+    # meanwhile, instead of the engine runs starting last on a core left alone; then the modules that fork
+    items.sort(key=lambda item: FIRST.index(item.path.name) if item.path.name in FIRST else len(FIRST))
     if _mode() != "overlay":
         return
     for item in items:

@@ -8,17 +8,18 @@ as the other tree fails, so the verdict tells the trees apart. One case only: th
 the engine end-to-end module proves every loss mode on the same engine.
 
 The side runs in a fork of this test process, which has imported torch and verl already (2.5 s of CPU measured, against
-4 to 7 s for a fresh interpreter's imports).
+4 to 7 s for a fresh interpreter's imports), or from a fork server where this process has joined a process group
+(see forking.py).
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import sys
 from pathlib import Path
 
 import pytest
+from forking import run_children
 from test_engine_e2e import E2E_VERL_VERSIONS
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "scripts"
@@ -29,6 +30,7 @@ from gpuproof.cases import CASES  # noqa: E402
 from gpuproof.verdict import Measurement, judge  # noqa: E402
 
 SIDE = {"fixed": "patched", "bug": "vanilla"}
+SIDE_DEADLINE_S = 300  # the side takes about 10 s of CPU
 
 
 def _run_side(spec: dict, result_file: str) -> None:
@@ -53,10 +55,9 @@ def test_gpu_proof_critic_verdict_matches_the_tree_under_test(expect, verl_tree,
         "repeats": 1,
     }
     result_file = tmp_path / "result.json"
-    process = multiprocessing.get_context("fork").Process(target=_run_side, args=(spec, str(result_file)))
-    process.start()
-    process.join(timeout=600)
-    assert result_file.exists(), f"the side process exited with code {process.exitcode} and no result"
+    (code,) = run_children(_run_side, [(spec, str(result_file))], SIDE_DEADLINE_S)
+    assert code is not None, f"the side process was still running after {SIDE_DEADLINE_S} s: killed"
+    assert result_file.exists(), f"the side process exited with code {code} and no result"
     (rank,) = json.loads(result_file.read_text())["ranks"]
     assert "error" not in rank, rank["error"]
     for module_name, module_file in rank["modules"].items():

@@ -12,13 +12,12 @@ comparison deviates there.
 from __future__ import annotations
 
 import json
-import multiprocessing
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from engine_sim import Split
+from forking import run_children
 from legacy_sim import BATCH_SIZE, data_parallel_rank, init_single_process_group, legacy_gradients
 
 WORLD_SIZE = 2
@@ -37,24 +36,12 @@ CASES = [
 def rank_gradients(trinity_legacy_tree: Path, dpo_steps_patch: bool, tmp_path_factory: pytest.TempPathFactory):
     """The rank-averaged gradient of every case, from two ranks run at once: forks of this process, which imported
     torch, verl and Trinity from the trees under test already (a fresh process would import them again, 7 s each),
-    made before this process joins a process group of its own (conftest runs this module first)."""
-    assert not torch.distributed.is_initialized(), "fork the ranks before this process initializes a process group"
+    made before this process joins a process group of its own (see forking.py)."""
     folder = tmp_path_factory.mktemp("dp")
     args = (WORLD_SIZE, str(folder), json.dumps(CASES), dpo_steps_patch)
-    context = multiprocessing.get_context("fork")
-    # daemons: a rank that never ends is killed below, and never keeps this process waiting at its exit
-    ranks = [context.Process(target=data_parallel_rank, args=(rank, *args), daemon=True) for rank in range(WORLD_SIZE)]
-    for rank in ranks:
-        rank.start()
-    deadline = time.monotonic() + RANKS_DEADLINE_S
-    for rank in ranks:
-        rank.join(timeout=max(0.0, deadline - time.monotonic()))
-    hung = [number for number, rank in enumerate(ranks) if rank.is_alive()]
-    for number in hung:
-        ranks[number].kill()
-        ranks[number].join()
-    assert not hung, f"data parallel rank(s) {hung} still running after {RANKS_DEADLINE_S} s: killed"
-    assert all(rank.exitcode == 0 for rank in ranks), "a data parallel rank failed (its output is above)"
+    codes = run_children(data_parallel_rank, [(rank, *args) for rank in range(WORLD_SIZE)], RANKS_DEADLINE_S)
+    assert None not in codes, f"data parallel rank(s) still running after {RANKS_DEADLINE_S} s were killed: {codes}"
+    assert codes == [0] * WORLD_SIZE, f"a data parallel rank failed (its output is above): exit codes {codes}"
     return torch.load(folder / "gradients.pt")
 
 
