@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.plumbing.gitops import run_git
+from patchset.plumbing.gitops import git_value, run_git
 
 # the file ``testenv.venv.ensure_venv`` writes once the venv matches its lock (kept in step by a test)
 VENV_STAMP = ".patchset-lock-sha256"
@@ -34,14 +34,13 @@ class Passed:
 
 def _clean_tree_sha(tree: Path) -> str | None:
     """The git tree ``tree``'s HEAD holds, if the work tree is exactly that (nothing changed, nothing untracked)."""
-    top = run_git(["rev-parse", "--show-toplevel"], cwd=tree, check=False)
-    if top.returncode != 0 or Path(top.stdout.strip()).resolve() != tree.resolve():
+    top = git_value(tree, "rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != tree.resolve():
         return None
     status = run_git(["status", "--porcelain", "--untracked-files=all"], cwd=tree, check=False)
-    head = run_git(["rev-parse", "HEAD^{tree}"], cwd=tree, check=False)
-    if status.returncode != 0 or status.stdout.strip() or head.returncode != 0:
+    if status.returncode != 0 or status.stdout.strip():
         return None
-    return head.stdout.strip()
+    return git_value(tree, "rev-parse", "-q", "--verify", "HEAD^{tree}")
 
 
 def _venv_lock(python: Path) -> str | None:
