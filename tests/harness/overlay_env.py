@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from patchset.plumbing import tempdirs
 from patchset.testenv.venv import REPO_ROOT, VenvError, run_step
 from patchset.upstreams.fetch import sha256_of
 from patchset.upstreams.pins import Pin, load_pins
@@ -52,7 +53,8 @@ def _release_wheel(deps_python: Path, sdist: Path, digest: str, wheels: Path) ->
     if len(built) == 1:
         return built[0]
     wheels.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{digest[:12]}-", dir=wheels) as tmp:
+    tempdirs.sweep(wheels)  # what builds killed before left there
+    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("wheel"), dir=wheels) as tmp:
         command = [str(deps_python), "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index", "--no-build-isolation"]
         run_step([*command, "--wheel-dir", tmp, str(sdist)], f"building a wheel of {sdist.name}")
         staged = Path(tmp) / "home"
@@ -60,7 +62,7 @@ def _release_wheel(deps_python: Path, sdist: Path, digest: str, wheels: Path) ->
         for wheel in Path(tmp).glob("*.whl"):
             wheel.rename(staged / wheel.name)
         shutil.rmtree(home, ignore_errors=True)
-        staged.rename(home)  # whole or not at all: a run killed while building leaves only the temporary folder
+        staged.rename(home)  # whole or not at all: a run killed while building leaves only its temporary folder
     return next(home.glob("*.whl"))
 
 
