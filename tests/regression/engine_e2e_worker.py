@@ -26,8 +26,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from forking import run_children
+
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 MICRO_BATCHES = (1, 2, 4)
+WORLD_DEADLINE_S = 600  # one world's whole matrix: about 20 s of CPU; a rank past this is stuck, and killed
 COMPONENTS = ("critic", "actor")
 # verl's on-policy distillation loss (supervised k3, task rewards off): needs no Trinity; it runs before the actor,
 # whose Trinity engine patch would otherwise be in place
@@ -332,22 +335,15 @@ def run_world(
             save_tiny_model(Path(workdir) / "model")
         context = mp.get_context("forkserver")
         context.set_forkserver_preload(preload_modules(components))
-        processes = [
-            context.Process(
-                target=_worker,
-                args=(rank, world_size, workdir, list(sys_path), list(components), list(micro_batch_counts)),
-            )
-            for rank in range(world_size)
-        ]
-        for process in processes:
-            process.start()
-        for process in processes:
-            process.join()
+        args = (world_size, workdir, list(sys_path), list(components), list(micro_batch_counts))
+        codes = run_children(_worker, [(rank, *args) for rank in range(world_size)], WORLD_DEADLINE_S, context)
         results = []
-        for rank, process in enumerate(processes):
+        for rank, code in enumerate(codes):
             result_file = Path(workdir) / f"rank{rank}.json"
-            if not result_file.exists():
-                results.append({"error": f"rank {rank} exited with code {process.exitcode} and no result"})
+            if code is None:
+                results.append({"error": f"rank {rank} was still running after {WORLD_DEADLINE_S} s: killed"})
+            elif not result_file.exists():
+                results.append({"error": f"rank {rank} exited with code {code} and no result"})
             else:
                 results.append(json.loads(result_file.read_text()))
         return results

@@ -30,10 +30,15 @@ def safe_context(preload: Sequence[str] = ("torch",)) -> BaseContext:
     return context
 
 
-def run_children(target: Callable[..., None], args_per_child: Sequence[tuple], deadline_s: float) -> list[int | None]:
-    """Run ``target(*args)`` for each of ``args_per_child`` at once; each child's exit code, or None for one still
-    running after ``deadline_s`` seconds (killed)."""
-    context = safe_context()
+def run_children(
+    target: Callable[..., None],
+    args_per_child: Sequence[tuple],
+    deadline_s: float,
+    context: BaseContext | None = None,
+) -> list[int | None]:
+    """Run ``target(*args)`` for each of ``args_per_child`` at once (in ``context``, default `safe_context`); each
+    child's exit code, or None for one still running after ``deadline_s`` seconds (killed)."""
+    context = context or safe_context()
     children = [context.Process(target=target, args=args, daemon=True) for args in args_per_child]
     for child in children:
         child.start()
