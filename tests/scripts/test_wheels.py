@@ -349,7 +349,8 @@ def test_pins_build_exactly_those_releases_and_the_manifest_says_what_each_took(
     names = sorted(p.name for p in dist.iterdir())
     assert names == ["verl-0.8.0+patchset.7-py3-none-any.whl", "verl-0.9.1+patchset.7-py3-none-any.whl"]  # no trinity
     old, new = (json.loads(_read(dist / name, "verl/_patchset_manifest.json")) for name in names)
-    assert old["schema"] == new["schema"] == 2
+    assert old["schema"] == new["schema"] == 3
+    assert [p["teeth"] for p in new["patches"]] == [None, None]  # no patch was judged by its tests
     assert new["version"] == _wheel_version_and_names(dist / names[1])[0] == "0.9.1+patchset.7"
     statuses = [(p["name"], p["status"], p["applied_upstream"], p["reason"]) for p in new["patches"]]
     assert statuses == [
