@@ -31,6 +31,7 @@ from patchset.apply.plan import Action, Behaviour, Settle, Step, conflicts
 from patchset.apply.target import Target
 from patchset.plumbing import tempdirs
 from patchset.plumbing.ui import Console
+from patchset.series.teeth import TEETH_FILE
 from patchset.upstreams.fetch import Cache
 from patchset.upstreams.pins import Pins
 
@@ -39,12 +40,18 @@ SUITE = "tests/regression"
 
 @dataclass(frozen=True)
 class Counts:
-    """What one teeth run did: pytest's exit status and the tests that passed, failed (errors included), skipped."""
+    """What one teeth run did: pytest's exit status and the tests that passed, failed, errored and were skipped."""
 
     returncode: int
     passed: int = 0
     failed: int = 0
+    errors: int = 0
     skipped: int = 0
+
+    def __str__(self) -> str:
+        counted = [f"{self.passed} passed", f"{self.failed} failed"]
+        counted += [f"{n} {what}" for n, what in ((self.errors, "errors"), (self.skipped, "skipped")) if n]
+        return ", ".join(counted)
 
 
 def decide_command(target: Target) -> str:
@@ -56,29 +63,34 @@ def _untested(target: Target, selection: str | None, why: str) -> Behaviour:
     return Behaviour("untested", selection, why=why, command=decide_command(target))
 
 
-def junit_counts(folder: Path) -> tuple[int, int, int]:
-    """(passed, failed, skipped) summed over the JUnit XML reports in ``folder`` (errors count as failed)."""
-    passed = failed = skipped = 0
+def junit_counts(returncode: int, folder: Path) -> Counts:
+    """The counts of the JUnit XML reports in ``folder``, summed (none there, or one cut short: nothing counted)."""
+    passed = failed = errors = skipped = 0
     for report in sorted(folder.glob("*.xml")):
-        for suite in ElementTree.parse(report).getroot().iter("testsuite"):
+        try:
+            suites = list(ElementTree.parse(report).getroot().iter("testsuite"))
+        except ElementTree.ParseError:
+            return Counts(returncode)
+        for suite in suites:
             tests, skips = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
-            fails = int(suite.get("failures", 0)) + int(suite.get("errors", 0))
-            passed, failed, skipped = passed + tests - fails - skips, failed + fails, skipped + skips
-    return passed, failed, skipped
+            fails, errs = int(suite.get("failures", 0)), int(suite.get("errors", 0))
+            passed += tests - fails - errs - skips
+            failed, errors, skipped = failed + fails, errors + errs, skipped + skips
+    return Counts(returncode, passed, failed, errors, skipped)
 
 
 def verdict(target: Target, selection: str, counts: Counts) -> Behaviour:
-    """The behaviour a teeth run shows: fixed when at least one test passed and none failed."""
-    shown = f"{counts.passed} passed, {counts.failed} failed" + (
-        f", {counts.skipped} skipped" if counts.skipped else ""
-    )
+    """The behaviour a teeth run shows: fixed when at least one test passed and none failed or errored; the bug when
+    one failed; else undecided (tests that error, or none that ran, say nothing about the bug)."""
     if counts.failed:
-        return Behaviour("bug", selection, counts.passed, counts.failed, why=shown)
-    if counts.returncode == 0 and counts.passed:
-        return Behaviour("fixed", selection, counts.passed, why=shown)
-    if counts.returncode == 5 or not counts.passed:
-        return _untested(target, selection, f"its tests ran none on this tree ({shown or 'none collected'})")
-    return _untested(target, selection, f"pytest stopped with exit status {counts.returncode} ({shown})")
+        return Behaviour("bug", selection, counts.passed, counts.failed, why=str(counts))
+    if counts.returncode == 0 and counts.passed and not counts.errors:
+        return Behaviour("fixed", selection, counts.passed, why=str(counts))
+    if counts.errors:
+        return _untested(target, selection, f"its tests could not run on this tree ({counts})")
+    if not counts.passed:
+        return _untested(target, selection, f"its tests ran none on this tree ({counts})")
+    return _untested(target, selection, f"pytest stopped with exit status {counts.returncode} ({counts})")
 
 
 class TeethRunner:
@@ -110,8 +122,8 @@ class TeethRunner:
             except VenvError as error:
                 first = str(error).splitlines()[0]
                 return _untested(target, selection, f"the test environment could not be built ({first})")
-            passed, failed, skipped = junit_counts(Path(tmp))
-        return verdict(target, selection, Counts(code, passed, failed, skipped))
+            counts = junit_counts(code, Path(tmp))
+        return verdict(target, selection, counts)
 
 
 def settler(runner: TeethRunner | None, no_test_reason: str = "--no-test") -> Settle:
@@ -127,7 +139,7 @@ def settler(runner: TeethRunner | None, no_test_reason: str = "--no-test") -> Se
                 continue
             selection = target.series.teeth.get(step.patch.name)
             if selection is None:
-                teeth_file = target.series.path.parent / "teeth"
+                teeth_file = target.series.path.parent / TEETH_FILE
                 behaviour = _untested(target, None, f"{teeth_file} names no tests for it")
             elif runner is None:
                 behaviour = _untested(target, selection, f"its tests were not run ({no_test_reason})")

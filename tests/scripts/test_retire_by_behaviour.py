@@ -8,7 +8,9 @@ on the tree as shipped, expecting the fix:
 - they fail: the conflict stands, exit 3, and the message says the bug is still there; a later patch that does not
   apply either, after one retired so, is named as probably building on it;
 - they cannot run (``--no-test``): exit 3, and the message gives the command that decides it;
-- nothing runs when every patch applies.
+- nothing runs when every patch applies;
+- only tests that ran and passed retire a patch: one that errors, or a selection whose tests all skip, decides
+  nothing.
 
 The fake series proves the logic with a stand-in for the teeth run; one test proves it end to end on a simulated
 release: verl 0.9.1 whose ``compute_policy_loss_geo_mean`` ends as upstream PR #5614 (open) writes it (``agg_loss``
@@ -22,6 +24,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from patchset_fakes import TEST_GIT_ENV, UPSTREAM_SCALE, VERL_PATCH_1, VERL_PATCH_2, git, tree_state
@@ -128,6 +131,32 @@ def test_nothing_runs_when_every_patch_applies(capsys, world, teeth_runs):
     assert main(world.args("--check", str(world.verl))) == 0
 
     assert teeth_runs["calls"] == ""
+
+
+@pytest.mark.parametrize(
+    "counts, expected",
+    [
+        (behaviour.Counts(0, passed=3, skipped=1), "fixed"),
+        (behaviour.Counts(1, passed=2, failed=1), "bug"),
+        (behaviour.Counts(1, passed=2, errors=1), "untested"),  # an error says nothing about the bug
+        (behaviour.Counts(0, skipped=4), "untested"),  # every test skipped: none ran
+        (behaviour.Counts(5), "untested"),  # the selection collected nothing
+    ],
+)
+def test_only_tests_that_ran_and_passed_retire_a_patch(counts, expected):
+    target = SimpleNamespace(shown="~/src/verl")
+
+    assert behaviour.verdict(target, "geo_mean", counts).verdict == expected  # type: ignore[arg-type]
+
+
+def test_junit_reports_are_summed_and_one_cut_short_counts_nothing(tmp_path):
+    suite = '<testsuites><testsuite tests="{}" failures="1" errors="0" skipped="2"></testsuite></testsuites>'
+    (tmp_path / "run-0.xml").write_text(suite.format(5))
+    (tmp_path / "run-1.xml").write_text(suite.format(4))
+
+    assert behaviour.junit_counts(1, tmp_path) == behaviour.Counts(1, passed=3, failed=2, skipped=4)
+    (tmp_path / "run-2.xml").write_text("<testsuites><testsuite")
+    assert behaviour.junit_counts(1, tmp_path) == behaviour.Counts(1)
 
 
 def _release(tree: Path, end: str, version: str) -> None:
