@@ -7,7 +7,7 @@ on the tree as shipped, expecting the fix:
   by ``--check``, exit 0, and the tree is left exactly as it was (upstream's code is not ours to change);
 - they fail: the conflict stands, exit 3, and the message says the bug is still there; a later patch that does not
   apply either, after one retired so, is named as probably building on it;
-- they cannot run (``--no-test``): exit 3, and the message gives the command that decides it;
+- they cannot run (``--no-test``, no test environment): exit 3, and the message gives the command that decides it;
 - nothing runs when every patch applies;
 - only tests that ran and passed retire a patch: one that errors, or a selection whose tests all skip, decides
   nothing.
@@ -33,6 +33,7 @@ from patchset.apply import behaviour, job
 from patchset.apply.plan import Behaviour
 from patchset.apply.target import Target
 from patchset.cli.apply import main
+from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
 from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins
@@ -157,6 +158,25 @@ def test_junit_reports_are_summed_and_one_cut_short_counts_nothing(tmp_path):
     assert behaviour.junit_counts(1, tmp_path) == behaviour.Counts(1, passed=3, failed=2, skipped=4)
     (tmp_path / "run-2.xml").write_text("<testsuites><testsuite")
     assert behaviour.junit_counts(1, tmp_path) == behaviour.Counts(1)
+
+
+def test_without_a_test_environment_the_conflict_stands_and_says_why(monkeypatch, tmp_path):
+    from patchset.testenv import regression
+    from patchset.testenv.venv import VenvError
+
+    def no_venv(*args: object, **kwargs: object) -> int:
+        raise VenvError("pip install -r requirements/lock.txt failed (exit 1):\nno network")
+
+    monkeypatch.setattr(regression, "run_regression_tests", no_venv)
+    target = SimpleNamespace(label="verl 0.9.2", key="verl", root=tmp_path, shown="~/src/verl")
+    runner = behaviour.TeethRunner(None, None, Console(quiet=True))  # type: ignore[arg-type]
+
+    shown = runner(target, "geo_mean")  # type: ignore[arg-type]
+
+    assert (shown.verdict, shown.command) == ("untested", "scripts/apply.sh --check ~/src/verl")
+    assert (
+        shown.why == "the test environment could not be built (pip install -r requirements/lock.txt failed (exit 1):)"
+    )
 
 
 def _release(tree: Path, end: str, version: str) -> None:
