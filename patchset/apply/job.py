@@ -12,6 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from patchset.apply.behaviour import TeethRunner, settler
 from patchset.apply.locking import locked
 from patchset.apply.plan import plan_target
 from patchset.apply.refusals import refuse, refuse_duplicates
@@ -58,8 +59,9 @@ def run_apply(
 ) -> int:
     """Apply the series of ``patches_dir`` to the trees at ``paths`` (none: fresh patched clones of the default pins
     in ``cache``) and test them; return the exit status, or raise a ``PatchsetError``. ``check``: report and refuse
-    only, change nothing; the other flags are ``apply``'s options of the same names. ``command_line`` is what the
-    trees' locks say holds them."""
+    only, change nothing; the other flags are ``apply``'s options of the same names (``no_test`` also leaves a patch
+    that does not apply undecided: its teeth, which could show upstream fixed the bug its own way, are not run).
+    ``command_line`` is what the trees' locks say holds them."""
     if three_way and reverse:
         raise BadInput(
             "--3way merges patches in; it cannot be combined with --reverse (take a merged patch out "
@@ -69,13 +71,16 @@ def run_apply(
     pins = load_pins(patches_dir / "upstreams.toml")
     if paths:
         targets = [
-            target_for_path(path, pins, patches_dir, force_version=force_version, console=console) for path in paths
+            target_for_path(path, pins, patches_dir, force_version=force_version, console=console, check=check)
+            for path in paths
         ]
         refuse_duplicates(targets)
     else:
         targets = cached_targets(pins, patches_dir, cache, console, reverse=reverse, check=check)
     with locked(targets, command_line, console, guard) as homes:
-        plans = [plan_target(target, reverse=reverse, merge=three_way) for target in targets]
+        # a patch that neither applies nor is in upstream by content: its teeth decide whether upstream fixed the bug
+        settle = settler(None if no_test else TeethRunner(pins, cache, console))
+        plans = [plan_target(target, reverse=reverse, merge=three_way, settle=settle) for target in targets]
         if check:
             for plan in plans:
                 report_plan(plan, console)

@@ -42,6 +42,11 @@ tree's content decides, read as it is now, not the version number alone:
 
 A patch with ``Applied-Upstream`` but no check is skipped at or past that version, by the version only.
 
+Behaviour. Upstream may fix a bug its own way, in code the patch's text does not recognise: the patch then neither
+applies nor is in upstream by content. ``plan_target`` hands such steps to ``settle`` (``behaviour.py``), which runs
+the patch's own teeth (the regression tests that show its bug, ``patches/<series>/teeth``) on the tree as shipped:
+if they pass, the step becomes a SKIP (``fixed upstream``); if not, it stays a FAIL, with what its teeth said.
+
 A tree's ``Plan`` (``plan_target``): its steps, and its uncommitted changes, those in the way and the others.
 """
 
@@ -50,7 +55,7 @@ from __future__ import annotations
 import enum
 import os
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +91,25 @@ class Upstream:
 
 
 @dataclass(frozen=True)
+class Behaviour:
+    """What a patch's teeth said on the tree as shipped, for a patch that neither applies nor is in upstream by
+    content. ``verdict``: ``fixed`` (they ran and passed: upstream fixed the bug its own way), ``bug`` (one failed:
+    the bug is still there), ``untested`` (they did not run, or ran none: ``why`` says why). ``selection``: the
+    pytest -k expression (None: the series names no teeth for the patch); ``command``: what decides it."""
+
+    verdict: str
+    selection: str | None
+    passed: int = 0
+    failed: int = 0
+    why: str = ""
+    command: str = ""
+
+    @property
+    def fixed(self) -> bool:
+        return self.verdict == "fixed"
+
+
+@dataclass(frozen=True)
 class Step:
     """What to do with one patch: its 1-based position in the series, the action and why."""
 
@@ -96,6 +120,12 @@ class Step:
     failure: gitops.Failure | None = None
     merge: MergeResult | None = None  # FAIL: what a 3-way merge would do; CHANGE: applied by a 3-way merge
     upstream: Upstream | None = None  # SKIP, or FAIL when the version claims the change and the content lacks it
+    behaviour: Behaviour | None = None  # SKIP (fixed upstream) or FAIL: what the patch's teeth said on the tree
+
+    @property
+    def fixed_upstream(self) -> bool:
+        """True when this step skips the patch because its teeth pass on the tree as shipped."""
+        return self.action is Action.SKIP and self.behaviour is not None and self.behaviour.fixed
 
     @property
     def upstream_missing(self) -> bool:
@@ -303,15 +333,30 @@ class Plan:
         return [s for s in self.steps if s.action is Action.CHANGE]
 
 
-def plan_target(target: Target, *, reverse: bool, merge: bool = False) -> Plan:
+# Judges the steps that do not apply by their teeth (``behaviour.py``); returns the steps, some turned into SKIPs.
+Settle = Callable[[Target, Sequence[Step]], Sequence[Step]]
+
+
+def conflicts(steps: Iterable[Step], *, reverse: bool) -> list[Step]:
+    """The steps whose patch does not apply and is not in upstream by content: those its teeth may settle. Not in
+    reverse (taking a patch out), nor for a patch whose version claims it upstream or that is ambiguous."""
+    if reverse:
+        return []
+    return [s for s in steps if s.action is Action.FAIL and not s.upstream_missing and s.detail != "ambiguous"]
+
+
+def plan_target(target: Target, *, reverse: bool, merge: bool = False, settle: Settle | None = None) -> Plan:
     """Plan ``target`` (see the module docstring); reads the tree, changes nothing. ``merge``: apply with a 3-way
-    merge what does not apply as it is (``--3way``)."""
+    merge what does not apply as it is (``--3way``); ``settle``: judge the patches that do not apply by their teeth
+    (called only when there is one)."""
     objects = gitops.objects_dir(target.worktree)
     steps = tuple(
         plan_series(
             target.root, target.series.patches, version=target.version, reverse=reverse, objects=objects, merge=merge
         )
     )
+    if settle is not None and conflicts(steps, reverse=reverse):
+        steps = tuple(settle(target, steps))
     changing = series_files(s.patch for s in steps if s.action in (Action.CHANGE, Action.FAIL))
     status = gitops.status_paths(target.worktree) if changing else {}
     touched_dirty = [path for path in changing if path in status]

@@ -16,7 +16,14 @@ def where(plan: Plan) -> str:
 def skip_reason(plan: Plan, step: Step) -> str:
     """Why a SKIP step is skipped: ``in upstream since 0.9.0`` (by the version alone, when the patch declares no
     ``Upstream-Check``), ``in upstream since 0.9.0 (verl 0.9.1 has it: <file> matches /<regex>/)``, or, on a tree
-    below that version, ``already upstream (content), verl ... has it: <file> matches /<regex>/``."""
+    below that version, ``already upstream (content), verl ... has it: <file> matches /<regex>/``; or ``fixed
+    upstream (its tests pass on verl 0.9.2 as shipped: ...)``, by behaviour (``behaviour.py``)."""
+    if step.fixed_upstream and step.behaviour is not None:
+        behaviour = step.behaviour
+        return (
+            f"fixed upstream (its tests pass on {plan.target.label} as shipped: {behaviour.why}, tests/regression -k "
+            f"{behaviour.selection!r})"
+        )
     state = step.upstream
     if state is None or not state.matched:
         return f"in upstream since {step.detail}"
@@ -54,6 +61,38 @@ def failure_detail(plan: Plan, step: Step, *, reverted: bool = False) -> str:
     return f"{failure.path}: {failure.reason}"
 
 
+def behaviour_clause(plan: Plan, step: Step) -> str:
+    """What a conflicting patch's teeth said on the tree as shipped, and what it means; "" when they were not asked."""
+    behaviour = step.behaviour
+    if behaviour is None or behaviour.fixed:
+        return ""
+    label = plan.target.label
+    if behaviour.verdict == "bug":
+        said = (
+            f"its tests fail on {label} as shipped ({behaviour.why}): the bug is still there, so the conflict stands "
+            f"(refresh the patch onto this release: docs/maintaining.md, adding a release)"
+        )
+    elif behaviour.selection is None:
+        said = f"whether upstream fixed it its own way cannot be tested: {behaviour.why}"
+    else:
+        said = (
+            f"whether upstream fixed it its own way is undecided: {behaviour.why}; '{behaviour.command}' decides it "
+            f"(it runs tests/regression -k {behaviour.selection!r} on the tree as shipped, expecting the fix)"
+        )
+    earlier = [
+        s
+        for s in plan.steps
+        if s.index < step.index and s.fixed_upstream and set(s.patch.files) & set(step.patch.files)
+    ]
+    if earlier:
+        names = ", ".join(s.patch.name for s in earlier)
+        said += (
+            f"; it changes files that {names} changed, which upstream fixed its own way, so it probably builds on "
+            f"that patch: refresh it onto upstream's code"
+        )
+    return said
+
+
 def _state(plan: Plan, step: Step) -> str:
     if step.action is Action.CHANGE:
         if plan.reverse:
@@ -65,7 +104,11 @@ def _state(plan: Plan, step: Step) -> str:
         return skip_reason(plan, step)
     if step.upstream_missing:
         return "claimed upstream but missing there"
-    return "neither applied nor applicable" if plan.reverse else "does not apply"
+    if plan.reverse:
+        return "neither applied nor applicable"
+    if step.behaviour is not None and step.behaviour.verdict == "bug":
+        return "does not apply (its tests fail as shipped: the bug is still there)"
+    return "does not apply"
 
 
 def series_state(plan: Plan) -> str:
@@ -115,8 +158,9 @@ def failure_message(plan: Plan, step: Step) -> str:
     failure = step.failure
     file_hint = failure.path if failure else ", ".join(step.patch.files[:3])
     dirty_hint = f" ({file_hint} has uncommitted changes)" if failure and failure.path in plan.dirty else ""
+    said = f"; {clause}" if (clause := behaviour_clause(plan, step)) else ""
     return (
-        f"{step.patch.name} {verb} {where(plan)}: {failure_detail(plan, step)}{dirty_hint}; nothing was "
+        f"{step.patch.name} {verb} {where(plan)}: {failure_detail(plan, step)}{dirty_hint}{said}; nothing was "
         f"changed{state}. {_merge_advice(plan, step, file_hint)}"
     )
 
@@ -180,7 +224,8 @@ def step_line(plan: Plan, step: Step, *, check: bool) -> str:
             Merge.RESOLVES: "; a 3-way merge would resolve it (--3way)",
             Merge.CONFLICTS: "; a 3-way merge would conflict",
         }.get(step.merge.outcome, "")
-    return f"{name} {verb}: {failure_detail(plan, step)}{after}{merge}"
+    said = f"; {clause}" if (clause := behaviour_clause(plan, step)) else ""
+    return f"{name} {verb}: {failure_detail(plan, step)}{after}{merge}{said}"
 
 
 def partly_line(plan: Plan, *, check: bool) -> str | None:
@@ -201,8 +246,11 @@ def summary_line(plan: Plan, *, check: bool) -> str:
         parts = [f"{change} {'would apply' if check else 'applied'}", f"{nothing} already applied"]
         if merged := sum(1 for s in plan.steps if s.merged):
             parts[0] += f" ({merged} by a 3-way merge)"
-    if skipped := plan.count(Action.SKIP):
+    fixed = sum(1 for s in plan.steps if s.fixed_upstream)
+    if skipped := plan.count(Action.SKIP) - fixed:
         parts.append(f"{skipped} skipped")
+    if fixed:
+        parts.append(f"{fixed} fixed upstream (by their tests)")
     if failed := plan.count(Action.FAIL):
         parts.append(f"{failed} {'neither applied nor applicable' if plan.reverse else 'do not apply'}")
     return f"{where(plan)}: {', '.join(parts)}"

@@ -58,8 +58,12 @@ def _series(patches_dir: Path, name: str) -> Series:
     return series
 
 
-def target_for_path(shown: str, pins: Pins, patches_dir: Path, *, force_version: bool, console: Console) -> Target:
-    """The target for a tree named on the command line; raise ``BadInput`` for anything unsupported."""
+def target_for_path(
+    shown: str, pins: Pins, patches_dir: Path, *, force_version: bool, console: Console, check: bool = False
+) -> Target:
+    """The target for a tree named on the command line; raise ``BadInput`` for anything unsupported. A release no pin
+    names takes the series of the default pin of its kind (else the last) with ``force_version``, or to be reported
+    on with ``check``: a dry run changes nothing, so a new release gets its report, patch by patch."""
     root = Path(shown).expanduser()
     if not root.exists():
         raise BadInput(f"{shown} does not exist; pass the root of a verl or Trinity-RFT checkout")
@@ -80,14 +84,15 @@ def target_for_path(shown: str, pins: Pins, patches_dir: Path, *, force_version:
         fallback = pins.default_for(found.key) or (candidates[-1] if candidates else None)
         if fallback is None:
             raise BadInput(f"{shown} is {found.label} {found.version}, but {pins.source} has no pin for {found.key}")
-        if not force_version:
+        if not force_version and not check:
             raise BadInput(
                 f"{shown} is {found.label} {found.version}, which this patchset does not support "
-                f"(supported: {supported}); pass --force-version to try the {fallback.series} series anyway"
+                f"(supported: {supported}); run --check to see how the {fallback.series} series fares on it, patch by "
+                f"patch, and pass --force-version to apply it anyway"
             )
+        how = "trying the series anyway (--force-version)" if force_version else "reporting how it fares (--check)"
         console.warn(
-            f"{shown} is {found.label} {found.version} (supported: {supported}); "
-            f"trying the {fallback.series} series anyway (--force-version)"
+            f"{shown} is {found.label} {found.version} (supported: {supported}); {fallback.series} series: {how}"
         )
         series = fallback.series
     else:

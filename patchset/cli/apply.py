@@ -29,14 +29,17 @@ from patchset.upstreams.pins import Pins, load_pins
 
 EXIT_CODES = f"""\
 exit status:
-  {EXIT_OK}  done: every patch applied, already applied or skipped (and the regression tests passed, if run)
+  {EXIT_OK}  done: every patch applied, already applied or skipped: in upstream by content, or fixed upstream by
+     behaviour (its tests pass on the tree as shipped); and the regression tests passed, if run
   {EXIT_TESTS_FAILED}  the regression tests failed
   {EXIT_BAD_INPUT}  bad input: usage; not a verl/Trinity-RFT git checkout (or its files untracked); unsupported
-     version; uncommitted changes in files a patch changes; the series applied out of order; a read-only tree;
-     bad series or corrupt/truncated patch; sha256 mismatch, PyPI unreachable with no sdist cached, failed fetch.
-     Nothing was changed.
-  {EXIT_DOES_NOT_APPLY}  a patch does not apply (or cannot be reverted); the tree is left exactly as it was, and the
-     message says whether a 3-way merge would resolve it (--3way)
+     version (without --check or --force-version); uncommitted changes in files a patch changes; the series
+     applied out of order; a read-only tree; bad series or corrupt/truncated patch; sha256 mismatch, PyPI
+     unreachable with no sdist cached, failed fetch. Nothing was changed.
+  {EXIT_DOES_NOT_APPLY}  a patch does not apply (or cannot be reverted) and upstream has not fixed its bug either: its
+     tests fail on the tree as shipped, or could not run (--no-test, no test environment: the message gives the
+     command that decides it); the tree is left exactly as it was, and the message says whether a 3-way merge would
+     resolve it (--3way)
   {EXIT_LOCKED}  another run holds one of the trees (its lock is <git-dir>/patchset/lock): the message names its pid,
      when it started and its command. Nothing was changed
   130, 143, 129  interrupted by SIGINT (Ctrl-C), SIGTERM or SIGHUP: every tree changed in the run was restored
@@ -60,6 +63,14 @@ alone, so running again is safe. If one patch does not apply, nothing is applied
 interrupted half-way, every tree is restored as it was. A patch is never reversed to make it fit: one that only
 reverts is reported as already applied, and --reverse is the only way to take patches out.
 
+A patch upstream already has is skipped: by its header (Applied-Upstream, Upstream-Check: the tree's content), or,
+when it neither applies nor is recognised so, by behaviour: its own regression tests (patches/<series>/teeth) run
+on the tree as shipped, and if they pass, upstream fixed the bug its own way ("fixed upstream (its tests pass on
+verl X as shipped)"); if they fail, the conflict stands (exit 3). They run only for such a patch, never otherwise.
+
+A release no pin names is refused unless --force-version (apply anyway) or --check (a report, patch by patch:
+applies, in upstream by content, fixed upstream by behaviour, or does not apply and what to do).
+
 One run per tree: every run (--check and --reverse too) locks each tree in its git directory
 (<git-dir>/patchset/lock) until it ends; a second run exits 4 naming the first. The copy taken before the first
 change is kept beside the lock, so a run killed outright (SIGKILL) leaves it there, and the next run restores the
@@ -74,6 +85,7 @@ examples:
   scripts/apply.sh --check ~/src/verl    dry run on your own checkout
   scripts/apply.sh ~/src/verl ~/src/Trinity-RFT
   scripts/apply.sh --reverse ~/src/verl  take the patches out again
+  scripts/apply.sh --check ~/src/verl-0.9.2   a new release: what applies, what upstream has, what conflicts
 """
 )
 
@@ -136,21 +148,29 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument(
         "--check",
         action="store_true",
-        help="dry run: say for each patch whether it would apply, is already applied or does not apply; "
-        "change nothing (exit 0 when all would apply or are applied, 3 when one does not apply, 2 for what "
-        "apply would refuse: uncommitted changes, a series applied out of order, a read-only tree; 4 when another "
-        "run holds the tree)",
+        help="dry run: say for each patch whether it would apply, is already applied, is skipped (in upstream by "
+        "content, or fixed upstream: its tests pass on the tree as shipped) or does not apply, and what to do; change "
+        "nothing; works on a release no pin names too (exit 0 when all would apply, are applied or skipped, 3 when "
+        "one does not apply, 2 for what apply would refuse: uncommitted changes, a series applied out of order, a "
+        "read-only tree; 4 when another run holds the tree)",
     )
     apply.add_argument(
         "--reverse",
         action="store_true",
         help="take the series out again (last patch first); patches not applied are reported and skipped; needs PATH",
     )
-    apply.add_argument("--no-test", action="store_true", help="do not run the regression tests afterwards")
+    apply.add_argument(
+        "--no-test",
+        action="store_true",
+        help="do not run the regression tests afterwards, nor the tests of a patch that does not apply (which could "
+        "show upstream fixed its bug its own way: it then stays a conflict, exit 3, and the message says what decides "
+        "it)",
+    )
     apply.add_argument(
         "--force-version",
         action="store_true",
-        help="try the series on a version that upstreams.toml does not pin (warns)",
+        help="apply the series to a version that upstreams.toml does not pin (warns); --check reports on one "
+        "without it",
     )
     apply.add_argument(
         "--allow-dirty",

@@ -18,7 +18,9 @@ holds a ``series`` file or ``*.patch`` files):
 - the ``groups`` file beside ``series``, when there is one (``patchset.series.groups``): every line parses, every patch
   of the series is in exactly one group, ``after=`` names a group above, every group has its ``pr/<name>.md``
   description (each group goes upstream as one pull request, and that file is its body), and every ``pr/*.md``
-  belongs to a group and starts with a title in the upstream's PR-title form.
+  belongs to a group and starts with a title in the upstream's PR-title form;
+- the ``teeth`` file beside ``series`` (``patchset.series.teeth``): every line parses, every patch of the series has
+  its entry (the regression tests that show its bug), and every entry names a patch of the series.
 
 Unlike ``load_series``, which stops at the first problem, the lint reads everything and reports every problem.
 """
@@ -29,13 +31,14 @@ import email.parser
 import email.policy
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import display_path
 from patchset.series.groups import DESCRIPTIONS_DIR, GROUPS_FILE, check_groups, parse_groups, read_description
 from patchset.series.model import PATCH_NAME, parse_series, read_patch, subject_of
+from patchset.series.teeth import TEETH_FILE, check_teeth, parse_teeth
 from patchset.upstreams.pins import load_pins
 from patchset.upstreams.registry import ANY_SUBJECT_FORM, UPSTREAMS
 
@@ -255,6 +258,17 @@ def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
     return problems
 
 
+def lint_teeth(folder: Path, patch_names: list[str]) -> list[Problem]:
+    """Problems of the folder's ``teeth`` file: missing, a malformed line, a patch without its entry, an entry for
+    no patch."""
+    teeth_file = folder / TEETH_FILE
+    if not teeth_file.is_file():
+        return [Problem(teeth_file, "missing; name the regression tests that show each patch's bug, one patch a line")]
+    entries, problems = parse_teeth(teeth_file.read_text(encoding="utf-8"))
+    problems += check_teeth(entries, patch_names)
+    return [Problem(teeth_file, message, line) for line, message in problems]
+
+
 def lint_folder(folder: Path) -> list[Problem]:
     """Every problem of one series folder: its ``series`` file, the folder's patches and each listed patch."""
     series_file = folder / "series"
@@ -272,7 +286,8 @@ def lint_folder(folder: Path) -> list[Problem]:
     for path in sorted(folder.rglob("*.patch")):
         if path.relative_to(folder).as_posix() not in listed:
             problems.append(Problem(path, f"not listed in {display_path(series_file)}; list it or delete it"))
-    return problems + lint_groups(folder, len(entries))
+    names = [PurePosixPath(entry.name).name for entry in entries]
+    return problems + lint_groups(folder, len(entries)) + lint_teeth(folder, names)
 
 
 def lint_patches_dir(patches_dir: Path) -> tuple[int, list[Problem]]:

@@ -179,6 +179,8 @@ def run_regression_tests(
     pins: Pins | None = None,
     cache: Cache | None = None,
     console: Console | None = None,
+    junit_dir: Path | None = None,
+    parallel: bool = True,
 ) -> int:
     """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}); return pytest's exit code.
 
@@ -189,19 +191,23 @@ def run_regression_tests(
     ``companions=False`` leaves out the runs beside the companion verl (a quick loop).
     ``pins``, ``cache`` and ``console`` are the caller's (``apply --patches-dir``, ``--cache``, ``-q``): the verl
     trees fetched for Trinity come from them; by default this repository's pins, ``$PATCHSET_CACHE`` or
-    ``<repo>/.cache``, and a console that prints everything. The first failing run's exit code is returned.
+    ``<repo>/.cache``, and a console that prints everything. ``junit_dir``: each run writes its JUnit XML report
+    there (``run-<n>.xml``), for a caller that counts what passed; ``parallel=False``: one process (a few tests
+    cost less than starting a worker per core, each importing torch and the trees). The first failing run's exit
+    code is returned.
     """
     python = ensure_venv()
     pins = pins if pins is not None else load_pins(REPO_ROOT / "patches" / "upstreams.toml")
     cache = cache if cache is not None else resolve_cache(None, os.environ, REPO_ROOT)
     console = console if console is not None else Console()
-    runs = [(with_imported_trees(trees, pins, cache, console), imported_only(trees), True)]
+    runs = [(with_imported_trees(trees, pins, cache, console), imported_only(trees), parallel)]
     if companions:
         # beside a companion verl only Trinity's legacy-path tests run (seconds): one process, rather than a worker
         # per core that each import torch, verl and Trinity first
         runs += [(run, dependencies, False) for run, dependencies in companion_runs(trees, pins, cache, console)]
+    junit = [[f"--junitxml={junit_dir / f'run-{n}.xml'}"] if junit_dir else [] for n in range(len(runs))]
     returncodes = [
-        _run_suite(python, run, expect, baseline_dir, pytest_args, dependencies, sample, parallel)
-        for run, dependencies, parallel in runs
+        _run_suite(python, run, expect, baseline_dir, [*pytest_args, *junit[n]], dependencies, sample, parallel)
+        for n, (run, dependencies, parallel) in enumerate(runs)
     ]
     return next((code for code in returncodes if code != 0), 0)

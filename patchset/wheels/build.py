@@ -55,7 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchset.apply.plan import Action, Step, plan_target
+from patchset.apply.behaviour import TeethRunner, settler
+from patchset.apply.plan import Action, Settle, Step, plan_target
 from patchset.apply.refusals import refusal
 from patchset.apply.target import target_for_pin
 from patchset.apply.transaction import apply_plans
@@ -73,7 +74,9 @@ PATCHSET_NAME = "patchset"
 PATCHSET_TITLE = "verl / Trinity-RFT loss-scaling patchset"
 MANIFEST_NAME = "_patchset_manifest.json"
 # 2: each patch also says applied_upstream, reason and upstream_checks; a patch upstream has is "skipped"
-MANIFEST_SCHEMA = 2
+# 3: each patch also says teeth: the tests that showed upstream fixed its bug its own way (a "skipped" reason
+#    "fixed upstream (...)"), else null
+MANIFEST_SCHEMA = 3
 EXIT_BUILD_FAILED = 1
 
 # PEP 440: a local version label is alphanumeric segments separated by dots (lower case in normal form).
@@ -147,17 +150,22 @@ def _sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _patch_entry(step: Step) -> dict[str, Any]:
+def _patch_entry(step: Step, label: str) -> dict[str, Any]:
     """One patch of the manifest: what it is, and what the build did with it and why. ``applied``: the build applied
     it; ``skipped``: upstream has it (``reason``: ``in upstream since <version>``, or ``already upstream (content)``
-    below that version; ``upstream_checks``: the header's ``Upstream-Check`` lines the tree matched);
-    ``already applied``: the release ships exactly this change. ``applied_upstream``: the patch's
+    below that version; ``upstream_checks``: the header's ``Upstream-Check`` lines the tree matched), or fixed the
+    bug its own way (``reason``: ``fixed upstream (its tests pass on <label> as shipped)``; ``teeth``: those tests and
+    their counts); ``already applied``: the release ships exactly this change. ``applied_upstream``: the patch's
     ``Applied-Upstream`` version (null: not upstream), whatever the build did."""
     status = {Action.CHANGE: "applied", Action.SKIP: "skipped", Action.NOTHING: "already applied"}
     state = step.upstream if step.action is Action.SKIP else None
     reason = None
     if state is not None:
         reason = f"in upstream since {state.since}" if state.claimed else "already upstream (content)"
+    teeth = None
+    if step.fixed_upstream and step.behaviour is not None:
+        reason = f"fixed upstream (its tests pass on {label} as shipped)"
+        teeth = {"tests": f"tests/regression -k {step.behaviour.selection!r}", "passed": step.behaviour.passed}
     return {
         "name": step.patch.name,
         "subject": step.patch.subject,
@@ -166,6 +174,7 @@ def _patch_entry(step: Step) -> dict[str, Any]:
         "applied_upstream": step.patch.upstream_since,
         "reason": reason,
         "upstream_checks": [str(check) for check in state.matched] if state is not None else [],
+        "teeth": teeth,
     }
 
 
@@ -188,13 +197,16 @@ def make_manifest(pin: Pin, label: Label, steps: Sequence[Step]) -> dict[str, An
             "tag": pin.tag,
         },
         "series": pin.series,
-        "patches": [_patch_entry(step) for step in steps],
+        "patches": [_patch_entry(step, pin.label) for step in steps],
     }
 
 
-def _apply_series(pin: Pin, tree: Path, patches_dir: Path, console: Console, guard: signals.Guard) -> list[Step]:
-    """Apply ``pin``'s series to the fresh clone ``tree`` as ``patchset apply`` does; the plan's steps."""
-    plan = plan_target(target_for_pin(pin, tree, patches_dir), reverse=False)
+def _apply_series(
+    pin: Pin, tree: Path, patches_dir: Path, console: Console, guard: signals.Guard, settle: Settle
+) -> list[Step]:
+    """Apply ``pin``'s series to the fresh clone ``tree`` as ``patchset apply`` does (a patch that does not apply is
+    judged by its teeth, ``settle``); the plan's steps."""
+    plan = plan_target(target_for_pin(pin, tree, patches_dir), reverse=False, settle=settle)
     if (error := refusal(plan, allow_dirty=False)) is not None:
         raise error
     apply_plans([plan], console, guard)
@@ -315,6 +327,7 @@ def build_wheels(
     if python is None:
         python = ensure_venv()  # builds the test environment on first use
     cache = resolve_cache(cache_option, os.environ, repo_root)
+    settle = settler(TeethRunner(load_pins(patches_dir / "upstreams.toml"), cache, console))
     env = _build_env(label, patches_dir)
     dist_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="patchset-wheels-"))
@@ -326,7 +339,7 @@ def build_wheels(
             tree = work / pin.dirname
             gitops.clone_local(vanilla, tree)
             console.step(f"Applying the {pin.series} series to a fresh clone of {pin.label}")
-            steps = _apply_series(pin, tree, patches_dir, console, guard)
+            steps = _apply_series(pin, tree, patches_dir, console, guard, settle)
             manifest = make_manifest(pin, label, steps)
             if not any(step.action is Action.CHANGE for step in steps):
                 console.warn(

@@ -15,7 +15,7 @@ Steps (each timed; the summary lists every step, its time and what it proves):
   0.9.1's wheel too, installed alone, its files equal to a patched clone's, each patch applied or skipped as labelled;
 - verl 0.9.1, a target that takes part of the verl series: applied to a clone, the patches upstream has are skipped
   by content and the others apply; the suite passes on the patched clone, and the tests of the applied patches
-  (`TEETH_OF_PATCH`) fail on the vanilla release;
+  (their teeth, ``patches/verl/teeth``) fail on the vanilla release;
 - overlays: a fresh venv with the pinned sdists and this project pip-installed; a smoke run of the suite with the
   overlays on, then tests/overlay: parity with the patched trees bit for bit, the import-order matrix, guards,
   activation, verl 0.9.1's own CPU test of the critic fix, a local Ray run, the installed file list; then a venv with
@@ -42,7 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from patchset.plumbing.errors import PatchsetError
@@ -71,10 +71,6 @@ PROVEN_BY_THE_WHEELS_STEP = (
 )
 # A pinned release that has some fixes of the verl series upstream, and the first release that had them.
 UPSTREAM_MERGED = ("verl", "0.9.1", "0.9.0")
-# The regression tests that show the bug a patch fixes, for the teeth run on a release that takes part of the series
-# (the patches upstream has are proven there by the run on the patched tree, where they are skipped). A patch that
-# applies to such a release without an entry here fails the step: its teeth would go unshown.
-TEETH_OF_PATCH = {"0003-algo-normalize-geo-mean-policy-loss-global-mini.patch": "geo_mean"}  # a pytest -k expression
 
 
 def _pinned_trees(cache_root: Path) -> tuple[dict[str, Path], dict[str, Path]]:
@@ -93,17 +89,19 @@ def _split_series(pin: Pin, patches_dir: Path) -> tuple[list[Patch], list[Patch]
     return merged, [p for p in patches if p not in merged]
 
 
-def _teeth_selection(applied: Sequence[str]) -> str:
-    """The pytest -k expression of the tests that show the bugs of the patches ``applied`` (`TEETH_OF_PATCH`)."""
-    return " or ".join(f"({TEETH_OF_PATCH[name]})" for name in applied if name in TEETH_OF_PATCH)
+def _teeth_selection(teeth: Mapping[str, str], applied: Sequence[str]) -> str:
+    """The pytest -k expression of the tests that show the bugs of the patches ``applied`` (the series' ``teeth``:
+    ``patchset.series.teeth``)."""
+    return " or ".join(f"({teeth[name]})" for name in applied if name in teeth)
 
 
-def _partial_target_teeth(applied: Sequence[str], vanilla: Path, key: str) -> bool:
-    """The teeth of the patches that apply to a release taking part of the series, on its vanilla tree."""
-    missing = [name for name in applied if name not in TEETH_OF_PATCH]
+def _partial_target_teeth(teeth: Mapping[str, str], applied: Sequence[str], vanilla: Path, key: str) -> bool:
+    """The teeth of the patches that apply to a release taking part of the series, on its vanilla tree. A patch that
+    applies there without teeth fails the step: its bug would go unshown."""
+    missing = [name for name in applied if name not in teeth]
     for name in missing:
-        print(f"error: {name} applies to {vanilla.name}, but TEETH_OF_PATCH names no test that shows its bug there")
-    selected = _teeth_selection(applied)
+        print(f"error: {name} applies to {vanilla.name}, but its series' teeth file names no test that shows its bug")
+    selected = _teeth_selection(teeth, applied)
     if not selected:
         return not missing
     args = ["-k", selected]
@@ -124,7 +122,8 @@ def _upstream_merged_step(cache_root: Path, env: dict[str, str], patches_dir: Pa
         return False
     vanilla = ensure_upstream(pin, resolve_cache(str(cache_root), os.environ, REPO_ROOT), Console())
     merged, applies = _split_series(pin, patches_dir)
-    patches = load_series(patches_dir, pin.series).patches
+    series = load_series(patches_dir, pin.series)
+    patches = series.patches
     expected = [f"* {p.name} skipped: in upstream since {p.upstream_since} ({pin.label} has it: " for p in merged]
     expected += [f"* Applying {p.name} ({patches.index(p) + 1}/{len(patches)})" for p in applies]
     applied = [p.name for p in applies]
@@ -140,7 +139,7 @@ def _upstream_merged_step(cache_root: Path, env: dict[str, str], patches_dir: Pa
         for line in missing:
             print(f"error: the output does not say '{line}...'", file=sys.stderr)
         fixed = run_regression_tests({key: clone}, expect="fixed", sample=True) == 0
-    teeth = _partial_target_teeth(applied, vanilla, key)
+    teeth = _partial_target_teeth(series.teeth, applied, vanilla, key)
     return result.returncode == 0 and not missing and fixed and teeth
 
 
@@ -200,7 +199,7 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
 
 def _overlay_partial_target(python: str, cache_root: Path, venv_dir: Path) -> bool:
     """The overlay on pip-installed verl 0.9.1 (alone: pip cannot install trinity-rft 0.6.0 beside it), a release
-    that has some of the fixes: the suite, in overlay mode, on the patches that apply there (`TEETH_OF_PATCH`), with
+    that has some of the fixes: the suite, in overlay mode, on the patches that apply there (their teeth), with
     the overlays on. The pieces 0.9.1 has stay off, which the suite's overlay check allows only for those; the rest
     must be active. With the overlays off the installed files are the vanilla release's, whose failing of the same
     tests the verl 0.9.1 step shows (its teeth), so that run is not made twice."""
@@ -214,7 +213,7 @@ def _overlay_partial_target(python: str, cache_root: Path, venv_dir: Path) -> bo
         return False
     print(f"* Installed {pin.label} and this project into {site}", flush=True)
     applies = [p.name for p in _split_series(pin, REPO_ROOT / "patches")[1]]
-    selected = _teeth_selection(applies)
+    selected = _teeth_selection(load_series(REPO_ROOT / "patches", pin.series).teeth, applies)
     args = ["-k", selected]
     return run_overlay_regression_tests(overlay_python, site, "fixed", None, args, sample=True, parallel=False) == 0
 

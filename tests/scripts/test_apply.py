@@ -1,6 +1,6 @@
 """``apply`` on a user's checkout: every patch is checked in sequence before any is applied; a run either applies
 the whole series or leaves the tree byte for byte as it was; re-running and reversing are exact; bad input is
-exit 2, a patch that does not apply exit 3."""
+exit 2 (a release no pin names too, but ``--check`` reports on it), a patch that does not apply exit 3."""
 
 from __future__ import annotations
 
@@ -209,6 +209,20 @@ def test_force_version_applies_the_series_with_a_warning(capsys, world):
     assert code == 0
     assert err.startswith("warning: ") and "0.8.1.dev0" in err
     assert "verl 0.8.1.dev0 at" in out and "2 applied" in out
+
+
+def test_unpinned_release_is_refused_but_check_reports_on_it(capsys, world):
+    (world.verl / "verl/version/version").write_text("0.9.2\n")
+    git(world.verl, "commit", "-qam", "a release no pin names")
+    before = tree_digest(world.verl)
+
+    refused, _, err = run(capsys, world, str(world.verl))
+    checked, out, warned = run(capsys, world, "--check", str(world.verl))
+
+    assert refused == 2 and "run --check to see how the verl series fares on it" in err
+    assert checked == 0 and "verl series: reporting how it fares (--check)" in warned
+    assert f"* Would apply {VERL_PATCH_1} (1/2)" in out and "verl 0.9.2 at" in out
+    assert tree_digest(world.verl) == before
 
 
 def test_dirty_touched_file_exits_2_naming_it_and_changes_nothing(capsys, world):

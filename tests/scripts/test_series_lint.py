@@ -6,7 +6,8 @@ or one not in the upstream's PR-title form, missing or malformed DEP-3 fields: O
 is not a URL, Forwarded no/not-needed without a reason, Upstream-Check or Forwarded upstream without
 Applied-Upstream; trailing whitespace on an added line, a patch that does not parse; a ``groups`` file that does
 not parse, leaves a patch out, names a patch twice or a later group, has a group (folded or not) without its
-description, or a description without a group or with a bad title) it exits 1 and prints exactly the expected
+description, or a description without a group or with a bad title; no ``teeth`` file, a patch without its teeth,
+an entry for no patch or naming no tests) it exits 1 and prints exactly the expected
 ``path[:line]: problem`` line; removed and context lines may keep their trailing whitespace; ``scripts/export.sh
 lint`` runs the same check from any directory.
 """
@@ -21,6 +22,7 @@ import pytest
 
 from patchset.cli.maintain import main
 from patchset.plumbing.paths import REPO_ROOT
+from patchset.series.teeth import slug_of
 
 NAME = "0001-trainer-scale-loss.patch"
 HEADER = {
@@ -71,6 +73,8 @@ def _patches_dir(tmp_path: Path, patches: dict[str, str], series: list[str] | No
         (folder / name).write_text(text)
     entries = list(patches) if series is None else series
     (folder / "series").write_text("# the order\n" + "".join(f"{entry}\n" for entry in entries))
+    teeth = dict.fromkeys(slug_of(entry) for entry in entries if entry in patches)
+    (folder / "teeth").write_text("# patch tests\n" + "".join(f"{slug} test_{slug[-4:]}\n" for slug in teeth))
     return tmp_path / "patches"
 
 
@@ -126,6 +130,16 @@ def _grouped(tmp: Path, groups: str, descriptions: dict[str, str] | None = None,
     for name, text in (every | (descriptions or {})).items():
         (patches / "verl" / "pr").mkdir(exist_ok=True)
         (patches / "verl" / "pr" / f"{name}.md").write_text(text)
+    return patches
+
+
+def _teeth(tmp: Path, text: str | None) -> Path:
+    """Two well-formed patches, with the ``teeth`` file ``text`` (None: no teeth file)."""
+    patches = _patches_dir(tmp, {NAME: _patch(), "0002-trainer-more.patch": _patch()})
+    teeth = patches / "verl" / "teeth"
+    teeth.unlink()
+    if text is not None:
+        teeth.write_text(text)
     return patches
 
 
@@ -252,6 +266,24 @@ CASES: dict[str, tuple[Setup, str]] = {
         lambda tmp: _grouped(tmp, "one 0001 0002 fold\n", {"one": "Scale the loss\n"}),
         "patches/verl/pr/one.md:1: PR title 'Scale the loss' is not in the upstream's PR-title form [module] type: "
         "description (verl: e.g. [trainer] fix: ...)",
+    ),
+    "teeth: no teeth file": (
+        lambda tmp: _teeth(tmp, None),
+        "patches/verl/teeth: missing; name the regression tests that show each patch's bug, one patch a line",
+    ),
+    "teeth: a patch without its entry": (
+        lambda tmp: _teeth(tmp, "trainer-scale-loss  test_scale\n"),
+        "patches/verl/teeth: 0002-trainer-more.patch has no entry; name the regression tests that show its bug "
+        "(a pytest -k expression)",
+    ),
+    "teeth: an entry for no patch": (
+        lambda tmp: _teeth(tmp, "trainer-scale-loss  test_scale\ntrainer-more  test_more\ntrainer-gone  x\n"),
+        "patches/verl/teeth:3: trainer-gone is no patch of the series (renamed? its slug is its file name without "
+        "NNNN-)",
+    ),
+    "teeth: an entry without tests": (
+        lambda tmp: _teeth(tmp, "trainer-scale-loss  test_scale\ntrainer-more\n"),
+        "patches/verl/teeth:2: trainer-more: names no tests; give a pytest -k expression of tests/regression",
     ),
     "trailing whitespace on an added line": (
         lambda tmp: _patches_dir(tmp, {NAME: _patch(added="b = 3 ")}),

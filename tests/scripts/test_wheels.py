@@ -8,7 +8,8 @@ in its METADATA; installed into a fresh venv the wheels report that version thro
 the modules' own ``__version__``, and Trinity's verl version check still sees verl >= 0.8. Exit codes: 0 built, 1 the
 build failed, 2 bad input, 3 a patch does not apply; on any failure nothing lands in the dist folder. ``--pin
 NAME==VERSION`` builds exactly the pinned releases named, any a series targets, and on a release that has some patches
-upstream the manifest records those as skipped (with why) and the others as applied; a companion-only pin, a release
+upstream the manifest records those as skipped (with why: by content, or fixed upstream as its own tests show) and the
+others as applied; a companion-only pin, a release
 not pinned or a malformed request is refused (exit 2) before anything is fetched, built or written.
 
 The fake world's trees (``patchset_fakes``) are made buildable with a small pyproject.toml each; the real pinned
@@ -42,9 +43,11 @@ from patchset_fakes import (
     write_upstreams,
 )
 
+from patchset.apply.plan import Action, Behaviour, Step
 from patchset.cli.wheels import main as wheels_main
 from patchset.plumbing import signals
 from patchset.plumbing.ui import Console
+from patchset.series.model import load_series
 from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins
 from patchset.wheels import build as wheels
@@ -349,7 +352,8 @@ def test_pins_build_exactly_those_releases_and_the_manifest_says_what_each_took(
     names = sorted(p.name for p in dist.iterdir())
     assert names == ["verl-0.8.0+patchset.7-py3-none-any.whl", "verl-0.9.1+patchset.7-py3-none-any.whl"]  # no trinity
     old, new = (json.loads(_read(dist / name, "verl/_patchset_manifest.json")) for name in names)
-    assert old["schema"] == new["schema"] == 2
+    assert old["schema"] == new["schema"] == 3
+    assert [p["teeth"] for p in new["patches"]] == [None, None]  # no patch was judged by its tests
     assert new["version"] == _wheel_version_and_names(dist / names[1])[0] == "0.9.1+patchset.7"
     statuses = [(p["name"], p["status"], p["applied_upstream"], p["reason"]) for p in new["patches"]]
     assert statuses == [
@@ -486,3 +490,16 @@ def test_real_wheels_install_into_a_fresh_venv_and_report_the_labelled_version(r
         assert installed["upstream"]["sdist_sha256"] == item.pin.sdist_sha256
         assert installed["version"] == item.version
     shutil.rmtree(tmp_path / "venv")
+
+
+def test_manifest_records_a_patch_fixed_upstream_by_its_tests():
+    pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").find("verl", "0.9.1")
+    patch = load_series(REPO_ROOT / "patches", "verl").patches[2]
+    shown = Behaviour("fixed", "geo_mean", passed=19, why="19 passed, 0 failed")
+    steps = [Step(patch, 3, Action.SKIP, behaviour=shown)]
+
+    (entry,) = wheels.make_manifest(pin, wheels.Label(7, dirty=False, commit=None), steps)["patches"]
+
+    assert (entry["status"], entry["reason"]) == ("skipped", "fixed upstream (its tests pass on verl 0.9.1 as shipped)")
+    assert entry["teeth"] == {"tests": "tests/regression -k 'geo_mean'", "passed": 19}
+    assert entry["upstream_checks"] == []

@@ -1,0 +1,154 @@
+"""Retire a patch by behaviour: upstream fixed the bug its own way, and the patch's own tests show it.
+
+A patch that neither applies nor is recognised in upstream by content (``Applied-Upstream`` / ``Upstream-Check``)
+is a conflict, unless upstream fixed the bug in a form our text does not know. The patch's teeth decide it (the
+regression tests that show its bug, named in ``patches/<series>/teeth``): they run on the tree as shipped,
+unpatched, expecting the fix (``run_regression_tests(..., expect="fixed")``). Then:
+
+- they ran, at least one passed and none failed: upstream fixed the bug, so the step becomes a SKIP (``fixed
+  upstream (its tests pass on verl 0.9.2 as shipped)``); nothing of the patch goes into the tree;
+- one failed: the bug is still there and the conflict stands (exit 3), now saying so;
+- they did not run (``--no-test``, no test environment, no teeth named for the patch) or ran none (every test
+  skipped): the conflict stands, and the message says what would decide it.
+
+Later patches of the series are judged as the planner already judged them, on the tree without the retired patch
+(its forward pass leaves a patch that does not apply out, and goes on): one that applies there is applied, and the
+regression run after applying tests the result; one that does not apply either is judged by its own teeth in turn,
+and if the conflict stands its message names the retired patch it shares files with (it probably builds on it:
+refresh it onto upstream's fix). Nothing runs when every patch applies or is skipped: the cost is zero then.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchset.apply.plan import Action, Behaviour, Settle, Step, conflicts
+from patchset.apply.target import Target
+from patchset.plumbing import tempdirs
+from patchset.plumbing.ui import Console
+from patchset.series.teeth import TEETH_FILE
+from patchset.upstreams.fetch import Cache
+from patchset.upstreams.pins import Pins
+
+SUITE = "tests/regression"
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What one teeth run did: pytest's exit status and the tests that passed, failed, errored and were skipped."""
+
+    returncode: int
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+
+    def __str__(self) -> str:
+        counted = [f"{self.passed} passed", f"{self.failed} failed"]
+        counted += [f"{n} {what}" for n, what in ((self.errors, "errors"), (self.skipped, "skipped")) if n]
+        return ", ".join(counted)
+
+
+def decide_command(target: Target) -> str:
+    """The command that runs a patch's teeth on ``target`` and reports the verdict (``--check`` changes nothing)."""
+    return f"scripts/apply.sh --check {target.shown}"
+
+
+def _untested(target: Target, selection: str | None, why: str) -> Behaviour:
+    return Behaviour("untested", selection, why=why, command=decide_command(target))
+
+
+def junit_counts(returncode: int, folder: Path) -> Counts:
+    """The counts of the JUnit XML reports in ``folder``, summed (none there, or one cut short: nothing counted)."""
+    passed = failed = errors = skipped = 0
+    for report in sorted(folder.glob("*.xml")):
+        try:
+            suites = list(ElementTree.parse(report).getroot().iter("testsuite"))
+        except ElementTree.ParseError:
+            return Counts(returncode)
+        for suite in suites:
+            tests, skips = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
+            fails, errs = int(suite.get("failures", 0)), int(suite.get("errors", 0))
+            passed += tests - fails - errs - skips
+            failed, errors, skipped = failed + fails, errors + errs, skipped + skips
+    return Counts(returncode, passed, failed, errors, skipped)
+
+
+def verdict(target: Target, selection: str, counts: Counts) -> Behaviour:
+    """The behaviour a teeth run shows: fixed when at least one test passed and none failed or errored; the bug when
+    one failed; else undecided (tests that error, or none that ran, say nothing about the bug)."""
+    if counts.failed:
+        return Behaviour("bug", selection, counts.passed, counts.failed, why=str(counts))
+    if counts.returncode == 0 and counts.passed and not counts.errors:
+        return Behaviour("fixed", selection, counts.passed, why=str(counts))
+    if counts.errors:
+        return _untested(target, selection, f"its tests could not run on this tree ({counts})")
+    if not counts.passed:
+        return _untested(target, selection, f"its tests ran none on this tree ({counts})")
+    return _untested(target, selection, f"pytest stopped with exit status {counts.returncode} ({counts})")
+
+
+class TeethRunner:
+    """Runs a patch's teeth on a tree as shipped, in the test environment, with the run's pins, cache and console
+    (a Trinity tree is tested beside the verl trees ``run_regression_tests`` puts beside it)."""
+
+    def __init__(self, pins: Pins, cache: Cache, console: Console) -> None:
+        self.pins, self.cache, self.console = pins, cache, console
+
+    def __call__(self, target: Target, selection: str) -> Behaviour:
+        from patchset.testenv import regression  # imported late: only a conflict needs it
+        from patchset.testenv.venv import VenvError
+
+        self.console.step(
+            f"Running its tests on {target.label} as shipped ({SUITE} -k {selection!r}, expecting the fix)"
+        )
+        with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("teeth")) as tmp:
+            try:
+                code = regression.run_regression_tests(
+                    {target.key: target.root},
+                    expect="fixed",
+                    pytest_args=["-k", selection, "--tb=no", "-p", "no:warnings"],
+                    pins=self.pins,
+                    cache=self.cache,
+                    console=self.console,
+                    junit_dir=Path(tmp),
+                    parallel=False,
+                )
+            except VenvError as error:
+                first = str(error).splitlines()[0]
+                return _untested(target, selection, f"the test environment could not be built ({first})")
+            counts = junit_counts(code, Path(tmp))
+        return verdict(target, selection, counts)
+
+
+def settler(runner: TeethRunner | None, no_test_reason: str = "--no-test") -> Settle:
+    """The ``settle`` of ``plan_target``: each conflicting step judged by its teeth through ``runner`` (None: the
+    tests are not run, and each conflict says why, ``no_test_reason``, and what would decide it)."""
+
+    def settle(target: Target, steps: Sequence[Step]) -> list[Step]:
+        judged = {id(step) for step in conflicts(steps, reverse=False)}
+        settled: list[Step] = []
+        for step in steps:
+            if id(step) not in judged:
+                settled.append(step)
+                continue
+            selection = target.series.teeth.get(step.patch.name)
+            if selection is None:
+                teeth_file = target.series.path.parent / TEETH_FILE
+                behaviour = _untested(target, None, f"{teeth_file} names no tests for it")
+            elif runner is None:
+                behaviour = _untested(target, selection, f"its tests were not run ({no_test_reason})")
+            else:
+                behaviour = runner(target, selection)
+            if behaviour.fixed:
+                settled.append(dataclasses.replace(step, action=Action.SKIP, behaviour=behaviour))
+            else:
+                settled.append(dataclasses.replace(step, behaviour=behaviour))
+        return settled
+
+    return settle

@@ -1,0 +1,233 @@
+"""A patch is retired by behaviour: upstream fixed its bug its own way, and the patch's own tests show it.
+
+Invariants. When a patch neither applies nor is in upstream by content, its teeth (``patches/<series>/teeth``) run
+on the tree as shipped, expecting the fix:
+
+- they pass: the patch is skipped as ``fixed upstream (its tests pass on <release> as shipped: ...)``, by apply and
+  by ``--check``, exit 0, and the tree is left exactly as it was (upstream's code is not ours to change);
+- they fail: the conflict stands, exit 3, and the message says the bug is still there; a later patch that does not
+  apply either, after one retired so, is named as probably building on it;
+- they cannot run (``--no-test``, no test environment): exit 3, and the message gives the command that decides it;
+- nothing runs when every patch applies;
+- only tests that ran and passed retire a patch: one that errors, or a selection whose tests all skip, decides
+  nothing.
+
+The fake series proves the logic with a stand-in for the teeth run; one test proves it end to end on a simulated
+release: verl 0.9.1 whose ``compute_policy_loss_geo_mean`` ends as upstream PR #5614 (open) writes it (``agg_loss``
+over a per-sequence loss with ``response_mask.sum(-1) > 0`` as the sequence mask, ``seq-mean-token-sum``,
+``**config.global_batch_info``), bumped to 0.9.2: the real teeth of 0003 run on it (a process importing torch and
+verl) and pass; a variant that keeps the bug in other words fails them, exit 3.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from patchset_fakes import TEST_GIT_ENV, UPSTREAM_SCALE, VERL_PATCH_1, VERL_PATCH_2, git, tree_state
+
+from patchset.apply import behaviour, job
+from patchset.apply.plan import Behaviour
+from patchset.apply.target import Target
+from patchset.cli.apply import main
+from patchset.plumbing.ui import Console
+from patchset.series.model import load_series
+from patchset.upstreams.fetch import resolve_cache
+from patchset.upstreams.pins import load_pins
+
+CORE = "verl/trainer/ppo/core_algos.py"
+TEETH = {VERL_PATCH_1: "scale_added", VERL_PATCH_2: "scale_fixed"}
+GEO_MEAN_PATCH = "0003-algo-normalize-geo-mean-policy-loss-global-mini.patch"
+GEO_MEAN_END = "    pg_loss = torch.mean(pg_losses)\n"
+# the end of compute_policy_loss_geo_mean as upstream PR #5614 (open) proposes it, in our words
+PR_5614_END = (
+    "    # one loss per sequence, aggregated over the global mini-batch as the other sequence-level losses do\n"
+    "    seq_mask = (response_mask.sum(-1) > 0).float()\n"
+    "    pg_loss = agg_loss(\n"
+    "        loss_mat=pg_losses.unsqueeze(-1),\n"
+    "        loss_mask=seq_mask.unsqueeze(-1),\n"
+    '        loss_agg_mode="seq-mean-token-sum",\n'
+    "        **config.global_batch_info,\n"
+    "    )\n"
+)
+BUG_IN_OTHER_WORDS = "    pg_loss = pg_losses.mean()  # the mean over this micro-batch's sequences\n"
+
+
+@pytest.fixture
+def teeth_runs(monkeypatch: pytest.MonkeyPatch, world) -> dict[str, str]:
+    """The fake world's verl series with teeth, and a stand-in for the teeth run: {selection: verdict} to set, and
+    ``calls`` the selections it was asked."""
+    (world.patches / "verl" / "teeth").write_text("".join(f"{name[5:-6]}  {tests}\n" for name, tests in TEETH.items()))
+    verdicts: dict[str, str] = {"calls": ""}
+
+    def run(self: behaviour.TeethRunner, target: Target, selection: str) -> Behaviour:
+        verdicts["calls"] += f"{selection};"
+        fixed = verdicts[selection] == "fixed"
+        return Behaviour(verdicts[selection], selection, passed=3, failed=0 if fixed else 2, why="counted")
+
+    monkeypatch.setattr(behaviour.TeethRunner, "__call__", run)
+    return verdicts
+
+
+def _upstream_fixed_it_its_own_way(tree: Path) -> None:
+    """Upstream's own form of the helper both patches change: neither patch applies, and neither is recognised."""
+    core = tree / CORE
+    core.write_text(core.read_text().replace("# line 10\n", "# line 10\n" + UPSTREAM_SCALE))
+    git(tree, "commit", "-qam", "upstream: scale, its own way")
+
+
+def test_patches_whose_tests_pass_as_shipped_are_skipped_and_the_tree_kept(capsys, world, teeth_runs, regression_calls):
+    _upstream_fixed_it_its_own_way(world.verl)
+    teeth_runs.update(scale_added="fixed", scale_fixed="fixed")
+    before = tree_state(world.verl)
+
+    assert main(world.args("--check", str(world.verl))) == 0
+    checked = capsys.readouterr().out
+    code = main(world.args(str(world.verl)))
+
+    out = capsys.readouterr().out
+    assert code == 0
+    for name in TEETH:
+        said = f"* {name} skipped: fixed upstream (its tests pass on verl 0.8.0 as shipped: counted"
+        assert said in checked and said in out
+    assert "0 would apply, 0 already applied, 2 fixed upstream (by their tests)" in checked
+    assert "0 applied, 0 already applied, 2 fixed upstream (by their tests)" in out
+    assert tree_state(world.verl) == before
+    assert regression_calls == [({"verl": world.verl.resolve()}, "fixed")]  # and the suite runs on upstream's code
+
+
+def test_a_later_patch_failing_after_a_retired_one_is_named_as_building_on_it(capsys, world, teeth_runs):
+    _upstream_fixed_it_its_own_way(world.verl)
+    teeth_runs.update(scale_added="fixed", scale_fixed="bug")
+    before = tree_state(world.verl)
+
+    code = main(world.args(str(world.verl)))
+
+    err = capsys.readouterr().err
+    assert code == 3
+    assert err.startswith(f"error: {VERL_PATCH_2} does not apply to verl 0.8.0")
+    assert "its tests fail on verl 0.8.0 as shipped (counted): the bug is still there" in err
+    assert f"it changes files that {VERL_PATCH_1} changed, which upstream fixed its own way" in err
+    assert tree_state(world.verl) == before
+
+
+def test_without_tests_the_conflict_stands_and_says_what_decides_it(capsys, world, teeth_runs):
+    _upstream_fixed_it_its_own_way(world.verl)
+
+    code = main(world.args("--no-test", str(world.verl)))
+
+    err = capsys.readouterr().err
+    assert code == 3
+    assert (
+        f"its tests were not run (--no-test); 'scripts/apply.sh --check {world.verl}' decides it (it runs "
+        f"tests/regression -k 'scale_added' on the tree as shipped, expecting the fix)"
+    ) in err
+    assert teeth_runs["calls"] == ""
+
+
+def test_nothing_runs_when_every_patch_applies(capsys, world, teeth_runs):
+    assert main(world.args("--check", str(world.verl))) == 0
+
+    assert teeth_runs["calls"] == ""
+
+
+@pytest.mark.parametrize(
+    "counts, expected",
+    [
+        (behaviour.Counts(0, passed=3, skipped=1), "fixed"),
+        (behaviour.Counts(1, passed=2, failed=1), "bug"),
+        (behaviour.Counts(1, passed=2, errors=1), "untested"),  # an error says nothing about the bug
+        (behaviour.Counts(0, skipped=4), "untested"),  # every test skipped: none ran
+        (behaviour.Counts(5), "untested"),  # the selection collected nothing
+    ],
+)
+def test_only_tests_that_ran_and_passed_retire_a_patch(counts, expected):
+    target = SimpleNamespace(shown="~/src/verl")
+
+    assert behaviour.verdict(target, "geo_mean", counts).verdict == expected  # type: ignore[arg-type]
+
+
+def test_junit_reports_are_summed_and_one_cut_short_counts_nothing(tmp_path):
+    suite = '<testsuites><testsuite tests="{}" failures="1" errors="0" skipped="2"></testsuite></testsuites>'
+    (tmp_path / "run-0.xml").write_text(suite.format(5))
+    (tmp_path / "run-1.xml").write_text(suite.format(4))
+
+    assert behaviour.junit_counts(1, tmp_path) == behaviour.Counts(1, passed=3, failed=2, skipped=4)
+    (tmp_path / "run-2.xml").write_text("<testsuites><testsuite")
+    assert behaviour.junit_counts(1, tmp_path) == behaviour.Counts(1)
+
+
+def test_without_a_test_environment_the_conflict_stands_and_says_why(monkeypatch, tmp_path):
+    from patchset.testenv import regression
+    from patchset.testenv.venv import VenvError
+
+    def no_venv(*args: object, **kwargs: object) -> int:
+        raise VenvError("pip install -r requirements/lock.txt failed (exit 1):\nno network")
+
+    monkeypatch.setattr(regression, "run_regression_tests", no_venv)
+    target = SimpleNamespace(label="verl 0.9.2", key="verl", root=tmp_path, shown="~/src/verl")
+    runner = behaviour.TeethRunner(None, None, Console(quiet=True))  # type: ignore[arg-type]
+
+    shown = runner(target, "geo_mean")  # type: ignore[arg-type]
+
+    assert (shown.verdict, shown.command) == ("untested", "scripts/apply.sh --check ~/src/verl")
+    assert (
+        shown.why == "the test environment could not be built (pip install -r requirements/lock.txt failed (exit 1):)"
+    )
+
+
+def _release(tree: Path, end: str, version: str) -> None:
+    """Rewrite the end of the tree's ``compute_policy_loss_geo_mean`` and its version, committed."""
+    core = tree / "verl" / "trainer" / "ppo" / "core_algos.py"
+    text = core.read_text(encoding="utf-8")
+    assert text.count(GEO_MEAN_END) == 1, "the geo_mean end of verl 0.9.1 moved: update this fixture"
+    core.write_text(text.replace(GEO_MEAN_END, end), encoding="utf-8")
+    (tree / "verl" / "version" / "version").write_text(f"{version}\n", encoding="utf-8")
+    git(tree, "commit", "-qam", f"release {version}")
+
+
+@pytest.fixture
+def verl_0_9_1(tmp_path: Path) -> Path:
+    """A clone of the cached vanilla verl 0.9.1 checkout (``scripts/test.sh`` fetches it); skips without one."""
+    pin = load_pins(Path(job.__file__).parents[2] / "patches" / "upstreams.toml").find("verl", "0.9.1")
+    assert pin is not None
+    vanilla = resolve_cache(None, os.environ, Path(job.__file__).parents[2]).upstreams / pin.dirname
+    if not (vanilla / ".git").exists():
+        pytest.skip(f"no cached checkout of {pin.label} at {vanilla} (scripts/test.sh fetches it)")
+    clone = tmp_path / "verl-0.9.2"
+    command = ["git", "clone", "-q", "--no-hardlinks", str(vanilla), str(clone)]
+    subprocess.run(command, check=True, capture_output=True, env={**os.environ, **TEST_GIT_ENV})
+    return clone
+
+
+def test_a_release_that_fixed_geo_mean_its_own_way_retires_0003_by_its_tests(capsys, monkeypatch, verl_0_9_1):
+    assert GEO_MEAN_PATCH in load_series(Path(job.__file__).parents[2] / "patches", "verl").teeth
+    tree = verl_0_9_1
+    _release(tree, PR_5614_END, "0.9.2")
+    before = tree_state(tree)
+    fixed = f"* {GEO_MEAN_PATCH} skipped: fixed upstream (its tests pass on verl 0.9.2 as shipped: "
+
+    # apply: exit 0, upstream's code untouched (--check says the same, by the same plan: the fake series shows it);
+    # the regression run that ends apply is the whole suite, the fix step's own: recorded here, not run
+    ran: list[dict[str, Path]] = []
+    monkeypatch.setattr(job, "_regression", lambda trees, *rest: ran.append(dict(trees)) or 0)
+    assert main(["apply", "--force-version", str(tree)]) == 0
+    out = capsys.readouterr().out
+    assert fixed in out and "0 applied, 0 already applied, 2 skipped, 1 fixed upstream (by their tests)" in out
+    assert tree_state(tree) == before and ran == [{"verl": tree.resolve()}]
+
+    # the bug still there in other words: the patch does not apply, its tests fail, the conflict stands; --check on
+    # a release no pin names is a report, patch by patch, not a refusal
+    git(tree, "reset", "-q", "--hard", "HEAD~1")
+    _release(tree, BUG_IN_OTHER_WORDS, "0.9.2")
+    before = tree_state(tree)
+    assert main(["apply", "--check", str(tree)]) == 3
+    out, err = capsys.readouterr()
+    assert f"* {GEO_MEAN_PATCH} does not apply: verl/trainer/ppo/core_algos.py, hunk @@" in out
+    (error,) = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert error.startswith(f"error: {GEO_MEAN_PATCH} does not apply to verl 0.9.2")
+    assert "its tests fail on verl 0.9.2 as shipped (" in error and "the bug is still there" in error
+    assert tree_state(tree) == before
