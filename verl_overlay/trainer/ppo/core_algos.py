@@ -78,6 +78,13 @@ def compute_policy_loss_geo_mean(
     """
     The GMPO (geometric-mean) clipped policy objective, one loss per sequence, as a share of the global mini-batch.
 
+    Each sequence's loss is minus its sequence-level advantage times the geometric mean of its clipped token ratios
+    (times the geometric mean of its rollout correction weights, when given). The result is their sum over the
+    micro-batch divided by ``global_batch_size`` and multiplied by ``dp_size`` (``config.global_batch_info``), so the
+    engine's sum over micro-batches and DDP/FSDP's average over ranks give the mini-batch mean. Without
+    ``global_batch_size``: the micro-batch mean at dp_size 1 (the old value), agg_loss's ValueError at dp_size > 1.
+    Every row counts, as in the trainer's ``global_batch_size``; a response without valid tokens adds a loss of zero.
+
     Args:
         old_log_prob (torch.Tensor): log-probs under the old policy, shape (batch_size, response_length).
         log_prob (torch.Tensor): log-probs under the current policy, shape (batch_size, response_length).
@@ -119,8 +126,8 @@ def compute_policy_loss_geo_mean(
         )
         pg_losses = pg_losses * seq_is_weights
 
-    # the engine sums the micro-batch losses: each is its share of the mean over the global mini-batch's sequences
-    # (the micro-batch mean, as before, without the engine's global batch info)
+    # the engine sums the micro-batch losses: each is its share of the mean over the global mini-batch's sequences;
+    # the all-ones mask keeps every row, as torch.mean did (the micro-batch mean without the engine's info)
     pg_loss = agg_loss(
         loss_mat=pg_losses.unsqueeze(-1),
         loss_mask=torch.ones_like(pg_losses).unsqueeze(-1),
