@@ -30,13 +30,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.export import pr_gates
+from patchset.export import pr_gates, test_selection
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import EXIT_OK, BadInput, DoesNotApply
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
-from patchset.series.groups import Group, chain, load_groups
-from patchset.series.model import Patch, load_series
+from patchset.series.groups import UPSTREAM_COMMIT, Group, chain, load_groups
+from patchset.series.model import Patch, load_series, read_patch
 from patchset.testenv.venv import ensure_venv
 from patchset.upstreams.detect import detect
 from patchset.upstreams.fetch import ensure_upstream, resolve_cache
@@ -49,7 +49,7 @@ BRANCH_PREFIX = "patchset/"
 # DEP-3 fields and this project's own (``Upstream-Check:``): for the patchset, not for the upstream commit.
 _DEP3_LINE = re.compile(
     r"^(Description|Origin|Bug(-[A-Za-z0-9]+)?|Forwarded|Author|Reviewed-by|Acked-by|Last-Update|Applied-Upstream"
-    r"|Upstream-Check):\s",
+    r"|Upstream-Check|Upstream-Commit):\s",
     re.IGNORECASE,
 )
 _TRAILER_LINE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*:\s")
@@ -226,6 +226,8 @@ def _test_lines(key: str, gates: Gates) -> list[str]:
         lines.append(f"- CPU tests: `pytest {files}`: {gates.tests.summary}.")
     else:
         lines.append(f"- CPU tests: {gates.tests.summary}.")
+    lines += [f"  - `{test.path}`: upstream's test, {test.why}." for test in gates.tests.upstream]
+    lines += [f"- Not run here: upstream's `{test.path}` ({test.why}): {test.not_run}." for test in gates.tests.not_run]
     lines += [f"- {note}" for note in gates.tests.notes]
     lines.append(f"- Not run: {UPSTREAMS[key].lint_not_run}.")
     return lines
@@ -386,34 +388,37 @@ def _run_gates(
     cache: str | None,
     patches_dir: Path,
     console: Console,
+    notes: Sequence[str] = (),
 ) -> Gates:
-    """The gates on the branch checked out in ``worktree``: lint ``changed``, upstream's tests for them (those of
-    the ``release`` tree) and the test files among them; another upstream its tests import is the default pin of
-    ``patches_dir``, from the cache ``cache``. ``records``: where passes are remembered (None: every gate runs)."""
+    """The gates on the branch checked out in ``worktree``: lint ``changed``, upstream's tests of what it changes
+    (those of the ``release`` tree, chosen by ``test_selection``) and the test files among them; another upstream its
+    tests import is the default pin of ``patches_dir``, from the cache ``cache``. ``records``: where passes are
+    remembered (None: every gate runs). ``notes``: more lines for the tests' report."""
     key, label = pin.key, pin.name
     console.step(f"Running {key}'s lint gates through pre-commit on {len(changed)} changed file(s)")
     lint = pr_gates.run_lint(key, worktree, changed, python, records)
     base_files = _git(worktree, "ls-tree", "-r", "--name-only", release).stdout.splitlines()
-    upstream, own = pr_gates.select_tests(key, changed, base_files)
-    notes: list[str] = []
+    notes = list(notes)
     pythonpath = [worktree]
     if not any(path.startswith("tests/") for path in base_files):
         notes.append(
-            f"{label}'s sdist ships no tests/ folder, so no upstream test exists for the touched modules; only the "
-            "patch's own tests ran."
+            f"{label}'s checkout has no tests/ folder (its sdist ships none), so none of upstream's own tests of the "
+            "touched modules ran; only the patch's own tests ran. Run export-pr on a git clone of upstream to run them."
         )
     for other in UPSTREAMS[key].tests_import:
         other_pin = load_pins(patches_dir / "upstreams.toml").default_for(other)
         assert other_pin is not None
         pythonpath.append(ensure_upstream(other_pin, resolve_cache(cache, os.environ, REPO_ROOT), console))
         notes.append(f"{UPSTREAMS[key].title}'s tests import {other}: run beside vanilla {other_pin.label}.")
-    files = [*upstream, *own]
+    env = pr_gates.tool_env(python, pythonpath)
+    chosen = test_selection.select(key, worktree, changed, base_files, python, env)
+    files = [*(test.path for test in chosen.run), *chosen.own]
     if files:
         console.step(f"Running the CPU tests: {' '.join(files)}")
         passed, summary, output = pr_gates.run_tests(worktree, files, python, pythonpath, records)
     else:
         passed, summary, output = True, "no upstream CPU test covers the touched modules and the patch adds none", ""
-    tests = pr_gates.TestRun(tuple(upstream), tuple(own), passed, summary, output, tuple(notes))
+    tests = pr_gates.TestRun(chosen.run, chosen.own, passed, summary, output, tuple(notes), chosen.not_run)
     return Gates(lint=lint, tests=tests)
 
 
@@ -429,8 +434,62 @@ def _report(gates: Gates, console: Console) -> None:
     console.summary(
         f"upstream CPU tests: {'passed' if gates.tests.passed else 'FAILED'} ({gates.tests.summary}; {shown})"
     )
+    for test in gates.tests.upstream:
+        console.summary(f"  upstream test run: {test.path} ({test.why})")
+    for test in gates.tests.not_run:
+        console.summary(f"  upstream test NOT run: {test.path} ({test.why}): {test.not_run}")
     for note in gates.tests.notes:
         console.summary(f"  note: {note}")
+
+
+@dataclass(frozen=True)
+class UpstreamTests:
+    """What became of a group's ``pr/<group>.upstream-tests.patch`` on its branch: its files, and those the checkout
+    lacks (then it was not applied)."""
+
+    path: Path
+    files: tuple[str, ...]
+    missing: tuple[str, ...]
+
+    @property
+    def applied(self) -> bool:
+        return not self.missing
+
+    def note(self) -> str:
+        name = display_path(self.path)
+        if self.applied:
+            return f"{name} changes upstream's {', '.join(self.files)}: committed on its own after the group's commits."
+        return (
+            f"{name} was NOT applied: the checkout lacks {', '.join(self.missing)} (a release sdist ships no such "
+            "tests), so this branch does not carry the change to upstream's tests that this PR needs; run export-pr "
+            "on a git clone of upstream"
+        )
+
+
+def _commit_upstream_tests(
+    worktree: Path, group: Group, release_files: set[str], scratch: Path, console: Console
+) -> UpstreamTests | None:
+    """Commit ``group``'s upstream-tests patch in ``worktree`` when the release tree has every file it changes;
+    None when the group has none. ``DoesNotApply`` when those files are there but the patch does not apply."""
+    if group.upstream_tests is None:
+        return None
+    patch = read_patch(group.upstream_tests)
+    missing = tuple(path for path in patch.files if path not in release_files)
+    if missing:
+        return UpstreamTests(group.upstream_tests, patch.files, missing)
+    console.step(f"Committing {patch.name}: the group's change to upstream's {', '.join(patch.files)}")
+    text, _ = upstream_patch_text(patch)
+    edited = scratch / patch.name
+    edited.write_bytes(text.encode("utf-8", "surrogateescape"))
+    if (reason := gitops.am(worktree, edited, _committer_env(worktree, patch))) is not None:
+        made = UPSTREAM_COMMIT.search(patch.text)
+        against = f"upstream {made['commit']}{made['where']}" if made else "another revision of upstream"
+        raise DoesNotApply(
+            f"{display_path(group.upstream_tests)} does not apply to this checkout's {', '.join(patch.files)} "
+            f"({reason}); it was made against {against.rstrip()}: remake it against the checkout's version of those "
+            "files. No branch was made for this group"
+        )
+    return UpstreamTests(group.upstream_tests, patch.files, ())
 
 
 @dataclass(frozen=True)
@@ -445,6 +504,7 @@ class _Branch:
     base_commits: int
     changed: tuple[str, ...]
     messages: dict[str, list[str]]
+    upstream_tests: UpstreamTests | None = None
 
 
 def _fold(worktree: Path, group: Group, base: str, patches: Sequence[Patch]) -> None:
@@ -497,6 +557,7 @@ def _make_branches(
     worktree = scratch / "tree"
     try:
         _git(checkout, "worktree", "add", "-q", "--detach", str(worktree), release)
+        release_files = set(_git(worktree, "ls-tree", "-r", "--name-only", release).stdout.splitlines())
         heads: dict[str, str] = {}  # group -> the head of its branch made in this run, for the groups after it
         for group in wanted:
             _git(worktree, "checkout", "-q", "--detach", release)
@@ -504,6 +565,7 @@ def _make_branches(
             base_commits = 0
             messages: dict[str, list[str]] = {}
             patches: list[Patch] = []
+            tests_change: UpstreamTests | None = None
             for member in chain(groups, group.name):
                 member_patches = [chosen[n] for n in member.numbers if n in chosen]
                 if member is not group and member.name in heads:  # stack on the very commits of that branch
@@ -515,6 +577,8 @@ def _make_branches(
                     messages = commit_patches(worktree, member_patches, scratch, console)
                     if member.fold and len(member_patches) > 1:
                         _fold(worktree, member, start, member_patches)
+                    change = _commit_upstream_tests(worktree, member, release_files, scratch, console)
+                    tests_change = change if member is group else tests_change
                 if member is not group:
                     base = gitops.head_commit(worktree) or base
                     base_commits = int(_git(worktree, "rev-list", "--count", f"{release}..{base}").stdout.strip())
@@ -540,8 +604,11 @@ def _make_branches(
             where = f"the {group.after} branch" if group.after else pin.tag
             console.step(f"Branch {name}: {commits} commit(s) on {where}")
             changed = _git(worktree, "diff", "--name-only", "--diff-filter=d", base, head).stdout.splitlines()
-            gates = _run_gates(pin, worktree, release, changed, python, records, cache, patches_dir, console)
-            branch = _Branch(group, name, tuple(patches), base, head, base_commits, tuple(changed), messages)
+            notes = [tests_change.note()] if tests_change else []
+            gates = _run_gates(pin, worktree, release, changed, python, records, cache, patches_dir, console, notes)
+            branch = _Branch(
+                group, name, tuple(patches), base, head, base_commits, tuple(changed), messages, tests_change
+            )
             made.append((branch, gates))
     finally:
         gitops.run_git(["worktree", "remove", "--force", str(worktree)], cwd=checkout, check=False)
@@ -613,10 +680,21 @@ def export_pr(
             )
     for branch, gates in made:
         state = "gates passed" if gates.passed else "a gate FAILED"
+        ran = f"{len(gates.tests.upstream)} upstream test file(s) ran, {len(gates.tests.not_run)} not run"
+        tests = branch.upstream_tests
+        extra = (
+            ""
+            if tests is None
+            else f"; {display_path(tests.path)} "
+            + ("applied" if tests.applied else f"NOT applied (the checkout lacks {', '.join(tests.missing)})")
+        )
         console.summary(
             f"{pin.label}: branch {branch.name} ({len(branch.patches)} patch(es) as "
-            f"{'one folded commit' if branch.group.fold and len(branch.patches) > 1 else 'one commit each'}); {state}"
+            f"{'one folded commit' if branch.group.fold and len(branch.patches) > 1 else 'one commit each'}); {state}; "
+            f"{ran}{extra}"
         )
+        if tests is not None and not tests.applied:
+            console.warn(tests.note())
     if failed_any:
         return EXIT_GATE_FAILED
     names = " ".join(branch.name for branch, _ in made)

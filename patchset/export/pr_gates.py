@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchset.export import gate_record
+from patchset.export.test_selection import Selected
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.upstreams.registry import (
     UPSTREAMS,
@@ -176,33 +177,24 @@ def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: 
 
 @dataclass(frozen=True)
 class TestRun:
-    upstream_files: tuple[str, ...]
+    """The tests gate of a branch: upstream's test files that ran (``test_selection.Selected``: each with why it was
+    chosen), the branch's own test files, the result, and the upstream test files chosen but not run (with why)."""
+
+    upstream: tuple[Selected, ...]
     own_files: tuple[str, ...]
     passed: bool
     summary: str
     output: str = field(repr=False, default="")
     notes: tuple[str, ...] = ()
+    not_run: tuple[Selected, ...] = ()
+
+    @property
+    def upstream_files(self) -> tuple[str, ...]:
+        return tuple(test.path for test in self.upstream)
 
     @property
     def files(self) -> tuple[str, ...]:
         return (*self.upstream_files, *self.own_files)
-
-
-def select_tests(key: str, changed: Sequence[str], base_files: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(upstream's existing CPU test files for the modules ``changed`` touches, the changed test files).
-
-    verl keeps its CPU tests beside the package path, named ``test_<module>*_on_cpu.py``
-    (``verl/trainer/ppo/core_algos.py`` -> ``tests/trainer/ppo/test_core_algos_on_cpu.py``); Trinity names them
-    ``tests/<package path>/<module>*_test.py``. ``base_files`` are the files of the tree before the patches.
-    """
-    registered = UPSTREAMS[key]
-    existing = [f for f in base_files if registered.is_test(f)]
-    upstream: list[str] = []
-    for path in changed:
-        if (pattern := registered.cpu_test_pattern(path)) is not None:
-            upstream += [f for f in existing if pattern.match(f) and f not in upstream]
-    own = [f for f in changed if registered.is_test(f) and f not in upstream]
-    return upstream, own
 
 
 _PYTEST_SUMMARY = re.compile(r"^=*\s*(?P<text>(\d+ \w+(, )?)+.* in [\d.]+s.*?)\s*=*$")
