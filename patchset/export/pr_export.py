@@ -560,6 +560,9 @@ def _make_branches(
         release_files = set(_git(worktree, "ls-tree", "-r", "--name-only", release).stdout.splitlines())
         heads: dict[str, str] = {}  # group -> the head of its branch made in this run, for the groups after it
         for group in wanted:
+            # the lint hooks fix files in place (ruff --fix, black, isort): drop what they left of the last branch
+            _git(worktree, "reset", "-q", "--hard")
+            _git(worktree, "clean", "-q", "-f", "-d", "-x")
             _git(worktree, "checkout", "-q", "--detach", release)
             base = release
             base_commits = 0

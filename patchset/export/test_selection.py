@@ -20,8 +20,8 @@ Not every selected file can run on a CPU-only machine without a Ray cluster or m
 run, and the output says which and why, when the upstream runs it on a GPU by its naming (verl: every test not
 named ``*_on_cpu.py``), when its source carries one of the upstream's resource markers (Trinity: a Ray cluster,
 a model path), or when it imports a module the test venv does not have. The decision reads only the test file,
-never the patched code, so a patch cannot make its own test be skipped. The tests the branch adds or changes
-always run.
+never the patched code, so a patch of upstream's code cannot make a test of it be skipped. The test files the branch
+adds always run; upstream's that it changes are selected whatever they import.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class Selected:
 @dataclass(frozen=True)
 class Selection:
     """The upstream test files that test what the branch changes, split into those to run and those that cannot
-    run here (with the reason), and the test files the branch itself adds or changes."""
+    run here (with the reason), and the test files the branch itself adds."""
 
     run: tuple[Selected, ...]
     not_run: tuple[Selected, ...]
@@ -244,8 +244,9 @@ def select(
     python: Path,
     env: dict[str, str],
 ) -> Selection:
-    """The upstream test files of ``base_files`` (the release tree's files) that test what ``changed`` changes, read
-    in ``tree`` (the branch), split by whether they can run here with ``python``; and the changed test files."""
+    """The upstream test files of ``base_files`` (the release tree's files) that test what ``changed`` changes or
+    are changed by it, read in ``tree`` (the branch), split by whether they can run here with ``python``; and the
+    test files the branch adds."""
     upstream = UPSTREAMS[key]
     existing = [f for f in base_files if upstream.is_test(f)]
     chosen: dict[str, str] = {}
@@ -261,14 +262,15 @@ def select(
             module = module_name(origin, upstream.package) or ""
             reached = "" if name == module or name.startswith(f"{module}.") else f", which reaches {origin}"
             chosen[test] = f"imports {name}{reached}"
-    own = tuple(f for f in changed if upstream.is_test(f))
+    for test in existing:  # one the branch changes (an upstream-tests patch, or a series patch on verl's tests)
+        if test in changed:
+            chosen.setdefault(test, "changed by this branch")
+    own = tuple(f for f in changed if upstream.is_test(f) and f not in chosen)
     run: list[Selected] = []
     not_run: list[Selected] = []
-    roots = {test: _import_roots(tree / test) for test in chosen if test not in own}
+    roots = {test: _import_roots(tree / test) for test in chosen}
     missing = missing_modules(python, (root for names in roots.values() for root in names), env)
     for test, why in chosen.items():
-        if test in own:
-            continue
         source = (tree / test).read_text(encoding="utf-8", errors="replace")
         reason = resource_reason(upstream, test, source)
         if reason is None and (lacking := sorted(roots[test] & missing)):
