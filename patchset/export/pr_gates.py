@@ -229,6 +229,21 @@ def run_tests(
     return proc.returncode == 0, summary, proc.stdout
 
 
+def collect_tests(tree: Path, files: Sequence[str], python: Path, pythonpath: Sequence[Path]) -> str:
+    """pytest's output collecting ``files`` in ``tree`` (nothing runs): where a test file cannot even be imported."""
+    command = [str(python), "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-o", "addopts=", *files]
+    return subprocess.run(
+        command,
+        cwd=tree,
+        env=tool_env(python, pythonpath),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    ).stdout
+
+
 # --- the hooks --------------------------------------------------------------------------------------------
 
 

@@ -277,3 +277,22 @@ def select(
             reason = f"imports {', '.join(lacking)}, which the test venv does not have"
         (not_run if reason else run).append(Selected(test, why, reason or ""))
     return Selection(run=tuple(run), not_run=tuple(not_run), own=own)
+
+
+_COLLECT_ERROR = re.compile(r"^_+ ERROR collecting (?P<path>\S+) _+$", re.MULTILINE)
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '(?P<name>[\w.]+)'")
+
+
+def import_gaps(output: str, files: Sequence[str]) -> dict[str, str]:
+    """{test file: the module it could not import} for each of ``files`` whose collection failed, in pytest's
+    ``output``, with ``ModuleNotFoundError`` (raised by whatever it imports, however deep)."""
+    gaps: dict[str, str] = {}
+    headers = list(_COLLECT_ERROR.finditer(output))
+    for number, header in enumerate(headers):
+        end = headers[number + 1].start() if number + 1 < len(headers) else len(output)
+        found = _NO_MODULE.search(output, header.end(), end)
+        path = header["path"]
+        test = next((f for f in files if path == f or path.endswith(f"/{f}")), None)
+        if found and test:
+            gaps[test] = found["name"]
+    return gaps
