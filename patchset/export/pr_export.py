@@ -421,7 +421,7 @@ def _run_gates(
             break
         console.step(f"Running the CPU tests: {' '.join(files)}")
         passed, summary, output = pr_gates.run_tests(worktree, files, python, pythonpath, records)
-        gaps = {} if passed or attempt else _import_gaps(worktree, release, upstream, output, python, pythonpath)
+        gaps = {} if passed or attempt else _import_gaps(worktree, pin, release, upstream, output, python, pythonpath)
         if not gaps:
             break
         console.step(f"Not running {', '.join(gaps)}: they cannot be imported here on vanilla {pin.tag} either")
@@ -433,6 +433,7 @@ def _run_gates(
 
 def _import_gaps(
     worktree: Path,
+    pin: Pin,
     release: str,
     upstream: Sequence[test_selection.Selected],
     output: str,
@@ -440,7 +441,7 @@ def _import_gaps(
     pythonpath: Sequence[Path],
 ) -> dict[str, str]:
     """{upstream test file: why it cannot run here} for those of ``upstream`` that pytest (``output``) could not
-    import for a module the test venv lacks, and that cannot be imported on the release tree either: a gap of
+    import for a module the test venv lacks, and that cannot be imported on the ``release`` tree either: a gap of
     this machine's environment (a module upstream's CI installs), not something the branch broke."""
     files = [test.path for test in upstream]
     gaps = test_selection.import_gaps(output, files)
@@ -461,7 +462,7 @@ def _import_gaps(
         shutil.rmtree(vanilla.parent, ignore_errors=True)
     return {
         test: f"imports {name} (through what it imports), which the test venv does not have; it cannot be "
-        "imported on the release either"
+        f"imported on vanilla {pin.label} either"
         for test, name in gaps.items()
         if before.get(test) == name
     }
