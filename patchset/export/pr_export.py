@@ -10,12 +10,17 @@ the patch header) except that the lines meant for this project are dropped from 
 for neither. A ``fold`` group becomes one commit instead, titled and described by ``pr/<group>.md``, so the PR
 carries only the final state of each file and test.
 
+A group's ``pr/<group>.upstream-tests.patch`` (its change to upstream test files the release sdist lacks) is
+committed after the group's commits, as a commit of its own, when the checkout has those files; when it lacks
+them the branch is made without it and the summary says so.
+
 Each branch is built in a temporary ``git worktree`` of CHECKOUT, so the user's work tree, index and checked-out
 branch are never touched: a branch ref is created only once every patch of it has applied. The upstream's lint
 gates (``patchset.export.pr_gates``: its pre-commit hooks at its pinned versions, on the files the group changes) and
-its existing CPU tests for the touched modules, plus the group's own tests, run on each branch with the test
-venv. The PR title and a body in the upstream's PR template are printed for each branch, with the command that
-pushes it.
+upstream's own tests of what the group changes (``patchset.export.test_selection``: those named for a changed
+module or importing it, directly or through a package's re-export or registry; those that cannot run here are
+named with the reason), plus the group's own tests, run on each branch with the test venv. The PR title and a
+body in the upstream's PR template are printed for each branch, with the command that pushes it.
 """
 
 from __future__ import annotations

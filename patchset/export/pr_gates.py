@@ -1,4 +1,4 @@
-"""An upstream's own gates for a PR branch: its pre-commit lint hooks and its existing CPU tests.
+"""An upstream's own gates for a PR branch: its pre-commit lint hooks and its tests (chosen by ``test_selection``).
 
 The hooks are the ones each upstream's ``.pre-commit-config.yaml`` runs, at the versions it pins, with its
 arguments; they run through ``pre-commit`` on the files the branch changes, as upstream CI does for a PR. pre-commit
