@@ -90,8 +90,8 @@ class _Reach:
     packages: dict[str, str]
     starred: dict[str, str] = field(default_factory=dict)  # packages that star-import a changed module: any name
 
-    def origin(self, name: str, whole: bool = False) -> str | None:
-        """The changed file that importing ``name`` reaches (``whole``: the module itself, not one of its names)."""
+    def origin(self, name: str) -> str | None:
+        """The changed file that importing ``name`` (a module, or a name of one) reaches; None when none."""
         for module, origin in self.modules.items():
             if name == module or name.startswith(f"{module}."):
                 return origin
@@ -99,7 +99,7 @@ class _Reach:
             return self.names[name]
         if (package := name.rpartition(".")[0]) in self.starred or name in self.starred:
             return self.starred.get(package) or self.starred[name]
-        return self.packages.get(name) if whole or name in self.packages else None
+        return self.packages.get(name)
 
 
 def _strings(node: ast.AST) -> Iterable[str]:
@@ -113,17 +113,19 @@ def _public_names(module: ast.Module) -> list[str] | None:
     top-level names; None when ``__all__`` is computed."""
     names: list[str] = []
     for node in module.body:
-        targets = (
-            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        )
-        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
-            value = node.value  # type: ignore[union-attr]
-            if isinstance(value, ast.List | ast.Tuple) and all(isinstance(e, ast.Constant) for e in value.elts):
-                return [str(e.value) for e in value.elts]  # type: ignore[union-attr]
-            return None
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             names.append(node.name)
-        names += [t.id for t in targets if isinstance(t, ast.Name)]
+        if not isinstance(node, ast.Assign | ast.AnnAssign):
+            continue
+        targets = [
+            t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)
+        ]
+        if "__all__" in targets:
+            value = node.value
+            if isinstance(value, ast.List | ast.Tuple) and all(isinstance(e, ast.Constant) for e in value.elts):
+                return [str(e.value) for e in value.elts if isinstance(e, ast.Constant)]
+            return None
+        names += targets
     return [name for name in names if not name.startswith("_")]
 
 
@@ -136,11 +138,11 @@ def _init_bindings(tree: ast.Module, package: str, reach: _Reach, root: Path) ->
             source = _absolute(node.module, node.level, package)
             for alias in node.names:
                 if alias.name == "*":  # the public names of a reaching module
-                    if origin := reach.origin(source, whole=True):
+                    if origin := reach.origin(source):
                         module = _parse(root / f"{source.replace('.', '/')}.py")
                         names = _public_names(module) if module else None
                         bound.update(dict.fromkeys(names, origin) if names is not None else {"*": origin})
-                elif origin := reach.origin(f"{source}.{alias.name}", whole=True):
+                elif origin := reach.origin(f"{source}.{alias.name}"):
                     bound[alias.asname or alias.name] = origin
         elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -177,15 +179,14 @@ def reach_of(tree: Path, package: str, changed: Sequence[str]) -> _Reach:
     return reach
 
 
-def _imports(tree: ast.Module) -> Iterable[tuple[str, bool]]:
-    """(the dotted name imported, whether it is a whole module) for every absolute import of a file."""
+def _imports(tree: ast.Module) -> Iterable[str]:
+    """The dotted name of everything a file imports absolutely: a module, or a name of one (``from m import n``:
+    ``m.n``; ``from m import *``: ``m``)."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield alias.name, True
+            yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            for alias in node.names:
-                yield (node.module, True) if alias.name == "*" else (f"{node.module}.{alias.name}", False)
+            yield from (node.module if a.name == "*" else f"{node.module}.{a.name}" for a in node.names)
 
 
 def imports_reaching(test: Path, reach: _Reach) -> tuple[str, str] | None:
@@ -193,15 +194,15 @@ def imports_reaching(test: Path, reach: _Reach) -> tuple[str, str] | None:
     parsed = _parse(test)
     if parsed is None:
         return None
-    for name, whole in _imports(parsed):
-        if origin := reach.origin(name, whole):
+    for name in _imports(parsed):
+        if origin := reach.origin(name):
             return name, origin
     return None
 
 
 def _import_roots(test: Path) -> set[str]:
     parsed = _parse(test)
-    return {name.split(".")[0] for name, _ in _imports(parsed)} if parsed else set()
+    return {name.split(".")[0] for name in _imports(parsed)} if parsed else set()
 
 
 def missing_modules(python: Path, names: Iterable[str], env: dict[str, str]) -> set[str]:
