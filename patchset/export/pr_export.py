@@ -25,6 +25,7 @@ body in the upstream's PR template are printed for each branch, with the command
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -35,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from patchset.export import pr_gates, test_selection
+from patchset.export import gate_record, pr_gates, test_selection
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import EXIT_OK, BadInput, DoesNotApply
 from patchset.plumbing.paths import REPO_ROOT
@@ -418,7 +419,16 @@ def _run_gates(
     env = pr_gates.tool_env(python, pythonpath)
     chosen = test_selection.select(key, worktree, changed, base_files, python, env)
     upstream, not_run = list(chosen.run), list(chosen.not_run)
-    for attempt in range(2):  # once more without the files that cannot be imported here (on the release either)
+    # which upstream files cannot be imported here (on the release either) is remembered like a pass: the same
+    # content gives the same answer, so a second run neither probes again nor runs the first, failing, attempt
+    memo = pr_gates.gaps_key(worktree, [test.path for test in upstream], python, pythonpath, release, records)
+    known = gate_record.recall(records, memo) if records else None
+    gaps: dict[str, str] = json.loads(known.summary) if known else {}
+    for attempt in range(2):  # once more without the files that cannot be imported here
+        if gaps:
+            console.step(f"Not running {', '.join(gaps)}: they cannot be imported here, on vanilla {pin.tag} either")
+            not_run += [replace(test, not_run=gaps[test.path]) for test in upstream if test.path in gaps]
+            upstream = [test for test in upstream if test.path not in gaps]
         files = [*(test.path for test in upstream), *chosen.own]
         if not files:
             none = "no upstream test that can run here covers the touched modules, and the patch adds none"
@@ -426,12 +436,13 @@ def _run_gates(
             break
         console.step(f"Running the CPU tests: {' '.join(files)}")
         passed, summary, output = pr_gates.run_tests(worktree, files, python, pythonpath, records)
-        gaps = {} if passed or attempt else _import_gaps(worktree, pin, release, upstream, output, python, pythonpath)
+        if passed or gaps or attempt:
+            break
+        gaps = _import_gaps(worktree, pin, release, upstream, output, python, pythonpath)
         if not gaps:
             break
-        console.step(f"Not running {', '.join(gaps)}: they cannot be imported here on vanilla {pin.tag} either")
-        not_run += [replace(test, not_run=gaps[test.path]) for test in upstream if test.path in gaps]
-        upstream = [test for test in upstream if test.path not in gaps]
+        if records:
+            gate_record.remember(records, memo, json.dumps(gaps), "")
     tests = pr_gates.TestRun(tuple(upstream), chosen.own, passed, summary, output, tuple(notes), tuple(not_run))
     return Gates(lint=lint, tests=tests)
 

@@ -229,6 +229,17 @@ def run_tests(
     return proc.returncode == 0, summary, proc.stdout
 
 
+def gaps_key(
+    tree: Path, files: Sequence[str], python: Path, pythonpath: Sequence[Path], release: str, records: Path | None
+) -> str | None:
+    """The key under which the upstream test ``files`` that cannot be imported here are remembered (``release``:
+    the commit they were also tried on); None without ``records`` or a tree pinned by content."""
+    if records is None:
+        return None
+    trees = [tree, *(path for path in pythonpath if path != tree)]
+    return gate_record.gate_key("import gaps", trees, python, [release, *files], GATE_CODE)
+
+
 def collect_tests(tree: Path, files: Sequence[str], python: Path, pythonpath: Sequence[Path]) -> str:
     """pytest's output collecting ``files`` in ``tree`` (nothing runs): where a test file cannot even be imported."""
     command = [str(python), "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-o", "addopts=", *files]
