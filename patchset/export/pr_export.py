@@ -394,18 +394,21 @@ def _run_gates(
     cache: str | None,
     patches_dir: Path,
     console: Console,
+    scratch: Path,
     notes: Sequence[str] = (),
 ) -> Gates:
     """The gates on the branch checked out in ``worktree``: lint ``changed``, upstream's tests of what it changes
     (those of the ``release`` tree, chosen by ``test_selection``) and the test files among them; another upstream its
     tests import is the default pin of ``patches_dir``, from the cache ``cache``. ``records``: where passes are
-    remembered (None: every gate runs). ``notes``: more lines for the tests' report."""
+    remembered (None: every gate runs). ``scratch``: a folder for this run's files. ``notes``: more lines for the
+    tests' report."""
     key, label = pin.key, pin.name
     console.step(f"Running {key}'s lint gates through pre-commit on {len(changed)} changed file(s)")
     lint = pr_gates.run_lint(key, worktree, changed, python, records)
     base_files = _git(worktree, "ls-tree", "-r", "--name-only", release).stdout.splitlines()
     notes = list(notes)
     pythonpath = [worktree]
+    importable = [worktree]  # the other upstreams' packages only, not their tests (pr_gates.only_package)
     if not any(path.startswith("tests/") for path in base_files):
         notes.append(
             f"{label}'s checkout has no tests/ folder (its sdist ships none), so none of upstream's own tests of the "
@@ -415,8 +418,9 @@ def _run_gates(
         other_pin = load_pins(patches_dir / "upstreams.toml").default_for(other)
         assert other_pin is not None
         pythonpath.append(ensure_upstream(other_pin, resolve_cache(cache, os.environ, REPO_ROOT), console))
+        importable.append(pr_gates.only_package(pythonpath[-1], UPSTREAMS[other].package, scratch))
         notes.append(f"{UPSTREAMS[key].title}'s tests import {other}: run beside vanilla {other_pin.label}.")
-    env = pr_gates.tool_env(python, pythonpath)
+    env = pr_gates.tool_env(python, importable, project=False)
     chosen = test_selection.select(key, worktree, changed, base_files, python, env)
     upstream, not_run = list(chosen.run), list(chosen.not_run)
     # which upstream files cannot be imported here (on the release either) is remembered like a pass: the same
@@ -435,10 +439,10 @@ def _run_gates(
             passed, summary, output = True, none, ""
             break
         console.step(f"Running the CPU tests: {' '.join(files)}")
-        passed, summary, output = pr_gates.run_tests(worktree, files, python, pythonpath, records)
+        passed, summary, output = pr_gates.run_tests(worktree, files, python, pythonpath, records, importable)
         if passed or gaps or attempt:
             break
-        gaps = _import_gaps(worktree, pin, release, upstream, output, python, pythonpath)
+        gaps = _import_gaps(worktree, pin, release, upstream, output, python, importable)
         if not gaps:
             break
         if records:
@@ -454,14 +458,14 @@ def _import_gaps(
     upstream: Sequence[test_selection.Selected],
     output: str,
     python: Path,
-    pythonpath: Sequence[Path],
+    importable: Sequence[Path],
 ) -> dict[str, str]:
     """{upstream test file: why it cannot run here} for those of ``upstream`` that pytest (``output``) could not
     import for a module the test venv lacks, and that cannot be imported on the ``release`` tree either: a gap of
     this machine's environment (a module upstream's CI installs), not something the branch broke."""
     files = [test.path for test in upstream]
     gaps = test_selection.import_gaps(output, files)
-    env = pr_gates.tool_env(python, pythonpath)
+    env = pr_gates.tool_env(python, importable, project=False)
     absent = test_selection.missing_modules(python, {name.split(".")[0] for name in gaps.values()}, env)
     gaps = {test: name for test, name in gaps.items() if name.split(".")[0] in absent}
     if not gaps:
@@ -469,7 +473,7 @@ def _import_gaps(
     vanilla = Path(tempfile.mkdtemp(prefix="patchset-pr-vanilla-")) / "tree"
     try:
         _git(worktree, "worktree", "add", "-q", "--detach", str(vanilla), release)
-        others = [path for path in pythonpath if path != worktree]
+        others = [path for path in importable if path != worktree]
         before = test_selection.import_gaps(
             pr_gates.collect_tests(vanilla, list(gaps), python, [vanilla, *others]), files
         )
@@ -670,7 +674,9 @@ def _make_branches(
             console.step(f"Branch {name}: {commits} commit(s) on {where}")
             changed = _git(worktree, "diff", "--name-only", "--diff-filter=d", base, head).stdout.splitlines()
             notes = [tests_change.note()] if tests_change else []
-            gates = _run_gates(pin, worktree, release, changed, python, records, cache, patches_dir, console, notes)
+            gates = _run_gates(
+                pin, worktree, release, changed, python, records, cache, patches_dir, console, scratch, notes
+            )
             branch = _Branch(
                 group, name, tuple(patches), base, head, base_commits, tuple(changed), messages, tests_change
             )

@@ -121,11 +121,14 @@ def parse_precommit(output: str) -> tuple[HookResult, ...]:
     return tuple(hooks)
 
 
-def tool_env(python: Path, pythonpath: Sequence[Path] = ()) -> dict[str, str]:
-    """The environment for the venv's tools: its bin first on PATH, ``pythonpath`` (and this package) importable."""
+def tool_env(python: Path, pythonpath: Sequence[Path] = (), *, project: bool = True) -> dict[str, str]:
+    """The environment for the venv's tools: its bin first on PATH, ``pythonpath`` (and, with ``project``, this
+    package, for the hooks of its own) importable. Upstream's tests run without it: this repository's own ``tests``
+    package would shadow the checkout's ``tests`` folder (``from tests.tools import ...``, which has no
+    ``__init__.py`` in Trinity-RFT)."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(python.parent), env.get("PATH", "")])
-    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (*pythonpath, REPO_ROOT))
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (*pythonpath, *((REPO_ROOT,) if project else ())))
     env.pop("PYTHONHOME", None)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
@@ -200,11 +203,28 @@ class TestRun:
 _PYTEST_SUMMARY = re.compile(r"^=*\s*(?P<text>(\d+ \w+(, )?)+.* in [\d.]+s.*?)\s*=*$")
 
 
+def only_package(tree: Path, package: str, folder: Path) -> Path:
+    """A folder below ``folder`` from which only ``tree``'s ``package`` can be imported (a symlink to it). ``tree``
+    itself on the path would expose its other top-level folders too: verl's ``tests`` package would shadow the
+    checkout's ``tests`` folder, which in Trinity-RFT has no ``__init__.py`` (``from tests.tools import ...``)."""
+    shim = folder / f"only-{package}"
+    shim.mkdir(parents=True, exist_ok=True)
+    if not (shim / package).is_symlink():
+        (shim / package).symlink_to(tree / package, target_is_directory=True)
+    return shim
+
+
 def run_tests(
-    tree: Path, files: Sequence[str], python: Path, pythonpath: Sequence[Path], records: Path | None = None
+    tree: Path,
+    files: Sequence[str],
+    python: Path,
+    pythonpath: Sequence[Path],
+    records: Path | None = None,
+    importable: Sequence[Path] | None = None,
 ) -> tuple[bool, str, str]:
-    """Run pytest on ``files`` in ``tree`` with the venv; (passed, pytest's summary line, its output). With
-    ``records``, a pass on exactly the same content recorded there is reused, and a new pass is recorded."""
+    """Run pytest on ``files`` in ``tree`` with the venv; (passed, pytest's summary line, its output). ``pythonpath``:
+    the trees its tests import (``importable``, when given, is what goes on the path for them). With ``records``, a
+    pass on exactly the same content recorded there is reused, and a new pass is recorded."""
     command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *files]
     trees = [tree, *(path for path in pythonpath if path != tree)]
     memo = gate_record.gate_key("tests", trees, python, command[1:], GATE_CODE) if records else None
@@ -213,7 +233,7 @@ def run_tests(
     proc = subprocess.run(
         command,
         cwd=tree,
-        env=tool_env(python, pythonpath),
+        env=tool_env(python, pythonpath if importable is None else importable, project=False),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -240,13 +260,14 @@ def gaps_key(
     return gate_record.gate_key("import gaps", trees, python, [release, *files], GATE_CODE)
 
 
-def collect_tests(tree: Path, files: Sequence[str], python: Path, pythonpath: Sequence[Path]) -> str:
-    """pytest's output collecting ``files`` in ``tree`` (nothing runs): where a test file cannot even be imported."""
+def collect_tests(tree: Path, files: Sequence[str], python: Path, importable: Sequence[Path]) -> str:
+    """pytest's output collecting ``files`` in ``tree`` (nothing runs), with ``importable`` on the path: where a test
+    file cannot even be imported."""
     command = [str(python), "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-o", "addopts=", *files]
     return subprocess.run(
         command,
         cwd=tree,
-        env=tool_env(python, pythonpath),
+        env=tool_env(python, importable, project=False),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -2,7 +2,8 @@
 folder holds unittest ``*_test.py`` files, and a two-group series.
 
 Invariants: upstream's test files that import a changed module, here through a package's lazy registry
-(``from trinity.algorithm import LOSS_FN``), are selected, run and named with the import that selected them; a test
+(``from trinity.algorithm import LOSS_FN``), are selected, run (importing the checkout's ``tests.tools``, not this
+repository's ``tests`` package) and named with the import that selected them; a test
 file that imports only other names of the same package is not selected (it fails if run, so a wrong choice fails
 the gate); a selected file that starts a Ray cluster or imports a module the test venv lacks is not run, and the
 output names it with the reason; a selected upstream test that fails fails the gate (exit 1, naming the branch);
@@ -72,10 +73,12 @@ TREE = {
 }
 # upstream's tests, in its repository only (a release sdist ships none)
 UPSTREAM_TESTS = {
+    # a helper of the tests folder (which has no __init__.py, as Trinity's), imported as tests.tools
+    "tests/tools.py": _module("Test helpers.", "PAIR_INPUT = 3\n"),
     "tests/algorithm/loss_fn_test.py": _unittest(
         "Loss functions.",
-        "from trinity.algorithm import LOSS_FN",
-        '        self.assertEqual(LOSS_FN.get("pair")(3), 6)\n',
+        "from tests.tools import PAIR_INPUT\nfrom trinity.algorithm import LOSS_FN",
+        '        self.assertEqual(LOSS_FN.get("pair")(PAIR_INPUT), 6)\n',
     ),
     "tests/algorithm/other_test.py": _unittest(
         "Another name: it tests no changed module, and fails if it is chosen.",
@@ -117,7 +120,7 @@ def _patches_dir(base: Path) -> Path:
     pair.write_text(pair.read_text().replace("x * 2", "x * 3"))
     (series / PAIR).write_text(_commit(work, "[Trainer] Triple the pair loss\n\nThe pair loss triples." + fields))
     test = work / "tests/algorithm/loss_fn_test.py"
-    test.write_text(test.read_text().replace("(3), 6)", "(3), 9)"))
+    test.write_text(test.read_text().replace("(PAIR_INPUT), 6)", "(PAIR_INPUT), 9)"))
     revised = _commit(
         work, "[Tests] Pin the tripled pair loss\n\nThe fix changes the value.\n\nUpstream-Commit: 0123abc"
     )
