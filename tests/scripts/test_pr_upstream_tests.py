@@ -3,14 +3,16 @@ folder holds unittest ``*_test.py`` files, and a two-group series.
 
 Invariants: upstream's test files that import a changed module, here through a package's lazy registry
 (``from trinity.algorithm import LOSS_FN``), are selected, run (importing the checkout's ``tests.tools``, not this
-repository's ``tests`` package) and named with the import that selected them; a test
-file that imports only other names of the same package is not selected (it fails if run, so a wrong choice fails
-the gate); a selected file that starts a Ray cluster or imports a module the test venv lacks is not run, and the
-output names it with the reason; a selected upstream test that fails fails the gate (exit 1, naming the branch);
-a group's ``pr/<group>.upstream-tests.patch`` is committed on the group's branch, as a commit of its own after the
-group's commits, when the checkout has its files (the upstream test it revises then passes), and when the checkout
-lacks them the branch is made without it and the summary and a warning say so. The user's work tree is left as it
-was. Needs the test venv and the cached vanilla verl (Trinity's tests import verl); skipped without that cache.
+repository's ``tests`` package) and named with the import that selected them; a test file that imports only other
+names of the same package is not selected (it fails if run, so a wrong choice fails the gate); a selected file that
+starts a Ray cluster or imports a module the test venv lacks is not run, and the output names it with the reason;
+a selected upstream test that fails fails the gate (exit 1, naming the branch); a group's
+``pr/<group>.upstream-tests.patch`` is committed on the group's branch, as a commit of its own after the group's
+commits, when the checkout has its files (the upstream test it revises then passes), and when the checkout lacks
+them the branch is made without it and the summary and a warning say so. The user's work tree is left as it was.
+A package ``__init__`` that star-imports a changed module passes on the names that import binds (its ``__all__``,
+else its public names; every name when ``__all__`` cannot be read). The export tests need the test venv and the
+cached vanilla verl (Trinity's tests import verl), and are skipped without that cache.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from patchset_fakes import FORMAT_PATCH, REPO_ROOT, git, make_repo
+from patchset_fakes import FORMAT_PATCH, REPO_ROOT, git, make_repo, write_files
 
 from patchset.cli.export_pr import main
+from patchset.export import test_selection
 from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins
 
@@ -194,3 +197,32 @@ def test_upstream_tests_patch_is_reported_not_applied_on_a_checkout_without_the_
     assert git(checkout, "log", "--format=%s", "main..patchset/trinity-pair-loss").splitlines() == [
         "[Trainer] Triple the pair loss"
     ]
+
+
+STAR_TREE = {
+    "verl/__init__.py": "",
+    "verl/config/__init__.py": "from .critic import *\nfrom .actor import ActorConfig\n",
+    "verl/config/actor.py": "class ActorConfig:\n    pass\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("critic", "imported", "reaches"),
+    [
+        # a star import binds the module's __all__, or its public top-level names
+        ("__all__ = ['CriticConfig']\nclass CriticConfig: ...\nclass Hidden: ...\n", "CriticConfig", True),
+        ("__all__ = ['CriticConfig']\nclass CriticConfig: ...\nclass Hidden: ...\n", "Hidden", False),
+        ("class CriticConfig: ...\nclass _Private: ...\n", "CriticConfig", True),
+        ("class CriticConfig: ...\n", "ActorConfig", False),
+        # an __all__ it cannot read: every name of the package may come from the changed module
+        ("__all__ = [name for name in dir()]\n", "ActorConfig", True),
+    ],
+)
+def test_a_star_import_reaches_the_names_it_binds(tmp_path, critic, imported, reaches):
+    write_files(tmp_path, STAR_TREE | {"verl/config/critic.py": critic})
+    reach = test_selection.reach_of(tmp_path, "verl", ["verl/config/critic.py"])
+    (tmp_path / "test_x.py").write_text(f"from verl.config import {imported}\n")
+
+    found = test_selection.imports_reaching(tmp_path / "test_x.py", reach)
+
+    assert found == ((f"verl.config.{imported}", "verl/config/critic.py") if reaches else None)
