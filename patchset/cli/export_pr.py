@@ -23,11 +23,11 @@ from patchset.upstreams.registry import UPSTREAMS
 
 EXIT_CODES = f"""\
 exit status:
-  {EXIT_OK}  every branch was made and every gate passed on each (upstream lint, upstream CPU tests)
+  {EXIT_OK}  every branch was made and every gate passed on each (upstream lint, upstream's tests that run here)
   {EXIT_GATE_FAILED}  a gate failed on a branch (the message names both); the branches are kept to be fixed
   {EXIT_BAD_INPUT}  bad input: usage; not a verl/Trinity-RFT git checkout; a version the series does not target;
      uncommitted changes; the branch exists (--force replaces it); bad series or patch
-  {EXIT_DOES_NOT_APPLY}  a patch does not apply with git am; no branch was made
+  {EXIT_DOES_NOT_APPLY}  a patch, or a group's upstream-tests patch, does not apply with git am; no branch was made
 """
 
 

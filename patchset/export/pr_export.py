@@ -10,16 +10,22 @@ the patch header) except that the lines meant for this project are dropped from 
 for neither. A ``fold`` group becomes one commit instead, titled and described by ``pr/<group>.md``, so the PR
 carries only the final state of each file and test.
 
+A group's ``pr/<group>.upstream-tests.patch`` (its change to upstream test files the release sdist lacks) is
+committed after the group's commits, as a commit of its own, when the checkout has those files; when it lacks
+them the branch is made without it and the summary says so.
+
 Each branch is built in a temporary ``git worktree`` of CHECKOUT, so the user's work tree, index and checked-out
 branch are never touched: a branch ref is created only once every patch of it has applied. The upstream's lint
 gates (``patchset.export.pr_gates``: its pre-commit hooks at its pinned versions, on the files the group changes) and
-its existing CPU tests for the touched modules, plus the group's own tests, run on each branch with the test
-venv. The PR title and a body in the upstream's PR template are printed for each branch, with the command that
-pushes it.
+upstream's own tests of what the group changes (``patchset.export.test_selection``: those named for a changed
+module or importing it, directly or through a package's re-export or registry; those that cannot run here are
+named with the reason), plus the group's own tests, run on each branch with the test venv. The PR title and a
+body in the upstream's PR template are printed for each branch, with the command that pushes it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -27,16 +33,16 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from patchset.export import pr_gates
+from patchset.export import gate_record, pr_gates, test_selection
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import EXIT_OK, BadInput, DoesNotApply
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
-from patchset.series.groups import Group, chain, load_groups
-from patchset.series.model import Patch, load_series
+from patchset.series.groups import UPSTREAM_COMMIT, Group, chain, load_groups
+from patchset.series.model import Patch, load_series, read_patch
 from patchset.testenv.venv import ensure_venv
 from patchset.upstreams.detect import detect
 from patchset.upstreams.fetch import ensure_upstream, resolve_cache
@@ -49,7 +55,7 @@ BRANCH_PREFIX = "patchset/"
 # DEP-3 fields and this project's own (``Upstream-Check:``): for the patchset, not for the upstream commit.
 _DEP3_LINE = re.compile(
     r"^(Description|Origin|Bug(-[A-Za-z0-9]+)?|Forwarded|Author|Reviewed-by|Acked-by|Last-Update|Applied-Upstream"
-    r"|Upstream-Check):\s",
+    r"|Upstream-Check|Upstream-Commit):\s",
     re.IGNORECASE,
 )
 _TRAILER_LINE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*:\s")
@@ -226,6 +232,8 @@ def _test_lines(key: str, gates: Gates) -> list[str]:
         lines.append(f"- CPU tests: `pytest {files}`: {gates.tests.summary}.")
     else:
         lines.append(f"- CPU tests: {gates.tests.summary}.")
+    lines += [f"  - `{test.path}`: upstream's test, {test.why}." for test in gates.tests.upstream]
+    lines += [f"- Not run here: upstream's `{test.path}` ({test.why}): {test.not_run}." for test in gates.tests.not_run]
     lines += [f"- {note}" for note in gates.tests.notes]
     lines.append(f"- Not run: {UPSTREAMS[key].lint_not_run}.")
     return lines
@@ -386,35 +394,98 @@ def _run_gates(
     cache: str | None,
     patches_dir: Path,
     console: Console,
+    scratch: Path,
+    notes: Sequence[str] = (),
 ) -> Gates:
-    """The gates on the branch checked out in ``worktree``: lint ``changed``, upstream's tests for them (those of
-    the ``release`` tree) and the test files among them; another upstream its tests import is the default pin of
-    ``patches_dir``, from the cache ``cache``. ``records``: where passes are remembered (None: every gate runs)."""
+    """The gates on the branch checked out in ``worktree``: lint ``changed``, upstream's tests of what it changes
+    (those of the ``release`` tree, chosen by ``test_selection``) and the test files among them; another upstream its
+    tests import is the default pin of ``patches_dir``, from the cache ``cache``. ``records``: where passes are
+    remembered (None: every gate runs). ``scratch``: a folder for this run's files. ``notes``: more lines for the
+    tests' report."""
     key, label = pin.key, pin.name
     console.step(f"Running {key}'s lint gates through pre-commit on {len(changed)} changed file(s)")
     lint = pr_gates.run_lint(key, worktree, changed, python, records)
     base_files = _git(worktree, "ls-tree", "-r", "--name-only", release).stdout.splitlines()
-    upstream, own = pr_gates.select_tests(key, changed, base_files)
-    notes: list[str] = []
+    notes = list(notes)
     pythonpath = [worktree]
+    importable = [worktree]  # the other upstreams' packages only, not their tests (pr_gates.only_package)
     if not any(path.startswith("tests/") for path in base_files):
         notes.append(
-            f"{label}'s sdist ships no tests/ folder, so no upstream test exists for the touched modules; only the "
-            "patch's own tests ran."
+            f"{label}'s checkout has no tests/ folder (its sdist ships none), so none of upstream's own tests of the "
+            "touched modules ran; only the patch's own tests ran. Run export-pr on a git clone of upstream to run them."
         )
     for other in UPSTREAMS[key].tests_import:
         other_pin = load_pins(patches_dir / "upstreams.toml").default_for(other)
         assert other_pin is not None
         pythonpath.append(ensure_upstream(other_pin, resolve_cache(cache, os.environ, REPO_ROOT), console))
+        importable.append(pr_gates.only_package(pythonpath[-1], UPSTREAMS[other].package, scratch))
         notes.append(f"{UPSTREAMS[key].title}'s tests import {other}: run beside vanilla {other_pin.label}.")
-    files = [*upstream, *own]
-    if files:
+    env = pr_gates.tool_env(python, importable, project=False)
+    chosen = test_selection.select(key, worktree, changed, base_files, python, env)
+    upstream, not_run = list(chosen.run), list(chosen.not_run)
+    # which upstream files cannot be imported here (on the release either) is remembered like a pass: the same
+    # content gives the same answer, so a second run neither probes again nor runs the first, failing, attempt
+    memo = pr_gates.gaps_key(worktree, [test.path for test in upstream], python, pythonpath, release, records)
+    known = gate_record.recall(records, memo) if records else None
+    gaps: dict[str, str] = json.loads(known.summary) if known else {}
+    for attempt in range(2):  # once more without the files that cannot be imported here
+        if gaps:
+            console.step(f"Not running {', '.join(gaps)}: they cannot be imported here, on vanilla {pin.tag} either")
+            not_run += [replace(test, not_run=gaps[test.path]) for test in upstream if test.path in gaps]
+            upstream = [test for test in upstream if test.path not in gaps]
+        files = [*(test.path for test in upstream), *chosen.own]
+        if not files:
+            none = "no upstream test that can run here covers the touched modules, and the patch adds none"
+            passed, summary, output = True, none, ""
+            break
         console.step(f"Running the CPU tests: {' '.join(files)}")
-        passed, summary, output = pr_gates.run_tests(worktree, files, python, pythonpath, records)
-    else:
-        passed, summary, output = True, "no upstream CPU test covers the touched modules and the patch adds none", ""
-    tests = pr_gates.TestRun(tuple(upstream), tuple(own), passed, summary, output, tuple(notes))
+        passed, summary, output = pr_gates.run_tests(worktree, files, python, pythonpath, records, importable)
+        if passed or gaps or attempt:
+            break
+        gaps = _import_gaps(worktree, pin, release, upstream, output, python, importable)
+        if not gaps:
+            break
+        if records:
+            gate_record.remember(records, memo, json.dumps(gaps), "")
+    tests = pr_gates.TestRun(tuple(upstream), chosen.own, passed, summary, output, tuple(notes), tuple(not_run))
     return Gates(lint=lint, tests=tests)
+
+
+def _import_gaps(
+    worktree: Path,
+    pin: Pin,
+    release: str,
+    upstream: Sequence[test_selection.Selected],
+    output: str,
+    python: Path,
+    importable: Sequence[Path],
+) -> dict[str, str]:
+    """{upstream test file: why it cannot run here} for those of ``upstream`` that pytest (``output``) could not
+    import for a module the test venv lacks, and that cannot be imported on the ``release`` tree either: a gap of
+    this machine's environment (a module upstream's CI installs), not something the branch broke."""
+    files = [test.path for test in upstream]
+    gaps = test_selection.import_gaps(output, files)
+    env = pr_gates.tool_env(python, importable, project=False)
+    absent = test_selection.missing_modules(python, {name.split(".")[0] for name in gaps.values()}, env)
+    gaps = {test: name for test, name in gaps.items() if name.split(".")[0] in absent}
+    if not gaps:
+        return {}
+    vanilla = Path(tempfile.mkdtemp(prefix="patchset-pr-vanilla-")) / "tree"
+    try:
+        _git(worktree, "worktree", "add", "-q", "--detach", str(vanilla), release)
+        others = [path for path in importable if path != worktree]
+        before = test_selection.import_gaps(
+            pr_gates.collect_tests(vanilla, list(gaps), python, [vanilla, *others]), files
+        )
+    finally:
+        gitops.run_git(["worktree", "remove", "--force", str(vanilla)], cwd=worktree, check=False)
+        shutil.rmtree(vanilla.parent, ignore_errors=True)
+    return {
+        test: f"imports {name} (through what it imports), which the test venv does not have; it cannot be "
+        f"imported on vanilla {pin.label} either"
+        for test, name in gaps.items()
+        if before.get(test) == name
+    }
 
 
 def _report(gates: Gates, console: Console) -> None:
@@ -429,8 +500,62 @@ def _report(gates: Gates, console: Console) -> None:
     console.summary(
         f"upstream CPU tests: {'passed' if gates.tests.passed else 'FAILED'} ({gates.tests.summary}; {shown})"
     )
+    for test in gates.tests.upstream:
+        console.summary(f"  upstream test run: {test.path} ({test.why})")
+    for test in gates.tests.not_run:
+        console.summary(f"  upstream test NOT run: {test.path} ({test.why}): {test.not_run}")
     for note in gates.tests.notes:
         console.summary(f"  note: {note}")
+
+
+@dataclass(frozen=True)
+class UpstreamTests:
+    """What became of a group's ``pr/<group>.upstream-tests.patch`` on its branch: its files, and those the checkout
+    lacks (then it was not applied)."""
+
+    path: Path
+    files: tuple[str, ...]
+    missing: tuple[str, ...]
+
+    @property
+    def applied(self) -> bool:
+        return not self.missing
+
+    def note(self) -> str:
+        name = display_path(self.path)
+        if self.applied:
+            return f"{name} changes upstream's {', '.join(self.files)}: committed on its own after the group's commits."
+        return (
+            f"{name} was NOT applied: the checkout lacks {', '.join(self.missing)} (a release sdist ships no such "
+            "tests), so this branch does not carry the change to upstream's tests that this PR needs; run export-pr "
+            "on a git clone of upstream"
+        )
+
+
+def _commit_upstream_tests(
+    worktree: Path, group: Group, release_files: set[str], scratch: Path, console: Console
+) -> UpstreamTests | None:
+    """Commit ``group``'s upstream-tests patch in ``worktree`` when the release tree has every file it changes;
+    None when the group has none. ``DoesNotApply`` when those files are there but the patch does not apply."""
+    if group.upstream_tests is None:
+        return None
+    patch = read_patch(group.upstream_tests)
+    missing = tuple(path for path in patch.files if path not in release_files)
+    if missing:
+        return UpstreamTests(group.upstream_tests, patch.files, missing)
+    console.step(f"Committing {patch.name}: the group's change to upstream's {', '.join(patch.files)}")
+    text, _ = upstream_patch_text(patch)
+    edited = scratch / patch.name
+    edited.write_bytes(text.encode("utf-8", "surrogateescape"))
+    if (reason := gitops.am(worktree, edited, _committer_env(worktree, patch))) is not None:
+        made = UPSTREAM_COMMIT.search(patch.text)
+        against = f"upstream {made['commit']}{made['where']}" if made else "another revision of upstream"
+        raise DoesNotApply(
+            f"{display_path(group.upstream_tests)} does not apply to this checkout's {', '.join(patch.files)} "
+            f"({reason}); it was made against {against.rstrip()}: remake it against the checkout's version of those "
+            "files. No branch was made for this group"
+        )
+    return UpstreamTests(group.upstream_tests, patch.files, ())
 
 
 @dataclass(frozen=True)
@@ -445,6 +570,7 @@ class _Branch:
     base_commits: int
     changed: tuple[str, ...]
     messages: dict[str, list[str]]
+    upstream_tests: UpstreamTests | None = None
 
 
 def _fold(worktree: Path, group: Group, base: str, patches: Sequence[Patch]) -> None:
@@ -497,13 +623,18 @@ def _make_branches(
     worktree = scratch / "tree"
     try:
         _git(checkout, "worktree", "add", "-q", "--detach", str(worktree), release)
+        release_files = set(_git(worktree, "ls-tree", "-r", "--name-only", release).stdout.splitlines())
         heads: dict[str, str] = {}  # group -> the head of its branch made in this run, for the groups after it
         for group in wanted:
+            # the lint hooks fix files in place (ruff --fix, black, isort): drop what they left of the last branch
+            _git(worktree, "reset", "-q", "--hard")
+            _git(worktree, "clean", "-q", "-f", "-d", "-x")
             _git(worktree, "checkout", "-q", "--detach", release)
             base = release
             base_commits = 0
             messages: dict[str, list[str]] = {}
             patches: list[Patch] = []
+            tests_change: UpstreamTests | None = None
             for member in chain(groups, group.name):
                 member_patches = [chosen[n] for n in member.numbers if n in chosen]
                 if member is not group and member.name in heads:  # stack on the very commits of that branch
@@ -515,6 +646,8 @@ def _make_branches(
                     messages = commit_patches(worktree, member_patches, scratch, console)
                     if member.fold and len(member_patches) > 1:
                         _fold(worktree, member, start, member_patches)
+                    change = _commit_upstream_tests(worktree, member, release_files, scratch, console)
+                    tests_change = change if member is group else tests_change
                 if member is not group:
                     base = gitops.head_commit(worktree) or base
                     base_commits = int(_git(worktree, "rev-list", "--count", f"{release}..{base}").stdout.strip())
@@ -540,8 +673,13 @@ def _make_branches(
             where = f"the {group.after} branch" if group.after else pin.tag
             console.step(f"Branch {name}: {commits} commit(s) on {where}")
             changed = _git(worktree, "diff", "--name-only", "--diff-filter=d", base, head).stdout.splitlines()
-            gates = _run_gates(pin, worktree, release, changed, python, records, cache, patches_dir, console)
-            branch = _Branch(group, name, tuple(patches), base, head, base_commits, tuple(changed), messages)
+            notes = [tests_change.note()] if tests_change else []
+            gates = _run_gates(
+                pin, worktree, release, changed, python, records, cache, patches_dir, console, scratch, notes
+            )
+            branch = _Branch(
+                group, name, tuple(patches), base, head, base_commits, tuple(changed), messages, tests_change
+            )
             made.append((branch, gates))
     finally:
         gitops.run_git(["worktree", "remove", "--force", str(worktree)], cwd=checkout, check=False)
@@ -613,10 +751,21 @@ def export_pr(
             )
     for branch, gates in made:
         state = "gates passed" if gates.passed else "a gate FAILED"
+        ran = f"{len(gates.tests.upstream)} upstream test file(s) ran, {len(gates.tests.not_run)} not run"
+        tests = branch.upstream_tests
+        extra = (
+            ""
+            if tests is None
+            else f"; {display_path(tests.path)} "
+            + ("applied" if tests.applied else f"NOT applied (the checkout lacks {', '.join(tests.missing)})")
+        )
         console.summary(
             f"{pin.label}: branch {branch.name} ({len(branch.patches)} patch(es) as "
-            f"{'one folded commit' if branch.group.fold and len(branch.patches) > 1 else 'one commit each'}); {state}"
+            f"{'one folded commit' if branch.group.fold and len(branch.patches) > 1 else 'one commit each'}); {state}; "
+            f"{ran}{extra}"
         )
+        if tests is not None and not tests.applied:
+            console.warn(tests.note())
     if failed_any:
         return EXIT_GATE_FAILED
     names = " ".join(branch.name for branch, _ in made)

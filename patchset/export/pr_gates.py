@@ -1,4 +1,4 @@
-"""An upstream's own gates for a PR branch: its pre-commit lint hooks and its existing CPU tests.
+"""An upstream's own gates for a PR branch: its pre-commit lint hooks and its tests (chosen by ``test_selection``).
 
 The hooks are the ones each upstream's ``.pre-commit-config.yaml`` runs, at the versions it pins, with its
 arguments; they run through ``pre-commit`` on the files the branch changes, as upstream CI does for a PR. pre-commit
@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchset.export import gate_record
+from patchset.export.test_selection import Selected
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.upstreams.registry import (
     UPSTREAMS,
@@ -120,11 +121,14 @@ def parse_precommit(output: str) -> tuple[HookResult, ...]:
     return tuple(hooks)
 
 
-def tool_env(python: Path, pythonpath: Sequence[Path] = ()) -> dict[str, str]:
-    """The environment for the venv's tools: its bin first on PATH, ``pythonpath`` (and this package) importable."""
+def tool_env(python: Path, pythonpath: Sequence[Path] = (), *, project: bool = True) -> dict[str, str]:
+    """The environment for the venv's tools: its bin first on PATH, ``pythonpath`` (and, with ``project``, this
+    package, for the hooks of its own) importable. Upstream's tests run without it: this repository's own ``tests``
+    package would shadow the checkout's ``tests`` folder (``from tests.tools import ...``, which has no
+    ``__init__.py`` in Trinity-RFT)."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(python.parent), env.get("PATH", "")])
-    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (*pythonpath, REPO_ROOT))
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (*pythonpath, *((REPO_ROOT,) if project else ())))
     env.pop("PYTHONHOME", None)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
@@ -176,43 +180,51 @@ def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: 
 
 @dataclass(frozen=True)
 class TestRun:
-    upstream_files: tuple[str, ...]
+    """The tests gate of a branch: upstream's test files that ran (``test_selection.Selected``: each with why it was
+    chosen), the branch's own test files, the result, and the upstream test files chosen but not run (with why)."""
+
+    upstream: tuple[Selected, ...]
     own_files: tuple[str, ...]
     passed: bool
     summary: str
     output: str = field(repr=False, default="")
     notes: tuple[str, ...] = ()
+    not_run: tuple[Selected, ...] = ()
+
+    @property
+    def upstream_files(self) -> tuple[str, ...]:
+        return tuple(test.path for test in self.upstream)
 
     @property
     def files(self) -> tuple[str, ...]:
         return (*self.upstream_files, *self.own_files)
 
 
-def select_tests(key: str, changed: Sequence[str], base_files: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(upstream's existing CPU test files for the modules ``changed`` touches, the changed test files).
-
-    verl keeps its CPU tests beside the package path, named ``test_<module>*_on_cpu.py``
-    (``verl/trainer/ppo/core_algos.py`` -> ``tests/trainer/ppo/test_core_algos_on_cpu.py``); Trinity names them
-    ``tests/<package path>/<module>*_test.py``. ``base_files`` are the files of the tree before the patches.
-    """
-    registered = UPSTREAMS[key]
-    existing = [f for f in base_files if registered.is_test(f)]
-    upstream: list[str] = []
-    for path in changed:
-        if (pattern := registered.cpu_test_pattern(path)) is not None:
-            upstream += [f for f in existing if pattern.match(f) and f not in upstream]
-    own = [f for f in changed if registered.is_test(f) and f not in upstream]
-    return upstream, own
-
-
 _PYTEST_SUMMARY = re.compile(r"^=*\s*(?P<text>(\d+ \w+(, )?)+.* in [\d.]+s.*?)\s*=*$")
 
 
+def only_package(tree: Path, package: str, folder: Path) -> Path:
+    """A folder below ``folder`` from which only ``tree``'s ``package`` can be imported (a symlink to it). ``tree``
+    itself on the path would expose its other top-level folders too: verl's ``tests`` package would shadow the
+    checkout's ``tests`` folder, which in Trinity-RFT has no ``__init__.py`` (``from tests.tools import ...``)."""
+    shim = folder / f"only-{package}"
+    shim.mkdir(parents=True, exist_ok=True)
+    if not (shim / package).is_symlink():
+        (shim / package).symlink_to(tree / package, target_is_directory=True)
+    return shim
+
+
 def run_tests(
-    tree: Path, files: Sequence[str], python: Path, pythonpath: Sequence[Path], records: Path | None = None
+    tree: Path,
+    files: Sequence[str],
+    python: Path,
+    pythonpath: Sequence[Path],
+    records: Path | None = None,
+    importable: Sequence[Path] | None = None,
 ) -> tuple[bool, str, str]:
-    """Run pytest on ``files`` in ``tree`` with the venv; (passed, pytest's summary line, its output). With
-    ``records``, a pass on exactly the same content recorded there is reused, and a new pass is recorded."""
+    """Run pytest on ``files`` in ``tree`` with the venv; (passed, pytest's summary line, its output). ``pythonpath``:
+    the trees its tests import (``importable``, when given, is what goes on the path for them). With ``records``, a
+    pass on exactly the same content recorded there is reused, and a new pass is recorded."""
     command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *files]
     trees = [tree, *(path for path in pythonpath if path != tree)]
     memo = gate_record.gate_key("tests", trees, python, command[1:], GATE_CODE) if records else None
@@ -221,7 +233,7 @@ def run_tests(
     proc = subprocess.run(
         command,
         cwd=tree,
-        env=tool_env(python, pythonpath),
+        env=tool_env(python, pythonpath if importable is None else importable, project=False),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -235,6 +247,33 @@ def run_tests(
     if proc.returncode == 0 and records:
         gate_record.remember(records, memo, summary, proc.stdout)
     return proc.returncode == 0, summary, proc.stdout
+
+
+def gaps_key(
+    tree: Path, files: Sequence[str], python: Path, pythonpath: Sequence[Path], release: str, records: Path | None
+) -> str | None:
+    """The key under which the upstream test ``files`` that cannot be imported here are remembered (``release``:
+    the commit they were also tried on); None without ``records`` or a tree pinned by content."""
+    if records is None:
+        return None
+    trees = [tree, *(path for path in pythonpath if path != tree)]
+    return gate_record.gate_key("import gaps", trees, python, [release, *files], GATE_CODE)
+
+
+def collect_tests(tree: Path, files: Sequence[str], python: Path, importable: Sequence[Path]) -> str:
+    """pytest's output collecting ``files`` in ``tree`` (nothing runs), with ``importable`` on the path: where a test
+    file cannot even be imported."""
+    command = [str(python), "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-o", "addopts=", *files]
+    return subprocess.run(
+        command,
+        cwd=tree,
+        env=tool_env(python, importable, project=False),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    ).stdout
 
 
 # --- the hooks --------------------------------------------------------------------------------------------

@@ -22,6 +22,13 @@ line is the PR title in the upstream's title form (and the folded commit's subje
 ``## `` heading is the message of the folded commit (and the PR overview); the ``## `` sections after it go into
 the PR body only (what upstream asks a reviewer to know: decisions, numbers, where upstream stands).
 
+``patches/<series>/pr/<name>.upstream-tests.patch``, where a group has one, is its change to upstream test files
+that the release sdist does not ship (Trinity-RFT's sdist has no ``tests/``), so that the series cannot carry it: a
+``git format-patch`` file with paths relative to the upstream repository's root, touching only files under
+``tests/`` that it modifies, and an ``Upstream-Commit: <hash> (<where it was read>)`` line in its message naming the
+upstream revision of those files it was made against. ``export-pr`` commits it on the group's branch when the
+checkout has those files (see ``patchset.export.pr_export``).
+
 Without a ``groups`` file every patch is its own group, each after the one before it (series order).
 """
 
@@ -35,8 +42,11 @@ from patchset.plumbing.errors import BadInput
 
 GROUPS_FILE = "groups"
 DESCRIPTIONS_DIR = "pr"
+UPSTREAM_TESTS_SUFFIX = ".upstream-tests.patch"
 GROUP_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _NUMBER = re.compile(r"^\d{4}$")
+# the upstream revision an upstream-tests patch was made against: a commit hash, then where it was read
+UPSTREAM_COMMIT = re.compile(r"^Upstream-Commit:[ \t]*(?P<commit>[0-9a-f]{7,40})\b(?P<where>.*)$", re.MULTILINE)
 _AFTER = "after="
 FOLD = "fold"
 
@@ -61,6 +71,7 @@ class Group:
     after: str | None = None
     line: int = 0
     description: Description | None = field(default=None, compare=False)
+    upstream_tests: Path | None = field(default=None, compare=False)  # its pr/<name>.upstream-tests.patch
 
 
 @dataclass(frozen=True)
@@ -174,7 +185,18 @@ def load_groups(folder: Path, patch_count: int) -> tuple[Group, ...]:
         description = read_description(description_file) if description_file.is_file() else None
         if group.fold and description is None:
             raise BadInput(f"{path}:{group.line}: {group.name} folds its patches but {description_file} is missing")
-        groups.append(Group(group.name, group.numbers, group.fold, group.after, group.line, description))
+        tests_patch = folder / DESCRIPTIONS_DIR / f"{group.name}{UPSTREAM_TESTS_SUFFIX}"
+        groups.append(
+            Group(
+                group.name,
+                group.numbers,
+                group.fold,
+                group.after,
+                group.line,
+                description,
+                tests_patch if tests_patch.is_file() else None,
+            )
+        )
     return tuple(groups)
 
 

@@ -20,7 +20,10 @@ holds a ``series`` file or ``*.patch`` files):
   description (each group goes upstream as one pull request, and that file is its body), and every ``pr/*.md``
   belongs to a group and starts with a title in the upstream's PR-title form;
 - the ``teeth`` file beside ``series`` (``patchset.series.teeth``): every line parses, every patch of the series has
-  its entry (the regression tests that show its bug), and every entry names a patch of the series.
+  its entry (the regression tests that show its bug), and every entry names a patch of the series;
+- every ``pr/<group>.upstream-tests.patch`` (a group's change to upstream tests the sdist lacks) belongs to a group,
+  parses, has a Subject and an ``Upstream-Commit: <hash>`` line, modifies only existing files under ``tests/``
+  (a new test belongs in the series) and adds no line ending in a space or a tab.
 
 Unlike ``load_series``, which stops at the first problem, the lint reads everything and reports every problem.
 """
@@ -36,7 +39,15 @@ from pathlib import Path, PurePosixPath
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import display_path
-from patchset.series.groups import DESCRIPTIONS_DIR, GROUPS_FILE, check_groups, parse_groups, read_description
+from patchset.series.groups import (
+    DESCRIPTIONS_DIR,
+    GROUPS_FILE,
+    UPSTREAM_COMMIT,
+    UPSTREAM_TESTS_SUFFIX,
+    check_groups,
+    parse_groups,
+    read_description,
+)
 from patchset.series.model import PATCH_NAME, parse_series, read_patch, subject_of
 from patchset.series.teeth import TEETH_FILE, check_teeth, parse_teeth
 from patchset.upstreams.pins import load_pins
@@ -226,12 +237,44 @@ def lint_patch(path: Path, series: str = "") -> list[Problem]:
         return [Problem(path, str(exc).removeprefix(f"{path}: "))] + _lint_added_lines(path)
 
 
+_NEW_FILE = re.compile(r"^diff --git .*\n(?:(?!diff --git ).*\n)*?new file mode ", re.MULTILINE)
+
+
+def lint_upstream_tests(path: Path, groups: set[str]) -> list[Problem]:
+    """Problems of a group's ``pr/<group>.upstream-tests.patch`` (``groups``: the group names)."""
+    group = path.name.removesuffix(UPSTREAM_TESTS_SUFFIX)
+    problems = []
+    if group not in groups:
+        groups_file = display_path(path.parent.parent / GROUPS_FILE)
+        problems.append(Problem(path, f"no group {group} in {groups_file}; name it <group>{UPSTREAM_TESTS_SUFFIX}"))
+    if (error := gitops.patch_parse_error(path)) is not None:
+        return [*problems, Problem(path, f"does not parse as a patch ({error}); make it with git format-patch")]
+    text = path.read_bytes().decode("utf-8", "surrogateescape")
+    header = email.parser.BytesHeaderParser(policy=email.policy.default).parsebytes(path.read_bytes())
+    if not subject_of(str(header.get("Subject", ""))):
+        problems.append(Problem(path, "no Subject (what the change to upstream's tests is); use git format-patch"))
+    if not UPSTREAM_COMMIT.search(text.partition("\ndiff --git ")[0]):
+        problems.append(
+            Problem(path, "header lacks Upstream-Commit: <hash> (<where read>), the revision of the tests it changes")
+        )
+    outside = [name for name in gitops.patch_paths(text) if not name.startswith("tests/")]
+    if outside:
+        problems.append(Problem(path, f"touches {', '.join(outside)}: an upstream-tests patch changes only tests/"))
+    for match in _NEW_FILE.finditer(text):
+        created = gitops.patch_paths(match[0])
+        problems.append(
+            Problem(path, f"creates {', '.join(created)}: a new test goes into the series, which always carries it")
+        )
+    return problems + _lint_added_lines(path)
+
+
 def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
     """Problems of the folder's ``groups`` file and ``pr/*.md`` descriptions (none without a groups file)."""
     groups_file = folder / GROUPS_FILE
     descriptions = folder / DESCRIPTIONS_DIR
     if not groups_file.is_file():
-        return [Problem(path, f"no {GROUPS_FILE} file names this group") for path in sorted(descriptions.glob("*.md"))]
+        orphans = [*descriptions.glob("*.md"), *descriptions.glob(f"*{UPSTREAM_TESTS_SUFFIX}")]
+        return [Problem(path, f"no {GROUPS_FILE} file names this group") for path in sorted(orphans)]
     parsed = parse_groups(groups_file.read_text(encoding="utf-8"))
     problems = [Problem(groups_file, message, line) for line, message in parsed.problems]
     problems += [Problem(groups_file, message, line) for line, message in check_groups(parsed.groups, patch_count)]
@@ -255,6 +298,8 @@ def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
             continue
         if (why := subject_problem(folder.name, title)) is not None:
             problems.append(Problem(path, why.replace("Subject", "PR title", 1), 1))
+    for path in sorted(descriptions.glob(f"*{UPSTREAM_TESTS_SUFFIX}")):
+        problems += lint_upstream_tests(path, names)
     return problems
 
 
@@ -284,6 +329,8 @@ def lint_folder(folder: Path) -> list[Problem]:
         problems += _lint_name(path, entry.name, position, series_file)
         problems += lint_patch(path, folder.name)
     for path in sorted(folder.rglob("*.patch")):
+        if path.parent == folder / DESCRIPTIONS_DIR and path.name.endswith(UPSTREAM_TESTS_SUFFIX):
+            continue  # a group's change to upstream's tests (lint_groups), not a patch of the series
         if path.relative_to(folder).as_posix() not in listed:
             problems.append(Problem(path, f"not listed in {display_path(series_file)}; list it or delete it"))
     names = [PurePosixPath(entry.name).name for entry in entries]

@@ -77,6 +77,13 @@ class Upstream:
     pr_template: str = ""  # the layout of the PR body export-pr writes (its upstream's PR template; see pr_export)
     lint_hooks: tuple[LintHook, ...] = ()  # its .pre-commit-config.yaml at the pinned release, as run here
     lint_not_run: str = ""  # what of that config is not run here, said in the PR body
+    # upstream's tests that cannot run on a CPU-only machine without a Ray cluster or model checkpoints (see
+    # patchset.export.test_selection): True when its CI runs every test on a GPU unless the file name ends in
+    # ``test_suffix`` (said with ``gpu_naming_source``, where upstream says so); and (regular expression on a test
+    # file's source, why it cannot run here) for the resources a test needs
+    gpu_unless_suffix: bool = False
+    gpu_naming_source: str = ""
+    resource_markers: tuple[tuple[str, str], ...] = ()
 
     def read_version(self, tree: Path) -> str:
         """The version the tree declares; "" when its version file cannot be read or declares none."""
@@ -256,6 +263,10 @@ UPSTREAMS = {
         lint_hooks=VERL_LINT_HOOKS,
         lint_not_run="verl's repository-only hooks (tests/special_sanity/ scripts, not in the sdist) other than the "
         "license, docstring and generated-config checks run above",
+        # verl's tests/README.md (volcengine/verl fb3b9a70): "By default tests are run with GPU available, except
+        # for the ones under special_npu, and any test script whose name ends with on_cpu.py"
+        gpu_unless_suffix=True,
+        gpu_naming_source="tests/README.md: only test scripts named *on_cpu.py run on CPU",
     ),
     "trinity": Upstream(
         key="trinity",
@@ -279,5 +290,15 @@ UPSTREAMS = {
         lint_not_run="mypy v1.7.0 (the lock pins verl's mypy 1.17.0); pre-commit-hooks check-xml/check-toml/check-json/"
         "check-docstring-first/detect-private-key (pre-commit-hooks is not in the lock; trailing-whitespace, "
         "end-of-file-fixer, check-yaml and check-ast are run as local hooks)",
+        # Trinity-RFT names no CPU tests; its tests/tools.py (yanxi-chen/Trinity-RFT 2f1e0201, a fork) has the
+        # Ray test bases and the model paths its tests read from the environment
+        resource_markers=(
+            (r"\bRayUnittestBase|\bray\.init\(", "starts a Ray cluster"),
+            (
+                r"\bget_(model|api_model|vision_language_model|checkpoint)_path\(",
+                "needs a model checkpoint (TRINITY_MODEL_PATH and the like)",
+            ),
+            (r"\.cuda\(\)|[\"']cuda(:\d+)?[\"']", "runs on a GPU"),
+        ),
     ),
 }

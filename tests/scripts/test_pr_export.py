@@ -134,6 +134,14 @@ def test_verl_geo_mean_group_exports_onto_verl_0_9_1_with_every_gate(tmp_path, c
     assert "lint mypy v1.17.0 (verl's pyproject): Passed" in out
     assert "upstream lint: passed (" in out and "upstream CPU tests: passed (" in out
     assert "tests/trainer/ppo/test_geo_mean_policy_loss_on_cpu.py" in out
+    # upstream's tests of core_algos chosen by what they import; a GPU test and one that needs a module the test
+    # venv lacks (on vanilla 0.9.1 too) are named as not run
+    assert "upstream test run: tests/trainer/ppo/test_loss_aggregation_on_cpu.py (imports verl.trainer.ppo." in out
+    assert "upstream test NOT run: tests/trainer/ppo/test_rollout_corr_integration.py (" in out
+    assert (
+        "_on_cpu.py (imports verl.trainer.ppo.core_algos.AdvantageEstimator): imports transfer_queue (through what "
+        "it imports), which the test venv does not have; it cannot be imported on vanilla verl 0.9.1 either"
+    ) in out
     assert "### Where upstream stands" in out  # the section of pr/geo-mean-policy-loss-global-normalization.md
     _check_every_group_has_its_body("verl", out, ("geo-mean-policy-loss-global-normalization",))
 

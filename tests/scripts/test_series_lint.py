@@ -6,8 +6,9 @@ or one not in the upstream's PR-title form, missing or malformed DEP-3 fields: O
 is not a URL, Forwarded no/not-needed without a reason, Upstream-Check or Forwarded upstream without
 Applied-Upstream; trailing whitespace on an added line, a patch that does not parse; a ``groups`` file that does
 not parse, leaves a patch out, names a patch twice or a later group, has a group (folded or not) without its
-description, or a description without a group or with a bad title; no ``teeth`` file, a patch without its teeth,
-an entry for no patch or naming no tests) it exits 1 and prints exactly the expected
+description, or a description without a group or with a bad title; a group's ``pr/<group>.upstream-tests.patch``
+of no group, without its ``Upstream-Commit:``, touching a file outside ``tests/`` or creating one; no ``teeth`` file,
+a patch without its teeth, an entry for no patch or naming no tests) it exits 1 and prints exactly the expected
 ``path[:line]: problem`` line; removed and context lines may keep their trailing whitespace; ``scripts/export.sh
 lint`` runs the same check from any directory.
 """
@@ -140,6 +141,33 @@ def _teeth(tmp: Path, text: str | None) -> Path:
     teeth.unlink()
     if text is not None:
         teeth.write_text(text)
+    return patches
+
+
+def _upstream_tests_patch(
+    path: str = "tests/algorithm/policy_loss_test.py",
+    field: str = "Upstream-Commit: 5b77c089 (a fork)",
+    new: bool = False,
+) -> str:
+    """A group's change to an upstream test file, as git format-patch writes it."""
+    change = (
+        f"diff --git a/{path} b/{path}\nnew file mode 100644\nindex 0000000..1111111\n--- /dev/null\n+++ b/{path}\n"
+        "@@ -0,0 +1 @@\n+a = 1\n"
+        if new
+        else f"diff --git a/{path} b/{path}\nindex 1111111..2222222 100644\n--- a/{path}\n+++ b/{path}\n"
+        "@@ -1 +1 @@\n-a = 1\n+a = 2\n"
+    )
+    return (
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001\n"
+        "From: Test <test@example.invalid>\nDate: Wed, 2 Dec 2026 00:00:00 +0000\n"
+        "Subject: [PATCH] [Tests] Pin per-pair DPO values\n\nThe fix changes what this test pins.\n\n"
+        f"{field}\n---\n{change}"
+    )
+
+
+def _with_tests_patch(tmp: Path, text: str, group: str = "one") -> Path:
+    patches = _grouped(tmp, "one 0001 0002\n")
+    (patches / "verl" / "pr" / f"{group}.upstream-tests.patch").write_text(text)
     return patches
 
 
@@ -285,6 +313,25 @@ CASES: dict[str, tuple[Setup, str]] = {
         lambda tmp: _teeth(tmp, "trainer-scale-loss  test_scale\ntrainer-more\n"),
         "patches/verl/teeth:2: trainer-more: names no tests; give a pytest -k expression of tests/regression",
     ),
+    "upstream-tests patch of no group": (
+        lambda tmp: _with_tests_patch(tmp, _upstream_tests_patch(), group="other"),
+        "patches/verl/pr/other.upstream-tests.patch: no group other in patches/verl/groups; name it "
+        "<group>.upstream-tests.patch",
+    ),
+    "upstream-tests patch without Upstream-Commit": (
+        lambda tmp: _with_tests_patch(tmp, _upstream_tests_patch(field="Made against main.")),
+        "patches/verl/pr/one.upstream-tests.patch: header lacks Upstream-Commit: <hash> (<where read>), the "
+        "revision of the tests it changes",
+    ),
+    "upstream-tests patch outside tests/": (
+        lambda tmp: _with_tests_patch(tmp, _upstream_tests_patch(path="trinity/x.py")),
+        "patches/verl/pr/one.upstream-tests.patch: touches trinity/x.py: an upstream-tests patch changes only tests/",
+    ),
+    "upstream-tests patch creating a file": (
+        lambda tmp: _with_tests_patch(tmp, _upstream_tests_patch(path="tests/new_test.py", new=True)),
+        "patches/verl/pr/one.upstream-tests.patch: creates tests/new_test.py: a new test goes into the series, "
+        "which always carries it",
+    ),
     "trailing whitespace on an added line": (
         lambda tmp: _patches_dir(tmp, {NAME: _patch(added="b = 3 ")}),
         f"patches/verl/{NAME}:20: trailing whitespace on an added line of x.py",
@@ -327,6 +374,7 @@ def test_each_problem_is_one_line_naming_the_file(tmp_path, capsys, case):
 def test_well_formed_groups_are_clean(tmp_path, capsys):
     description = "[trainer] fix: scale the loss\n\nWhy.\n\n## Numbers\n\nx2.\n"
     patches = _grouped(tmp_path, "one 0001 fold\ntwo 0002 after=one\n", {"one": description})
+    (patches / "verl" / "pr" / "two.upstream-tests.patch").write_text(_upstream_tests_patch())
 
     assert _lint(patches, capsys) == (0, [])
 

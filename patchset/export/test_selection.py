@@ -1,0 +1,299 @@
+"""Which of an upstream's own test files test what a PR branch changes, and which of them can run here.
+
+A test file of the checkout's release tree tests a changed module when it is named for it (the upstream's naming,
+``Upstream.cpu_test_pattern``) or when it imports it, read with ``ast`` (every ``import`` of the file, in functions
+too):
+
+- the changed module itself, or a name of it (``from trinity.algorithm.policy_loss_fn.dpo_loss import DPOLossFn``);
+- a name that a parent package's ``__init__.py`` binds from it: a re-export (``from .dpo_loss import DPOLossFn``) or
+  a module-level assignment holding a string that names it, as a lazy registry does
+  (``POLICY_LOSS_FN = Registry(..., {"dpo": "trinity.algorithm.policy_loss_fn.dpo_loss.DPOLossFn"})``). Packages
+  further up are read the same way, so ``from trinity.algorithm import POLICY_LOSS_FN`` reaches every policy
+  loss, while ``from trinity.algorithm import ADVANTAGE_FN`` reaches none of them;
+- such a package as a whole (``import trinity.algorithm``, ``from trinity import algorithm``, ``import *``); and
+  any name of a package whose ``__init__`` star-imports a changed module (``from .critic import *``).
+
+Modules that merely use a changed module are not followed (that would select nearly every test): a test of one of
+them is the test of that module. A helper of the tests folder (``tests/tools.py``) is not followed either.
+
+Not every selected file can run on a CPU-only machine without a Ray cluster or model checkpoints. A file is not
+run, and the output says which and why, when the upstream runs it on a GPU by its naming (verl: every test not
+named ``*_on_cpu.py``), when its source carries one of the upstream's resource markers (Trinity: a Ray cluster,
+a model path), or when it imports a module the test venv does not have. The decision reads only the test file,
+never the patched code, so a patch of upstream's code cannot make a test of it be skipped. The test files the branch
+adds always run; upstream's that it changes are selected whatever they import.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchset.upstreams.registry import UPSTREAMS, Upstream
+
+
+@dataclass(frozen=True)
+class Selected:
+    """One upstream test file chosen for a branch, and why (what it is named for or imports)."""
+
+    path: str
+    why: str
+    not_run: str = ""  # why it cannot run here; "" for a file that runs
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The upstream test files that test what the branch changes, split into those to run and those that cannot
+    run here (with the reason), and the test files the branch itself adds."""
+
+    run: tuple[Selected, ...]
+    not_run: tuple[Selected, ...]
+    own: tuple[str, ...]
+
+
+def module_name(path: str, package: str) -> str | None:
+    """``trinity/algorithm/__init__.py`` -> ``trinity.algorithm``; None for a file that is no module of ``package``."""
+    if not path.startswith(f"{package}/") or not path.endswith(".py"):
+        return None
+    parts = path.removesuffix(".py").split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _parse(path: Path) -> ast.Module | None:
+    try:
+        return ast.parse(path.read_bytes(), filename=str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def _absolute(module: str | None, level: int, package: str) -> str:
+    """The absolute name of a ``from`` import's module, relative ones resolved against ``package``."""
+    if not level:
+        return module or ""
+    base = package.split(".")[: len(package.split(".")) - (level - 1)]
+    return ".".join([*base, module] if module else base)
+
+
+@dataclass
+class _Reach:
+    """What reaches the changed modules: the modules themselves (any name of them), names bound in a package
+    ``__init__``, and those packages as a whole; each maps to the changed file it leads to."""
+
+    modules: dict[str, str]
+    names: dict[str, str]
+    packages: dict[str, str]
+    starred: dict[str, str] = field(default_factory=dict)  # packages that star-import a changed module: any name
+
+    def origin(self, name: str) -> str | None:
+        """The changed file that importing ``name`` (a module, or a name of one) reaches; None when none."""
+        for module, origin in self.modules.items():
+            if name == module or name.startswith(f"{module}."):
+                return origin
+        if name in self.names:
+            return self.names[name]
+        if (package := name.rpartition(".")[0]) in self.starred or name in self.starred:
+            return self.starred.get(package) or self.starred[name]
+        return self.packages.get(name)
+
+
+def _strings(node: ast.AST) -> Iterable[str]:
+    for child in ast.walk(node):
+        if isinstance(child, ast.Constant) and isinstance(child.value, str):
+            yield child.value
+
+
+def _public_names(module: ast.Module) -> list[str] | None:
+    """The names ``from module import *`` binds: its ``__all__`` when it is a literal list, else its public
+    top-level names; None when ``__all__`` is computed."""
+    names: list[str] = []
+    for node in module.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.append(node.name)
+        if not isinstance(node, ast.Assign | ast.AnnAssign):
+            continue
+        targets = [
+            t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)
+        ]
+        if "__all__" in targets:
+            value = node.value
+            if isinstance(value, ast.List | ast.Tuple) and all(isinstance(e, ast.Constant) for e in value.elts):
+                return [str(e.value) for e in value.elts if isinstance(e, ast.Constant)]
+            return None
+        names += targets
+    return [name for name in names if not name.startswith("_")]
+
+
+def _init_bindings(tree: ast.Module, package: str, reach: _Reach, root: Path) -> dict[str, str]:
+    """{name: changed file} for the names a package ``__init__`` binds that reach a changed module (``root``: the
+    tree, where a star-imported module is read); the name ``*`` when it binds names it cannot list."""
+    bound: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            source = _absolute(node.module, node.level, package)
+            for alias in node.names:
+                if alias.name == "*":  # the public names of a reaching module
+                    if origin := reach.origin(source):
+                        module = _parse(root / f"{source.replace('.', '/')}.py")
+                        names = _public_names(module) if module else None
+                        bound.update(dict.fromkeys(names, origin) if names is not None else {"*": origin})
+                elif origin := reach.origin(f"{source}.{alias.name}"):
+                    bound[alias.asname or alias.name] = origin
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for text in _strings(node.value):
+                if origin := reach.origin(text):
+                    for target in targets:
+                        if isinstance(target, ast.Name):
+                            bound[target.id] = origin
+                    break
+    return bound
+
+
+def reach_of(tree: Path, package: str, changed: Sequence[str]) -> _Reach:
+    """What reaches the package modules ``changed`` (paths relative to ``tree``) through their parent packages."""
+    modules = {name: path for path in changed if (name := module_name(path, package))}
+    reach = _Reach(modules=modules, names={}, packages={})
+    parents = {".".join(name.split(".")[:depth]) for name in modules for depth in range(1, name.count(".") + 1)}
+    inits = {parent: _parse(tree / parent.replace(".", "/") / "__init__.py") for parent in parents}
+    grew = True
+    while grew:  # until no package binds a new name: a package may re-export what another re-exports
+        grew = False
+        for parent in sorted(inits, key=lambda name: -name.count(".")):
+            parsed = inits[parent]
+            if parsed is None:
+                continue
+            for name, origin in _init_bindings(parsed, parent, reach, tree).items():
+                if name == "*" and parent not in reach.starred:
+                    reach.starred[parent] = origin
+                    grew = True
+                elif name != "*" and f"{parent}.{name}" not in reach.names:
+                    reach.names[f"{parent}.{name}"] = origin
+                    reach.packages.setdefault(parent, origin)
+                    grew = True
+    return reach
+
+
+def _imports(tree: ast.Module) -> Iterable[str]:
+    """The dotted name of everything a file imports absolutely: a module, or a name of one (``from m import n``:
+    ``m.n``; ``from m import *``: ``m``)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield from (node.module if a.name == "*" else f"{node.module}.{a.name}" for a in node.names)
+
+
+def imports_reaching(test: Path, reach: _Reach) -> tuple[str, str] | None:
+    """(the import, the changed file it reaches) for the first import of ``test`` that reaches one, else None."""
+    parsed = _parse(test)
+    if parsed is None:
+        return None
+    for name in _imports(parsed):
+        if origin := reach.origin(name):
+            return name, origin
+    return None
+
+
+def _import_roots(test: Path) -> set[str]:
+    parsed = _parse(test)
+    return {name.split(".")[0] for name in _imports(parsed)} if parsed else set()
+
+
+def missing_modules(python: Path, names: Iterable[str], env: dict[str, str]) -> set[str]:
+    """The top-level modules of ``names`` that ``python`` (the test venv, with ``env``'s path) cannot find."""
+    wanted = sorted(set(names))
+    if not wanted:
+        return set()
+    code = "import importlib.util as u,json,sys;print(json.dumps([n for n in sys.argv[1:] if not u.find_spec(n)]))"
+    proc = subprocess.run(
+        [str(python), "-c", code, *wanted],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        print(proc.stderr, file=sys.stderr)
+        raise RuntimeError(f"{python} could not look up the modules the upstream tests import")
+    return set(json.loads(proc.stdout))
+
+
+def resource_reason(upstream: Upstream, path: str, source: str) -> str | None:
+    """Why upstream's test ``path`` needs what this machine lacks (a GPU, a Ray cluster, a model), from its name
+    and its source; None when nothing says so."""
+    name = path.rsplit("/", 1)[-1]
+    if upstream.gpu_unless_suffix and not name.endswith(upstream.test_suffix):
+        return f"a GPU test by {upstream.title}'s naming ({upstream.gpu_naming_source})"
+    for pattern, reason in upstream.resource_markers:
+        if re.search(pattern, source, re.MULTILINE):
+            return reason
+    return None
+
+
+def select(
+    key: str,
+    tree: Path,
+    changed: Sequence[str],
+    base_files: Sequence[str],
+    python: Path,
+    env: dict[str, str],
+) -> Selection:
+    """The upstream test files of ``base_files`` (the release tree's files) that test what ``changed`` changes or
+    are changed by it, read in ``tree`` (the branch), split by whether they can run here with ``python``; and the
+    test files the branch adds."""
+    upstream = UPSTREAMS[key]
+    existing = [f for f in base_files if upstream.is_test(f)]
+    chosen: dict[str, str] = {}
+    for path in changed:
+        if (pattern := upstream.cpu_test_pattern(path)) is not None:
+            for test in existing:
+                if pattern.match(test):
+                    chosen.setdefault(test, f"named for {path}")
+    reach = reach_of(tree, upstream.package, changed)
+    for test in existing:
+        if test not in chosen and (found := imports_reaching(tree / test, reach)):
+            name, origin = found
+            module = module_name(origin, upstream.package) or ""
+            reached = "" if name == module or name.startswith(f"{module}.") else f", which reaches {origin}"
+            chosen[test] = f"imports {name}{reached}"
+    for test in existing:  # one the branch changes (an upstream-tests patch, or a series patch on verl's tests)
+        if test in changed:
+            chosen.setdefault(test, "changed by this branch")
+    own = tuple(f for f in changed if upstream.is_test(f) and f not in chosen)
+    run: list[Selected] = []
+    not_run: list[Selected] = []
+    roots = {test: _import_roots(tree / test) for test in chosen}
+    missing = missing_modules(python, (root for names in roots.values() for root in names), env)
+    for test, why in chosen.items():
+        source = (tree / test).read_text(encoding="utf-8", errors="replace")
+        reason = resource_reason(upstream, test, source)
+        if reason is None and (lacking := sorted(roots[test] & missing)):
+            reason = f"imports {', '.join(lacking)}, which the test venv does not have"
+        (not_run if reason else run).append(Selected(test, why, reason or ""))
+    return Selection(run=tuple(run), not_run=tuple(not_run), own=own)
+
+
+_COLLECT_ERROR = re.compile(r"^_+ ERROR collecting (?P<path>\S+) _+$", re.MULTILINE)
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '(?P<name>[\w.]+)'")
+
+
+def import_gaps(output: str, files: Sequence[str]) -> dict[str, str]:
+    """{test file: the module it could not import} for each of ``files`` whose collection failed, in pytest's
+    ``output``, with ``ModuleNotFoundError`` (raised by whatever it imports, however deep)."""
+    gaps: dict[str, str] = {}
+    headers = list(_COLLECT_ERROR.finditer(output))
+    for number, header in enumerate(headers):
+        end = headers[number + 1].start() if number + 1 < len(headers) else len(output)
+        found = _NO_MODULE.search(output, header.end(), end)
+        path = header["path"]
+        test = next((f for f in files if path == f or path.endswith(f"/{f}")), None)
+        if found and test:
+            gaps[test] = found["name"]
+    return gaps
