@@ -24,6 +24,7 @@ WATCHED = (
     "trinity.trainer.verl.losses",
     "trinity.trainer.verl.trainer",
     "trinity.algorithm.algorithm",
+    "trinity.common.config_validator",
 )
 
 

@@ -39,7 +39,8 @@ def _dpo(module) -> bool:  # type: ignore[no-untyped-def]
 
 def _trinity_policy_loss(module) -> bool:  # type: ignore[no-untyped-def]
     members = vars(module.TrinityPolicyLoss)
-    return all(_overlay_code(members[name]) for name in ("__init__", "__call__", "_micro_batch_weight"))
+    methods = all(_overlay_code(members[name]) for name in ("__init__", "__call__", "_micro_batch_weight"))
+    return methods and _overlay_code(module.build_trinity_loss)
 
 
 # target label -> whether the imported module's object carries the fix
@@ -58,11 +59,12 @@ PROBES = {
     in vars(m.MIXCHORDPolicyLossFn),
     "trinity.algorithm.policy_loss_fn.dpo_loss.DPOLossFn": _dpo,
     "trinity.trainer.verl.losses.TrinityPolicyLoss": _trinity_policy_loss,
-    "trinity.trainer.verl.trainer.VERLTrainer": lambda m: all(
-        _overlay_code(vars(m.VERLTrainer)[name])
-        for name in ("__init__", "_update_actor", "_warn_if_groups_fill_micro_batches")
-    ),
+    "trinity.trainer.verl.trainer.VERLTrainer": lambda m: _overlay_code(vars(m.VERLTrainer)["_update_actor"]),
     "trinity.algorithm.algorithm.DPOAlgorithm": lambda m: _overlay_code(vars(m.DPOAlgorithm)["check_config"].__func__),
+    "trinity.common.config_validator.validators": lambda m: any(
+        type(item).__name__ == "PolicyLossGroupValidator" and _overlay_code(type(item).validate)
+        for item in m.validators
+    ),
 }
 
 

@@ -26,7 +26,7 @@ from engine_sim import Split, actor_config, engine_gradient, make_rollout_batch,
 from policy_loss_cases import every_policy_loss_cases  # noqa: E402
 from self_normalizing_loss import algorithm_config as self_normalizing_config  # noqa: E402
 from self_normalizing_loss import registered  # noqa: E402
-from trinity_configs import algorithm_config  # noqa: E402
+from trinity_configs import FLAT, NESTED, algorithm_config, check, dpo_config, layout  # noqa: E402
 
 LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 ALGORITHMS = ["ppo", "grpo", "dpo"]
@@ -190,6 +190,50 @@ def config_cases() -> dict[str, Any]:
     }
 
 
+def _outcome(action) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """What a check or a call says: its error, or the warnings it logged about rows, shuffling or the loss flag."""
+    try:
+        warnings = action()
+    except (ValueError, TypeError) as error:
+        return {"error": f"{type(error).__name__}: {error}"}
+    words = ("rows", "shuffle", "fix_actor_microbatch_loss_scale")
+    return {"warnings": [message for message in warnings or () if any(word in message for word in words)]}
+
+
+def dpo_check_cases() -> dict[str, Any]:
+    """What Trinity's configuration check says of DPO configs (either layout, fixed or dynamic micro-batches, pairs
+    that fit each GPU or not, shuffling), what the DPO loss says of unpaired rows, and what the loss builder says of
+    the deprecated flag."""
+    import logging
+    import tempfile
+    from unittest import mock
+
+    from trinity.algorithm import POLICY_LOSS_FN
+    from trinity.trainer.verl.losses import build_trinity_loss
+
+    def logged(call):  # type: ignore[no-untyped-def]
+        with mock.patch.object(logging.Logger, "warning") as warning:
+            call()
+        return [str(item.args[0]) for item in warning.call_args_list]
+
+    cases: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as model_dir:
+        for path in (NESTED, FLAT):
+            for actor, use_dynamic_bsz in (({"shuffle": True}, None), ({"ppo_micro_batch_size_per_gpu": 2}, False)):
+                for pairs in (16, 6):
+                    config = dpo_config(Path(model_dir), layout(path, **actor), pairs, use_dynamic_bsz)
+                    cases[f"dpo check {path} {actor} {pairs} pairs"] = _outcome(lambda c=config: check(c) + check(c))
+        config = dpo_config(Path(model_dir), {}, 6)
+        cases["dpo check dynamic default 6 pairs"] = _outcome(lambda: check(config))
+    loss_fn = POLICY_LOSS_FN.get("dpo")(backend="verl", beta=0.1)
+    rows = {name: -torch.rand(5, 6, generator=torch.Generator().manual_seed(3)) for name in ("logprob", "ref_logprob")}
+    mask = torch.ones(5, 6, dtype=torch.bool)
+    cases["dpo loss 5 rows"] = _outcome(lambda: logged(lambda: loss_fn(**rows, action_mask=mask)))
+    flagged = algorithm_config("ppo", "token-mean")
+    cases["loss builder flag"] = _outcome(lambda: logged(lambda: build_trinity_loss(flagged, True)))
+    return cases
+
+
 def provenance() -> dict[str, Any]:
     import trinity.trainer.verl.losses
     import verl.workers.utils.losses
@@ -217,6 +261,7 @@ def main(out: str) -> int:
         **actor_cases(),
         **self_normalizing_cases(),
         **every_policy_loss_cases(_run, SPLITS, BATCH_SIZE),
+        **dpo_check_cases(),
     }
     results = {"provenance": provenance(), "cases": cases, "config": config_cases()}
     torch.save(results, out)

@@ -40,6 +40,7 @@ TARGET_MODULES = (
     "trinity.trainer.verl.losses",
     "trinity.trainer.verl.trainer",
     "trinity.algorithm.algorithm",
+    "trinity.common.config_validator",
 )
 UPSTREAM_TEST = "tests/trainer/ppo/test_value_loss_normalization_on_cpu.py"  # in the verl 0.9.1 sdist
 

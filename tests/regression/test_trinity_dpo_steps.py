@@ -90,36 +90,6 @@ def test_engine_other_losses_keep_upstream_mini_batches(expect, trinity_tree, na
     assert global_batch_size == ROWS // 2
 
 
-@pytest.mark.parametrize("use_dynamic_bsz", [False, True])
-def test_engine_fixed_micro_batch_size_warns_for_dpo_at_start_up(
-    expect, trinity_tree, dpo_steps_patch, use_dynamic_bsz
-):
-    """With a fixed micro-batch size, force_group_size=2 puts twice the rows in a micro-batch: said at start-up."""
-    from types import SimpleNamespace
-    from unittest import mock
-
-    from trinity.trainer.verl.trainer import VERLTrainer
-
-    warn = getattr(VERLTrainer, "_warn_if_groups_fill_micro_batches", None)
-    if not dpo_steps_patch:
-        assert warn is None, "upstream has a start-up check for DPO micro-batch sizes"
-        return
-    actor = translated_actor_config(NUM_PAIRS)
-    actor.use_dynamic_bsz = use_dynamic_bsz
-    for name in ("dpo", "ppo"):
-        trainer = SimpleNamespace(
-            algorithm_config=SimpleNamespace(policy_loss_fn=name),
-            config=SimpleNamespace(actor=actor),
-            logger=mock.Mock(),
-        )
-        warn(trainer)
-        calls = trainer.logger.warning.call_args_list
-        if name == "dpo" and not use_dynamic_bsz:
-            assert len(calls) == 1 and "2 times as many rows" in calls[0].args[0], calls
-        else:
-            assert not calls, calls
-
-
 @pytest.mark.parametrize("name", ["dpo", "ppo", "sft"])
 def test_legacy_step_is_one_optimizer_step(expect, trinity_legacy_tree, dpo_steps_patch, tmp_path: Path, name):
     """The real legacy ``update_policy`` on the actor config Trinity's legacy config translation and worker build

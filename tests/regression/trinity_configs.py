@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+from unittest import mock
+
 # every loss Trinity-RFT 0.6.0 registers in POLICY_LOSS_FN (a literal, so that collection needs no Trinity tree; the
 # test modules that use it check it against the registry of the tree under test)
 POLICY_LOSSES = [
@@ -51,3 +55,47 @@ def algorithm_config(algorithm_type: str, loss_agg_mode: str, kl: bool = True, e
         entropy_loss_fn_args=entropy_loss_fn_args,
         loss_agg_mode=loss_agg_mode,
     )
+
+
+# DPO configs as a user writes them, checked as Trinity checks them (test_trinity_dpo_config.py, the overlay parity)
+NESTED = "actor_rollout_ref.actor"
+FLAT = "actor"
+GPUS = 4
+
+
+def layout(path: str, **actor) -> dict:
+    """``trainer.trainer_config`` with ``actor`` settings at ``path``."""
+    return {"actor_rollout_ref": {"actor": actor}} if path == NESTED else {"actor": actor}
+
+
+def dpo_config(model_dir: Path, trainer_config, train_batch_size: int = 16, use_dynamic_bsz: bool | None = None):
+    """A DPO training config as a user writes it (Trinity's defaults for everything not given). ``model_dir``: an
+    empty folder, where the legacy translation looks for the model's config and moves on (a name that is not a
+    folder would be looked up on the Hugging Face Hub, retried for minutes without a network)."""
+    from trinity.common.config import Config, ExperienceBufferConfig
+
+    config = Config(mode="train")
+    config.algorithm.algorithm_type = "dpo"
+    config.buffer.train_batch_size = train_batch_size
+    config.buffer.trainer_input.experience_buffer = ExperienceBufferConfig(name="pairs", path="pairs.jsonl")
+    config.cluster.node_num, config.cluster.gpu_per_node = 1, GPUS
+    config.model.model_path = str(model_dir)
+    config.model.max_model_len, config.model.max_response_tokens = 64, 32
+    config.trainer.save_interval = 10
+    if use_dynamic_bsz is not None:
+        config.trainer.use_dynamic_bsz = use_dynamic_bsz
+    config.trainer.trainer_config = trainer_config
+    return config
+
+
+def check(config) -> list[str]:
+    """Run Trinity's validators on ``config`` as ``Config.check_and_update`` does, but for ``BufferConfigValidator``
+    (its readers import SQLAlchemy's asyncio support, which needs greenlet, absent from the test environment; it
+    checks only the buffer's storage); the warnings they logged."""
+    from trinity.common.config_validator import validators
+
+    with mock.patch.object(logging.Logger, "warning") as warning:
+        for validator in validators:
+            if type(validator).__name__ != "BufferConfigValidator":
+                validator.validate(config)
+    return [str(call.args[0]) for call in warning.call_args_list]

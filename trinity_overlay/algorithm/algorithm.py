@@ -14,7 +14,7 @@ class DPOAlgorithm:
 
     @classmethod
     def check_config(cls, config) -> None:  # type: ignore[no-untyped-def]
-        """Upstream's checks, then 0006: ``actor.shuffle`` refused, since it would mix up the pairs."""
+        """Upstream's checks, then 0006: ``actor.shuffle`` refused (either layout, a built veRLConfig)."""
         if config.mode == "train":
             if (
                 config.buffer.trainer_input.experience_buffer is None
@@ -37,10 +37,15 @@ class DPOAlgorithm:
         if config.algorithm.kl_loss_fn in {"none", None}:
             config.algorithm.kl_loss_fn = "k2"
             logger.warning("DPO must use KL loss. Set `algorithm.kl_loss_fn` to `k2`")
-        # the trainers keep each chosen/rejected pair whole, but a shuffle reorders rows first
-        actor = (config.trainer.trainer_config or {}).get("actor_rollout_ref", {}).get("actor", {})
-        if actor.get("shuffle", False):
-            raise ValueError(
-                "DPO reads consecutive rows as chosen/rejected pairs, which shuffling the rows "
-                "would mix up: set `trainer.trainer_config.actor_rollout_ref.actor.shuffle` to false"
-            )
+        # the trainers keep each chosen/rejected pair whole, but a shuffle reorders rows first.
+        # trainer_config is a mapping in either layout (veRL's engine reads both), or a veRLConfig
+        # once the legacy config translation has built it (a config checked a second time)
+        for path in ("actor_rollout_ref.actor", "actor"):
+            section = config.trainer.trainer_config
+            for key in (*path.split("."), "shuffle"):
+                section = section.get(key) if isinstance(section, dict) else getattr(section, key, None)
+            if section:
+                raise ValueError(
+                    "DPO reads consecutive rows as chosen/rejected pairs, which shuffling the rows "
+                    f"would mix up: set `trainer.trainer_config.{path}.shuffle` to false"
+                )

@@ -13,7 +13,7 @@ losses module imports (and so this overlay changes) first.
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import ModuleType
+from types import FunctionType, ModuleType
 
 from patchset_overlay.source import UpstreamSource
 from patchset_overlay.spec import Piece, Target
@@ -72,8 +72,9 @@ def install_loss_aggregation(module: ModuleType, undo: list[Callable[[], None]])
 
 
 def install_trinity_policy_loss(module: ModuleType, undo: list[Callable[[], None]]) -> None:
-    """Give TrinityPolicyLoss the patched `__call__` and `_micro_batch_weight`, and its `__init__` the patched code
-    (run in Trinity's module, which gets ``get_logger`` as the patch imports it)."""
+    """Give TrinityPolicyLoss the patched `__call__` and `_micro_batch_weight`, and its `__init__` and
+    `build_trinity_loss` the patched code (run in Trinity's module, which gets ``get_logger`` as the patch imports
+    it): both take the deprecated `fix_actor_microbatch_loss_scale`."""
     from trinity.utils.log import get_logger
 
     from patchset_overlay.replace import add_module_globals, replace_function_code, set_class_attributes
@@ -83,6 +84,11 @@ def install_trinity_policy_loss(module: ModuleType, undo: list[Callable[[], None
     undo.append(add_module_globals(module, {"get_logger": get_logger}))
     undo.append(set_class_attributes(module.TrinityPolicyLoss, {name: mirror[name] for name in PATCHED_MEMBERS}))
     undo.append(replace_function_code(vars(module.TrinityPolicyLoss)["__init__"], mirror["__init__"]))
+    # build_trinity_loss builds Trinity's own TrinityPolicyLoss: the mirror's code, bound to Trinity's module
+    builder = losses.build_trinity_loss
+    bound = FunctionType(builder.__code__, vars(module), builder.__name__, builder.__defaults__)
+    bound.__doc__, bound.__annotations__ = builder.__doc__, builder.__annotations__
+    undo.append(replace_function_code(module.build_trinity_loss, bound))
 
 
 PIECE = Piece(
@@ -100,6 +106,7 @@ PIECE = Piece(
         Target(CHORD_LOSS, "MIXCHORDPolicyLossFn"),
         Target(DPO_LOSS, "DPOLossFn"),
         Target(LOSSES, "TrinityPolicyLoss"),
+        Target(LOSSES, "build_trinity_loss"),
     ),
     installers={
         POLICY_LOSS_FN: install_policy_loss_fn,

@@ -29,7 +29,13 @@ class DPOLossFn:
         action_mask: torch.Tensor,
         **kwargs,
     ) -> tuple[torch.Tensor, dict]:
-        """0002: one logit per chosen/rejected pair, the loss the mean over pairs."""
+        """0002: one logit per chosen/rejected pair, the loss the mean over pairs; a batch of unpaired rows refused."""
+        rows = logprob.shape[0]
+        if rows % 2:
+            raise ValueError(
+                "DPO reads consecutive rows as chosen/rejected pairs, but got a batch of "
+                f"{rows} rows: {rows // 2} pairs and one row without its pair"
+            )
         chosen_logprob = logprob[::2]
         rejected_logprob = logprob[1::2]
         chosen_mask = action_mask[::2]

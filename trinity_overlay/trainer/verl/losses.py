@@ -1,4 +1,5 @@
-"""Mirror of ``trinity.trainer.verl.losses``: `TrinityPolicyLoss` as patches 0001, 0003 and 0005 leave it.
+"""Mirror of ``trinity.trainer.verl.losses``: `TrinityPolicyLoss` and `build_trinity_loss` as patches 0001, 0003 and
+0005 leave them.
 
 Only the members the patches change or add. `__call__` and `_micro_batch_weight` are set on the upstream class
 itself, so every instance (made before activation, in another module, or unpickled in a Ray worker) uses them;
@@ -21,7 +22,7 @@ from verl.workers.utils.padding import no_padding_2_padding
 class TrinityPolicyLoss:
     """The patched members of ``trinity.trainer.verl.losses.TrinityPolicyLoss``; never instantiated itself."""
 
-    def __init__(self, algo_config) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, algo_config, fix_actor_microbatch_loss_scale: bool | None = None) -> None:  # type: ignore[no-untyped-def]
         self.policy_loss_fn = POLICY_LOSS_FN.get(algo_config.policy_loss_fn)(
             backend="verl", **algo_config.policy_loss_fn_args
         )
@@ -53,6 +54,13 @@ class TrinityPolicyLoss:
                 "gradient depends on the micro-batch split unless those settings match the real "
                 "batch, its GRPO and SFT parts use a sequence-mean `loss_agg_mode` and the "
                 "entropy term is off."
+            )
+        if fix_actor_microbatch_loss_scale is not None:
+            get_logger("trinity.trainer.verl.losses").warning(
+                "`fix_actor_microbatch_loss_scale` is deprecated and ignored here: under "
+                "veRL's engine every loss is weighted by its micro-batch's share of the global "
+                "mini-batch, for every `loss_agg_mode` (for token-mean exactly what the flag "
+                f"did), whether it is set or not (got {fix_actor_microbatch_loss_scale})."
             )
 
     def __call__(
@@ -171,3 +179,11 @@ class TrinityPolicyLoss:
             return 1.0 if batch_num_tokens is None else response_mask.sum() / (batch_num_tokens / dp_size)
         global_batch_size = tu.get_non_tensor_data(data=data, key="global_batch_size", default=None)
         return 1.0 if global_batch_size is None else response_mask.shape[0] * dp_size / global_batch_size
+
+
+def build_trinity_loss(algo_config, fix_actor_microbatch_loss_scale: bool | None = None):  # type: ignore[no-untyped-def]
+    """Build a TrinityPolicyLoss instance for veRL's engine API.
+
+    `fix_actor_microbatch_loss_scale` is deprecated and ignored (see TrinityPolicyLoss).
+    """
+    return TrinityPolicyLoss(algo_config, fix_actor_microbatch_loss_scale)

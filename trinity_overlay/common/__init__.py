@@ -1,0 +1,1 @@
+"""Mirror of the trinity package of the same path: only the patched symbols."""
