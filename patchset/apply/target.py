@@ -65,14 +65,14 @@ def target_for_path(shown: str, pins: Pins, patches_dir: Path, *, force_version:
         raise BadInput(f"{shown} does not exist; pass the root of a verl or Trinity-RFT checkout")
     found = detect(root, shown)
     pin = pins.find(found.key, found.version)
-    if pin is not None and pin.companion_for is not None and not force_version:
+    if pin is not None and not pin.target and not force_version:
         raise BadInput(
             f"{shown} is {pin.label}, which this patchset pins only to test {pin.companion_for} trees beside it; "
             f"the {pin.series} series does not target it (supported: {', '.join(pins.versions(found.key))}). "
             f"Next: give the {pin.companion_for} tree alone (it is tested beside {pin.label}), or pass "
             f"--force-version to try the {pin.series} series anyway"
         )
-    if pin is not None and pin.companion_for is not None:
+    if pin is not None and not pin.target:
         pin = None
     if pin is None:
         supported = ", ".join(pins.versions(found.key)) or "none"

@@ -18,7 +18,9 @@ holds a ``series`` file or ``*.patch`` files):
 - the ``groups`` file beside ``series``, when there is one (``patchset.series.groups``): every line parses, every patch
   of the series is in exactly one group, ``after=`` names a group above, every group has its ``pr/<name>.md``
   description (each group goes upstream as one pull request, and that file is its body), and every ``pr/*.md``
-  belongs to a group and starts with a title in the upstream's PR-title form.
+  belongs to a group and starts with a title in the upstream's PR-title form;
+- a patch that its ``series`` line marks as a ``# copy of <series>/<patch>`` of another release line's series is that
+  patch's change: the same message and the same lines removed and added (``patchset.series.copies``).
 
 Unlike ``load_series``, which stops at the first problem, the lint reads everything and reports every problem.
 """
@@ -34,6 +36,7 @@ from pathlib import Path
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import display_path
+from patchset.series.copies import check_copies
 from patchset.series.groups import DESCRIPTIONS_DIR, GROUPS_FILE, check_groups, parse_groups, read_description
 from patchset.series.model import PATCH_NAME, parse_series, read_patch, subject_of
 from patchset.upstreams.pins import load_pins
@@ -122,7 +125,9 @@ def _forwarded_upstream(value: str) -> bool:
 
 def subject_problem(series: str, subject: str) -> str | None:
     """Why ``subject`` is not in the PR-title form of the upstream of ``series`` (None when it is)."""
-    form = UPSTREAMS[series].subject_form if series in UPSTREAMS else ANY_SUBJECT_FORM
+    # a release line's series (verl-0.7) takes its upstream's form
+    upstream = next((key for key in UPSTREAMS if series == key or series.startswith(f"{key}-")), None)
+    form = UPSTREAMS[upstream].subject_form if upstream else ANY_SUBJECT_FORM
     if form.pattern.match(subject):
         return None
     return f"Subject {subject!r} is not in the upstream's PR-title form {form.shown}"
@@ -282,4 +287,5 @@ def lint_patches_dir(patches_dir: Path) -> tuple[int, list[Problem]]:
     folders, problems = series_folders(patches_dir)
     for folder in folders:
         problems += lint_folder(folder)
+        problems += [Problem(folder / "series", message, line) for line, message in check_copies(patches_dir, folder)]
     return len(folders), problems
