@@ -5,7 +5,7 @@ Steps (each timed; the summary lists every step, its time and what it proves):
 - environment: the pinned venv, built from requirements/lock.txt on first use (pip's progress shown);
 - lint: ruff, ruff format and shellcheck on this project;
 - pinned trees: fetch the pinned upstreams and make patched trees of them (``patchset apply --no-test``), and
-  fetch the other pins later steps read (verl 0.7.1, verl 0.9.1);
+  fetch the other pins later steps read (verl 0.7.0, 0.7.1 and 0.9.1);
 - tooling: tests/scripts, the real series on copies of the pinned checkouts and the fault suite included;
 - teeth: the regression suite on the vanilla trees, expecting the bug, one batch shape per test, loss and mode
   (every check must fail there once), the engine end-to-end module included;
@@ -16,6 +16,9 @@ Steps (each timed; the summary lists every step, its time and what it proves):
 - verl 0.9.1, a target that takes part of the verl series: applied to a clone, the patches upstream has are skipped
   by content and the others apply; the suite passes on the patched clone, and the tests of the applied patches
   (`TEETH_OF_PATCH`) fail on the vanilla release;
+- verl 0.7.1, a release of another line with a series of its own (patches/verl-0.7, its critic backport and geo_mean):
+  the same three checks, on its engine path (Trinity's legacy path is tested beside the vanilla 0.7.1 by teeth and
+  fix, as before);
 - overlays: a fresh venv with the pinned sdists and this project pip-installed; a smoke run of the suite with the
   overlays on, then tests/overlay: parity with the patched trees bit for bit, the import-order matrix, guards,
   activation, verl 0.9.1's own CPU test of the critic fix, a local Ray run, the installed file list; then a venv with
@@ -71,10 +74,16 @@ PROVEN_BY_THE_WHEELS_STEP = (
 )
 # A pinned release that has some fixes of the verl series upstream, and the first release that had them.
 UPSTREAM_MERGED = ("verl", "0.9.1", "0.9.0")
-# The regression tests that show the bug a patch fixes, for the teeth run on a release that takes part of the series
+# A pinned release of another release line, which takes a series of its own (patches/verl-0.7).
+RELEASE_LINE = ("verl", "0.7.1")
+# The regression tests that show the bug a patch fixes, for the teeth run on a release other than the default one
 # (the patches upstream has are proven there by the run on the patched tree, where they are skipped). A patch that
 # applies to such a release without an entry here fails the step: its teeth would go unshown.
-TEETH_OF_PATCH = {"0003-algo-normalize-geo-mean-policy-loss-global-mini.patch": "geo_mean"}  # a pytest -k expression
+TEETH_OF_PATCH = {  # a pytest -k expression
+    "0003-algo-normalize-geo-mean-policy-loss-global-mini.patch": "geo_mean",
+    "0001-trainer-critic-value-loss-global-normalization.patch": "critic",  # verl-0.7's critic backport
+    "0002-algo-normalize-geo-mean-policy-loss-global-mini.patch": "geo_mean",  # verl-0.7's copy of verl 0003
+}
 
 
 def _pinned_trees(cache_root: Path) -> tuple[dict[str, Path], dict[str, Path]]:
@@ -111,13 +120,19 @@ def _partial_target_teeth(applied: Sequence[str], vanilla: Path, key: str) -> bo
     return not missing and tested == 0
 
 
-def _upstream_merged_step(cache_root: Path, env: dict[str, str], patches_dir: Path = REPO_ROOT / "patches") -> bool:
-    """verl 0.9.1, a target that takes part of the verl series: ``patchset apply`` on a fresh clone must exit 0,
-    having skipped each patch upstream has (``Applied-Upstream`` at or before 0.9.1) with the message that names
-    its version and what the tree has (the Upstream-Check lines matched), and applied the others; then the
+def _upstream_merged_step(
+    cache_root: Path,
+    env: dict[str, str],
+    patches_dir: Path = REPO_ROOT / "patches",
+    release: tuple[str, str] = UPSTREAM_MERGED[:2],
+) -> bool:
+    """A verl release other than the default: verl 0.9.1, a target that takes part of the verl series, or verl
+    0.7.1, which takes the series of its release line (verl-0.7). ``patchset apply`` on a fresh clone must exit 0,
+    having skipped each patch upstream has (``Applied-Upstream`` at or before the release) with the message that
+    names its version and what the tree has (the Upstream-Check lines matched), and applied the others; then the
     regression suite expecting the fix on the patched clone (one batch shape per test, loss and mode: the whole
     suite ran on the patched default trees), and the teeth of the applied patches on the vanilla tree."""
-    key, version, _ = UPSTREAM_MERGED
+    key, version = release
     pin = load_pins(patches_dir / "upstreams.toml").find(key, version)
     if pin is None:
         print(f"error: patches/upstreams.toml has no pin for {key} {version}", file=sys.stderr)
@@ -258,15 +273,21 @@ def _lint(python: str) -> bool:
 
 def _pinned_trees_step(cache_root: Path, env: dict[str, str], quick: bool) -> bool:
     """Fetch the default pins and patch them (``patchset apply --no-test``); then fetch every other pin a later
-    step reads (the companion verl, verl 0.9.1), so that steps running at once never fetch into the cache."""
+    step reads (the companion verl, verl 0.9.1, the releases of another line: verl 0.7.0 and 0.7.1), so that steps
+    running at once never fetch into the cache."""
     if not _run([sys.executable, "-m", "patchset", "apply", "--no-test", "--cache", str(cache_root)], env):
         return False
     if quick:
         return True
     cache = resolve_cache(str(cache_root), os.environ, REPO_ROOT)
-    for pin in load_pins(REPO_ROOT / "patches" / "upstreams.toml").companions("verl", of="trinity"):
+    pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
+    for pin in pins.companions("verl", of="trinity"):
         ensure_upstream(pin, cache, Console())
     _fixed_verl(cache_root)  # raises, naming the pin, where upstreams.toml lacks it
+    # every release of another line (verl 0.7.0 and 0.7.1): the verl 0.7.1 step and the tooling tests read them
+    for pin in pins.for_key(RELEASE_LINE[0]):
+        if pin.target and pin.series != RELEASE_LINE[0]:
+            ensure_upstream(pin, cache, Console())
     return True
 
 
@@ -286,7 +307,18 @@ def _tooling_step(python: str, env: dict[str, str]) -> bool:
     return _run([*command, "--deselect", PROVEN_BY_THE_WHEELS_STEP], env)
 
 
-STEP_NAMES = ("environment", "pinned trees", "lint", "teeth", "tooling", "overlays", "fix", "wheels", "verl 0.9.1")
+STEP_NAMES = (
+    "environment",
+    "pinned trees",
+    "lint",
+    "teeth",
+    "tooling",
+    "overlays",
+    "fix",
+    "wheels",
+    "verl 0.9.1",
+    "verl 0.7.1",
+)
 
 
 def _run_one_step(name: str, cache_root: Path, quick: bool) -> bool:
@@ -307,6 +339,8 @@ def _run_one_step(name: str, cache_root: Path, quick: bool) -> bool:
         return check_wheels(Console(), _pinned_trees(cache_root)[1], cache_root, also=[UPSTREAM_MERGED[:2]])
     if name == "verl 0.9.1":
         return _upstream_merged_step(cache_root, env)
+    if name == "verl 0.7.1":
+        return _upstream_merged_step(cache_root, env, release=RELEASE_LINE)
     if name == "overlays":
         vanilla, patched = _pinned_trees(cache_root)
         return _overlay_step(python, vanilla, patched, cache_root)
@@ -355,6 +389,11 @@ def plan(cache_root: Path, quick: bool, jobs: int = 1) -> list[Step]:
             "a partial target: what upstream has is skipped by content, the rest applies; fix on the patched clone, "
             "teeth of the applied patches on vanilla",
         ),
+        step(
+            "verl 0.7.1",
+            "another release line: its own series (verl-0.7) applies; fix on the patched clone, teeth on vanilla "
+            f"({shapes})",
+        ),
     ]
     quick_steps = ("environment", "pinned trees", "teeth", "fix")
     return [step for step in steps if not quick or step.name in quick_steps]
@@ -370,7 +409,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Run every test of the patchset, proving each deployment mode once: lint, the tooling tests, "
         "the regression suite on the vanilla trees (the teeth: one batch shape per test, loss and mode) and on the "
         "patched trees (every case), the patched wheels (sha256 of every installed file, smoke run), verl 0.9.1 "
-        "(patches skipped by content) and the overlays on pip-installed releases (parity, import order, smoke). "
+        "(patches skipped by content), verl 0.7.1 (its own series) and the overlays on pip-installed releases "
+        "(parity, import order, smoke). "
         "Independent steps run at once, each printed whole when it ends; a summary lists every step and its time.",
         epilog="Exit codes: 0 all passed; 1 a step failed (its output says which); 2 the environment could not "
         "be built. PATCHSET_WORKERS=N sets the pytest-xdist workers of each step (default: the cores divided "

@@ -186,6 +186,15 @@ def verl_tree(verl_on_path: Path) -> Path:
     return verl_on_path
 
 
+@pytest.fixture(scope="session")
+def verl_distillation_tree(verl_tree: Path) -> Path:
+    """The verl checkout under test, for the on-policy distillation tests: skipped on a release without it (verl
+    0.7.x has no ``verl/trainer/distillation``, so patch verl 0002 has nothing to fix there)."""
+    if not (verl_tree / "verl" / "trainer" / "distillation").is_dir():
+        pytest.skip(f"verl at {verl_tree} has no on-policy distillation (verl/trainer/distillation)")
+    return verl_tree
+
+
 def _trinity_on_path(verl_on_path: Path, legacy: bool) -> Path:
     """The Trinity-RFT checkout under test, on the training path the tests ask for: Trinity's own
     ``is_verl_legacy()`` (verl < 0.8) picks its legacy worker, else verl's engine."""
@@ -265,7 +274,19 @@ def verl_version(verl_on_path: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def verl_upstream_skips(verl_tree: Path, verl_version: str) -> dict[str, UpstreamSkip]:
+def verl_series(verl_version: str) -> str:
+    """The series (folder under patches/) that targets the verl release under test: ``verl-0.7`` for verl 0.7.1, the
+    ``verl`` series for 0.8 and later, as ``patches/upstreams.toml`` maps each pin (``verl`` for an unpinned one)."""
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.append(str(REPO_ROOT))  # after the trees under test: only for the stdlib-only patchset package
+    from patchset.upstreams.pins import load_pins
+
+    pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").find("verl", verl_version.split("+", 1)[0])
+    return pin.series if pin is not None and pin.target else "verl"
+
+
+@pytest.fixture(scope="session")
+def verl_upstream_skips(verl_tree: Path, verl_version: str, verl_series: str) -> dict[str, UpstreamSkip]:
     """{patch name: skip} for the patches of the verl series that `patchset apply` skips on this tree because
     upstream has their change (``Applied-Upstream`` / ``Upstream-Check``), as the planner decides it (read-only).
     In overlay mode no series is applied: the overlay's own guards decide, and the fixtures above check them."""
@@ -276,7 +297,7 @@ def verl_upstream_skips(verl_tree: Path, verl_version: str) -> dict[str, Upstrea
     from patchset.apply.plan import Action, plan_series
     from patchset.series.model import load_series
 
-    series = load_series(REPO_ROOT / "patches", "verl")
+    series = load_series(REPO_ROOT / "patches", verl_series)
     steps = plan_series(verl_tree, series.patches, version=verl_version)
     skips: dict[str, UpstreamSkip] = {}
     for step in steps:

@@ -13,7 +13,18 @@ import pytest
 from tests.harness import testsuite
 from tests.harness.scheduler import Step
 
-EVERY_STEP = ["environment", "pinned trees", "lint", "teeth", "tooling", "overlays", "fix", "wheels", "verl 0.9.1"]
+EVERY_STEP = [
+    "environment",
+    "pinned trees",
+    "lint",
+    "teeth",
+    "tooling",
+    "overlays",
+    "fix",
+    "wheels",
+    "verl 0.9.1",
+    "verl 0.7.1",
+]
 QUICK_STEPS = ["environment", "pinned trees", "teeth", "fix"]
 
 
@@ -36,7 +47,11 @@ def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str,
     monkeypatch.setattr(testsuite, "_lint", named("lint"))
     monkeypatch.setattr(testsuite, "_tooling_step", named("tooling"))
     monkeypatch.setattr(testsuite, "check_wheels", named("wheels"))
-    monkeypatch.setattr(testsuite, "_upstream_merged_step", named("verl 0.9.1"))
+    monkeypatch.setattr(
+        testsuite,
+        "_upstream_merged_step",
+        lambda cache, env, release=testsuite.UPSTREAM_MERGED[:2]: calls.append((" ".join(release),)) or True,
+    )
     monkeypatch.setattr(testsuite, "_overlay_step", named("overlays"))
     monkeypatch.setattr(testsuite, "_pinned_trees", lambda cache: ({}, {}))
     return calls
