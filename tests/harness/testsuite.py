@@ -12,7 +12,8 @@ Steps (each timed; the summary lists every step, its time and what it proves):
 - fix: the whole regression suite on the patched trees, expecting the fix;
 - wheels: the patched wheels built, installed into a fresh venv, every installed file equal by sha256 to the patched
   tree's, versions and manifests as labelled, and a smoke run of the loss tests on the installed packages; verl
-  0.9.1's wheel too, installed alone, its files equal to a patched clone's, each patch applied or skipped as labelled;
+  0.9.1's and verl 0.7.1's wheels too, each installed alone, its files equal to a patched clone's, each patch applied
+  or skipped as labelled;
 - verl 0.9.1, a target that takes part of the verl series: applied to a clone, the patches upstream has are skipped
   by content and the others apply; the suite passes on the patched clone, and the tests of the applied patches
   (`TEETH_OF_PATCH`) fail on the vanilla release;
@@ -198,6 +199,11 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
         }
         try:  # the real release with the fix (guards; its own CPU test of the critic fix, run on the overlay)
             env["PATCHSET_FIXED_VERL_TREE"] = str(_fixed_verl(cache_root))
+            line = load_pins(REPO_ROOT / "patches" / "upstreams.toml").find(*RELEASE_LINE)
+            if line is None:
+                raise PatchsetError(f"patches/upstreams.toml has no pin for {' '.join(RELEASE_LINE)}")
+            cache = resolve_cache(str(cache_root), os.environ, REPO_ROOT)
+            env["PATCHSET_RELEASE_LINE_VERL_TREE"] = str(ensure_upstream(line, cache, Console()))  # its fingerprints
         except PatchsetError as error:
             print(f"error: {error}", file=sys.stderr)
             return False
@@ -207,19 +213,25 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
         command += parallel_args(Path(python))
         passed["tests/overlay"] = subprocess.run(command, cwd=REPO_ROOT, env=env).returncode == 0
         passed["verl 0.9.1"] = _overlay_partial_target(python, cache_root, Path(tmp) / "venv-verl-0.9.1")
+        passed["verl 0.7.1"] = _overlay_partial_target(
+            python, cache_root, Path(tmp) / "venv-verl-0.7.1", release=RELEASE_LINE
+        )
     guards = results_dir / "overlay-guards.txt"
     if guards.exists():
         print("* Guards tried, and the message each printed:\n" + guards.read_text(encoding="utf-8"), end="")
     return all(passed.values())
 
 
-def _overlay_partial_target(python: str, cache_root: Path, venv_dir: Path) -> bool:
+def _overlay_partial_target(
+    python: str, cache_root: Path, venv_dir: Path, release: tuple[str, str] = UPSTREAM_MERGED[:2]
+) -> bool:
     """The overlay on pip-installed verl 0.9.1 (alone: pip cannot install trinity-rft 0.6.0 beside it), a release
-    that has some of the fixes: the suite, in overlay mode, on the patches that apply there (`TEETH_OF_PATCH`), with
-    the overlays on. The pieces 0.9.1 has stay off, which the suite's overlay check allows only for those; the rest
-    must be active. With the overlays off the installed files are the vanilla release's, whose failing of the same
-    tests the verl 0.9.1 step shows (its teeth), so that run is not made twice."""
-    key, version, _ = UPSTREAM_MERGED
+    that has some of the fixes, or verl 0.7.1 (alone), whose critic piece is its own: the suite, in overlay mode, on
+    the patches that apply there (`TEETH_OF_PATCH`), with the overlays on. The pieces 0.9.1 has stay off, and on
+    0.7.1 those written for other releases, which the suite's overlay check allows only for those; the rest must be
+    active. With the overlays off the installed files are the vanilla release's, whose failing of the same tests the
+    verl 0.9.1 and 0.7.1 steps show (their teeth), so that run is not made twice."""
+    key, version = release
     pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").find(key, version)
     assert pin is not None  # the pinned-trees step fetched it by this pin
     try:
@@ -335,8 +347,9 @@ def _run_one_step(name: str, cache_root: Path, quick: bool) -> bool:
         return _regression_step(cache_root, "bug" if name == "teeth" else "fixed", quick)
     if name == "tooling":
         return _tooling_step(python, env)
-    if name == "wheels":  # and verl 0.9.1's wheel, a release that takes part of the series, in a venv of its own
-        return check_wheels(Console(), _pinned_trees(cache_root)[1], cache_root, also=[UPSTREAM_MERGED[:2]])
+    if name == "wheels":  # and the wheels of verl 0.9.1 (part of the series) and 0.7.1 (its own), each in a venv
+        also = [UPSTREAM_MERGED[:2], RELEASE_LINE]
+        return check_wheels(Console(), _pinned_trees(cache_root)[1], cache_root, also=also)
     if name == "verl 0.9.1":
         return _upstream_merged_step(cache_root, env)
     if name == "verl 0.7.1":
@@ -384,7 +397,8 @@ def plan(cache_root: Path, quick: bool, jobs: int = 1) -> list[Step]:
         ),
         step(
             "wheels",
-            "every installed file is the patched tree's (sha256); labels, manifests; smoke run; verl 0.9.1's wheel too",
+            "every installed file is the patched tree's (sha256); labels, manifests; smoke run; verl 0.9.1's and "
+            "0.7.1's wheels too",
         ),
         # last, when the other steps are ending: its workers take every core
         step(

@@ -65,6 +65,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CRITIC_LOSS_FILE = "verl/workers/utils/losses.py"  # the file of the critic's value_loss, which the fix changes
 DPO_STEPS_PATCH = "-trainer-make-one-dpo-training-step-one-optimizer"  # the Trinity patch a user may leave out
 UPSTREAM_HAS_FIX = "off (upstream has the fix)"  # an overlay piece's state where the release has its fix
+OTHER_RELEASE = "off (another release's piece)"  # a piece written for other releases (another covers this one)
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _assert_overlay_state(overlay_name: str, expect: str, tree: Path) -> None:
     """In overlay mode: the overlay is the one installed beside the upstream (not this checkout's source), and
     every piece of it is active when the fix is expected (but those whose fix the installed release has, as verl
-    0.9.1 has the critic's), and none when the bug is."""
+    0.9.1 has the critic's, and those written for other releases, as verl 0.8.0's critic piece on 0.7.1), and none
+    when the bug is."""
     if _mode() != "overlay":
         return
     from patchset_overlay.status import collect
@@ -150,7 +152,7 @@ def _assert_overlay_state(overlay_name: str, expect: str, tree: Path) -> None:
     entry = next(entry for entry in collect() if entry["overlay"] == overlay_name)
     states = {piece["piece"]: piece["state"] for piece in entry["pieces"]}
     if expect == "fixed":
-        needed = [state for state in states.values() if state != UPSTREAM_HAS_FIX]
+        needed = [state for state in states.values() if state not in (UPSTREAM_HAS_FIX, OTHER_RELEASE)]
         assert needed and all(state == "active" for state in needed), f"{overlay_name} is not active: {entry}"
     else:
         assert not any(state == "active" for state in states.values()), f"{overlay_name} is active: {entry}"
