@@ -13,6 +13,7 @@ lint`` runs the same check from any directory.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -113,7 +114,9 @@ def _no_series_file(tmp: Path) -> Path:
 
 def _pinned_folder_missing(tmp: Path) -> Path:
     patches = _patches_dir(tmp, {NAME: _patch()})  # the real upstreams.toml also names a trinity series
-    (patches / "upstreams.toml").write_text((REPO_ROOT / "patches" / "upstreams.toml").read_text())
+    real = (REPO_ROOT / "patches" / "upstreams.toml").read_text()
+    # and the verl-0.7 lines' series: here the verl folder stands for them, so that one folder is missing
+    (patches / "upstreams.toml").write_text(re.sub(r'series = "verl-[0-9.]+"', 'series = "verl"', real))
     return patches
 
 
