@@ -17,7 +17,7 @@ from patchset.plumbing.ui import Console, display_path
 from patchset.series.model import Series, load_series
 from patchset.upstreams.detect import detect
 from patchset.upstreams.fetch import Cache, ensure_upstream, fresh_patched_clone
-from patchset.upstreams.pins import Pin, Pins
+from patchset.upstreams.pins import Pin, Pins, release_key
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,17 @@ def target_for_path(shown: str, pins: Pins, patches_dir: Path, *, force_version:
     if pin is None:
         supported = ", ".join(pins.versions(found.key)) or "none"
         candidates = pins.for_key(found.key)
-        fallback = pins.default_for(found.key) or (candidates[-1] if candidates else None)
+        # the series of the same release line (verl 0.7.2: verl-0.7), else the default pin's
+        line = [
+            pin
+            for pin in candidates
+            if pin.target and release_key(pin.version)[0][:2] == release_key(found.version)[0][:2]
+        ]
+        fallback = (
+            max(line, key=lambda pin: release_key(pin.version))
+            if line
+            else pins.default_for(found.key) or (candidates[-1] if candidates else None)
+        )
         if fallback is None:
             raise BadInput(f"{shown} is {found.label} {found.version}, but {pins.source} has no pin for {found.key}")
         if not force_version:
