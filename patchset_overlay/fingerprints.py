@@ -2,7 +2,8 @@
 
 ``python -m patchset_overlay fingerprints --root verl=PATH [--root verl=PATH2] --root trinity=PATH`` prints, for each
 release given (the package folder of a supported, unpatched release), the sha256 of the source segment of every
-target of the pieces that release lacks (a piece whose fix the release has is never installed there, so it has none);
+target of the pieces that release lacks and that are written for it (a piece whose fix the release has, or written for
+other releases, is never installed there, so it has none);
 ``--write`` stores them in each overlay's fingerprints file under the release's version, ``--check`` exits 1 when a
 stored one differs. The file holds ``{release: {"module:name": sha256}}``: one set per supported release.
 """
@@ -13,7 +14,7 @@ import importlib
 import json
 from pathlib import Path
 
-from patchset_overlay.guard import fingerprint_key, fixed_in
+from patchset_overlay.guard import fingerprint_key, fixed_in, for_release
 from patchset_overlay.source import UpstreamSource
 from patchset_overlay.spec import Overlay
 
@@ -25,7 +26,7 @@ def compute(overlay: Overlay, source: UpstreamSource) -> dict[str, str]:
     version = source.version()
     found = {}
     for piece in overlay.pieces:
-        if fixed_in(piece, version):
+        if fixed_in(piece, version) or not for_release(piece, version):
             continue
         for target in piece.targets:
             found[fingerprint_key(target.module, target.name)] = source.fingerprint(target.module, target.name)

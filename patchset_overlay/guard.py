@@ -1,7 +1,8 @@
 """Never patch blind: decide, once and for the whole piece, whether it fits the upstream on disk.
 
 The order matters: an upstream that already has the fix is reported as such (not as a mismatch, although its
-code differs), then an unsupported version, then any target whose source is not the one the piece was written
+code differs), a piece written for other releases (another piece covers this one) as that, then an unsupported
+version, then any target whose source is not the one the piece was written
 for. Any of these leaves every target of the piece untouched. Everything is read from the upstream's files
 (`patchset_overlay.source`), so the verdict does not depend on which of its modules are imported yet.
 """
@@ -34,6 +35,11 @@ def fixed_in(piece: Piece, version: str) -> bool:
     return piece.fixed_since is not None and version_tuple(version) >= version_tuple(piece.fixed_since)
 
 
+def for_release(piece: Piece, version: str) -> bool:
+    """Whether ``piece`` is written for release ``version`` (every release, unless it names its own)."""
+    return piece.releases is None or version in piece.releases
+
+
 def fingerprint_key(module: str, name: str) -> str:
     return f"{module}:{name}"
 
@@ -47,6 +53,12 @@ def judge(overlay: Overlay, piece: Piece, source: UpstreamSource, fingerprints: 
         return Verdict(
             PieceState.UPSTREAM_HAS_FIX,
             f"{overlay.name}: {piece.name} stays off: {what} has the fix (upstream since {piece.fixed_since})",
+        )
+    if version in overlay.supported and not for_release(piece, version):
+        return Verdict(
+            PieceState.OTHER_RELEASE,
+            f"{overlay.name}: {piece.name} is for {overlay.distribution} {', '.join(piece.releases or ())}; "
+            f"{what} takes its own piece of the same patches",
         )
     reason = piece.upstream_has_fix(source)
     if reason is not None:

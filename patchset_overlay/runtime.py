@@ -69,7 +69,7 @@ def judge_pieces(overlay: Overlay) -> None:
     record.judged = True
     for name, verdict in _verdicts(overlay).items():
         record.pieces[name] = PieceRecord(verdict.state, verdict.reason)
-        if verdict.state is not PieceState.ACTIVE:
+        if verdict.state not in (PieceState.ACTIVE, PieceState.OTHER_RELEASE):  # the latter: nothing to warn of
             _warn_once(record, verdict.reason)
 
 

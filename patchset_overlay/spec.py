@@ -49,6 +49,9 @@ class Piece:
     # why the piece does not fit the environment around the upstream (e.g. another package's version), or None
     unfit: FixCheck | None = None
     fixed_since: str | None = None  # the first upstream release with this piece's fix, if any
+    # the supported releases this piece is written for, when its targets' code differs between releases (verl 0.7.1's
+    # value_loss is not 0.8.0's: a piece each, with the same patches); None: every supported release
+    releases: tuple[str, ...] | None = None
 
     @property
     def modules(self) -> tuple[str, ...]:

@@ -18,11 +18,15 @@ def _import_targets(overlay: Overlay) -> str | None:
     upstream is missing."""
     if importlib.util.find_spec(overlay.upstream) is None:
         return f"{overlay.distribution} is not installed"
-    try:
-        for module in overlay.modules:
+    for module in overlay.modules:
+        try:
             importlib.import_module(module)
-    except Exception as error:
-        return f"importing {overlay.distribution} failed: {error!r}"
+        except ModuleNotFoundError as error:
+            if error.name and module.startswith(f"{error.name}."):
+                continue  # a target of a piece for other releases (verl 0.7.1 has no verl.trainer.distillation)
+            return f"importing {overlay.distribution} failed: {error!r}"
+        except Exception as error:
+            return f"importing {overlay.distribution} failed: {error!r}"
     return None
 
 
@@ -49,6 +53,8 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
         pieces = []
         for piece in overlay.pieces:
             state = piece_states(overlay)[piece.name]
+            if state.state is PieceState.OTHER_RELEASE:
+                continue  # written for other releases: this one has its own piece of the same patches
             reason = state.reason
             if state.state is PieceState.ACTIVE:
                 changed = [target.label for target in piece.targets if target.module in state.undo]

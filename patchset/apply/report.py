@@ -127,7 +127,10 @@ def _partly_applied(plan: Plan) -> bool:
 
 def _merge_advice(plan: Plan, step: Step, file_hint: str) -> str:
     """Whether a 3-way merge would resolve the step, and so what to do next."""
-    refresh = f"or refresh the patch in {plan.target.series.path.parent}"
+    refresh = (
+        f"or refresh the patch in {plan.target.series.path.parent} (not patch --fuzz: a hunk whose context no longer "
+        f"matches can land in another function, as verl 0.8's critic hunk does in 0.7.1's ppo_loss)"
+    )
     compare = f"compare {file_hint} with the patch (local edits or another upstream revision)"
     result = step.merge
     if result is None or plan.reverse:

@@ -17,7 +17,7 @@ from patchset.plumbing.ui import Console, display_path
 from patchset.series.model import Series, load_series
 from patchset.upstreams.detect import detect
 from patchset.upstreams.fetch import Cache, ensure_upstream, fresh_patched_clone
-from patchset.upstreams.pins import Pin, Pins
+from patchset.upstreams.pins import Pin, Pins, release_key
 
 
 @dataclass(frozen=True)
@@ -69,19 +69,29 @@ def target_for_path(
         raise BadInput(f"{shown} does not exist; pass the root of a verl or Trinity-RFT checkout")
     found = detect(root, shown)
     pin = pins.find(found.key, found.version)
-    if pin is not None and pin.companion_for is not None and not force_version:
+    if pin is not None and not pin.target and not force_version:
         raise BadInput(
             f"{shown} is {pin.label}, which this patchset pins only to test {pin.companion_for} trees beside it; "
             f"the {pin.series} series does not target it (supported: {', '.join(pins.versions(found.key))}). "
             f"Next: give the {pin.companion_for} tree alone (it is tested beside {pin.label}), or pass "
             f"--force-version to try the {pin.series} series anyway"
         )
-    if pin is not None and pin.companion_for is not None:
+    if pin is not None and not pin.target:
         pin = None
     if pin is None:
         supported = ", ".join(pins.versions(found.key)) or "none"
         candidates = pins.for_key(found.key)
-        fallback = pins.default_for(found.key) or (candidates[-1] if candidates else None)
+        # the series of the same release line (verl 0.7.2: verl-0.7), else the default pin's
+        line = [
+            pin
+            for pin in candidates
+            if pin.target and release_key(pin.version)[0][:2] == release_key(found.version)[0][:2]
+        ]
+        fallback = (
+            max(line, key=lambda pin: release_key(pin.version))
+            if line
+            else pins.default_for(found.key) or (candidates[-1] if candidates else None)
+        )
         if fallback is None:
             raise BadInput(f"{shown} is {found.label} {found.version}, but {pins.source} has no pin for {found.key}")
         if not force_version and not check:

@@ -27,15 +27,19 @@ from patchset.export.series_export import (
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, BadInput
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
+from patchset.series.copies import checkout_files
 from patchset.series.lint import lint_patches_dir
 from patchset.series.model import load_series
 from patchset.upstreams.fetch import ensure_upstream, resolve_cache
-from patchset.upstreams.pins import Pin, load_pins
+from patchset.upstreams.pins import Pin, load_pins, release_key
 from patchset.upstreams.registry import UPSTREAMS
 
 EXIT_CHANGES = 1
 
-UPSTREAM_HELP = f"which series: {' or '.join(UPSTREAMS)} (keys of upstreams.toml)"
+UPSTREAM_HELP = (
+    f"which series: {' or '.join(UPSTREAMS)} (keys of upstreams.toml: the default pin's series), or a series folder "
+    "named in upstreams.toml (verl-0.7: made against the newest release it targets)"
+)
 
 EXIT_CODES = f"""\
 exit status:
@@ -62,6 +66,7 @@ examples:
   scripts/export.sh checkout verl                 .cache/maintain/verl-0.8.0, branch patches on v0.8.0
   scripts/export.sh export verl --dry-run         would the export change patches/verl/? (exit 1: yes)
   scripts/export.sh export verl                   write patches/verl/ from the checkout
+  scripts/export.sh checkout verl-0.7             .cache/maintain/verl-0.7.1: the verl-0.7 series on v0.7.1
   scripts/export.sh lint                          check every series folder
 """
 )
@@ -74,10 +79,17 @@ def _patches_dir(args: argparse.Namespace) -> Path:
 def _pin(args: argparse.Namespace) -> tuple[Path, Pin]:
     patches_dir = _patches_dir(args)
     pins = load_pins(patches_dir / "upstreams.toml")
-    pin = pins.default_for(args.upstream)
+    # an upstream key names its default pin's series; a series folder (verl-0.7) the newest release it targets,
+    # the one its patches are made against
+    of_series = sorted(
+        (p for p in pins.pins if p.series == args.upstream and p.target), key=lambda p: release_key(p.version)
+    )
+    pin = pins.default_for(args.upstream) or (of_series[-1] if of_series else None)
     if pin is None:
-        known = ", ".join(p.key for p in pins.defaults()) or "none"
-        raise BadInput(f"{pins.source} has no default pin for {args.upstream!r}; known upstreams: {known}")
+        known = ", ".join(
+            dict.fromkeys([*(p.key for p in pins.defaults()), *(p.series for p in pins.pins if p.target)])
+        )
+        raise BadInput(f"{pins.source} has no default pin or series {args.upstream!r}; known: {known or 'none'}")
     return patches_dir, pin
 
 
@@ -95,11 +107,12 @@ def cmd_checkout(args: argparse.Namespace, console: Console) -> int:
     refuse_existing(dest, force=args.force)
     vanilla = ensure_upstream(pin, resolve_cache(args.cache, os.environ, REPO_ROOT), console)
     console.step(f"Making a maintainer checkout of {pin.label} in {display_path(dest)}")
-    make_checkout(pin, vanilla, [patch.path for patch in series.patches], dest, console, force=args.force)
+    files = checkout_files(patches_dir, patches_dir / pin.series, [patch.name for patch in series.patches])
+    make_checkout(pin, vanilla, files, dest, console, force=args.force)
     count = len(series.patches)
     console.summary(
         f"{pin.label}: {display_path(dest)}, branch {BRANCH} = {pin.tag} + {count} patch{'es' if count != 1 else ''}; "
-        f"edit with git (commit --amend, rebase -i {pin.tag}), then: scripts/export.sh export {pin.key}"
+        f"edit with git (commit --amend, rebase -i {pin.tag}), then: scripts/export.sh export {args.upstream}"
         + (f" {display_path(dest)}" if args.dest else "")
     )
     return EXIT_OK

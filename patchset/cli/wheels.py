@@ -86,8 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME==VERSION",
         help="build this pinned release (repeatable; default: the default pins). Any release of "
-        "patches/upstreams.toml that a series targets, e.g. verl==0.9.1; a companion-only pin (verl==0.7.1) or a "
-        "release not pinned there is refused (exit 2)",
+        "patches/upstreams.toml that a series targets, e.g. verl==0.9.1 or verl==0.7.1; a companion-only pin "
+        "(target = false) or a release not pinned there is refused (exit 2)",
     )
     build.add_argument("--dist-dir", metavar="DIST", help="where the wheels go (default: <repo>/dist)")
     build.add_argument(

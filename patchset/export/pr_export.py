@@ -142,7 +142,7 @@ def _check_checkout(checkout: Path, key: str, patches_dir: Path) -> tuple[Pin, s
         raise BadInput(f"{shown} is a {found.label} checkout, not {key}; pass the {key} checkout or the other series")
     pins = load_pins(patches_dir / "upstreams.toml")
     pin = pins.find(key, found.version)
-    if pin is None or pin.companion_for is not None:  # a companion pin is tested beside, never patched
+    if pin is None or not pin.target:  # a companion-only pin is tested beside, never patched
         targets = ", ".join(pins.versions(key)) or "none"
         raise BadInput(
             f"{shown} is {found.label} {found.version} ({found.marker}), a version the {key} series does not target "

@@ -23,7 +23,9 @@ holds a ``series`` file or ``*.patch`` files):
   its entry (the regression tests that show its bug), and every entry names a patch of the series;
 - every ``pr/<group>.upstream-tests.patch`` (a group's change to upstream tests the sdist lacks) belongs to a group,
   parses, has a Subject and an ``Upstream-Commit: <hash>`` line, modifies only existing files under ``tests/``
-  (a new test belongs in the series) and adds no line ending in a space or a tab.
+  (a new test belongs in the series) and adds no line ending in a space or a tab;
+- a patch that its ``series`` line marks as a ``# copy of <series>/<patch>`` of another release line's series is that
+  patch's change: the same message and the same lines removed and added (``patchset.series.copies``).
 
 Unlike ``load_series``, which stops at the first problem, the lint reads everything and reports every problem.
 """
@@ -39,6 +41,7 @@ from pathlib import Path, PurePosixPath
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import display_path
+from patchset.series.copies import check_copies
 from patchset.series.groups import (
     DESCRIPTIONS_DIR,
     GROUPS_FILE,
@@ -136,7 +139,9 @@ def _forwarded_upstream(value: str) -> bool:
 
 def subject_problem(series: str, subject: str) -> str | None:
     """Why ``subject`` is not in the PR-title form of the upstream of ``series`` (None when it is)."""
-    form = UPSTREAMS[series].subject_form if series in UPSTREAMS else ANY_SUBJECT_FORM
+    # a release line's series (verl-0.7) takes its upstream's form
+    upstream = next((key for key in UPSTREAMS if series == key or series.startswith(f"{key}-")), None)
+    form = UPSTREAMS[upstream].subject_form if upstream else ANY_SUBJECT_FORM
     if form.pattern.match(subject):
         return None
     return f"Subject {subject!r} is not in the upstream's PR-title form {form.shown}"
@@ -344,4 +349,5 @@ def lint_patches_dir(patches_dir: Path) -> tuple[int, list[Problem]]:
     folders, problems = series_folders(patches_dir)
     for folder in folders:
         problems += lint_folder(folder)
+        problems += [Problem(folder / "series", message, line) for line, message in check_copies(patches_dir, folder)]
     return len(folders), problems

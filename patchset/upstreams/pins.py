@@ -25,8 +25,10 @@ class Pin:
     tag: str
     series: str
     default: bool
-    # the upstream key whose trees are tested beside this release; None for a release the series targets
+    # the upstream key whose trees are tested beside this release (vanilla); None: none are
     companion_for: str | None = None
+    # False for a release pinned only as a companion, which its series does not target
+    target: bool = True
 
     @property
     def label(self) -> str:
@@ -51,8 +53,8 @@ class Pins:
         return tuple(p for p in self.pins if p.key == key)
 
     def versions(self, key: str) -> list[str]:
-        """The versions of ``key`` that its series targets (companion pins excluded)."""
-        return sorted((p.version for p in self.for_key(key) if p.companion_for is None), key=release_key)
+        """The versions of ``key`` that a series targets (companion-only pins excluded)."""
+        return sorted((p.version for p in self.for_key(key) if p.target), key=release_key)
 
     def defaults(self) -> tuple[Pin, ...]:
         return tuple(p for p in self.pins if p.default)
@@ -61,7 +63,7 @@ class Pins:
         return next((p for p in self.defaults() if p.key == key), None)
 
     def companions(self, key: str, of: str) -> tuple[Pin, ...]:
-        """Releases of ``key`` pinned only so that trees of upstream ``of`` are also tested beside them."""
+        """Releases of ``key`` beside which trees of upstream ``of`` are also tested (as released, unpatched)."""
         return tuple(p for p in self.for_key(key) if p.companion_for == of)
 
 
@@ -90,7 +92,10 @@ def load_pins(path: Path) -> Pins:
         companion_for = table.get("companion_for")
         if companion_for is not None and (not isinstance(companion_for, str) or not companion_for or default):
             raise BadInput(f"{where}: companion_for must name an upstream key, on a pin that is not the default")
-        pin = Pin(**{f: table[f] for f in _FIELDS}, default=default, companion_for=companion_for)
+        target = table.get("target", True)
+        if not isinstance(target, bool) or (not target and (companion_for is None or default)):
+            raise BadInput(f"{where}: target must be true or false, and false only on a companion_for pin")
+        pin = Pin(**{f: table[f] for f in _FIELDS}, default=default, companion_for=companion_for, target=target)
         if any(p.key == pin.key and p.version == pin.version for p in pins):
             raise BadInput(f"{where}: {pin.key} {pin.version} is pinned twice")
         if default and any(p.key == pin.key and p.default for p in pins):

@@ -2,9 +2,10 @@
 
 A pin is buildable when ``patches/upstreams.toml`` pins that release and a series targets it: the default pins
 (verl 0.8.0, trinity-rft 0.6.0) and the other releases of a series (verl 0.9.0 and 0.9.1, which take the part of the
-verl series that upstream does not have). A companion pin (verl 0.7.1, pinned only so that Trinity trees are tested
-beside it) is no series' target, so there is nothing to build from it. Every request is checked before anything
-is fetched or built, and a bad one is refused with one line that names it and lists what can be built.
+verl series that upstream does not have; verl 0.7.0 and 0.7.1, which take the series of their line). A
+companion-only pin (``target = false``) is no series' target, so there is nothing to build from it. Every request is
+checked before anything is fetched or built, and a bad one is refused with one line that names it and lists what
+can be built.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ def requirement(pin: Pin) -> str:
 
 
 def buildable(pins: Pins) -> tuple[Pin, ...]:
-    """The pins a series targets (companion pins excluded), in the order of ``upstreams.toml``."""
-    return tuple(pin for pin in pins.pins if pin.companion_for is None)
+    """The pins a series targets (companion-only pins excluded), in the order of ``upstreams.toml``."""
+    return tuple(pin for pin in pins.pins if pin.target)
 
 
 def _listing(pins: Pins) -> str:
@@ -69,7 +70,7 @@ def select_pins(pins: Pins, requested: Sequence[str]) -> tuple[Pin, ...]:
             raise BadInput(
                 f"--pin {text}: {display_path(pins.source)} does not pin that release (buildable: {_listing(pins)})"
             )
-        if pin.companion_for is not None:
+        if not pin.target:
             raise BadInput(
                 f"--pin {text}: {pin.label} is pinned only to test {pin.companion_for} trees beside it; the "
                 f"{pin.series} series does not target it, so there is no patched wheel of it (buildable: "

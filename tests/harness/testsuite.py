@@ -5,17 +5,21 @@ Steps (each timed; the summary lists every step, its time and what it proves):
 - environment: the pinned venv, built from requirements/lock.txt on first use (pip's progress shown);
 - lint: ruff, ruff format and shellcheck on this project;
 - pinned trees: fetch the pinned upstreams and make patched trees of them (``patchset apply --no-test``), and
-  fetch the other pins later steps read (verl 0.7.1, verl 0.9.1);
+  fetch the other pins later steps read (verl 0.7.0, 0.7.1 and 0.9.1);
 - tooling: tests/scripts, the real series on copies of the pinned checkouts and the fault suite included;
 - teeth: the regression suite on the vanilla trees, expecting the bug, one batch shape per test, loss and mode
   (every check must fail there once), the engine end-to-end module included;
 - fix: the whole regression suite on the patched trees, expecting the fix;
 - wheels: the patched wheels built, installed into a fresh venv, every installed file equal by sha256 to the patched
   tree's, versions and manifests as labelled, and a smoke run of the loss tests on the installed packages; verl
-  0.9.1's wheel too, installed alone, its files equal to a patched clone's, each patch applied or skipped as labelled;
+  0.9.1's and verl 0.7.1's wheels too, each installed alone, its files equal to a patched clone's, each patch applied
+  or skipped as labelled;
 - verl 0.9.1, a target that takes part of the verl series: applied to a clone, the patches upstream has are skipped
   by content and the others apply; the suite passes on the patched clone, and the tests of the applied patches
   (their teeth, ``patches/verl/teeth``) fail on the vanilla release;
+- verl 0.7.1, a release of another line with a series of its own (patches/verl-0.7, its critic backport and geo_mean):
+  the same three checks, on its engine path (Trinity's legacy path is tested beside the vanilla 0.7.1 by teeth and
+  fix, as before);
 - overlays: a fresh venv with the pinned sdists and this project pip-installed; a smoke run of the suite with the
   overlays on, then tests/overlay: parity with the patched trees bit for bit, the import-order matrix, guards,
   activation, verl 0.9.1's own CPU test of the critic fix, a local Ray run, the installed file list; then a venv with
@@ -71,6 +75,8 @@ PROVEN_BY_THE_WHEELS_STEP = (
 )
 # A pinned release that has some fixes of the verl series upstream, and the first release that had them.
 UPSTREAM_MERGED = ("verl", "0.9.1", "0.9.0")
+# A pinned release of another release line, which takes a series of its own (patches/verl-0.7).
+RELEASE_LINE = ("verl", "0.7.1")
 
 
 def _pinned_trees(cache_root: Path) -> tuple[dict[str, Path], dict[str, Path]]:
@@ -109,13 +115,19 @@ def _partial_target_teeth(teeth: Mapping[str, str], applied: Sequence[str], vani
     return not missing and tested == 0
 
 
-def _upstream_merged_step(cache_root: Path, env: dict[str, str], patches_dir: Path = REPO_ROOT / "patches") -> bool:
-    """verl 0.9.1, a target that takes part of the verl series: ``patchset apply`` on a fresh clone must exit 0,
-    having skipped each patch upstream has (``Applied-Upstream`` at or before 0.9.1) with the message that names
-    its version and what the tree has (the Upstream-Check lines matched), and applied the others; then the
+def _upstream_merged_step(
+    cache_root: Path,
+    env: dict[str, str],
+    patches_dir: Path = REPO_ROOT / "patches",
+    release: tuple[str, str] = UPSTREAM_MERGED[:2],
+) -> bool:
+    """A verl release other than the default: verl 0.9.1, a target that takes part of the verl series, or verl
+    0.7.1, which takes the series of its release line (verl-0.7). ``patchset apply`` on a fresh clone must exit 0,
+    having skipped each patch upstream has (``Applied-Upstream`` at or before the release) with the message that
+    names its version and what the tree has (the Upstream-Check lines matched), and applied the others; then the
     regression suite expecting the fix on the patched clone (one batch shape per test, loss and mode: the whole
     suite ran on the patched default trees), and the teeth of the applied patches on the vanilla tree."""
-    key, version, _ = UPSTREAM_MERGED
+    key, version = release
     pin = load_pins(patches_dir / "upstreams.toml").find(key, version)
     if pin is None:
         print(f"error: patches/upstreams.toml has no pin for {key} {version}", file=sys.stderr)
@@ -182,6 +194,11 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
         }
         try:  # the real release with the fix (guards; its own CPU test of the critic fix, run on the overlay)
             env["PATCHSET_FIXED_VERL_TREE"] = str(_fixed_verl(cache_root))
+            line = load_pins(REPO_ROOT / "patches" / "upstreams.toml").find(*RELEASE_LINE)
+            if line is None:
+                raise PatchsetError(f"patches/upstreams.toml has no pin for {' '.join(RELEASE_LINE)}")
+            cache = resolve_cache(str(cache_root), os.environ, REPO_ROOT)
+            env["PATCHSET_RELEASE_LINE_VERL_TREE"] = str(ensure_upstream(line, cache, Console()))  # its fingerprints
         except PatchsetError as error:
             print(f"error: {error}", file=sys.stderr)
             return False
@@ -191,19 +208,25 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
         command += parallel_args(Path(python))
         passed["tests/overlay"] = subprocess.run(command, cwd=REPO_ROOT, env=env).returncode == 0
         passed["verl 0.9.1"] = _overlay_partial_target(python, cache_root, Path(tmp) / "venv-verl-0.9.1")
+        passed["verl 0.7.1"] = _overlay_partial_target(
+            python, cache_root, Path(tmp) / "venv-verl-0.7.1", release=RELEASE_LINE
+        )
     guards = results_dir / "overlay-guards.txt"
     if guards.exists():
         print("* Guards tried, and the message each printed:\n" + guards.read_text(encoding="utf-8"), end="")
     return all(passed.values())
 
 
-def _overlay_partial_target(python: str, cache_root: Path, venv_dir: Path) -> bool:
+def _overlay_partial_target(
+    python: str, cache_root: Path, venv_dir: Path, release: tuple[str, str] = UPSTREAM_MERGED[:2]
+) -> bool:
     """The overlay on pip-installed verl 0.9.1 (alone: pip cannot install trinity-rft 0.6.0 beside it), a release
-    that has some of the fixes: the suite, in overlay mode, on the patches that apply there (their teeth), with
-    the overlays on. The pieces 0.9.1 has stay off, which the suite's overlay check allows only for those; the rest
-    must be active. With the overlays off the installed files are the vanilla release's, whose failing of the same
-    tests the verl 0.9.1 step shows (its teeth), so that run is not made twice."""
-    key, version, _ = UPSTREAM_MERGED
+    that has some of the fixes, or verl 0.7.1 (alone), whose critic piece is its own: the suite, in overlay mode, on
+    the patches that apply there (their teeth), with the overlays on. The pieces 0.9.1 has stay off, and on
+    0.7.1 those written for other releases, which the suite's overlay check allows only for those; the rest must be
+    active. With the overlays off the installed files are the vanilla release's, whose failing of the same tests the
+    verl 0.9.1 and 0.7.1 steps show (their teeth), so that run is not made twice."""
+    key, version = release
     pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").find(key, version)
     assert pin is not None  # the pinned-trees step fetched it by this pin
     try:
@@ -257,15 +280,21 @@ def _lint(python: str) -> bool:
 
 def _pinned_trees_step(cache_root: Path, env: dict[str, str], quick: bool) -> bool:
     """Fetch the default pins and patch them (``patchset apply --no-test``); then fetch every other pin a later
-    step reads (the companion verl, verl 0.9.1), so that steps running at once never fetch into the cache."""
+    step reads (the companion verl, verl 0.9.1, the releases of another line: verl 0.7.0 and 0.7.1), so that steps
+    running at once never fetch into the cache."""
     if not _run([sys.executable, "-m", "patchset", "apply", "--no-test", "--cache", str(cache_root)], env):
         return False
     if quick:
         return True
     cache = resolve_cache(str(cache_root), os.environ, REPO_ROOT)
-    for pin in load_pins(REPO_ROOT / "patches" / "upstreams.toml").companions("verl", of="trinity"):
+    pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
+    for pin in pins.companions("verl", of="trinity"):
         ensure_upstream(pin, cache, Console())
     _fixed_verl(cache_root)  # raises, naming the pin, where upstreams.toml lacks it
+    # every release of another line (verl 0.7.0 and 0.7.1): the verl 0.7.1 step and the tooling tests read them
+    for pin in pins.for_key(RELEASE_LINE[0]):
+        if pin.target and pin.series != RELEASE_LINE[0]:
+            ensure_upstream(pin, cache, Console())
     return True
 
 
@@ -285,7 +314,18 @@ def _tooling_step(python: str, env: dict[str, str]) -> bool:
     return _run([*command, "--deselect", PROVEN_BY_THE_WHEELS_STEP], env)
 
 
-STEP_NAMES = ("environment", "pinned trees", "lint", "teeth", "tooling", "overlays", "fix", "wheels", "verl 0.9.1")
+STEP_NAMES = (
+    "environment",
+    "pinned trees",
+    "lint",
+    "teeth",
+    "tooling",
+    "overlays",
+    "fix",
+    "wheels",
+    "verl 0.9.1",
+    "verl 0.7.1",
+)
 
 
 def _run_one_step(name: str, cache_root: Path, quick: bool) -> bool:
@@ -302,10 +342,13 @@ def _run_one_step(name: str, cache_root: Path, quick: bool) -> bool:
         return _regression_step(cache_root, "bug" if name == "teeth" else "fixed", quick)
     if name == "tooling":
         return _tooling_step(python, env)
-    if name == "wheels":  # and verl 0.9.1's wheel, a release that takes part of the series, in a venv of its own
-        return check_wheels(Console(), _pinned_trees(cache_root)[1], cache_root, also=[UPSTREAM_MERGED[:2]])
+    if name == "wheels":  # and the wheels of verl 0.9.1 (part of the series) and 0.7.1 (its own), each in a venv
+        also = [UPSTREAM_MERGED[:2], RELEASE_LINE]
+        return check_wheels(Console(), _pinned_trees(cache_root)[1], cache_root, also=also)
     if name == "verl 0.9.1":
         return _upstream_merged_step(cache_root, env)
+    if name == "verl 0.7.1":
+        return _upstream_merged_step(cache_root, env, release=RELEASE_LINE)
     if name == "overlays":
         vanilla, patched = _pinned_trees(cache_root)
         return _overlay_step(python, vanilla, patched, cache_root)
@@ -321,6 +364,9 @@ def plan(cache_root: Path, quick: bool, jobs: int = 1) -> list[Step]:
     of verl 0.9.1, which runs last, when the other steps are ending."""
     cores = os.cpu_count() or 1
     shared = () if os.environ.get("PATCHSET_WORKERS") else (("PATCHSET_WORKERS", str(max(1, cores // jobs))),)
+    # a short suite run beside the others: one process, not a worker per core that each import torch and verl first
+    # (measured for verl 0.7.1's two runs: 19 s of CPU in one process each, 31 s with two workers each)
+    alone = () if os.environ.get("PATCHSET_WORKERS") else (("PATCHSET_WORKERS", "1"),)
 
     def step(name: str, proves: str, needs: tuple[str, ...] = ("environment", "pinned trees"), **how: object) -> Step:
         argv = [sys.executable, "-P", "-m", "tests.harness.testsuite", "--step", name, "--cache", str(cache_root)]
@@ -346,13 +392,20 @@ def plan(cache_root: Path, quick: bool, jobs: int = 1) -> list[Step]:
         ),
         step(
             "wheels",
-            "every installed file is the patched tree's (sha256); labels, manifests; smoke run; verl 0.9.1's wheel too",
+            "every installed file is the patched tree's (sha256); labels, manifests; smoke run; verl 0.9.1's and "
+            "0.7.1's wheels too",
         ),
         # last, when the other steps are ending: its workers take every core
         step(
             "verl 0.9.1",
             "a partial target: what upstream has is skipped by content, the rest applies; fix on the patched clone, "
             "teeth of the applied patches on vanilla",
+        ),
+        step(
+            "verl 0.7.1",
+            "another release line: its own series (verl-0.7) applies; fix on the patched clone, teeth on vanilla "
+            f"({shapes})",
+            env=alone,
         ),
     ]
     quick_steps = ("environment", "pinned trees", "teeth", "fix")
@@ -369,7 +422,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Run every test of the patchset, proving each deployment mode once: lint, the tooling tests, "
         "the regression suite on the vanilla trees (the teeth: one batch shape per test, loss and mode) and on the "
         "patched trees (every case), the patched wheels (sha256 of every installed file, smoke run), verl 0.9.1 "
-        "(patches skipped by content) and the overlays on pip-installed releases (parity, import order, smoke). "
+        "(patches skipped by content), verl 0.7.1 (its own series) and the overlays on pip-installed releases "
+        "(parity, import order, smoke). "
         "Independent steps run at once, each printed whole when it ends; a summary lists every step and its time.",
         epilog="Exit codes: 0 all passed; 1 a step failed (its output says which); 2 the environment could not "
         "be built. PATCHSET_WORKERS=N sets the pytest-xdist workers of each step (default: the cores divided "

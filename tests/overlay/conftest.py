@@ -43,10 +43,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _every_piece() -> int:
-    """How many entries `status` lists when everything is active: each code piece, and verl's critic YAML."""
+    """How many entries `status` lists when everything is active on the default pins (the releases these tests
+    install): each code piece written for that release (`status` leaves out another release's), and verl's critic
+    YAML."""
+    from patchset.upstreams.pins import load_pins
     from patchset_overlay import overlays
 
-    return sum(len(overlay.pieces) for overlay in overlays()) + 1
+    defaults = {pin.name: pin.version for pin in load_pins(REPO_ROOT / "patches" / "upstreams.toml").defaults()}
+    return 1 + sum(
+        1
+        for overlay in overlays()
+        for piece in overlay.pieces
+        if piece.releases is None or defaults[overlay.distribution] in piece.releases
+    )
 
 
 EVERY_PIECE = _every_piece()

@@ -1,8 +1,8 @@
 """The fingerprints the overlays check are those of the pinned releases, made by the command, never by hand.
 
-`python -m patchset_overlay fingerprints --check` against the vanilla pinned checkouts (and verl 0.9.1, the other
-release the verl overlay accepts) must find nothing stale, and must find a fingerprint stale as soon as one target's
-source differs (a one-character edit of a copy).
+`python -m patchset_overlay fingerprints --check` against the vanilla pinned checkouts (and verl 0.9.1 and 0.7.1,
+the other releases the verl overlay accepts) must find nothing stale, and must find a fingerprint stale as soon as one
+target's source differs (a one-character edit of a copy).
 """
 
 from __future__ import annotations
@@ -28,7 +28,10 @@ def test_stored_fingerprints_match_the_pinned_releases(vanilla_trees):
     fixed_verl = os.environ.get("PATCHSET_FIXED_VERL_TREE")
     if not fixed_verl:
         pytest.skip("PATCHSET_FIXED_VERL_TREE is not set (scripts/test.sh fetches verl 0.9.1 and sets it)")
-    completed = _check([*roots, ("verl", Path(fixed_verl) / "verl")])
+    # verl 0.7.1, a release of another line with pieces of its own (set by scripts/test.sh, like verl 0.9.1)
+    line_verl = os.environ.get("PATCHSET_RELEASE_LINE_VERL_TREE")
+    others = [("verl", Path(fixed_verl) / "verl"), *([("verl", Path(line_verl) / "verl")] if line_verl else [])]
+    completed = _check([*roots, *others])
     assert completed.returncode == 0, completed.stdout + completed.stderr
 
 

@@ -83,12 +83,12 @@ def _check(result: dict, case: str, off: str, state: str, expected: str, objects
             "verl",
             "version/version",
             "0.8.0",
-            "0.7.1",
-            "verl 0.7.1 is not a supported version (supported: 0.8.0, 0.9.1); ",
+            "0.6.1",
+            "verl 0.6.1 is not a supported version (supported: 0.7.1, 0.8.0, 0.9.1); ",
         ),
         ("trinity", "__init__.py", '__version__ = "0.6.0"', '__version__ = "0.5.9"', "trinity-rft 0.5.9 is not a "),
     ],
-    ids=["verl-0.7.1", "trinity-0.5.9"],
+    ids=["verl-0.6.1", "trinity-0.5.9"],
 )
 def test_unsupported_version_leaves_upstream_untouched(
     tmp_path, cases, overlay_site, off, relative, old, new, expected

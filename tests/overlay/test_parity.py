@@ -84,15 +84,18 @@ def test_comparison_can_fail_vanilla_differs_from_patched(runs):
     assert not _equal(runs["vanilla"]["config"], runs["patched"]["config"])
 
 
-@pytest.mark.parametrize("series", ["verl", "trinity"])
-def test_every_patch_of_the_series_is_mirrored_by_exactly_one_piece(series):
+@pytest.mark.parametrize(("series", "release"), [("verl", "0.8.0"), ("verl-0.7", "0.7.1"), ("trinity", "0.6.0")])
+def test_every_patch_of_the_series_is_mirrored_by_exactly_one_piece(series, release):
+    """On each release the overlay accepts, the pieces written for it mirror its series, patch for patch (by slug:
+    verl-0.7's 0002 is verl's 0003, copied)."""
     import importlib
 
     from patchset.series.model import load_series
 
-    patches = [Path(patch.name).stem for patch in load_series(REPO_ROOT / "patches", series).patches]
-    overlay = importlib.import_module(f"{series}_overlay.pieces").OVERLAY
-    mirrored = [patch for piece in overlay.pieces for patch in piece.patches]
+    patches = [Path(patch.name).stem[5:] for patch in load_series(REPO_ROOT / "patches", series).patches]
+    overlay = importlib.import_module(f"{series.split('-')[0]}_overlay.pieces").OVERLAY
+    pieces = [piece for piece in overlay.pieces if piece.releases is None or release in piece.releases]
+    mirrored = [patch[5:] for piece in pieces for patch in piece.patches]
     assert sorted(mirrored) == sorted(patches), (
         f"patches/{series}/series lists {patches}, but {series}_overlay's pieces mirror {mirrored}: every patch "
         "needs exactly one overlay piece (see the overlay's pieces/)"

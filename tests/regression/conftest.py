@@ -65,6 +65,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CRITIC_LOSS_FILE = "verl/workers/utils/losses.py"  # the file of the critic's value_loss, which the fix changes
 DPO_STEPS_PATCH = "-trainer-make-one-dpo-training-step-one-optimizer"  # the Trinity patch a user may leave out
 UPSTREAM_HAS_FIX = "off (upstream has the fix)"  # an overlay piece's state where the release has its fix
+OTHER_RELEASE = "off (another release's piece)"  # a piece written for other releases (another covers this one)
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _assert_overlay_state(overlay_name: str, expect: str, tree: Path) -> None:
     """In overlay mode: the overlay is the one installed beside the upstream (not this checkout's source), and
     every piece of it is active when the fix is expected (but those whose fix the installed release has, as verl
-    0.9.1 has the critic's), and none when the bug is."""
+    0.9.1 has the critic's, and those written for other releases, as verl 0.8.0's critic piece on 0.7.1), and none
+    when the bug is."""
     if _mode() != "overlay":
         return
     from patchset_overlay.status import collect
@@ -150,7 +152,7 @@ def _assert_overlay_state(overlay_name: str, expect: str, tree: Path) -> None:
     entry = next(entry for entry in collect() if entry["overlay"] == overlay_name)
     states = {piece["piece"]: piece["state"] for piece in entry["pieces"]}
     if expect == "fixed":
-        needed = [state for state in states.values() if state != UPSTREAM_HAS_FIX]
+        needed = [state for state in states.values() if state not in (UPSTREAM_HAS_FIX, OTHER_RELEASE)]
         assert needed and all(state == "active" for state in needed), f"{overlay_name} is not active: {entry}"
     else:
         assert not any(state == "active" for state in states.values()), f"{overlay_name} is active: {entry}"
@@ -186,12 +188,23 @@ def verl_tree(verl_on_path: Path) -> Path:
     return verl_on_path
 
 
+@pytest.fixture(scope="session")
+def verl_distillation_tree(verl_tree: Path) -> Path:
+    """The verl checkout under test, for the on-policy distillation tests: skipped on a release without it (verl
+    0.7.x has no ``verl/trainer/distillation``, so patch verl 0002 has nothing to fix there)."""
+    if not (verl_tree / "verl" / "trainer" / "distillation").is_dir():
+        pytest.skip(f"verl at {verl_tree} has no on-policy distillation (verl/trainer/distillation)")
+    return verl_tree
+
+
 def _trinity_on_path(verl_on_path: Path, legacy: bool) -> Path:
     """The Trinity-RFT checkout under test, on the training path the tests ask for: Trinity's own
     ``is_verl_legacy()`` (verl < 0.8) picks its legacy worker, else verl's engine."""
     tree = _tree_from_env("PATCHSET_TRINITY_TREE")
     if tree is None:
         pytest.skip("no Trinity-RFT tree under test (PATCHSET_TRINITY_TREE)")
+    if not (tree / "trinity").is_dir():  # overlay mode on a venv with verl alone (verl 0.9.1, 0.7.1)
+        pytest.skip(f"no Trinity-RFT in {tree}")
     from trinity.trainer.trainer import is_verl_legacy
 
     if is_verl_legacy() != legacy:
@@ -265,7 +278,19 @@ def verl_version(verl_on_path: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def verl_upstream_skips(verl_tree: Path, verl_version: str) -> dict[str, UpstreamSkip]:
+def verl_series(verl_version: str) -> str:
+    """The series (folder under patches/) that targets the verl release under test: ``verl-0.7`` for verl 0.7.1, the
+    ``verl`` series for 0.8 and later, as ``patches/upstreams.toml`` maps each pin (``verl`` for an unpinned one)."""
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.append(str(REPO_ROOT))  # after the trees under test: only for the stdlib-only patchset package
+    from patchset.upstreams.pins import load_pins
+
+    pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").find("verl", verl_version.split("+", 1)[0])
+    return pin.series if pin is not None and pin.target else "verl"
+
+
+@pytest.fixture(scope="session")
+def verl_upstream_skips(verl_tree: Path, verl_version: str, verl_series: str) -> dict[str, UpstreamSkip]:
     """{patch name: skip} for the patches of the verl series that `patchset apply` skips on this tree because
     upstream has their change (``Applied-Upstream`` / ``Upstream-Check``), as the planner decides it (read-only), or
     because upstream fixed the bug its own way: on a patched tree (``fixed``), a patch that neither is applied nor
@@ -279,7 +304,7 @@ def verl_upstream_skips(verl_tree: Path, verl_version: str) -> dict[str, Upstrea
     from patchset.apply.plan import Action, conflicts, plan_series
     from patchset.series.model import load_series
 
-    series = load_series(REPO_ROOT / "patches", "verl")
+    series = load_series(REPO_ROOT / "patches", verl_series)
     steps = plan_series(verl_tree, series.patches, version=verl_version)
     skips: dict[str, UpstreamSkip] = {}
     if os.environ.get("PATCHSET_EXPECT") == "fixed":

@@ -101,6 +101,41 @@ def save_tiny_model(path: Path) -> None:
     Qwen2ForCausalLM(config).save_pretrained(path)
 
 
+def _fp32_forward_on_verl_0_7() -> None:
+    """verl 0.7.x's FSDP ``forward_step`` autocasts to bf16 whatever the engine's dtype (0.8.0 follows the parameter
+    dtype, fp32 here), so every micro-batch composition rounds differently; in this rank process autocast is a no-op
+    there, and the forward runs in fp32, as on 0.8.0. Not on the loss path."""
+    import contextlib
+
+    import torch
+    import verl
+
+    if verl.__version__.startswith("0.7."):
+        torch.autocast = lambda *args, **kwargs: contextlib.nullcontext()  # type: ignore[assignment,misc]
+
+
+def _wrap_policy() -> dict:
+    """verl 0.7.x's ``apply_fsdp2`` indexes the model's ``_no_split_modules``, which transformers 5 makes a set: name
+    the layers it wraps by default (0.8.0 reads the set itself)."""
+    import verl
+
+    if not verl.__version__.startswith("0.7."):
+        return {}
+    return {"wrap_policy": {"transformer_layer_cls_to_wrap": ["Qwen2DecoderLayer"]}}
+
+
+def _value_model_overrides(component: str) -> dict:
+    """verl 0.7.x's FSDP engine builds the critic from the checkpoint's own architecture (a value model is saved as a
+    token classifier with one label); 0.8.0's builds a value head itself. The tiny checkpoint is a causal LM: on 0.7.x
+    its critic is configured as what a critic checkpoint would declare, with the dropout 0.8.0 sets for its value
+    head (none: the classifier's default dropout would make every step's forward differ)."""
+    import verl
+
+    if component != "critic" or not verl.__version__.startswith("0.7."):
+        return {}
+    return {"architectures": ["Qwen2ForTokenClassification"], "num_labels": 1, "classifier_dropout": 0.0}
+
+
 def _build_engine(component: str, model_path: Path):
     import torch
     from verl.trainer.config import CheckpointConfig
@@ -111,7 +146,7 @@ def _build_engine(component: str, model_path: Path):
         path=str(model_path),
         load_tokenizer=False,
         use_remove_padding=True,
-        override_config={"attn_implementation": "sdpa"},
+        override_config={"attn_implementation": "sdpa", **_value_model_overrides(component)},
     )
     engine_config = FSDPEngineConfig(
         strategy="fsdp2",
@@ -119,6 +154,7 @@ def _build_engine(component: str, model_path: Path):
         mixed_precision={"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
         use_torch_compile=False,
         forward_only=False,
+        **_wrap_policy(),
     )
     optimizer_config = FSDPOptimizerConfig(lr=0.0, weight_decay=0.0, clip_grad=1.0, total_training_steps=10)
     engine_class = FSDPEngineWithValueHead if component == "critic" else FSDPEngineWithLMHead
@@ -144,10 +180,17 @@ def _loss_function(component: str, mode: str):
     if component == "critic":
         from functools import partial
 
+        from engine_sim import critic_model_fields
         from verl.workers.config import CriticConfig
         from verl.workers.utils.losses import value_loss
 
-        config = CriticConfig(strategy="fsdp2", ppo_micro_batch_size_per_gpu=1, cliprange_value=0.2, loss_agg_mode=mode)
+        config = CriticConfig(
+            strategy="fsdp2",
+            ppo_micro_batch_size_per_gpu=1,
+            cliprange_value=0.2,
+            loss_agg_mode=mode,
+            **critic_model_fields(),
+        )
         return partial(value_loss, config)
     if component == DISTILLATION:
         from functools import partial
@@ -288,6 +331,7 @@ def _worker(
             "gloo", init_method=f"file://{workdir}/rendezvous", rank=rank, world_size=world_size
         )
         _cpu_unpadding()
+        _fp32_forward_on_verl_0_7()
         from engine_sim import load_value_head_with_config_attention
 
         load_value_head_with_config_attention()

@@ -80,6 +80,17 @@ def actor_config(loss_agg_mode: str, strategy: str = "fsdp", **fields):
     )
 
 
+def critic_model_fields() -> dict:
+    """What a loss test's ``CriticConfig`` needs besides its own fields: verl 0.7.x's loads the model named by its
+    deprecated ``model`` section unless given a ``model_config`` (0.8.0 dropped the field); the loss reads neither,
+    so an empty one (none on 0.8.0 and later)."""
+    import dataclasses
+
+    from verl.workers.config import CriticConfig
+
+    return {"model_config": {}} if "model_config" in {f.name for f in dataclasses.fields(CriticConfig)} else {}
+
+
 def use_cpu_unpadding() -> None:
     """Point verl's unpad helpers at its pure-torch implementation (no flash_attn on CPU)."""
     import verl.utils.attention_utils as attention_utils

@@ -24,6 +24,7 @@ import torch
 from engine_sim import (
     RESPONSE_LEN,
     Split,
+    critic_model_fields,
     engine_gradient,
     grad_ratio,
     make_rollout_batch,
@@ -48,7 +49,12 @@ def _critic_config(loss_agg_mode: str, **extra):
     from verl.workers.config import CriticConfig
 
     return CriticConfig(
-        strategy="fsdp", ppo_micro_batch_size_per_gpu=1, cliprange_value=0.2, loss_agg_mode=loss_agg_mode, **extra
+        strategy="fsdp",
+        ppo_micro_batch_size_per_gpu=1,
+        cliprange_value=0.2,
+        loss_agg_mode=loss_agg_mode,
+        **critic_model_fields(),
+        **extra,
     )
 
 

@@ -14,7 +14,7 @@ from distillation_checks import check_measurement, record_measurement
 
 
 @pytest.fixture(scope="module")
-def first_calls(request: pytest.FixtureRequest, verl_tree: Path) -> dict[str, Measurement]:
+def first_calls(request: pytest.FixtureRequest, verl_distillation_tree: Path) -> dict[str, Measurement]:
     """The first-call cases this session runs (all, or the sample the conftest kept), measured in one spawned
     process (fresh interpreter, fresh workers per case)."""
     cases = [
@@ -25,7 +25,9 @@ def first_calls(request: pytest.FixtureRequest, verl_tree: Path) -> dict[str, Me
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
         files, measurements = pool.submit(measure_first_calls, cases).result()
     for name, file in files.items():
-        assert Path(file).resolve().is_relative_to(verl_tree), f"the spawned process imported {name} from {file}"
+        assert Path(file).resolve().is_relative_to(verl_distillation_tree), (
+            f"the spawned process imported {name} from {file}"
+        )
     return {measurement.case: measurement for measurement in measurements}
 
 

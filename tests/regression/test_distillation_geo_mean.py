@@ -25,11 +25,11 @@ SPLITS = [(1, Split(2)), (1, Split(4, dynamic=True)), (2, Split(2))]
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _cpu_unpadding(verl_tree: Path) -> None:
+def _cpu_unpadding(verl_distillation_tree: Path) -> None:
     use_cpu_unpadding()
 
 
-def test_distillation_config_refuses_a_policy_loss_mode_other_than_vanilla(verl_tree: Path):
+def test_distillation_config_refuses_a_policy_loss_mode_other_than_vanilla(verl_distillation_tree: Path):
     from verl.workers.config import DistillationLossConfig
 
     with pytest.raises(NotImplementedError, match="geo_mean"):

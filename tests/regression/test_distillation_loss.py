@@ -34,13 +34,15 @@ from engine_sim import use_cpu_unpadding
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _cpu_unpadding(verl_tree: Path) -> None:
+def _cpu_unpadding(verl_distillation_tree: Path) -> None:
     use_cpu_unpadding()
 
 
-def test_distillation_loss_imported_from_the_tree_under_test(verl_tree: Path):
+def test_distillation_loss_imported_from_the_tree_under_test(verl_distillation_tree: Path):
     for name, file in module_files().items():
-        assert Path(file).resolve().is_relative_to(verl_tree), f"{name} came from {file}, not {verl_tree}"
+        assert Path(file).resolve().is_relative_to(verl_distillation_tree), (
+            f"{name} came from {file}, not {verl_distillation_tree}"
+        )
 
 
 @pytest.mark.parametrize("case", all_cases("second mini-batch"), ids=str)

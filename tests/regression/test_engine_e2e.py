@@ -44,6 +44,13 @@ loop, backward, the gradient reduction and `optimizer_step` run unchanged from t
    sizes train the same model; the checkpoint has no tokenizer (``load_tokenizer=False``).
 8. Once the engine is built, `gc.freeze()`: the engine's ``to()`` calls ``gc.collect()`` twice a step, and
    on this CPU walking every object torch, transformers and verl keep alive was half of each step.
+9. verl 0.7.1 only (its critic; it has no distillation): the FSDP2 wrap policy names ``Qwen2DecoderLayer`` (0.7.1's
+   ``apply_fsdp2`` indexes transformers 5's set of ``_no_split_modules``); the critic checkpoint's config declares
+   what a critic checkpoint does (``Qwen2ForTokenClassification``, one label, no classifier dropout: 0.7.1 builds the
+   critic from the checkpoint's architecture, where 0.8.0 sets these itself); ``forward_step``'s hard-coded bf16
+   autocast is a no-op, so the forward runs in fp32 as on 0.8.0 (with it, each micro-batch composition rounds
+   differently: ratios off 1 by up to 3e-4). Measured on 0.7.1: vanilla x2.000 / x3.992 token-mean and x2 / x4 the
+   sequence means at K = 2 / 4 on one rank; patched 1.000000 for every split and both world sizes.
 
 The engine, loss and Trinity patch modules are checked to come from the trees under test in every
 rank. With ``baseline_dir`` set, every measurement is written to ``e2e-<expect>.jsonl`` there
@@ -63,9 +70,11 @@ from conftest import SAMPLE_VARIABLE
 from engine_e2e_worker import COMPONENTS, DISTILLATION, LOSS_AGG_MODES, MICRO_BATCHES, run_world
 
 WORLD_SIZES = (1, 2)
-# The CPU adaptations below are written for verl 0.8.0's engine. verl 0.9.x's FSDP engine is CUDA-only on this
-# path: building the model calls log_gpu_memory_usage, which asks torch.cuda.mem_get_info unconditionally.
-E2E_VERL_VERSIONS = ("0.8.0",)
+# The CPU adaptations below are written for verl 0.8.0's engine, and hold for 0.7.1's (its critic, configured as a
+# critic checkpoint declares itself, see engine_e2e_worker; 0.7.x has no distillation). verl 0.9.x's FSDP engine is
+# CUDA-only on this path: building the model calls log_gpu_memory_usage, which asks torch.cuda.mem_get_info
+# unconditionally.
+E2E_VERL_VERSIONS = ("0.7.1", "0.8.0")
 RTOL = 1e-5
 BUG_RATIO_TOLERANCE = 0.15
 SUITE_DIR = Path(__file__).resolve().parent
@@ -140,7 +149,8 @@ def grad_norms(e2e_runs: dict[int, list[dict]], trees: dict[str, Path]) -> dict[
 def _components(trees: dict[str, Path]) -> tuple[str, ...]:
     """What runs: the critic and verl's distillation loss, then (with a Trinity tree) Trinity's actor, last because
     Trinity's engine patch stays in place once applied."""
-    return ("critic", DISTILLATION, "actor") if "trinity" in trees else ("critic", DISTILLATION)
+    distillation = (DISTILLATION,) if (trees["verl"] / "verl" / "trainer" / "distillation").is_dir() else ()  # >= 0.8
+    return ("critic", *distillation, "actor") if "trinity" in trees else ("critic", *distillation)
 
 
 def _require(trees: dict[str, Path], component: str) -> None:
@@ -205,7 +215,7 @@ def test_engine_grad_norm_on_two_ranks_equals_one_rank(expect, trees, grad_norms
 
 
 @pytest.mark.parametrize("mode", LOSS_AGG_MODES)
-def test_engine_distillation_grad_norm_invariant_to_split_and_ranks(expect, grad_norms, mode):
+def test_engine_distillation_grad_norm_invariant_to_split_and_ranks(expect, grad_norms, mode, verl_distillation_tree):
     """verl's distillation_ppo_loss (supervised k3, task rewards off), each step a fresh worker's first call: the
     grad_norm of every split and both world sizes equals one micro-batch on one rank. Vanilla: its first micro-batch
     is normalized by its own tokens or sequences (dp_size 1), so every split into 2 or 4 micro-batches differs."""

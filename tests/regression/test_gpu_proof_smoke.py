@@ -20,9 +20,11 @@ from pathlib import Path
 
 import pytest
 from forking import run_children
-from test_engine_e2e import E2E_VERL_VERSIONS
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "scripts"
+# the engine the script's CPU path is written for (test_engine_e2e also runs verl 0.7.1's, with adaptations the
+# script, made to run on GPUs, does not carry)
+GPU_PROOF_VERL_VERSIONS = ("0.8.0",)
 if str(SCRIPTS_DIR) not in sys.path:
     sys.path.append(str(SCRIPTS_DIR))  # after the trees under test
 
@@ -40,8 +42,8 @@ def _run_side(spec: dict, result_file: str) -> None:
 
 
 def test_gpu_proof_critic_verdict_matches_the_tree_under_test(expect, verl_tree, verl_version, tmp_path):
-    if verl_version.split("+", 1)[0] not in E2E_VERL_VERSIONS:
-        pytest.skip(f"the script's CPU path runs verl {', '.join(E2E_VERL_VERSIONS)}'s engine (see test_engine_e2e)")
+    if verl_version.split("+", 1)[0] not in GPU_PROOF_VERL_VERSIONS:
+        pytest.skip(f"the script's CPU path runs verl {', '.join(GPU_PROOF_VERL_VERSIONS)}'s engine")
     spec = {
         "cases": ["critic"],
         "precisions": ["fp32"],

@@ -63,12 +63,12 @@ def _require_source_checkout(tree: Path) -> None:
         pytest.skip(f"{tree} is an installed package, not a source checkout: upstream lint runs on source trees")
 
 
-def test_verl_patch_passes_ruff_with_verls_settings(verl_tree, verl_upstream_skips, verl_version):
+def test_verl_patch_passes_ruff_with_verls_settings(verl_tree, verl_upstream_skips, verl_version, verl_series):
     _require_source_checkout(verl_tree)
-    if set(_series_names("verl")) <= set(verl_upstream_skips):
+    if set(_series_names(verl_series)) <= set(verl_upstream_skips):
         reasons = ", ".join(f"{skip.patch} ({skip.reason})" for skip in verl_upstream_skips.values())
         pytest.skip(f"on verl {verl_version} the series skips every patch: {reasons}; upstream's code is not ours")
-    files = _touched_python_files("verl", skipped=verl_upstream_skips)
+    files = _touched_python_files(verl_series, skipped=verl_upstream_skips)
     config = ["--config", str(verl_tree / "pyproject.toml")]
 
     _run_tool("ruff", ["check", *config, *files], verl_tree)

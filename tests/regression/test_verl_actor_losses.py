@@ -7,10 +7,10 @@ mode), as the proof behind the audit table:
   (all but the three below), its entropy and KL terms on: through verl's no-padding conversion and micro-batch
   splitter (`engine_sim`), for every ``loss_agg_mode``, fixed and token-budget splits and dp 2, the gradient equals
   one micro-batch's (rtol 1e-5).
-- ``geo_mean`` (GMPO) averages its per-sequence losses with ``torch.mean`` over the micro-batch in verl 0.8.0 and
-  0.9.1: the gradient grows with the number of micro-batches per rank (ratio K on the vanilla trees), the critic's
-  defect. Patch verl 0003 makes it a share of the global mini-batch: on the patched trees the gradient equals one
-  micro-batch's, like the losses above.
+- ``geo_mean`` (GMPO) averages its per-sequence losses with ``torch.mean`` over the micro-batch in verl 0.7.1, 0.8.0
+  and 0.9.1: the gradient grows with the number of micro-batches per rank (ratio K on the vanilla trees), the
+  critic's defect. Patch verl 0003 (verl-0.7 0002 on 0.7.1) makes it a share of the global mini-batch: on the
+  patched trees the gradient equals one micro-batch's, like the losses above.
 - ``clip_cov`` and ``kl_cov`` normalize globally, but pick the tokens they clip or penalize from the micro-batch's
   own statistics (covariance ranking, ``clip_cov`` at random), so no normalization makes them split-invariant.
   Pinned: the gradient norm stays within 5 % of one micro-batch's (the scale is right), the gradient differs.
@@ -37,7 +37,7 @@ from engine_sim import (
 
 LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 # docs/loss-audit.md audits these releases; the policy losses each registers (verl 0.9.1 adds dro)
-AUDITED_RELEASES = {"0.8.0": frozenset(), "0.9.1": frozenset({"dro"})}
+AUDITED_RELEASES = {"0.7.1": frozenset(), "0.8.0": frozenset(), "0.9.1": frozenset({"dro"})}
 BATCH_SIZE = 96
 SPLITS = [(1, Split(4)), (1, Split(2, dynamic=True)), (2, Split(2))]
 MICRO_BATCH_SCALED = {"geo_mean"}  # normalized within the micro-batch on the vanilla trees (verl 0003)

@@ -189,7 +189,9 @@ def test_companion_version_is_refused_saying_it_is_only_tested_beside(capsys, wo
     toml = world.patches / "upstreams.toml"
     companion = '[[upstream]]\nkey = "verl"\nname = "verl"\nversion = "0.7.1"\nsdist_sha256 = "{}"\n'.format("0" * 64)
     companion += 'repository = "https://example.invalid/repo"\ntag = "v0.7.1"\nseries = "verl"\n'
-    toml.write_text(toml.read_text() + "\n" + companion + 'default = false\ncompanion_for = "trinity"\n')
+    toml.write_text(
+        toml.read_text() + "\n" + companion + 'default = false\ncompanion_for = "trinity"\ntarget = false\n'
+    )
     (world.verl / "verl/version/version").write_text("0.7.1\n")
     git(world.verl, "commit", "-qam", "0.7.1")
 
@@ -198,6 +200,39 @@ def test_companion_version_is_refused_saying_it_is_only_tested_beside(capsys, wo
     assert code == 2
     assert "verl 0.7.1, which this patchset pins only to test trinity trees beside it" in err
     assert "the verl series does not target it (supported: 0.8.0, 0.9.0)" in err and "--force-version" in err
+
+
+def test_companion_that_is_also_a_target_applies_its_own_series(capsys, world):
+    """verl 0.7.1: Trinity is tested beside it as released, and its own series (a folder of its own) applies."""
+    toml = world.patches / "upstreams.toml"
+    companion = '[[upstream]]\nkey = "verl"\nname = "verl"\nversion = "0.7.1"\nsdist_sha256 = "{}"\n'.format("0" * 64)
+    companion += 'repository = "https://example.invalid/repo"\ntag = "v0.7.1"\nseries = "verl-0.7"\n'
+    toml.write_text(toml.read_text() + "\n" + companion + 'default = false\ncompanion_for = "trinity"\n')
+    shutil.copytree(world.patches / "verl", world.patches / "verl-0.7")
+    (world.verl / "verl/version/version").write_text("0.7.1\n")
+    git(world.verl, "commit", "-qam", "0.7.1")
+
+    code, out, err = run(capsys, world, str(world.verl))
+
+    assert (code, err) == (0, "")
+    assert "verl 0.7.1 at" in out and "2 applied" in out
+
+
+def test_force_version_tries_the_series_of_the_same_release_line(capsys, world):
+    """verl 0.7.2 (unpinned) beside a pinned 0.7.1 with a series of its own: --force-version tries that series, not
+    the default pin's."""
+    toml = world.patches / "upstreams.toml"
+    line = '[[upstream]]\nkey = "verl"\nname = "verl"\nversion = "0.7.1"\nsdist_sha256 = "{}"\n'.format("0" * 64)
+    line += 'repository = "https://example.invalid/repo"\ntag = "v0.7.1"\nseries = "verl-0.7"\ndefault = false\n'
+    toml.write_text(toml.read_text() + "\n" + line)
+    shutil.copytree(world.patches / "verl", world.patches / "verl-0.7")
+    (world.verl / "verl/version/version").write_text("0.7.2\n")
+    git(world.verl, "commit", "-qam", "0.7.2")
+
+    code, out, err = run(capsys, world, "--force-version", str(world.verl))
+
+    assert code == 0 and "trying the verl-0.7 series anyway (--force-version)" in err
+    assert "verl 0.7.2 at" in out and "2 applied" in out
 
 
 def test_force_version_applies_the_series_with_a_warning(capsys, world):

@@ -23,7 +23,7 @@ from patchset.export.series_export import assign_names, new_slug, series_text
 from patchset.series.lint import lint_patches_dir
 from patchset.series.model import load_series, read_patch
 from patchset.upstreams.fetch import resolve_cache
-from patchset.upstreams.pins import load_pins
+from patchset.upstreams.pins import load_pins, release_key
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PINS = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
@@ -48,15 +48,24 @@ def _copy_patches(tmp_path: Path) -> Path:
 # --- the real series on the real pinned checkouts -----------------------------------------------------------
 
 
-@pytest.fixture(params=[pin.key for pin in PINS.defaults()])
+# every series folder, by the name `checkout` takes: an upstream key (its default pin) or a series of another release
+# line (verl-0.7: the newest release it targets)
+SERIES = {pin.key: pin for pin in PINS.defaults()}
+for _pin in sorted(PINS.pins, key=lambda p: release_key(p.version)):
+    if _pin.target and _pin.series not in {p.series for p in PINS.defaults()}:
+        SERIES[_pin.series] = _pin
+
+
+@pytest.fixture(params=list(SERIES))
 def real_checkout(request, tmp_path: Path) -> tuple[str, Path]:
-    """A maintainer checkout of a default pin, made by ``checkout`` from the cached vanilla checkout."""
-    pin = PINS.default_for(request.param)
+    """A maintainer checkout of each series on the release it is made against, made by ``checkout`` from the cached
+    vanilla checkout."""
+    pin = SERIES[request.param]
     if not (CACHE.upstreams / pin.dirname / ".git").exists():
         pytest.skip(f"no cached checkout of {pin.label} under {CACHE.upstreams} (scripts/test.sh fetches it)")
     dest = tmp_path / "maintain" / pin.dirname
-    assert main(["checkout", pin.key, "--cache", str(CACHE.root), str(dest)]) == 0
-    return pin.key, dest
+    assert main(["checkout", request.param, "--cache", str(CACHE.root), str(dest)]) == 0
+    return request.param, dest
 
 
 def test_dry_run_on_a_fresh_checkout_is_byte_identical(real_checkout, capsys):
@@ -119,7 +128,7 @@ def test_the_same_series_always_gives_the_same_commits(real_checkout, tmp_path):
 
 def test_amended_checkout_fails_the_dry_run_naming_the_patch(real_checkout, tmp_path, capsys):
     key, checkout = real_checkout
-    pin = PINS.default_for(key)
+    pin = SERIES[key]
     last = load_series(REPO_ROOT / "patches", pin.series).patches[-1]  # the commit --amend changes
     edited = checkout / next(path for path in last.files if (checkout / path).is_file())
     edited.write_text(edited.read_text() + "# edited in the maintainer checkout\n")
@@ -139,12 +148,14 @@ def test_new_commit_is_exported_as_the_next_numbered_patch(real_checkout, tmp_pa
     key, checkout = real_checkout
     (checkout / "NOTES.md").write_text("a note\n")
     _git(checkout, "add", "NOTES.md")
-    subject = "[docs] feat: add a note for maintainers" if key == "verl" else "[Docs] Add a note for maintainers"
+    subject = (
+        "[docs] feat: add a note for maintainers" if SERIES[key].key == "verl" else "[Docs] Add a note for maintainers"
+    )
     _git(checkout, "commit", "-q", "-m", f"{subject}\n\n{DEP3}")
     copy = _copy_patches(tmp_path)
-    folder = copy / PINS.default_for(key).series
+    folder = copy / SERIES[key].series
     old_series = (folder / "series").read_text().splitlines()
-    new_name = f"{len(load_series(copy, PINS.default_for(key).series).patches) + 1:04d}-docs-add-note-maintainers.patch"
+    new_name = f"{len(load_series(copy, SERIES[key].series).patches) + 1:04d}-docs-add-note-maintainers.patch"
 
     assert main(["export", key, str(checkout), "--dry-run", "--patches-dir", str(copy)]) == 1
     assert f"{new_name}: would be added" in capsys.readouterr().out

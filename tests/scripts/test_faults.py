@@ -125,9 +125,10 @@ def case_path_is_a_file(env: Env) -> Case:
 
 def case_unsupported_verl_version(env: Env) -> Case:
     tree = env.pinned("verl")
-    (tree / "verl/version/version").write_text("0.7.1\n")
+    (tree / "verl/version/version").write_text("0.6.1\n")
     _commit(tree)
-    return Case(_apply(tree), [tree], 2, [str(tree), "verl 0.7.1", "supported: 0.8.0, 0.9.0, 0.9.1", "--force-version"])
+    supported = "supported: 0.7.0, 0.7.1, 0.8.0, 0.9.0, 0.9.1"
+    return Case(_apply(tree), [tree], 2, [str(tree), "verl 0.6.1", supported, "--force-version"])
 
 
 def case_unsupported_trinity_version(env: Env) -> Case:

@@ -1,9 +1,10 @@
 """The real series on real checkouts of the pinned releases: check, apply twice, reverse.
 
-Invariants, on each default pin and on verl 0.9.1 (where the series skips what upstream has and applies the
-rest): ``--check`` on a fresh checkout says every patch would apply or is skipped, none fails; applying twice
-succeeds both times and the second run changes nothing; ``--reverse`` restores the tree byte for byte (files and git
-state). Needs the vanilla checkouts in the cache (``scripts/test.sh`` fetches them first); skipped when they are absent.
+Invariants, on each default pin, on verl 0.9.1 (where the series skips what upstream has and applies the rest) and
+on verl 0.7.0 and 0.7.1 (each takes the series of its release line): ``--check`` on a fresh checkout says every
+patch would apply or is skipped, none fails; applying twice succeeds both times and the second run changes nothing;
+``--reverse`` restores the tree byte for byte (files and git state). Needs the vanilla checkouts in the cache
+(``scripts/test.sh`` fetches them first); skipped when they are absent.
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ def _git_state(tree: Path) -> str:
     return git("rev-parse", "HEAD") + git("status", "--porcelain", "--untracked-files=all") + git("stash", "list")
 
 
-# the default pins, and verl 0.9.1, a target that takes part of the verl series (0001 and 0002 are skipped there)
-ROUNDTRIP_PINS = [*PINS.defaults(), PINS.find("verl", "0.9.1")]
+# the default pins; verl 0.9.1, a target that takes part of the verl series (0001 and 0002 are skipped there); verl
+# 0.7.0 and 0.7.1, each taking the series of its release line
+ROUNDTRIP_PINS = [*PINS.defaults(), *(PINS.find("verl", version) for version in ("0.9.1", "0.7.0", "0.7.1"))]
 
 
 @pytest.fixture(params=ROUNDTRIP_PINS, ids=lambda pin: pin.label)

@@ -228,8 +228,8 @@ def test_bad_input_exits_2_and_makes_no_branch(pinned, capsys):
     assert "uncommitted changes" in capsys.readouterr().err
     git(checkout, "checkout", "-q", "--", "README.md")
 
-    (checkout / "verl/version/version").write_text("0.7.1\n")
-    git(checkout, "commit", "-qam", "pretend 0.7.1")
+    (checkout / "verl/version/version").write_text("0.6.1\n")
+    git(checkout, "commit", "-qam", "pretend 0.6.1")
     assert main(["verl", str(checkout)]) == 2
     assert "does not target" in capsys.readouterr().err
 

@@ -110,9 +110,17 @@ def test_upstreams_toml_of_the_repository_loads():
 
     pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
     assert [p.label for p in pins.defaults()] == ["verl 0.8.0", "trinity-rft 0.6.0"]
-    assert pins.versions("verl") == ["0.8.0", "0.9.0", "0.9.1"]
-    # verl 0.7.1 is pinned only so that Trinity is also tested on its legacy path; no series targets it
+    assert pins.versions("verl") == ["0.7.0", "0.7.1", "0.8.0", "0.9.0", "0.9.1"]
+    # verl 0.7.1 is a target of its own series, and Trinity is also tested (on its legacy path) beside it as released
     assert [p.label for p in pins.companions("verl", of="trinity")] == ["verl 0.7.1"]
+    assert {p.version: p.series for p in pins.for_key("verl")}["0.7.1"] == "verl-0.7"
+
+
+def test_target_false_only_on_a_companion_pin(world):
+    toml = world.patches / "upstreams.toml"
+    toml.write_text(toml.read_text().replace("default = false", "default = false\ntarget = false", 1))
+    with pytest.raises(BadInput, match="target must be true or false, and false only on a companion_for pin"):
+        load_pins(toml)
 
 
 def test_companion_pin_must_not_be_the_default(world):

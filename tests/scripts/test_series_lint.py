@@ -15,6 +15,8 @@ lint`` runs the same check from any directory.
 
 from __future__ import annotations
 
+import re
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -117,7 +119,9 @@ def _no_series_file(tmp: Path) -> Path:
 
 def _pinned_folder_missing(tmp: Path) -> Path:
     patches = _patches_dir(tmp, {NAME: _patch()})  # the real upstreams.toml also names a trinity series
-    (patches / "upstreams.toml").write_text((REPO_ROOT / "patches" / "upstreams.toml").read_text())
+    real = (REPO_ROOT / "patches" / "upstreams.toml").read_text()
+    # and the verl-0.7 lines' series: here the verl folder stands for them, so that one folder is missing
+    (patches / "upstreams.toml").write_text(re.sub(r'series = "verl-[0-9.]+"', 'series = "verl"', real))
     return patches
 
 
@@ -418,3 +422,33 @@ def test_export_script_lints_from_any_directory(tmp_path):
 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("no problems")
+
+
+GEO_MEAN = "0003-algo-normalize-geo-mean-policy-loss-global-mini.patch"
+COPY_LINE = 4  # of patches/verl-0.7/series: the geo_mean copy's entry
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (lambda text: text.replace("+    pg_loss = agg_loss(", "+    pg_loss = other_loss(", 1), "changes"),
+        (lambda text: text.replace("Why this patch: GMPO", "Why this patch, reworded: GMPO", 1), "message differs"),
+    ],
+    ids=["another change", "another message"],
+)
+def test_a_copy_in_another_release_lines_series_cannot_drift_from_its_source(tmp_path, capsys, edit, says):
+    """patches/verl-0.7's geo_mean patch is marked a copy of verl 0003: changing the source alone (its code or its
+    message) is a lint problem on the copy's series line, naming the one command that refreshes it."""
+    patches = Path(shutil.copytree(REPO_ROOT / "patches", tmp_path / "patches"))
+    source = patches / "verl" / GEO_MEAN
+    edited = edit(source.read_text())
+    assert edited != source.read_text(), "the edit no longer matches verl 0003: update this test"
+    source.write_text(edited)
+
+    code, lines = _lint(patches, capsys)
+
+    assert code == 1
+    for series in ("verl-0.7", "verl-0.7.0"):
+        problem = next(line for line in lines if f"/{series}/series:{COPY_LINE}: " in line)
+        assert f"is a copy of verl/{GEO_MEAN}, but" in problem and says in problem
+        assert problem.endswith(f"scripts/export.sh checkout {series} --force && scripts/export.sh export {series}")

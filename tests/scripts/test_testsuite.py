@@ -13,7 +13,18 @@ import pytest
 from tests.harness import testsuite
 from tests.harness.scheduler import Step
 
-EVERY_STEP = ["environment", "pinned trees", "lint", "teeth", "tooling", "overlays", "fix", "wheels", "verl 0.9.1"]
+EVERY_STEP = [
+    "environment",
+    "pinned trees",
+    "lint",
+    "teeth",
+    "tooling",
+    "overlays",
+    "fix",
+    "wheels",
+    "verl 0.9.1",
+    "verl 0.7.1",
+]
 QUICK_STEPS = ["environment", "pinned trees", "teeth", "fix"]
 
 
@@ -36,7 +47,11 @@ def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str,
     monkeypatch.setattr(testsuite, "_lint", named("lint"))
     monkeypatch.setattr(testsuite, "_tooling_step", named("tooling"))
     monkeypatch.setattr(testsuite, "check_wheels", named("wheels"))
-    monkeypatch.setattr(testsuite, "_upstream_merged_step", named("verl 0.9.1"))
+    monkeypatch.setattr(
+        testsuite,
+        "_upstream_merged_step",
+        lambda cache, env, release=testsuite.UPSTREAM_MERGED[:2]: calls.append((" ".join(release),)) or True,
+    )
     monkeypatch.setattr(testsuite, "_overlay_step", named("overlays"))
     monkeypatch.setattr(testsuite, "_pinned_trees", lambda cache: ({}, {}))
     return calls
@@ -77,14 +92,15 @@ def test_fix_waits_for_teeth_and_nothing_runs_without_the_environment_and_the_pi
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_steps_running_at_once_share_the_cores_among_their_workers(monkeypatch, tmp_path, jobs):
     """Regression and overlay steps (workers that import torch, verl and Trinity) get the cores divided by the
-    steps running at once; the tooling tests, the wheels and verl 0.9.1 (the last) keep their own default;
-    PATCHSET_WORKERS wins."""
+    steps running at once; the tooling tests, the wheels and verl 0.9.1 (the last) keep their own default, verl 0.7.1
+    runs one process; PATCHSET_WORKERS wins."""
     monkeypatch.delenv("PATCHSET_WORKERS", raising=False)
     monkeypatch.setattr(testsuite.os, "cpu_count", lambda: 4)
     steps = {step.name: dict(step.env) for step in testsuite.plan(tmp_path / "cache", quick=False, jobs=jobs)}
-    shared = {name for name, env in steps.items() if env}
+    shared = {name for name, env in steps.items() if env and name != "verl 0.7.1"}
     assert shared == {"teeth", "overlays", "fix"}
     assert all(steps[name] == {"PATCHSET_WORKERS": str(4 // jobs)} for name in shared)
+    assert steps["verl 0.7.1"] == {"PATCHSET_WORKERS": "1"}  # one process: two short runs beside the other steps
     monkeypatch.setenv("PATCHSET_WORKERS", "3")
     assert not any(step.env for step in testsuite.plan(tmp_path / "cache", quick=False, jobs=jobs))
 

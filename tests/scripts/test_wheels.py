@@ -159,7 +159,7 @@ def partial(buildable):
         buildable.patches,
         [
             {"key": "verl", "name": "verl", "version": "0.7.1", "sdist_sha256": "0" * 64, **common, "tag": "v0.7.1",
-             "series": "verl", "default": False, "companion_for": "trinity"},
+             "series": "verl", "default": False, "companion_for": "trinity", "target": False},
             *({"key": pin.key, "name": pin.name, "version": pin.version, "sdist_sha256": pin.sdist_sha256, **common,
                "tag": pin.tag, "series": pin.series, "default": pin.default} for pin in pins.pins),
             {"key": "verl", "name": "verl", "version": "0.9.1", "sdist_sha256": sha256(sdist), **common,

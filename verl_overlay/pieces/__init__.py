@@ -1,5 +1,7 @@
 """The verl overlay's pieces, one file each (one per patch of patches/verl/: its targets, the release that has its
-fix, how to tell a tree has it, its installers), and the overlay's spec that lists them in order.
+fix, how to tell a tree has it, its installers), and the overlay's spec that lists them in order. A patch whose
+targets' code differs on another release line has a piece per line (``releases``): critic (0.8.0) and critic_v0_7
+(0.7.1, the verl-0.7 series' 0001); distillation has no target on 0.7.1 (verl 0.7 has no on-policy distillation).
 
 The patched code itself stays in the mirrored modules (``verl_overlay/trainer/...``, ``verl_overlay/workers/...``):
 they keep verl's module layout, so each is read beside the upstream module it mirrors. Adding a piece: its file here,
@@ -10,14 +12,14 @@ fingerprints, made by ``python -m patchset_overlay fingerprints --write``.
 from __future__ import annotations
 
 from patchset_overlay.spec import Overlay
-from verl_overlay.pieces import critic, critic_yaml, distillation, geo_mean
+from verl_overlay.pieces import critic, critic_v0_7, critic_yaml, distillation, geo_mean
 
 OVERLAY = Overlay(
     name="verl_overlay",
     upstream="verl",
     distribution="verl",
-    supported=("0.8.0", "0.9.1"),
-    pieces=(critic.PIECE, distillation.PIECE, geo_mean.PIECE),
+    supported=("0.7.1", "0.8.0", "0.9.1"),
+    pieces=(critic.PIECE, critic_v0_7.PIECE, distillation.PIECE, geo_mean.PIECE),
     cannot_change=critic_yaml.NOT_CHANGED,
     other_parts=critic_yaml.status,
 )

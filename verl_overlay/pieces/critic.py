@@ -80,4 +80,5 @@ PIECE = Piece(
     },
     upstream_has_fix=upstream_has_critic_fix,
     fixed_since="0.9.0",
+    releases=("0.8.0", "0.9.1"),  # verl 0.7.1: critic_v0_7
 )

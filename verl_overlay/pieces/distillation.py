@@ -37,4 +37,5 @@ PIECE = Piece(
     installers={DISTILLATION_LOSSES: install_distillation_loss},
     upstream_has_fix=upstream_has_distillation_fix,
     fixed_since="0.9.0",
+    releases=("0.8.0", "0.9.1"),  # verl 0.7.1: no distillation there
 )

@@ -1,0 +1,104 @@
+"""The same patch in the series of two release lines (``patches/verl`` for 0.8 and later, ``patches/verl-0.7``).
+
+A series per release line carries some changes unchanged on every line; each line's series holds its own export of
+them, made against its own release. Such a copy says where it comes from on its line of the ``series`` file::
+
+    0002-algo-normalize-geo-mean-policy-loss-global-mini.patch  # copy of verl/0003-algo-...-mini.patch
+
+and then must be that change: the same message (subject and body, DEP-3 fields included), the same files, and in
+each file the same lines removed and added, in order. Only the context, line numbers and blob hashes may differ (they
+belong to the release each was exported against). ``scripts/export.sh checkout`` commits the source in the copy's
+place (``git am``, no fuzz), so a fresh checkout's export is the refreshed copy: ``scripts/export.sh checkout
+verl-0.7 --force && scripts/export.sh export verl-0.7`` re-syncs every copy of the series after its source changed.
+A patch that has to change something else on its line is a variant (the verl-0.7 critic backport): it has no such
+comment and a message of its own.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path, PurePosixPath
+
+from patchset.series.model import parse_series
+
+_COPY = re.compile(r"#\s*copy of\s+(?P<source>\S+\.patch)\b")
+_DIFF_GIT = "diff --git "
+
+
+def copy_sources(folder: Path) -> dict[str, tuple[int, PurePosixPath]]:
+    """{entry name: (line of the series file, source path relative to the patches dir)} for the copies that
+    ``folder``'s series lists."""
+    series_file = folder / "series"
+    if not series_file.is_file():
+        return {}
+    lines = series_file.read_text(encoding="utf-8").splitlines()
+    sources = {}
+    for entry in parse_series(lines, folder):
+        match = _COPY.search(entry.comment)
+        if match:
+            sources[entry.name] = (entry.line, PurePosixPath(match["source"]))
+    return sources
+
+
+def message_of(text: str) -> str:
+    """The commit message of a format-patch text: from ``Subject:`` to the diff (the From and Date lines left out)."""
+    head = text.partition(f"\n{_DIFF_GIT}")[0]
+    subject_on = head.find("\nSubject: ")
+    return head[subject_on + 1 :] if subject_on >= 0 else head
+
+
+def change_of(text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(file header, the lines removed and added, in order) for each file a format-patch text changes: what it does,
+    without context lines, line numbers and blob hashes, which depend on the release it was made against."""
+    changes: list[tuple[str, tuple[str, ...]]] = []
+    for section in text.split(f"\n{_DIFF_GIT}")[1:]:
+        header, *lines = section.splitlines()
+        in_hunk = False
+        changed: list[str] = []
+        for line in lines:
+            if line.startswith("@@"):
+                in_hunk = True
+            elif in_hunk and line[:1] in ("+", "-"):
+                changed.append(line)
+            elif not in_hunk and line.startswith(("new file mode", "deleted file mode", "rename ")):
+                changed.append(line)
+        changes.append((header, tuple(changed)))
+    return changes
+
+
+def _drift(copy: str, source: str) -> str | None:
+    """How the format-patch text ``copy`` differs from ``source`` in what it says or does (None: it does not)."""
+    if message_of(copy) != message_of(source):
+        return "its message differs from"
+    mine, theirs = change_of(copy), change_of(source)
+    if [header for header, _ in mine] != [header for header, _ in theirs]:
+        return "it changes other files than"
+    for (header, lines), (_, source_lines) in zip(mine, theirs, strict=True):
+        if lines != source_lines:
+            return f"it changes {header.rpartition(' b/')[2]} otherwise than"
+    return None
+
+
+def check_copies(patches_dir: Path, folder: Path) -> list[tuple[int, str]]:
+    """(line of ``folder``'s series file, problem) for each copy there that is not its source's change."""
+    problems = []
+    refresh = f"scripts/export.sh checkout {folder.name} --force && scripts/export.sh export {folder.name}"
+    for name, (line, source) in copy_sources(folder).items():
+        source_path = patches_dir / source
+        if source.is_absolute() or ".." in source.parts or not source_path.is_file():
+            problems.append((line, f"{name} is a copy of {source}, which is not a patch of {patches_dir.name}/"))
+            continue
+        copy_path = folder / name
+        if not copy_path.is_file():
+            continue  # the series lint names a listed patch that is missing
+        why = _drift(copy_path.read_text(encoding="utf-8"), source_path.read_text(encoding="utf-8"))
+        if why:
+            problems.append((line, f"{name} is a copy of {source}, but {why} it; refresh the copy: {refresh}"))
+    return problems
+
+
+def checkout_files(patches_dir: Path, folder: Path, names: list[str]) -> list[Path]:
+    """The patch files a maintainer checkout of ``folder``'s series commits, in order: each copy's source in its
+    place, so that the export of a fresh checkout is every copy made again from its source."""
+    sources = copy_sources(folder)
+    return [patches_dir / sources[name][1] if name in sources else folder / name for name in names]
