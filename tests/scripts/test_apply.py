@@ -231,7 +231,7 @@ def test_force_version_tries_the_series_of_the_same_release_line(capsys, world):
 
     code, out, err = run(capsys, world, "--force-version", str(world.verl))
 
-    assert code == 0 and "trying the verl-0.7 series anyway (--force-version)" in err
+    assert code == 0 and "verl-0.7 series: trying the series anyway (--force-version)" in err
     assert "verl 0.7.2 at" in out and "2 applied" in out
 
 
