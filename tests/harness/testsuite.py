@@ -45,6 +45,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from patchset.cli.exits import run_reporting_errors
 from patchset.plumbing.errors import PatchsetError
 from patchset.plumbing.ui import Console
 from patchset.series.model import Patch, load_series
@@ -425,4 +426,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_reporting_errors(main, interrupted=""))  # a failure of the harness itself: one line, 70
