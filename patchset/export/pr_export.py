@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchset.export import pr_gates
-from patchset.plumbing import gitops
+from patchset.plumbing import gitops, tempdirs
 from patchset.plumbing.errors import EXIT_OK, BadInput, DoesNotApply
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
@@ -493,7 +493,7 @@ def _make_branches(
 ) -> list[tuple[_Branch, Gates]]:
     """Make and gate the branch of each group of ``wanted``, each on its ``after`` chain, in a temporary worktree."""
     made: list[tuple[_Branch, Gates]] = []
-    scratch = Path(tempfile.mkdtemp(prefix="patchset-pr-"))
+    scratch = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("pr")))
     worktree = scratch / "tree"
     try:
         _git(checkout, "worktree", "add", "-q", "--detach", str(worktree), release)
