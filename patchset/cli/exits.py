@@ -14,10 +14,19 @@ import traceback
 from collections.abc import Callable, Mapping
 
 from patchset.plumbing import gitops, signals
-from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, PatchsetError
+from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_LOCKED, PatchsetError
 
 EXIT_INTERRUPTED = 130  # Ctrl-C outside the main thread, where no signal handler is installed
 TRACEBACK_ENV = "PATCHSET_TRACEBACK"
+# lines of every command's exit codes in --help: a pinned checkout waited for too long, and an internal error
+CACHE_WAIT_HELP = f"""\
+  {EXIT_LOCKED}  another run kept a pinned release in the cache busy past $PATCHSET_CACHE_WAIT seconds (default 600;
+     the message names it, its pid and command); nothing was changed
+"""
+INTERNAL_HELP = f"""\
+  {EXIT_INTERNAL}  internal error, a bug or a failing system (a full disk): one line says what failed and where
+     ({TRACEBACK_ENV}=1 shows the traceback); please report it
+"""
 _PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

@@ -13,7 +13,7 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from patchset.cli.exits import run_reporting_errors
+from patchset.cli.exits import CACHE_WAIT_HELP, INTERNAL_HELP, run_reporting_errors
 from patchset.cli.options import add_common_options, usage_exit_status
 from patchset.export.series_export import (
     BRANCH,
@@ -45,6 +45,7 @@ exit status:
      progress); unknown upstream; bad series or corrupt patch; failed fetch
   {EXIT_DOES_NOT_APPLY}  checkout: a patch of the series does not apply to the pinned release
 """
+EXIT_CODES += CACHE_WAIT_HELP + INTERNAL_HELP
 
 DESCRIPTION = """\
 Edit and check the patch series.

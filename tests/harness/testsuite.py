@@ -373,7 +373,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(patches skipped by content) and the overlays on pip-installed releases (parity, import order, smoke). "
         "Independent steps run at once, each printed whole when it ends; a summary lists every step and its time.",
         epilog="Exit codes: 0 all passed; 1 a step failed (its output says which); 2 the environment could not "
-        "be built. PATCHSET_WORKERS=N sets the pytest-xdist workers of each step (default: the cores divided "
+        "be built; 70 an internal error (one line says what failed and where). PATCHSET_WORKERS=N sets "
+        "the pytest-xdist workers of each step (default: the cores divided "
         "among the steps running at once; 1: none).",
     )
     parser.add_argument(
