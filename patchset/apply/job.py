@@ -70,33 +70,33 @@ def run_apply(
         )
     tempdirs.sweep()  # what runs killed before left in the temp folder
     pins = load_pins(patches_dir / "upstreams.toml")
-    with ExitStack() as held:  # the patched clones of the cache, when no PATH is given: until the run ends
-        if paths:
-            targets = [
-                target_for_path(path, pins, patches_dir, force_version=force_version, console=console, check=check)
-                for path in paths
-            ]
-            refuse_duplicates(targets)
-        else:
-            targets = cached_targets(pins, patches_dir, cache, console, reverse=reverse, check=check, held=held)
-        with locked(targets, command_line, console, guard) as homes:
-            # a patch that neither applies nor is in upstream by content: its teeth decide whether upstream fixed it
-            settle = settler(None if no_test else TeethRunner(pins, cache, console))
-            plans = [plan_target(target, reverse=reverse, merge=three_way, settle=settle) for target in targets]
-            if check:
-                for plan in plans:
-                    report_plan(plan, console)
-            refuse(plans, allow_dirty=allow_dirty)
-            if check:
-                return EXIT_OK
+    held = ExitStack()  # the patched clones of the cache, when no PATH is given: held until the run ends
+    if paths:
+        targets = [
+            target_for_path(path, pins, patches_dir, force_version=force_version, console=console, check=check)
+            for path in paths
+        ]
+        refuse_duplicates(targets)
+    else:
+        targets = cached_targets(pins, patches_dir, cache, console, reverse=reverse, check=check, held=held)
+    with held, locked(targets, command_line, console, guard) as homes:
+        # a patch that neither applies nor is in upstream by content: its teeth decide whether upstream fixed the bug
+        settle = settler(None if no_test else TeethRunner(pins, cache, console))
+        plans = [plan_target(target, reverse=reverse, merge=three_way, settle=settle) for target in targets]
+        if check:
             for plan in plans:
-                if plan.dirty:
-                    verb = "reverting" if plan.reverse else "patching"
-                    console.warn(f"{verb} despite uncommitted changes in {', '.join(plan.dirty)} (--allow-dirty)")
-            apply_plans(plans, console, guard, homes)
-            if reverse:
-                return EXIT_OK
-            if no_test:
-                console.step("Skipping the regression tests (--no-test)")
-                return EXIT_OK
-            return _regression({target.key: target.root for target in targets}, pins, cache, console)
+                report_plan(plan, console)
+        refuse(plans, allow_dirty=allow_dirty)
+        if check:
+            return EXIT_OK
+        for plan in plans:
+            if plan.dirty:
+                verb = "reverting" if plan.reverse else "patching"
+                console.warn(f"{verb} despite uncommitted changes in {', '.join(plan.dirty)} (--allow-dirty)")
+        apply_plans(plans, console, guard, homes)
+        if reverse:
+            return EXIT_OK
+        if no_test:
+            console.step("Skipping the regression tests (--no-test)")
+            return EXIT_OK
+        return _regression({target.key: target.root for target in targets}, pins, cache, console)

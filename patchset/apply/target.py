@@ -137,12 +137,14 @@ def cached_targets(
     defaults = pins.defaults()
     if not defaults:
         raise BadInput(f"{pins.source} marks no [[upstream]] as default = true")
-    if not check:
+    with ExitStack() as holding:  # handed to ``held`` once every target is made; let go if one fails
+        if not check:
+            for pin in defaults:
+                holding.enter_context(hold_patched(pin, cache, console))
+        targets = []
         for pin in defaults:
-            held.enter_context(hold_patched(pin, cache, console))
-    targets = []
-    for pin in defaults:
-        vanilla = ensure_upstream(pin, cache, console)
-        tree = vanilla if check else fresh_patched_clone(pin, vanilla, cache, console)
-        targets.append(target_for_pin(pin, tree, patches_dir))
+            vanilla = ensure_upstream(pin, cache, console)
+            tree = vanilla if check else fresh_patched_clone(pin, vanilla, cache, console)
+            targets.append(target_for_pin(pin, tree, patches_dir))
+        held.enter_context(holding.pop_all())
     return targets
