@@ -216,14 +216,19 @@ def parallel_trials(setup: Setup, expected: dict[str, str], runs: int, trials: i
     return wrong
 
 
-def killed_then_run(setup: Setup, expected: dict[str, str], faults, *, kill: str = "", after: float = 0.0) -> list[str]:
-    """A run killed with SIGKILL (in phase ``kill``, or ``after`` seconds), then a plain run: what went wrong."""
+def killed_then_run(
+    setup: Setup, expected: dict[str, str], faults, *, kill: str = "", after: float = 0.0
+) -> tuple[bool, list[str]]:
+    """A run killed with SIGKILL (in phase ``kill``, or ``after`` seconds), then a plain run: whether the kill landed
+    (a run may end before ``after``: no fault tried), and what went wrong."""
     case = f"sigkill-{kill or f'after-{after:.2f}s'}"
     victim = setup.child(kill=kill)
     if after:
         time.sleep(after)
         victim.send_signal(signal.SIGKILL)
     victim.communicate(timeout=600)
+    if after and victim.returncode == 0:
+        return False, []
     code, err = setup.run()
     problems = cache_problems(setup, expected)
     faults.record(case, victim.returncode, intact=not problems, message=err.strip())
@@ -232,7 +237,7 @@ def killed_then_run(setup: Setup, expected: dict[str, str], faults, *, kill: str
         wrong.append(f"{case}: the next run exit {code}: {err.strip()[-600:]}")
     if kill and victim.returncode != -signal.SIGKILL:
         wrong.append(f"{case}: the phase was never reached (exit {victim.returncode})")
-    return wrong
+    return True, wrong
 
 
 def test_default_pin_runs_at_once_exit_0_or_4_naming_the_holder_and_leave_the_cache_whole(fake, expected, faults):
@@ -242,7 +247,7 @@ def test_default_pin_runs_at_once_exit_0_or_4_naming_the_holder_and_leave_the_ca
 
 @pytest.mark.parametrize("kill", EACH_PHASE)
 def test_a_run_killed_in_any_phase_leaves_nothing_the_next_run_trips_over(fake, expected, faults, kill):
-    assert killed_then_run(fake, expected, faults, kill=kill) == []
+    assert killed_then_run(fake, expected, faults, kill=kill) == (True, [])
 
 
 @pytest.mark.parametrize("what", ["wheel", "gate"])
@@ -282,16 +287,25 @@ def test_campaign_on_the_real_pinned_releases(tmp_path, faults):
         wrong += found
     for kill in EVERY_PHASE:
         subprocess.run(["rm", "-rf", str(real.cache)], check=True)
-        found = killed_then_run(real, expected, faults, kill=kill)
+        _, found = killed_then_run(real, expected, faults, kill=kill)
         counts[f"sigkill {kill}"] = (1, 0 if found else 1)
         wrong += found
     draw = random.Random(36)
-    good = 0
-    for _ in range(trials):
-        if draw.random() < 0.5:
-            subprocess.run(["rm", "-rf", str(real.cache)], check=True)  # a cold cache: the kill may land in a fetch
-        found = killed_then_run(real, expected, faults, after=draw.uniform(0.05, 2.5))
-        good += not found
+    lengths = {}  # how long a plain run takes in an empty cache and in a full one: the kills land within it
+    for cold in (True, False):
+        started = time.monotonic()
+        assert real.run()[0] == 0
+        lengths[cold] = time.monotonic() - started
+        if cold:
+            subprocess.run(["rm", "-rf", str(real.cache)], check=True)
+    landed = good = 0
+    while landed < trials:
+        cold = draw.random() < 0.5
+        if cold:
+            subprocess.run(["rm", "-rf", str(real.cache)], check=True)  # the kill may land in a fetch
+        hit, found = killed_then_run(real, expected, faults, after=draw.uniform(0.02, 0.95 * lengths[cold]))
+        landed += hit
+        good += hit and not found
         wrong += found
     counts["sigkill at random moments"] = (trials, good)
     for name, (tried, whole) in counts.items():
