@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from patchset.plumbing import cachelock, tempdirs
+from patchset.plumbing import cachelock, files, tempdirs
 from patchset.plumbing.ui import Console
 from patchset.testenv.venv import REPO_ROOT, VenvError, run_step
 from patchset.upstreams.fetch import sha256_of
@@ -65,6 +65,7 @@ def _release_wheel(deps_python: Path, sdist: Path, digest: str, wheels: Path) ->
             staged = Path(tmp) / "home"
             staged.mkdir()
             for wheel in Path(tmp).glob("*.whl"):
+                files.fsync(wheel)  # trusted by its name alone from now on, even after a crash of the machine
                 wheel.rename(staged / wheel.name)
             if home.exists():  # a broken one: out of the way in one rename, removed with the temporary folder
                 home.rename(Path(tmp) / "old")
