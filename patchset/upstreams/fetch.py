@@ -241,7 +241,18 @@ def ensure_upstream(pin: Pin, cache: Cache, console: Console, *, download: Downl
         return _ensure_upstream(pin, cache, console, download or pip_download)
 
 
+def _sweep_legacy(folder: Path, prefix: str, console: Console) -> None:
+    """Remove the scratch folders named ``prefix*`` in ``folder`` that runs of this tool before their names carried
+    the pid left when killed: no run makes them now, and the caller holds the entry they were for."""
+    for path in sorted(folder.glob(f"{prefix}*")) if folder.is_dir() else []:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            console.step(f"Removed {display_path(path)}, left by a run that was killed")
+
+
 def _ensure_upstream(pin: Pin, cache: Cache, console: Console, download: Downloader) -> Path:
+    _sweep_legacy(cache.sdists, ".download-", console)
+    _sweep_legacy(cache.upstreams, f".tmp-{pin.dirname}-", console)
     checkout = cache.upstreams / pin.dirname
     if checkout.exists():
         problem = _usable(checkout, pin)
@@ -276,6 +287,7 @@ def fresh_patched_clone(pin: Pin, vanilla: Path, cache: Cache, console: Console)
     """(Re)create ``patched/<name>-<version>`` as a fresh local clone of the vanilla checkout; the caller holds it
     (``hold_patched``)."""
     dest = cache.patched / pin.dirname
+    _sweep_legacy(cache.patched, f".tmp-{pin.dirname}-", console)
     console.step(f"Creating a fresh patched tree {display_path(dest)}")
     _replace_with_new_tree(
         dest, lambda clone: gitops.clone_local(vanilla, clone), f"could not clone {display_path(vanilla)}"

@@ -311,3 +311,14 @@ def test_campaign_on_the_real_pinned_releases(tmp_path, faults):
     for name, (tried, whole) in counts.items():
         print(f"{name}: trials {tried}, whole {whole}")
     assert wrong == []
+
+
+def test_scratch_folders_named_without_a_pid_by_earlier_versions_are_removed_by_the_next_run(fake, expected):
+    """Before scratch folders carried the pid, a killed fetch left ``.download-*`` and ``.tmp-<entry>-*``."""
+    for rel in ("sdists/.download-abc", "upstreams/.tmp-verl-0.8.0-abc/tree", "patched/.tmp-trinity-rft-0.6.0-abc"):
+        (fake.cache / rel).mkdir(parents=True)
+
+    code, err = fake.run()
+
+    assert code == 0, err
+    assert cache_problems(fake, expected) == []
