@@ -18,6 +18,7 @@ stays. A cache that cannot be written (read-only) is used without the lock, sayi
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import sys
@@ -45,6 +46,11 @@ def this_command() -> str:
     return shlex.join(argv) or f"python (pid {os.getpid()})"
 
 
+def entry_for(kind: str, path: Path) -> str:
+    """The entry name of the folder ``path`` (anywhere) for ``kind``: its name and a digest of where it is."""
+    return f"{kind}-{path.name}-{hashlib.sha256(str(path).encode('utf-8', 'surrogateescape')).hexdigest()[:12]}"
+
+
 def wait_limit(environ: Mapping[str, str]) -> float:
     """How long to wait for an entry: ``$PATCHSET_CACHE_WAIT`` seconds, default 600."""
     text = environ.get(WAIT_ENV, "").strip()
@@ -58,7 +64,7 @@ def _who(busy: treelock.Busy) -> str:
     return f"another run ({busy.holder})" if busy.holder else "another run"
 
 
-def _take(folder: Path, shown: str, console: Console, *, wait: bool, command: str) -> treelock.Lock:
+def _take(folder: Path, shown: str, console: Console, *, wait: bool, command: str, hint: str) -> treelock.Lock:
     deadline: float | None = None
     limit = 0.0
     vanished = 0
@@ -76,7 +82,7 @@ def _take(folder: Path, shown: str, console: Console, *, wait: bool, command: st
             if not wait:
                 raise TreeLocked(
                     f"{shown} is in use by {_who(busy)}, which holds {lock}; nothing was changed. Next: wait for "
-                    f"that run to end, then run again (or give this one its own cache: --cache DIR)"
+                    f"that run to end, then run again{hint}"
                 ) from None
             if deadline is None:
                 limit = wait_limit(os.environ)
@@ -103,13 +109,15 @@ def hold(
     wait: bool,
     sweep: Sequence[Path] = (),
     command: str | None = None,
+    hint: str = "",
 ) -> Iterator[None]:
     """Hold the cache entry ``entry`` (a flat name, e.g. ``upstreams-verl-0.8.0``; ``shown`` names it to the user)
-    while the block runs, after sweeping ``sweep`` of what dead processes left; see the module docstring."""
+    while the block runs, after sweeping ``sweep`` of what dead processes left; see the module docstring. ``hint``
+    ends the refusal's next step."""
     made = [cache_root / LOCKS] + ([] if cache_root.exists() else [cache_root])
     try:
         lock: treelock.Lock | None = _take(
-            cache_root / LOCKS / entry, shown, console, wait=wait, command=command or this_command()
+            cache_root / LOCKS / entry, shown, console, wait=wait, command=command or this_command(), hint=hint
         )
     except OSError as exc:
         console.warn(f"could not lock {shown} ({exc.strerror or exc}); using it without the lock")

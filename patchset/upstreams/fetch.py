@@ -280,7 +280,8 @@ def hold_patched(pin: Pin, cache: Cache, console: Console) -> AbstractContextMan
     """Hold ``patched/<name>-<version>`` for the caller's whole run (it clones, patches and tests there): a second
     run is refused (exit 4) naming this one, rather than rebuilding the tree under it."""
     shown = f"the patched tree {display_path(cache.patched / pin.dirname)}"
-    return cachelock.hold(cache.root, f"patched-{pin.dirname}", shown, console, wait=False, sweep=(cache.patched,))
+    entry, hint = f"patched-{pin.dirname}", " (or give this one its own cache: --cache DIR)"
+    return cachelock.hold(cache.root, entry, shown, console, wait=False, sweep=(cache.patched,), hint=hint)
 
 
 def fresh_patched_clone(pin: Pin, vanilla: Path, cache: Cache, console: Console) -> Path:

@@ -30,7 +30,9 @@ from pathlib import Path
 import pytest
 from patchset_fakes import REPO_ROOT, TEST_GIT_ENV, tree_digest
 
+from patchset.cli.maintain import main as series
 from patchset.plumbing import cachelock
+from patchset.plumbing.ui import Console, display_path
 from patchset.upstreams import fetch
 from patchset.upstreams.pins import load_pins
 
@@ -322,3 +324,18 @@ def test_scratch_folders_named_without_a_pid_by_earlier_versions_are_removed_by_
 
     assert code == 0, err
     assert cache_problems(fake, expected) == []
+
+
+def test_a_second_maintainer_checkout_into_one_folder_at_once_is_refused_naming_the_first(tmp_path, capsys, faults):
+    cache, dest = tmp_path / "cache", tmp_path / "checkout"
+    first = "scripts/export.sh checkout"
+    with cachelock.hold(cache, cachelock.entry_for("maintain", dest), "it", Console(), wait=False, command=first):
+        code = series(["checkout", "verl", "--cache", str(cache), str(dest)])
+
+    [error] = capsys.readouterr().err.splitlines()
+    faults.record("second-maintainer-checkout", code, intact=not dest.exists(), message=error)
+    assert code == 4 and not dest.exists()
+    assert error.startswith(
+        f"error: the maintainer checkout {display_path(dest)} is in use by another run (pid {os.getpid()}, "
+    )
+    assert "scripts/export.sh checkout), which holds " in error and "nothing was changed" in error
