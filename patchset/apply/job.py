@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 
 from patchset.apply.behaviour import TeethRunner, settler
@@ -69,6 +70,7 @@ def run_apply(
         )
     tempdirs.sweep()  # what runs killed before left in the temp folder
     pins = load_pins(patches_dir / "upstreams.toml")
+    held = ExitStack()  # the patched clones of the cache, when no PATH is given: held until the run ends
     if paths:
         targets = [
             target_for_path(path, pins, patches_dir, force_version=force_version, console=console, check=check)
@@ -76,8 +78,8 @@ def run_apply(
         ]
         refuse_duplicates(targets)
     else:
-        targets = cached_targets(pins, patches_dir, cache, console, reverse=reverse, check=check)
-    with locked(targets, command_line, console, guard) as homes:
+        targets = cached_targets(pins, patches_dir, cache, console, reverse=reverse, check=check, held=held)
+    with held, locked(targets, command_line, console, guard) as homes:
         # a patch that neither applies nor is in upstream by content: its teeth decide whether upstream fixed the bug
         settle = settler(None if no_test else TeethRunner(pins, cache, console))
         plans = [plan_target(target, reverse=reverse, merge=three_way, settle=settle) for target in targets]

@@ -8,6 +8,7 @@ with a hint to ``git init`` it.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.model import Series, load_series
 from patchset.upstreams.detect import detect
-from patchset.upstreams.fetch import Cache, ensure_upstream, fresh_patched_clone
+from patchset.upstreams.fetch import Cache, ensure_upstream, fresh_patched_clone, hold_patched
 from patchset.upstreams.pins import Pin, Pins, release_key
 
 
@@ -136,18 +137,24 @@ def target_for_pin(pin: Pin, root: Path, patches_dir: Path) -> Target:
 
 
 def cached_targets(
-    pins: Pins, patches_dir: Path, cache: Cache, console: Console, *, reverse: bool, check: bool
+    pins: Pins, patches_dir: Path, cache: Cache, console: Console, *, reverse: bool, check: bool, held: ExitStack
 ) -> list[Target]:
     """The targets of a run given no PATH: the default pins, fetched into ``cache`` (their vanilla checkouts for
-    ``check``, else fresh patched clones of them)."""
+    ``check``, else fresh patched clones of them, held in ``held`` until the caller closes it: first all of them, so
+    that a run refused because another holds one has done nothing)."""
     if reverse:
         raise BadInput("--reverse needs a PATH: the patched trees in the cache are rebuilt fresh on every run")
     defaults = pins.defaults()
     if not defaults:
         raise BadInput(f"{pins.source} marks no [[upstream]] as default = true")
-    targets = []
-    for pin in defaults:
-        vanilla = ensure_upstream(pin, cache, console)
-        tree = vanilla if check else fresh_patched_clone(pin, vanilla, cache, console)
-        targets.append(target_for_pin(pin, tree, patches_dir))
+    with ExitStack() as holding:  # handed to ``held`` once every target is made; let go if one fails
+        if not check:
+            for pin in defaults:
+                holding.enter_context(hold_patched(pin, cache, console))
+        targets = []
+        for pin in defaults:
+            vanilla = ensure_upstream(pin, cache, console)
+            tree = vanilla if check else fresh_patched_clone(pin, vanilla, cache, console)
+            targets.append(target_for_pin(pin, tree, patches_dir))
+        held.enter_context(holding.pop_all())
     return targets

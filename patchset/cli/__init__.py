@@ -3,7 +3,9 @@
 ``COMMANDS`` is the one table of them: each names the module that parses it and its one-line help. ``apply`` and
 ``fetch`` are parsed by ``patchset.cli.apply``, whose parser is also the top-level one (``--help``, usage errors);
 every other command's module gets the rest of the line, so each keeps its own ``--help`` and exit codes.
-``scripts/*.sh`` are thin wrappers over these.
+``scripts/*.sh`` are thin wrappers over these. Whatever a command's module does not report itself (an import that
+fails, a parser that breaks) still ends as one ``error:`` line and its exit status (``cli/exits.py``), never a
+traceback.
 """
 
 from __future__ import annotations
@@ -33,8 +35,15 @@ COMMANDS = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``python -m patchset`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+    from patchset.cli.exits import run_reporting_errors
+    from patchset.plumbing import tempdirs
+
+    tempdirs.sweep()  # what runs killed before (SIGKILL: no cleanup ran) left in the temp folder
+
     argv = list(sys.argv[1:] if argv is None else argv)
     command = COMMANDS.get(argv[0]) if argv else None
     if command is not None and command.module != TOP_LEVEL:
-        return int(importlib.import_module(command.module).main(argv[1:]))
-    return int(importlib.import_module(TOP_LEVEL).main(argv))
+        module, rest = command.module, argv[1:]
+    else:
+        module, rest = TOP_LEVEL, argv
+    return run_reporting_errors(lambda: int(importlib.import_module(module).main(rest)), interrupted="")

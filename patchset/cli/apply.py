@@ -18,6 +18,7 @@ from patchset.plumbing import signals
 from patchset.plumbing.errors import (
     EXIT_BAD_INPUT,
     EXIT_DOES_NOT_APPLY,
+    EXIT_INTERNAL,
     EXIT_LOCKED,
     EXIT_OK,
     EXIT_TESTS_FAILED,
@@ -40,8 +41,11 @@ exit status:
      tests fail on the tree as shipped, or could not run (--no-test, no test environment: the message gives the
      command that decides it); the tree is left exactly as it was, and the message says whether a 3-way merge would
      resolve it (--3way)
-  {EXIT_LOCKED}  another run holds one of the trees (its lock is <git-dir>/patchset/lock): the message names its pid,
-     when it started and its command. Nothing was changed
+  {EXIT_LOCKED}  another run holds one of the trees (its lock is <git-dir>/patchset/lock), or, without PATH, a patched
+     tree of the cache (<cache>/.locks/), or kept a pinned release in the cache busy past $PATCHSET_CACHE_WAIT
+     seconds (default 600): the message names its pid, when it started and its command. Nothing was changed
+  {EXIT_INTERNAL}  internal error, a bug or a failing system (a full disk): one line says what failed and where
+     (PATCHSET_TRACEBACK=1 shows the traceback); please report it
   130, 143, 129  interrupted by SIGINT (Ctrl-C), SIGTERM or SIGHUP: every tree changed in the run was restored
      first (a signal that arrives while a patch is being written waits until it is written)
 """
@@ -75,6 +79,12 @@ One run per tree: every run (--check and --reverse too) locks each tree in its g
 (<git-dir>/patchset/lock) until it ends; a second run exits 4 naming the first. The copy taken before the first
 change is kept beside the lock, so a run killed outright (SIGKILL) leaves it there, and the next run restores the
 tree from it, says so, then does what it was asked.
+
+The cache is shared by every run that uses it, one writer at a time for each entry (<cache>/.locks/): a run that
+needs a pinned release another run is fetching waits for it, saying for whom and for how long
+($PATCHSET_CACHE_WAIT seconds, default 600), then reuses it; a run without PATH holds the patched trees
+<cache>/patched/ until it ends, and a second one exits 4 naming it. Entries are built beside their place, then
+renamed into it; what a killed run left is removed by the next.
 """
 
 APPLY_EPILOG = (

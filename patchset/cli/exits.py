@@ -1,15 +1,57 @@
 """One place that turns the tooling's errors into the one-line ``error: ...`` and the documented exit status,
-so that every command (apply, maintain, export-pr, build-wheels) reports a failure the same way."""
+so that every command (apply, maintain, export-pr, build-wheels) reports a failure the same way.
+
+An error nobody foresaw (a bug, a disk that fills up) is no exception: it ends with one line that says what failed
+and where (the innermost frame of this project's code), and its own exit status, ``EXIT_INTERNAL`` (70), so that it
+is never taken for "the tests failed" (1). ``PATCHSET_TRACEBACK=1`` shows the whole traceback instead, for a bug
+report."""
 
 from __future__ import annotations
 
+import os
 import sys
+import traceback
 from collections.abc import Callable, Mapping
 
 from patchset.plumbing import gitops, signals
-from patchset.plumbing.errors import EXIT_BAD_INPUT, PatchsetError
+from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_LOCKED, PatchsetError
 
 EXIT_INTERRUPTED = 130  # Ctrl-C outside the main thread, where no signal handler is installed
+TRACEBACK_ENV = "PATCHSET_TRACEBACK"
+# lines of every command's exit codes in --help: a pinned checkout waited for too long, and an internal error
+CACHE_WAIT_HELP = f"""\
+  {EXIT_LOCKED}  another run kept a pinned release in the cache busy past $PATCHSET_CACHE_WAIT seconds (default 600;
+     the message names it, its pid and command); nothing was changed
+"""
+INTERNAL_HELP = f"""\
+  {EXIT_INTERNAL}  internal error, a bug or a failing system (a full disk): one line says what failed and where
+     ({TRACEBACK_ENV}=1 shows the traceback); please report it
+"""
+_PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _where(exc: BaseException) -> str:
+    """``function (file:line)`` of the innermost frame of this project's code that the error went through."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [frame for frame in frames if os.path.abspath(frame.filename).startswith(_PROJECT + os.sep)] or frames
+    if not ours:
+        return "an unknown place"
+    frame = ours[-1]
+    return f"{frame.name} ({os.path.relpath(os.path.abspath(frame.filename), _PROJECT)}:{frame.lineno})"
+
+
+def internal_error(exc: BaseException) -> int:
+    """Report an error nobody foresaw on one line (or, with ``PATCHSET_TRACEBACK=1``, as a traceback); return
+    ``EXIT_INTERNAL``."""
+    if os.environ.get(TRACEBACK_ENV):
+        traceback.print_exception(exc)
+    detail = " ".join(str(exc).split())[:500] or "(no message)"  # one line, whatever the error carried
+    print(
+        f"error: internal error in {_where(exc)}: {type(exc).__name__}: {detail}. A bug or a failing system, not a "
+        f"test result; please report it with the command line ({TRACEBACK_ENV}=1 shows the traceback)",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL
 
 
 def run_reporting_errors(
@@ -21,7 +63,8 @@ def run_reporting_errors(
     """Return ``call()``, or print its error on one line and return that error's exit status.
 
     ``interrupted`` says what an interruption left behind (default: what the rollback reported, ``outcome``; an
-    empty string: nothing is said); ``other_errors`` maps further exception types to their exit status."""
+    empty string: nothing is said); ``other_errors`` maps further exception types to their exit status. Any other
+    error is an internal one (``internal_error``)."""
     extra = dict(other_errors or {})
     try:
         return call()
@@ -42,3 +85,5 @@ def run_reporting_errors(
     except tuple(extra) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return next(code for kind, code in extra.items() if isinstance(exc, kind))
+    except Exception as exc:
+        return internal_error(exc)

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from patchset.cli.exits import run_reporting_errors
+from patchset.cli.exits import CACHE_WAIT_HELP, INTERNAL_HELP, run_reporting_errors
 from patchset.cli.options import usage_exit_status
 from patchset.export import pr_export
 from patchset.export.pr_export import EXIT_GATE_FAILED
@@ -29,6 +29,7 @@ exit status:
      uncommitted changes; the branch exists (--force replaces it); bad series or patch
   {EXIT_DOES_NOT_APPLY}  a patch, or a group's upstream-tests patch, does not apply with git am; no branch was made
 """
+EXIT_CODES += CACHE_WAIT_HELP + INTERNAL_HELP
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from patchset.cli.exits import run_reporting_errors
+from patchset.cli.exits import INTERNAL_HELP, run_reporting_errors
 from patchset.cli.options import add_common_options, usage_exit_status
 from patchset.export.series_export import (
     BRANCH,
@@ -24,7 +24,8 @@ from patchset.export.series_export import (
     refuse_existing,
     write_export,
 )
-from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK, BadInput
+from patchset.plumbing import cachelock
+from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_LOCKED, EXIT_OK, BadInput
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.copies import checkout_files
@@ -49,6 +50,11 @@ exit status:
      progress); unknown upstream; bad series or corrupt patch; failed fetch
   {EXIT_DOES_NOT_APPLY}  checkout: a patch of the series does not apply to the pinned release
 """
+EXIT_CODES += f"""\
+  {EXIT_LOCKED}  checkout: another run is making a checkout into DEST, or kept the pinned release busy in the cache
+     past $PATCHSET_CACHE_WAIT seconds (default 600); the message names it; nothing was changed
+"""
+EXIT_CODES += INTERNAL_HELP
 
 DESCRIPTION = """\
 Edit and check the patch series.
@@ -104,11 +110,15 @@ def cmd_checkout(args: argparse.Namespace, console: Console) -> int:
     patches_dir, pin = _pin(args)
     series = load_series(patches_dir, pin.series)
     dest = _checkout_path(args, pin, args.dest)
-    refuse_existing(dest, force=args.force)
-    vanilla = ensure_upstream(pin, resolve_cache(args.cache, os.environ, REPO_ROOT), console)
-    console.step(f"Making a maintainer checkout of {pin.label} in {display_path(dest)}")
-    files = checkout_files(patches_dir, patches_dir / pin.series, [patch.name for patch in series.patches])
-    make_checkout(pin, vanilla, files, dest, console, force=args.force)
+    cache = resolve_cache(args.cache, os.environ, REPO_ROOT)
+    # one checkout into DEST at a time: a second one at once is refused (exit 4), naming the first
+    entry = cachelock.entry_for("maintain", dest)
+    with cachelock.hold(cache.root, entry, f"the maintainer checkout {display_path(dest)}", console, wait=False):
+        refuse_existing(dest, force=args.force)
+        vanilla = ensure_upstream(pin, cache, console)
+        console.step(f"Making a maintainer checkout of {pin.label} in {display_path(dest)}")
+        files = checkout_files(patches_dir, patches_dir / pin.series, [patch.name for patch in series.patches])
+        make_checkout(pin, vanilla, files, dest, console, force=args.force)
     count = len(series.patches)
     console.summary(
         f"{pin.label}: {display_path(dest)}, branch {BRANCH} = {pin.tag} + {count} patch{'es' if count != 1 else ''}; "

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from patchset.cli.exits import run_reporting_errors
+from patchset.cli.exits import CACHE_WAIT_HELP, INTERNAL_HELP, run_reporting_errors
 from patchset.cli.options import usage_exit_status
 from patchset.plumbing import signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_OK
@@ -49,8 +49,8 @@ exit status:
      --revision); sha256 mismatch, PyPI unreachable with no sdist cached, failed fetch; the tree's version is not
      the pin's
   3  a patch does not apply to the pinned release (the message names the patch, file and hunk)
-  130, 143, 129  interrupted by SIGINT, SIGTERM or SIGHUP
 """
+EXIT_CODES += CACHE_WAIT_HELP + INTERNAL_HELP + "  130, 143, 129  interrupted by SIGINT, SIGTERM or SIGHUP\n"
 
 DESCRIPTION = """\
 Build patched wheels of the pinned releases: for each default pin of patches/upstreams.toml (verl 0.8.0,

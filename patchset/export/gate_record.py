@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchset.plumbing import files, tempdirs
 from patchset.plumbing.gitops import git_value, run_git
 
 # the file ``testenv.venv.ensure_venv`` writes once the venv matches its lock (kept in step by a test)
@@ -75,11 +75,13 @@ def recall(directory: Path, key: str | None) -> Passed | None:
 
 
 def remember(directory: Path, key: str | None, summary: str, output: str) -> None:
-    """Record a pass under ``key`` (written whole or not at all: a temporary file renamed into place)."""
+    """Record a pass under ``key``: written whole or not at all, and on disk before it counts (``write_durably``);
+    runs that record the same key at once each write the whole record, and the last rename wins. What killed runs
+    left half-written is removed first."""
     if key is None:
         return
     directory.mkdir(parents=True, exist_ok=True)
+    tempdirs.sweep(directory)
     recorded = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    temporary = directory / f".{key}.{os.getpid()}.tmp"
-    temporary.write_text(json.dumps({"summary": summary, "output": output, "recorded": recorded}), encoding="utf-8")
-    os.replace(temporary, directory / f"{key}.json")
+    record = json.dumps({"summary": summary, "output": output, "recorded": recorded})
+    files.write_durably(directory / f"{key}.json", record.encode("utf-8"))

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from patchset.export import gate_record, pr_gates, test_selection
-from patchset.plumbing import gitops
+from patchset.plumbing import gitops, tempdirs
 from patchset.plumbing.errors import EXIT_OK, BadInput, DoesNotApply
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
@@ -619,7 +619,7 @@ def _make_branches(
 ) -> list[tuple[_Branch, Gates]]:
     """Make and gate the branch of each group of ``wanted``, each on its ``after`` chain, in a temporary worktree."""
     made: list[tuple[_Branch, Gates]] = []
-    scratch = Path(tempfile.mkdtemp(prefix="patchset-pr-"))
+    scratch = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("pr")))
     worktree = scratch / "tree"
     try:
         _git(checkout, "worktree", "add", "-q", "--detach", str(worktree), release)

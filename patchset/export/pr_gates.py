@@ -34,6 +34,7 @@ from pathlib import Path
 
 from patchset.export import gate_record
 from patchset.export.test_selection import Selected
+from patchset.plumbing import tempdirs
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.upstreams.registry import (
     UPSTREAMS,
@@ -151,7 +152,7 @@ def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: 
     if records and (earlier := gate_record.recall(records, memo)):
         hooks = parse_precommit(earlier.output)
         return LintResult(passed=True, hooks=hooks, output=earlier.output, command=shown, recorded=earlier.recorded)
-    with tempfile.TemporaryDirectory(prefix="patchset-precommit-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("precommit")) as tmp:
         config = Path(tmp) / "pre-commit-config.yaml"
         config.write_text(config_text, encoding="utf-8")
         env = tool_env(python)

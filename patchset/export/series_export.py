@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from patchset.plumbing import gitops
+from patchset.plumbing import gitops, tempdirs
 from patchset.plumbing.errors import BadInput, DoesNotApply
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.groups import GROUPS_FILE, renumber_text
@@ -153,7 +153,8 @@ def make_checkout(
     """
     refuse_existing(dest, force=force)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name}-", dir=dest.parent))
+    tempdirs.sweep(dest.parent)  # what killed checkouts left beside it
+    tmp = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("checkout", hidden=True), dir=dest.parent))
     try:
         tree = tmp / "tree"
         try:
@@ -387,7 +388,7 @@ def plan_export(pin: Pin, checkout: Path, patches_dir: Path, console: Console) -
     series_file = folder / "series"
     old_lines = series_file.read_text(encoding="utf-8").splitlines() if series_file.is_file() else None
     old_entries = _series_entries(old_lines or [], folder)
-    with tempfile.TemporaryDirectory(prefix="patchset-export-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("export")) as tmp:
         try:
             exported = format_patches(checkout, pin.tag, Path(tmp))
         except gitops.GitError as exc:

@@ -7,6 +7,7 @@ EXIT_TESTS_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_DOES_NOT_APPLY = 3
 EXIT_LOCKED = 4
+EXIT_INTERNAL = 70  # an unexpected error: a bug, or the system failing (sysexits' EX_SOFTWARE); never 1
 
 
 class PatchsetError(Exception):

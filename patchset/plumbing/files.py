@@ -8,9 +8,36 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
+from patchset.plumbing import tempdirs
+
 
 def exists(path: Path) -> bool:
     return path.is_symlink() or path.exists()
+
+
+def fsync(path: Path) -> None:
+    """Flush ``path`` (a file, or a folder: its entries) to disk."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all, and on disk before this returns, for what a later run trusts after a crash
+    (a snapshot's manifest, a gate's record): a file beside it named for this process (``tempdirs.sweep`` removes it
+    after a kill), flushed, renamed into place, and the folder flushed."""
+    staged = path.with_name(tempdirs.prefix("write", hidden=True) + path.name)
+    try:
+        with staged.open("wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(staged, path)
+    finally:
+        staged.unlink(missing_ok=True)
+    fsync(path.parent)
 
 
 def copy_paths(source: Path, dest: Path, paths: Iterable[str]) -> None:

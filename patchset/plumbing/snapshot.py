@@ -7,7 +7,9 @@ also undoes a change that stopped half-way. Knows nothing about patches or git.
 A snapshot kept in a folder of the caller's choosing (beside the tree's lock) also outlives its process: a manifest,
 written last and removed first, records every entry, so that the next run can ``load`` the snapshot of a run that
 was killed (SIGKILL, a power cut of the process) and restore the tree from it. Without the manifest the folder is
-a snapshot still being taken, before any change: there is nothing to restore.
+a snapshot still being taken, before any change: there is nothing to restore. Every copy, then the manifest, is
+flushed to disk before the manifest counts (``files.write_durably``), so one that is trusted after a crash of the
+machine holds what it says.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.plumbing import tempdirs
+from patchset.plumbing import files, tempdirs
 
 MANIFEST = "manifest.json"
 
@@ -74,9 +76,7 @@ class Snapshot:
             for number, rel in enumerate(dict.fromkeys(paths)):
                 self._entries.append(self._save(number, rel))
             manifest = {"root": str(root), "entries": [dataclasses.asdict(entry) for entry in self._entries]}
-            staged = self.backup / f"{MANIFEST}.tmp"
-            staged.write_text(json.dumps(manifest))
-            os.replace(staged, self.backup / MANIFEST)
+            files.write_durably(self.backup / MANIFEST, json.dumps(manifest).encode("utf-8"))
         except BaseException:
             self.discard()
             raise
@@ -104,6 +104,7 @@ class Snapshot:
         if path.is_file():
             info = path.stat()
             shutil.copyfile(path, self.backup / str(number))
+            files.fsync(self.backup / str(number))
             times = (info.st_atime_ns, info.st_mtime_ns)
             return _Entry(rel, "file", mode=stat.S_IMODE(info.st_mode), times=times, dir_modes=dir_modes)
         if path.exists():

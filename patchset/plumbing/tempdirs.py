@@ -1,8 +1,9 @@
 """Scratch folders in the system temp folder, named with the id of the process that made them, so that the next
 run can remove those of a process that is gone (killed with SIGKILL, say, where no ``finally`` runs).
 
-``prefix("check")`` is ``patchset-check-<pid>-``: pass it to ``tempfile``. ``sweep()`` removes every such folder
-whose process no longer exists; those of live processes (another run, on another tree) are left alone.
+``prefix("check")`` is ``patchset-check-<pid>-``: pass it to ``tempfile``; ``prefix("tree", hidden=True)``, for a
+folder made beside a cache entry, starts with a dot. ``sweep()`` removes every such folder (or file) whose process no
+longer exists; those of live processes (another run, on another tree) are left alone.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-_NAME = re.compile(r"patchset-[a-z]+-(\d+)-")
+_NAME = re.compile(r"\.?patchset-[a-z]+-(\d+)-")
 
 
-def prefix(kind: str) -> str:
-    """The name prefix of a scratch folder of ``kind`` made by this process."""
-    return f"patchset-{kind}-{os.getpid()}-"
+def prefix(kind: str, *, hidden: bool = False) -> str:
+    """The name prefix of a scratch folder of ``kind`` made by this process (``hidden``: with a leading dot)."""
+    return f"{'.' if hidden else ''}patchset-{kind}-{os.getpid()}-"
 
 
 def alive(pid: int) -> bool:
@@ -35,8 +36,8 @@ def alive(pid: int) -> bool:
 
 
 def sweep(folder: Path | None = None) -> list[Path]:
-    """Remove the scratch folders in ``folder`` (default: the system temp folder) left by processes that are gone;
-    return them."""
+    """Remove the scratch folders and files in ``folder`` (default: the system temp folder) left by processes that
+    are gone; return them."""
     where = Path(folder or tempfile.gettempdir())
     removed = []
     try:
@@ -49,5 +50,7 @@ def sweep(folder: Path | None = None) -> list[Path]:
             continue
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
     return removed

@@ -6,8 +6,11 @@ Layout under the cache root (``<repo>/.cache``, ``$PATCHSET_CACHE`` or ``--cache
     upstreams/<name>-<version>/       vanilla git checkout: one commit, tagged like the upstream release
     patched/<name>-<version>/         a clone of the vanilla checkout with the series applied to its work tree
 
-Every directory is built under a temporary name next to its final place and renamed into place at the end,
-so an interrupted fetch never leaves a half-made entry. The vanilla checkout is never modified.
+Every directory is built under a temporary name next to its final place (named for the process, see
+``tempdirs.py``) and renamed into place at the end, so an interrupted fetch never leaves a half-made entry, and the
+next run removes what a killed one left. One run at a time makes or rebuilds an entry (``cachelock.py``): a second
+run that needs the same pinned checkout waits for it and reuses it; ``apply`` holds its patched clones for the
+whole run, and a second one is refused (exit 4). The vanilla checkout is never modified.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import sys
 import tarfile
 import tempfile
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.plumbing import gitops
+from patchset.plumbing import cachelock, gitops, tempdirs
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import Console, display_path
 from patchset.upstreams.pins import Pin
@@ -137,7 +141,7 @@ def _download(pin: Pin, cache: Cache, console: Console, download: Downloader, da
     console.step(f"Fetching {pin.label} from PyPI")
     made = [folder for folder in (cache.sdists, *cache.sdists.parents) if not folder.exists()]
     cache.sdists.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=cache.sdists))
+    tmp = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("download", hidden=True), dir=cache.sdists))
     kept: Path | None = None
     try:
         try:
@@ -201,7 +205,7 @@ def unpack_sdist(sdist: Path, dest: Path) -> None:
         archive = tarfile.open(sdist, "r:*")
     except (tarfile.TarError, OSError) as exc:
         raise BadInput(f"{shown} is not a readable tar archive ({exc})") from None
-    staging = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
+    staging = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("unpack", hidden=True), dir=dest.parent))
     try:
         with archive:
             top, members = _checked_members(archive, shown)
@@ -229,7 +233,26 @@ def _usable(checkout: Path, pin: Pin) -> str | None:
 
 
 def ensure_upstream(pin: Pin, cache: Cache, console: Console, *, download: Downloader | None = None) -> Path:
-    """The vanilla git checkout of ``pin`` in the cache, fetched and built on first use; reused afterwards."""
+    """The vanilla git checkout of ``pin`` in the cache, fetched and built on first use; reused afterwards. Its sdist
+    and checkout have one writer at a time: a second run waits for the first, then reuses what it made."""
+    shown = f"{pin.label} in the cache {display_path(cache.root)}"
+    sweep = (cache.sdists, cache.upstreams)
+    with cachelock.hold(cache.root, f"upstreams-{pin.dirname}", shown, console, wait=True, sweep=sweep):
+        return _ensure_upstream(pin, cache, console, download or pip_download)
+
+
+def _sweep_legacy(folder: Path, prefix: str, console: Console) -> None:
+    """Remove the scratch folders named ``prefix*`` in ``folder`` that runs of this tool before their names carried
+    the pid left when killed: no run makes them now, and the caller holds the entry they were for."""
+    for path in sorted(folder.glob(f"{prefix}*")) if folder.is_dir() else []:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+            console.step(f"Removed {display_path(path)}, left by a run that was killed")
+
+
+def _ensure_upstream(pin: Pin, cache: Cache, console: Console, download: Downloader) -> Path:
+    _sweep_legacy(cache.sdists, ".download-", console)
+    _sweep_legacy(cache.upstreams, f".tmp-{pin.dirname}-", console)
     checkout = cache.upstreams / pin.dirname
     if checkout.exists():
         problem = _usable(checkout, pin)
@@ -241,7 +264,7 @@ def ensure_upstream(pin: Pin, cache: Cache, console: Console, *, download: Downl
     if sdist is not None:
         console.step(f"Using cached sdist {display_path(sdist)}")
     else:
-        sdist = _download(pin, cache, console, download or pip_download, damaged)
+        sdist = _download(pin, cache, console, download, damaged)
 
     def make_checkout(tree: Path) -> None:
         unpack_sdist(sdist, tree)
@@ -253,9 +276,19 @@ def ensure_upstream(pin: Pin, cache: Cache, console: Console, *, download: Downl
     return checkout
 
 
+def hold_patched(pin: Pin, cache: Cache, console: Console) -> AbstractContextManager[None]:
+    """Hold ``patched/<name>-<version>`` for the caller's whole run (it clones, patches and tests there): a second
+    run is refused (exit 4) naming this one, rather than rebuilding the tree under it."""
+    shown = f"the patched tree {display_path(cache.patched / pin.dirname)}"
+    entry, hint = f"patched-{pin.dirname}", " (or give this one its own cache: --cache DIR)"
+    return cachelock.hold(cache.root, entry, shown, console, wait=False, sweep=(cache.patched,), hint=hint)
+
+
 def fresh_patched_clone(pin: Pin, vanilla: Path, cache: Cache, console: Console) -> Path:
-    """(Re)create ``patched/<name>-<version>`` as a fresh local clone of the vanilla checkout."""
+    """(Re)create ``patched/<name>-<version>`` as a fresh local clone of the vanilla checkout; the caller holds it
+    (``hold_patched``)."""
     dest = cache.patched / pin.dirname
+    _sweep_legacy(cache.patched, f".tmp-{pin.dirname}-", console)
     console.step(f"Creating a fresh patched tree {display_path(dest)}")
     _replace_with_new_tree(
         dest, lambda clone: gitops.clone_local(vanilla, clone), f"could not clone {display_path(vanilla)}"
@@ -265,14 +298,15 @@ def fresh_patched_clone(pin: Pin, vanilla: Path, cache: Cache, console: Console)
 
 def _replace_with_new_tree(dest: Path, make: Callable[[Path], None], failure: str) -> None:
     """Build a tree with ``make`` in a scratch folder beside ``dest``, then put it in place of ``dest`` in one
-    rename: an interrupted or failed build never leaves a half-made tree where the cache expects a whole one."""
+    rename: an interrupted or failed build never leaves a half-made tree where the cache expects a whole one. The old
+    tree is renamed out of the way first, then removed with the scratch folder, so no reader sees it half-deleted."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{dest.name}-", dir=dest.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("tree", hidden=True), dir=dest.parent))
     try:
         tree = tmp / "tree"
         make(tree)
-        if dest.exists():
-            shutil.rmtree(dest)
+        if dest.is_symlink() or dest.exists():
+            os.replace(dest, tmp / "old")
         os.replace(tree, dest)
     except gitops.GitError as exc:
         raise BadInput(f"{failure}: {exc}") from None

@@ -60,7 +60,7 @@ from patchset.apply.plan import Action, Settle, Step, plan_target
 from patchset.apply.refusals import refusal
 from patchset.apply.target import target_for_pin
 from patchset.apply.transaction import apply_plans
-from patchset.plumbing import gitops, signals
+from patchset.plumbing import gitops, signals, tempdirs
 from patchset.plumbing.errors import EXIT_OK, BadInput, PatchsetError
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
@@ -330,7 +330,7 @@ def build_wheels(
     settle = settler(TeethRunner(load_pins(patches_dir / "upstreams.toml"), cache, console))
     env = _build_env(label, patches_dir)
     dist_dir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="patchset-wheels-"))
+    work = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("wheels")))
     try:
         staged: list[Built] = []
         for pin in targets:

@@ -7,7 +7,8 @@ and this project, built as a wheel as users get it. The pinned venv's own pip do
 
 pip installs an sdist by building a wheel of it and installing that wheel; the wheel built from a verified sdist
 is kept beside the sdists, named by the sdist's sha256, so later runs install the same wheel without building it
-again. This project is built afresh every time: it is the code under test.
+again; one run at a time builds it, the others wait and reuse it. This project is built afresh every time: it is
+the code under test.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from patchset.plumbing import tempdirs
+from patchset.plumbing import cachelock, files, tempdirs
+from patchset.plumbing.ui import Console
 from patchset.testenv.venv import REPO_ROOT, VenvError, run_step
 from patchset.upstreams.fetch import sha256_of
 from patchset.upstreams.pins import Pin, load_pins
@@ -47,23 +49,28 @@ def _sdist(cache_sdists: Path, pin: Pin) -> Path:
 
 
 def _release_wheel(deps_python: Path, sdist: Path, digest: str, wheels: Path) -> Path:
-    """The wheel pip builds from ``sdist`` (sha256 ``digest``), built once into ``wheels/<digest>/``."""
-    home = wheels / digest
-    built = sorted(home.glob("*.whl")) if home.is_dir() else []
-    if len(built) == 1:
-        return built[0]
-    wheels.mkdir(parents=True, exist_ok=True)
-    tempdirs.sweep(wheels)  # what builds killed before left there
-    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("wheel"), dir=wheels) as tmp:
-        command = [str(deps_python), "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index", "--no-build-isolation"]
-        run_step([*command, "--wheel-dir", tmp, str(sdist)], f"building a wheel of {sdist.name}")
-        staged = Path(tmp) / "home"
-        staged.mkdir()
-        for wheel in Path(tmp).glob("*.whl"):
-            wheel.rename(staged / wheel.name)
-        shutil.rmtree(home, ignore_errors=True)
-        staged.rename(home)  # whole or not at all: a run killed while building leaves only its temporary folder
-    return next(home.glob("*.whl"))
+    """The wheel pip builds from ``sdist`` (sha256 ``digest``), built once into ``wheels/<digest>/``: by one run at
+    a time (``cachelock``), which the others wait for and then reuse."""
+    shown = f"the wheel of {sdist.name} in {wheels}"
+    with cachelock.hold(wheels.parent, f"sdist-wheels-{digest}", shown, Console(), wait=True, sweep=(wheels,)):
+        home = wheels / digest
+        built = sorted(home.glob("*.whl")) if home.is_dir() else []
+        if len(built) == 1:
+            return built[0]
+        wheels.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("wheel", hidden=True), dir=wheels) as tmp:
+            command = [str(deps_python), "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-index"]
+            command += ["--no-build-isolation", "--wheel-dir", tmp, str(sdist)]
+            run_step(command, f"building a wheel of {sdist.name}")
+            staged = Path(tmp) / "home"
+            staged.mkdir()
+            for wheel in Path(tmp).glob("*.whl"):
+                files.fsync(wheel)  # trusted by its name alone from now on, even after a crash of the machine
+                wheel.rename(staged / wheel.name)
+            if home.exists():  # a broken one: out of the way in one rename, removed with the temporary folder
+                home.rename(Path(tmp) / "old")
+            staged.rename(home)  # whole or not at all: a run killed while building leaves only its temporary folder
+        return next(home.glob("*.whl"))
 
 
 def build_overlay_env(
@@ -84,7 +91,7 @@ def build_overlay_env(
     pip += ["--no-build-isolation"]
     run_step([*pip, *wheels], "installing the pinned releases (wheels built from their sdists)")
     # from a clean copy: building in place would leave build/ here, and reuse stale files from an earlier build
-    with tempfile.TemporaryDirectory(prefix="patchset-project-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("project")) as tmp:
         project = Path(tmp) / "project"
         shutil.copytree(REPO_ROOT, project, ignore=shutil.ignore_patterns(*_NOT_PACKAGED))
         run_step([*pip, str(project)], "installing this project")

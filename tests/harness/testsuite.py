@@ -49,6 +49,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from patchset.cli.exits import run_reporting_errors
 from patchset.plumbing.errors import PatchsetError
 from patchset.plumbing.ui import Console
 from patchset.series.model import Patch, load_series
@@ -426,7 +427,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(parity, import order, smoke). "
         "Independent steps run at once, each printed whole when it ends; a summary lists every step and its time.",
         epilog="Exit codes: 0 all passed; 1 a step failed (its output says which); 2 the environment could not "
-        "be built. PATCHSET_WORKERS=N sets the pytest-xdist workers of each step (default: the cores divided "
+        "be built; 70 an internal error (one line says what failed and where). PATCHSET_WORKERS=N sets "
+        "the pytest-xdist workers of each step (default: the cores divided "
         "among the steps running at once; 1: none).",
     )
     parser.add_argument(
@@ -479,4 +481,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_reporting_errors(main, interrupted=""))  # a failure of the harness itself: one line, 70

@@ -1,0 +1,139 @@
+"""One writer at a time for each entry of a shared cache (a pinned checkout and its sdist, a patched clone, a wheel
+built from an sdist, a maintainer checkout), which runs in two terminals, or two CI jobs in one workspace, share.
+
+An entry's lock is the lock of ``treelock.py`` (``flock``: the kernel frees it however its holder ends, SIGKILL
+included) in ``<cache>/.locks/<entry>/lock``; its record names the holder (pid, when it started, its command). A
+run that finds an entry held does what a user would expect of it, chosen by the caller:
+
+- ``wait=True``, for an entry that the holder is making and this run will then reuse (a fetch, a wheel built once):
+  one line says for whom it waits and for how long ($PATCHSET_CACHE_WAIT seconds, default 600), then it goes on;
+  past that it ends with exit 4, naming the holder.
+- ``wait=False``, for an entry the holder is working in and this run would rebuild under it (``apply``'s patched
+  clones): it ends at once with exit 4 (``TreeLocked``), naming the holder; nothing was changed.
+
+Whoever holds an entry is its only writer, and builds beside it then renames (see ``fetch.py``); on taking it, it
+removes what dead processes left in the given folders (``tempdirs.sweep``), so a killed run leaves nothing that
+stays. A cache that cannot be written (read-only) is used without the lock, saying so: nobody can change it then.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from patchset.plumbing import tempdirs, treelock
+from patchset.plumbing.errors import BadInput, TreeLocked
+from patchset.plumbing.ui import Console, display_path
+
+LOCKS = ".locks"
+WAIT_ENV = "PATCHSET_CACHE_WAIT"
+DEFAULT_WAIT_S = 600.0
+_POLL_S = 0.2
+
+
+def this_command() -> str:
+    """This process's command line, as the holder's record shows it (``python -m patchset ...`` for the CLI)."""
+    argv = list(sys.argv)
+    main = Path(argv[0]) if argv else Path()
+    if main.name == "__main__.py" and main.parent.name == "patchset":
+        return "python -m patchset " + shlex.join(argv[1:])
+    return shlex.join(argv) or f"python (pid {os.getpid()})"
+
+
+def entry_for(kind: str, path: Path) -> str:
+    """The entry name of the folder ``path`` (anywhere) for ``kind``: its name and a digest of where it is."""
+    return f"{kind}-{path.name}-{hashlib.sha256(str(path).encode('utf-8', 'surrogateescape')).hexdigest()[:12]}"
+
+
+def wait_limit(environ: Mapping[str, str]) -> float:
+    """How long to wait for an entry: ``$PATCHSET_CACHE_WAIT`` seconds, default 600."""
+    text = environ.get(WAIT_ENV, "").strip()
+    try:
+        return max(float(text), 0.0) if text else DEFAULT_WAIT_S
+    except ValueError:
+        raise BadInput(f"${WAIT_ENV} is {text!r}, not a number of seconds; unset it or give one, e.g. 600") from None
+
+
+def _who(busy: treelock.Busy) -> str:
+    return f"another run ({busy.holder})" if busy.holder else "another run"
+
+
+def _take(folder: Path, shown: str, console: Console, *, wait: bool, command: str, hint: str) -> treelock.Lock:
+    deadline: float | None = None
+    limit = 0.0
+    vanished = 0
+    while True:
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            return treelock.acquire(folder, command)
+        except FileNotFoundError:  # another run removed the empty .locks folder just now: make it again
+            vanished += 1
+            if vanished > 100:
+                raise
+            continue
+        except treelock.Busy as busy:
+            lock = display_path(busy.path)
+            if not wait:
+                raise TreeLocked(
+                    f"{shown} is in use by {_who(busy)}, which holds {lock}; nothing was changed. Next: wait for "
+                    f"that run to end, then run again{hint}"
+                ) from None
+            if deadline is None:
+                limit = wait_limit(os.environ)
+                console.warn(
+                    f"{shown} is being made by {_who(busy)}; waiting for it to finish (up to {limit:.0f} s, "
+                    f"${WAIT_ENV}), then using it"
+                )
+                deadline = time.monotonic() + limit
+            elif time.monotonic() >= deadline:
+                raise TreeLocked(
+                    f"{shown} is still held by {_who(busy)} after {limit:.0f} s of waiting ({lock}); nothing was "
+                    f"changed. Next: wait for that run to end (or set ${WAIT_ENV} longer), then run again"
+                ) from None
+            time.sleep(_POLL_S)
+
+
+@contextmanager
+def hold(
+    cache_root: Path,
+    entry: str,
+    shown: str,
+    console: Console,
+    *,
+    wait: bool,
+    sweep: Sequence[Path] = (),
+    command: str | None = None,
+    hint: str = "",
+) -> Iterator[None]:
+    """Hold the cache entry ``entry`` (a flat name, e.g. ``upstreams-verl-0.8.0``; ``shown`` names it to the user)
+    while the block runs, after sweeping ``sweep`` of what dead processes left; see the module docstring. ``hint``
+    ends the refusal's next step."""
+    made = [cache_root / LOCKS] + ([] if cache_root.exists() else [cache_root])
+    try:
+        lock: treelock.Lock | None = _take(
+            cache_root / LOCKS / entry, shown, console, wait=wait, command=command or this_command(), hint=hint
+        )
+    except OSError as exc:
+        console.warn(f"could not lock {shown} ({exc.strerror or exc}); using it without the lock")
+        lock = None
+    try:
+        if lock is not None and lock.stale is not None:
+            console.warn(f"{shown}: taking over from a run that is gone ({lock.stale})")
+        for place in sweep:
+            for path in tempdirs.sweep(place):
+                console.step(f"Removed {display_path(path)}, left by a run that was killed")
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+        for path in made:  # no lock folder stays, nor a cache folder made for nothing
+            try:
+                path.rmdir()
+            except OSError:
+                pass  # not empty, or another run's
