@@ -52,17 +52,27 @@ def install_loss_scale_factor(module: ModuleType, undo: list[Callable[[], None]]
     )
 
 
-def install_value_loss(module: ModuleType, undo: list[Callable[[], None]]) -> None:
-    """The new value_loss passes the global-batch arguments to the compute_value_loss its module holds: refuse
-    (the whole piece comes out) rather than assume that one was changed first."""
-    import inspect
+def value_loss_installer(mirror: str) -> Callable[[ModuleType, list[Callable[[], None]]], None]:
+    """The installer of the patched value_loss of ``verl_overlay.workers.utils.<mirror>`` (each release's
+    ``value_loss`` has its own mirror). The new value_loss passes the global-batch arguments to the
+    compute_value_loss its module holds: refuse (the whole piece comes out) rather than assume that one was changed
+    first."""
 
-    from patchset_overlay.replace import ReplaceError, replace_function_code
-    from verl_overlay.workers.utils import losses
+    def install_value_loss(module: ModuleType, undo: list[Callable[[], None]]) -> None:
+        import importlib
+        import inspect
 
-    if "batch_num_tokens" not in inspect.signature(module.compute_value_loss).parameters:
-        raise ReplaceError(f"{module.__name__}.compute_value_loss does not take batch_num_tokens")
-    undo.append(replace_function_code(module.value_loss, losses.value_loss))
+        from patchset_overlay.replace import ReplaceError, replace_function_code
+
+        patched = importlib.import_module(f"verl_overlay.workers.utils.{mirror}")
+        if "batch_num_tokens" not in inspect.signature(module.compute_value_loss).parameters:
+            raise ReplaceError(f"{module.__name__}.compute_value_loss does not take batch_num_tokens")
+        undo.append(replace_function_code(module.value_loss, patched.value_loss))
+
+    return install_value_loss
+
+
+install_value_loss = value_loss_installer("losses")
 
 
 PIECE = Piece(

@@ -10,9 +10,6 @@ status says; set it in the critic's config to use it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from types import ModuleType
-
 from patchset_overlay.spec import Piece, Target
 from verl_overlay.pieces.critic import (
     CORE_ALGOS,
@@ -21,22 +18,13 @@ from verl_overlay.pieces.critic import (
     install_compute_value_loss,
     install_loss_scale_factor,
     upstream_has_critic_fix,
+    value_loss_installer,
 )
 
 RELEASES = ("0.7.1",)
 
 
-def install_value_loss(module: ModuleType, undo: list[Callable[[], None]]) -> None:
-    """0.7.1's patched value_loss, where the module's compute_value_loss takes the new arguments (checked, as the
-    0.8.0 piece does, rather than assumed)."""
-    import inspect
-
-    from patchset_overlay.replace import ReplaceError, replace_function_code
-    from verl_overlay.workers.utils import losses_v0_7
-
-    if "batch_num_tokens" not in inspect.signature(module.compute_value_loss).parameters:
-        raise ReplaceError(f"{module.__name__}.compute_value_loss does not take batch_num_tokens")
-    undo.append(replace_function_code(module.value_loss, losses_v0_7.value_loss))
+install_value_loss = value_loss_installer("losses_v0_7")  # 0.7.1's value_loss, its own mirror
 
 
 PIECE = Piece(
