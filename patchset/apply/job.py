@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from patchset.apply.behaviour import TeethRunner, settler
-from patchset.apply.locking import locked
+from patchset.apply.locking import locked, refuse_if_held
 from patchset.apply.plan import plan_target
 from patchset.apply.refusals import refuse, refuse_duplicates
 from patchset.apply.report import report_plan
@@ -72,10 +72,15 @@ def run_apply(
     pins = load_pins(patches_dir / "upstreams.toml")
     held = ExitStack()  # the patched clones of the cache, when no PATH is given: held until the run ends
     if paths:
-        targets = [
-            target_for_path(path, pins, patches_dir, force_version=force_version, console=console, check=check)
-            for path in paths
-        ]
+        targets = []
+        for path in paths:
+            try:
+                targets.append(
+                    target_for_path(path, pins, patches_dir, force_version=force_version, console=console, check=check)
+                )
+            except BadInput:
+                refuse_if_held(Path(path).expanduser(), path)  # not recognised mid-change: exit 4 naming that run
+                raise
         refuse_duplicates(targets)
     else:
         targets = cached_targets(pins, patches_dir, cache, console, reverse=reverse, check=check, held=held)

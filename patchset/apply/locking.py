@@ -62,6 +62,22 @@ def _recover(folder: Path, shown: str, stale: treelock.Holder | None, console: C
         )
 
 
+def refuse_if_held(path: Path, shown: str) -> None:
+    """Raise ``TreeLocked`` naming the run that holds the tree at ``path``, if one does. A tree is read (its kind and
+    version) before it can be locked; mid-change, another run's ``git apply`` has removed and not yet rewritten a file
+    that reading needs, so a tree that is not recognised is first checked for a holder: exit 4 naming that run, not
+    "not a checkout"."""
+    try:
+        tree = gitops.find_worktree(path) if path.is_dir() else None
+        folder = gitops.git_dir(tree) / FOLDER if tree is not None else None
+    except (gitops.GitError, OSError):
+        return
+    if folder is None:
+        return  # not a git checkout: no run can hold it
+    if (held := treelock.busy(folder)) is not None:
+        raise TreeLocked(_busy_message(shown, held))
+
+
 @contextmanager
 def locked(targets: Sequence[Target], command: str, console: Console, guard: Guard) -> Iterator[dict[Path, Path]]:
     """Hold the trees of ``targets`` for ``command`` while the block runs, after restoring what a killed run left;

@@ -75,6 +75,22 @@ class Lock:
             pass  # not empty: another run's lock, or what the caller keeps there
 
 
+def busy(folder: Path) -> Busy | None:
+    """Whether a live process holds the lock in ``folder``, without taking it or making anything: a shared flock that
+    an exclusive holder refuses, let go at once. For a caller that must read the tree before it may lock it."""
+    try:
+        fd = os.open(folder / LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None  # no lock file: nobody holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return Busy(folder / LOCK, _holder(_read(fd)))
+    finally:
+        os.close(fd)  # closing lets go of a shared lock taken above
+    return None
+
+
 def acquire(folder: Path, command: str) -> Lock:
     """Take the lock in ``folder`` (made if need be) for ``command``; raise ``Busy`` when a live process holds it,
     ``OSError`` when it cannot be made (a read-only git directory)."""

@@ -24,6 +24,7 @@ import pytest
 from patchset_fakes import REPO_ROOT, TRINITY_PATCH, VERL_PATCH_1, VERL_PATCH_2, tree_state
 
 from patchset.cli.apply import main
+from patchset.plumbing import treelock
 
 HOOK = r"""
 import os, signal, sys, tempfile, time
@@ -134,6 +135,28 @@ def test_second_run_on_a_held_tree_exits_4_naming_the_holder_and_changes_nothing
     assert first.returncode == 0, err
     assert f"* Applying {VERL_PATCH_2} (2/2)" in out
     assert _leftovers(temp, world.verl) == []
+
+
+def test_a_tree_held_mid_change_is_refused_as_held_not_as_no_checkout(world, temp):
+    """A run reads a tree (its kind and version) before it can lock it. Mid-change, another run's ``git apply`` has
+    removed a file that tells the tree (verl's core_algos.py, which patches change) and not yet written it back: the
+    second run must say that the tree is held (exit 4, naming the holder), not that it is no checkout (exit 2; seen
+    once in the parallel-runs test under load)."""
+    folder = Path(
+        subprocess.check_output(["git", "rev-parse", "--absolute-git-dir"], cwd=world.verl, text=True).strip()
+    )
+    lock = treelock.acquire(folder / "patchset", "patchset apply (a run mid-change)")
+    marker = world.verl / "verl" / "trainer" / "ppo" / "core_algos.py"
+    text = marker.read_text()
+    marker.unlink()
+    try:
+        code, _, err = _run(world, temp, str(world.verl))
+    finally:
+        marker.write_text(text)
+        lock.release()
+    assert code == 4, err
+    assert f"is being changed or checked by another run (pid {os.getpid()}, started " in err, err
+    assert "a run mid-change" in err and "not a verl or Trinity-RFT checkout" not in err, err
 
 
 def test_parallel_runs_on_one_tree_end_applied_and_the_loser_says_why(world, temp, states):
