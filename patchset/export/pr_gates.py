@@ -39,8 +39,9 @@ from patchset.plumbing.paths import REPO_ROOT
 from patchset.upstreams.registry import (
     UPSTREAMS,
     VERL_CONFIG_DIR,
-    VERL_GENERATED_CONFIGS,
+    VERL_GENERATED_GLOB,
     VERL_LICENSE_LINES,
+    VERL_PRINT_CFG,
     LintHook,
 )
 
@@ -319,29 +320,50 @@ def _hook_docstrings(files: Sequence[str]) -> list[str]:
     return problems
 
 
+def _generation(header: str) -> tuple[str, list[str]] | None:
+    """(config name, overrides) of the print_cfg.py command a generated config's header names; None if it names
+    none."""
+    match = VERL_PRINT_CFG.search(header)
+    if match is None:
+        return None
+    config_name, overrides = "ppo_trainer", []
+    for arg in match["args"].split():
+        if arg.startswith("--config-name="):
+            config_name = arg.removeprefix("--config-name=").removesuffix(".yaml")
+        else:
+            overrides.append(arg)
+    return config_name, overrides
+
+
 def _hook_generated_config(_files: Sequence[str]) -> list[str]:
+    """Every flattened config the tree has equals the Hydra composition its header names (the release's own
+    commands: verl 0.7.x and 0.8.0 generate them differently)."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     config_dir = Path(VERL_CONFIG_DIR).resolve()
     problems = []
-    for generated, overrides in VERL_GENERATED_CONFIGS.items():
-        path = config_dir / generated
-        if not path.is_file():
-            problems.append(f"{VERL_CONFIG_DIR}/{generated}: missing")
+    for path in sorted(config_dir.glob(VERL_GENERATED_GLOB)):
+        where = f"{VERL_CONFIG_DIR}/{path.name}"
+        generation = _generation(path.read_text(encoding="utf-8")[:2000])
+        if generation is None:
+            problems.append(f"{where}: its header names no 'print_cfg.py --cfg job ...' command to compare it with")
             continue
+        config_name, overrides = generation
         with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-            composed = OmegaConf.to_container(compose(config_name="ppo_trainer", overrides=overrides), resolve=False)
+            composed = OmegaConf.to_container(compose(config_name=config_name, overrides=overrides), resolve=False)
         flat = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
         assert isinstance(composed, dict) and isinstance(flat, dict)
         composed.pop("model_engine", None)  # the defaults-list choice, which print_cfg.py does not write
         for section in sorted(set(composed) | set(flat), key=str):
             if composed.get(section) != flat.get(section):
                 problems.append(
-                    f"{VERL_CONFIG_DIR}/{generated}: section {section!r} differs from the Hydra composition of "
-                    f"ppo_trainer {' '.join(overrides)}".rstrip()
+                    f"{where}: section {section!r} differs from the Hydra composition of {config_name} "
+                    f"{' '.join(overrides)}".rstrip()
                     + "; regenerate it (verl's scripts/generate_trainer_config.sh)"
                 )
+    if not problems and not any(config_dir.glob(VERL_GENERATED_GLOB)):
+        problems.append(f"{VERL_CONFIG_DIR}: no {VERL_GENERATED_GLOB} to check")
     return problems
 
 

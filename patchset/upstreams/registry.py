@@ -141,12 +141,10 @@ TRINITY_FLAKE8_ARGS = [
 # verl's mypy hook: pre-commit/mirrors-mypy v1.17.0 with that hook's default arguments (verl sets none).
 VERL_MYPY_ARGS = ("--ignore-missing-imports", "--scripts-are-modules")
 # verl: generated file -> the overrides scripts/generate_trainer_config.sh composes it with.
-VERL_GENERATED_CONFIGS = {
-    "_generated_ppo_trainer.yaml": [],
-    "_generated_ppo_megatron_trainer.yaml": ["model_engine=megatron"],
-    "_generated_ppo_torchtitan_trainer.yaml": ["model_engine=torchtitan"],
-    "_generated_ppo_veomni_trainer.yaml": ["model_engine=veomni"],
-}
+# verl's flattened reference configs: each file's header names the print_cfg.py command that made it, which differs by
+# release (0.8.0: "ppo_trainer" with "model_engine=megatron"; 0.7.x: "--config-name=ppo_megatron_trainer.yaml")
+VERL_GENERATED_GLOB = "_generated_*.yaml"
+VERL_PRINT_CFG = re.compile(r"print_cfg\.py --cfg job(?P<args>[^']*)'")
 VERL_CONFIG_DIR = "verl/trainer/config"
 VERL_DOCSTRING_FILES = ("verl/trainer/ppo/core_algos.py",)
 # The Apache-2.0 header lines every verl .py file carries after its "# Copyright <year> <holder>" line(s).

@@ -25,6 +25,7 @@ import pytest
 from patchset_fakes import FORMAT_PATCH, REPO_ROOT, git
 
 from patchset.cli.export_pr import main
+from patchset.export import pr_gates
 from patchset.series.groups import load_groups
 from patchset.series.model import load_series
 from patchset.upstreams.fetch import resolve_cache
@@ -246,3 +247,24 @@ def test_script_help_lists_exit_codes():
     proc = subprocess.run([str(REPO_ROOT / "scripts/export-pr.sh"), "--help"], capture_output=True, text=True)
     assert proc.returncode == 0
     assert "exit status:" in proc.stdout and "a gate failed" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("header", "generation"),
+    [
+        (
+            "'python3 scripts/print_cfg.py --cfg job model_engine=megatron' to flatten",
+            ("ppo_trainer", ["model_engine=megatron"]),
+        ),
+        (
+            "'python3 scripts/print_cfg.py --cfg job --config-name=ppo_megatron_trainer.yaml' to",
+            ("ppo_megatron_trainer", []),
+        ),
+        ("'python3 scripts/print_cfg.py --cfg job ' to flatten", ("ppo_trainer", [])),
+        ("# Do not modify this file directly.", None),
+    ],
+)
+def test_generated_config_gate_composes_what_each_file_header_names(header, generation):
+    """verl 0.8.0 flattens ppo_trainer with model_engine overrides, 0.7.x names a config per engine: the gate reads the
+    command from each generated file's header, so it checks any release's files (a fixed table failed on 0.7.1)."""
+    assert pr_gates._generation(f"# in which it invokes {header}") == generation
