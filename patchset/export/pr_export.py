@@ -447,8 +447,54 @@ def _run_gates(
             break
         if records:
             gate_record.remember(records, memo, json.dumps(gaps), "")
+    if not passed and upstream:
+        on_release = _fail_on_release(worktree, release, upstream, changed, output, python, importable)
+        if on_release:
+            passed = True
+            summary += f"; every failure also fails on vanilla {pin.tag}, run the same way: {', '.join(on_release)}"
+            notes.append(
+                f"Upstream's own tests that fail on vanilla {pin.tag} too (the same files, in the same order), so not "
+                f"because of this branch: {', '.join(on_release)}."
+            )
     tests = pr_gates.TestRun(tuple(upstream), chosen.own, passed, summary, output, tuple(notes), tuple(not_run))
     return Gates(lint=lint, tests=tests)
+
+
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (?P<test>\S+)")
+
+
+def _failed_tests(output: str) -> set[str]:
+    """The test ids pytest's short summary names as failed or in error."""
+    return {m["test"] for line in output.splitlines() if (m := _FAILED.match(line))}
+
+
+def _fail_on_release(
+    worktree: Path,
+    release: str,
+    upstream: Sequence[test_selection.Selected],
+    changed: Sequence[str],
+    output: str,
+    python: Path,
+    importable: Sequence[Path],
+) -> list[str]:
+    """The failures of the branch's test run (``output``) when every one is an upstream test that the branch does not
+    change and that fails on the ``release`` tree too, run the same way (the same upstream files, as the release has
+    them, in the same order:
+    verl 0.7.1's ``test_algo_config_on_cpu.py`` fails after ``test_core_algos_on_cpu.py`` on the release itself);
+    else none: a failure of the branch's own stands."""
+    failed = _failed_tests(output)
+    files = [test.path for test in upstream]  # as the release has them, those the branch changes too
+    if not failed or any(test.split("::")[0] not in files or test.split("::")[0] in changed for test in failed):
+        return []
+    vanilla = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("pr-vanilla"))) / "tree"
+    try:
+        _git(worktree, "worktree", "add", "-q", "--detach", str(vanilla), release)
+        others = [path for path in importable if path != worktree]
+        _, _, before = pr_gates.run_tests(vanilla, files, python, [vanilla, *others], None, [vanilla, *others])
+    finally:
+        gitops.run_git(["worktree", "remove", "--force", str(vanilla)], cwd=worktree, check=False)
+        shutil.rmtree(vanilla.parent, ignore_errors=True)
+    return sorted(failed) if failed <= _failed_tests(before) else []
 
 
 def _import_gaps(
