@@ -153,8 +153,8 @@ def actor_cases() -> dict[str, dict[str, Any]]:
 
 
 def self_normalizing_cases() -> dict[str, dict[str, Any]]:
-    """A policy loss that takes the engine's batch info as runtime keys and normalizes itself, as upstream main's
-    M2PO does (registered while its cases run)."""
+    """A policy loss that takes the engine's batch info as runtime keys and normalizes itself, as M2PO does in
+    Trinity-RFT's PR #616, open when read (registered while its cases run)."""
     from trinity.trainer.verl.losses import TrinityPolicyLoss
 
     batch, outputs = _actor_inputs()

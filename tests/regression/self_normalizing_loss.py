@@ -1,6 +1,7 @@
-"""A policy loss that normalizes itself over the global mini-batch, declared as upstream's default branch declares
-one (``_runtime_keys = {"batch_num_tokens", "dp_size"}``, as its M2PO loss does), for the regression and parity
-tests. Registered in the Trinity tree under test only while a test needs it: the registry is checked elsewhere."""
+"""A policy loss that normalizes itself over the global mini-batch, declared as Trinity-RFT's PR #616 (M2PO; open
+when read) declares one (``_runtime_keys = {"batch_num_tokens", "dp_size"}``, as its M2PO loss does), for the
+regression and parity tests. Registered in the Trinity tree under test only while a test needs it: the registry is
+checked elsewhere."""
 
 from __future__ import annotations
 

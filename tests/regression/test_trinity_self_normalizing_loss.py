@@ -1,10 +1,11 @@
 """Trinity-RFT actor: a policy loss that normalizes itself over the global mini-batch is not weighted again.
 
-Upstream's default branch lets a policy loss declare runtime keys (``_runtime_keys = {"batch_num_tokens",
-"dp_size"}``, as its M2PO loss does): `TrinityPolicyLoss` hands it the engine's batch info, and the loss returns
-its micro-batch's share of the global mini-batch itself. The test registers such a loss (a PPO-style token mean
-over the global mini-batch, as M2PO computes it) and runs the whole `TrinityPolicyLoss` through verl's real
-micro-batch plumbing (K = 2 and 4 fixed, K = 3 by token budget, simulated dp 2).
+Trinity-RFT's PR #616 (M2PO; open when read, 2026-12-05) lets a policy loss declare runtime keys
+(``_runtime_keys = {"batch_num_tokens", "dp_size"}``, as its M2PO loss does): `TrinityPolicyLoss` hands it the
+engine's batch info, and the loss returns its micro-batch's share of the global mini-batch itself. The test registers
+such a loss (a PPO-style token mean over the global mini-batch, as M2PO computes it) and runs the whole
+`TrinityPolicyLoss` through verl's real micro-batch plumbing (K = 2 and 4 fixed, K = 3 by token budget, simulated
+dp 2).
 
 Invariant on the patched tree: the loss receives the engine's ``batch_num_tokens`` and ``dp_size`` on every call,
 and the gradient of the summed micro-batch losses equals the one-micro-batch gradient, with the entropy and KL
