@@ -32,7 +32,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -468,6 +469,19 @@ def _failed_tests(output: str) -> set[str]:
     return {m["test"] for line in output.splitlines() if (m := _FAILED.match(line))}
 
 
+@contextmanager
+def _release_tree(worktree: Path, release: str, importable: Sequence[Path]) -> Iterator[tuple[Path, list[Path]]]:
+    """A temporary worktree of ``release`` beside the branch's ``worktree``, and what its tests import there (it, then
+    the other upstreams of ``importable``): the vanilla release, to tell upstream's own failures from the branch's."""
+    vanilla = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("pr-vanilla"))) / "tree"
+    try:
+        _git(worktree, "worktree", "add", "-q", "--detach", str(vanilla), release)
+        yield vanilla, [vanilla, *(path for path in importable if path != worktree)]
+    finally:
+        gitops.run_git(["worktree", "remove", "--force", str(vanilla)], cwd=worktree, check=False)
+        shutil.rmtree(vanilla.parent, ignore_errors=True)
+
+
 def _fail_on_release(
     worktree: Path,
     release: str,
@@ -479,21 +493,14 @@ def _fail_on_release(
 ) -> list[str]:
     """The failures of the branch's test run (``output``) when every one is an upstream test that the branch does not
     change and that fails on the ``release`` tree too, run the same way (the same upstream files, as the release has
-    them, in the same order:
-    verl 0.7.1's ``test_algo_config_on_cpu.py`` fails after ``test_core_algos_on_cpu.py`` on the release itself);
-    else none: a failure of the branch's own stands."""
+    them, in the same order: verl 0.7.1's ``test_algo_config_on_cpu.py`` fails after ``test_core_algos_on_cpu.py``
+    on the release itself); else none: a failure of the branch's own stands."""
     failed = _failed_tests(output)
     files = [test.path for test in upstream]  # as the release has them, those the branch changes too
     if not failed or any(test.split("::")[0] not in files or test.split("::")[0] in changed for test in failed):
         return []
-    vanilla = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("pr-vanilla"))) / "tree"
-    try:
-        _git(worktree, "worktree", "add", "-q", "--detach", str(vanilla), release)
-        others = [path for path in importable if path != worktree]
-        _, _, before = pr_gates.run_tests(vanilla, files, python, [vanilla, *others], None, [vanilla, *others])
-    finally:
-        gitops.run_git(["worktree", "remove", "--force", str(vanilla)], cwd=worktree, check=False)
-        shutil.rmtree(vanilla.parent, ignore_errors=True)
+    with _release_tree(worktree, release, importable) as (vanilla, paths):
+        _, _, before = pr_gates.run_tests(vanilla, files, python, paths, None, paths)
     return sorted(failed) if failed <= _failed_tests(before) else []
 
 
@@ -516,16 +523,8 @@ def _import_gaps(
     gaps = {test: name for test, name in gaps.items() if name.split(".")[0] in absent}
     if not gaps:
         return {}
-    vanilla = Path(tempfile.mkdtemp(prefix="patchset-pr-vanilla-")) / "tree"
-    try:
-        _git(worktree, "worktree", "add", "-q", "--detach", str(vanilla), release)
-        others = [path for path in importable if path != worktree]
-        before = test_selection.import_gaps(
-            pr_gates.collect_tests(vanilla, list(gaps), python, [vanilla, *others]), files
-        )
-    finally:
-        gitops.run_git(["worktree", "remove", "--force", str(vanilla)], cwd=worktree, check=False)
-        shutil.rmtree(vanilla.parent, ignore_errors=True)
+    with _release_tree(worktree, release, importable) as (vanilla, paths):
+        before = test_selection.import_gaps(pr_gates.collect_tests(vanilla, list(gaps), python, paths), files)
     return {
         test: f"imports {name} (through what it imports), which the test venv does not have; it cannot be "
         f"imported on vanilla {pin.label} either"
