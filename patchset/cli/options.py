@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from patchset.upstreams.fetch import CACHE_ENV
+from patchset.upstreams.workspace import Workspace, resolve_workspace
 
 
 def add_common_options(parser: argparse.ArgumentParser, *, cache: bool = True) -> None:
@@ -28,3 +30,8 @@ def usage_exit_status(exc: SystemExit, bad_input: int) -> int:
     if exc.code is None:
         return 0
     return exc.code if isinstance(exc.code, int) else bad_input
+
+
+def workspace_from(args: argparse.Namespace) -> Workspace:
+    """The run's `Workspace` from ``--patches-dir`` and ``--cache`` (or ``$PATCHSET_CACHE``), resolved once."""
+    return resolve_workspace(args.patches_dir, getattr(args, "cache", None), os.environ)

@@ -1,0 +1,47 @@
+"""The patches folder, its pins and the cache: resolved once from the command line, then passed down as one value."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchset.plumbing.paths import REPO_ROOT
+from patchset.upstreams.fetch import Cache, resolve_cache
+from patchset.upstreams.pins import Pins, load_pins
+
+PINS_FILE = "upstreams.toml"
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Where a run reads its series and pins and keeps its sdists and checkouts.
+
+    Every command resolves it once (``--patches-dir``, ``--cache``, ``$PATCHSET_CACHE``) and hands it down, so that no
+    layer below picks its own default or reads ``upstreams.toml`` again.
+    """
+
+    patches_dir: Path
+    pins: Pins
+    cache: Cache
+
+
+def default_patches_dir(repo_root: Path = REPO_ROOT) -> Path:
+    """The repository's own ``patches/``."""
+    return repo_root / "patches"
+
+
+def resolve_workspace(
+    patches_option: str | Path | None,
+    cache_option: str | None,
+    environ: Mapping[str, str],
+    repo_root: Path = REPO_ROOT,
+) -> Workspace:
+    """``--patches-dir`` (else the repository's ``patches/``) with its pins read and checked, and the cache as
+    `resolve_cache` chooses it; a missing or bad ``upstreams.toml`` raises ``BadInput`` naming the file."""
+    patches_dir = Path(patches_option).expanduser() if patches_option else default_patches_dir(repo_root)
+    return Workspace(
+        patches_dir=patches_dir,
+        pins=load_pins(patches_dir / PINS_FILE),
+        cache=resolve_cache(cache_option, environ, repo_root),
+    )
