@@ -9,13 +9,12 @@ import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from patchset.export.branch_gates import Gating, WorkTree, run_gates
 from patchset.export.commit_message import upstream_patch_text
 from patchset.export.pr_gates import Gates
-from patchset.export.pr_text import BRANCH_PREFIX
 from patchset.plumbing import gitops, tempdirs
 from patchset.plumbing.errors import BadInput, DoesNotApply
 from patchset.plumbing.ui import Console, display_path
@@ -23,6 +22,7 @@ from patchset.series.groups import UPSTREAM_COMMIT, Group, chain
 from patchset.series.model import Patch, read_patch
 from patchset.upstreams.pins import Pin
 
+BRANCH_PREFIX = "patchset/"
 _SLUG = re.compile(r"^\d{4}-(?P<slug>.+)\.patch$")
 
 
@@ -172,7 +172,7 @@ class _Commits:
     base: str
     base_commits: int = 0
     patches: tuple[Patch, ...] = ()
-    messages: dict[str, list[str]] | None = None
+    messages: dict[str, list[str]] = field(default_factory=dict)
     upstream_tests: UpstreamTests | None = None
 
 
@@ -223,8 +223,8 @@ def _set_branch(job: BranchJob, name: str, head: str) -> None:
 def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tuple[Branch, Gates]]:
     """Make and gate the branch of each group of ``job``, each on its ``after`` chain, in a temporary worktree."""
     made: list[tuple[Branch, Gates]] = []
-    scratch = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("pr")))
     files = tuple(_git(job.checkout, "ls-tree", "-r", "--name-only", job.release).splitlines())
+    scratch = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("pr")))
     tree = WorkTree(scratch / "tree", job.release, files, scratch)
     pin = job.pin
     try:
@@ -247,8 +247,9 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
             tests_change = commits.upstream_tests
             notes = [tests_change.note()] if tests_change else []
             gates = run_gates(gating, pin, tree, changed, console, notes)
-            messages = commits.messages or {}
-            branch = Branch(group, name, commits.patches, messages, commits.base_commits, tuple(changed), tests_change)
+            branch = Branch(
+                group, name, commits.patches, commits.messages, commits.base_commits, tuple(changed), tests_change
+            )
             made.append((branch, gates))
     finally:
         gitops.run_git(["worktree", "remove", "--force", str(tree.path)], cwd=job.checkout, check=False)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from patchset.export.branches import BRANCH_PREFIX
 from patchset.export.pr_gates import Gates
 from patchset.series.groups import Group
 from patchset.series.model import Patch
 from patchset.upstreams.pr_template import PrParts
 from patchset.upstreams.registry import UPSTREAMS
-
-BRANCH_PREFIX = "patchset/"
 
 
 def _related(patches: Sequence[Patch], tag: str) -> list[str]:

@@ -108,3 +108,10 @@ def test_an_own_hook_runs_by_the_command_line_its_generated_config_names(
     assert lint_hook.main([*argv, "a.py"]) == lint_hook.EXIT_PROBLEMS
 
     assert problem in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["verl", "check-ast"], ["trinity", "nosuch"], ["third-party", "check-ast"]])
+def test_a_hook_that_is_not_the_upstreams_own_check_is_a_usage_error_exit_2(argv: list[str], capsys) -> None:
+    assert lint_hook.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m patchset.cli.lint_hook") and "error: argument" in err
