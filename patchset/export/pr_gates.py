@@ -136,6 +136,12 @@ GATE_CODE = (
 )
 
 
+def _run(command: Sequence[str], tree: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A gate's tool in ``tree`` with ``env``, reading nothing; its output and errors together, as a user sees them."""
+    streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    return subprocess.run(list(command), cwd=tree, env=env, text=True, check=False, **streams)  # type: ignore[call-overload]
+
+
 def _reused(recorded: str) -> str:
     return f"; the same gate passed on exactly this content at {recorded}: not run again (--rerun-gates runs it)"
 
@@ -159,16 +165,7 @@ def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: 
         env["PRE_COMMIT_COLOR"] = "never"
         env.pop("PRE_COMMIT_ALLOW_NO_CONFIG", None)
         args = ["run", "--config", str(config), "--show-diff-on-failure", "--color=never", "--files", *files]
-        proc = subprocess.run(
-            [str(python), "-m", "pre_commit", *args],
-            cwd=tree,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            check=False,
-        )
+        proc = _run([str(python), "-m", "pre_commit", *args], tree, env)
     hooks = parse_precommit(proc.stdout)
     passed = proc.returncode == 0 and not any(h.status == "Failed" for h in hooks)
     if passed and records:
@@ -228,16 +225,7 @@ def run_tests(
     memo = gate_record.gate_key("tests", trees, python, command[1:], GATE_CODE) if records else None
     if records and (earlier := gate_record.recall(records, memo)):
         return True, earlier.summary + _reused(earlier.recorded), earlier.output
-    proc = subprocess.run(
-        command,
-        cwd=tree,
-        env=tool_env(python, pythonpath if importable is None else importable, project=False),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        check=False,
-    )
+    proc = _run(command, tree, tool_env(python, pythonpath if importable is None else importable, project=False))
     summary = next(
         (m["text"] for line in reversed(proc.stdout.splitlines()) if (m := _PYTEST_SUMMARY.match(line.strip()))),
         f"pytest exit status {proc.returncode}",
@@ -262,16 +250,7 @@ def collect_tests(tree: Path, files: Sequence[str], python: Path, importable: Se
     """pytest's output collecting ``files`` in ``tree`` (nothing runs), with ``importable`` on the path: where a test
     file cannot even be imported."""
     command = [str(python), "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-o", "addopts=", *files]
-    return subprocess.run(
-        command,
-        cwd=tree,
-        env=tool_env(python, importable, project=False),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        check=False,
-    ).stdout
+    return _run(command, tree, tool_env(python, importable, project=False)).stdout
 
 
 @dataclass(frozen=True)
