@@ -6,19 +6,17 @@ The work is ``patchset.export.pr_export.export_pr``; this module parses the line
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from patchset.cli.exits import CACHE_WAIT_HELP, INTERNAL_HELP, run_reporting_errors
-from patchset.cli.options import usage_exit_status
+from patchset.cli.options import usage_exit_status, workspace_from
 from patchset.export import pr_export
-from patchset.export.pr_export import EXIT_GATE_FAILED
+from patchset.export.pr_export import EXIT_GATE_FAILED, ExportRequest
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK
-from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console
-from patchset.upstreams.fetch import CACHE_ENV, resolve_cache
+from patchset.upstreams.fetch import CACHE_ENV
 from patchset.upstreams.registry import UPSTREAMS
 
 EXIT_CODES = f"""\
@@ -83,18 +81,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help (0) or a usage error (2)
         return usage_exit_status(exc, EXIT_BAD_INPUT)
     console = Console(quiet=args.quiet)
-    patches_dir = Path(args.patches_dir).expanduser() if args.patches_dir else REPO_ROOT / "patches"
-    return run_reporting_errors(
-        lambda: pr_export.export_pr(
+
+    def export() -> int:
+        workspace = workspace_from(args)
+        request = ExportRequest(
             args.upstream,
             Path(args.checkout).expanduser().resolve(),
-            console,
             only_groups=args.group or (),
             branch=args.branch,
             force=args.force,
-            cache=args.cache,
-            patches_dir=patches_dir,
-            gate_records=None if args.rerun_gates else resolve_cache(args.cache, os.environ, REPO_ROOT).root / "gates",
-        ),
-        interrupted="",
-    )
+            gate_records=None if args.rerun_gates else workspace.cache.root / "gates",
+        )
+        return pr_export.export_pr(request, workspace, console)
+
+    return run_reporting_errors(export, interrupted="")

@@ -6,8 +6,9 @@ cannot clone hook repositories here (no network but PyPI), so the config written
 hooks with ``language: system`` calling the pinned tools of the test venv (ruff 0.12.2, black 23.7.0, isort
 5.12.0, flake8 6.1.0 + flake8-docstrings). verl's checks that live in its repository as scripts and are not in the
 sdist (license header, docstring coverage of ``core_algos.py``, generated-config consistency) and the
-pre-commit-hooks basics Trinity runs (not in the lock) are re-implemented here as small hooks:
-``python -m patchset.export.pr_gates hook NAME FILES...``.
+pre-commit-hooks basics Trinity runs (not in the lock) are re-implemented as small hooks of this project's own, each
+with its upstream's entry (``patchset.upstreams.verl_pr``, ``trinity_pr``, ``lint_hooks``):
+``python -m patchset.cli.lint_hook UPSTREAM ID FILES...``.
 
 verl's mypy hook (mirrors-mypy v1.17.0, its default arguments ``--ignore-missing-imports --scripts-are-modules``,
 configured by verl's ``[tool.mypy]``: errors on for ``verl.trainer.ppo.core_algos`` and a few more modules) runs
@@ -20,13 +21,11 @@ whose scripts live only in its repository (``tests/special_sanity/``), beyond th
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
 import shlex
 import subprocess
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,29 +35,20 @@ from patchset.export import gate_record
 from patchset.export.test_selection import Selected
 from patchset.plumbing import tempdirs
 from patchset.plumbing.paths import REPO_ROOT
-from patchset.upstreams.registry import (
-    UPSTREAMS,
-    VERL_CONFIG_DIR,
-    VERL_GENERATED_GLOB,
-    VERL_LICENSE_LINES,
-    VERL_PRINT_CFG,
-    LintHook,
-)
-
-_COPYRIGHT = re.compile(r"^# Copyright (\(c\) )?\d{4}(-\d{4})?,? \S")
-_LICENSE_SCAN_LINES = 20
-
+from patchset.upstreams import lint_hooks, registry
+from patchset.upstreams.lint_hooks import LintHook
+from patchset.upstreams.registry import UPSTREAMS
 
 # --- the pre-commit config --------------------------------------------------------------------------------
 
 
-def _entry(hook: LintHook, python: Path) -> str:
-    """The hook's ``entry``: its command with the venv's tool (``python``: its interpreter), this project's own hook
-    when it names none, or a pygrep hook's regular expression."""
+def _entry(key: str, hook: LintHook, python: Path) -> str:
+    """The hook's ``entry``: its command with the venv's tool (``python``: its interpreter), this project's own check
+    (``key``'s hook, run by ``lint_hooks.RUNNER``) when it names none, or a pygrep hook's regular expression."""
     if hook.language == "pygrep":
         return hook.command[0]
     if not hook.command:
-        return shlex.join([str(python), "-m", "patchset.export.pr_gates", "hook", hook.id])
+        return shlex.join([str(python), "-m", lint_hooks.RUNNER, key, hook.id])
     tool, *args = hook.command
     return shlex.join([str(python if tool == "python" else python.parent / tool), *args])
 
@@ -72,7 +62,7 @@ def precommit_config(key: str, python: Path) -> dict[str, object]:
         {
             "id": hook.id,
             "name": hook.name,
-            "entry": _entry(hook, python),
+            "entry": _entry(key, hook, python),
             "language": hook.language,
             **dict(hook.options),
         }
@@ -136,8 +126,20 @@ def tool_env(python: Path, pythonpath: Sequence[Path] = (), *, project: bool = T
     return env
 
 
-# the code that decides how a gate runs: part of what a remembered pass is keyed by (see gate_record)
-GATE_CODE = (Path(__file__), Path(gate_record.__file__), REPO_ROOT / "patchset" / "upstreams" / "registry.py")
+# the code that decides how a gate runs: part of what a remembered pass is keyed by (see gate_record): this module,
+# the registry and the per-upstream modules it names (their hooks and checks), and the module that runs a check
+GATE_CODE = (
+    Path(__file__),
+    Path(gate_record.__file__),
+    *sorted(Path(registry.__file__).parent.glob("*.py")),
+    REPO_ROOT.joinpath(*lint_hooks.RUNNER.split(".")).with_suffix(".py"),
+)
+
+
+def _run(command: Sequence[str], tree: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A gate's tool in ``tree`` with ``env``, reading nothing; its output and errors together, as a user sees them."""
+    streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    return subprocess.run(list(command), cwd=tree, env=env, text=True, check=False, **streams)  # type: ignore[call-overload]
 
 
 def _reused(recorded: str) -> str:
@@ -163,16 +165,7 @@ def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: 
         env["PRE_COMMIT_COLOR"] = "never"
         env.pop("PRE_COMMIT_ALLOW_NO_CONFIG", None)
         args = ["run", "--config", str(config), "--show-diff-on-failure", "--color=never", "--files", *files]
-        proc = subprocess.run(
-            [str(python), "-m", "pre_commit", *args],
-            cwd=tree,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            check=False,
-        )
+        proc = _run([str(python), "-m", "pre_commit", *args], tree, env)
     hooks = parse_precommit(proc.stdout)
     passed = proc.returncode == 0 and not any(h.status == "Failed" for h in hooks)
     if passed and records:
@@ -232,16 +225,7 @@ def run_tests(
     memo = gate_record.gate_key("tests", trees, python, command[1:], GATE_CODE) if records else None
     if records and (earlier := gate_record.recall(records, memo)):
         return True, earlier.summary + _reused(earlier.recorded), earlier.output
-    proc = subprocess.run(
-        command,
-        cwd=tree,
-        env=tool_env(python, pythonpath if importable is None else importable, project=False),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        check=False,
-    )
+    proc = _run(command, tree, tool_env(python, pythonpath if importable is None else importable, project=False))
     summary = next(
         (m["text"] for line in reversed(proc.stdout.splitlines()) if (m := _PYTEST_SUMMARY.match(line.strip()))),
         f"pytest exit status {proc.returncode}",
@@ -266,159 +250,21 @@ def collect_tests(tree: Path, files: Sequence[str], python: Path, importable: Se
     """pytest's output collecting ``files`` in ``tree`` (nothing runs), with ``importable`` on the path: where a test
     file cannot even be imported."""
     command = [str(python), "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-o", "addopts=", *files]
-    return subprocess.run(
-        command,
-        cwd=tree,
-        env=tool_env(python, importable, project=False),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        check=False,
-    ).stdout
+    return _run(command, tree, tool_env(python, importable, project=False)).stdout
 
 
-# --- the hooks --------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Gates:
+    """What the gates said of one branch: its lint and its tests."""
 
+    lint: LintResult
+    tests: TestRun
 
-def _hook_license(files: Sequence[str]) -> list[str]:
-    problems = []
-    for name in files:
-        head = Path(name).read_text(encoding="utf-8", errors="replace").splitlines()[:_LICENSE_SCAN_LINES]
-        if not any(_COPYRIGHT.match(line) for line in head):
-            problems.append(f"{name}: no '# Copyright <year> <holder>' line in its license header")
-        stripped = [line.rstrip() for line in head]
-        missing = [line for line in VERL_LICENSE_LINES if line not in stripped]
-        if missing:
-            problems.append(f"{name}: the Apache-2.0 license header lacks {missing[0]!r}")
-    return problems
+    def failures(self) -> list[str]:
+        """The gates that failed, as the error line names them."""
+        failed = [f"upstream lint ({', '.join(self.lint.failed) or 'pre-commit'})"] if not self.lint.passed else []
+        return failed + ([] if self.tests.passed else [f"upstream CPU tests ({self.tests.summary})"])
 
-
-def _public_definitions(tree: ast.Module) -> list[tuple[int, str, ast.AST]]:
-    found: list[tuple[int, str, ast.AST]] = []
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and not node.name.startswith("_"):
-            found.append((node.lineno, node.name, node))
-            if isinstance(node, ast.ClassDef):
-                for sub in node.body:
-                    if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef) and not sub.name.startswith("_"):
-                        found.append((sub.lineno, f"{node.name}.{sub.name}", sub))
-    return found
-
-
-def _hook_docstrings(files: Sequence[str]) -> list[str]:
-    problems = []
-    for name in files:
-        try:
-            tree = ast.parse(Path(name).read_text(encoding="utf-8"), filename=name)
-        except SyntaxError as exc:
-            problems.append(f"{name}:{exc.lineno}: cannot parse: {exc.msg}")
-            continue
-        for line, qualname, node in _public_definitions(tree):
-            if ast.get_docstring(node) is None:  # type: ignore[arg-type]
-                problems.append(f"{name}:{line}: public {qualname} has no docstring")
-    return problems
-
-
-def _generation(header: str) -> tuple[str, list[str]] | None:
-    """(config name, overrides) of the print_cfg.py command a generated config's header names; None if it names
-    none."""
-    match = VERL_PRINT_CFG.search(header)
-    if match is None:
-        return None
-    config_name, overrides = "ppo_trainer", []
-    for arg in match["args"].split():
-        if arg.startswith("--config-name="):
-            config_name = arg.removeprefix("--config-name=").removesuffix(".yaml")
-        else:
-            overrides.append(arg)
-    return config_name, overrides
-
-
-def _hook_generated_config(_files: Sequence[str]) -> list[str]:
-    """Every flattened config the tree has equals the Hydra composition its header names (the release's own
-    commands: verl 0.7.x and 0.8.0 generate them differently)."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
-    config_dir = Path(VERL_CONFIG_DIR).resolve()
-    problems = []
-    for path in sorted(config_dir.glob(VERL_GENERATED_GLOB)):
-        where = f"{VERL_CONFIG_DIR}/{path.name}"
-        generation = _generation(path.read_text(encoding="utf-8")[:2000])
-        if generation is None:
-            problems.append(f"{where}: its header names no 'print_cfg.py --cfg job ...' command to compare it with")
-            continue
-        config_name, overrides = generation
-        with initialize_config_dir(config_dir=str(config_dir), version_base=None):
-            composed = OmegaConf.to_container(compose(config_name=config_name, overrides=overrides), resolve=False)
-        flat = OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-        assert isinstance(composed, dict) and isinstance(flat, dict)
-        composed.pop("model_engine", None)  # the defaults-list choice, which print_cfg.py does not write
-        for section in sorted(set(composed) | set(flat), key=str):
-            if composed.get(section) != flat.get(section):
-                problems.append(
-                    f"{where}: section {section!r} differs from the Hydra composition of {config_name} "
-                    f"{' '.join(overrides)}".rstrip()
-                    + "; regenerate it (verl's scripts/generate_trainer_config.sh)"
-                )
-    if not problems and not any(config_dir.glob(VERL_GENERATED_GLOB)):
-        problems.append(f"{VERL_CONFIG_DIR}: no {VERL_GENERATED_GLOB} to check")
-    return problems
-
-
-def _hook_check_ast(files: Sequence[str]) -> list[str]:
-    problems = []
-    for name in files:
-        try:
-            ast.parse(Path(name).read_bytes(), filename=name)
-        except SyntaxError as exc:
-            problems.append(f"{name}:{exc.lineno}: {exc.msg}")
-    return problems
-
-
-def _hook_check_yaml(files: Sequence[str]) -> list[str]:
-    import yaml
-
-    problems = []
-    for name in files:
-        try:
-            list(yaml.safe_load_all(Path(name).read_bytes()))
-        except yaml.YAMLError as exc:
-            problems.append(f"{name}: {exc}")
-    return problems
-
-
-def _hook_end_of_file(files: Sequence[str]) -> list[str]:
-    problems = []
-    for name in files:
-        data = Path(name).read_bytes()
-        if data and (not data.endswith(b"\n") or data.endswith(b"\n\n")):
-            problems.append(f"{name}: must end with exactly one newline")
-    return problems
-
-
-HOOKS = {
-    "check-license": _hook_license,
-    "check-docstrings": _hook_docstrings,
-    "autogen-trainer-cfg": _hook_generated_config,
-    "check-ast": _hook_check_ast,
-    "check-yaml": _hook_check_yaml,
-    "end-of-file-fixer": _hook_end_of_file,
-}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m patchset.export.pr_gates hook NAME FILES...``: one local hook, run by pre-commit in the tree."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) < 2 or argv[0] != "hook" or argv[1] not in HOOKS:
-        print(f"usage: python -m patchset.export.pr_gates hook {{{','.join(HOOKS)}}} FILES...", file=sys.stderr)
-        return 2
-    problems = HOOKS[argv[1]](argv[2:])
-    for problem in problems:
-        print(problem)
-    return 1 if problems else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    @property
+    def passed(self) -> bool:
+        return self.lint.passed and self.tests.passed

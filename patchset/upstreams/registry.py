@@ -2,7 +2,8 @@
 
 How to tell each tree and read or set its version, its names on PyPI and at import, where the regression suite
 finds it and which other upstream its tests import, how the upstream names its CPU tests, what its wheel build
-needs, its PR-title form, its PR template and its lint gates. The pins (versions and sdist hashes) are data, in
+needs, its PR-title form, its PR template and its lint gates (the last two, with the checks of its own, in the
+module each entry names: ``verl_pr``, ``trinity_pr``). The pins (versions and sdist hashes) are data, in
 ``patches/upstreams.toml``; the overlays, which are installed without this package, keep their own runtime facts
 beside their code. Adding an upstream is one entry in ``UPSTREAMS`` plus its series and pins.
 """
@@ -12,6 +13,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from patchset.upstreams import trinity_pr, verl_pr
+from patchset.upstreams.lint_hooks import LintHook
+from patchset.upstreams.pr_template import PrTemplate
 
 _PY_VERSION = re.compile(r"""^(__version__\s*=\s*)(["'])([^"']*)\2""", re.MULTILINE)
 
@@ -26,27 +31,6 @@ class SubjectForm:
 
 # the form of a series folder that is no upstream's
 ANY_SUBJECT_FORM = SubjectForm(re.compile(r"^\[[^\]]+\] \S"), "[area] description")
-
-
-@dataclass(frozen=True)
-class LintHook:
-    """One hook of an upstream's lint gates, as ``export-pr`` runs it: a ``repo: local`` pre-commit hook.
-
-    ``command`` is a tool of the test venv's ``bin/`` and its arguments (``python``: the venv's interpreter); empty,
-    the hook is this project's own ``id`` (``python -m patchset.export.pr_gates hook ID``). With ``language``
-    ``pygrep``, ``command`` is the one regular expression that must not match. ``options``: pre-commit's other
-    fields (args, types, files, ...), in the order written.
-    """
-
-    id: str
-    name: str
-    command: tuple[str, ...] = ()
-    language: str = "system"
-    options: tuple[tuple[str, object], ...] = ()
-
-
-def _hook(hook_id: str, name: str, *command: str, language: str = "system", **options: object) -> LintHook:
-    return LintHook(hook_id, name, tuple(command), language, tuple(options.items()))
 
 
 @dataclass(frozen=True)
@@ -74,7 +58,7 @@ class Upstream:
     # own tests are then skipped); "" for an upstream that no other imports
     role_variable: str = ""
     subject_form: SubjectForm = ANY_SUBJECT_FORM
-    pr_template: str = ""  # the layout of the PR body export-pr writes (its upstream's PR template; see pr_export)
+    pr_template: PrTemplate | None = None  # the layout of the PR body export-pr writes: its upstream's PR template
     lint_hooks: tuple[LintHook, ...] = ()  # its .pre-commit-config.yaml at the pinned release, as run here
     lint_not_run: str = ""  # what of that config is not run here, said in the PR body
     # upstream's tests that cannot run on a CPU-only machine without a Ray cluster or model checkpoints (see
@@ -129,113 +113,6 @@ class Upstream:
         return re.compile(rf"^{re.escape(where)}{stem}$")
 
 
-# --- the lint gates of each upstream (its .pre-commit-config.yaml at the pinned release), run on what a PR changes
-
-# Trinity's flake8 hook arguments (its .pre-commit-config.yaml).
-TRINITY_FLAKE8_ARGS = [
-    "--max-line-length=100",
-    "--select=C,E,F,W,B,B950",
-    "--ignore=E203,E266,E501,W503",
-    "--docstring-convention=google",
-]
-# verl's mypy hook: pre-commit/mirrors-mypy v1.17.0 with that hook's default arguments (verl sets none).
-VERL_MYPY_ARGS = ("--ignore-missing-imports", "--scripts-are-modules")
-# verl: generated file -> the overrides scripts/generate_trainer_config.sh composes it with.
-# verl's flattened reference configs: each file's header names the print_cfg.py command that made it, which differs by
-# release (0.8.0: "ppo_trainer" with "model_engine=megatron"; 0.7.x: "--config-name=ppo_megatron_trainer.yaml")
-VERL_GENERATED_GLOB = "_generated_*.yaml"
-VERL_PRINT_CFG = re.compile(r"print_cfg\.py --cfg job(?P<args>[^']*)'")
-VERL_CONFIG_DIR = "verl/trainer/config"
-VERL_DOCSTRING_FILES = ("verl/trainer/ppo/core_algos.py",)
-# The Apache-2.0 header lines every verl .py file carries after its "# Copyright <year> <holder>" line(s).
-VERL_LICENSE_LINES = (
-    '# Licensed under the Apache License, Version 2.0 (the "License");',
-    "# you may not use this file except in compliance with the License.",
-    "# You may obtain a copy of the License at",
-    "#     http://www.apache.org/licenses/LICENSE-2.0",
-)
-
-VERL_LINT_HOOKS = (
-    _hook(
-        "ruff",
-        "ruff v0.12.2 (verl's pyproject)",
-        "ruff",
-        "check",
-        "--force-exclude",
-        args=["--fix", "--show-fixes", "--output-format=full"],
-        types_or=["python", "pyi"],
-        require_serial=True,
-    ),
-    _hook(
-        "ruff-format",
-        "ruff-format v0.12.2",
-        "ruff",
-        "format",
-        "--force-exclude",
-        types_or=["python", "pyi"],
-        require_serial=True,
-    ),
-    _hook(
-        "mypy",
-        "mypy v1.17.0 (verl's pyproject)",
-        "mypy",
-        args=list(VERL_MYPY_ARGS),
-        types_or=["python", "pyi"],
-        require_serial=True,
-    ),
-    _hook(
-        "autogen-trainer-cfg",
-        "generated trainer configs match their Hydra composition",
-        files=rf"^{VERL_CONFIG_DIR}/",
-        pass_filenames=False,
-    ),
-    _hook(
-        "check-docstrings",
-        "docstring coverage (core_algos.py)",
-        files="^(" + "|".join(re.escape(f) for f in VERL_DOCSTRING_FILES) + ")$",
-    ),
-    _hook(
-        "check-license",
-        "Apache license header",
-        types=["python"],
-        files=r"^(examples|recipe|scripts|tests|verl)/|^setup\.py$",
-    ),
-    _hook("compileall", "compileall", "python", "-m", "compileall", "-q", types=["python"]),
-)
-TRINITY_LINT_HOOKS = (
-    _hook("check-ast", "check-ast (pre-commit-hooks)", types=["python"]),
-    _hook("check-yaml", "check-yaml (pre-commit-hooks)", types=["yaml"]),
-    _hook(
-        "trailing-whitespace", "trailing-whitespace (pre-commit-hooks)", r"[ \t]+$", language="pygrep", types=["text"]
-    ),
-    _hook("end-of-file-fixer", "end-of-file-fixer (pre-commit-hooks)", types=["text"]),
-    _hook(
-        "black",
-        "black 23.7.0 (Trinity's pyproject)",
-        "black",
-        args=["--line-length=100"],
-        types_or=["python", "pyi"],
-        require_serial=True,
-    ),
-    _hook(
-        "isort",
-        "isort 5.12.0 --profile black",
-        "isort",
-        args=["--profile", "black", "--filter-files"],
-        types_or=["python", "pyi"],
-        require_serial=True,
-    ),
-    _hook(
-        "flake8",
-        "flake8 6.1.0 + flake8-docstrings",
-        "flake8",
-        args=TRINITY_FLAKE8_ARGS,
-        types=["python"],
-        require_serial=True,
-    ),
-)
-
-
 UPSTREAMS = {
     "verl": Upstream(
         key="verl",
@@ -257,10 +134,9 @@ UPSTREAMS = {
             re.compile(r"^\[[a-z0-9_, /-]+\] (?i:feat|fix|refactor|chore|test|doc|docs|perf|ci|misc)(\(.+\))?!?: \S"),
             "[module] type: description (verl: e.g. [trainer] fix: ...)",
         ),
-        pr_template="verl",
-        lint_hooks=VERL_LINT_HOOKS,
-        lint_not_run="verl's repository-only hooks (tests/special_sanity/ scripts, not in the sdist) other than the "
-        "license, docstring and generated-config checks run above",
+        pr_template=verl_pr.pr_template,
+        lint_hooks=verl_pr.LINT_HOOKS,
+        lint_not_run=verl_pr.LINT_NOT_RUN,
         # verl's tests/README.md (volcengine/verl fb3b9a70): "By default tests are run with GPU available, except
         # for the ones under special_npu, and any test script whose name ends with on_cpu.py"
         gpu_unless_suffix=True,
@@ -283,11 +159,9 @@ UPSTREAMS = {
             re.compile(r"^\[[A-Z][A-Za-z0-9 ,/-]*\] [A-Z]"),
             "[Module] Description (Trinity-RFT: e.g. [Trainer] Fix ...)",
         ),
-        pr_template="trinity",
-        lint_hooks=TRINITY_LINT_HOOKS,
-        lint_not_run="mypy v1.7.0 (the lock pins verl's mypy 1.17.0); pre-commit-hooks check-xml/check-toml/check-json/"
-        "check-docstring-first/detect-private-key (pre-commit-hooks is not in the lock; trailing-whitespace, "
-        "end-of-file-fixer, check-yaml and check-ast are run as local hooks)",
+        pr_template=trinity_pr.pr_template,
+        lint_hooks=trinity_pr.LINT_HOOKS,
+        lint_not_run=trinity_pr.LINT_NOT_RUN,
         # Trinity-RFT names no CPU tests; its tests/tools.py (yanxi-chen/Trinity-RFT 2f1e0201, a fork) has the
         # Ray test bases and the model paths its tests read from the environment
         resource_markers=(

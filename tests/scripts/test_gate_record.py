@@ -117,7 +117,7 @@ def test_a_test_gate_that_passed_is_reused_on_the_same_tree_and_a_failure_runs_e
 @pytest.mark.parametrize("rerun", [False, True])
 def test_export_pr_reuses_passes_from_the_cache_unless_told_to_rerun_the_gates(monkeypatch, tmp_path, rerun):
     seen: dict[str, object] = {}
-    monkeypatch.setattr(pr_export, "export_pr", lambda *args, **kwargs: seen.update(kwargs) or 0)
+    monkeypatch.setattr(pr_export, "export_pr", lambda request, workspace, console: seen.update(request=request) or 0)
     argv = ["verl", str(tmp_path), "--cache", str(tmp_path / "cache"), *(["--rerun-gates"] if rerun else [])]
     assert export_pr_cli.main(argv) == 0
-    assert seen["gate_records"] == (None if rerun else (tmp_path / "cache" / "gates").resolve())
+    assert seen["request"].gate_records == (None if rerun else (tmp_path / "cache" / "gates").resolve())

@@ -25,9 +25,9 @@ import pytest
 from patchset_fakes import FORMAT_PATCH, REPO_ROOT, git
 
 from patchset.cli.export_pr import main
-from patchset.export import pr_gates
 from patchset.series.groups import load_groups
 from patchset.series.model import load_series
+from patchset.upstreams import verl_pr
 from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins
 
@@ -267,4 +267,4 @@ def test_script_help_lists_exit_codes():
 def test_generated_config_gate_composes_what_each_file_header_names(header, generation):
     """verl 0.8.0 flattens ppo_trainer with model_engine overrides, 0.7.x names a config per engine: the gate reads the
     command from each generated file's header, so it checks any release's files (a fixed table failed on 0.7.1)."""
-    assert pr_gates._generation(f"# in which it invokes {header}") == generation
+    assert verl_pr._generation(f"# in which it invokes {header}") == generation

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from patchset.cli import export_pr
-from patchset.export import pr_export, pr_gates
+from patchset.cli import export_pr, lint_hook
+from patchset.export import pr_gates, pr_text
 from patchset.series.lint import subject_problem
 from patchset.testenv import regression
-from patchset.upstreams.registry import UPSTREAMS, LintHook, SubjectForm
+from patchset.upstreams.lint_hooks import RUNNER, LintHook
+from patchset.upstreams.registry import UPSTREAMS, SubjectForm
 
 
 @pytest.fixture
@@ -27,7 +29,7 @@ def third(monkeypatch: pytest.MonkeyPatch) -> str:
         title="Third",
         subject_form=SubjectForm(re.compile(r"^THIRD: \S"), "THIRD: description"),
         lint_hooks=(LintHook("lint-third", "third's linter", ("thirdlint", "--strict")),),
-        pr_template="verl",
+        pr_template=UPSTREAMS["verl"].pr_template,
         tests_import_note="Third imports verl",
     )
     monkeypatch.setitem(UPSTREAMS, "third", entry)
@@ -53,8 +55,8 @@ def test_a_registered_upstream_gets_its_subject_form_hooks_and_template(third: s
         "language": "system",
     }
     patch = SimpleNamespace(name="0001-third-fix.patch", subject="THIRD: fix the loss", fields={})
-    gates = pr_export.Gates(pr_gates.LintResult(True, (), "", "pre-commit"), pr_gates.TestRun((), (), True, "ok"))
-    body = pr_export.pr_body(third, "v1", [patch], {patch.name: ["Fix it."]}, ["a.py"], gates)  # type: ignore[list-item]
+    gates = pr_gates.Gates(pr_gates.LintResult(True, (), "", "pre-commit"), pr_gates.TestRun((), (), True, "ok"))
+    body = pr_text.pr_body(third, "v1", [patch], {patch.name: ["Fix it."]}, ["a.py"], gates)  # type: ignore[list-item]
     assert body.startswith("### What does this PR do?\n")  # verl's template, as its entry says
     assert f"- Not run: {UPSTREAMS['trinity'].lint_not_run}." in body
 
@@ -72,12 +74,44 @@ def test_a_registered_upstream_whose_tests_import_verl_is_run_beside_it(third: s
 
 def test_every_registry_entry_is_complete() -> None:
     """What the tooling looks up for each entry exists: a role variable for each upstream another imports, a PR
-    template, lint hooks whose own ones are implemented, and what is not run said."""
+    template, lint hooks that each run a tool or a check of this project's own, and what is not run said."""
     for upstream in UPSTREAMS.values():
-        assert upstream.pr_template in pr_export.PR_TEMPLATES, upstream.key
+        assert upstream.pr_template is not None, upstream.key
         assert upstream.lint_hooks and upstream.lint_not_run, upstream.key
-        own = [hook.id for hook in upstream.lint_hooks if not hook.command]
-        assert set(own) <= set(pr_gates.HOOKS), upstream.key
+        assert all(bool(hook.command) != (hook.check is not None) for hook in upstream.lint_hooks), upstream.key
         for other in upstream.tests_import:
             assert UPSTREAMS[other].role_variable, f"{upstream.key} imports {other}, which has no role variable"
             assert upstream.tests_import_note and upstream.companion_note, upstream.key
+
+
+@pytest.mark.parametrize(
+    ("key", "hook_id", "text", "problem"),
+    [
+        ("verl", "check-license", "X = 1\n", "a.py: no '# Copyright <year> <holder>' line"),
+        ("verl", "check-docstrings", "def f():\n    pass\n", "a.py:1: public f has no docstring"),
+        ("trinity", "check-ast", "def (:\n", "a.py:1: invalid syntax"),
+        ("trinity", "check-yaml", "a: [\n", "a.py: while parsing"),
+        ("trinity", "end-of-file-fixer", "X = 1\n\n", "a.py: must end with exactly one newline"),
+    ],
+)
+def test_an_own_hook_runs_by_the_command_line_its_generated_config_names(
+    key: str, hook_id: str, text: str, problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """pre-commit runs a check of this project's own by the entry the generated config gives it, in the tree."""
+    hooks = pr_gates.precommit_config(key, Path("/venv/bin/python"))["repos"][0]["hooks"]  # type: ignore[index]
+    python, flag, module, *argv = shlex.split(next(hook["entry"] for hook in hooks if hook["id"] == hook_id))
+    assert (python, flag, module, argv) == ("/venv/bin/python", "-m", RUNNER, [key, hook_id])
+    assert module == lint_hook.__name__
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text(text)
+
+    assert lint_hook.main([*argv, "a.py"]) == lint_hook.EXIT_PROBLEMS
+
+    assert problem in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["verl", "check-ast"], ["trinity", "nosuch"], ["third-party", "check-ast"]])
+def test_a_hook_that_is_not_the_upstreams_own_check_is_a_usage_error_exit_2(argv: list[str], capsys) -> None:
+    assert lint_hook.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: python -m patchset.cli.lint_hook") and "error: argument" in err

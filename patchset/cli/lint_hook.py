@@ -1,0 +1,77 @@
+"""Command line: ``python -m patchset.cli.lint_hook UPSTREAM ID [FILES...]``, one lint hook of this project's own.
+
+pre-commit runs it, in the tree under test, for each hook of an upstream's lint gates that is a check written here
+(``patchset.upstreams.lint_hooks``: the config export-pr generates names this command line); it prints one line per
+problem found in FILES.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from patchset.cli.exits import INTERNAL_HELP, run_reporting_errors
+from patchset.cli.options import usage_exit_status
+from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_OK
+from patchset.upstreams.lint_hooks import Check
+from patchset.upstreams.registry import UPSTREAMS
+
+EXIT_PROBLEMS = 1
+EXIT_CODES = f"""\
+exit status:
+  {EXIT_OK}  every file passes the check
+  {EXIT_PROBLEMS}  a file does not: one line each names the file and what is wrong
+  {EXIT_BAD_INPUT}  usage: an upstream or hook that is not one of this project's own checks
+"""
+EXIT_CODES += INTERNAL_HELP
+
+
+def own_checks() -> dict[str, dict[str, Check]]:
+    """{upstream: {hook id: its check}} for every hook of the registry that is a check of this project's own."""
+    found: dict[str, dict[str, Check]] = {}
+    for key, upstream in UPSTREAMS.items():
+        checks = {hook.id: hook.check for hook in upstream.lint_hooks if hook.check is not None}
+        if checks:
+            found[key] = checks
+    return found
+
+
+def build_parser(checks: dict[str, dict[str, Check]]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m patchset.cli.lint_hook",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ids = sorted({hook_id for hooks in checks.values() for hook_id in hooks})
+    parser.add_argument("upstream", choices=tuple(checks), help="whose lint gates the hook is one of")
+    parser.add_argument("hook", metavar="ID", help=f"the hook's id: {', '.join(ids)}")
+    parser.add_argument("files", metavar="FILES", nargs="*", help="the files to check, relative to the tree")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the hook of ``argv`` (default: ``sys.argv[1:]``) on its files; return the exit status."""
+    checks = own_checks()
+    parser = build_parser(checks)
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        if args.hook not in checks[args.upstream]:
+            known = ", ".join(checks[args.upstream])
+            parser.error(f"argument ID: {args.upstream} has no hook {args.hook!r} of its own (choose from {known})")
+    except SystemExit as exc:  # --help (0) or a usage error (2)
+        return usage_exit_status(exc, EXIT_BAD_INPUT)
+    check = checks[args.upstream][args.hook]
+
+    def run() -> int:
+        problems = check(args.files)
+        for problem in problems:
+            print(problem)
+        return EXIT_PROBLEMS if problems else EXIT_OK
+
+    return run_reporting_errors(run, interrupted="")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,179 @@
+"""The gates on one PR branch: upstream's lint on the files it changes, upstream's tests of what it changes (chosen by
+``test_selection``) with its own, and what of those cannot count against it (a test file this machine cannot import,
+on the release too; a failure the release has too), told apart on a worktree of the vanilla release."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from patchset.export import gate_record, pr_gates, test_selection
+from patchset.export.pr_gates import Gates
+from patchset.plumbing import gitops, tempdirs
+from patchset.plumbing.ui import Console
+from patchset.upstreams.fetch import ensure_upstream
+from patchset.upstreams.pins import Pin
+from patchset.upstreams.registry import UPSTREAMS
+from patchset.upstreams.workspace import Workspace
+
+_FAILED = re.compile(r"^(?:FAILED|ERROR) (?P<test>\S+)")
+
+
+@dataclass(frozen=True)
+class Gating:
+    """How every branch of a run is gated: the test venv's ``python``, the folder where passes are remembered
+    (``records``; None: every gate runs), and the workspace whose pins and cache give the other upstreams the tests
+    import."""
+
+    python: Path
+    records: Path | None
+    workspace: Workspace
+
+
+@dataclass(frozen=True)
+class WorkTree:
+    """The temporary git worktree of the user's checkout in which each branch is made and gated."""
+
+    path: Path
+    release: str  # the commit the branches start on: the release tag's, else the checkout's HEAD
+    files: tuple[str, ...]  # every file of the release tree
+    scratch: Path  # a folder for this run's own files
+
+
+def run_gates(
+    gating: Gating, pin: Pin, tree: WorkTree, changed: list[str], console: Console, notes: Sequence[str] = ()
+) -> Gates:
+    """The gates on the branch of ``pin``'s series checked out in ``tree``: lint ``changed``, upstream's tests of
+    what it changes (those of the release tree, chosen by ``test_selection``) and the test files among them; another
+    upstream its tests import is the workspace's default pin of it. ``notes``: more lines for the tests' report."""
+    key, label, python, records = pin.key, pin.name, gating.python, gating.records
+    console.step(f"Running {key}'s lint gates through pre-commit on {len(changed)} changed file(s)")
+    lint = pr_gates.run_lint(key, tree.path, changed, python, records)
+    base_files = tree.files
+    notes = list(notes)
+    pythonpath = [tree.path]
+    importable = [tree.path]  # the other upstreams' packages only, not their tests (pr_gates.only_package)
+    if not any(path.startswith("tests/") for path in base_files):
+        notes.append(
+            f"{label}'s checkout has no tests/ folder (its sdist ships none), so none of upstream's own tests of the "
+            "touched modules ran; only the patch's own tests ran. Run export-pr on a git clone of upstream to run them."
+        )
+    for other in UPSTREAMS[key].tests_import:
+        other_pin = gating.workspace.pins.default_for(other)
+        assert other_pin is not None
+        pythonpath.append(ensure_upstream(other_pin, gating.workspace.cache, console))
+        importable.append(pr_gates.only_package(pythonpath[-1], UPSTREAMS[other].package, tree.scratch))
+        notes.append(f"{UPSTREAMS[key].title}'s tests import {other}: run beside vanilla {other_pin.label}.")
+    env = pr_gates.tool_env(python, importable, project=False)
+    chosen = test_selection.select(key, tree.path, changed, base_files, python, env)
+    upstream, not_run = list(chosen.run), list(chosen.not_run)
+    # which upstream files cannot be imported here (on the release either) is remembered like a pass: the same
+    # content gives the same answer, so a second run neither probes again nor runs the first, failing, attempt
+    memo = pr_gates.gaps_key(tree.path, [test.path for test in upstream], python, pythonpath, tree.release, records)
+    known = gate_record.recall(records, memo) if records else None
+    gaps: dict[str, str] = json.loads(known.summary) if known else {}
+    for attempt in range(2):  # once more without the files that cannot be imported here
+        if gaps:
+            console.step(f"Not running {', '.join(gaps)}: they cannot be imported here, on vanilla {pin.tag} either")
+            not_run += [replace(test, not_run=gaps[test.path]) for test in upstream if test.path in gaps]
+            upstream = [test for test in upstream if test.path not in gaps]
+        files = [*(test.path for test in upstream), *chosen.own]
+        if not files:
+            none = "no upstream test that can run here covers the touched modules, and the patch adds none"
+            passed, summary, output = True, none, ""
+            break
+        console.step(f"Running the CPU tests: {' '.join(files)}")
+        passed, summary, output = pr_gates.run_tests(tree.path, files, python, pythonpath, records, importable)
+        if passed or gaps or attempt:
+            break
+        gaps = _import_gaps(gating, pin, tree, upstream, output, importable)
+        if not gaps:
+            break
+        if records:
+            gate_record.remember(records, memo, json.dumps(gaps), "")
+    if not passed and upstream:
+        on_release = _fail_on_release(gating, tree, upstream, changed, output, importable)
+        if on_release:
+            passed = True
+            summary += f"; every failure also fails on vanilla {pin.tag}, run the same way: {', '.join(on_release)}"
+            notes.append(
+                f"Upstream's own tests that fail on vanilla {pin.tag} too (the same files, in the same order), so not "
+                f"because of this branch: {', '.join(on_release)}."
+            )
+    tests = pr_gates.TestRun(tuple(upstream), chosen.own, passed, summary, output, tuple(notes), tuple(not_run))
+    return Gates(lint=lint, tests=tests)
+
+
+def _failed_tests(output: str) -> set[str]:
+    """The test ids pytest's short summary names as failed or in error."""
+    return {m["test"] for line in output.splitlines() if (m := _FAILED.match(line))}
+
+
+@contextmanager
+def _release_tree(tree: WorkTree, importable: Sequence[Path]) -> Iterator[tuple[Path, list[Path]]]:
+    """A temporary worktree of the release beside the branch's, and what its tests import there (it, then the other
+    upstreams of ``importable``): the vanilla release, to tell upstream's own failures from the branch's."""
+    vanilla = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("pr-vanilla"))) / "tree"
+    try:
+        gitops.run_git(
+            [*gitops.NEUTRAL, "worktree", "add", "-q", "--detach", str(vanilla), tree.release], cwd=tree.path
+        )
+        yield vanilla, [vanilla, *(path for path in importable if path != tree.path)]
+    finally:
+        gitops.run_git(["worktree", "remove", "--force", str(vanilla)], cwd=tree.path, check=False)
+        shutil.rmtree(vanilla.parent, ignore_errors=True)
+
+
+def _fail_on_release(
+    gating: Gating,
+    tree: WorkTree,
+    upstream: Sequence[test_selection.Selected],
+    changed: Sequence[str],
+    output: str,
+    importable: Sequence[Path],
+) -> list[str]:
+    """The failures of the branch's test run (``output``) when every one is an upstream test that the branch does not
+    change and that fails on the release tree too, run the same way (the same upstream files, as the release has
+    them, in the same order: verl 0.7.1's ``test_algo_config_on_cpu.py`` fails after ``test_core_algos_on_cpu.py``
+    on the release itself); else none: a failure of the branch's own stands."""
+    failed = _failed_tests(output)
+    files = [test.path for test in upstream]  # as the release has them, those the branch changes too
+    if not failed or any(test.split("::")[0] not in files or test.split("::")[0] in changed for test in failed):
+        return []
+    with _release_tree(tree, importable) as (vanilla, paths):
+        _, _, before = pr_gates.run_tests(vanilla, files, gating.python, paths, None, paths)
+    return sorted(failed) if failed <= _failed_tests(before) else []
+
+
+def _import_gaps(
+    gating: Gating,
+    pin: Pin,
+    tree: WorkTree,
+    upstream: Sequence[test_selection.Selected],
+    output: str,
+    importable: Sequence[Path],
+) -> dict[str, str]:
+    """{upstream test file: why it cannot run here} for those of ``upstream`` that pytest (``output``) could not
+    import for a module the test venv lacks, and that cannot be imported on the release tree either: a gap of this
+    machine's environment (a module upstream's CI installs), not something the branch broke."""
+    files = [test.path for test in upstream]
+    gaps = test_selection.import_gaps(output, files)
+    env = pr_gates.tool_env(gating.python, importable, project=False)
+    absent = test_selection.missing_modules(gating.python, {name.split(".")[0] for name in gaps.values()}, env)
+    gaps = {test: name for test, name in gaps.items() if name.split(".")[0] in absent}
+    if not gaps:
+        return {}
+    with _release_tree(tree, importable) as (vanilla, paths):
+        before = test_selection.import_gaps(pr_gates.collect_tests(vanilla, list(gaps), gating.python, paths), files)
+    return {
+        test: f"imports {name} (through what it imports), which the test venv does not have; it cannot be "
+        f"imported on vanilla {pin.label} either"
+        for test, name in gaps.items()
+        if before.get(test) == name
+    }

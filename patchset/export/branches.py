@@ -1,0 +1,258 @@
+"""Making the PR branches: one per concern group, each on the release or on the branch of the group it is ``after``,
+built in a temporary worktree of the user's checkout (its work tree, index and checked-out branch are never touched)
+and gated there; a branch ref is created only once every patch of it has applied."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchset.export.branch_gates import Gating, WorkTree, run_gates
+from patchset.export.commit_message import upstream_patch_text
+from patchset.export.pr_gates import Gates
+from patchset.plumbing import gitops, tempdirs
+from patchset.plumbing.errors import BadInput, DoesNotApply
+from patchset.plumbing.ui import Console, display_path
+from patchset.series.groups import UPSTREAM_COMMIT, Group, chain
+from patchset.series.model import Patch, read_patch
+from patchset.upstreams.pins import Pin
+
+BRANCH_PREFIX = "patchset/"
+_SLUG = re.compile(r"^\d{4}-(?P<slug>.+)\.patch$")
+
+
+def _git(checkout: Path, *args: str) -> str:
+    return gitops.run_git([*gitops.NEUTRAL, *args], cwd=checkout).stdout
+
+
+def branch_name(series: str, patches: Sequence[Patch], group: Group | None = None) -> str:
+    """``patchset/<series>-<group>`` from a groups file, else ``patchset/<series>-<slug of the first patch>``."""
+    if group is not None and not group.name.startswith("patch-"):
+        return f"{BRANCH_PREFIX}{series}-{group.name}"
+    match = _SLUG.match(patches[0].name)
+    slug = match["slug"] if match else re.sub(r"[^a-z0-9]+", "-", patches[0].name.lower()).strip("-")
+    return f"{BRANCH_PREFIX}{series}-{slug}"
+
+
+def _committer_env(checkout: Path, patch: Patch) -> dict[str, str]:
+    """The user's identity as committer when git has one, else the patch's author (git am needs a committer)."""
+    env = dict(os.environ)
+    if gitops.run_git(["var", "GIT_COMMITTER_IDENT"], cwd=checkout, check=False).returncode != 0:
+        from email.utils import parseaddr
+
+        name, address = parseaddr(re.search(r"^From: (.*)$", patch.text, re.MULTILINE)[1])  # type: ignore[index]
+        env.update(GIT_COMMITTER_NAME=name or address, GIT_COMMITTER_EMAIL=address)
+    return env
+
+
+def commit_patches(worktree: Path, patches: Sequence[Patch], scratch: Path, console: Console) -> dict[str, list[str]]:
+    """``git am`` each patch (its message cut to what upstream gets) in ``worktree``; {patch name: paragraphs}."""
+    messages: dict[str, list[str]] = {}
+    for number, patch in enumerate(patches, start=1):
+        console.step(f"Committing {patch.name} ({number}/{len(patches)})")
+        text, paragraphs = upstream_patch_text(patch)
+        edited = scratch / patch.name
+        edited.write_bytes(text.encode("utf-8", "surrogateescape"))
+        if (reason := gitops.am(worktree, edited, _committer_env(worktree, patch))) is not None:
+            raise DoesNotApply(
+                f"{patch.name} does not apply with git am ({reason}); no branch was made. "
+                f"See scripts/apply.sh --check for the failing hunk"
+            )
+        messages[patch.name] = paragraphs
+    return messages
+
+
+@dataclass(frozen=True)
+class UpstreamTests:
+    """What became of a group's ``pr/<group>.upstream-tests.patch`` on its branch: its files, and those the checkout
+    lacks (then it was not applied)."""
+
+    path: Path
+    files: tuple[str, ...]
+    missing: tuple[str, ...]
+
+    @property
+    def applied(self) -> bool:
+        return not self.missing
+
+    def note(self) -> str:
+        name = display_path(self.path)
+        if self.applied:
+            return f"{name} changes upstream's {', '.join(self.files)}: committed on its own after the group's commits."
+        return (
+            f"{name} was NOT applied: the checkout lacks {', '.join(self.missing)} (a release sdist ships no such "
+            "tests), so this branch does not carry the change to upstream's tests that this PR needs; run export-pr "
+            "on a git clone of upstream"
+        )
+
+
+def _commit_upstream_tests(
+    worktree: Path, group: Group, release: set[str], scratch: Path, console: Console
+) -> UpstreamTests | None:
+    """Commit ``group``'s upstream-tests patch in ``worktree`` when the release tree has every file it changes (of
+    ``release``); None when the group has none. ``DoesNotApply`` when those files are there but the patch does not
+    apply."""
+    if group.upstream_tests is None:
+        return None
+    patch = read_patch(group.upstream_tests)
+    missing = tuple(path for path in patch.files if path not in release)
+    if missing:
+        return UpstreamTests(group.upstream_tests, patch.files, missing)
+    console.step(f"Committing {patch.name}: the group's change to upstream's {', '.join(patch.files)}")
+    text, _ = upstream_patch_text(patch)
+    edited = scratch / patch.name
+    edited.write_bytes(text.encode("utf-8", "surrogateescape"))
+    if (reason := gitops.am(worktree, edited, _committer_env(worktree, patch))) is not None:
+        made = UPSTREAM_COMMIT.search(patch.text)
+        against = f"upstream {made['commit']}{made['where']}" if made else "another revision of upstream"
+        raise DoesNotApply(
+            f"{display_path(group.upstream_tests)} does not apply to this checkout's {', '.join(patch.files)} "
+            f"({reason}); it was made against {against.rstrip()}: remake it against the checkout's version of those "
+            "files. No branch was made for this group"
+        )
+    return UpstreamTests(group.upstream_tests, patch.files, ())
+
+
+def _fold(worktree: Path, group: Group, base: str, patches: Sequence[Patch]) -> None:
+    """Squash the commits ``base..HEAD`` into one: the group's title and message, the first patch's author and
+    the last patch's date."""
+    assert group.description is not None
+    message = "\n\n".join([group.description.title, *group.description.message]) + "\n"
+    author = re.search(r"^From: (.*)$", patches[0].text, re.MULTILINE)
+    date = re.search(r"^Date: (.*)$", patches[-1].text, re.MULTILINE)
+    env = _committer_env(worktree, patches[0])
+    if date:
+        env["GIT_AUTHOR_DATE"] = date[1]
+    _git(worktree, "reset", "-q", "--soft", base)
+    args = ["commit", "-q", "--no-verify", "-m", message]
+    if author:
+        args += ["--author", author[1]]
+    gitops.run_git([*gitops.NEUTRAL, *args], cwd=worktree, env=env)
+
+
+@dataclass(frozen=True)
+class BranchJob:
+    """The branches a run makes in the user's ``checkout`` of ``pin``: one per group of ``wanted`` (of the series'
+    ``groups``), from the patches ``chosen`` ({series number: patch}, those upstream lacks); ``branch`` names the one
+    branch, ``force`` replaces existing ones."""
+
+    checkout: Path
+    pin: Pin
+    release: str  # the commit to branch from: the release tag's, else the checkout's HEAD
+    groups: tuple[Group, ...]
+    wanted: Sequence[Group]
+    chosen: Mapping[int, Patch]
+    branch: str | None = None
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class Branch:
+    """One group's branch as made, with what its PR text is made of: its patches and their messages, the commits
+    it holds of the branch it is ``after``, the files changed against that base and its upstream-tests patch."""
+
+    group: Group
+    name: str
+    patches: tuple[Patch, ...]
+    messages: dict[str, list[str]]
+    base_commits: int
+    changed: tuple[str, ...]
+    upstream_tests: UpstreamTests | None = None
+
+
+@dataclass
+class _Commits:
+    """A group's commits made in the worktree, on its base (the release or the branch of the group it is after)."""
+
+    base: str
+    base_commits: int = 0
+    patches: tuple[Patch, ...] = ()
+    messages: dict[str, list[str]] = field(default_factory=dict)
+    upstream_tests: UpstreamTests | None = None
+
+
+def _commit_group(job: BranchJob, tree: WorkTree, group: Group, heads: Mapping[str, str], console: Console) -> _Commits:
+    """Commit ``group`` in ``tree`` on its ``after`` chain: each earlier group's commits (the very commits of its
+    branch when this run made it, in ``heads``), then its own."""
+    # the lint hooks fix files in place (ruff --fix, black, isort): drop what they left of the last branch
+    _git(tree.path, "reset", "-q", "--hard")
+    _git(tree.path, "clean", "-q", "-f", "-d", "-x")
+    _git(tree.path, "checkout", "-q", "--detach", tree.release)
+    made = _Commits(base=tree.release)
+    release = set(tree.files)
+    for member in chain(job.groups, group.name):
+        member_patches = tuple(job.chosen[n] for n in member.numbers if n in job.chosen)
+        if member is not group and member.name in heads:  # stack on the very commits of that branch
+            _git(tree.path, "checkout", "-q", "--detach", heads[member.name])
+            member_patches = ()
+        start = gitops.head_commit(tree.path)
+        assert start is not None
+        if member_patches:
+            made.messages = commit_patches(tree.path, member_patches, tree.scratch, console)
+            if member.fold and len(member_patches) > 1:
+                _fold(tree.path, member, start, member_patches)
+            change = _commit_upstream_tests(tree.path, member, release, tree.scratch, console)
+            made.upstream_tests = change if member is group else made.upstream_tests
+        if member is not group:
+            made.base = gitops.head_commit(tree.path) or made.base
+            made.base_commits = int(_git(tree.path, "rev-list", "--count", f"{tree.release}..{made.base}").strip())
+        else:
+            made.patches = member_patches
+    return made
+
+
+def _set_branch(job: BranchJob, name: str, head: str) -> None:
+    """Point branch ``name`` of the checkout at ``head``; ``BadInput`` for a bad name, or an existing branch (without
+    ``force``, or while it is checked out)."""
+    checkout = job.checkout
+    if gitops.run_git(["check-ref-format", "--branch", name], cwd=checkout, check=False).returncode != 0:
+        raise BadInput(f"{name!r} is not a valid branch name")
+    exists = gitops.git_value(checkout, "rev-parse", "-q", "--verify", f"refs/heads/{name}^{{commit}}") is not None
+    if exists and not job.force:
+        raise BadInput(f"branch {name} already exists in {display_path(checkout)}; pass --force to replace it")
+    if exists and gitops.git_value(checkout, "symbolic-ref", "-q", "HEAD") == f"refs/heads/{name}":
+        raise BadInput(f"branch {name} is checked out in {display_path(checkout)}; switch to another first")
+    _git(checkout, "branch", "-f", name, head)
+
+
+def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tuple[Branch, Gates]]:
+    """Make and gate the branch of each group of ``job``, each on its ``after`` chain, in a temporary worktree."""
+    made: list[tuple[Branch, Gates]] = []
+    files = tuple(_git(job.checkout, "ls-tree", "-r", "--name-only", job.release).splitlines())
+    scratch = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("pr")))
+    tree = WorkTree(scratch / "tree", job.release, files, scratch)
+    pin = job.pin
+    try:
+        _git(job.checkout, "worktree", "add", "-q", "--detach", str(tree.path), job.release)
+        heads: dict[str, str] = {}  # group -> the head of its branch made in this run, for the groups after it
+        for group in job.wanted:
+            commits = _commit_group(job, tree, group, heads, console)
+            if not commits.patches:
+                console.step(f"Skipping group {group.name}: upstream {pin.version} has all its patches")
+                continue
+            head = gitops.head_commit(tree.path)
+            assert head is not None
+            name = job.branch or branch_name(pin.series, commits.patches, group)
+            _set_branch(job, name, head)
+            heads[group.name] = head
+            count = int(_git(tree.path, "rev-list", "--count", f"{commits.base}..{head}").strip())
+            where = f"the {group.after} branch" if group.after else pin.tag
+            console.step(f"Branch {name}: {count} commit(s) on {where}")
+            changed = _git(tree.path, "diff", "--name-only", "--diff-filter=d", commits.base, head).splitlines()
+            tests_change = commits.upstream_tests
+            notes = [tests_change.note()] if tests_change else []
+            gates = run_gates(gating, pin, tree, changed, console, notes)
+            branch = Branch(
+                group, name, commits.patches, commits.messages, commits.base_commits, tuple(changed), tests_change
+            )
+            made.append((branch, gates))
+    finally:
+        gitops.run_git(["worktree", "remove", "--force", str(tree.path)], cwd=job.checkout, check=False)
+        gitops.run_git(["worktree", "prune"], cwd=job.checkout, check=False)
+        shutil.rmtree(scratch, ignore_errors=True)
+    return made

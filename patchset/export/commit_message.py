@@ -1,0 +1,79 @@
+"""A patch's message cut to what upstream gets: the DEP-3 fields and the "Why this patch ... Drop it ..." paragraph
+are for this project, and upstream's PR template asks for neither."""
+
+from __future__ import annotations
+
+import re
+
+from patchset.plumbing.errors import BadInput
+from patchset.series.model import Patch
+
+# DEP-3 fields and this project's own (``Upstream-Check:``): for the patchset, not for the upstream commit.
+_DEP3_LINE = re.compile(
+    r"^(Description|Origin|Bug(-[A-Za-z0-9]+)?|Forwarded|Author|Reviewed-by|Acked-by|Last-Update|Applied-Upstream"
+    r"|Upstream-Check|Upstream-Commit):\s",
+    re.IGNORECASE,
+)
+_TRAILER_LINE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*:\s")
+_PROJECT_PARAGRAPH = re.compile(r"^(Why this patch\b|Drop (it|this patch)\b)", re.IGNORECASE)
+
+
+def _paragraphs(text: str) -> list[str]:
+    return [p.strip("\n") for p in re.split(r"\n\s*\n", text) if p.strip()]
+
+
+def _field_block(paragraph: str) -> bool:
+    """True for a paragraph of ``Name: value`` lines (continuations indented) holding a DEP-3 field."""
+    lines = paragraph.splitlines()
+    fields = all(_TRAILER_LINE.match(ln) or (i and ln[:1].isspace()) for i, ln in enumerate(lines))
+    return fields and any(_DEP3_LINE.match(ln) for ln in lines)
+
+
+def upstream_paragraphs(body: str) -> list[str]:
+    """The paragraphs of a patch message that belong upstream: DEP-3 fields and "Why this patch" dropped.
+
+    In a block of fields only the DEP-3 ones go (and their continuation lines): ``Signed-off-by:`` stays.
+    """
+    kept = []
+    for paragraph in _paragraphs(body):
+        if _PROJECT_PARAGRAPH.match(paragraph):
+            continue
+        if not _field_block(paragraph):
+            kept.append(paragraph)
+            continue
+        lines: list[str] = []
+        dropping = False
+        for line in paragraph.splitlines():
+            if line[:1].isspace():
+                if not dropping:
+                    lines.append(line)
+                continue
+            dropping = bool(_DEP3_LINE.match(line))
+            if not dropping:
+                lines.append(line)
+        if lines:
+            kept.append("\n".join(lines))
+    return kept
+
+
+def _split_patch(text: str) -> tuple[str, str, str]:
+    """(mail headers with their blank line, message body, the rest from ``---`` or the first ``diff --git``)."""
+    headers, sep, rest = text.partition("\n\n")
+    if not sep:
+        raise BadInput("patch has no message body")
+    cut = len(rest)
+    for marker in ("\n---\n", "\ndiff --git "):
+        found = ("\n" + rest).find(marker)
+        if found != -1:
+            cut = min(cut, found)
+    return headers + sep, rest[:cut], rest[cut:]
+
+
+def upstream_patch_text(patch: Patch) -> tuple[str, list[str]]:
+    """The patch with its message cut to what upstream gets, and those paragraphs."""
+    headers, body, rest = _split_patch(patch.text)
+    paragraphs = upstream_paragraphs(body)
+    new_body = "\n\n".join(paragraphs) + "\n" if paragraphs else ""
+    if new_body and not rest.startswith("\n"):
+        new_body += "\n"
+    return headers + new_body + rest, paragraphs
