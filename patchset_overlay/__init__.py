@@ -15,9 +15,17 @@ every interpreter start, so it imports only `startup`; the machinery is imported
 
 from __future__ import annotations
 
+import sys
+
 from patchset_overlay.startup import ENV_SWITCH, overlays, switched_off, watched_modules
 
-__all__ = ["ENV_SWITCH", "activate_all", "overlays", "switched_off", "watched_modules"]
+TYPE_CHECKING = False  # typing itself costs ~15 ms at start-up
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from patchset_overlay.spec import Overlay
+
+__all__ = ["ENV_SWITCH", "activate_all", "overlay_functions", "overlays", "switched_off", "watched_modules"]
 
 
 def activate_all(how: str = "explicit") -> None:
@@ -25,3 +33,28 @@ def activate_all(how: str = "explicit") -> None:
     from patchset_overlay.runtime import activate_all as activate_every_overlay
 
     activate_every_overlay(how)
+
+
+def overlay_functions(spec_module: str) -> tuple[Callable[[], Overlay], Callable[[], bool], Callable[[], bool]]:
+    """An overlay package's ``overlay``, ``activate`` and ``deactivate``, its spec read from ``spec_module``'s
+    ``OVERLAY`` when first asked for: each overlay package names these at its top level, at every interpreter start,
+    so they import nothing until called."""
+
+    def overlay() -> Overlay:
+        """This overlay's spec: its pieces, in order (imports no upstream code)."""
+        __import__(spec_module)
+        return sys.modules[spec_module].OVERLAY
+
+    def activate() -> bool:
+        """Switch this overlay on in this process; False if it already was (nothing is done twice)."""
+        from patchset_overlay.runtime import activate as switch_on
+
+        return switch_on(overlay())
+
+    def deactivate() -> bool:
+        """Undo this overlay in this process; False if it was not on."""
+        from patchset_overlay.runtime import deactivate as switch_off
+
+        return switch_off(overlay())
+
+    return overlay, activate, deactivate

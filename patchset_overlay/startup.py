@@ -4,7 +4,8 @@ the start-up did in this process.
 **Registration.** The overlays are the packages that the one registration list outside this package,
 ``patchset_overlay_registry.OVERLAYS``, names, in the order ``status`` lists them. Each such package declares at its
 top level ``WATCHED`` (the upstream modules it changes, for the start-up finder) and ``overlay()`` (its spec,
-`patchset_overlay.spec.Overlay`), and imports nothing at module level. Why a list module rather than entry points
+`patchset_overlay.spec.Overlay`, made by `patchset_overlay.overlay_functions`), and imports nothing at module level
+but that front of the core, which the start-up has imported already. Why a list module rather than entry points
 (as OpenTelemetry's instrumentors are found): the list is read at every interpreter start, where one small module
 costs well under a millisecond, while ``importlib.metadata`` costs ~50 ms to import and ~7 ms to scan the
 distributions of a training environment (measured in the overlay test venv); and a module is found wherever the
