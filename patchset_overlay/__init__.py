@@ -6,11 +6,12 @@ guards them, and reports what is active (``python -m patchset_overlay status``).
 lower layer, and each overlay imports it; the overlays are found through one registration list
 (`patchset_overlay.startup`).
 
-This module is the package's front: it only names what users call, and no module of the package imports it, so no
-import runs back up (``tests/scripts/test_layers.py``). Its layers, bottom first: `startup` (the registration list,
-the switch, what the start-up did) and `finder`; `spec`, `state`, `source`, `replace`; `guard`, `fingerprints`;
-`runtime` (activation and undo); `status`, `autoload` (the ``.pth`` file's start-up) and ``__main__``. It runs at
-every interpreter start, so it imports only `startup`; the machinery is imported when one of the watched modules is.
+This module is the package's front: it names what users call, and what ``patchset_overlay.pth`` calls at every
+interpreter start (`autoload`); no module of the package imports it, so no import runs back up
+(``tests/scripts/test_layers.py``). Its layers, bottom first: `startup` (the registration list, the switch, what the
+start-up did) and `finder`; `spec`, `state`, `source`, `replace`; `guard`, `fingerprints`; `runtime` (activation and
+undo); `status` and ``__main__``. At start-up it imports only `startup` and the finder; the machinery is imported when
+one of the watched modules is.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from patchset_overlay.startup import ENV_SWITCH, overlays, switched_off, watched
 TYPE_CHECKING = False  # typing itself costs ~15 ms at start-up
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from types import ModuleType
 
     from patchset_overlay.spec import Overlay
 
-__all__ = ["ENV_SWITCH", "activate_all", "overlay_functions", "overlays", "switched_off", "watched_modules"]
+__all__ = ["ENV_SWITCH", "activate_all", "autoload", "overlay_functions", "overlays", "switched_off", "watched_modules"]
 
 
 def activate_all(how: str = "explicit") -> None:
@@ -58,3 +60,27 @@ def overlay_functions(spec_module: str) -> tuple[Callable[[], Overlay], Callable
         return switch_off(overlay())
 
     return overlay, activate, deactivate
+
+
+def autoload() -> None:
+    """Called by ``patchset_overlay.pth`` at interpreter start-up: put an import finder on ``sys.meta_path`` for the
+    modules the overlays change, unless ``PATCHSET_OVERLAYS`` says not to (`startup.start`). The overlays are
+    activated, and judged, when the first of those modules has been imported, so a process that never touches verl or
+    Trinity pays for a few small modules and a set lookup per import. A failure is reported and never stops the
+    interpreter; what it did is `patchset_overlay.startup.outcome`."""
+    from patchset_overlay.startup import start
+
+    try:
+        start(_first_use)
+    except Exception as error:  # never break interpreter start-up
+        print(f"warning: patchset_overlay could not switch the overlays on: {error!r}", file=sys.stderr)
+
+
+def _first_use(module: ModuleType) -> None:
+    """The first watched module was imported: activate the overlays (their finder then calls the runtime)."""
+    from patchset_overlay.runtime import activate_all as activate_every_overlay
+    from patchset_overlay.runtime import dispatch
+    from patchset_overlay.startup import AUTOMATIC
+
+    activate_every_overlay(AUTOMATIC)
+    dispatch(module)
