@@ -86,6 +86,7 @@ class Fix:
 
 
 def series_names(pins: Pins) -> list[str]:
+    """The series the pins name, once each, in the pins' order."""
     return list(dict.fromkeys(pin.series for pin in pins.pins))
 
 
@@ -257,6 +258,12 @@ FIXES = fixes_of(TREE)
 @pytest.mark.parametrize("fix", FIXES, ids=str)
 def test_each_fix_has_every_part_or_a_reason_for_it(fix: Fix):
     assert problems(TREE, fix) == []
+
+
+def test_every_series_folder_is_checked():
+    """A series folder no pin names would have its fixes go unchecked here."""
+    folders = {path.parent.name for path in TREE.patches.glob("*/series")}
+    assert folders <= set(series_names(load_pins(TREE.patches / "upstreams.toml")))
 
 
 def test_each_parts_file_speaks_of_patches_of_its_series():
