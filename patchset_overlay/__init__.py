@@ -3,78 +3,84 @@
 The overlay packages hold the patched code, module for module; this package switches them on (explicitly with
 `activate_all`, or in every process through the ``patchset_overlay.pth`` file the install puts in site-packages),
 guards them, and reports what is active (``python -m patchset_overlay status``). It names no overlay: it is the
-lower layer, and each overlay imports it.
+lower layer, and each overlay imports it; the overlays are found through one registration list
+(`patchset_overlay.startup`).
 
-**Registration.** The overlays are the packages that the one registration list outside this package,
-``patchset_overlay_registry.OVERLAYS``, names, in the order ``status`` lists them. Each such package declares at its
-top level ``WATCHED`` (the upstream modules it changes, for the start-up finder) and ``overlay()`` (its spec,
-`patchset_overlay.spec.Overlay`), and imports nothing at module level. Why a list module rather than entry points
-(as OpenTelemetry's instrumentors are found): the list is read at every interpreter start, where one small module
-costs well under a millisecond, while ``importlib.metadata`` costs ~50 ms to import and ~7 ms to scan the
-distributions of a training environment (measured in the overlay test venv); and a module is found wherever the
-packages are, also where no ``.dist-info`` is (a checkout on ``PYTHONPATH``, packages shipped to Ray workers with
-``py_modules``), which entry points are not.
-
-This module runs at every interpreter start: it imports nothing but ``os``, ``sys`` and the registered packages'
-lists of module names; the machinery is imported when one of those modules is.
+This module is the package's front: it names what users call, and what ``patchset_overlay.pth`` calls at every
+interpreter start (`autoload`); no module of the package imports it, so no import runs back up
+(``tests/scripts/test_layers.py``). Its layers, bottom first: `startup` (the registration list, the switch, what the
+start-up did) and `finder`; `spec`, `state`, `source`, `replace`; `guard`, `fingerprints`; `runtime` (activation and
+undo); `status` and ``__main__``. At start-up it imports only `startup` and the finder; the machinery is imported when
+one of the watched modules is.
 """
 
 from __future__ import annotations
 
-import os
 import sys
+
+from patchset_overlay.startup import ENV_SWITCH, overlays, switched_off, watched_modules
 
 TYPE_CHECKING = False  # typing itself costs ~15 ms at start-up
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import ModuleType
 
     from patchset_overlay.spec import Overlay
 
-ENV_SWITCH = "PATCHSET_OVERLAYS"
-_OFF_VALUES = ("0", "off", "false", "no")
-REGISTRY = "patchset_overlay_registry"  # the registration list's module (`OVERLAYS`: the overlay packages' names)
-
-
-def _registered() -> list[ModuleType]:
-    """The overlay packages the registration list names, imported (``__import__``: ``importlib`` costs at start)."""
-    __import__(REGISTRY)
-    packages = []
-    for name in sys.modules[REGISTRY].OVERLAYS:
-        __import__(name)
-        packages.append(sys.modules[name])
-    return packages
-
-
-def overlays() -> tuple[Overlay, ...]:
-    """Every registered overlay, in the registration list's order (their specs import no upstream code)."""
-    return tuple(package.overlay() for package in _registered())
-
-
-def watched_modules() -> tuple[str, ...]:
-    """Every upstream module a registered overlay changes, without importing the overlays' machinery."""
-    return tuple(module for package in _registered() for module in package.WATCHED)
-
-
-def switched_off(environ: os._Environ[str] | dict[str, str] = os.environ) -> bool:
-    """Whether ``PATCHSET_OVERLAYS`` turns automatic activation off (0, off, false, no)."""
-    return environ.get(ENV_SWITCH, "").strip().lower() in _OFF_VALUES
-
-
-def dispatch(module: ModuleType) -> None:
-    """Called by the import finder when a watched module has finished importing; never breaks that import."""
-    try:
-        from patchset_overlay.runtime import on_module_executed
-
-        on_module_executed(module)
-    except Exception as error:
-        import sys
-
-        print(f"warning: patchset_overlay: {module.__name__} left as upstream has it: {error!r}", file=sys.stderr)
+__all__ = ["ENV_SWITCH", "activate_all", "autoload", "overlay_functions", "overlays", "switched_off", "watched_modules"]
 
 
 def activate_all(how: str = "explicit") -> None:
     """Switch every overlay on in this process (idempotent); usable as Ray's ``worker_process_setup_hook``."""
-    from patchset_overlay.runtime import activate
+    from patchset_overlay.runtime import activate_all as activate_every_overlay
 
-    for overlay in overlays():
-        activate(overlay, how)
+    activate_every_overlay(how)
+
+
+def overlay_functions(spec_module: str) -> tuple[Callable[[], Overlay], Callable[[], bool], Callable[[], bool]]:
+    """An overlay package's ``overlay``, ``activate`` and ``deactivate``, its spec read from ``spec_module``'s
+    ``OVERLAY`` when first asked for: each overlay package names these at its top level, at every interpreter start,
+    so they import nothing until called."""
+
+    def overlay() -> Overlay:
+        """This overlay's spec: its pieces, in order (imports no upstream code)."""
+        __import__(spec_module)
+        return sys.modules[spec_module].OVERLAY
+
+    def activate() -> bool:
+        """Switch this overlay on in this process; False if it already was (nothing is done twice)."""
+        from patchset_overlay.runtime import activate as switch_on
+
+        return switch_on(overlay())
+
+    def deactivate() -> bool:
+        """Undo this overlay in this process; False if it was not on."""
+        from patchset_overlay.runtime import deactivate as switch_off
+
+        return switch_off(overlay())
+
+    return overlay, activate, deactivate
+
+
+def autoload() -> None:
+    """Called by ``patchset_overlay.pth`` at interpreter start-up: put an import finder on ``sys.meta_path`` for the
+    modules the overlays change, unless ``PATCHSET_OVERLAYS`` says not to (`startup.start`). The overlays are
+    activated, and judged, when the first of those modules has been imported, so a process that never touches verl or
+    Trinity pays for a few small modules and a set lookup per import. A failure is reported and never stops the
+    interpreter; what it did is `patchset_overlay.startup.outcome`."""
+    from patchset_overlay.startup import start
+
+    try:
+        start(_first_use)
+    except Exception as error:  # never break interpreter start-up
+        print(f"warning: patchset_overlay could not switch the overlays on: {error!r}", file=sys.stderr)
+
+
+def _first_use(module: ModuleType) -> None:
+    """The first watched module was imported: activate the overlays (their finder then calls the runtime)."""
+    from patchset_overlay.runtime import activate_all as activate_every_overlay
+    from patchset_overlay.runtime import dispatch
+    from patchset_overlay.startup import AUTOMATIC
+
+    activate_every_overlay(AUTOMATIC)
+    dispatch(module)

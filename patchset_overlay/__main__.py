@@ -27,15 +27,15 @@ def _status(as_json: bool) -> int:
 
 def _root_forms() -> str:
     """``verl=PATH or trinity=PATH``: the ``--root`` forms, one per registered overlay's upstream."""
-    from patchset_overlay import overlays
+    from patchset_overlay.startup import overlays
 
     return " or ".join(f"{overlay.upstream}=PATH" for overlay in overlays())
 
 
 def _fingerprints(roots: list[str], write: bool, check: bool) -> int:
-    from patchset_overlay import overlays
     from patchset_overlay.fingerprints import compute, fingerprints_path, recorded, render, stale
     from patchset_overlay.source import UpstreamSource
+    from patchset_overlay.startup import overlays
 
     by_upstream = {overlay.upstream: overlay for overlay in overlays()}
     problems = 0

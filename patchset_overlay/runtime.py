@@ -5,6 +5,8 @@ handles those imported already. When the first of them is imported, every piece 
 upstream's files (`patchset_overlay.guard`), once, for all of its targets; then, for an active piece, the
 installer of that module runs, and the installer of each other module runs when that module is imported. An
 installer that fails takes the whole piece back out (every module it had changed), and the piece is refused.
+`dispatch` is the finder's callback once the overlays are on; whether the start-up switched them on is
+`patchset_overlay.startup.outcome`, which `switched_on` reads.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import warnings
 from collections.abc import Mapping
 from types import ModuleType
 
-from patchset_overlay import ENV_SWITCH, activate_all, dispatch, switched_off
+from patchset_overlay import startup
 from patchset_overlay.finder import already_imported, install
 from patchset_overlay.fingerprints import recorded
 from patchset_overlay.guard import judge
@@ -109,13 +111,17 @@ def _module_imported(overlay: Overlay, module: ModuleType) -> None:
 
 def on_module_executed(module: ModuleType, overlays: tuple[Overlay, ...] | None = None) -> None:
     """The finder's callback: ``module`` has just finished importing."""
-    if overlays is None:
-        from patchset_overlay import overlays as all_overlays
-
-        overlays = all_overlays()
-    for overlay in overlays:
+    for overlay in startup.overlays() if overlays is None else overlays:
         if module.__name__ in overlay.modules:
             _module_imported(overlay, module)
+
+
+def dispatch(module: ModuleType) -> None:
+    """Called by the import finder when a watched module has finished importing; never breaks that import."""
+    try:
+        on_module_executed(module)
+    except Exception as error:
+        print(f"warning: patchset_overlay: {module.__name__} left as upstream has it: {error!r}", file=sys.stderr)
 
 
 def activate(overlay: Overlay, how: str = "explicit") -> bool:
@@ -130,6 +136,12 @@ def activate(overlay: Overlay, how: str = "explicit") -> bool:
     for module in already_imported(overlay.modules):
         _module_imported(overlay, module)
     return True
+
+
+def activate_all(how: str = "explicit") -> None:
+    """Switch every registered overlay on in this process (idempotent)."""
+    for overlay in startup.overlays():
+        activate(overlay, how)
 
 
 def deactivate(overlay: Overlay) -> bool:
@@ -158,12 +170,11 @@ def switched_on(overlay: Overlay) -> tuple[bool, str]:
     record = record_for(overlay.name)
     if record.enabled:
         return True, record.how
-    autoload = sys.modules.get("patchset_overlay.autoload")
-    if autoload is not None and autoload.outcome == autoload.AUTOMATIC:
-        activate_all(autoload.AUTOMATIC)
+    if startup.outcome == startup.AUTOMATIC:
+        activate_all(startup.AUTOMATIC)
         return record.enabled, record.how
-    if switched_off():
-        return False, f"switched off by {ENV_SWITCH}"
+    if startup.switched_off():
+        return False, f"switched off by {startup.ENV_SWITCH}"
     return False, record.how or f"{overlay.name} is not activated in this process"
 
 

@@ -15,6 +15,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from re import Pattern
+
     from patchset_overlay.source import UpstreamSource
     from patchset_overlay.state import Verdict
 
@@ -23,6 +25,33 @@ if TYPE_CHECKING:
 Installer = Callable[[ModuleType, list[Callable[[], None]]], None]
 # A content check on the upstream's source: why it already has the fix (a reason), or None when it does not.
 FixCheck = Callable[["UpstreamSource"], "str | None"]
+
+
+def code_from(mirror: str, name: str) -> Installer:
+    """The installer that gives the upstream module's function ``name`` the code of the function of that name in the
+    overlay module ``mirror`` (imported when it runs), in place: every reference to the upstream function gets it
+    (`patchset_overlay.replace.replace_function_code`)."""
+
+    def install(module: ModuleType, undo: list[Callable[[], None]]) -> None:
+        import importlib
+
+        from patchset_overlay.replace import replace_function_code
+
+        undo.append(replace_function_code(getattr(module, name), getattr(importlib.import_module(mirror), name)))
+
+    return install
+
+
+def source_has(module: str, name: str, mark: str | Pattern[str], reason: str) -> FixCheck:
+    """The fix check that finds the patched code's ``mark`` (a string it holds, or an expression it matches) in the
+    upstream's source of ``module.name``, and then says ``reason``."""
+
+    def check(source: UpstreamSource) -> str | None:
+        segment = source.segment(module, name)
+        found = mark in segment if isinstance(mark, str) else mark.search(segment) is not None
+        return reason if found else None
+
+    return check
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import importlib.util
 import sys
 from typing import Any
 
-from patchset_overlay import ENV_SWITCH, overlays
+from patchset_overlay import startup
 from patchset_overlay.runtime import judge_pieces, piece_states
 from patchset_overlay.spec import Overlay
 from patchset_overlay.state import PieceState, record_for
@@ -34,10 +34,7 @@ def _how(overlay: Overlay) -> str:
     record = record_for(overlay.name)
     if record.how:
         return record.how
-    autoload = sys.modules.get("patchset_overlay.autoload")
-    if autoload is not None and autoload.outcome:
-        return autoload.outcome
-    return "not activated in this process"
+    return startup.outcome or "not activated in this process"
 
 
 def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
@@ -45,7 +42,7 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
     With ``import_upstreams`` off, only what this process has imported so far is reported, and pieces are judged
     from the upstream's files."""
     report = []
-    for overlay in overlays():
+    for overlay in startup.overlays():
         problem = _import_targets(overlay) if import_upstreams else None
         judge_pieces(overlay)
         record = record_for(overlay.name)
@@ -96,5 +93,5 @@ def render(report: list[dict[str, Any]]) -> str:
             lines.append(f"  {piece['piece']}{patches}: {piece['state']}: {piece['reason']}")
         if entry["cannot_change"]:
             lines.append(f"  not changed by overlays: {entry['cannot_change']}")
-    lines.append(f"(set {ENV_SWITCH}=0 to switch the automatic activation off)")
+    lines.append(f"(set {startup.ENV_SWITCH}=0 to switch the automatic activation off)")
     return "\n".join(lines)

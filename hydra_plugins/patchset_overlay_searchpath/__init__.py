@@ -13,8 +13,9 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 class PatchsetOverlaySearchPathPlugin(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+        from verl_overlay import overlay
         from verl_overlay.pieces.critic_yaml import search_path_dir
 
-        folder = search_path_dir()
+        folder = search_path_dir(overlay())
         if folder is not None:
             search_path.prepend(provider="verl-overlay", path=f"file://{folder}")

@@ -127,45 +127,42 @@ def _check_trinity_pieces(result: dict, case: str, expected: dict[str, tuple[str
     assert {name for name in UPSTREAM_OBJECTS["trinity"] if result["untouched"][name]} == untouched, result
 
 
-def test_changed_trinity_class_leaves_it_untouched(tmp_path, cases, overlay_site):
-    """TrinityPolicyLoss changed: the three pieces that change it stay out; the DPO fix, which does not, goes on."""
-    changed = _changed_copy(
-        tmp_path,
-        overlay_site,
-        "trinity",
-        "trainer/verl/losses.py",
-        "return policy_loss, metrics",
-        "return policy_loss * 1, metrics",
-    )
+@pytest.mark.parametrize(
+    ("relative", "old", "new", "changed_class", "pieces", "untouched"),
+    [
+        # TrinityPolicyLoss changed: the piece that changes it stays out; the DPO fix, which does not, goes on
+        (
+            "trainer/verl/losses.py",
+            "return policy_loss, metrics",
+            "return policy_loss * 1, metrics",
+            "trinity.trainer.verl.losses.TrinityPolicyLoss",
+            {POLICY_LOSS: "refused", DPO_PAIRS: "active"},
+            {"TrinityPolicyLoss.__call__", "TrinityPolicyLoss.__init__"},
+        ),
+        # DPOLossFn changed: both pieces change it (its aggregation; its logits and pairs), so both stay out whole
+        (
+            "algorithm/policy_loss_fn/dpo_loss.py",
+            '"dpo_loss": loss.detach().item(),',
+            '"dpo_loss": float(loss.detach()),',
+            "trinity.algorithm.policy_loss_fn.dpo_loss.DPOLossFn",
+            {POLICY_LOSS: "refused", DPO_PAIRS: "refused"},
+            set(UPSTREAM_OBJECTS["trinity"]),
+        ),
+    ],
+    ids=["TrinityPolicyLoss", "DPOLossFn"],
+)
+def test_changed_trinity_class_leaves_every_piece_that_changes_it_out(
+    tmp_path, cases, overlay_site, relative, old, new, changed_class, pieces, untouched
+):
+    changed = _changed_copy(tmp_path, overlay_site, "trinity", relative, old, new)
     result = _guard(cases, "changed", "trinity", [changed])
-    expected = "trinity.trainer.verl.losses.TrinityPolicyLoss in trinity-rft 0.6.0 is not the code this overlay was"
-    refused = ("off (refused)", expected)
+    states = {
+        "refused": ("off (refused)", f"{changed_class} in trinity-rft 0.6.0 is not the code this overlay was"),
+        "active": ("active", "fits trinity-rft 0.6.0"),
+    }
+    name = changed_class.rpartition(".")[2]
     _check_trinity_pieces(
-        result,
-        "changed TrinityPolicyLoss",
-        {POLICY_LOSS: refused, DPO_PAIRS: ("active", "fits trinity-rft 0.6.0")},
-        {"TrinityPolicyLoss.__call__", "TrinityPolicyLoss.__init__"},
-    )
-
-
-def test_changed_dpo_loss_leaves_both_pieces_that_change_it_out(tmp_path, cases, overlay_site):
-    """DPOLossFn changed: both pieces change it (its aggregation; its logits and pairs), so both stay out whole."""
-    changed = _changed_copy(
-        tmp_path,
-        overlay_site,
-        "trinity",
-        "algorithm/policy_loss_fn/dpo_loss.py",
-        '"dpo_loss": loss.detach().item(),',
-        '"dpo_loss": float(loss.detach()),',
-    )
-    result = _guard(cases, "changed", "trinity", [changed])
-    expected = "trinity.algorithm.policy_loss_fn.dpo_loss.DPOLossFn in trinity-rft 0.6.0 is not the code this overlay"
-    refused = ("off (refused)", expected)
-    _check_trinity_pieces(
-        result,
-        "changed DPOLossFn",
-        {POLICY_LOSS: refused, DPO_PAIRS: refused},
-        set(UPSTREAM_OBJECTS["trinity"]),
+        result, f"changed {name}", {piece: states[state] for piece, state in pieces.items()}, untouched
     )
 
 

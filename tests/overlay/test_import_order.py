@@ -26,27 +26,15 @@ from pathlib import Path
 import pytest
 from conftest import HERE, Cases
 
+from patchset_overlay import overlays, watched_modules
+
 SCRIPT = HERE / "import_order_cases.py"
-TARGET_MODULES = (
-    "verl.trainer.ppo.core_algos",
-    "verl.workers.config.critic",
-    "verl.workers.utils.losses",
-    "verl.trainer.distillation.losses",
-    "trinity.algorithm.policy_loss_fn.policy_loss_fn",
-    "trinity.algorithm.policy_loss_fn.dpo_loss",
-    "trinity.algorithm.policy_loss_fn.rec_policy_loss",
-    "trinity.algorithm.policy_loss_fn.mix_policy_loss",
-    "trinity.algorithm.policy_loss_fn.chord_policy_loss",
-    "trinity.trainer.verl.losses",
-    "trinity.trainer.verl.trainer",
-    "trinity.algorithm.algorithm",
-    "trinity.common.config_validator",
-)
+TARGET_MODULES = watched_modules()  # each overlay's WATCHED: pinned below to be its pieces' target modules
 UPSTREAM_TEST = "tests/trainer/ppo/test_value_loss_normalization_on_cpu.py"  # in the verl 0.9.1 sdist
 
 
 # one fresh process per shape: a module imported alone (the one verl 0.9.1's own test imports), Hydra composed first
-FRESH_MODULE = TARGET_MODULES[0]
+FRESH_MODULE = "verl.trainer.ppo.core_algos"
 FRESH_COMPOSE = ("1", "ppo_trainer")
 
 
@@ -68,9 +56,7 @@ def test_overlay_watches_exactly_the_target_modules():
     """Each registered overlay package's ``WATCHED`` (what the start-up finder watches) is its pieces' modules."""
     import importlib
 
-    from patchset_overlay import overlays, watched_modules
-
-    assert set(watched_modules()) == set(TARGET_MODULES) == {m for overlay in overlays() for m in overlay.modules}
+    assert set(TARGET_MODULES) == {module for overlay in overlays() for module in overlay.modules}
     for overlay in overlays():
         assert set(importlib.import_module(overlay.name).WATCHED) == set(overlay.modules), overlay.name
 

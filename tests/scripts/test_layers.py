@@ -136,3 +136,59 @@ def test_the_overlay_core_names_no_overlay_even_in_a_string():
         if any(overlay in text for overlay in overlays)
     ]
     assert named == []
+
+
+def _module_paths(root: Path, tops: Iterator[str] | tuple[str, ...]) -> dict[str, Path]:
+    """Every module of the packages ``tops`` under ``root``, by name (a package by its own name, for __init__)."""
+    return {module_name(root, path): path for top in tops for path in sorted((root / top).rglob("*.py"))}
+
+
+def import_cycles(root: Path, tops: tuple[str, ...]) -> list[list[str]]:
+    """The cycles among the modules of ``tops``, each as the modules it goes through: an import that runs back up,
+    e.g. a module that imports its own package's ``__init__`` while that imports the module (at the top or inside a
+    function: an arrow all the same). ``from package import name`` points at the module ``package.name`` where
+    there is one, else at the package; the parent packages Python imports first are not arrows of the code."""
+    paths = _module_paths(root, tops)
+    arrows: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1]) if node.level else ""
+                module = ".".join(part for part in (base, node.module or "") if part)
+                targets |= {f"{module}.{a.name}" if f"{module}.{a.name}" in paths else module for a in node.names}
+        arrows[name] = {target for target in targets if target in paths and target != name}
+    cycles, done = [], set()
+
+    def visit(name: str, trail: list[str]) -> None:
+        if name in trail:
+            cycles.append([*trail[trail.index(name) :], name])
+            return
+        if name in done:
+            return
+        for target in sorted(arrows[name]):
+            visit(target, [*trail, name])
+        done.add(name)
+
+    for name in sorted(arrows):
+        visit(name, [])
+    return cycles
+
+
+@pytest.mark.parametrize("family", sorted(LAYERS))
+def test_no_import_runs_back_up_within_a_part_either(family):
+    """No module is imported, directly or not, by a module it imports: in the overlay core, its package front
+    imports its layers and none of them imports the front."""
+    assert import_cycles(REPO_ROOT, tuple(sorted({part.split(".")[0] for part in LAYERS[family]}))) == []
+
+
+def test_a_module_importing_its_packages_init_that_imports_it_back_is_a_cycle(tmp_path):
+    core = tmp_path / "core"
+    core.mkdir()
+    (core / "__init__.py").write_text("def go():\n    from core.runtime import run\n")
+    (core / "runtime.py").write_text("from core import go\nfrom core import startup\n")
+    (core / "startup.py").write_text("import os\n")
+    assert import_cycles(tmp_path, ("core",)) == [["core", "core.runtime", "core"]]

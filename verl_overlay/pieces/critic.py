@@ -13,26 +13,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from types import ModuleType
 
-from patchset_overlay.source import UpstreamSource
-from patchset_overlay.spec import Piece, Target
+from patchset_overlay.spec import Piece, Target, code_from, source_has
 
 CORE_ALGOS = "verl.trainer.ppo.core_algos"
 CRITIC_CONFIG = "verl.workers.config.critic"
 LOSSES = "verl.workers.utils.losses"
 
-
-def upstream_has_critic_fix(source: UpstreamSource) -> str | None:
-    """verl's compute_value_loss already takes batch_num_tokens (verl >= 0.9.0, or a patched checkout)."""
-    if "batch_num_tokens" in source.segment(CORE_ALGOS, "compute_value_loss"):
-        return "already has the critic fix (compute_value_loss takes batch_num_tokens)"
-    return None
-
-
-def install_compute_value_loss(module: ModuleType, undo: list[Callable[[], None]]) -> None:
-    from patchset_overlay.replace import replace_function_code
-    from verl_overlay.trainer.ppo import core_algos
-
-    undo.append(replace_function_code(module.compute_value_loss, core_algos.compute_value_loss))
+# verl's compute_value_loss already takes batch_num_tokens (verl >= 0.9.0, or a patched checkout)
+upstream_has_critic_fix = source_has(
+    CORE_ALGOS,
+    "compute_value_loss",
+    "batch_num_tokens",
+    "already has the critic fix (compute_value_loss takes batch_num_tokens)",
+)
+install_compute_value_loss = code_from("verl_overlay.trainer.ppo.core_algos", "compute_value_loss")
 
 
 def install_loss_scale_factor(module: ModuleType, undo: list[Callable[[], None]]) -> None:

@@ -10,37 +10,17 @@ status says; set it in the critic's config to use it.
 
 from __future__ import annotations
 
-from patchset_overlay.spec import Piece, Target
-from verl_overlay.pieces.critic import (
-    CORE_ALGOS,
-    CRITIC_CONFIG,
-    LOSSES,
-    install_compute_value_loss,
-    install_loss_scale_factor,
-    upstream_has_critic_fix,
-    value_loss_installer,
-)
+from dataclasses import replace
+
+from verl_overlay.pieces.critic import LOSSES, value_loss_installer
+from verl_overlay.pieces.critic import PIECE as PIECE_0_8
 
 RELEASES = ("0.7.1",)
 
-
-install_value_loss = value_loss_installer("losses_v0_7")  # 0.7.1's value_loss, its own mirror
-
-
-PIECE = Piece(
+# the 0.8.0 piece (its patch, targets, fix check, fixed_since) with its own name, release and value_loss mirror
+PIECE = replace(
+    PIECE_0_8,
     name="verl-0.7-0001-trainer-critic-value-loss-global-normalization",
-    patches=("0001-trainer-critic-value-loss-global-normalization",),
-    targets=(
-        Target(CORE_ALGOS, "compute_value_loss"),
-        Target(CRITIC_CONFIG, "CriticConfig"),
-        Target(LOSSES, "value_loss"),
-    ),
-    installers={
-        CORE_ALGOS: install_compute_value_loss,
-        CRITIC_CONFIG: install_loss_scale_factor,
-        LOSSES: install_value_loss,
-    },
-    upstream_has_fix=upstream_has_critic_fix,
-    fixed_since="0.9.0",
+    installers={**PIECE_0_8.installers, LOSSES: value_loss_installer("losses_v0_7")},
     releases=RELEASES,
 )

@@ -86,11 +86,9 @@ def status(overlay: Overlay) -> dict[str, Verdict]:
     return {NAME: hydra_config_state(overlay)}
 
 
-def search_path_dir() -> Path | None:
-    """The folder to put on Hydra's search path, or None (with a warning once, if refused) to leave verl's alone."""
-    from verl_overlay import overlay as verl_overlay
-
-    overlay = verl_overlay()
+def search_path_dir(overlay: Overlay) -> Path | None:
+    """The folder to put on Hydra's search path, or None (with a warning once, if refused) to leave verl's alone;
+    ``overlay``: the verl overlay's spec (the plugin passes it: this module is part of it)."""
     verdict = hydra_config_state(overlay)
     if verdict.state is PieceState.ACTIVE:
         source = UpstreamSource.find(overlay.upstream)

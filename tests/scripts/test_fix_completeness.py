@@ -1,0 +1,445 @@
+"""A fix is one checked unit: each patch of every series under patches/ has all of its parts, or a stated reason for
+each part it lacks; and each overlay piece says what the patches it mirrors say.
+
+A fix's parts (a new loss fix touches 10 to 12 files; nothing else checks the set is complete):
+
+- ``group``: a line of ``patches/<series>/groups`` lists it; ``pr``: that group's PR body, ``pr/<group>.md``;
+- ``teeth``: its entry in ``teeth``, whose ``-k`` expression names only tests that exist in tests/regression;
+- ``overlay``: a piece of its upstream's overlay (``verl_overlay/pieces``, ``trinity_overlay/pieces``), written for a
+  release the series is pinned to, that names the patch (by its slug, as ``teeth`` does: a patch made again for
+  another release line keeps it); ``mirror``: that piece's mirror module of every target module; ``fingerprints``:
+  the piece's targets in the overlay's ``fingerprints.json``, for every release of the series the overlay installs
+  the piece on;
+- ``gpuproof``: a case of ``scripts/gpuproof/cases.py`` that names it (``patch="verl 0001"``: series, number);
+- ``fixes``: docs/fixes.md links the patch;
+- ``audit``: every loss it touches (``audit`` in parts.toml) has a row of docs/loss-audit.md that names the patch's
+  number beside that loss.
+
+``patches/<series>/parts.toml`` is the one place that says, for each patch (a table named by its slug), the losses its
+audit rows name (``audit``) and why a part is missing (``[<slug>.missing]``: part = reason). A part that is missing
+without a reason fails, and so does a reason for a part that is there. Everything is read from files: nothing runs
+but ``git apply --numstat`` on each patch (`patchset.series.model.read_patch`, the one reader of a patch).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import tomllib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from patchset.series.groups import DESCRIPTIONS_DIR, GROUPS_FILE, parse_groups
+from patchset.series.model import Patch, Series, load_series
+from patchset.series.teeth import slug_of
+from patchset.upstreams.pins import Pins, load_pins
+from patchset_overlay.fingerprints import Fingerprints
+from patchset_overlay.guard import fingerprint_key, fixed_in, for_release
+from patchset_overlay.spec import Overlay, Piece, Target
+from patchset_overlay.startup import overlays
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PARTS_FILE = "parts.toml"
+PARTS = ("group", "pr", "teeth", "overlay", "mirror", "fingerprints", "gpuproof", "fixes", "audit")
+_NOT_NAMES = {"and", "or", "not"}
+
+
+@dataclass(frozen=True)
+class Tree:
+    """Where the parts of the fixes are: the repo's files, and each overlay's spec with its package folder."""
+
+    root: Path
+    overlays: tuple[tuple[Overlay, Path], ...]
+
+    @property
+    def patches(self) -> Path:
+        return self.root / "patches"
+
+    def text(self, relative: str) -> str:
+        path = self.root / relative
+        return path.read_text(encoding="utf-8") if path.is_file() else ""
+
+
+@dataclass(frozen=True)
+class Fix:
+    """One patch of one series, with what its series' ``parts.toml`` says of it."""
+
+    series: Series
+    patch: Patch
+    number: int
+    releases: tuple[str, ...]  # the releases the series is pinned to
+    upstream: str  # the pins' key of its upstream (an overlay's import name)
+    audit: tuple[str, ...] = ()
+    reasons: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def slug(self) -> str:
+        return slug_of(self.patch.name)
+
+    def __str__(self) -> str:
+        return f"{self.series.name}/{self.patch.name}"
+
+
+def series_names(pins: Pins) -> list[str]:
+    """The series the pins name, once each, in the pins' order."""
+    return list(dict.fromkeys(pin.series for pin in pins.pins))
+
+
+def parts_file(folder: Path) -> dict[str, dict]:
+    path = folder / PARTS_FILE
+    return tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def fixes_of(tree: Tree) -> list[Fix]:
+    """Every patch of every series the pins name, in series order."""
+    pins = load_pins(tree.patches / "upstreams.toml")
+    found = []
+    for name in series_names(pins):
+        series = load_series(tree.patches, name)
+        pinned = [pin for pin in pins.pins if pin.series == name]
+        declared = parts_file(tree.patches / name)
+        for number, patch in enumerate(series.patches, start=1):
+            entry = declared.get(slug_of(patch.name), {})
+            found.append(
+                Fix(
+                    series,
+                    patch,
+                    number,
+                    tuple(pin.version for pin in pinned),
+                    pinned[0].key,
+                    tuple(entry.get("audit", ())),
+                    dict(entry.get("missing", {})),
+                )
+            )
+    return found
+
+
+def piece_releases(overlay: Overlay, piece: Piece, releases: tuple[str, ...]) -> list[str]:
+    """The releases among ``releases`` that the overlay supports and ``piece`` is written for."""
+    return [release for release in releases if release in overlay.supported and for_release(piece, release)]
+
+
+def pieces_of(tree: Tree, fix: Fix) -> list[tuple[Overlay, Path, Piece]]:
+    """The pieces that mirror ``fix``: of its upstream's overlay, for a release of its series, naming its slug."""
+    return [
+        (overlay, folder, piece)
+        for overlay, folder in tree.overlays
+        if overlay.upstream == fix.upstream
+        for piece in overlay.pieces
+        if piece_releases(overlay, piece, fix.releases) and fix.slug in {slug_of(name) for name in piece.patches}
+    ]
+
+
+def mirror_file(folder: Path, target: Target) -> Path:
+    """The overlay module that mirrors ``target``'s upstream module (the overlay keeps the upstream's layout)."""
+    base = folder.joinpath(*target.module.split(".")[1:])
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+
+
+def recorded(folder: Path, overlay: Overlay) -> Fingerprints:
+    """The overlay's stored fingerprints, read from its folder (`patchset_overlay.fingerprints` imports it)."""
+    path = folder / overlay.fingerprints_file
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+@cache
+def regression_names(regression: Path) -> frozenset[str]:
+    """What a ``-k`` word can match in tests/regression: its test files' names, test functions and classes."""
+    names: set[str] = set()
+    for path in regression.glob("test_*.py"):
+        names.add(path.stem)
+        names.update(
+            re.findall(r"^\s*(?:async )?def (test\w*)|^class (Test\w*)", path.read_text(encoding="utf-8"), re.M)
+        )
+    return frozenset(name for item in names for name in ((item,) if isinstance(item, str) else item) if name)
+
+
+def gpuproof_patches(cases_text: str) -> set[str]:
+    """The ``patch=`` of every ``Case(...)`` in the GPU proof's cases module, e.g. ``"verl 0001"``."""
+    found = set()
+    for node in ast.walk(ast.parse(cases_text)) if cases_text else ():
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Case":
+            for keyword in node.keywords:
+                if keyword.arg == "patch" and isinstance(keyword.value, ast.Constant) and keyword.value.value:
+                    found.add(str(keyword.value.value))
+    return found
+
+
+def audit_rows(audit_text: str) -> Iterator[tuple[str, str]]:
+    """(the loss cell, the other cells) of every table row of the loss audit."""
+    for line in audit_text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if len(cells) > 1 and not set(cells[0]) <= set("-: "):
+            yield cells[0], " | ".join(cells[1:])
+
+
+def missing_parts(tree: Tree, fix: Fix) -> dict[str, str]:
+    """{part: what is missing} for ``fix`` in ``tree``; empty when it has every part."""
+    missing: dict[str, str] = {}
+    folder = tree.patches / fix.series.name
+    groups_file = folder / GROUPS_FILE
+    groups = parse_groups(groups_file.read_text(encoding="utf-8")).groups if groups_file.is_file() else ()
+    group = next((group for group in groups if fix.number in group.numbers), None)
+    if group is None:
+        missing["group"] = f"no line of {GROUPS_FILE} lists {fix.number:04d}"
+    if group is None or not (folder / DESCRIPTIONS_DIR / f"{group.name}.md").is_file():
+        missing["pr"] = f"no {DESCRIPTIONS_DIR}/<group>.md for its group"
+    selection = fix.series.teeth.get(fix.patch.name)
+    known = regression_names(tree.root / "tests" / "regression")
+    words = [word for word in re.findall(r"\w+", selection or "") if word not in _NOT_NAMES]
+    unknown = [word for word in words if not any(word.lower() in name.lower() for name in known)]
+    if not words or unknown:
+        missing["teeth"] = f"teeth names no test of tests/regression ({selection!r}; unknown: {unknown})"
+    pieces = pieces_of(tree, fix)
+    if not pieces:
+        missing["overlay"] = f"no piece of a {fix.upstream} overlay, for {', '.join(fix.releases)}, names {fix.slug}"
+    for overlay, overlay_folder, piece in pieces:
+        absent = [
+            str(mirror_file(overlay_folder, t)) for t in piece.targets if not mirror_file(overlay_folder, t).is_file()
+        ]
+        if absent:
+            missing["mirror"] = f"{piece.name}: no mirror module {', '.join(absent)}"
+        stored = recorded(overlay_folder, overlay)
+        for release in piece_releases(overlay, piece, fix.releases):
+            keys = [fingerprint_key(t.module, t.name) for t in piece.targets]
+            lacking = [key for key in keys if not fixed_in(piece, release) and key not in stored.get(release, {})]
+            if lacking:
+                missing["fingerprints"] = f"{piece.name}: none for {', '.join(lacking)} on {release}"
+    number = f"{fix.number:04d}"
+    cases = gpuproof_patches(tree.text("scripts/gpuproof/cases.py"))
+    if not any(case.lower().split() == [fix.series.name, number] for case in cases):
+        missing["gpuproof"] = f"no case of scripts/gpuproof/cases.py has patch={fix.series.name} {number}"
+    if f"patches/{fix.series.name}/{fix.patch.name}" not in tree.text("docs/fixes.md"):
+        missing["fixes"] = "docs/fixes.md does not link it"
+    rows = list(audit_rows(tree.text("docs/loss-audit.md")))
+    unnamed = [
+        loss for loss in fix.audit if not any(loss in cell and re.search(rf"\b{number}\b", rest) for cell, rest in rows)
+    ]
+    if not fix.audit or unnamed:
+        missing["audit"] = f"no row of docs/loss-audit.md names {number} beside {unnamed or 'the losses in parts.toml'}"
+    return missing
+
+
+def problems(tree: Tree, fix: Fix) -> list[str]:
+    """What is wrong with ``fix``: a part missing without a reason, a reason for a part that is there."""
+    missing = missing_parts(tree, fix)
+    where = f"patches/{fix.series.name}/{PARTS_FILE} [{fix.slug}.missing]"
+    found = [
+        f"{fix}: {part}: {text}, and {where} gives no reason"
+        for part, text in missing.items()
+        if part not in fix.reasons
+    ]
+    found += [f"{fix}: {where} {part}: there is no such part" for part in fix.reasons if part not in PARTS]
+    found += [
+        f"{fix}: {where} {part}: the part is there; drop the reason"
+        for part in fix.reasons
+        if part in PARTS and part not in missing
+    ]
+    return found
+
+
+def real_tree() -> Tree:
+    found = []
+    for overlay in overlays():
+        package = __import__(overlay.name)
+        found.append((overlay, Path(package.__file__).resolve().parent))
+    return Tree(REPO_ROOT, tuple(found))
+
+
+TREE = real_tree()
+FIXES = fixes_of(TREE)
+
+
+@pytest.mark.parametrize("fix", FIXES, ids=str)
+def test_each_fix_has_every_part_or_a_reason_for_it(fix: Fix):
+    assert problems(TREE, fix) == []
+
+
+def test_every_series_folder_is_checked():
+    """A series folder no pin names would have its fixes go unchecked here."""
+    folders = {path.parent.name for path in TREE.patches.glob("*/series")}
+    assert folders <= set(series_names(load_pins(TREE.patches / "upstreams.toml")))
+
+
+def test_each_parts_file_speaks_of_patches_of_its_series():
+    """An entry of parts.toml whose patch was renamed or dropped would keep reasons for nothing."""
+    for name in series_names(load_pins(TREE.patches / "upstreams.toml")):
+        slugs = {fix.slug for fix in FIXES if fix.series.name == name}
+        assert set(parts_file(TREE.patches / name)) <= slugs, name
+
+
+def piece_problems(fixes: list[Fix], overlay: Overlay, piece: Piece) -> list[str]:
+    """What ``piece`` says that its patches do not: a piece that names no patch, a patch missing from the series of a
+    release it is written for, a ``fixed_since`` other than the patch's ``Applied-Upstream``."""
+    if not piece.patches:
+        return [f"{piece.name} names no patch"]
+    found = []
+    by_series: dict[str, list[Fix]] = {}
+    for fix in fixes:
+        if fix.upstream == overlay.upstream and piece_releases(overlay, piece, fix.releases):
+            by_series.setdefault(fix.series.name, []).append(fix)
+    if not by_series:
+        return [f"{piece.name}: no series of {overlay.upstream} is pinned to a release it is written for"]
+    for series, series_fixes in by_series.items():
+        for name in piece.patches:
+            mirrored = [fix.patch for fix in series_fixes if fix.slug == slug_of(name)]
+            if not mirrored:
+                found.append(f"{piece.name} names {name}, no patch of patches/{series}")
+            elif piece.fixed_since != mirrored[0].upstream_since:
+                found.append(
+                    f"{piece.name}: fixed_since={piece.fixed_since!r}, but patches/{series}/{mirrored[0].name} says "
+                    f"Applied-Upstream: {mirrored[0].upstream_since}"
+                )
+    return found
+
+
+@pytest.mark.parametrize(
+    ("overlay", "piece"),
+    [(overlay, piece) for overlay, _ in TREE.overlays for piece in overlay.pieces],
+    ids=lambda item: item.name,
+)
+def test_each_piece_says_what_its_patches_headers_say(overlay: Overlay, piece: Piece):
+    """A piece names its patches, and they exist in the series of every release it is written for; its
+    ``fixed_since`` (the overlay ships without the patches, so it keeps its own) is their ``Applied-Upstream``."""
+    assert piece_problems(FIXES, overlay, piece) == []
+
+
+# --- the test's own teeth: a fake series of one complete fix, then each part taken away ----------------------------
+
+FAKE_PATCH = "0001-algo-micro-batch-normalization-distillation-loss.patch"  # verl/0002, as the fake series' one patch
+FAKE_SLUG = slug_of(FAKE_PATCH)
+FAKE_PIN = """[[upstream]]
+key = "third"
+name = "third"
+version = "0.8.0"
+sdist_sha256 = "{sha}"
+repository = "https://example.invalid/third"
+tag = "v0.8.0"
+series = "third"
+default = true
+""".format(sha="0" * 64)
+FAKE_TESTS = "def test_the_loss_is_global():\n    pass\n\n\ndef test_elsewhere():\n    pass\n"
+
+
+def _fake_overlay(patches: tuple[str, ...] = (FAKE_PATCH.removesuffix(".patch"),)) -> Overlay:
+    piece = Piece(
+        name="loss",
+        patches=patches,
+        targets=(Target("third.trainer.losses", "the_loss"),),
+        installers={},
+        upstream_has_fix=lambda source: None,
+        fixed_since="0.9.0",
+    )
+    return Overlay(name="third_overlay", upstream="third", distribution="third", supported=("0.8.0",), pieces=(piece,))
+
+
+def _fake_tree(root: Path) -> Tree:
+    """A third upstream whose one fix has every part (its overlay given as a spec, as the real ones are read)."""
+    files = {
+        "patches/upstreams.toml": FAKE_PIN,
+        "patches/third/series": f"{FAKE_PATCH}\n",
+        "patches/third/groups": "loss-fix 0001\n",
+        "patches/third/pr/loss-fix.md": "[algo] fix: the loss\n",
+        "patches/third/teeth": f"{FAKE_SLUG}  the_loss and not elsewhere\n",
+        "patches/third/parts.toml": f'[{FAKE_SLUG}]\naudit = ["`the_loss`"]\n',
+        "tests/regression/test_the_loss.py": FAKE_TESTS,
+        "third_overlay/trainer/losses.py": "def the_loss():\n    pass\n",
+        "third_overlay/fingerprints.json": '{"0.8.0": {"third.trainer.losses:the_loss": "0"}}\n',
+        "scripts/gpuproof/cases.py": 'CASES = (Case("loss", "the loss", "lm", Expect.GROWS, patch="third 0001"),)\n',
+        "docs/fixes.md": f"**the loss** ([patch](../patches/third/{FAKE_PATCH})): global.\n",
+        "docs/loss-audit.md": "| loss | with this series |\n|---|---|\n| `the_loss` | global: patch third 0001 |\n",
+    }
+    for relative, text in files.items():
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_text(text, encoding="utf-8")
+    (root / "patches" / "third" / FAKE_PATCH).write_bytes(
+        (REPO_ROOT / "patches" / "verl" / "0002-algo-micro-batch-normalization-distillation-loss.patch").read_bytes()
+    )
+    return Tree(root, ((_fake_overlay(), root / "third_overlay"),))
+
+
+def _remove(relative: str) -> Callable[[Tree], Tree]:
+    def take_away(tree: Tree) -> Tree:
+        (tree.root / relative).unlink()
+        return tree
+
+    return take_away
+
+
+def _rewrite(relative: str, old: str, new: str) -> Callable[[Tree], Tree]:
+    def take_away(tree: Tree) -> Tree:
+        path = tree.root / relative
+        path.write_text(path.read_text(encoding="utf-8").replace(old, new), encoding="utf-8")
+        return tree
+
+    return take_away
+
+
+TAKEN_AWAY: dict[str, tuple[Callable[[Tree], Tree], set[str]]] = {
+    "group": (_remove("patches/third/groups"), {"group", "pr"}),
+    "pr": (_remove("patches/third/pr/loss-fix.md"), {"pr"}),
+    "teeth": (_rewrite("patches/third/teeth", "elsewhere", "nowhere"), {"teeth"}),
+    "overlay": (lambda tree: replace(tree, overlays=((_fake_overlay(("0001-another-fix",)), tree.root),)), {"overlay"}),
+    "mirror": (_remove("third_overlay/trainer/losses.py"), {"mirror"}),
+    "fingerprints": (_rewrite("third_overlay/fingerprints.json", "the_loss", "other"), {"fingerprints"}),
+    "gpuproof": (_rewrite("scripts/gpuproof/cases.py", "third 0001", "third 0002"), {"gpuproof"}),
+    "fixes": (_remove("docs/fixes.md"), {"fixes"}),
+    "audit": (_rewrite("docs/loss-audit.md", "third 0001", "third 0002"), {"audit"}),
+}
+
+
+def test_a_fix_with_every_part_passes(tmp_path: Path):
+    tree = _fake_tree(tmp_path)
+    (fix,) = fixes_of(tree)
+    assert missing_parts(tree, fix) == {}
+    assert problems(tree, fix) == []
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_a_fix_missing_a_part_fails_until_a_reason_is_given(tmp_path: Path, part: str):
+    take_away, lost = TAKEN_AWAY[part]
+    tree = take_away(_fake_tree(tmp_path))
+    (fix,) = fixes_of(tree)
+    assert set(missing_parts(tree, fix)) == lost
+    assert [line.split(": ")[1] for line in problems(tree, fix)] == sorted(lost, key=PARTS.index)
+
+    reasons = "".join(f'{name} = "not needed by the fake"\n' for name in lost)
+    with (tree.patches / "third" / PARTS_FILE).open("a", encoding="utf-8") as stream:
+        stream.write(f"\n[{FAKE_SLUG}.missing]\n{reasons}")
+    (fix,) = fixes_of(tree)
+    assert problems(tree, fix) == []
+
+
+def test_a_reason_for_a_part_that_is_there_fails(tmp_path: Path):
+    tree = _fake_tree(tmp_path)
+    with (tree.patches / "third" / PARTS_FILE).open("a", encoding="utf-8") as stream:
+        stream.write(f'\n[{FAKE_SLUG}.missing]\ngpuproof = "stale"\nbench = "no such part"\n')
+    (fix,) = fixes_of(tree)
+    assert [line.split(": ", 1)[1] for line in problems(tree, fix)] == [
+        f"patches/third/{PARTS_FILE} [{FAKE_SLUG}.missing] bench: there is no such part",
+        f"patches/third/{PARTS_FILE} [{FAKE_SLUG}.missing] gpuproof: the part is there; drop the reason",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"fixed_since": None}, f"loss: fixed_since=None, but patches/third/{FAKE_PATCH} says Applied-Upstream: 0.9.0"),
+        ({"fixed_since": "0.9.1"}, "loss: fixed_since='0.9.1', but patches/third/"),
+        ({"patches": ()}, "loss names no patch"),
+        ({"patches": ("0001-another-fix",)}, "loss names 0001-another-fix, no patch of patches/third"),
+        ({"releases": ("0.7.1",)}, "loss: no series of third is pinned to a release it is written for"),
+    ],
+    ids=["no-fixed-since", "another-fixed-since", "no-patch", "unknown-patch", "no-release"],
+)
+def test_a_piece_that_disagrees_with_its_patch_fails(tmp_path: Path, change: dict, expected: str):
+    tree = _fake_tree(tmp_path)
+    ((overlay, _),) = tree.overlays
+    assert piece_problems(fixes_of(tree), overlay, overlay.pieces[0]) == []
+    (problem,) = piece_problems(fixes_of(tree), overlay, replace(overlay.pieces[0], **change))
+    assert problem.startswith(expected)
