@@ -14,7 +14,8 @@ from typing import Any
 from unittest import mock
 
 import torch
-from engine_sim import Split, _engine_micro_batches, group_size_sent_by_trainer, make_rollout_batch
+
+from engine_harness.sim import Split, _engine_micro_batches, group_size_sent_by_trainer, make_rollout_batch
 
 MIX_LOSSES = ("mix", "mix_chord")
 NUM_EXPERT = 8  # MIX/MIX_CHORD: the last rows are expert data

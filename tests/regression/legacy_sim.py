@@ -26,7 +26,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from engine_sim import PROMPT_LEN, RESPONSE_LEN, Split, make_rollout_batch
+
+from engine_harness.sim import PROMPT_LEN, RESPONSE_LEN, Split, make_rollout_batch
 
 BATCH_SIZE = 48  # rows: 24 DPO pairs (rows 2i, 2i+1)
 NUM_EXPERT = 16  # MIX/MIX_CHORD: the last rows are expert data

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import (
+
+from engine_harness.sim import (
     RESPONSE_LEN,
     Split,
     critic_model_fields,

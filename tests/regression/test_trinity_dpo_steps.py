@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import ROLLOUT_FIELDS, Split, make_rollout_batch, sent_by_update_actor, use_cpu_unpadding
+
+from engine_harness.sim import ROLLOUT_FIELDS, Split, make_rollout_batch, sent_by_update_actor, use_cpu_unpadding
 
 NUM_PAIRS = 24
 ROWS = 2 * NUM_PAIRS

@@ -18,7 +18,8 @@ from unittest import mock
 
 import pytest
 import torch
-from engine_sim import (
+
+from engine_harness.sim import (
     Split,
     engine_gradient,
     grad_ratio,
@@ -27,7 +28,7 @@ from engine_sim import (
     record_ratio,
     use_cpu_unpadding,
 )
-from trinity_configs import POLICY_LOSSES
+from engine_harness.trinity_configs import POLICY_LOSSES
 
 BATCH_SIZE = 96
 NUM_EXPERT = 32  # MIX/MIX_CHORD: rows 64..95 are expert data
@@ -224,7 +225,7 @@ def test_split_invariant_losses_do_not_warn(expect, name):
 @pytest.mark.parametrize("split", [Split(2, dynamic=True), Split(4, dynamic=True)], ids=str)
 def test_dpo_pairs_stay_whole_under_dynamic_batching(expect, split):
     """Each micro-batch verl makes from Trinity's DPO batch holds whole pairs, chosen row first."""
-    from engine_sim import _engine_micro_batches
+    from engine_harness.sim import _engine_micro_batches
 
     batch, _ = actor_inputs()
     micro_batches = _engine_micro_batches(batch, split, {}, force_group_size=trainer_group_size("dpo"))

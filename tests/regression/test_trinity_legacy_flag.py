@@ -26,8 +26,16 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from engine_sim import Split, engine_gradient, grad_ratio, make_rollout_batch, pack_model_output, use_cpu_unpadding
-from trinity_configs import algorithm_config
+
+from engine_harness.sim import (
+    Split,
+    engine_gradient,
+    grad_ratio,
+    make_rollout_batch,
+    pack_model_output,
+    use_cpu_unpadding,
+)
+from engine_harness.trinity_configs import algorithm_config
 
 LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 BATCH_SIZE = 32

@@ -32,9 +32,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import Split, grad_ratio, record_ratio
 from legacy_sim import Terms, init_single_process_group, legacy_gradients
-from trinity_configs import POLICY_LOSSES
+
+from engine_harness.sim import Split, grad_ratio, record_ratio
+from engine_harness.trinity_configs import POLICY_LOSSES
 
 SPLITS = [Split(2), Split(4), Split(2, dynamic=True), Split(4, dynamic=True)]
 LOSS_AGG_MODES = ["token-mean", "seq-mean-token-mean"]

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import (
+
+from engine_harness.sim import (
     Split,
     engine_gradient,
     grad_ratio,
@@ -28,7 +29,7 @@ from engine_sim import (
     record_ratio,
     use_cpu_unpadding,
 )
-from trinity_configs import algorithm_config
+from engine_harness.trinity_configs import algorithm_config
 
 LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 ALGORITHMS = ["ppo", "grpo"]

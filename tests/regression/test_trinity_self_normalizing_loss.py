@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import Split, engine_gradient, grad_ratio, make_rollout_batch, record_ratio, use_cpu_unpadding
-from self_normalizing_loss import algorithm_config, registered
+
+from engine_harness.self_normalizing_loss import algorithm_config, registered
+from engine_harness.sim import Split, engine_gradient, grad_ratio, make_rollout_batch, record_ratio, use_cpu_unpadding
 
 BATCH_SIZE = 48
 SPLITS = [Split(2), Split(4), Split(3, dynamic=True)]
