@@ -23,12 +23,12 @@ sys.path.append(str(Path(__file__).resolve().parents[2]))  # engine_harness, aft
 
 from policy_loss_cases import every_policy_loss_cases  # noqa: E402
 
+from engine_harness import LOSS_AGG_MODES
 from engine_harness.self_normalizing_loss import algorithm_config as self_normalizing_config  # noqa: E402
 from engine_harness.self_normalizing_loss import registered  # noqa: E402
 from engine_harness.sim import Split, actor_config, engine_gradient, make_rollout_batch, use_cpu_unpadding  # noqa: E402
 from engine_harness.trinity_configs import FLAT, NESTED, algorithm_config, check, dpo_config, layout  # noqa: E402
 
-LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 ALGORITHMS = ["ppo", "grpo", "dpo"]
 SPLITS = [(1, Split(1)), (1, Split(2)), (1, Split(3, dynamic=True)), (2, Split(2))]
 BATCH_SIZE = 24

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDict
 
+from engine_harness import LOSS_AGG_MODES
 from engine_harness.sim import PROMPT_LEN, RESPONSE_LEN, Split, engine_gradient, make_rollout_batch, use_cpu_unpadding
 from engine_harness.sim import actor_config as engine_actor_config
 
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 # branch: (use_policy_gradient, loss_mode): the estimators verl recommends for each branch, and the top-k loss
 BRANCHES = {
     "supervised-k3": (False, "k3"),

@@ -27,6 +27,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from engine_harness import LOSS_AGG_MODES
 from engine_harness.sim import (
     Split,
     engine_gradient,
@@ -37,7 +38,6 @@ from engine_harness.sim import (
 )
 from engine_harness.trinity_configs import algorithm_config
 
-LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 BATCH_SIZE = 32
 SPLIT = Split(4)
 BUG_RATIO_TOLERANCE = 0.15

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine_harness import LOSS_AGG_MODES
 from engine_harness.sim import (
     Split,
     engine_gradient,
@@ -31,7 +32,6 @@ from engine_harness.sim import (
 )
 from engine_harness.trinity_configs import algorithm_config
 
-LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 ALGORITHMS = ["ppo", "grpo"]
 BATCH_SIZE = 96
 SPLITS = [Split(k) for k in (2, 3, 4, 8)] + [Split(k, dynamic=True) for k in (2, 4)]

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine_harness import LOSS_AGG_MODES
 from engine_harness.sim import (
     RESPONSE_LEN,
     Split,
@@ -36,7 +37,6 @@ from engine_harness.sim import (
     use_cpu_unpadding,
 )
 
-LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 # docs/loss-audit.md audits these releases; the policy losses each registers (verl 0.9.1 adds dro)
 AUDITED_RELEASES = {"0.7.1": frozenset(), "0.8.0": frozenset(), "0.9.1": frozenset({"dro"})}
 BATCH_SIZE = 96
