@@ -21,10 +21,10 @@ import torch
 
 from engine_harness.sim import (
     Split,
+    actor_inputs,
     engine_gradient,
     grad_ratio,
     group_size_sent_by_trainer,
-    make_rollout_batch,
     record_ratio,
     use_cpu_unpadding,
 )
@@ -100,21 +100,6 @@ def policy_loss(
     return TrinityPolicyLoss(config)
 
 
-def actor_inputs(seed: int = 0):
-    """A rollout batch with every field a registered loss selects; rows 2i, 2i+1 form DPO pair i."""
-    batch = make_rollout_batch(
-        BATCH_SIZE, seed=seed, extra_fields=("old_log_probs", "ref_log_prob", "advantages"), holes_in_mask=True
-    )
-    noise = torch.randn(batch["old_log_probs"].shape, generator=torch.Generator().manual_seed(11))
-    batch["old_log_probs"] = -batch["old_log_probs"].abs()
-    batch["ref_log_prob"] = -batch["ref_log_prob"].abs()
-    batch["expert_mask"] = torch.arange(BATCH_SIZE) >= BATCH_SIZE - NUM_EXPERT
-    batch["step"] = torch.full((BATCH_SIZE,), 3)
-    log_probs = batch["old_log_probs"] + 0.1 * noise
-    entropy = torch.rand(log_probs.shape, generator=torch.Generator().manual_seed(12))
-    return batch, {"log_probs": log_probs, "entropy": entropy}
-
-
 def _import_trinity_trainer():
     from trinity.trainer.verl.trainer import VERLTrainer
 
@@ -123,12 +108,12 @@ def _import_trinity_trainer():
 
 def trainer_group_size(policy_loss_fn: str) -> int:
     """The ``force_group_size`` Trinity's real `VERLTrainer._update_actor` hands to the engine (1: none)."""
-    batch, _ = actor_inputs()
+    batch, _ = actor_inputs(BATCH_SIZE, seed=0, num_expert=NUM_EXPERT)
     return group_size_sent_by_trainer(_import_trinity_trainer(), policy_loss_fn, batch, "default") or 1
 
 
 def _gradients(name, split, dp_size=1, loss_agg_mode="token-mean", entropy=True):
-    batch, outputs = actor_inputs()
+    batch, outputs = actor_inputs(BATCH_SIZE, seed=0, num_expert=NUM_EXPERT)
     group_size = trainer_group_size(name)
     reference, _ = engine_gradient(
         policy_loss(name, loss_agg_mode, 1, entropy), batch, outputs, Split(1), force_group_size=group_size
@@ -170,7 +155,7 @@ def test_every_policy_loss_under_data_parallelism_equals_single_process(expect, 
 def test_policy_term_weighted_apart_from_entropy_and_kl(expect, baseline_dir, split):
     """GSPO aggregating by seq-mean-token-mean (its paper's mode) under a token-mean algorithm: the policy term
     takes its share of sequences, the entropy and KL terms their share of tokens."""
-    batch, outputs = actor_inputs()
+    batch, outputs = actor_inputs(BATCH_SIZE, seed=0, num_expert=NUM_EXPERT)
     loss_fn = policy_loss("gspo", "token-mean", policy_loss_agg_mode="seq-mean-token-mean")
 
     reference, _ = engine_gradient(loss_fn, batch, outputs, Split(1))
@@ -227,7 +212,7 @@ def test_dpo_pairs_stay_whole_under_dynamic_batching(expect, split):
     """Each micro-batch verl makes from Trinity's DPO batch holds whole pairs, chosen row first."""
     from engine_harness.sim import _engine_micro_batches
 
-    batch, _ = actor_inputs()
+    batch, _ = actor_inputs(BATCH_SIZE, seed=0, num_expert=NUM_EXPERT)
     micro_batches = _engine_micro_batches(batch, split, {}, force_group_size=trainer_group_size("dpo"))
     rows = [micro_batch["row_id"] for micro_batch in micro_batches]
     paired = all(torch.equal(r[1::2], r[::2] + 1) and bool((r[::2] % 2 == 0).all()) for r in rows)
