@@ -176,8 +176,8 @@ def _parser() -> argparse.ArgumentParser:
             + "".join(f"  {case.name:<13} {case.title}\n" for case in CASES.values())
             + "\nmodels (random Qwen2 built in code, nothing downloaded):\n"
             + "".join(
-                f"  {m.name:<6} {m.layers} layers, hidden {m.hidden}, vocab {m.vocab}, {m.sequences} sequences of "
-                f"up to {m.prompt_len + m.response_len} tokens\n"
+                f"  {m.name:<6} {m.shape.num_hidden_layers} layers, hidden {m.shape.hidden_size}, "
+                f"vocab {m.shape.vocab_size}, {m.sequences} sequences of up to {m.prompt_len + m.response_len} tokens\n"
                 for m in MODELS.values()
             )
             + "\nexpected: on the patched tree every case's grad_norm is the same at every split (fp32 within 1e-4,\n"

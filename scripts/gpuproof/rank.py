@@ -39,19 +39,10 @@ from engine_harness.adapt import freeze_collector, unpad_helpers
 from engine_harness.data import ragged_global_batch, step_data, with_teacher
 from engine_harness.engine import StepResult, build_engine, module_files, step_clock, train_step
 from engine_harness.losses import loss_function
-from engine_harness.model import ModelShape
 from engine_harness.sim import Split, load_value_head_with_config_attention
 from gpuproof.cases import CASES, MODELS, Case, Model, global_batch_size
 
 LOSS_AGG_MODE = "token-mean"
-
-
-def model_shape(model: Model) -> ModelShape:
-    """The harness's Qwen2 sizes of a preset."""
-    positions = max(256, model.prompt_len + model.response_len)
-    return ModelShape(
-        model.layers, model.hidden, model.intermediate, model.heads, model.kv_heads, model.vocab, positions
-    )
 
 
 def _run_case(
@@ -63,9 +54,9 @@ def _run_case(
     engine = build_engine(case.name, model_path, attention=spec["attention"], compute_dtype=compute)
     freeze_collector()
     sequences = global_batch_size(model, world_size, tuple(spec["micro_batches"]))
-    global_batch = ragged_global_batch(model.vocab, sequences, model.prompt_len, model.response_len)
+    global_batch = ragged_global_batch(model.shape.vocab_size, sequences, model.prompt_len, model.response_len)
     if case.name == "distillation":
-        global_batch = with_teacher(global_batch, model.vocab)
+        global_batch = with_teacher(global_batch, model.shape.vocab_size)
     splits = [("fixed", 1)] + [(s, k) for s in spec["splits"] for k in spec["micro_batches"] if k > 1]
 
     def step(split: str, micro_batches: int, engine=engine) -> StepResult:

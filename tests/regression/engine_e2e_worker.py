@@ -65,9 +65,9 @@ def _run_component(
     loss = LOSSES[component]
     engine = build_engine(loss, model_path)
     freeze_collector()
-    global_batch = rollout_global_batch(TINY.vocab, GLOBAL_BATCH_SIZE)
+    global_batch = rollout_global_batch(TINY.vocab_size, GLOBAL_BATCH_SIZE)
     if component == DISTILLATION:  # the teacher's log-probs of the whole mini-batch
-        global_batch = with_teacher(global_batch, TINY.vocab)
+        global_batch = with_teacher(global_batch, TINY.vocab_size)
     measurements = []
     for mode in LOSS_AGG_MODES:
         loss_function = loss_function_for(loss, mode)
