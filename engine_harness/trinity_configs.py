@@ -27,6 +27,26 @@ POLICY_LOSSES = [
 ]
 
 
+# the losses that weight their own micro-batches by the share of expert data (MIX, MIX_CHORD)
+MIX_LOSSES = ("mix", "mix_chord")
+
+
+def policy_loss_fn_args(name: str, loss_agg_mode: str, batch_size: int, dp_size: int, num_expert: int) -> dict:
+    """The default args of the registered policy loss ``name``, with ``loss_agg_mode`` where it takes one (Trinity's
+    config validator copies the algorithm's mode; a config built in code may not), and for MIX the settings that make
+    its own per-micro-batch weights describe the real batch: ``batch_size`` rows over all ``dp_size`` ranks, the last
+    ``num_expert`` of them expert data."""
+    from trinity.algorithm import POLICY_LOSS_FN
+
+    args = POLICY_LOSS_FN.get(name).default_args()
+    if "loss_agg_mode" in args:
+        args["loss_agg_mode"] = loss_agg_mode
+    if name in MIX_LOSSES:
+        usual = {"train_batch_size_usual": batch_size - num_expert, "train_batch_size_expert": num_expert}
+        args.update(use_dynamic_bsz=True, ppo_mini_batch_size=batch_size, ngpus_trainer=dp_size, **usual)
+    return args
+
+
 def algorithm_config(algorithm_type: str, loss_agg_mode: str, kl: bool = True, entropy: bool = True):
     """An AlgorithmConfig as Trinity's config validator completes it for ``algorithm_type``."""
     from trinity.algorithm import ALGORITHM_TYPE, ENTROPY_LOSS_FN, KL_FN, POLICY_LOSS_FN

@@ -14,8 +14,8 @@ from typing import Any
 from unittest import mock
 
 from engine_harness.sim import Split, _engine_micro_batches, actor_inputs, group_size_sent_by_trainer
+from engine_harness.trinity_configs import MIX_LOSSES, policy_loss_fn_args
 
-MIX_LOSSES = ("mix", "mix_chord")
 NUM_EXPERT = 8  # MIX/MIX_CHORD: the last rows are expert data
 
 
@@ -26,20 +26,9 @@ def registered_policy_losses() -> list[str]:
 
 
 def _config(name: str, batch_size: int, dp_size: int, terms: bool, **overrides: Any):
-    from trinity.algorithm import POLICY_LOSS_FN
     from trinity.common.config import AlgorithmConfig
 
-    args = POLICY_LOSS_FN.get(name).default_args()
-    if "loss_agg_mode" in args:
-        args["loss_agg_mode"] = "token-mean"
-    if name in MIX_LOSSES:  # the settings that make MIX's own per-micro-batch weights describe the real batch
-        args.update(
-            use_dynamic_bsz=True,
-            ppo_mini_batch_size=batch_size,
-            ngpus_trainer=dp_size,
-            train_batch_size_usual=batch_size - NUM_EXPERT,
-            train_batch_size_expert=NUM_EXPERT,
-        )
+    args = policy_loss_fn_args(name, "token-mean", batch_size, dp_size, NUM_EXPERT)
     args.update(overrides)
     return AlgorithmConfig(
         policy_loss_fn=name,

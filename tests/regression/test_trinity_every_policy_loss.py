@@ -28,7 +28,7 @@ from engine_harness.sim import (
     record_ratio,
     use_cpu_unpadding,
 )
-from engine_harness.trinity_configs import POLICY_LOSSES
+from engine_harness.trinity_configs import MIX_LOSSES, POLICY_LOSSES, policy_loss_fn_args
 
 BATCH_SIZE = 96
 NUM_EXPERT = 32  # MIX/MIX_CHORD: rows 64..95 are expert data
@@ -37,7 +37,6 @@ DP_SPLITS = [(2, Split(2)), (2, Split(2, dynamic=True))]
 # losses whose published objective depends on the micro-batch split (their own per-micro-batch weights),
 # with the reason the patched TrinityPolicyLoss gives at start-up
 SPLIT_DEPENDENT = {"mix": "micro-batch", "mix_chord": "micro-batch"}
-MIX_LOSSES = ("mix", "mix_chord")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -57,25 +56,6 @@ def test_every_registered_policy_loss_is_tested(expect):
     assert POLICY_LOSSES == registered_policy_losses()
 
 
-def _policy_loss_fn_args(name: str, loss_agg_mode: str, dp_size: int, policy_loss_agg_mode: str | None) -> dict:
-    from trinity.algorithm import POLICY_LOSS_FN
-
-    args = POLICY_LOSS_FN.get(name).default_args()
-    if "loss_agg_mode" in args:
-        # Trinity's config validator copies the algorithm's mode; a config built in code may not
-        args["loss_agg_mode"] = policy_loss_agg_mode or loss_agg_mode
-    if name in MIX_LOSSES:
-        # the settings that make MIX's own per-micro-batch weights describe the real batch
-        args.update(
-            use_dynamic_bsz=True,
-            ppo_mini_batch_size=BATCH_SIZE,
-            ngpus_trainer=dp_size,
-            train_batch_size_usual=BATCH_SIZE - NUM_EXPERT,
-            train_batch_size_expert=NUM_EXPERT,
-        )
-    return args
-
-
 def policy_loss(
     name: str,
     loss_agg_mode: str = "token-mean",
@@ -90,7 +70,9 @@ def policy_loss(
 
     config = AlgorithmConfig(
         policy_loss_fn=name,
-        policy_loss_fn_args=_policy_loss_fn_args(name, loss_agg_mode, dp_size, policy_loss_agg_mode),
+        policy_loss_fn_args=policy_loss_fn_args(
+            name, policy_loss_agg_mode or loss_agg_mode, BATCH_SIZE, dp_size, NUM_EXPERT
+        ),
         kl_loss_fn="k2",
         kl_loss_fn_args={"kl_coef": 0.05},
         entropy_loss_fn=("mix" if name in MIX_LOSSES else "default") if entropy else "none",
