@@ -189,15 +189,10 @@ class _Child:
         python_path = os.pathsep.join(str(path) for path in (verl_tree, trinity_tree))
         env = {**os.environ, "PYTHONPATH": python_path, "OMP_NUM_THREADS": "1"}
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
-        self._process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child"],
-            env=env,
-            cwd=REPO_ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-        )
+        command = [sys.executable, str(Path(__file__).resolve()), "--child"]
+        # requests on stdin, replies on stdout (one JSON line each); what verl prints goes to the kept stderr
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": self._stderr}
+        self._process = subprocess.Popen(command, env=env, cwd=REPO_ROOT, text=True, **pipes)
         hello = self._receive()
         for key, tree in self.trees.items():
             if Path(hello["trees"][key]) != tree:
