@@ -34,10 +34,14 @@ from pathlib import Path
 from typing import IO, Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-SUITE_DIR = REPO_ROOT / "tests" / "regression"
-CACHE = Path(os.environ.get("PATCHSET_CACHE", REPO_ROOT / ".cache"))
+if str(REPO_ROOT) not in sys.path:
+    sys.path.append(str(REPO_ROOT))  # engine_harness and patchset (the pins), after the installed packages
+
+from engine_harness import LOSS_AGG_MODES  # noqa: E402
+from patchset.upstreams.workspace import resolve_workspace  # noqa: E402
+
 COMPONENTS = ("critic", "actor")
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+LOSSES = {"critic": "critic", "actor": "trinity"}  # the harness's loss of each component
 SHAPES = (4, 16, 64)  # sequences per micro-batch
 SYNC_METHODS = ("item", "cpu", "tolist", "__bool__", "__float__", "__int__")
 TIME_TARGET = 1.02
@@ -51,26 +55,18 @@ SIDES = ("vanilla", "patched", "vanilla-again")
 
 
 def _loss_function(component: str, mode: str) -> Callable[..., Any]:
-    if component == "critic":
-        from functools import partial
+    from engine_harness.losses import loss_function
 
-        from verl.workers.config import CriticConfig
-        from verl.workers.utils.losses import value_loss
-
-        config = CriticConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, cliprange_value=0.2, loss_agg_mode=mode)
-        return partial(value_loss, config)
-    from test_trinity_policy_loss import algorithm_config
-    from trinity.trainer.verl.losses import TrinityPolicyLoss
-
-    return TrinityPolicyLoss(algorithm_config("grpo", mode))
+    return loss_function(LOSSES[component], mode, strategy="fsdp")
 
 
 def _micro_batch(component: str, sequences: int) -> tuple[dict[str, Any], Any]:
     """(model_output, data) as the engine hands them to the loss: one micro-batch of four on dp 2."""
     import torch
-    from engine_sim import make_rollout_batch, pack_model_output
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
+
+    from engine_harness.sim import make_rollout_batch, pack_model_output
 
     fields = ("values", "returns") if component == "critic" else ("old_log_probs", "ref_log_prob", "advantages")
     batch = make_rollout_batch(sequences, seed=sequences, extra_fields=fields, holes_in_mask=component == "actor")
@@ -147,7 +143,8 @@ def _child() -> int:
     protocol = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     import torch
-    from engine_sim import use_cpu_unpadding
+
+    from engine_harness.sim import use_cpu_unpadding
 
     torch.set_num_threads(1)
     use_cpu_unpadding()
@@ -189,18 +186,13 @@ class _Child:
     def __init__(self, name: str, verl_tree: Path, trinity_tree: Path) -> None:
         self.name = name
         self.trees = {"verl": verl_tree.resolve(), "trinity": trinity_tree.resolve()}
-        python_path = os.pathsep.join(str(path) for path in (verl_tree, trinity_tree, SUITE_DIR))
+        python_path = os.pathsep.join(str(path) for path in (verl_tree, trinity_tree))
         env = {**os.environ, "PYTHONPATH": python_path, "OMP_NUM_THREADS": "1"}
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
-        self._process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--child"],
-            env=env,
-            cwd=REPO_ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-        )
+        command = [sys.executable, str(Path(__file__).resolve()), "--child"]
+        # requests on stdin, replies on stdout (one JSON line each); what verl prints goes to the kept stderr
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": self._stderr}
+        self._process = subprocess.Popen(command, env=env, cwd=REPO_ROOT, text=True, **pipes)
         hello = self._receive()
         for key, tree in self.trees.items():
             if Path(hello["trees"][key]) != tree:
@@ -318,30 +310,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         epilog="Targets: loss-call time ratio <= 1.02, zero synchronisations added. Exit code 0 (with --strict: 1 "
         "when a target is missed); 2 on bad input.",
     )
-    parser.add_argument(
-        "--verl-patched",
-        type=Path,
-        default=CACHE / "patched" / "verl-0.8.0",
-        help="patched verl tree (default %(default)s)",
-    )
-    parser.add_argument(
-        "--trinity-patched",
-        type=Path,
-        default=CACHE / "patched" / "trinity-rft-0.6.0",
-        help="patched Trinity-RFT tree (default %(default)s)",
-    )
-    parser.add_argument(
-        "--verl-vanilla",
-        type=Path,
-        default=CACHE / "upstreams" / "verl-0.8.0",
-        help="vanilla verl tree (default %(default)s)",
-    )
-    parser.add_argument(
-        "--trinity-vanilla",
-        type=Path,
-        default=CACHE / "upstreams" / "trinity-rft-0.6.0",
-        help="vanilla Trinity-RFT tree (default %(default)s)",
-    )
+    workspace = resolve_workspace(None, None, os.environ, REPO_ROOT)  # the pins, and $PATCHSET_CACHE or .cache
+    for side, folder in (("patched", workspace.cache.patched), ("vanilla", workspace.cache.upstreams)):
+        for key, label in (("verl", "verl"), ("trinity", "Trinity-RFT")):
+            pin = workspace.pins.default_for(key)
+            parser.add_argument(
+                f"--{key}-{side}",
+                type=Path,
+                default=folder / pin.dirname if pin else None,
+                help=f"{side} {label} tree (default %(default)s)",
+            )
     parser.add_argument("--blocks", type=int, default=40, help="alternating blocks per case and tree (default 40)")
     parser.add_argument("--calls-per-block", type=int, default=10, help="timed calls per block (default 10)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed calls per case and tree first (default 20)")

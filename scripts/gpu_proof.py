@@ -29,20 +29,25 @@ from pathlib import Path
 
 SCRIPTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = SCRIPTS_DIR.parent
-SUITE_DIR = REPO_ROOT / "tests" / "regression"  # trinity_configs: Trinity's algorithm config as its validator fills it
-CACHE = Path(os.environ.get("PATCHSET_CACHE", REPO_ROOT / ".cache"))
 INSTALLED = "installed"
 sys.path.insert(0, str(SCRIPTS_DIR))
+if str(REPO_ROOT) not in sys.path:
+    sys.path.append(str(REPO_ROOT))  # patchset (the pins); after the installed packages
 
 from gpuproof.cases import CASES, MICRO_BATCHES, MODELS, PRECISIONS, SIDES, SPLIT_KINDS  # noqa: E402
 from gpuproof.report import step_time_lines, table, tolerance_note, verdict_lines  # noqa: E402
 from gpuproof.verdict import Measurement, Verdict, judge  # noqa: E402
 
+from patchset.upstreams.workspace import resolve_workspace  # noqa: E402
+
+WORKSPACE = resolve_workspace(None, None, os.environ, REPO_ROOT)  # the pins, and $PATCHSET_CACHE or .cache
+CACHE = WORKSPACE.cache.root
+# the releases the proof is written for: the default verl and Trinity-RFT pins
+PINS = {package: pin for package in ("verl", "trinity") if (pin := WORKSPACE.pins.default_for(package))}
 DEFAULT_TREES = {
-    ("verl", "vanilla"): CACHE / "upstreams" / "verl-0.8.0",
-    ("verl", "patched"): CACHE / "patched" / "verl-0.8.0",
-    ("trinity", "vanilla"): CACHE / "upstreams" / "trinity-rft-0.6.0",
-    ("trinity", "patched"): CACHE / "patched" / "trinity-rft-0.6.0",
+    (package, side): (WORKSPACE.cache.upstreams if side == "vanilla" else WORKSPACE.cache.patched) / pin.dirname
+    for package, pin in PINS.items()
+    for side in ("vanilla", "patched")
 }
 MARKERS = {"verl": Path("verl/version/version"), "trinity": Path("trinity/__init__.py")}
 
@@ -88,7 +93,7 @@ def _side_env(side: str, sources: Sequence[Source]) -> dict[str, str]:
     env = dict(os.environ)
     trees = [str(source.tree) for source in sources if source.tree is not None]
     inherited = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]  # "" would be the cwd
-    env["PYTHONPATH"] = os.pathsep.join([*trees, str(SCRIPTS_DIR), str(SUITE_DIR), *inherited])
+    env["PYTHONPATH"] = os.pathsep.join([*trees, str(SCRIPTS_DIR), *inherited])
     if side == "vanilla":
         env["PATCHSET_OVERLAYS"] = "0"  # this project's overlays, if installed here, must not fix the vanilla side
     return env
@@ -171,8 +176,8 @@ def _parser() -> argparse.ArgumentParser:
             + "".join(f"  {case.name:<13} {case.title}\n" for case in CASES.values())
             + "\nmodels (random Qwen2 built in code, nothing downloaded):\n"
             + "".join(
-                f"  {m.name:<6} {m.layers} layers, hidden {m.hidden}, vocab {m.vocab}, {m.sequences} sequences of "
-                f"up to {m.prompt_len + m.response_len} tokens\n"
+                f"  {m.name:<6} {m.shape.num_hidden_layers} layers, hidden {m.shape.hidden_size}, "
+                f"vocab {m.shape.vocab_size}, {m.sequences} sequences of up to {m.prompt_len + m.response_len} tokens\n"
                 for m in MODELS.values()
             )
             + "\nexpected: on the patched tree every case's grad_norm is the same at every split (fp32 within 1e-4,\n"
@@ -182,14 +187,15 @@ def _parser() -> argparse.ArgumentParser:
             "Trees default to the ones scripts/apply.sh --no-test makes under $PATCHSET_CACHE (.cache).\n\n"
             "examples:\n"
             "  scripts/apply.sh --no-test && python scripts/gpu_proof.py              # every GPU, fp32 and bf16\n"
-            "  python scripts/gpu_proof.py --vanilla ~/src/verl-0.8.0 --patched installed --cases critic,ppo\n"
+            f"  python scripts/gpu_proof.py --vanilla ~/src/{PINS['verl'].dirname} --patched installed"
+            " --cases critic,ppo\n"
             "  python scripts/gpu_proof.py --model large --precision bf16 --world-size 8\n\n"
             "exit codes: 0 every case as expected; 1 a case failed or a run broke; 2 bad input"
         ),
     )
-    parser.add_argument("--vanilla", "--verl-vanilla", help="vanilla verl 0.8.0 tree, or 'installed'")
+    parser.add_argument("--vanilla", "--verl-vanilla", help=f"vanilla verl {PINS['verl'].version} tree, or 'installed'")
     parser.add_argument("--patched", "--verl-patched", help="patched verl tree, or 'installed'")
-    parser.add_argument("--trinity-vanilla", help="vanilla Trinity-RFT 0.6.0 tree, or 'installed'")
+    parser.add_argument("--trinity-vanilla", help=f"vanilla Trinity-RFT {PINS['trinity'].version} tree, or 'installed'")
     parser.add_argument("--trinity-patched", help="patched Trinity-RFT tree, or 'installed'")
     parser.add_argument("--sides", default="vanilla,patched", help="trees to measure (default %(default)s)")
     parser.add_argument(

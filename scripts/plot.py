@@ -21,12 +21,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.append(str(REPO_ROOT))  # engine_harness, after the installed packages
+
+from engine_harness import LOSS_AGG_MODES  # noqa: E402
+
 DEFAULT_RESULTS = Path(os.environ.get("PATCHSET_CACHE", REPO_ROOT / ".cache")) / "results"
 COMPONENTS = {
     "critic": "verl 0.8.0 critic value_loss",
     "actor": "Trinity-RFT 0.6.0 TrinityPolicyLoss",
 }
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 # patched drawn first, wide and pale, vanilla thin on top: where they coincide both stay visible
 TREES = {"fixed": ("patched", "tab:blue", 4.0, 0.55), "bug": ("vanilla", "tab:red", 1.5, 1.0)}
 WORLD_STYLES = {1: ("-", "o", "full"), 2: ("--", "s", "none")}

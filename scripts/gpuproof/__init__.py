@@ -6,3 +6,15 @@
 - `side`: one tree's process (``python -m gpuproof.side``): starts the ranks and gathers what rank 0 measured;
 - `rank`: one rank: the engines, the data and the steps, with the trees' own verl and Trinity modules.
 """
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# The engine, data and losses come from the checkout's `engine_harness` (not shipped in the wheel); appended, so the
+# trees under test and the installed packages stay in front. Here, so that every process importing gpuproof finds it
+# (the script, each tree's side process, spawned ranks).
+_REPO_ROOT = str(Path(__file__).resolve().parents[2])
+if _REPO_ROOT not in sys.path:
+    sys.path.append(_REPO_ROOT)

@@ -1,6 +1,7 @@
 """What the GPU proof measures, and what each tree should show.
 
-Read by the main process, which imports neither torch nor verl: plain data only.
+Read by the main process, which imports neither torch nor verl: plain data only (`engine_harness.model` imports
+neither at the top).
 """
 
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
+
+from engine_harness.model import ModelShape
 
 SIDES = ("vanilla", "patched")
 PRECISIONS = ("fp32", "bf16")
@@ -68,21 +71,16 @@ class Model:
     """A Qwen2 built from a config in code (random weights, no download), and the mini-batch it trains on."""
 
     name: str
-    layers: int
-    hidden: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    vocab: int
+    shape: ModelShape
     sequences: int  # per mini-batch, over all ranks (rounded up to a multiple of 4 x world size)
     prompt_len: int  # longest prompt
     response_len: int  # longest response
 
 
 MODELS: dict[str, Model] = {
-    "tiny": Model("tiny", 2, 64, 128, 4, 2, 128, 64, 16, 48),
+    "tiny": Model("tiny", ModelShape(2, 64, 128, 4, 2, 128), 64, 16, 48),
     # the issue's larger run: 64 sequences of up to 980 tokens (about 32k tokens a mini-batch)
-    "large": Model("large", 8, 1024, 2816, 16, 4, 32000, 64, 256, 724),
+    "large": Model("large", ModelShape(8, 1024, 2816, 16, 4, 32000, max_position_embeddings=980), 64, 256, 724),
 }
 
 

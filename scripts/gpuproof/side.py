@@ -15,8 +15,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from engine_harness.model import save_model
 from gpuproof.cases import MODELS
-from gpuproof.rank import run_rank, save_model
+from gpuproof.rank import run_rank
 
 
 def _free_port() -> int:
@@ -29,7 +30,7 @@ def run_side(spec: dict) -> dict:
     """Every rank's result (``{"ranks": [...]}``) for one tree; ranks that died without one say so."""
     model_path = Path(spec["model_path"])
     if not (model_path / "config.json").exists():
-        save_model(MODELS[spec["model"]], model_path)
+        save_model(MODELS[spec["model"]].shape, model_path)
     world_size = spec["world_size"]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     with tempfile.TemporaryDirectory(prefix="gpu-proof-ranks-") as workdir:

@@ -18,9 +18,9 @@ import pickle
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "regression"))
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # engine_harness, after the installed overlays
 
-from engine_sim import (  # noqa: E402
+from engine_harness.sim import (  # noqa: E402
     Split,
     engine_gradient,
     grad_ratio,
@@ -28,7 +28,7 @@ from engine_sim import (  # noqa: E402
     make_rollout_batch,
     use_cpu_unpadding,
 )
-from trinity_configs import algorithm_config  # noqa: E402
+from engine_harness.trinity_configs import algorithm_config  # noqa: E402
 
 
 def critic_observation(value_loss_fn) -> dict:

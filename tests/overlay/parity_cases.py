@@ -2,9 +2,9 @@
 
 ``python parity_cases.py OUT.pt`` runs the real verl critic ``value_loss``, verl's ``ppo_loss`` with GMPO, and
 Trinity's ``TrinityPolicyLoss``
-through verl's engine steps (tests/regression/engine_sim.py) for every ``loss_agg_mode`` and algorithm, and for
+through verl's engine steps (engine_harness/sim.py) for every ``loss_agg_mode`` and algorithm, and for
 every registered policy loss (`policy_loss_cases.py`: REC, MIX, MIX_CHORD, DPO's pair grouping, ...) and a loss
-that normalizes itself (tests/regression/self_normalizing_loss.py), several splits and data-parallel sizes, and
+that normalizes itself (engine_harness/self_normalizing_loss.py), several splits and data-parallel sizes, and
 saves each case's micro-batch losses, gradient and metrics, with which files the upstream modules came from and what
 the overlays say. The test runs it once on the installed releases with
 the overlays on and once on the patched checkouts, and compares the two bit for bit.
@@ -18,17 +18,17 @@ from typing import Any
 
 import torch
 
-REGRESSION_DIR = Path(__file__).resolve().parents[1] / "regression"
-sys.path.insert(0, str(REGRESSION_DIR))
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # policy_loss_cases (-P leaves it out)
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # engine_harness, after the installed overlays
 
-from engine_sim import Split, actor_config, engine_gradient, make_rollout_batch, use_cpu_unpadding  # noqa: E402
 from policy_loss_cases import every_policy_loss_cases  # noqa: E402
-from self_normalizing_loss import algorithm_config as self_normalizing_config  # noqa: E402
-from self_normalizing_loss import registered  # noqa: E402
-from trinity_configs import FLAT, NESTED, algorithm_config, check, dpo_config, layout  # noqa: E402
 
-LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+from engine_harness import LOSS_AGG_MODES
+from engine_harness.self_normalizing_loss import algorithm_config as self_normalizing_config  # noqa: E402
+from engine_harness.self_normalizing_loss import registered  # noqa: E402
+from engine_harness.sim import Split, actor_config, engine_gradient, make_rollout_batch, use_cpu_unpadding  # noqa: E402
+from engine_harness.trinity_configs import FLAT, NESTED, algorithm_config, check, dpo_config, layout  # noqa: E402
+
 ALGORITHMS = ["ppo", "grpo", "dpo"]
 SPLITS = [(1, Split(1)), (1, Split(2)), (1, Split(3, dynamic=True)), (2, Split(2))]
 BATCH_SIZE = 24

@@ -13,10 +13,9 @@ from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
-import torch
-from engine_sim import Split, _engine_micro_batches, group_size_sent_by_trainer, make_rollout_batch
+from engine_harness.sim import Split, _engine_micro_batches, actor_inputs, group_size_sent_by_trainer
+from engine_harness.trinity_configs import MIX_LOSSES, policy_loss_fn_args
 
-MIX_LOSSES = ("mix", "mix_chord")
 NUM_EXPERT = 8  # MIX/MIX_CHORD: the last rows are expert data
 
 
@@ -26,35 +25,10 @@ def registered_policy_losses() -> list[str]:
     return sorted({*POLICY_LOSS_FN._default_mapping, *POLICY_LOSS_FN.modules})
 
 
-def actor_inputs(batch_size: int) -> tuple[Any, dict[str, torch.Tensor]]:
-    """A rollout batch with every field a registered loss selects; rows 2i, 2i+1 form DPO pair i."""
-    batch = make_rollout_batch(
-        batch_size, seed=3, extra_fields=("old_log_probs", "ref_log_prob", "advantages"), holes_in_mask=True
-    )
-    noise = torch.randn(batch["old_log_probs"].shape, generator=torch.Generator().manual_seed(13))
-    batch["old_log_probs"] = -batch["old_log_probs"].abs()
-    batch["ref_log_prob"] = -batch["ref_log_prob"].abs()
-    batch["expert_mask"] = torch.arange(batch_size) >= batch_size - NUM_EXPERT
-    batch["step"] = torch.full((batch_size,), 3)
-    entropy = torch.rand(noise.shape, generator=torch.Generator().manual_seed(14))
-    return batch, {"log_probs": batch["old_log_probs"] + 0.1 * noise, "entropy": entropy}
-
-
 def _config(name: str, batch_size: int, dp_size: int, terms: bool, **overrides: Any):
-    from trinity.algorithm import POLICY_LOSS_FN
     from trinity.common.config import AlgorithmConfig
 
-    args = POLICY_LOSS_FN.get(name).default_args()
-    if "loss_agg_mode" in args:
-        args["loss_agg_mode"] = "token-mean"
-    if name in MIX_LOSSES:  # the settings that make MIX's own per-micro-batch weights describe the real batch
-        args.update(
-            use_dynamic_bsz=True,
-            ppo_mini_batch_size=batch_size,
-            ngpus_trainer=dp_size,
-            train_batch_size_usual=batch_size - NUM_EXPERT,
-            train_batch_size_expert=NUM_EXPERT,
-        )
+    args = policy_loss_fn_args(name, "token-mean", batch_size, dp_size, NUM_EXPERT)
     args.update(overrides)
     return AlgorithmConfig(
         policy_loss_fn=name,
@@ -80,7 +54,7 @@ def trainer_group_size(policy_loss_fn: str, batch_size: int) -> int | None:
     """The ``force_group_size`` Trinity's real `VERLTrainer._update_actor` hands to the engine (None: not set)."""
     from trinity.trainer.verl.trainer import VERLTrainer
 
-    batch, _ = actor_inputs(batch_size)
+    batch, _ = actor_inputs(batch_size, seed=3, noise_seed=13, num_expert=NUM_EXPERT)
     return group_size_sent_by_trainer(VERLTrainer, policy_loss_fn, batch, "default")
 
 
@@ -89,7 +63,7 @@ def every_policy_loss_cases(run: Callable[..., dict[str, Any]], splits: list, ba
     warnings, the trainer's grouping for it, and the DPO micro-batch rows."""
     from trinity.trainer.verl.losses import TrinityPolicyLoss
 
-    batch, outputs = actor_inputs(batch_size)
+    batch, outputs = actor_inputs(batch_size, seed=3, noise_seed=13, num_expert=NUM_EXPERT)
     cases: dict[str, Any] = {}
     for name in registered_policy_losses():
         group_size = trainer_group_size(name, batch_size)

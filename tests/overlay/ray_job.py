@@ -19,8 +19,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-REGRESSION_DIR = HERE.parent / "regression"
-sys.path[:0] = [str(HERE), str(REGRESSION_DIR)]
+sys.path.insert(0, str(HERE))
 
 
 # per run: each worker's own runtime_env (None: the job's), keyed by what the test calls it
@@ -39,7 +38,7 @@ def main(argv: list[str]) -> int:
     critic_loss = functools.partial(value_loss, config=critic_cfg)  # as trinity.trainer.verl.trainer builds it
 
     (run,) = argv
-    pythonpath = os.pathsep.join([str(HERE), str(REGRESSION_DIR)])
+    pythonpath = str(HERE)  # activation_cases, which puts engine_harness after the installed packages
     runtime_env: dict = {"env_vars": {"PYTHONPATH": pythonpath}}
     if run == "setup-hook":  # docs/overlays.md's variant for workers without the .pth: activate at worker start
         runtime_env["worker_process_setup_hook"] = "patchset_overlay.activate_all"
@@ -51,10 +50,10 @@ def main(argv: list[str]) -> int:
         class LossWorker:
             def run(self, critic_loss) -> dict:
                 from activation_cases import actor_observation, critic_observation
-                from engine_sim import use_cpu_unpadding
                 from trinity.trainer.verl.losses import TrinityPolicyLoss
-                from trinity_configs import algorithm_config
 
+                from engine_harness.sim import use_cpu_unpadding
+                from engine_harness.trinity_configs import algorithm_config
                 from patchset_overlay.status import collect
 
                 use_cpu_unpadding()

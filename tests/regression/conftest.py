@@ -37,7 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from forking import FORKING_MODULES
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# engine_harness (the engine and loss helpers) and patchset run from this checkout: appended, after the trees under
+# test and the installed packages, before any test module imports them (and so in every fork server's path too)
+if str(REPO_ROOT) not in sys.path:
+    sys.path.append(str(REPO_ROOT))
+
+from forking import FORKING_MODULES  # noqa: E402
 
 EXPECTATIONS = ("fixed", "bug")
 # Parameters that only vary the batch's shape: how it is cut into micro-batches and over how many ranks. With
@@ -61,7 +68,6 @@ OVERLAY_NOT_APPLICABLE = {
     "upstream's installed files, which overlays never edit",
     "test_upstream_lint.py": "lints the patched upstream files; the overlay code is linted with this project",
 }
-REPO_ROOT = Path(__file__).resolve().parents[2]
 CRITIC_LOSS_FILE = "verl/workers/utils/losses.py"  # the file of the critic's value_loss, which the fix changes
 DPO_STEPS_PATCH = "-trainer-make-one-dpo-training-step-one-optimizer"  # the Trinity patch a user may leave out
 UPSTREAM_HAS_FIX = "off (upstream has the fix)"  # an overlay piece's state where the release has its fix
@@ -258,8 +264,6 @@ def dpo_steps_patch(expect: str) -> bool:
 
         entry = next(entry for entry in collect() if entry["overlay"] == "trinity_overlay")
         return any(DPO_STEPS_PATCH in patch for piece in entry["pieces"] for patch in piece.get("patches", ()))
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.append(str(REPO_ROOT))  # after the trees under test: only for the stdlib-only patchset package
     from patchset.series.model import load_series
 
     return any(DPO_STEPS_PATCH in patch.name for patch in load_series(REPO_ROOT / "patches", "trinity").patches)
@@ -281,8 +285,6 @@ def verl_version(verl_on_path: Path) -> str:
 def verl_series(verl_version: str) -> str:
     """The series (folder under patches/) that targets the verl release under test: ``verl-0.7`` for verl 0.7.1, the
     ``verl`` series for 0.8 and later, as ``patches/upstreams.toml`` maps each pin (``verl`` for an unpinned one)."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.append(str(REPO_ROOT))  # after the trees under test: only for the stdlib-only patchset package
     from patchset.upstreams.pins import load_pins
 
     pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").find("verl", verl_version.split("+", 1)[0])
@@ -299,8 +301,6 @@ def verl_upstream_skips(verl_tree: Path, verl_version: str, verl_series: str) ->
     check them."""
     if _mode() == "overlay":
         return {}
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.append(str(REPO_ROOT))  # after the trees under test: only for the stdlib-only patchset package
     from patchset.apply.plan import Action, conflicts, plan_series
     from patchset.series.model import load_series
 

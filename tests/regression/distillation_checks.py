@@ -7,7 +7,8 @@ from pathlib import Path
 
 import torch
 from distillation_cases import Case, Measurement
-from engine_sim import grad_ratio, record_ratio
+
+from engine_harness.sim import grad_ratio, record_ratio
 
 RTOL, ATOL = 1e-5, 1e-8
 

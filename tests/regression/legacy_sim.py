@@ -24,9 +24,11 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import torch
-from engine_sim import PROMPT_LEN, RESPONSE_LEN, Split, make_rollout_batch
+
+from engine_harness.sim import PROMPT_LEN, RESPONSE_LEN, Split, make_rollout_batch
 
 BATCH_SIZE = 48  # rows: 24 DPO pairs (rows 2i, 2i+1)
 NUM_EXPERT = 16  # MIX/MIX_CHORD: the last rows are expert data
@@ -238,62 +240,61 @@ def experiences(name: str, rows: int) -> int:
     return rows // 2 if name == "dpo" else rows
 
 
-def legacy_actor(
-    name: str,
-    loss_agg_mode: str,
-    split: Split,
-    train_batch_size: int | None = None,
-    terms: Terms = ALL_TERMS,
-    dpo_mini_batch_in_rows: bool = True,
-    rows_per_rank: int = BATCH_SIZE,
-    loss_scale_flag: bool = False,
-):
+@dataclass(frozen=True)
+class LegacyCase:
+    """One ``update_policy`` call of Trinity's legacy actor. ``split`` cuts this rank's batch into that many
+    micro-batches: a fixed micro-batch of ``1 / K`` of the rank's rows, or a token budget of ``1 / K`` of its tokens.
+    ``train_batch_size`` (experiences, all ranks) defaults to the whole batch; ``dpo_mini_batch_in_rows`` says whether
+    the tree's config translation counts a DPO mini-batch in rows (the DPO-steps patch), for the default."""
+
+    name: str
+    loss_agg_mode: str
+    split: Split
+    train_batch_size: int | None = None
+    terms: Terms = ALL_TERMS
+    dpo_mini_batch_in_rows: bool = True
+    rows_per_rank: int = BATCH_SIZE
+    loss_scale_flag: bool = False
+
+
+def legacy_actor(case: LegacyCase):
     """Trinity's legacy ``DataParallelPPOActor``, with its algorithm set as the worker sets it at start-up (where
-    a configuration the actor refuses raises). ``split`` cuts this rank's batch into that many micro-batches: a fixed
-    micro-batch of ``1 / K`` of the rank's rows, or a token budget of ``1 / K`` of its tokens. ``train_batch_size``
-    (experiences, all ranks) defaults to the whole batch; ``dpo_mini_batch_in_rows`` says whether the tree's config
-    translation counts a DPO mini-batch in rows (the DPO-steps patch), for the default."""
+    a configuration the actor refuses raises)."""
     import torch.distributed as dist
     from trinity.trainer.verl_legacy.dp_actor import DataParallelPPOActor
 
-    world_size = dist.get_world_size()
+    name, split, rows_per_rank = case.name, case.split, case.rows_per_rank
+    train_batch_size = case.train_batch_size
     if train_batch_size is None:
-        total_rows = rows_per_rank * world_size
-        train_batch_size = experiences(name, total_rows) if dpo_mini_batch_in_rows else total_rows
+        total_rows = rows_per_rank * dist.get_world_size()
+        train_batch_size = experiences(name, total_rows) if case.dpo_mini_batch_in_rows else total_rows
     data = rank_rollout(rows_per_rank)
     if split.dynamic:
         total_tokens = int(data.batch["attention_mask"].sum())
         budget = max(-(-total_tokens // split.num_micro_batches), PROMPT_LEN + RESPONSE_LEN)
-        config = legacy_actor_config(name, train_batch_size, None, budget, loss_scale_flag)
+        config = legacy_actor_config(name, train_batch_size, None, budget, case.loss_scale_flag)
     else:
         micro_rows = rows_per_rank // split.num_micro_batches
-        config = legacy_actor_config(name, train_batch_size, experiences(name, micro_rows), None, loss_scale_flag)
+        config = legacy_actor_config(name, train_batch_size, experiences(name, micro_rows), None, case.loss_scale_flag)
     model = TinyLM()
     optimizer = RecordingOptimizer(model.parameters())
     with contextlib.redirect_stdout(io.StringIO()):  # verl prints its settings on rank 0
         actor = DataParallelPPOActor(config, model, optimizer)
-    actor.set_algorithm(algorithm(name, loss_agg_mode, split, terms, config.ppo_mini_batch_size))
+    actor.set_algorithm(algorithm(name, case.loss_agg_mode, split, case.terms, config.ppo_mini_batch_size))
     return actor, optimizer
 
 
-@functools.cache
-def legacy_gradients(
-    name: str,
-    loss_agg_mode: str,
-    split: Split,
-    train_batch_size: int | None = None,
-    terms: Terms = ALL_TERMS,
-    dpo_mini_batch_in_rows: bool = True,
-    rows_per_rank: int = BATCH_SIZE,
-    loss_scale_flag: bool = False,
-):
+def legacy_gradients(name: str, loss_agg_mode: str, split: Split, **options: Any):
     """The gradient of every optimizer step of one ``update_policy`` call, and the rows of each dynamic
-    micro-batch (in the rank's batch)."""
+    micro-batch (in the rank's batch); ``options``: the rest of `LegacyCase`."""
+    return _case_gradients(LegacyCase(name, loss_agg_mode, split, **options))
+
+
+@functools.cache
+def _case_gradients(case: LegacyCase):
     from verl.utils import seqlen_balancing
 
-    actor, optimizer = legacy_actor(
-        name, loss_agg_mode, split, train_batch_size, terms, dpo_mini_batch_in_rows, rows_per_rank, loss_scale_flag
-    )
+    actor, optimizer = legacy_actor(case)
     seen_rows: list[list[int]] = []
     original = seqlen_balancing.rearrange_micro_batches  # Trinity's, which the worker installed
     offset = [0]  # update_policy drops row_id, but keeps the rows in order: mini-batches are contiguous slices
@@ -306,7 +307,7 @@ def legacy_gradients(
 
     seqlen_balancing.rearrange_micro_batches = recording
     try:
-        actor.update_policy(rank_rollout(rows_per_rank))
+        actor.update_policy(rank_rollout(case.rows_per_rank))
     finally:
         seqlen_balancing.rearrange_micro_batches = original
     return optimizer.gradients, seen_rows

@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
-from engine_sim import critic_model_fields
+
+from engine_harness.sim import critic_model_fields
 
 # the flattened configs verl's scripts/generate_trainer_config.sh writes (verl 0.7.0 has the first two only)
 GENERATED_CONFIGS = (

@@ -21,7 +21,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import (
+
+from engine_harness import LOSS_AGG_MODES
+from engine_harness.sim import (
     RESPONSE_LEN,
     Split,
     critic_model_fields,
@@ -33,7 +35,6 @@ from engine_sim import (
     use_cpu_unpadding,
 )
 
-LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 BATCH_SIZE = 96  # divisible by every dp_size x K used below
 SPLITS = [Split(k) for k in (2, 3, 4, 8)] + [Split(k, dynamic=True) for k in (2, 4)]
 DP_SPLITS = [(dp, Split(k)) for dp in (2, 4) for k in (1, 2, 4)] + [(2, Split(3, dynamic=True))]

@@ -28,7 +28,7 @@ Adaptations for a CPU-only machine, none of them on the loss path (both losses, 
 loop, backward, the gradient reduction and `optimizer_step` run unchanged from the trees under test):
 
 1. `left_right_2_no_padding` unpads through flash_attn (CUDA only): verl's unpad helpers are pointed at
-   the pure-torch functions verl ships in `verl.utils.npu_flash_attn_utils` (`engine_sim.use_cpu_unpadding`).
+   the pure-torch functions verl ships in `verl.utils.npu_flash_attn_utils` (`engine_harness.sim.use_cpu_unpadding`).
 2. The model config overrides ``attn_implementation`` to ``sdpa`` (verl defaults to flash_attention_2).
 3. verl's `verl.utils.model.load_valuehead_model` hard-codes flash_attention_2: it is replaced by the
    same `AutoModelForTokenClassification.from_pretrained` call with the config's attention (sdpa).

@@ -28,7 +28,8 @@ from unittest import mock
 
 import pytest
 import torch
-from trinity_configs import FLAT, GPUS, NESTED, algorithm_config, check, dpo_config, layout
+
+from engine_harness.trinity_configs import FLAT, GPUS, NESTED, algorithm_config, check, dpo_config, layout
 
 
 def check_twice(config) -> list[str]:

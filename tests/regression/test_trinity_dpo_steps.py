@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import ROLLOUT_FIELDS, Split, make_rollout_batch, sent_by_update_actor, use_cpu_unpadding
+
+from engine_harness.sim import ROLLOUT_FIELDS, Split, make_rollout_batch, sent_by_update_actor, use_cpu_unpadding
 
 NUM_PAIRS = 24
 ROWS = 2 * NUM_PAIRS
@@ -99,13 +100,13 @@ def test_legacy_step_is_one_optimizer_step(expect, trinity_legacy_tree, dpo_step
 
     init_single_process_group(tmp_path)
     train_batch_size = experiences(name)
-    gradients, _ = legacy_gradients(name, "seq-mean-token-mean", Split(4), train_batch_size)
+    gradients, _ = legacy_gradients(name, "seq-mean-token-mean", Split(4), train_batch_size=train_batch_size)
     print(f"legacy {name}: train_batch_size {train_batch_size}, optimizer steps {len(gradients)}")
     if name == "dpo" and not dpo_steps_patch:
         assert len(gradients) == 2, f"upstream's DPO step: two half steps, got {len(gradients)}"
         return
     assert len(gradients) == 1
-    (whole,), _ = legacy_gradients(name, "seq-mean-token-mean", Split(1), train_batch_size)
+    (whole,), _ = legacy_gradients(name, "seq-mean-token-mean", Split(1), train_batch_size=train_batch_size)
     torch.testing.assert_close(gradients[0], whole, rtol=1e-5, atol=1e-7)
 
 

@@ -18,16 +18,17 @@ from unittest import mock
 
 import pytest
 import torch
-from engine_sim import (
+
+from engine_harness.sim import (
     Split,
+    actor_inputs,
     engine_gradient,
     grad_ratio,
     group_size_sent_by_trainer,
-    make_rollout_batch,
     record_ratio,
     use_cpu_unpadding,
 )
-from trinity_configs import POLICY_LOSSES
+from engine_harness.trinity_configs import MIX_LOSSES, POLICY_LOSSES, policy_loss_fn_args
 
 BATCH_SIZE = 96
 NUM_EXPERT = 32  # MIX/MIX_CHORD: rows 64..95 are expert data
@@ -36,7 +37,6 @@ DP_SPLITS = [(2, Split(2)), (2, Split(2, dynamic=True))]
 # losses whose published objective depends on the micro-batch split (their own per-micro-batch weights),
 # with the reason the patched TrinityPolicyLoss gives at start-up
 SPLIT_DEPENDENT = {"mix": "micro-batch", "mix_chord": "micro-batch"}
-MIX_LOSSES = ("mix", "mix_chord")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -56,25 +56,6 @@ def test_every_registered_policy_loss_is_tested(expect):
     assert POLICY_LOSSES == registered_policy_losses()
 
 
-def _policy_loss_fn_args(name: str, loss_agg_mode: str, dp_size: int, policy_loss_agg_mode: str | None) -> dict:
-    from trinity.algorithm import POLICY_LOSS_FN
-
-    args = POLICY_LOSS_FN.get(name).default_args()
-    if "loss_agg_mode" in args:
-        # Trinity's config validator copies the algorithm's mode; a config built in code may not
-        args["loss_agg_mode"] = policy_loss_agg_mode or loss_agg_mode
-    if name in MIX_LOSSES:
-        # the settings that make MIX's own per-micro-batch weights describe the real batch
-        args.update(
-            use_dynamic_bsz=True,
-            ppo_mini_batch_size=BATCH_SIZE,
-            ngpus_trainer=dp_size,
-            train_batch_size_usual=BATCH_SIZE - NUM_EXPERT,
-            train_batch_size_expert=NUM_EXPERT,
-        )
-    return args
-
-
 def policy_loss(
     name: str,
     loss_agg_mode: str = "token-mean",
@@ -89,7 +70,9 @@ def policy_loss(
 
     config = AlgorithmConfig(
         policy_loss_fn=name,
-        policy_loss_fn_args=_policy_loss_fn_args(name, loss_agg_mode, dp_size, policy_loss_agg_mode),
+        policy_loss_fn_args=policy_loss_fn_args(
+            name, policy_loss_agg_mode or loss_agg_mode, BATCH_SIZE, dp_size, NUM_EXPERT
+        ),
         kl_loss_fn="k2",
         kl_loss_fn_args={"kl_coef": 0.05},
         entropy_loss_fn=("mix" if name in MIX_LOSSES else "default") if entropy else "none",
@@ -97,21 +80,6 @@ def policy_loss(
         loss_agg_mode=loss_agg_mode,
     )
     return TrinityPolicyLoss(config)
-
-
-def actor_inputs(seed: int = 0):
-    """A rollout batch with every field a registered loss selects; rows 2i, 2i+1 form DPO pair i."""
-    batch = make_rollout_batch(
-        BATCH_SIZE, seed=seed, extra_fields=("old_log_probs", "ref_log_prob", "advantages"), holes_in_mask=True
-    )
-    noise = torch.randn(batch["old_log_probs"].shape, generator=torch.Generator().manual_seed(11))
-    batch["old_log_probs"] = -batch["old_log_probs"].abs()
-    batch["ref_log_prob"] = -batch["ref_log_prob"].abs()
-    batch["expert_mask"] = torch.arange(BATCH_SIZE) >= BATCH_SIZE - NUM_EXPERT
-    batch["step"] = torch.full((BATCH_SIZE,), 3)
-    log_probs = batch["old_log_probs"] + 0.1 * noise
-    entropy = torch.rand(log_probs.shape, generator=torch.Generator().manual_seed(12))
-    return batch, {"log_probs": log_probs, "entropy": entropy}
 
 
 def _import_trinity_trainer():
@@ -122,12 +90,12 @@ def _import_trinity_trainer():
 
 def trainer_group_size(policy_loss_fn: str) -> int:
     """The ``force_group_size`` Trinity's real `VERLTrainer._update_actor` hands to the engine (1: none)."""
-    batch, _ = actor_inputs()
+    batch, _ = actor_inputs(BATCH_SIZE, seed=0, num_expert=NUM_EXPERT)
     return group_size_sent_by_trainer(_import_trinity_trainer(), policy_loss_fn, batch, "default") or 1
 
 
 def _gradients(name, split, dp_size=1, loss_agg_mode="token-mean", entropy=True):
-    batch, outputs = actor_inputs()
+    batch, outputs = actor_inputs(BATCH_SIZE, seed=0, num_expert=NUM_EXPERT)
     group_size = trainer_group_size(name)
     reference, _ = engine_gradient(
         policy_loss(name, loss_agg_mode, 1, entropy), batch, outputs, Split(1), force_group_size=group_size
@@ -169,7 +137,7 @@ def test_every_policy_loss_under_data_parallelism_equals_single_process(expect, 
 def test_policy_term_weighted_apart_from_entropy_and_kl(expect, baseline_dir, split):
     """GSPO aggregating by seq-mean-token-mean (its paper's mode) under a token-mean algorithm: the policy term
     takes its share of sequences, the entropy and KL terms their share of tokens."""
-    batch, outputs = actor_inputs()
+    batch, outputs = actor_inputs(BATCH_SIZE, seed=0, num_expert=NUM_EXPERT)
     loss_fn = policy_loss("gspo", "token-mean", policy_loss_agg_mode="seq-mean-token-mean")
 
     reference, _ = engine_gradient(loss_fn, batch, outputs, Split(1))
@@ -224,9 +192,9 @@ def test_split_invariant_losses_do_not_warn(expect, name):
 @pytest.mark.parametrize("split", [Split(2, dynamic=True), Split(4, dynamic=True)], ids=str)
 def test_dpo_pairs_stay_whole_under_dynamic_batching(expect, split):
     """Each micro-batch verl makes from Trinity's DPO batch holds whole pairs, chosen row first."""
-    from engine_sim import _engine_micro_batches
+    from engine_harness.sim import _engine_micro_batches
 
-    batch, _ = actor_inputs()
+    batch, _ = actor_inputs(BATCH_SIZE, seed=0, num_expert=NUM_EXPERT)
     micro_batches = _engine_micro_batches(batch, split, {}, force_group_size=trainer_group_size("dpo"))
     rows = [micro_batch["row_id"] for micro_batch in micro_batches]
     paired = all(torch.equal(r[1::2], r[::2] + 1) and bool((r[::2] % 2 == 0).all()) for r in rows)

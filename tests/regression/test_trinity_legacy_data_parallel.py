@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import Split
 from forking import run_children
 from legacy_sim import BATCH_SIZE, data_parallel_rank, init_single_process_group, legacy_gradients
+
+from engine_harness.sim import Split
 
 WORLD_SIZE = 2
 RANKS_DEADLINE_S = 240  # both ranks together take about 10 s of CPU

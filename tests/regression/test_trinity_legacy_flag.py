@@ -26,10 +26,18 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from engine_sim import Split, engine_gradient, grad_ratio, make_rollout_batch, pack_model_output, use_cpu_unpadding
-from trinity_configs import algorithm_config
 
-LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+from engine_harness import LOSS_AGG_MODES
+from engine_harness.sim import (
+    Split,
+    engine_gradient,
+    grad_ratio,
+    make_rollout_batch,
+    pack_model_output,
+    use_cpu_unpadding,
+)
+from engine_harness.trinity_configs import algorithm_config
+
 BATCH_SIZE = 32
 SPLIT = Split(4)
 BUG_RATIO_TOLERANCE = 0.15

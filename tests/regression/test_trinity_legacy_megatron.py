@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import Split
 from legacy_sim import init_single_process_group
 from megatron_sim import megatron_gradients
+
+from engine_harness.sim import Split
 
 CASES = [
     ("ppo", "token-mean", Split(2)),

@@ -32,23 +32,24 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import Split, grad_ratio, record_ratio
 from legacy_sim import Terms, init_single_process_group, legacy_gradients
-from trinity_configs import POLICY_LOSSES
+
+from engine_harness import LOSS_AGG_MODES
+from engine_harness.sim import Split, grad_ratio, record_ratio
+from engine_harness.trinity_configs import POLICY_LOSSES
 
 SPLITS = [Split(2), Split(4), Split(2, dynamic=True), Split(4, dynamic=True)]
-LOSS_AGG_MODES = ["token-mean", "seq-mean-token-mean"]
+LEGACY_PATH_MODES = LOSS_AGG_MODES[:2]  # token-mean, seq-mean-token-mean
 # K = 2 and 4 for the losses whose weighting differs (PPO for them all, DPO's pairs, REC's token mean); K = 4 for
 # the rest, which share PPO's weighting (a third fewer runs: each is a real update_policy)
 EVERY_K = ("ppo", "dpo", "rec")
 CASES = [
     (name, mode, split)
     for name in POLICY_LOSSES
-    for mode in LOSS_AGG_MODES
+    for mode in LEGACY_PATH_MODES
     for split in SPLITS
     if name in EVERY_K or split.num_micro_batches == 4
 ]
-ALL_LOSS_AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 NOT_PROMISED = {"mix": "own per-micro-batch weights", "mix_chord": "own per-micro-batch weights"}
 BUG_DEVIATION = 1e-3  # vanilla's smallest deviation on this batch is 1.4e-4 (MIX), 2.6e-2 for what it gets wrong
 
@@ -128,7 +129,7 @@ def test_every_policy_loss_gradient_independent_of_the_split(
 
 @pytest.mark.parametrize("split", [Split(4), Split(4, dynamic=True)], ids=str)
 @pytest.mark.parametrize("terms", [Terms(), Terms(entropy=False, kl=False)], ids=str)
-@pytest.mark.parametrize("loss_agg_mode", ALL_LOSS_AGG_MODES)
+@pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
 def test_ppo_every_aggregation_with_and_without_its_terms(
     expect, baseline_dir, dpo_steps_patch, loss_agg_mode, terms, split
 ):

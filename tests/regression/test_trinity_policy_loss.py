@@ -19,18 +19,19 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import (
+
+from engine_harness import LOSS_AGG_MODES
+from engine_harness.sim import (
     Split,
+    actor_inputs,
     engine_gradient,
     grad_ratio,
-    make_rollout_batch,
     pack_model_output,
     record_ratio,
     use_cpu_unpadding,
 )
-from trinity_configs import algorithm_config
+from engine_harness.trinity_configs import algorithm_config
 
-LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 ALGORITHMS = ["ppo", "grpo"]
 BATCH_SIZE = 96
 SPLITS = [Split(k) for k in (2, 3, 4, 8)] + [Split(k, dynamic=True) for k in (2, 4)]
@@ -48,18 +49,6 @@ def policy_loss(config):
     from trinity.trainer.verl.losses import TrinityPolicyLoss
 
     return TrinityPolicyLoss(config)
-
-
-def actor_inputs(seed: int = 0):
-    batch = make_rollout_batch(
-        BATCH_SIZE, seed=seed, extra_fields=("old_log_probs", "ref_log_prob", "advantages"), holes_in_mask=True
-    )
-    noise = torch.randn(batch["old_log_probs"].shape, generator=torch.Generator().manual_seed(11))
-    log_probs = -batch["old_log_probs"].abs() + 0.1 * noise
-    batch["old_log_probs"] = -batch["old_log_probs"].abs()
-    batch["ref_log_prob"] = -batch["ref_log_prob"].abs()
-    entropy = torch.rand(log_probs.shape, generator=torch.Generator().manual_seed(12))
-    return batch, {"log_probs": log_probs, "entropy": entropy}
 
 
 def expected_bug_ratio(loss_agg_mode: str, dp_size: int, micro_batches_per_rank: int) -> float:
@@ -88,7 +77,7 @@ def check(expect, gradient, reference, loss_agg_mode, dp_size, split) -> float:
 def test_actor_gradient_invariant_to_micro_batch_count(
     expect, baseline_dir, algorithm_type, loss_agg_mode, terms, split
 ):
-    batch, outputs = actor_inputs()
+    batch, outputs = actor_inputs(BATCH_SIZE, seed=0)
     loss_fn = policy_loss(algorithm_config(algorithm_type, loss_agg_mode, **TERMS[terms]))
 
     reference, _ = engine_gradient(loss_fn, batch, outputs, Split(1))
@@ -103,7 +92,7 @@ def test_actor_gradient_invariant_to_micro_batch_count(
 def test_actor_gradient_under_data_parallelism_equals_single_process(
     expect, baseline_dir, loss_agg_mode, dp_size, split
 ):
-    batch, outputs = actor_inputs(seed=1)
+    batch, outputs = actor_inputs(BATCH_SIZE, seed=1)
     loss_fn = policy_loss(algorithm_config("grpo", loss_agg_mode))
 
     reference, _ = engine_gradient(loss_fn, batch, outputs, Split(1))
@@ -127,7 +116,7 @@ def _single_call(loss_fn, batch, outputs, rows: slice, **batch_info):
 def test_dpo_loss_weighted_by_pair_share(expect):
     """DPO's policy term takes its share of pairs (= its share of rows); its KL and entropy terms, which take
     their token share, are left out here (test_trinity_every_policy_loss covers them)."""
-    batch, outputs = actor_inputs(seed=2)
+    batch, outputs = actor_inputs(BATCH_SIZE, seed=2)
     loss_fn = policy_loss(algorithm_config("dpo", "token-mean", kl=False, entropy=False))
 
     loss, metrics = _single_call(
@@ -145,7 +134,7 @@ def test_dpo_loss_weighted_by_pair_share(expect):
 @pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
 def test_loss_without_engine_batch_info_is_unscaled(expect, loss_agg_mode):
     """Guard, the same on both trees: outside the engine the weight is 1."""
-    batch, outputs = actor_inputs(seed=3)
+    batch, outputs = actor_inputs(BATCH_SIZE, seed=3)
     loss_fn = policy_loss(algorithm_config("grpo", loss_agg_mode))
 
     loss, metrics = _single_call(loss_fn, batch, outputs, slice(0, 12))
@@ -156,7 +145,7 @@ def test_loss_without_engine_batch_info_is_unscaled(expect, loss_agg_mode):
 @pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
 def test_metrics_equal_vanilla_metrics(expect, baseline_dir, loss_agg_mode):
     """The vanilla run records its metrics; the patched run must log exactly the same ones."""
-    batch, outputs = actor_inputs(seed=4)
+    batch, outputs = actor_inputs(BATCH_SIZE, seed=4)
     loss_fn = policy_loss(algorithm_config("grpo", loss_agg_mode))
     _, metrics = engine_gradient(loss_fn, batch, outputs, Split(3))
     assert metrics and all("final_loss" in m for m in metrics)

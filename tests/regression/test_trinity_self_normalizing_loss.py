@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import Split, engine_gradient, grad_ratio, make_rollout_batch, record_ratio, use_cpu_unpadding
-from self_normalizing_loss import algorithm_config, registered
+
+from engine_harness.self_normalizing_loss import algorithm_config, registered
+from engine_harness.sim import Split, actor_inputs, engine_gradient, grad_ratio, record_ratio, use_cpu_unpadding
 
 BATCH_SIZE = 48
 SPLITS = [Split(2), Split(4), Split(3, dynamic=True)]
@@ -49,22 +50,10 @@ def policy_loss(terms: bool):
     return TrinityPolicyLoss(algorithm_config(terms))
 
 
-def actor_inputs():
-    batch = make_rollout_batch(
-        BATCH_SIZE, seed=5, extra_fields=("old_log_probs", "ref_log_prob", "advantages"), holes_in_mask=True
-    )
-    noise = torch.randn(batch["old_log_probs"].shape, generator=torch.Generator().manual_seed(11))
-    batch["old_log_probs"] = -batch["old_log_probs"].abs()
-    batch["ref_log_prob"] = -batch["ref_log_prob"].abs()
-    log_probs = batch["old_log_probs"] + 0.1 * noise
-    entropy = torch.rand(log_probs.shape, generator=torch.Generator().manual_seed(12))
-    return batch, {"log_probs": log_probs, "entropy": entropy}
-
-
 @pytest.mark.parametrize("terms", TERMS, ids=str)
 @pytest.mark.parametrize(("dp_size", "split"), [(1, split) for split in SPLITS] + [(2, Split(2))], ids=str)
 def test_self_normalizing_policy_loss_is_not_weighted_again(expect, baseline_dir, loss_class, terms, dp_size, split):
-    batch, outputs = actor_inputs()
+    batch, outputs = actor_inputs(BATCH_SIZE, seed=5)
     loss_fn = policy_loss(TERMS[terms])
 
     reference, _ = engine_gradient(loss_fn, batch, outputs, Split(1))

@@ -5,8 +5,8 @@ mode), as the proof behind the audit table:
 
 - `ppo_loss` with every registered policy loss that aggregates through ``agg_loss(..., **config.global_batch_info)``
   (all but the three below), its entropy and KL terms on: through verl's no-padding conversion and micro-batch
-  splitter (`engine_sim`), for every ``loss_agg_mode``, fixed and token-budget splits and dp 2, the gradient equals
-  one micro-batch's (rtol 1e-5).
+  splitter (`engine_harness.sim`), for every ``loss_agg_mode``, fixed and token-budget splits and dp 2, the gradient
+  equals one micro-batch's (rtol 1e-5).
 - ``geo_mean`` (GMPO) averages its per-sequence losses with ``torch.mean`` over the micro-batch in verl 0.7.1, 0.8.0
   and 0.9.1: the gradient grows with the number of micro-batches per rank (ratio K on the vanilla trees), the
   critic's defect. Patch verl 0003 (verl-0.7 0002 on 0.7.1) makes it a share of the global mini-batch: on the
@@ -24,7 +24,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_sim import (
+
+from engine_harness import LOSS_AGG_MODES
+from engine_harness.sim import (
     RESPONSE_LEN,
     Split,
     actor_config,
@@ -35,7 +37,6 @@ from engine_sim import (
     use_cpu_unpadding,
 )
 
-LOSS_AGG_MODES = ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
 # docs/loss-audit.md audits these releases; the policy losses each registers (verl 0.9.1 adds dro)
 AUDITED_RELEASES = {"0.7.1": frozenset(), "0.8.0": frozenset(), "0.9.1": frozenset({"dro"})}
 BATCH_SIZE = 96

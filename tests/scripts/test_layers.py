@@ -3,12 +3,16 @@
 The tooling (``patchset``) and the overlays stand apart; within each, a part may import only the parts below it.
 An import inside a function counts as much as one at the top: it is an arrow all the same. Imports of other
 packages (stdlib, torch, verl) are not this test's concern.
+
+Beside them, the code that runs from the checkout: the scripts (``scripts/``) and the engine harness
+(``engine_harness``) import no test code, and the harness no script, whether as a package or as a flat module from a
+folder put on ``sys.path``, and none of them, nor ``tests/overlay``, names a test folder to put on ``sys.path``.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -192,3 +196,73 @@ def test_a_module_importing_its_packages_init_that_imports_it_back_is_a_cycle(tm
     (core / "runtime.py").write_text("from core import go\nfrom core import startup\n")
     (core / "startup.py").write_text("import os\n")
     assert import_cycles(tmp_path, ("core",)) == [["core", "core.runtime", "core"]]
+
+
+# code that runs from the checkout -> the folders whose code it must not import
+NO_TEST_CODE: Mapping[str, tuple[str, ...]] = {
+    "scripts": ("tests",),
+    "engine_harness": ("tests", "scripts"),
+}
+
+
+def flat_names(root: Path, folder: str) -> set[str]:
+    """The top-level names the code of ``folder`` is imported by: the folder itself as a package, and each module
+    and package in it as a flat name (a folder of it put on ``sys.path``)."""
+    paths = list((root / folder).rglob("*.py"))
+    return (
+        {folder}
+        | {path.stem for path in paths if path.stem != "__init__"}
+        | {path.parent.name for path in paths if path.name == "__init__.py"}
+    )
+
+
+def imports_of_code_in(root: Path, importer: str, forbidden: Sequence[str]) -> list[str]:
+    """``module -> imported`` for each import in ``importer`` of code of the ``forbidden`` folders."""
+    names = set().union(*(flat_names(root, folder) for folder in forbidden))
+    return sorted(
+        {
+            f"{module_name(root, path)} -> {imported}"
+            for path in sorted((root / importer).rglob("*.py"))
+            for imported in imported_modules(path, module_name(root, path))
+            if imported.split(".")[0] in names
+        }
+    )
+
+
+@pytest.mark.parametrize("importer", sorted(NO_TEST_CODE))
+def test_scripts_and_the_engine_harness_import_no_test_code(importer):
+    assert imports_of_code_in(REPO_ROOT, importer, NO_TEST_CODE[importer]) == []
+
+
+def _test_folders() -> list[str]:
+    return sorted(path.name for path in (REPO_ROOT / "tests").iterdir() if (path / "conftest.py").exists())
+
+
+# folder -> the test folders its code must not name (tests/overlay: the regression suite's, its former sys.path entry)
+PATH_REACHES = {"scripts": None, "engine_harness": None, "tests/overlay": ("regression",)}
+
+
+@pytest.mark.parametrize("folder", sorted(PATH_REACHES))
+def test_no_code_puts_a_test_folder_on_the_path(folder):
+    """``REPO_ROOT / "tests" / "regression"`` on ``sys.path`` is an import of test code all the same."""
+    folders = PATH_REACHES[folder] or ("tests", *_test_folders())
+    named = [
+        f"{path.relative_to(REPO_ROOT)}: {text!r}"
+        for path in sorted((REPO_ROOT / folder).rglob("*.py"))
+        for text in _code_strings(path)
+        if text in folders or "/".join(Path(text).parts[:2]) in {f"tests/{name}" for name in folders}
+    ]
+    assert named == []
+
+
+def test_a_flat_import_of_a_test_module_counts(tmp_path):
+    (tmp_path / "tests" / "regression").mkdir(parents=True)
+    (tmp_path / "tests" / "regression" / "engine_sim.py").write_text("")
+    (tmp_path / "scripts" / "proof").mkdir(parents=True)
+    (tmp_path / "scripts" / "proof" / "__init__.py").write_text("")
+    (tmp_path / "scripts" / "proof" / "rank.py").write_text("def f():\n    from engine_sim import Split\n")
+    (tmp_path / "scripts" / "bench.py").write_text("import tests.regression.engine_sim\n")
+    assert imports_of_code_in(tmp_path, "scripts", ("tests",)) == [
+        "scripts.bench -> tests.regression.engine_sim",
+        "scripts.proof.rank -> engine_sim",
+    ]

@@ -27,34 +27,48 @@ POLICY_LOSSES = [
 ]
 
 
+# the losses that weight their own micro-batches by the share of expert data (MIX, MIX_CHORD)
+MIX_LOSSES = ("mix", "mix_chord")
+
+
+def policy_loss_fn_args(name: str, loss_agg_mode: str, batch_size: int, dp_size: int, num_expert: int) -> dict:
+    """The default args of the registered policy loss ``name``, with ``loss_agg_mode`` where it takes one (Trinity's
+    config validator copies the algorithm's mode; a config built in code may not), and for MIX the settings that make
+    its own per-micro-batch weights describe the real batch: ``batch_size`` rows over all ``dp_size`` ranks, the last
+    ``num_expert`` of them expert data."""
+    from trinity.algorithm import POLICY_LOSS_FN
+
+    args = POLICY_LOSS_FN.get(name).default_args()
+    if "loss_agg_mode" in args:
+        args["loss_agg_mode"] = loss_agg_mode
+    if name in MIX_LOSSES:
+        usual = {"train_batch_size_usual": batch_size - num_expert, "train_batch_size_expert": num_expert}
+        args.update(use_dynamic_bsz=True, ppo_mini_batch_size=batch_size, ngpus_trainer=dp_size, **usual)
+    return args
+
+
 def algorithm_config(algorithm_type: str, loss_agg_mode: str, kl: bool = True, entropy: bool = True):
     """An AlgorithmConfig as Trinity's config validator completes it for ``algorithm_type``."""
     from trinity.algorithm import ALGORITHM_TYPE, ENTROPY_LOSS_FN, KL_FN, POLICY_LOSS_FN
     from trinity.common.config import AlgorithmConfig
 
     defaults = ALGORITHM_TYPE.get(algorithm_type).default_config()
-    policy_loss_fn = defaults["policy_loss_fn"]
-    policy_loss_fn_args = POLICY_LOSS_FN.get(policy_loss_fn).default_args()
-    if "loss_agg_mode" in policy_loss_fn_args:
-        policy_loss_fn_args["loss_agg_mode"] = loss_agg_mode
-    kl_loss_fn = defaults.get("kl_loss_fn", "k2") if kl else "none"
-    kl_loss_fn_args = KL_FN.get(kl_loss_fn).default_args()
-    if kl:
-        kl_loss_fn_args["kl_coef"] = 0.05
-    entropy_loss_fn = "default" if entropy else "none"
-    entropy_loss_fn_args = ENTROPY_LOSS_FN.get(entropy_loss_fn).default_args()
-    if entropy:
-        entropy_loss_fn_args["entropy_coef"] = 0.01
-    return AlgorithmConfig(
-        algorithm_type=algorithm_type,
-        policy_loss_fn=policy_loss_fn,
-        policy_loss_fn_args=policy_loss_fn_args,
-        kl_loss_fn=kl_loss_fn,
-        kl_loss_fn_args=kl_loss_fn_args,
-        entropy_loss_fn=entropy_loss_fn,
-        entropy_loss_fn_args=entropy_loss_fn_args,
-        loss_agg_mode=loss_agg_mode,
-    )
+    # each term: its registry, the function the validator picks, and what these tests set over its default args
+    terms = {
+        "policy_loss_fn": (POLICY_LOSS_FN, defaults["policy_loss_fn"], {}),
+        "kl_loss_fn": (KL_FN, defaults.get("kl_loss_fn", "k2") if kl else "none", {"kl_coef": 0.05} if kl else {}),
+        "entropy_loss_fn": (
+            ENTROPY_LOSS_FN,
+            "default" if entropy else "none",
+            {"entropy_coef": 0.01} if entropy else {},
+        ),
+    }
+    fields = {"algorithm_type": algorithm_type, "loss_agg_mode": loss_agg_mode}
+    for field, (registry, name, overrides) in terms.items():
+        fields[field], fields[f"{field}_args"] = name, {**registry.get(name).default_args(), **overrides}
+    if "loss_agg_mode" in fields["policy_loss_fn_args"]:
+        fields["policy_loss_fn_args"]["loss_agg_mode"] = loss_agg_mode
+    return AlgorithmConfig(**fields)
 
 
 # DPO configs as a user writes them, checked as Trinity checks them (test_trinity_dpo_config.py, the overlay parity)

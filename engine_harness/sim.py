@@ -133,6 +133,28 @@ def make_rollout_batch(
     return TensorDict(fields, batch_size=[batch_size])
 
 
+def actor_inputs(
+    batch_size: int, seed: int, noise_seed: int = 11, num_expert: int | None = None
+) -> tuple[TensorDict, dict[str, torch.Tensor]]:
+    """A rollout batch with holes in its masks and what a Trinity policy loss reads (old and reference log-probs, both
+    negative, and advantages), and the actor's outputs for it: log-probs near the old ones (noise seeded with
+    ``noise_seed``) and an entropy (seeded with ``noise_seed + 1``). With ``num_expert`` also the fields every
+    registered loss selects: MIX's expert mask (the last ``num_expert`` rows) and the step; rows 2i, 2i+1 form DPO
+    pair i."""
+    batch = make_rollout_batch(
+        batch_size, seed=seed, extra_fields=("old_log_probs", "ref_log_prob", "advantages"), holes_in_mask=True
+    )
+    noise = torch.randn(batch["old_log_probs"].shape, generator=torch.Generator().manual_seed(noise_seed))
+    batch["old_log_probs"] = -batch["old_log_probs"].abs()
+    batch["ref_log_prob"] = -batch["ref_log_prob"].abs()
+    if num_expert is not None:
+        batch["expert_mask"] = torch.arange(batch_size) >= batch_size - num_expert
+        batch["step"] = torch.full((batch_size,), 3)
+    log_probs = batch["old_log_probs"] + 0.1 * noise
+    entropy = torch.rand(log_probs.shape, generator=torch.Generator().manual_seed(noise_seed + 1))
+    return batch, {"log_probs": log_probs, "entropy": entropy}
+
+
 def pack_model_output(micro_batch: TensorDict, padded: torch.Tensor) -> torch.Tensor:
     """Lay out per-response-token outputs as the model returns them: one entry per valid token.
 

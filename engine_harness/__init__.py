@@ -1,0 +1,19 @@
+"""Drives verl's real engine and losses: for the regression tests (tests/), scripts/gpu_proof.py and scripts/bench.py.
+
+It runs from the checkout (the repository root on ``sys.path``) and is not in the project's wheel: setup.cfg names
+the shipped packages, and tests/overlay/test_installed_files.py checks what lands in site-packages. It imports nothing
+from tests/ or scripts/ (tests/scripts/test_layers.py).
+
+- `sim`: a loss fed the way verl 0.8's engine feeds it, without a model;
+- `trinity_configs`: Trinity's algorithm configs as its validator completes them;
+- `adapt`: what a CPU-only or flash_attn-less machine needs, none of it on the loss path;
+- `model`, `data`, `losses`, `engine`: a random Qwen2, the mini-batch and each rank's step data, the loss of each
+  case, and verl's FSDP2 engine built and stepped (`build_engine`, `train_step`).
+
+Nothing here imports torch or verl at import time except `sim`: the scripts' main processes read the constants.
+"""
+
+from __future__ import annotations
+
+# verl's four ways to aggregate a loss over tokens and sequences (``loss_agg_mode``)
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")

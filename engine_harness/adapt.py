@@ -1,0 +1,62 @@
+"""What verl's engine needs to run on a CPU-only or flash_attn-less machine: none of it is on the loss path."""
+
+from __future__ import annotations
+
+
+def unpad_helpers() -> str:
+    """verl's flash_attn unpad helpers when flash_attn is installed; else its pure-torch ones. Says which."""
+    try:
+        import flash_attn  # noqa: F401
+
+        return "flash_attn"
+    except ImportError:
+        from engine_harness.sim import use_cpu_unpadding
+
+        use_cpu_unpadding()
+        return "verl's pure-torch helpers (no flash_attn)"
+
+
+def freeze_collector() -> None:
+    """The engine's ``to()`` runs ``gc.collect()`` on entering and leaving train mode, once per step each; with
+    torch, transformers and verl loaded every full collection walks millions of long-lived objects (half of each
+    CPU step, measured). `gc.freeze` moves the objects alive after the imports and the engine builds out of the
+    collector's view; later garbage is still collected, and nothing numeric changes."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+def fp32_forward_on_verl_0_7() -> None:
+    """verl 0.7.x's FSDP ``forward_step`` autocasts to bf16 whatever the engine's dtype (0.8.0 follows the parameter
+    dtype, fp32 here), so every micro-batch composition rounds differently; in this rank process autocast is a no-op
+    there, and the forward runs in fp32, as on 0.8.0."""
+    import contextlib
+
+    import torch
+    import verl
+
+    if verl.__version__.startswith("0.7."):
+        torch.autocast = lambda *args, **kwargs: contextlib.nullcontext()  # type: ignore[assignment,misc]
+
+
+def wrap_policy() -> dict:
+    """verl 0.7.x's ``apply_fsdp2`` indexes the model's ``_no_split_modules``, which transformers 5 makes a set: name
+    the layers it wraps by default (0.8.0 reads the set itself)."""
+    import verl
+
+    if not verl.__version__.startswith("0.7."):
+        return {}
+    return {"wrap_policy": {"transformer_layer_cls_to_wrap": ["Qwen2DecoderLayer"]}}
+
+
+def value_model_overrides(value_head: bool) -> dict:
+    """verl 0.7.x's FSDP engine builds the critic from the checkpoint's own architecture (a value model is saved as a
+    token classifier with one label); 0.8.0's builds a value head itself. The checkpoint is a causal LM: on 0.7.x its
+    critic is configured as what a critic checkpoint would declare, with the dropout 0.8.0 sets for its value head
+    (none: the classifier's default dropout would make every step's forward differ)."""
+    import verl
+
+    if not value_head or not verl.__version__.startswith("0.7."):
+        return {}
+    return {"architectures": ["Qwen2ForTokenClassification"], "num_labels": 1, "classifier_dropout": 0.0}

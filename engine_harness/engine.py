@@ -1,0 +1,134 @@
+"""verl's FSDP2 engine, built the way its workers build it, and one complete `train_batch` step.
+
+A step is what `BaseEngine.train_batch` does: zero_grad, the engine's micro-batch loop with ``loss.backward()`` per
+micro-batch, the FSDP gradient reduction, and `optimizer_step`, which returns the pre-clip ``grad_norm``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine_harness.losses import engine_modules
+from engine_harness.model import MODEL_SEED
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """verl's `FSDPOptimizerConfig` (AdamW) fields the harness sets; ``weight_decay=None`` leaves verl's default.
+
+    The default learning rate is 0: the weights never move, and every step sees the same model.
+    """
+
+    lr: float = 0.0
+    clip_grad: float = 1.0
+    weight_decay: float | None = 0.0
+    total_training_steps: int = 10
+
+    def config_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {"lr": self.lr, "clip_grad": self.clip_grad}
+        if self.weight_decay is not None:
+            fields["weight_decay"] = self.weight_decay
+        return {**fields, "total_training_steps": self.total_training_steps}
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One `train_batch`: the pre-clip grad_norm, each micro-batch's loss, and the step's time (`step_clock`)."""
+
+    grad_norm: float
+    losses: tuple[float, ...]
+    seconds: float
+
+    @property
+    def micro_batches(self) -> int:
+        """How many micro-batches the engine made."""
+        return len(self.losses)
+
+    @property
+    def loss(self) -> float:
+        """The mini-batch's loss: the sum of the micro-batch losses, each already scaled to its share."""
+        return sum(self.losses)
+
+
+def build_engine(
+    loss: str,
+    model_path: Path,
+    attention: str = "sdpa",
+    compute_dtype: str = "fp32",
+    optimizer: OptimizerSettings | None = None,
+) -> Any:
+    """The engine verl trains ``loss`` with (`FSDPEngineWithValueHead` for the critic, `FSDPEngineWithLMHead` for
+    the actor losses), initialized on every rank of the process group (``optimizer`` None: `OptimizerSettings()`).
+    fp32 master weights and gradient reduction; ``compute_dtype`` "bf16" is verl's default mixed precision."""
+    import torch
+    from verl.trainer.config import CheckpointConfig
+    from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
+    from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead, FSDPEngineWithValueHead
+
+    from engine_harness.adapt import value_model_overrides, wrap_policy
+    from engine_harness.sim import every_rank_loads_weights
+
+    value_head = loss == "critic"
+    model_config = HFModelConfig(
+        path=str(model_path),
+        load_tokenizer=False,
+        use_remove_padding=True,
+        override_config={"attn_implementation": attention, **value_model_overrides(value_head)},
+    )
+    engine_config = FSDPEngineConfig(
+        strategy="fsdp2",
+        model_dtype="fp32",
+        mixed_precision={"param_dtype": compute_dtype, "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+        use_torch_compile=False,
+        forward_only=False,
+        **wrap_policy(),
+    )
+    model_config.model_type = "value_model" if value_head else "language_model"
+    engine_class = FSDPEngineWithValueHead if value_head else FSDPEngineWithLMHead
+    engine = engine_class(
+        model_config=model_config,
+        engine_config=engine_config,
+        optimizer_config=FSDPOptimizerConfig(**(optimizer or OptimizerSettings()).config_fields()),
+        checkpoint_config=CheckpointConfig(),
+    )
+    # the critic's value head (`score`) is not in the checkpoint: seed its initialization, so that every tree and
+    # world size trains the same model (FSDP2 broadcasts rank 0's weights to the other ranks)
+    torch.manual_seed(MODEL_SEED)
+    with every_rank_loads_weights() if loss == "trinity" else contextlib.nullcontext():
+        engine.initialize()
+    torch.distributed.barrier()
+    return engine
+
+
+def step_clock(device: str) -> str:
+    """What a step's time is: wall-clock time on a GPU (the device is the process's own); on CPU the CPU time of this
+    process, so that time the OS gives to other processes of a shared machine is not counted."""
+    return "wall" if device == "cuda" else "process CPU"
+
+
+def train_step(engine: Any, data: Any, loss_function: Any, on_gpu: bool = False) -> StepResult:
+    """One `train_batch` in train mode, timed by `step_clock`."""
+    import torch
+
+    clock = time.perf_counter if on_gpu else time.process_time
+    with engine.train_mode():
+        if on_gpu:
+            torch.cuda.synchronize()
+        started = clock()
+        output = engine.train_batch(data, loss_function=loss_function)
+        grad_norm = float(output["metrics"]["grad_norm"])
+        if on_gpu:
+            torch.cuda.synchronize()
+        seconds = clock() - started
+    return StepResult(grad_norm, tuple(float(loss) for loss in output["loss"]), seconds)
+
+
+def module_files(losses: Sequence[str]) -> dict[str, str]:
+    """Where the engine and loss modules this process used come from (checked against the trees claimed)."""
+    return {name: str(Path(importlib.import_module(name).__file__ or "").resolve()) for name in engine_modules(losses)}

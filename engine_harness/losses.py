@@ -1,0 +1,68 @@
+"""The loss each case trains with, built from the tree under test's own classes and configs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import Any
+
+# verl's critic, its GRPO actor (vanilla policy loss), GMPO, its on-policy distillation (k3, first call), Trinity's
+LOSSES = ("critic", "ppo", "geo_mean", "distillation", "trinity")
+
+
+def loss_function(loss: str, mode: str, strategy: str = "fsdp2") -> Any:
+    """The callable verl's engine calls per micro-batch for ``loss`` (one of `LOSSES`) with ``loss_agg_mode`` ``mode``.
+
+    Build a fresh one for each distillation step: verl keeps the global batch info on its configs between calls, and
+    the case is a fresh worker's first call.
+    """
+    from engine_harness.sim import actor_config
+
+    if loss == "critic":
+        from verl.workers.config import CriticConfig
+        from verl.workers.utils.losses import value_loss
+
+        from engine_harness.sim import critic_model_fields
+
+        config = CriticConfig(
+            strategy=strategy,
+            ppo_micro_batch_size_per_gpu=1,
+            cliprange_value=0.2,
+            loss_agg_mode=mode,
+            **critic_model_fields(),
+        )
+        return partial(value_loss, config)
+    if loss in ("ppo", "geo_mean"):
+        from verl.workers.config import PolicyLossConfig
+        from verl.workers.utils.losses import ppo_loss
+
+        policy_loss = PolicyLossConfig(loss_mode="vanilla" if loss == "ppo" else "geo_mean")
+        config = actor_config(mode, strategy=strategy, policy_loss=policy_loss, use_kl_loss=True, entropy_coeff=0.01)
+        return partial(ppo_loss, config)
+    if loss == "distillation":
+        from verl.trainer.distillation.losses import distillation_ppo_loss
+        from verl.workers.config import DistillationConfig, DistillationLossConfig
+
+        loss_config = DistillationLossConfig(loss_mode="k3", use_policy_gradient=False, use_task_rewards=False)
+        distillation = DistillationConfig(distillation_loss=loss_config)
+        return partial(
+            distillation_ppo_loss, config=actor_config(mode, strategy=strategy), distillation_config=distillation
+        )
+    if loss != "trinity":
+        raise ValueError(f"no loss {loss!r}: one of {', '.join(LOSSES)}")
+    from trinity.trainer.verl.losses import TrinityPolicyLoss
+
+    from engine_harness.trinity_configs import algorithm_config
+
+    return TrinityPolicyLoss(algorithm_config("grpo", mode))
+
+
+def engine_modules(losses: Sequence[str]) -> list[str]:
+    """The engine and loss modules a rank training ``losses`` imports from the trees under test."""
+    names = ["verl", "verl.workers.engine.fsdp.transformer_impl", "verl.workers.utils.losses"]
+    names += ["verl.trainer.ppo.core_algos"]
+    if "distillation" in losses:
+        names += ["verl.trainer.distillation.losses"]
+    if "trinity" in losses:
+        names += ["trinity", "trinity.trainer.verl.losses", "trinity.trainer.verl.monkey_patch"]
+    return names
