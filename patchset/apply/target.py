@@ -1,4 +1,4 @@
-"""The tree to patch (``Target``): what it is, which series it takes, and how a tree named on the command line or
+"""The tree to patch (``TreeToPatch``): what it is, which series it takes, and how a tree named on the command line or
 one the tool made from a pin is found to be one.
 
 Only git work trees whose files are tracked are accepted (a subdirectory of one works too): git is what makes
@@ -22,7 +22,7 @@ from patchset.upstreams.pins import Pin, Pins, release_key
 
 
 @dataclass(frozen=True)
-class Target:
+class TreeToPatch:
     """A tree to patch: where it is, how to name it, what it is and which series it takes."""
 
     root: Path
@@ -61,7 +61,7 @@ def _series(patches_dir: Path, name: str) -> Series:
 
 def target_for_path(
     shown: str, pins: Pins, patches_dir: Path, *, force_version: bool, console: Console, check: bool = False
-) -> Target:
+) -> TreeToPatch:
     """The target for a tree named on the command line; raise ``BadInput`` for anything unsupported. A release no pin
     names takes the series of the default pin of its kind (else the last) with ``force_version``, or to be reported
     on with ``check``: a dry run changes nothing, so a new release gets its report, patch by patch."""
@@ -108,7 +108,7 @@ def target_for_path(
         series = fallback.series
     else:
         series = pin.series
-    return Target(
+    return TreeToPatch(
         root=root.resolve(),
         shown=shown,
         key=found.key,
@@ -119,13 +119,13 @@ def target_for_path(
     )
 
 
-def target_for_pin(pin: Pin, root: Path, patches_dir: Path) -> Target:
+def target_for_pin(pin: Pin, root: Path, patches_dir: Path) -> TreeToPatch:
     """The target for a tree the tool made itself from ``pin`` (a cached checkout or its patched clone)."""
     shown = display_path(root)
     tree = gitops.find_worktree(root)
     if tree is None:
         raise BadInput(f"{shown} is not a git checkout; delete it and run again to rebuild it")
-    return Target(
+    return TreeToPatch(
         root=root.resolve(),
         shown=shown,
         key=pin.key,
@@ -138,7 +138,7 @@ def target_for_pin(pin: Pin, root: Path, patches_dir: Path) -> Target:
 
 def cached_targets(
     pins: Pins, patches_dir: Path, cache: Cache, console: Console, *, reverse: bool, check: bool, held: ExitStack
-) -> list[Target]:
+) -> list[TreeToPatch]:
     """The targets of a run given no PATH: the default pins, fetched into ``cache`` (their vanilla checkouts for
     ``check``, else fresh patched clones of them, held in ``held`` until the caller closes it: first all of them, so
     that a run refused because another holds one has done nothing)."""

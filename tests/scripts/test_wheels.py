@@ -43,7 +43,7 @@ from patchset_fakes import (
     write_upstreams,
 )
 
-from patchset.apply.plan import Action, Behaviour, Step
+from patchset.apply.plan import Action, Behaviour, Step, Verdict
 from patchset.cli.wheels import main as wheels_main
 from patchset.plumbing import signals
 from patchset.plumbing.ui import Console
@@ -495,7 +495,7 @@ def test_real_wheels_install_into_a_fresh_venv_and_report_the_labelled_version(r
 def test_manifest_records_a_patch_fixed_upstream_by_its_tests():
     pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").find("verl", "0.9.1")
     patch = load_series(REPO_ROOT / "patches", "verl").patches[2]
-    shown = Behaviour("fixed", "geo_mean", passed=19, why="19 passed, 0 failed")
+    shown = Behaviour(Verdict.FIXED, "geo_mean", passed=19, why="19 passed, 0 failed")
     steps = [Step(patch, 3, Action.SKIP, behaviour=shown)]
 
     (entry,) = wheels.make_manifest(pin, wheels.Label(7, dirty=False, commit=None), steps)["patches"]
