@@ -3,7 +3,7 @@
 A patch that neither applies nor is recognised in upstream by content (``Applied-Upstream`` / ``Upstream-Check``)
 is a conflict, unless upstream fixed the bug in a form our text does not know. The patch's teeth decide it (the
 regression tests that show its bug, named in ``patches/<series>/teeth``): they run on the tree as shipped,
-unpatched, expecting the fix (``run_regression_tests(..., expect="fixed")``). Then:
+unpatched, expecting the fix (``run_regression_tests`` with ``SuiteRun(expect="fixed")``). Then:
 
 - they ran, at least one passed and none failed: upstream fixed the bug, so the step becomes a SKIP (``fixed
   upstream (its tests pass on verl 0.9.2 as shipped)``); nothing of the patch goes into the tree;
@@ -32,8 +32,7 @@ from patchset.apply.target import TreeToPatch
 from patchset.plumbing import tempdirs
 from patchset.plumbing.ui import Console
 from patchset.series.teeth import TEETH_FILE
-from patchset.upstreams.fetch import Cache
-from patchset.upstreams.pins import Pins
+from patchset.upstreams.workspace import Workspace
 
 SUITE = "tests/regression"
 
@@ -94,11 +93,11 @@ def verdict(target: TreeToPatch, selection: str, counts: Counts) -> Behaviour:
 
 
 class TeethRunner:
-    """Runs a patch's teeth on a tree as shipped, in the test environment, with the run's pins, cache and console
+    """Runs a patch's teeth on a tree as shipped, in the test environment, with the run's workspace and console
     (a Trinity tree is tested beside the verl trees ``run_regression_tests`` puts beside it)."""
 
-    def __init__(self, pins: Pins, cache: Cache, console: Console) -> None:
-        self.pins, self.cache, self.console = pins, cache, console
+    def __init__(self, workspace: Workspace, console: Console) -> None:
+        self.workspace, self.console = workspace, console
 
     def __call__(self, target: TreeToPatch, selection: str) -> Behaviour:
         from patchset.testenv import regression  # imported late: only a conflict needs it
@@ -109,16 +108,13 @@ class TeethRunner:
         )
         with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("teeth")) as tmp:
             try:
-                code = regression.run_regression_tests(
-                    {target.key: target.root},
+                run = regression.SuiteRun(
                     expect="fixed",
                     pytest_args=["-k", selection, "--tb=no", "-p", "no:warnings"],
-                    pins=self.pins,
-                    cache=self.cache,
-                    console=self.console,
                     junit_dir=Path(tmp),
                     parallel=False,
                 )
+                code = regression.run_regression_tests({target.key: target.root}, run, self.workspace, self.console)
             except VenvError as error:
                 first = str(error).splitlines()[0]
                 return _untested(target, selection, f"the test environment could not be built ({first})")

@@ -170,7 +170,7 @@ def test_without_a_test_environment_the_conflict_stands_and_says_why(monkeypatch
 
     monkeypatch.setattr(regression, "run_regression_tests", no_venv)
     target = SimpleNamespace(label="verl 0.9.2", key="verl", root=tmp_path, shown="~/src/verl")
-    runner = behaviour.TeethRunner(None, None, Console(quiet=True))  # type: ignore[arg-type]
+    runner = behaviour.TeethRunner(None, Console(quiet=True))  # type: ignore[arg-type]
 
     shown = runner(target, "geo_mean")  # type: ignore[arg-type]
 

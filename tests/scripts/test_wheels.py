@@ -48,15 +48,16 @@ from patchset.cli.wheels import main as wheels_main
 from patchset.plumbing import signals
 from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
-from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins
+from patchset.upstreams.workspace import resolve_workspace
 from patchset.wheels import build as wheels
 from tests.harness import wheel_checks
 from tests.harness.linked_venv import linked_venv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PINS = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
-CACHE = resolve_cache(None, os.environ, REPO_ROOT)  # read at import: conftest clears PATCHSET_CACHE per test
+# read at import: conftest clears PATCHSET_CACHE per test
+WORKSPACE = resolve_workspace(None, None, os.environ, REPO_ROOT)
+PINS, CACHE = WORKSPACE.pins, WORKSPACE.cache
 
 VERL_PYPROJECT = """\
 [build-system]
@@ -467,9 +468,8 @@ def real_wheels(tmp_path_factory: pytest.TempPathFactory) -> list[wheels.Built]:
             pytest.skip(f"no cached checkout of {pin.label} at {CACHE.upstreams} (scripts/test.sh fetches it)")
     dist = tmp_path_factory.mktemp("dist")
     with signals.handled() as guard:
-        return wheels.build_wheels(
-            dist, Console(quiet=True), guard, python=Path(sys.executable), cache_option=str(CACHE.root)
-        )
+        build = wheels.WheelBuild(dist, python=Path(sys.executable))
+        return wheels.build_wheels(build, WORKSPACE, Console(quiet=True), guard)
 
 
 def test_real_wheels_install_into_a_fresh_venv_and_report_the_labelled_version(real_wheels, tmp_path: Path):
