@@ -32,7 +32,8 @@ from patchset.upstreams.workspace import Workspace
 class ApplyOptions:
     """``apply``'s options of the same names. ``check``: report and refuse only, change nothing; ``no_test`` also
     leaves a patch that does not apply undecided (its teeth, which could show upstream fixed the bug its own way, are
-    not run). Options that cannot go together are refused here, before anything is read."""
+    not run). The fields are named as the command line's options are (``--3way``: ``three_way``); options that cannot
+    go together are refused here, before anything is read."""
 
     check: bool = False
     reverse: bool = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 import textwrap
@@ -98,14 +99,7 @@ examples:
 
 def cmd_apply(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
     """``apply``: see ``APPLY_DESCRIPTION``; the run itself is ``patchset.apply.job``."""
-    options = ApplyOptions(
-        check=args.check,
-        reverse=args.reverse,
-        three_way=args.three_way,
-        allow_dirty=args.allow_dirty,
-        no_test=args.no_test,
-        force_version=args.force_version,
-    )
+    options = ApplyOptions(**{field.name: getattr(args, field.name) for field in dataclasses.fields(ApplyOptions)})
     workspace = workspace_from(args)
     return run_apply(args.paths, workspace, options, console=console, guard=guard, command_line=args.command_line)
 

@@ -168,6 +168,19 @@ def cmd_lint(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _subcommand(
+    commands: argparse._SubParsersAction, name: str, help: str, description: str
+) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name``: its ``help`` line, its ``description`` (dedented) and the exit codes."""
+    return commands.add_parser(
+        name,
+        help=help,
+        description=textwrap.dedent(description),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The top-level parser and each subcommand's own parser (parsed on its own so that options may come
     between the positional arguments: ``export verl --dry-run CHECKOUT``)."""
@@ -180,18 +193,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    checkout = commands.add_parser(
+    checkout = _subcommand(
+        commands,
         "checkout",
-        help="make a git checkout holding the series as commits, to edit patches in",
-        description=textwrap.dedent(
-            f"""\
+        "make a git checkout holding the series as commits, to edit patches in",
+        f"""\
             Clone the pinned vanilla checkout of UPSTREAM (fetched into the cache if needed) into DEST and commit
             each patch of its series with git am, in order, on branch {BRANCH} off the release tag. Author, date
             and message come from the patch; the committer is the author and the commit date the author date, so
-            the same series always gives the same commits. DEST defaults to <cache>/maintain/<name>-<version>."""
-        ),
-        epilog=EXIT_CODES,
-        formatter_class=formatter,
+            the same series always gives the same commits. DEST defaults to <cache>/maintain/<name>-<version>.""",
     )
     checkout.add_argument("upstream", metavar="UPSTREAM", help=UPSTREAM_HELP)
     checkout.add_argument("dest", nargs="?", metavar="DEST", help="where to make the checkout")
@@ -199,19 +209,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     add_common_options(checkout)
     checkout.set_defaults(handler=cmd_checkout)
 
-    export = commands.add_parser(
+    export = _subcommand(
+        commands,
         "export",
-        help="write the series from a maintainer checkout (--dry-run: fail if that would change anything)",
-        description=textwrap.dedent(
-            f"""\
+        "write the series from a maintainer checkout (--dry-run: fail if that would change anything)",
+        f"""\
             Export <tag>..{BRANCH} of CHECKOUT with git format-patch (byte-stable: fixed flags, the user's git
             config neutralised) into patches/<series>/ and rewrite its series file (comment lines kept). Existing
             patches keep their names (matched by subject, then position), renumbered to their place; new ones are
             named NNNN-<area>-<slug>.patch from their subject. Only committed changes are exported.
-            CHECKOUT defaults to <cache>/maintain/<name>-<version>."""
-        ),
-        epilog=EXIT_CODES,
-        formatter_class=formatter,
+            CHECKOUT defaults to <cache>/maintain/<name>-<version>.""",
     )
     export.add_argument("upstream", metavar="UPSTREAM", help=UPSTREAM_HELP)
     export.add_argument("checkout", nargs="?", metavar="CHECKOUT", help="the maintainer checkout to export")
@@ -224,18 +231,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     add_common_options(export)
     export.set_defaults(handler=cmd_export)
 
-    lint = commands.add_parser(
+    lint = _subcommand(
+        commands,
         "lint",
-        help="check every series folder; one line per problem",
-        description=textwrap.dedent(
-            """\
+        "check every series folder; one line per problem",
+        """\
             Check every series folder: series and folder agree both ways (no missing, unlisted or duplicate
             patch), names NNNN-<area>-<slug>.patch numbered in series order, every patch parses and has a
             Subject and the DEP-3 fields Origin: or Author:, Bug:, Forwarded:, Last-Update: (and
-            Applied-Upstream: when Forwarded: says it is upstream), and no added line ends in whitespace."""
-        ),
-        epilog=EXIT_CODES,
-        formatter_class=formatter,
+            Applied-Upstream: when Forwarded: says it is upstream), and no added line ends in whitespace.""",
     )
     add_common_options(lint, cache=False)
     lint.set_defaults(handler=cmd_lint)
