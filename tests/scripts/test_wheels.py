@@ -59,15 +59,18 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 WORKSPACE = resolve_workspace(None, None, os.environ, REPO_ROOT)
 PINS, CACHE = WORKSPACE.pins, WORKSPACE.cache
 
-VERL_PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=61.0"]
-build-backend = "setuptools.build_meta"
 
-[project]
-name = "verl"
-dynamic = ["version"]
+def _pyproject(name: str, setuptools: str, tool: str) -> str:
+    """A fake upstream's pyproject.toml: setuptools, a dynamic version, and ``tool``, how that upstream's own build
+    finds its package and version (what decides whether the manifest lands in the wheel)."""
+    head = f'[build-system]\nrequires = ["setuptools>={setuptools}"]\nbuild-backend = "setuptools.build_meta"\n\n'
+    return head + f'[project]\nname = "{name}"\ndynamic = ["version"]\n\n' + tool
 
+
+VERL_PYPROJECT = _pyproject(
+    "verl",
+    "61.0",
+    """\
 [tool.setuptools]
 include-package-data = true
 
@@ -84,23 +87,20 @@ include = ["verl*"]
 verl = [
   "version/*",
 ]
-"""
-TRINITY_PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=65"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "trinity-rft"
-dynamic = ["version"]
-
+""",
+)
+TRINITY_PYPROJECT = _pyproject(
+    "trinity-rft",
+    "65",
+    """\
 [tool.setuptools.packages.find]
 where = ["."]
 include = ["trinity*"]
 
 [tool.setuptools.dynamic]
 version = {attr = "trinity.__version__"}
-"""
+""",
+)
 
 
 @pytest.fixture
