@@ -25,8 +25,8 @@ def skip_reason(plan: Plan, step: Step) -> str:
             f"{behaviour.selection!r})"
         )
     state = step.upstream
-    if state is None or not state.matched:
-        return f"in upstream since {state.since or '' if state is not None else ''}"
+    if state is None or not state.matched:  # by the version alone
+        return f"in upstream since {(state.since if state is not None else None) or ''}"
     has = f"{plan.target.label} has it: {', '.join(str(check) for check in state.matched)}"
     if state.claimed:
         return f"in upstream since {state.since} ({has})"
