@@ -20,7 +20,6 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -178,58 +177,6 @@ def _with_tests_patch(tmp: Path, text: str, group: str = "one") -> Path:
 
 Setup = Callable[[Path], Path]
 
-# A problem in the header of the series' one patch: (what ``_patch`` is given, what the lint says of NAME)
-HEADER_CASES: dict[str, tuple[dict[str, Any], str]] = {
-    "no subject": ({"subject": ""}, "no Subject (the commit's first line); export it with git format-patch"),
-    "no Author or Origin": ({"fields": _drop("Author")}, "header lacks Origin: (backport/vendor + URL) or Author:"),
-    "Bug not a URL": (
-        {"fields": HEADER | {"Bug": "Bug: related to PR #336"}},
-        "Bug: must be the URL of the upstream bug this patch fixes",
-    ),
-    "no Forwarded": (
-        {"fields": _drop("Forwarded")},
-        "header lacks Forwarded: (no or not-needed with the reason, or the PR URL)",
-    ),
-    "Forwarded no without a reason": (
-        {"fields": HEADER | {"Forwarded": "Forwarded: no"}},
-        "Forwarded: no needs the reason after it (e.g. 'no, sent as PR once ...')",
-    ),
-    "Forwarded neither a word nor a URL": (
-        {"fields": HEADER | {"Forwarded": "Forwarded: maybe later"}},
-        "Forwarded: maybe later must be no or not-needed with a reason, or the URL it was sent to",
-    ),
-    "Origin backport without a URL": (
-        {"fields": HEADER | {"O": "Origin: backport"}},
-        "Origin: backport needs the upstream commit or PR URL after it",
-    ),
-    "Origin of an unknown kind": (
-        {"fields": HEADER | {"O": "Origin: https://x.invalid/1"}},
-        "Origin: https://x.invalid/1 must start with upstream, backport, vendor or other",
-    ),
-    "Upstream-Check without Applied-Upstream": (
-        {"fields": HEADER | {"U": "Upstream-Check: x.py: ^b = 3$"}},
-        "Upstream-Check: needs Applied-Upstream: <version>, <URL> (since when upstream has it)",
-    ),
-    "Subject not in verl's PR-title form": (
-        {"subject": "[PATCH] Scale the loss"},
-        "Subject 'Scale the loss' is not in the upstream's PR-title form [module] type: "
-        "description (verl: e.g. [trainer] fix: ...)",
-    ),
-    "no Last-Update": ({"fields": _drop("Last-Update")}, "header lacks Last-Update: (YYYY-MM-DD)"),
-    "Last-Update not a date": (
-        {"fields": HEADER | {"Last-Update": "Last-Update: 2 Dec 2026"}},
-        "Last-Update: 2 Dec 2026 is not a YYYY-MM-DD date",
-    ),
-    "upstream but no Applied-Upstream": (
-        {"fields": HEADER | {"Forwarded": "Forwarded: not-needed (fixed upstream in 0.9.0)"}},
-        "Forwarded: says it is upstream, but the header lacks Applied-Upstream:",
-    ),
-    "Applied-Upstream without a version": (
-        {"fields": HEADER | {"A": "Applied-Upstream: https://x.invalid"}},
-        "Applied-Upstream: must start with the upstream version, e.g. 0.9.0, <URL>",
-    ),
-}
-
 CASES: dict[str, tuple[Setup, str]] = {
     "listed but missing": (
         lambda tmp: _patches_dir(tmp, {NAME: _patch()}, [NAME, "0002-trainer-gone.patch"]),
@@ -253,6 +200,66 @@ CASES: dict[str, tuple[Setup, str]] = {
         lambda tmp: _patches_dir(tmp, {"0002-trainer-scale-loss.patch": _patch()}),
         "patches/verl/0002-trainer-scale-loss.patch: numbered 0002 but is patch 1 of patches/verl/series; "
         f"rename it {NAME}",
+    ),
+    "no subject": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(subject="")}),
+        f"patches/verl/{NAME}: no Subject (the commit's first line); export it with git format-patch",
+    ),
+    "no Author or Origin": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=_drop("Author"))}),
+        f"patches/verl/{NAME}: header lacks Origin: (backport/vendor + URL) or Author:",
+    ),
+    "Bug not a URL": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"Bug": "Bug: related to PR #336"})}),
+        f"patches/verl/{NAME}: Bug: must be the URL of the upstream bug this patch fixes",
+    ),
+    "no Forwarded": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=_drop("Forwarded"))}),
+        f"patches/verl/{NAME}: header lacks Forwarded: (no or not-needed with the reason, or the PR URL)",
+    ),
+    "Forwarded no without a reason": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"Forwarded": "Forwarded: no"})}),
+        f"patches/verl/{NAME}: Forwarded: no needs the reason after it (e.g. 'no, sent as PR once ...')",
+    ),
+    "Forwarded neither a word nor a URL": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"Forwarded": "Forwarded: maybe later"})}),
+        f"patches/verl/{NAME}: Forwarded: maybe later must be no or not-needed with a reason, or the URL it was "
+        "sent to",
+    ),
+    "Origin backport without a URL": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"O": "Origin: backport"})}),
+        f"patches/verl/{NAME}: Origin: backport needs the upstream commit or PR URL after it",
+    ),
+    "Origin of an unknown kind": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"O": "Origin: https://x.invalid/1"})}),
+        f"patches/verl/{NAME}: Origin: https://x.invalid/1 must start with upstream, backport, vendor or other",
+    ),
+    "Upstream-Check without Applied-Upstream": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"U": "Upstream-Check: x.py: ^b = 3$"})}),
+        f"patches/verl/{NAME}: Upstream-Check: needs Applied-Upstream: <version>, <URL> (since when upstream has it)",
+    ),
+    "Subject not in verl's PR-title form": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(subject="[PATCH] Scale the loss")}),
+        f"patches/verl/{NAME}: Subject 'Scale the loss' is not in the upstream's PR-title form [module] type: "
+        "description (verl: e.g. [trainer] fix: ...)",
+    ),
+    "no Last-Update": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=_drop("Last-Update"))}),
+        f"patches/verl/{NAME}: header lacks Last-Update: (YYYY-MM-DD)",
+    ),
+    "Last-Update not a date": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"Last-Update": "Last-Update: 2 Dec 2026"})}),
+        f"patches/verl/{NAME}: Last-Update: 2 Dec 2026 is not a YYYY-MM-DD date",
+    ),
+    "upstream but no Applied-Upstream": (
+        lambda tmp: _patches_dir(
+            tmp, {NAME: _patch(fields=HEADER | {"Forwarded": "Forwarded: not-needed (fixed upstream in 0.9.0)"})}
+        ),
+        f"patches/verl/{NAME}: Forwarded: says it is upstream, but the header lacks Applied-Upstream:",
+    ),
+    "Applied-Upstream without a version": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"A": "Applied-Upstream: https://x.invalid"})}),
+        f"patches/verl/{NAME}: Applied-Upstream: must start with the upstream version, e.g. 0.9.0, <URL>",
     ),
     "groups: a patch in no group": (
         lambda tmp: _grouped(tmp, "one 0001\n"),
@@ -353,10 +360,6 @@ CASES: dict[str, tuple[Setup, str]] = {
         _pinned_folder_missing,
         "patches/trinity: series folder named in upstreams.toml does not exist; create it with a series file",
     ),
-}
-CASES |= {
-    case: (lambda tmp, given=given: _patches_dir(tmp, {NAME: _patch(**given)}), f"patches/verl/{NAME}: {said}")
-    for case, (given, said) in HEADER_CASES.items()
 }
 
 
