@@ -14,6 +14,7 @@ two fresh venvs (alone, and together with verl and trinity-rft) and ``pip check`
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -23,9 +24,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # run as a file (python scripts/lock.py): the patchset package reads the pins
+
+from patchset.upstreams.workspace import resolve_workspace  # noqa: E402
+from patchset.wheels.selection import requirement  # noqa: E402
 
 TORCH = "torch==2.13.0"  # the CPU build; other torch versions may pull multi-GB CUDA wheels
-TARGETS = ["verl==0.8.0", "trinity-rft==0.6.0"]
 # The resolver: Python 3.11's bundled pip 23.2.1 backtracks for many minutes through old streamlit
 # releases on this set; pip 26.3 resolves it in about two minutes.
 PIP = "pip==26.3"
@@ -98,22 +102,28 @@ def pinned(freeze: str) -> list[str]:
     return [pins[key] for key in sorted(pins)]
 
 
-def resolve(workdir: Path, tools: Path) -> list[str]:
+def default_targets() -> list[str]:
+    """The releases the lock is made for, ``NAME==VERSION``: the default pins of patches/upstreams.toml (verl 0.8.0,
+    trinity-rft 0.6.0), read once."""
+    return [requirement(pin) for pin in resolve_workspace(None, None, os.environ).pins.defaults()]
+
+
+def resolve(workdir: Path, tools: Path, targets: Sequence[str]) -> list[str]:
     """Install everything into a fresh venv, check it, and return the pins."""
     python = make_venv(workdir / "resolve")
     run([python, "-m", "pip", "install", "--quiet", PIP])
-    run([python, "-m", "pip", "install", TORCH, *TARGETS, *CONSTRAINTS, "-r", tools])
+    run([python, "-m", "pip", "install", TORCH, *targets, *CONSTRAINTS, "-r", tools])
     pip_check(python)
     return pinned(output([python, "-m", "pip", "freeze", "--all"]))
 
 
-def verify(workdir: Path, lock: Path) -> None:
+def verify(workdir: Path, lock: Path, targets: Sequence[str]) -> None:
     """Install the lock with --no-deps, alone and with the targets, and pip check both."""
     alone = make_venv(workdir / "verify-lock")
     run([alone, "-m", "pip", "install", "--no-deps", "-r", lock])
     pip_check(alone)
     together = make_venv(workdir / "verify-targets")
-    run([together, "-m", "pip", "install", "--no-deps", "-r", lock, *TARGETS])
+    run([together, "-m", "pip", "install", "--no-deps", "-r", lock, *targets])
     pip_check(together)
 
 
@@ -130,14 +140,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="where to put the venvs (default: a temporary folder, removed)")
     args = parser.parse_args(argv)
 
+    targets = default_targets()
     with tempfile.TemporaryDirectory(prefix="lock-") as tmp:
         workdir = args.workdir or Path(tmp)
-        pins = resolve(workdir, args.tools)
-        header = HEADER.format(targets=" and ".join(TARGETS))
+        pins = resolve(workdir, args.tools, targets)
+        header = HEADER.format(targets=" and ".join(targets))
         args.output.write_text(header + "\n".join(pins) + "\n")
         print(f"wrote {len(pins)} pins to {args.output}", file=sys.stderr)
         if args.verify:
-            verify(workdir, args.output)
+            verify(workdir, args.output, targets)
     return 0
 
 

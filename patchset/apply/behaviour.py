@@ -3,7 +3,7 @@
 A patch that neither applies nor is recognised in upstream by content (``Applied-Upstream`` / ``Upstream-Check``)
 is a conflict, unless upstream fixed the bug in a form our text does not know. The patch's teeth decide it (the
 regression tests that show its bug, named in ``patches/<series>/teeth``): they run on the tree as shipped,
-unpatched, expecting the fix (``run_regression_tests(..., expect="fixed")``). Then:
+unpatched, expecting the fix (``run_regression_tests`` with ``SuiteRun(expect="fixed")``). Then:
 
 - they ran, at least one passed and none failed: upstream fixed the bug, so the step becomes a SKIP (``fixed
   upstream (its tests pass on verl 0.9.2 as shipped)``); nothing of the patch goes into the tree;
@@ -27,13 +27,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.apply.plan import Action, Behaviour, Settle, Step, conflicts
-from patchset.apply.target import Target
+from patchset.apply.plan import Action, Behaviour, Settle, Step, Verdict, conflicts
+from patchset.apply.target import TreeToPatch
 from patchset.plumbing import tempdirs
 from patchset.plumbing.ui import Console
 from patchset.series.teeth import TEETH_FILE
-from patchset.upstreams.fetch import Cache
-from patchset.upstreams.pins import Pins
+from patchset.upstreams.workspace import Workspace
 
 SUITE = "tests/regression"
 
@@ -54,13 +53,13 @@ class Counts:
         return ", ".join(counted)
 
 
-def decide_command(target: Target) -> str:
+def decide_command(target: TreeToPatch) -> str:
     """The command that runs a patch's teeth on ``target`` and reports the verdict (``--check`` changes nothing)."""
     return f"scripts/apply.sh --check {target.shown}"
 
 
-def _untested(target: Target, selection: str | None, why: str) -> Behaviour:
-    return Behaviour("untested", selection, why=why, command=decide_command(target))
+def _untested(target: TreeToPatch, selection: str | None, why: str) -> Behaviour:
+    return Behaviour(Verdict.UNTESTED, selection, why=why, command=decide_command(target))
 
 
 def junit_counts(returncode: int, folder: Path) -> Counts:
@@ -79,13 +78,13 @@ def junit_counts(returncode: int, folder: Path) -> Counts:
     return Counts(returncode, passed, failed, errors, skipped)
 
 
-def verdict(target: Target, selection: str, counts: Counts) -> Behaviour:
+def verdict(target: TreeToPatch, selection: str, counts: Counts) -> Behaviour:
     """The behaviour a teeth run shows: fixed when at least one test passed and none failed or errored; the bug when
     one failed; else undecided (tests that error, or none that ran, say nothing about the bug)."""
     if counts.failed:
-        return Behaviour("bug", selection, counts.passed, counts.failed, why=str(counts))
+        return Behaviour(Verdict.BUG, selection, counts.passed, counts.failed, why=str(counts))
     if counts.returncode == 0 and counts.passed and not counts.errors:
-        return Behaviour("fixed", selection, counts.passed, why=str(counts))
+        return Behaviour(Verdict.FIXED, selection, counts.passed, why=str(counts))
     if counts.errors:
         return _untested(target, selection, f"its tests could not run on this tree ({counts})")
     if not counts.passed:
@@ -94,13 +93,13 @@ def verdict(target: Target, selection: str, counts: Counts) -> Behaviour:
 
 
 class TeethRunner:
-    """Runs a patch's teeth on a tree as shipped, in the test environment, with the run's pins, cache and console
+    """Runs a patch's teeth on a tree as shipped, in the test environment, with the run's workspace and console
     (a Trinity tree is tested beside the verl trees ``run_regression_tests`` puts beside it)."""
 
-    def __init__(self, pins: Pins, cache: Cache, console: Console) -> None:
-        self.pins, self.cache, self.console = pins, cache, console
+    def __init__(self, workspace: Workspace, console: Console) -> None:
+        self.workspace, self.console = workspace, console
 
-    def __call__(self, target: Target, selection: str) -> Behaviour:
+    def __call__(self, target: TreeToPatch, selection: str) -> Behaviour:
         from patchset.testenv import regression  # imported late: only a conflict needs it
         from patchset.testenv.venv import VenvError
 
@@ -109,16 +108,13 @@ class TeethRunner:
         )
         with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("teeth")) as tmp:
             try:
-                code = regression.run_regression_tests(
-                    {target.key: target.root},
+                run = regression.SuiteRun(
                     expect="fixed",
                     pytest_args=["-k", selection, "--tb=no", "-p", "no:warnings"],
-                    pins=self.pins,
-                    cache=self.cache,
-                    console=self.console,
                     junit_dir=Path(tmp),
                     parallel=False,
                 )
+                code = regression.run_regression_tests({target.key: target.root}, run, self.workspace, self.console)
             except VenvError as error:
                 first = str(error).splitlines()[0]
                 return _untested(target, selection, f"the test environment could not be built ({first})")
@@ -130,7 +126,7 @@ def settler(runner: TeethRunner | None, no_test_reason: str = "--no-test") -> Se
     """The ``settle`` of ``plan_target``: each conflicting step judged by its teeth through ``runner`` (None: the
     tests are not run, and each conflict says why, ``no_test_reason``, and what would decide it)."""
 
-    def settle(target: Target, steps: Sequence[Step]) -> list[Step]:
+    def settle(target: TreeToPatch, steps: Sequence[Step]) -> list[Step]:
         judged = {id(step) for step in conflicts(steps, reverse=False)}
         settled: list[Step] = []
         for step in steps:

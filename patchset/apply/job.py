@@ -1,9 +1,10 @@
 """One apply run, the whole of it: find the trees, lock them, plan every patch, refuse what is in the way, apply
 all or nothing, then run the regression tests on the trees (or say they are skipped).
 
-Plain arguments only, so that the command line is one caller among others: it parses the options, resolves the
-cache and calls ``run_apply``. The regression run gets this run's pins, cache and console, so the
-verl trees it fetches for Trinity come from the same ``--patches-dir`` and ``--cache``, and ``-q`` holds there too.
+Named arguments only, so that the command line is one caller among others: it parses the options, resolves the
+workspace (patches folder, pins, cache) once and calls ``run_apply``. The regression run gets that workspace and
+this run's console, so the verl trees it fetches for Trinity come from the same ``--patches-dir`` and ``--cache``,
+and ``-q`` holds there too.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 
 from patchset.apply.behaviour import TeethRunner, settler
@@ -23,16 +25,37 @@ from patchset.apply.transaction import apply_plans
 from patchset.plumbing import signals, tempdirs
 from patchset.plumbing.errors import EXIT_OK, EXIT_TESTS_FAILED, BadInput
 from patchset.plumbing.ui import Console, display_path
-from patchset.upstreams.fetch import Cache
-from patchset.upstreams.pins import Pins, load_pins
+from patchset.upstreams.workspace import Workspace
 
 
-def _regression(trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console) -> int:
+@dataclass(frozen=True)
+class ApplyOptions:
+    """``apply``'s options of the same names. ``check``: report and refuse only, change nothing; ``no_test`` also
+    leaves a patch that does not apply undecided (its teeth, which could show upstream fixed the bug its own way, are
+    not run). The fields are named as the command line's options are (``--3way``: ``three_way``); options that cannot
+    go together are refused here, before anything is read."""
+
+    check: bool = False
+    reverse: bool = False
+    three_way: bool = False
+    allow_dirty: bool = False
+    no_test: bool = False
+    force_version: bool = False
+
+    def __post_init__(self) -> None:
+        if self.three_way and self.reverse:
+            raise BadInput(
+                "--3way merges patches in; it cannot be combined with --reverse (take a merged patch out "
+                "with git checkout or git diff -R | git apply)"
+            )
+
+
+def _regression(trees: Mapping[str, Path], workspace: Workspace, console: Console) -> int:
     from patchset.testenv import regression  # imported late: it is the regression work's module, heavier to import
 
     shown = ", ".join(f"{key} at {display_path(path)}" for key, path in trees.items())
     console.step(f"Running the regression tests on {shown}")
-    returncode = regression.run_regression_tests(trees, expect="fixed", pins=pins, cache=cache, console=console)
+    returncode = regression.run_regression_tests(trees, regression.SuiteRun(expect="fixed"), workspace, console)
     if returncode != 0:
         print(
             f"error: the regression tests failed (exit status {returncode}) on {shown}; see their output above",
@@ -45,53 +68,40 @@ def _regression(trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Co
 
 def run_apply(
     paths: Sequence[str],
+    workspace: Workspace,
+    options: ApplyOptions,
     *,
-    patches_dir: Path,
-    cache: Cache,
     console: Console,
     guard: signals.Guard,
     command_line: str,
-    check: bool = False,
-    reverse: bool = False,
-    three_way: bool = False,
-    allow_dirty: bool = False,
-    no_test: bool = False,
-    force_version: bool = False,
 ) -> int:
-    """Apply the series of ``patches_dir`` to the trees at ``paths`` (none: fresh patched clones of the default pins
-    in ``cache``) and test them; return the exit status, or raise a ``PatchsetError``. ``check``: report and refuse
-    only, change nothing; the other flags are ``apply``'s options of the same names (``no_test`` also leaves a patch
-    that does not apply undecided: its teeth, which could show upstream fixed the bug its own way, are not run).
+    """Apply the series of ``workspace`` to the trees at ``paths`` (none: fresh patched clones of the default pins in
+    its cache) as ``options`` say, and test them; return the exit status, or raise a ``PatchsetError``.
     ``command_line`` is what the trees' locks say holds them."""
-    if three_way and reverse:
-        raise BadInput(
-            "--3way merges patches in; it cannot be combined with --reverse (take a merged patch out "
-            "with git checkout or git diff -R | git apply)"
-        )
     tempdirs.sweep()  # what runs killed before left in the temp folder
-    pins = load_pins(patches_dir / "upstreams.toml")
     held = ExitStack()  # the patched clones of the cache, when no PATH is given: held until the run ends
+    check, reverse = options.check, options.reverse
     if paths:
         targets = []
         for path in paths:
             try:
                 targets.append(
-                    target_for_path(path, pins, patches_dir, force_version=force_version, console=console, check=check)
+                    target_for_path(path, workspace, force_version=options.force_version, console=console, check=check)
                 )
             except BadInput:
                 refuse_if_held(Path(path).expanduser(), path)  # not recognised mid-change: exit 4 naming that run
                 raise
         refuse_duplicates(targets)
     else:
-        targets = cached_targets(pins, patches_dir, cache, console, reverse=reverse, check=check, held=held)
+        targets = cached_targets(workspace, console, reverse=reverse, check=check, held=held)
     with held, locked(targets, command_line, console, guard) as homes:
         # a patch that neither applies nor is in upstream by content: its teeth decide whether upstream fixed the bug
-        settle = settler(None if no_test else TeethRunner(pins, cache, console))
-        plans = [plan_target(target, reverse=reverse, merge=three_way, settle=settle) for target in targets]
+        settle = settler(None if options.no_test else TeethRunner(workspace, console))
+        plans = [plan_target(target, reverse=reverse, merge=options.three_way, settle=settle) for target in targets]
         if check:
             for plan in plans:
                 report_plan(plan, console)
-        refuse(plans, allow_dirty=allow_dirty)
+        refuse(plans, allow_dirty=options.allow_dirty)
         if check:
             return EXIT_OK
         for plan in plans:
@@ -101,7 +111,7 @@ def run_apply(
         apply_plans(plans, console, guard, homes)
         if reverse:
             return EXIT_OK
-        if no_test:
+        if options.no_test:
             console.step("Skipping the regression tests (--no-test)")
             return EXIT_OK
-        return _regression({target.key: target.root for target in targets}, pins, cache, console)
+        return _regression({target.key: target.root for target in targets}, workspace, console)

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from patchset.apply.target import Target
+from patchset.apply.target import TreeToPatch
 from patchset.plumbing import gitops, treelock
 from patchset.plumbing.errors import BadInput, TreeLocked
 from patchset.plumbing.signals import Guard
@@ -79,10 +79,10 @@ def refuse_if_held(path: Path, shown: str) -> None:
 
 
 @contextmanager
-def locked(targets: Sequence[Target], command: str, console: Console, guard: Guard) -> Iterator[dict[Path, Path]]:
+def locked(targets: Sequence[TreeToPatch], command: str, console: Console, guard: Guard) -> Iterator[dict[Path, Path]]:
     """Hold the trees of ``targets`` for ``command`` while the block runs, after restoring what a killed run left;
     yields where each tree's snapshot is to be kept ({root: folder}; a tree that could not be locked has none)."""
-    folders: dict[Path, list[Target]] = {}
+    folders: dict[Path, list[TreeToPatch]] = {}
     for target in targets:
         folders.setdefault(gitops.git_dir(target.worktree) / FOLDER, []).append(target)
     locks: list[treelock.Lock] = []

@@ -59,7 +59,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.apply.target import Target
+from patchset.apply.target import TreeToPatch
 from patchset.plumbing import files, gitops, tempdirs
 from patchset.plumbing.merge import Merge, MergeResult, three_way
 from patchset.series.model import Patch, UpstreamCheck
@@ -69,12 +69,32 @@ from patchset.upstreams.pins import at_least
 class Action(enum.Enum):
     CHANGE = "change"  # apply it (reverse mode: revert it)
     NOTHING = "nothing"  # already applied (reverse mode: not applied)
-    SKIP = "skip"  # upstream has it since the version in ``detail``
-    FAIL = "fail"  # does not apply (reverse mode: cannot be reverted); ``failure`` says where
+    SKIP = "skip"  # upstream has it (``upstream``), or fixed its bug its own way (``behaviour``)
+    FAIL = "fail"  # does not apply (reverse mode: cannot be reverted); ``refusal`` says where, or ``finding``
+
+
+class Finding(enum.Enum):
+    """What the planner found about a patch that its action alone does not say."""
+
+    AMBIGUOUS = "ambiguous"  # FAIL: it reverts cleanly and would also apply again, so whether it is applied is unclear
+    MERGED = "merged"  # NOTHING: a 3-way merge changes nothing, so it is in already (merged before)
 
 
 @dataclass(frozen=True)
-class Upstream:
+class GitRefusal:
+    """``git apply`` refused a patch: its own words (``stderr``), and the file and hunk line they name, when they
+    name one (``failure``)."""
+
+    stderr: str
+    failure: gitops.Failure | None
+
+    @classmethod
+    def of(cls, stderr: str) -> GitRefusal:
+        return cls(stderr, gitops.parse_failure(stderr))
+
+
+@dataclass(frozen=True)
+class UpstreamState:
     """What the tree says about a patch's change being upstream: the ``Applied-Upstream`` version (``since``),
     whether the tree's version is at or past it (``claimed``), and the ``Upstream-Check`` lines that matched and
     those that did not (with why: ``does not match``, ``does not exist``, ...)."""
@@ -90,14 +110,21 @@ class Upstream:
         return bool(self.matched) and not self.missing
 
 
+class Verdict(enum.Enum):
+    """What a patch's teeth showed on the tree as shipped."""
+
+    FIXED = "fixed"  # they ran and passed: upstream fixed the bug its own way
+    BUG = "bug"  # one failed: the bug is still there
+    UNTESTED = "untested"  # they did not run, or ran none: ``Behaviour.why`` says why
+
+
 @dataclass(frozen=True)
 class Behaviour:
     """What a patch's teeth said on the tree as shipped, for a patch that neither applies nor is in upstream by
-    content. ``verdict``: ``fixed`` (they ran and passed: upstream fixed the bug its own way), ``bug`` (one failed:
-    the bug is still there), ``untested`` (they did not run, or ran none: ``why`` says why). ``selection``: the
-    pytest -k expression (None: the series names no teeth for the patch); ``command``: what decides it."""
+    content: the ``verdict`` (``why`` says how it was reached). ``selection``: the pytest -k expression (None: the
+    series names no teeth for the patch); ``command``: what decides it."""
 
-    verdict: str
+    verdict: Verdict
     selection: str | None
     passed: int = 0
     failed: int = 0
@@ -106,7 +133,7 @@ class Behaviour:
 
     @property
     def fixed(self) -> bool:
-        return self.verdict == "fixed"
+        return self.verdict is Verdict.FIXED
 
 
 @dataclass(frozen=True)
@@ -116,11 +143,16 @@ class Step:
     patch: Patch
     index: int
     action: Action
-    detail: str = ""
-    failure: gitops.Failure | None = None
+    refusal: GitRefusal | None = None  # FAIL: what git apply said
+    finding: Finding | None = None  # FAIL (ambiguous) or NOTHING (merged before): what the action does not say
     merge: MergeResult | None = None  # FAIL: what a 3-way merge would do; CHANGE: applied by a 3-way merge
-    upstream: Upstream | None = None  # SKIP, or FAIL when the version claims the change and the content lacks it
+    upstream: UpstreamState | None = None  # SKIP, or FAIL when the version claims the change and the content lacks it
     behaviour: Behaviour | None = None  # SKIP (fixed upstream) or FAIL: what the patch's teeth said on the tree
+
+    @property
+    def failure(self) -> gitops.Failure | None:
+        """The file and hunk line git named for a FAIL, if it named one."""
+        return self.refusal.failure if self.refusal is not None else None
 
     @property
     def fixed_upstream(self) -> bool:
@@ -158,7 +190,7 @@ def _check(root: Path, check: UpstreamCheck) -> str | None:
     return None if check.regex.search(text) else f"does not match /{check.pattern}/"
 
 
-def upstream_state(root: Path, patch: Patch, version: str) -> Upstream | None:
+def upstream_state(root: Path, patch: Patch, version: str) -> UpstreamState | None:
     """What the tree at ``root`` (version ``version``) says about ``patch`` being upstream; None when the header
     declares neither an ``Applied-Upstream`` version nor an ``Upstream-Check``. Reads ``root`` only."""
     since = patch.upstream_since
@@ -173,7 +205,7 @@ def upstream_state(root: Path, patch: Patch, version: str) -> Upstream | None:
         else:
             missing.append((check, why))
     claimed = since is not None and at_least(version, since)
-    return Upstream(since=since, claimed=claimed, matched=tuple(matched), missing=tuple(missing))
+    return UpstreamState(since=since, claimed=claimed, matched=tuple(matched), missing=tuple(missing))
 
 
 def _peel(scratch: Path, patches: Sequence[tuple[int, Patch]]) -> tuple[set[int], set[int]]:
@@ -261,18 +293,17 @@ def plan_series(
         state = upstream.get(index)
         if index in claimed and state is not None:
             action = Action.FAIL if state.missing else Action.SKIP
-            steps.append(Step(patch, index, action, detail=state.since or "", upstream=state))
+            steps.append(Step(patch, index, action, upstream=state))
         elif index in by_content and index in failed and state is not None:
-            steps.append(Step(patch, index, Action.SKIP, detail=state.since or "", upstream=state))
+            steps.append(Step(patch, index, Action.SKIP, upstream=state))
         elif index in ambiguous:
-            steps.append(Step(patch, index, Action.FAIL, detail="ambiguous"))
+            steps.append(Step(patch, index, Action.FAIL, finding=Finding.AMBIGUOUS))
         elif outcome is not None and outcome.outcome is Merge.APPLIED:
-            steps.append(Step(patch, index, Action.NOTHING, detail="merged", merge=outcome))
+            steps.append(Step(patch, index, Action.NOTHING, finding=Finding.MERGED, merge=outcome))
         elif outcome is not None and outcome.outcome is Merge.RESOLVES and merge:
             steps.append(Step(patch, index, Action.CHANGE, merge=outcome))
         elif index in failed:
-            failure = gitops.parse_failure(failed[index])
-            steps.append(Step(patch, index, Action.FAIL, failed[index], failure, merge=outcome))
+            steps.append(Step(patch, index, Action.FAIL, GitRefusal.of(failed[index]), merge=outcome))
         elif (index in applied) == reverse:
             steps.append(Step(patch, index, Action.CHANGE))
         else:
@@ -315,7 +346,7 @@ class Plan:
     """Every step for one tree, plus its uncommitted changes: ``dirty`` (in files a step will change, and not
     the series' own doing) and ``others`` (elsewhere, left alone)."""
 
-    target: Target
+    target: TreeToPatch
     steps: tuple[Step, ...]
     reverse: bool
     dirty: tuple[str, ...]
@@ -334,7 +365,7 @@ class Plan:
 
 
 # Judges the steps that do not apply by their teeth (``behaviour.py``); returns the steps, some turned into SKIPs.
-Settle = Callable[[Target, Sequence[Step]], Sequence[Step]]
+Settle = Callable[[TreeToPatch, Sequence[Step]], Sequence[Step]]
 
 
 def conflicts(steps: Iterable[Step], *, reverse: bool) -> list[Step]:
@@ -342,10 +373,12 @@ def conflicts(steps: Iterable[Step], *, reverse: bool) -> list[Step]:
     reverse (taking a patch out), nor for a patch whose version claims it upstream or that is ambiguous."""
     if reverse:
         return []
-    return [s for s in steps if s.action is Action.FAIL and not s.upstream_missing and s.detail != "ambiguous"]
+    return [
+        s for s in steps if s.action is Action.FAIL and not s.upstream_missing and s.finding is not Finding.AMBIGUOUS
+    ]
 
 
-def plan_target(target: Target, *, reverse: bool, merge: bool = False, settle: Settle | None = None) -> Plan:
+def plan_target(target: TreeToPatch, *, reverse: bool, merge: bool = False, settle: Settle | None = None) -> Plan:
     """Plan ``target`` (see the module docstring); reads the tree, changes nothing. ``merge``: apply with a 3-way
     merge what does not apply as it is (``--3way``); ``settle``: judge the patches that do not apply by their teeth
     (called only when there is one)."""

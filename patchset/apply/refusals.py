@@ -16,13 +16,13 @@ from pathlib import Path
 
 from patchset.apply.plan import Action, Plan, series_files
 from patchset.apply.report import dirty_message, failure_message, out_of_order_message, unwritable_message
-from patchset.apply.target import Target
+from patchset.apply.target import TreeToPatch
 from patchset.plumbing.errors import BadInput, DoesNotApply, PatchsetError
 
 
-def refuse_duplicates(targets: Sequence[Target]) -> None:
+def refuse_duplicates(targets: Sequence[TreeToPatch]) -> None:
     """Refuse two trees of one kind in one run: the regression run takes one tree of each kind."""
-    seen: dict[str, Target] = {}
+    seen: dict[str, TreeToPatch] = {}
     for target in targets:
         if target.key in seen:
             first = seen[target.key]

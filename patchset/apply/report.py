@@ -3,7 +3,7 @@ failures (which patch, which file and hunk, whether a 3-way merge would resolve 
 
 from __future__ import annotations
 
-from patchset.apply.plan import Action, Plan, Step
+from patchset.apply.plan import Action, Finding, Plan, Step, Verdict
 from patchset.plumbing import gitops
 from patchset.plumbing.merge import Merge
 from patchset.plumbing.ui import Console
@@ -25,8 +25,8 @@ def skip_reason(plan: Plan, step: Step) -> str:
             f"{behaviour.selection!r})"
         )
     state = step.upstream
-    if state is None or not state.matched:
-        return f"in upstream since {step.detail}"
+    if state is None or not state.matched:  # by the version alone
+        return f"in upstream since {(state.since if state is not None else None) or ''}"
     has = f"{plan.target.label} has it: {', '.join(str(check) for check in state.matched)}"
     if state.claimed:
         return f"in upstream since {state.since} ({has})"
@@ -48,10 +48,10 @@ def failure_detail(plan: Plan, step: Step, *, reverted: bool = False) -> str:
     failure = step.failure
     if step.upstream_missing:
         return _upstream_lacking(plan, step)
-    if step.detail == "ambiguous":
+    if step.finding is Finding.AMBIGUOUS:
         return "it applies both forward and in reverse, so whether it is applied is unclear"
     if failure is None:
-        lines = step.detail.splitlines()
+        lines = step.refusal.stderr.splitlines() if step.refusal is not None else []
         return lines[0].removeprefix("error: ") if lines else "git apply failed"
     if failure.line:
         hunk = gitops.find_hunk(step.patch.text, failure.path, failure.line, reverse=reverted)
@@ -67,7 +67,7 @@ def behaviour_clause(plan: Plan, step: Step) -> str:
     if behaviour is None or behaviour.fixed:
         return ""
     label = plan.target.label
-    if behaviour.verdict == "bug":
+    if behaviour.verdict is Verdict.BUG:
         said = (
             f"its tests fail on {label} as shipped ({behaviour.why}): the bug is still there, so the conflict stands "
             f"(refresh the patch onto this release: docs/maintaining.md, adding a release)"
@@ -106,7 +106,7 @@ def _state(plan: Plan, step: Step) -> str:
         return "claimed upstream but missing there"
     if plan.reverse:
         return "neither applied nor applicable"
-    if step.behaviour is not None and step.behaviour.verdict == "bug":
+    if step.behaviour is not None and step.behaviour.verdict is Verdict.BUG:
         return "does not apply (its tests fail as shipped: the bug is still there)"
     return "does not apply"
 
@@ -211,7 +211,7 @@ def step_line(plan: Plan, step: Step, *, check: bool) -> str:
     if step.action is Action.NOTHING:
         if plan.reverse:
             return f"{name} not applied; skipping"
-        return f"{name} already applied" + (" (by a 3-way merge)" if step.detail == "merged" else "")
+        return f"{name} already applied" + (" (by a 3-way merge)" if step.finding is Finding.MERGED else "")
     if step.action is Action.SKIP:
         return f"{name} skipped: {skip_reason(plan, step)}"
     if step.upstream_missing:

@@ -1,4 +1,4 @@
-"""The tree to patch (``Target``): what it is, which series it takes, and how a tree named on the command line or
+"""The tree to patch (``TreeToPatch``): what it is, which series it takes, and how a tree named on the command line or
 one the tool made from a pin is found to be one.
 
 Only git work trees whose files are tracked are accepted (a subdirectory of one works too): git is what makes
@@ -17,12 +17,13 @@ from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.model import Series, load_series
 from patchset.upstreams.detect import detect
-from patchset.upstreams.fetch import Cache, ensure_upstream, fresh_patched_clone, hold_patched
-from patchset.upstreams.pins import Pin, Pins, release_key
+from patchset.upstreams.fetch import ensure_upstream, fresh_patched_clone, hold_patched
+from patchset.upstreams.pins import Pin, release_key
+from patchset.upstreams.workspace import Workspace
 
 
 @dataclass(frozen=True)
-class Target:
+class TreeToPatch:
     """A tree to patch: where it is, how to name it, what it is and which series it takes."""
 
     root: Path
@@ -60,14 +61,15 @@ def _series(patches_dir: Path, name: str) -> Series:
 
 
 def target_for_path(
-    shown: str, pins: Pins, patches_dir: Path, *, force_version: bool, console: Console, check: bool = False
-) -> Target:
+    shown: str, workspace: Workspace, *, force_version: bool, console: Console, check: bool = False
+) -> TreeToPatch:
     """The target for a tree named on the command line; raise ``BadInput`` for anything unsupported. A release no pin
     names takes the series of the default pin of its kind (else the last) with ``force_version``, or to be reported
     on with ``check``: a dry run changes nothing, so a new release gets its report, patch by patch."""
     root = Path(shown).expanduser()
     if not root.exists():
         raise BadInput(f"{shown} does not exist; pass the root of a verl or Trinity-RFT checkout")
+    pins = workspace.pins
     found = detect(root, shown)
     pin = pins.find(found.key, found.version)
     if pin is not None and not pin.target and not force_version:
@@ -108,24 +110,24 @@ def target_for_path(
         series = fallback.series
     else:
         series = pin.series
-    return Target(
+    return TreeToPatch(
         root=root.resolve(),
         shown=shown,
         key=found.key,
         label=f"{found.label} {found.version}" if pin is None else pin.label,
         version=found.version,
-        series=_series(patches_dir, series),
+        series=_series(workspace.patches_dir, series),
         worktree=_worktree(root, shown, found.marker),
     )
 
 
-def target_for_pin(pin: Pin, root: Path, patches_dir: Path) -> Target:
+def target_for_pin(pin: Pin, root: Path, patches_dir: Path) -> TreeToPatch:
     """The target for a tree the tool made itself from ``pin`` (a cached checkout or its patched clone)."""
     shown = display_path(root)
     tree = gitops.find_worktree(root)
     if tree is None:
         raise BadInput(f"{shown} is not a git checkout; delete it and run again to rebuild it")
-    return Target(
+    return TreeToPatch(
         root=root.resolve(),
         shown=shown,
         key=pin.key,
@@ -137,13 +139,14 @@ def target_for_pin(pin: Pin, root: Path, patches_dir: Path) -> Target:
 
 
 def cached_targets(
-    pins: Pins, patches_dir: Path, cache: Cache, console: Console, *, reverse: bool, check: bool, held: ExitStack
-) -> list[Target]:
-    """The targets of a run given no PATH: the default pins, fetched into ``cache`` (their vanilla checkouts for
+    workspace: Workspace, console: Console, *, reverse: bool, check: bool, held: ExitStack
+) -> list[TreeToPatch]:
+    """The targets of a run given no PATH: the default pins, fetched into the cache (their vanilla checkouts for
     ``check``, else fresh patched clones of them, held in ``held`` until the caller closes it: first all of them, so
     that a run refused because another holds one has done nothing)."""
     if reverse:
         raise BadInput("--reverse needs a PATH: the patched trees in the cache are rebuilt fresh on every run")
+    pins, cache = workspace.pins, workspace.cache
     defaults = pins.defaults()
     if not defaults:
         raise BadInput(f"{pins.source} marks no [[upstream]] as default = true")
@@ -155,6 +158,6 @@ def cached_targets(
         for pin in defaults:
             vanilla = ensure_upstream(pin, cache, console)
             tree = vanilla if check else fresh_patched_clone(pin, vanilla, cache, console)
-            targets.append(target_for_pin(pin, tree, patches_dir))
+            targets.append(target_for_pin(pin, tree, workspace.patches_dir))
         held.enter_context(holding.pop_all())
     return targets

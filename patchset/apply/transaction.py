@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchset.apply.plan import Action, Plan, Step, series_files
+from patchset.apply.plan import Action, GitRefusal, Plan, Step, series_files
 from patchset.apply.report import failure_detail, listing, partly_line, step_line, summary_line, where
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput, DoesNotApply
@@ -97,7 +97,7 @@ def _done_count(progress: Sequence[_Progress]) -> int:
 def _failed_message(failed: _StepFailed, progress: Sequence[_Progress], stuck: list[str]) -> str:
     plan, step = failed.plan, failed.step
     verb = "revert" if plan.reverse else "apply"
-    as_failure = Step(step.patch, step.index, Action.FAIL, failed.stderr, gitops.parse_failure(failed.stderr))
+    as_failure = Step(step.patch, step.index, Action.FAIL, GitRefusal.of(failed.stderr))
     detail = failure_detail(plan, as_failure, reverted=plan.reverse)
     head = f"{step.patch.name} failed to {verb} on {where(plan)} after its check passed ({detail})"
     if stuck:

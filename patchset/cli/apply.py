@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import os
+import dataclasses
 import shlex
 import sys
 import textwrap
 from collections.abc import Sequence
-from pathlib import Path
 
-from patchset.apply.job import run_apply
+from patchset.apply.job import ApplyOptions, run_apply
 from patchset.cli import COMMANDS
-from patchset.cli.exits import run_reporting_errors
-from patchset.cli.options import add_common_options, usage_exit_status
+from patchset.cli.options import add_common_options, workspace_from
+from patchset.cli.startup import needs_command, run_command
 from patchset.plumbing import signals
 from patchset.plumbing.errors import (
     EXIT_BAD_INPUT,
@@ -23,10 +22,8 @@ from patchset.plumbing.errors import (
     EXIT_OK,
     EXIT_TESTS_FAILED,
 )
-from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console
-from patchset.upstreams.fetch import ensure_upstream, resolve_cache
-from patchset.upstreams.pins import Pins, load_pins
+from patchset.upstreams.fetch import ensure_upstream
 
 EXIT_CODES = f"""\
 exit status:
@@ -100,39 +97,18 @@ examples:
 )
 
 
-def _patches_dir(args: argparse.Namespace) -> Path:
-    return Path(args.patches_dir).expanduser() if args.patches_dir else REPO_ROOT / "patches"
-
-
-def _pins(args: argparse.Namespace) -> tuple[Path, Pins]:
-    patches_dir = _patches_dir(args)
-    return patches_dir, load_pins(patches_dir / "upstreams.toml")
-
-
 def cmd_apply(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
     """``apply``: see ``APPLY_DESCRIPTION``; the run itself is ``patchset.apply.job``."""
-    return run_apply(
-        args.paths,
-        patches_dir=_patches_dir(args),
-        cache=resolve_cache(args.cache, os.environ, REPO_ROOT),
-        console=console,
-        guard=guard,
-        command_line=args.command_line,
-        check=args.check,
-        reverse=args.reverse,
-        three_way=args.three_way,
-        allow_dirty=args.allow_dirty,
-        no_test=args.no_test,
-        force_version=args.force_version,
-    )
+    options = ApplyOptions(**{field.name: getattr(args, field.name) for field in dataclasses.fields(ApplyOptions)})
+    workspace = workspace_from(args)
+    return run_apply(args.paths, workspace, options, console=console, guard=guard, command_line=args.command_line)
 
 
 def cmd_fetch(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
     """``fetch``: make the vanilla checkouts of the default (or all) pins in the cache and print their paths."""
-    _, pins = _pins(args)
-    cache = resolve_cache(args.cache, os.environ, REPO_ROOT)
-    for pin in pins.pins if args.all else pins.defaults():
-        checkout = ensure_upstream(pin, cache, console)
+    workspace = workspace_from(args)
+    for pin in workspace.pins.pins if args.all else workspace.pins.defaults():
+        checkout = ensure_upstream(pin, workspace.cache, console)
         console.summary(f"{pin.label}: {checkout}")
     return EXIT_OK
 
@@ -220,17 +196,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = build_parser()
+    args = needs_command(parser, parser.parse_args(argv))
+    args.command_line = "python -m patchset " + shlex.join(sys.argv[1:] if argv is None else argv)
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2)
-        return usage_exit_status(exc, EXIT_BAD_INPUT)
-    if args.command is None:
-        parser.print_help(sys.stderr)
-        return EXIT_BAD_INPUT
-    console = Console(quiet=args.quiet)
-    args.command_line = "python -m patchset " + shlex.join(sys.argv[1:] if argv is None else argv)
-    with signals.handled() as guard:
-        return run_reporting_errors(lambda: args.handler(args, console, guard))
+    return run_command(lambda: _parse(argv), lambda args, console, guard: args.handler(args, console, guard))

@@ -7,14 +7,14 @@ series (``--dry-run``: only say whether anything would change), ``lint`` checks 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from patchset.cli.exits import INTERNAL_HELP, run_reporting_errors
-from patchset.cli.options import add_common_options, usage_exit_status
+from patchset.cli.exits import INTERNAL_HELP
+from patchset.cli.options import add_common_options, workspace_from
+from patchset.cli.startup import needs_command, run_command
 from patchset.export.series_export import (
     BRANCH,
     default_checkout,
@@ -26,14 +26,14 @@ from patchset.export.series_export import (
 )
 from patchset.plumbing import cachelock
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_LOCKED, EXIT_OK, BadInput
-from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.copies import checkout_files
 from patchset.series.lint import lint_patches_dir
 from patchset.series.model import load_series
-from patchset.upstreams.fetch import ensure_upstream, resolve_cache
-from patchset.upstreams.pins import Pin, load_pins, release_key
+from patchset.upstreams.fetch import ensure_upstream
+from patchset.upstreams.pins import Pin, release_key
 from patchset.upstreams.registry import UPSTREAMS
+from patchset.upstreams.workspace import Workspace, patches_dir_of
 
 EXIT_CHANGES = 1
 
@@ -78,13 +78,8 @@ examples:
 )
 
 
-def _patches_dir(args: argparse.Namespace) -> Path:
-    return Path(args.patches_dir).expanduser() if args.patches_dir else REPO_ROOT / "patches"
-
-
-def _pin(args: argparse.Namespace) -> tuple[Path, Pin]:
-    patches_dir = _patches_dir(args)
-    pins = load_pins(patches_dir / "upstreams.toml")
+def _pin(args: argparse.Namespace, workspace: Workspace) -> Pin:
+    pins = workspace.pins
     # an upstream key names its default pin's series; a series folder (verl-0.7) the newest release it targets,
     # the one its patches are made against
     of_series = sorted(
@@ -96,21 +91,21 @@ def _pin(args: argparse.Namespace) -> tuple[Path, Pin]:
             dict.fromkeys([*(p.key for p in pins.defaults()), *(p.series for p in pins.pins if p.target)])
         )
         raise BadInput(f"{pins.source} has no default pin or series {args.upstream!r}; known: {known or 'none'}")
-    return patches_dir, pin
+    return pin
 
 
-def _checkout_path(args: argparse.Namespace, pin: Pin, given: str | None) -> Path:
+def _checkout_path(workspace: Workspace, pin: Pin, given: str | None) -> Path:
     if given:
         return Path(given).expanduser().resolve()
-    return default_checkout(resolve_cache(args.cache, os.environ, REPO_ROOT).root, pin)
+    return default_checkout(workspace.cache.root, pin)
 
 
 def cmd_checkout(args: argparse.Namespace, console: Console) -> int:
     """``checkout``: the pinned release with the series as commits on branch ``patches``."""
-    patches_dir, pin = _pin(args)
+    workspace = workspace_from(args)
+    patches_dir, cache, pin = workspace.patches_dir, workspace.cache, _pin(args, workspace)
     series = load_series(patches_dir, pin.series)
-    dest = _checkout_path(args, pin, args.dest)
-    cache = resolve_cache(args.cache, os.environ, REPO_ROOT)
+    dest = _checkout_path(workspace, pin, args.dest)
     # one checkout into DEST at a time: a second one at once is refused (exit 4), naming the first
     entry = cachelock.entry_for("maintain", dest)
     with cachelock.hold(cache.root, entry, f"the maintainer checkout {display_path(dest)}", console, wait=False):
@@ -130,9 +125,10 @@ def cmd_checkout(args: argparse.Namespace, console: Console) -> int:
 
 def cmd_export(args: argparse.Namespace, console: Console) -> int:
     """``export``: write (or with --dry-run compare) the series from a maintainer checkout."""
-    patches_dir, pin = _pin(args)
-    checkout = _checkout_path(args, pin, args.checkout)
-    export = plan_export(pin, checkout, patches_dir, console)
+    workspace = workspace_from(args)
+    pin = _pin(args, workspace)
+    checkout = _checkout_path(workspace, pin, args.checkout)
+    export = plan_export(pin, checkout, workspace.patches_dir, console)
     folder = display_path(export.folder)
     count = len(export.names)
     patches = f"{count} patch{'es' if count != 1 else ''}"
@@ -159,8 +155,8 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_lint(args: argparse.Namespace, console: Console) -> int:
-    """``lint``: one line per problem of the series folders."""
-    patches_dir = _patches_dir(args)
+    """``lint``: one line per problem of the series folders (a bad ``upstreams.toml`` among them)."""
+    patches_dir = patches_dir_of(args.patches_dir)
     folders, problems = lint_patches_dir(patches_dir)
     for problem in problems:
         print(problem, flush=True)
@@ -170,6 +166,19 @@ def cmd_lint(args: argparse.Namespace, console: Console) -> int:
         return EXIT_CHANGES
     console.summary(f"{shown}: {folders} series, no problems")
     return EXIT_OK
+
+
+def _subcommand(
+    commands: argparse._SubParsersAction, name: str, help: str, description: str
+) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name``: its ``help`` line, its ``description`` (dedented) and the exit codes."""
+    return commands.add_parser(
+        name,
+        help=help,
+        description=textwrap.dedent(description),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
@@ -184,18 +193,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    checkout = commands.add_parser(
+    checkout = _subcommand(
+        commands,
         "checkout",
-        help="make a git checkout holding the series as commits, to edit patches in",
-        description=textwrap.dedent(
-            f"""\
+        "make a git checkout holding the series as commits, to edit patches in",
+        f"""\
             Clone the pinned vanilla checkout of UPSTREAM (fetched into the cache if needed) into DEST and commit
             each patch of its series with git am, in order, on branch {BRANCH} off the release tag. Author, date
             and message come from the patch; the committer is the author and the commit date the author date, so
-            the same series always gives the same commits. DEST defaults to <cache>/maintain/<name>-<version>."""
-        ),
-        epilog=EXIT_CODES,
-        formatter_class=formatter,
+            the same series always gives the same commits. DEST defaults to <cache>/maintain/<name>-<version>.""",
     )
     checkout.add_argument("upstream", metavar="UPSTREAM", help=UPSTREAM_HELP)
     checkout.add_argument("dest", nargs="?", metavar="DEST", help="where to make the checkout")
@@ -203,19 +209,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     add_common_options(checkout)
     checkout.set_defaults(handler=cmd_checkout)
 
-    export = commands.add_parser(
+    export = _subcommand(
+        commands,
         "export",
-        help="write the series from a maintainer checkout (--dry-run: fail if that would change anything)",
-        description=textwrap.dedent(
-            f"""\
+        "write the series from a maintainer checkout (--dry-run: fail if that would change anything)",
+        f"""\
             Export <tag>..{BRANCH} of CHECKOUT with git format-patch (byte-stable: fixed flags, the user's git
             config neutralised) into patches/<series>/ and rewrite its series file (comment lines kept). Existing
             patches keep their names (matched by subject, then position), renumbered to their place; new ones are
             named NNNN-<area>-<slug>.patch from their subject. Only committed changes are exported.
-            CHECKOUT defaults to <cache>/maintain/<name>-<version>."""
-        ),
-        epilog=EXIT_CODES,
-        formatter_class=formatter,
+            CHECKOUT defaults to <cache>/maintain/<name>-<version>.""",
     )
     export.add_argument("upstream", metavar="UPSTREAM", help=UPSTREAM_HELP)
     export.add_argument("checkout", nargs="?", metavar="CHECKOUT", help="the maintainer checkout to export")
@@ -228,40 +231,38 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     add_common_options(export)
     export.set_defaults(handler=cmd_export)
 
-    lint = commands.add_parser(
+    lint = _subcommand(
+        commands,
         "lint",
-        help="check every series folder; one line per problem",
-        description=textwrap.dedent(
-            """\
+        "check every series folder; one line per problem",
+        """\
             Check every series folder: series and folder agree both ways (no missing, unlisted or duplicate
             patch), names NNNN-<area>-<slug>.patch numbered in series order, every patch parses and has a
             Subject and the DEP-3 fields Origin: or Author:, Bug:, Forwarded:, Last-Update: (and
-            Applied-Upstream: when Forwarded: says it is upstream), and no added line ends in whitespace."""
-        ),
-        epilog=EXIT_CODES,
-        formatter_class=formatter,
+            Applied-Upstream: when Forwarded: says it is upstream), and no added line ends in whitespace.""",
     )
     add_common_options(lint, cache=False)
     lint.set_defaults(handler=cmd_lint)
     return parser, {"checkout": checkout, "export": export, "lint": lint}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser, commands = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if argv and argv[0] in commands:
-            args = commands[argv[0]].parse_intermixed_args(argv[1:], argparse.Namespace(command=argv[0]))
-        else:
-            args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2)
-        return usage_exit_status(exc, EXIT_BAD_INPUT)
-    if args.command is None:
-        parser.print_help(sys.stderr)
-        return EXIT_BAD_INPUT
-    console = Console(quiet=args.quiet)
-    return run_reporting_errors(lambda: args.handler(args, console), interrupted="")
+    if argv and argv[0] in commands:
+        return commands[argv[0]].parse_intermixed_args(argv[1:], argparse.Namespace(command=argv[0]))
+    return needs_command(parser, parser.parse_args(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit status. No signal handlers are
+    installed: a Ctrl-C ends it as a ``KeyboardInterrupt``, one ``error: interrupted`` line."""
+    return run_command(
+        lambda: _parse(argv),
+        lambda args, console, _guard: args.handler(args, console),
+        handle_signals=False,
+        interrupted="",
+    )
 
 
 if __name__ == "__main__":

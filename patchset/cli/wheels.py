@@ -13,15 +13,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from patchset.cli.exits import CACHE_WAIT_HELP, INTERNAL_HELP, run_reporting_errors
-from patchset.cli.options import usage_exit_status
+from patchset.cli.exits import CACHE_WAIT_HELP, INTERNAL_HELP
+from patchset.cli.options import workspace_from
+from patchset.cli.startup import run_command
 from patchset.plumbing import signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_OK
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
 from patchset.testenv.venv import VenvError
 from patchset.upstreams.fetch import CACHE_ENV
-from patchset.wheels.build import DISTRIBUTIONS, EXIT_BUILD_FAILED, build_wheels, report_manifests
+from patchset.wheels.build import DISTRIBUTIONS, EXIT_BUILD_FAILED, WheelBuild, build_wheels, report_manifests
 
 
 def cmd_manifest(args: argparse.Namespace, console: Console) -> int:
@@ -36,6 +37,19 @@ def cmd_manifest(args: argparse.Namespace, console: Console) -> int:
             print(f"error: cannot run --python {args.python}: {error.strerror}", file=sys.stderr)
             return EXIT_BAD_INPUT
     return report_manifests(args.packages, console, as_json=args.json)
+
+
+def _dist_dir(args: argparse.Namespace) -> Path:
+    return Path(args.dist_dir).expanduser().resolve() if args.dist_dir else REPO_ROOT / "dist"
+
+
+def cmd_build(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
+    """``build``: the patched wheels of the pins asked for (see ``DESCRIPTION``), each printed once in the dist
+    folder."""
+    build = WheelBuild(_dist_dir(args), requested=args.pin, revision=args.revision)
+    for item in build_wheels(build, workspace_from(args), console, guard):
+        console.summary(str(item.wheel))
+    return EXIT_OK
 
 
 EXIT_CODES = """\
@@ -115,38 +129,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("build", "manifest", "-h", "--help"):
         argv = ["build", *argv]
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2)
-        return usage_exit_status(exc, EXIT_BAD_INPUT)
-    if args.command == "manifest":
-        return cmd_manifest(args, Console())
-    console = Console(quiet=args.quiet)
-    dist_dir = Path(args.dist_dir).expanduser().resolve() if args.dist_dir else REPO_ROOT / "dist"
-    patches_dir = Path(args.patches_dir).expanduser() if args.patches_dir else None
+    return build_parser().parse_args(argv)
 
-    def build() -> int:
-        with signals.handled() as guard:
-            built = build_wheels(
-                dist_dir,
-                console,
-                guard,
-                patches_dir=patches_dir,
-                cache_option=args.cache,
-                revision=args.revision,
-                requested=args.pin,
-            )
-        for item in built:
-            console.summary(str(item.wheel))
-        return EXIT_OK
 
-    return run_reporting_errors(
-        build,
-        interrupted=f"no wheel was put into {display_path(dist_dir)}",
+def _handle(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
+    return cmd_manifest(args, console) if args.command == "manifest" else cmd_build(args, console, guard)
+
+
+def _interrupted(args: argparse.Namespace) -> str:
+    return "" if args.command == "manifest" else f"no wheel was put into {display_path(_dist_dir(args))}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+    return run_command(
+        lambda: _parse(argv),
+        _handle,
+        interrupted=_interrupted,
         other_errors={VenvError: EXIT_BUILD_FAILED},
     )

@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from patchset.plumbing.ui import Console, display_path
 from patchset.testenv.venv import REPO_ROOT, ensure_venv
-from patchset.upstreams.fetch import Cache, ensure_upstream, resolve_cache
-from patchset.upstreams.pins import Pins, load_pins
+from patchset.upstreams.fetch import Cache, ensure_upstream
+from patchset.upstreams.pins import Pins
 from patchset.upstreams.registry import UPSTREAMS
+from patchset.upstreams.workspace import Workspace
 
 SUITE = REPO_ROOT / "tests" / "regression"
 EXPECTATIONS = ("fixed", "bug")
@@ -19,6 +21,24 @@ TREE_VARIABLES = {upstream.key: upstream.tree_variable for upstream in UPSTREAMS
 # the variable that says a tree is only there because another's tests import it (``dependency``), by upstream
 ROLE_VARIABLES = {upstream.key: upstream.role_variable for upstream in UPSTREAMS.values() if upstream.role_variable}
 SAMPLE_VARIABLE = "PATCHSET_SAMPLE"
+
+
+@dataclass(frozen=True)
+class SuiteRun:
+    """How one call runs the regression suite. ``expect``: "fixed" for patched trees, "bug" for vanilla ones (the
+    teeth run); ``pytest_args``: added to pytest's command line; ``sample``: one batch shape per test, loss and mode;
+    ``companions=False`` leaves out the runs beside the companion verl (a quick loop); ``baseline_dir``: where the
+    suite keeps the metrics the teeth run records for the fix run to compare with; ``junit_dir``: each run writes its
+    JUnit XML report there (``run-<n>.xml``), for a caller that counts what passed; ``parallel=False``: one process (a
+    few tests cost less than starting a worker per core, each importing torch and the trees)."""
+
+    expect: str = "fixed"
+    pytest_args: Sequence[str] = ()
+    sample: bool = False
+    companions: bool = True
+    baseline_dir: Path | None = None
+    junit_dir: Path | None = None
+    parallel: bool = True
 
 
 def parallel_args(python: Path, dist: str = "loadfile") -> list[str]:
@@ -152,62 +172,43 @@ def companion_runs(
 def _run_suite(
     python: Path,
     trees: Mapping[str, Path],
-    expect: str,
-    baseline_dir: Path | None,
-    pytest_args: Sequence[str],
+    run: SuiteRun,
+    junit: Sequence[str],
     dependencies: Collection[str],
-    sample: bool,
     parallel: bool,
 ) -> int:
     described = ", ".join(f"{key} at {path}" for key, path in trees.items()) or "no tree"
-    shapes = " (one batch shape per test, loss and mode)" if sample else ""
-    print(f"* Running the regression tests (expecting {expect}){shapes} on {described}", flush=True)
-    command = [str(python), "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider", *pytest_args]
-    command += parallel_args(python) if parallel else []
-    env = regression_env(trees, expect, baseline_dir, dependencies, sample)
+    shapes = " (one batch shape per test, loss and mode)" if run.sample else ""
+    print(f"* Running the regression tests (expecting {run.expect}){shapes} on {described}", flush=True)
+    command = [str(python), "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider", *run.pytest_args]
+    command += [*junit, *(parallel_args(python) if parallel else [])]
+    env = regression_env(trees, run.expect, run.baseline_dir, dependencies, run.sample)
     return subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
 
 
 def run_regression_tests(
-    trees: Mapping[str, Path],
-    expect: str = "fixed",
-    baseline_dir: Path | None = None,
-    pytest_args: Sequence[str] = (),
-    sample: bool = False,
-    companions: bool = True,
-    *,
-    pins: Pins | None = None,
-    cache: Cache | None = None,
-    console: Console | None = None,
-    junit_dir: Path | None = None,
-    parallel: bool = True,
+    trees: Mapping[str, Path], run: SuiteRun, workspace: Workspace, console: Console | None = None
 ) -> int:
-    """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}); return pytest's exit code.
+    """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}) as ``run`` says; return pytest's exit
+    code (the first failing run's).
 
-    ``expect`` is "fixed" for patched trees and "bug" for vanilla ones (the teeth run). A Trinity tree given
-    without a verl tree is tested beside the pinned vanilla verl (see `with_imported_trees`), and every Trinity
-    tree once more beside each verl pinned as its companion (its legacy path: `companion_runs`);
-    tests whose tree is not given are skipped, and say so. ``sample``: one batch shape per test, loss and mode;
-    ``companions=False`` leaves out the runs beside the companion verl (a quick loop).
-    ``pins``, ``cache`` and ``console`` are the caller's (``apply --patches-dir``, ``--cache``, ``-q``): the verl
-    trees fetched for Trinity come from them; by default this repository's pins, ``$PATCHSET_CACHE`` or
-    ``<repo>/.cache``, and a console that prints everything. ``junit_dir``: each run writes its JUnit XML report
-    there (``run-<n>.xml``), for a caller that counts what passed; ``parallel=False``: one process (a few tests
-    cost less than starting a worker per core, each importing torch and the trees). The first failing run's exit
-    code is returned.
+    A Trinity tree given without a verl tree is tested beside the pinned vanilla verl (see `with_imported_trees`),
+    and every Trinity tree once more beside each verl pinned as its companion (its legacy path: `companion_runs`),
+    unless ``run.companions`` is off; tests whose tree is not given are skipped, and say so. The verl trees fetched
+    for Trinity come from the caller's ``workspace`` (``apply --patches-dir``, ``--cache``), and what is said goes
+    to its ``console`` (``-q``; default: one that prints everything).
     """
     python = ensure_venv()
-    pins = pins if pins is not None else load_pins(REPO_ROOT / "patches" / "upstreams.toml")
-    cache = cache if cache is not None else resolve_cache(None, os.environ, REPO_ROOT)
     console = console if console is not None else Console()
-    runs = [(with_imported_trees(trees, pins, cache, console), imported_only(trees), parallel)]
-    if companions:
+    pins, cache = workspace.pins, workspace.cache
+    runs = [(with_imported_trees(trees, pins, cache, console), imported_only(trees), run.parallel)]
+    if run.companions:
         # beside a companion verl only Trinity's legacy-path tests run (seconds): one process, rather than a worker
         # per core that each import torch, verl and Trinity first
-        runs += [(run, dependencies, False) for run, dependencies in companion_runs(trees, pins, cache, console)]
-    junit = [[f"--junitxml={junit_dir / f'run-{n}.xml'}"] if junit_dir else [] for n in range(len(runs))]
+        runs += [(beside, dependencies, False) for beside, dependencies in companion_runs(trees, pins, cache, console)]
+    junit = [[f"--junitxml={run.junit_dir / f'run-{n}.xml'}"] if run.junit_dir else [] for n in range(len(runs))]
     returncodes = [
-        _run_suite(python, run, expect, baseline_dir, [*pytest_args, *junit[n]], dependencies, sample, parallel)
-        for n, (run, dependencies, parallel) in enumerate(runs)
+        _run_suite(python, completed, run, junit[n], dependencies, parallel)
+        for n, (completed, dependencies, parallel) in enumerate(runs)
     ]
     return next((code for code in returncodes if code != 0), 0)

@@ -31,6 +31,12 @@ def default_patches_dir(repo_root: Path = REPO_ROOT) -> Path:
     return repo_root / "patches"
 
 
+def patches_dir_of(option: str | Path | None, repo_root: Path = REPO_ROOT) -> Path:
+    """``--patches-dir`` (``~`` expanded), else the repository's ``patches/``; for a reader of the folder itself (the
+    series lint), which must not stop at a bad ``upstreams.toml`` the way `resolve_workspace` does."""
+    return Path(option).expanduser() if option else default_patches_dir(repo_root)
+
+
 def resolve_workspace(
     patches_option: str | Path | None,
     cache_option: str | None,
@@ -39,7 +45,7 @@ def resolve_workspace(
 ) -> Workspace:
     """``--patches-dir`` (else the repository's ``patches/``) with its pins read and checked, and the cache as
     `resolve_cache` chooses it; a missing or bad ``upstreams.toml`` raises ``BadInput`` naming the file."""
-    patches_dir = Path(patches_option).expanduser() if patches_option else default_patches_dir(repo_root)
+    patches_dir = patches_dir_of(patches_option, repo_root)
     return Workspace(
         patches_dir=patches_dir,
         pins=load_pins(patches_dir / PINS_FILE),

@@ -62,12 +62,12 @@ from patchset.apply.target import target_for_pin
 from patchset.apply.transaction import apply_plans
 from patchset.plumbing import gitops, signals, tempdirs
 from patchset.plumbing.errors import EXIT_OK, BadInput, PatchsetError
-from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
 from patchset.testenv.venv import ensure_venv
-from patchset.upstreams.fetch import ensure_upstream, resolve_cache
-from patchset.upstreams.pins import Pin, load_pins
+from patchset.upstreams.fetch import ensure_upstream
+from patchset.upstreams.pins import Pin
 from patchset.upstreams.registry import UPSTREAMS, Upstream
+from patchset.upstreams.workspace import Workspace
 from patchset.wheels.selection import select_pins
 
 PATCHSET_NAME = "patchset"
@@ -102,6 +102,18 @@ class Label:
 
     def version(self, release: str) -> str:
         return f"{release}+{self.text}"
+
+
+@dataclass(frozen=True)
+class WheelBuild:
+    """What to build and where: the pinned releases ``requested`` (``NAME==VERSION`` each, see ``selection.py``;
+    none: the default pins), into ``dist_dir``, labelled with ``revision`` (None: counted, see `patchset_label`), by
+    ``python`` (None: the test environment's)."""
+
+    dist_dir: Path
+    requested: Sequence[str] = ()
+    revision: int | None = None
+    python: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -298,27 +310,16 @@ class BuildFailed(PatchsetError):
     exit_code = EXIT_BUILD_FAILED
 
 
-def build_wheels(
-    dist_dir: Path,
-    console: Console,
-    guard: signals.Guard,
-    *,
-    python: Path | None = None,
-    patches_dir: Path | None = None,
-    cache_option: str | None = None,
-    revision: int | None = None,
-    requested: Sequence[str] = (),
-    repo_root: Path = REPO_ROOT,
-) -> list[Built]:
-    """Build the patched wheel of every pin ``requested`` (``NAME==VERSION`` each, see ``selection.py``; none: the
-    default pins) into ``dist_dir`` (see the module docstring); all or none of them land there. Every request is
-    checked before anything is fetched or built. ``python`` builds them (default: the test environment's)."""
-    patches_dir = patches_dir or repo_root / "patches"
-    targets = select_pins(load_pins(patches_dir / "upstreams.toml"), requested)
+def build_wheels(build: WheelBuild, workspace: Workspace, console: Console, guard: signals.Guard) -> list[Built]:
+    """Build the patched wheels ``build`` asks for from the series, pins and cache of ``workspace`` (see the module
+    docstring); all or none of them land in its ``dist_dir``. Every request is checked before anything is fetched or
+    built."""
+    patches_dir, dist_dir, python = workspace.patches_dir, build.dist_dir, build.python
+    targets = select_pins(workspace.pins, build.requested)
     unknown = [pin.label for pin in targets if pin.key not in UPSTREAMS]
     if unknown:
         raise BadInput(f"no wheel recipe for {', '.join(unknown)} (known: {', '.join(UPSTREAMS)})")
-    label = patchset_label(patches_dir, revision)
+    label = patchset_label(patches_dir, build.revision)
     for pin in targets:
         if not is_valid_version(label.version(pin.version)):
             raise BadInput(f"{label.version(pin.version)} is not a PEP 440 version with a local label")
@@ -326,8 +327,8 @@ def build_wheels(
         console.warn(f"{display_path(patches_dir)} has uncommitted changes: the wheels are labelled {label.text}")
     if python is None:
         python = ensure_venv()  # builds the test environment on first use
-    cache = resolve_cache(cache_option, os.environ, repo_root)
-    settle = settler(TeethRunner(load_pins(patches_dir / "upstreams.toml"), cache, console))
+    cache = workspace.cache
+    settle = settler(TeethRunner(workspace, console))
     env = _build_env(label, patches_dir)
     dist_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("wheels")))

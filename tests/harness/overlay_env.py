@@ -13,6 +13,7 @@ the code under test.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,8 @@ from patchset.plumbing import cachelock, files, tempdirs
 from patchset.plumbing.ui import Console
 from patchset.testenv.venv import REPO_ROOT, VenvError, run_step
 from patchset.upstreams.fetch import sha256_of
-from patchset.upstreams.pins import Pin, load_pins
+from patchset.upstreams.pins import Pin
+from patchset.upstreams.workspace import resolve_workspace
 from tests.harness.linked_venv import linked_venv
 
 _NOT_PACKAGED = (
@@ -73,18 +75,14 @@ def _release_wheel(deps_python: Path, sdist: Path, digest: str, wheels: Path) ->
         return next(home.glob("*.whl"))
 
 
-def build_overlay_env(
-    venv_dir: Path, deps_python: Path, cache_sdists: Path, pins: Sequence[Pin] | None = None
-) -> tuple[Path, Path]:
-    """(Re)make ``venv_dir`` with the pinned releases (``pins``, default: the default pins) and this project
-    installed; its python and site-packages."""
+def build_overlay_env(venv_dir: Path, deps_python: Path, cache_sdists: Path, pins: Sequence[Pin]) -> tuple[Path, Path]:
+    """(Re)make ``venv_dir`` with the pinned releases ``pins`` and this project installed; its python and
+    site-packages."""
     shutil.rmtree(venv_dir, ignore_errors=True)
     try:
         python, site = linked_venv(deps_python, venv_dir)
     except subprocess.CalledProcessError as error:
         raise VenvError(f"creating the overlay venv failed (exit {error.returncode})") from None
-    if pins is None:
-        pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml").defaults()
     wheels_dir = cache_sdists.parent / "sdist-wheels"
     wheels = [str(_release_wheel(deps_python, _sdist(cache_sdists, pin), pin.sdist_sha256, wheels_dir)) for pin in pins]
     pip = [str(deps_python), "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps", "--no-index"]
@@ -99,4 +97,5 @@ def build_overlay_env(
 
 
 if __name__ == "__main__":
-    print(build_overlay_env(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])))
+    defaults = resolve_workspace(None, None, os.environ).pins.defaults()
+    print(build_overlay_env(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), defaults))

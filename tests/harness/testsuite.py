@@ -53,11 +53,13 @@ from patchset.cli.exits import run_reporting_errors
 from patchset.plumbing.errors import PatchsetError
 from patchset.plumbing.ui import Console
 from patchset.series.model import Patch, load_series
-from patchset.testenv.regression import parallel_args, run_overlay_regression_tests, run_regression_tests
+from patchset.testenv.regression import SuiteRun, parallel_args, run_overlay_regression_tests, run_regression_tests
 from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv
-from patchset.upstreams.fetch import ensure_upstream, resolve_cache
-from patchset.upstreams.pins import Pin, at_least, load_pins
+from patchset.upstreams.fetch import ensure_upstream
+from patchset.upstreams.pins import Pin
+from patchset.upstreams.workspace import Workspace, resolve_workspace
 from tests.harness.overlay_env import build_overlay_env
+from tests.harness.releases import find_releases, other_lines, upstream_has
 from tests.harness.scheduler import Scheduler, Step, summary
 from tests.harness.wheel_checks import SMOKE, check_wheels
 
@@ -74,25 +76,23 @@ SHELL_SCRIPTS = (
 PROVEN_BY_THE_WHEELS_STEP = (
     "tests/scripts/test_wheels.py::test_real_wheels_install_into_a_fresh_venv_and_report_the_labelled_version"
 )
-# A pinned release that has some fixes of the verl series upstream, and the first release that had them.
-UPSTREAM_MERGED = ("verl", "0.9.1", "0.9.0")
-# A pinned release of another release line, which takes a series of its own (patches/verl-0.7).
-RELEASE_LINE = ("verl", "0.7.1")
+# The steps every run has; the test command adds one per pinned release of a role (`tests.harness.releases`): verl
+# 0.9.1, which has part of the verl series upstream, and verl 0.7.1, of another release line.
+STEP_NAMES = ("environment", "pinned trees", "lint", "teeth", "tooling", "overlays", "fix", "wheels")
 
 
-def _pinned_trees(cache_root: Path) -> tuple[dict[str, Path], dict[str, Path]]:
+def _pinned_trees(workspace: Workspace) -> tuple[dict[str, Path], dict[str, Path]]:
     """Vanilla and patched checkouts of the default pins, as `patchset apply` lays them out in the cache."""
-    cache = resolve_cache(str(cache_root), os.environ, REPO_ROOT)
-    pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
-    vanilla = {pin.key: cache.upstreams / pin.dirname for pin in pins.defaults()}
-    patched = {pin.key: cache.patched / pin.dirname for pin in pins.defaults()}
+    cache, defaults = workspace.cache, workspace.pins.defaults()
+    vanilla = {pin.key: cache.upstreams / pin.dirname for pin in defaults}
+    patched = {pin.key: cache.patched / pin.dirname for pin in defaults}
     return vanilla, patched
 
 
 def _split_series(pin: Pin, patches_dir: Path) -> tuple[list[Patch], list[Patch]]:
     """The series of ``pin``, as (the patches its release has upstream, by ``Applied-Upstream``; the others)."""
     patches = load_series(patches_dir, pin.series).patches
-    merged = [p for p in patches if p.upstream_since and at_least(pin.version, p.upstream_since)]
+    merged = upstream_has(pin, patches)
     return merged, [p for p in patches if p not in merged]
 
 
@@ -102,7 +102,9 @@ def _teeth_selection(teeth: Mapping[str, str], applied: Sequence[str]) -> str:
     return " or ".join(f"({teeth[name]})" for name in applied if name in teeth)
 
 
-def _partial_target_teeth(teeth: Mapping[str, str], applied: Sequence[str], vanilla: Path, key: str) -> bool:
+def _partial_target_teeth(
+    teeth: Mapping[str, str], applied: Sequence[str], vanilla: Path, key: str, workspace: Workspace
+) -> bool:
     """The teeth of the patches that apply to a release taking part of the series, on its vanilla tree. A patch that
     applies there without teeth fails the step: its bug would go unshown."""
     missing = [name for name in applied if name not in teeth]
@@ -111,29 +113,19 @@ def _partial_target_teeth(teeth: Mapping[str, str], applied: Sequence[str], vani
     selected = _teeth_selection(teeth, applied)
     if not selected:
         return not missing
-    args = ["-k", selected]
-    tested = run_regression_tests({key: vanilla}, expect="bug", sample=True, pytest_args=args, companions=False)
-    return not missing and tested == 0
+    run = SuiteRun(expect="bug", sample=True, pytest_args=["-k", selected], companions=False)
+    return not missing and run_regression_tests({key: vanilla}, run, workspace) == 0
 
 
-def _upstream_merged_step(
-    cache_root: Path,
-    env: dict[str, str],
-    patches_dir: Path = REPO_ROOT / "patches",
-    release: tuple[str, str] = UPSTREAM_MERGED[:2],
-) -> bool:
+def _upstream_merged_step(workspace: Workspace, env: dict[str, str], pin: Pin) -> bool:
     """A verl release other than the default: verl 0.9.1, a target that takes part of the verl series, or verl
     0.7.1, which takes the series of its release line (verl-0.7). ``patchset apply`` on a fresh clone must exit 0,
     having skipped each patch upstream has (``Applied-Upstream`` at or before the release) with the message that
     names its version and what the tree has (the Upstream-Check lines matched), and applied the others; then the
     regression suite expecting the fix on the patched clone (one batch shape per test, loss and mode: the whole
     suite ran on the patched default trees), and the teeth of the applied patches on the vanilla tree."""
-    key, version = release
-    pin = load_pins(patches_dir / "upstreams.toml").find(key, version)
-    if pin is None:
-        print(f"error: patches/upstreams.toml has no pin for {key} {version}", file=sys.stderr)
-        return False
-    vanilla = ensure_upstream(pin, resolve_cache(str(cache_root), os.environ, REPO_ROOT), Console())
+    key, patches_dir, cache_root = pin.key, workspace.patches_dir, workspace.cache.root
+    vanilla = ensure_upstream(pin, workspace.cache, Console())
     merged, applies = _split_series(pin, patches_dir)
     series = load_series(patches_dir, pin.series)
     patches = series.patches
@@ -151,29 +143,21 @@ def _upstream_merged_step(
         missing = [line for line in expected if not any(text.startswith(line) for text in said)]
         for line in missing:
             print(f"error: the output does not say '{line}...'", file=sys.stderr)
-        fixed = run_regression_tests({key: clone}, expect="fixed", sample=True) == 0
-    teeth = _partial_target_teeth(series.teeth, applied, vanilla, key)
+        fixed = run_regression_tests({key: clone}, SuiteRun(expect="fixed", sample=True), workspace) == 0
+    teeth = _partial_target_teeth(series.teeth, applied, vanilla, key, workspace)
     return result.returncode == 0 and not missing and fixed and teeth
 
 
-def _fixed_verl(cache_root: Path) -> Path:
-    """The pinned verl release that has the critic fix upstream, fetched and checked by sha256 like every pin."""
-    key, version, _ = UPSTREAM_MERGED
-    pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").find(key, version)
-    if pin is None:
-        raise PatchsetError(f"patches/upstreams.toml has no pin for {key} {version}")
-    return ensure_upstream(pin, resolve_cache(str(cache_root), os.environ, REPO_ROOT), Console())
-
-
-def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path], cache_root: Path) -> bool:
+def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path], workspace: Workspace) -> bool:
     """The overlays on pip-installed releases: build the environment, a smoke run of the regression suite there
     with the overlays on, then tests/overlay, which holds their proof: parity with the patched trees on every loss
     case, the import-order matrix (with its teeth: the same probes with the overlays off find upstream's code),
     guards, activation, and verl 0.9.1's own test of the critic fix."""
-    results_dir = cache_root / "results"
+    results_dir, releases = workspace.cache.root / "results", find_releases(workspace)
     with tempfile.TemporaryDirectory(prefix="patchset-overlay-venv-") as tmp:
         try:
-            overlay_python, site = build_overlay_env(Path(tmp) / "venv", Path(python), cache_root / "sdists")
+            defaults = list(workspace.pins.defaults())
+            overlay_python, site = build_overlay_env(Path(tmp) / "venv", Path(python), workspace.cache.sdists, defaults)
         except VenvError as error:
             print(f"error: {error}", file=sys.stderr)
             return False
@@ -194,12 +178,9 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
             "PATCHSET_OVERLAY_RESULTS": str(results_dir),
         }
         try:  # the real release with the fix (guards; its own CPU test of the critic fix, run on the overlay)
-            env["PATCHSET_FIXED_VERL_TREE"] = str(_fixed_verl(cache_root))
-            line = load_pins(REPO_ROOT / "patches" / "upstreams.toml").find(*RELEASE_LINE)
-            if line is None:
-                raise PatchsetError(f"patches/upstreams.toml has no pin for {' '.join(RELEASE_LINE)}")
-            cache = resolve_cache(str(cache_root), os.environ, REPO_ROOT)
-            env["PATCHSET_RELEASE_LINE_VERL_TREE"] = str(ensure_upstream(line, cache, Console()))  # its fingerprints
+            env["PATCHSET_FIXED_VERL_TREE"] = str(ensure_upstream(releases.partial, workspace.cache, Console()))
+            line = ensure_upstream(releases.line, workspace.cache, Console())
+            env["PATCHSET_RELEASE_LINE_VERL_TREE"] = str(line)  # its fingerprints
         except PatchsetError as error:
             print(f"error: {error}", file=sys.stderr)
             return False
@@ -208,36 +189,29 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
         command = [python, "-m", "pytest", str(REPO_ROOT / "tests" / "overlay"), "-q", "-rs", "-p", "no:cacheprovider"]
         command += parallel_args(Path(python))
         passed["tests/overlay"] = subprocess.run(command, cwd=REPO_ROOT, env=env).returncode == 0
-        passed["verl 0.9.1"] = _overlay_partial_target(python, cache_root, Path(tmp) / "venv-verl-0.9.1")
-        passed["verl 0.7.1"] = _overlay_partial_target(
-            python, cache_root, Path(tmp) / "venv-verl-0.7.1", release=RELEASE_LINE
-        )
+        for pin in (releases.partial, releases.line):
+            passed[pin.label] = _overlay_partial_target(python, workspace, Path(tmp) / f"venv-{pin.dirname}", pin)
     guards = results_dir / "overlay-guards.txt"
     if guards.exists():
         print("* Guards tried, and the message each printed:\n" + guards.read_text(encoding="utf-8"), end="")
     return all(passed.values())
 
 
-def _overlay_partial_target(
-    python: str, cache_root: Path, venv_dir: Path, release: tuple[str, str] = UPSTREAM_MERGED[:2]
-) -> bool:
+def _overlay_partial_target(python: str, workspace: Workspace, venv_dir: Path, pin: Pin) -> bool:
     """The overlay on pip-installed verl 0.9.1 (alone: pip cannot install trinity-rft 0.6.0 beside it), a release
     that has some of the fixes, or verl 0.7.1 (alone), whose critic piece is its own: the suite, in overlay mode, on
     the patches that apply there (their teeth), with the overlays on. The pieces 0.9.1 has stay off, and on
     0.7.1 those written for other releases, which the suite's overlay check allows only for those; the rest must be
     active. With the overlays off the installed files are the vanilla release's, whose failing of the same tests the
     verl 0.9.1 and 0.7.1 steps show (their teeth), so that run is not made twice."""
-    key, version = release
-    pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").find(key, version)
-    assert pin is not None  # the pinned-trees step fetched it by this pin
     try:
-        overlay_python, site = build_overlay_env(venv_dir, Path(python), cache_root / "sdists", [pin])
+        overlay_python, site = build_overlay_env(venv_dir, Path(python), workspace.cache.sdists, [pin])
     except VenvError as error:
         print(f"error: {error}", file=sys.stderr)
         return False
     print(f"* Installed {pin.label} and this project into {site}", flush=True)
-    applies = [p.name for p in _split_series(pin, REPO_ROOT / "patches")[1]]
-    selected = _teeth_selection(load_series(REPO_ROOT / "patches", pin.series).teeth, applies)
+    applies = [p.name for p in _split_series(pin, workspace.patches_dir)[1]]
+    selected = _teeth_selection(load_series(workspace.patches_dir, pin.series).teeth, applies)
     args = ["-k", selected]
     return run_overlay_regression_tests(overlay_python, site, "fixed", None, args, sample=True, parallel=False) == 0
 
@@ -279,35 +253,39 @@ def _lint(python: str) -> bool:
     return all([_run(command) for command in commands])
 
 
-def _pinned_trees_step(cache_root: Path, env: dict[str, str], quick: bool) -> bool:
+def _pinned_trees_step(workspace: Workspace, env: dict[str, str], quick: bool) -> bool:
     """Fetch the default pins and patch them (``patchset apply --no-test``); then fetch every other pin a later
     step reads (the companion verl, verl 0.9.1, the releases of another line: verl 0.7.0 and 0.7.1), so that steps
     running at once never fetch into the cache."""
-    if not _run([sys.executable, "-m", "patchset", "apply", "--no-test", "--cache", str(cache_root)], env):
+    if not _run([sys.executable, "-m", "patchset", "apply", "--no-test", "--cache", str(workspace.cache.root)], env):
         return False
     if quick:
         return True
-    cache = resolve_cache(str(cache_root), os.environ, REPO_ROOT)
-    pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
+    cache, pins = workspace.cache, workspace.pins
     for pin in pins.companions("verl", of="trinity"):
         ensure_upstream(pin, cache, Console())
-    _fixed_verl(cache_root)  # raises, naming the pin, where upstreams.toml lacks it
+    ensure_upstream(find_releases(workspace).partial, cache, Console())  # raises, naming the file, when none is pinned
     # every release of another line (verl 0.7.0 and 0.7.1): the verl 0.7.1 step and the tooling tests read them
-    for pin in pins.for_key(RELEASE_LINE[0]):
-        if pin.target and pin.series != RELEASE_LINE[0]:
-            ensure_upstream(pin, cache, Console())
+    for pin in other_lines(pins):
+        ensure_upstream(pin, cache, Console())
     return True
 
 
-def _regression_step(cache_root: Path, expect: str, quick: bool) -> bool:
+def _regression_step(workspace: Workspace, expect: str, quick: bool) -> bool:
     """Teeth (``bug``, the vanilla trees, one batch shape per test) or fix (``fixed``, the patched trees, every
-    case); ``quick``: one batch shape per test, without the engine end-to-end module or the companion verl."""
-    vanilla, patched = _pinned_trees(cache_root)
+    case); ``quick``: one batch shape per test, without the engine end-to-end module or the companion verl (which is
+    fetched into the workspace's cache)."""
+    vanilla, patched = _pinned_trees(workspace)
     e2e = str(REPO_ROOT / "tests" / "regression" / "test_engine_e2e.py")
-    narrowed = {"pytest_args": ["--ignore", e2e] if quick else [], "companions": not quick}
     trees, sample = (vanilla, True) if expect == "bug" else (patched, quick)
-    cache = resolve_cache(str(cache_root), os.environ, REPO_ROOT)  # the companion verl is fetched into it
-    return run_regression_tests(trees, expect, cache_root / "results", sample=sample, cache=cache, **narrowed) == 0
+    run = SuiteRun(
+        expect=expect,
+        pytest_args=["--ignore", e2e] if quick else [],
+        sample=sample,
+        companions=not quick,
+        baseline_dir=workspace.cache.root / "results",
+    )
+    return run_regression_tests(trees, run, workspace) == 0
 
 
 def _tooling_step(python: str, env: dict[str, str]) -> bool:
@@ -315,48 +293,33 @@ def _tooling_step(python: str, env: dict[str, str]) -> bool:
     return _run([*command, "--deselect", PROVEN_BY_THE_WHEELS_STEP], env)
 
 
-STEP_NAMES = (
-    "environment",
-    "pinned trees",
-    "lint",
-    "teeth",
-    "tooling",
-    "overlays",
-    "fix",
-    "wheels",
-    "verl 0.9.1",
-    "verl 0.7.1",
-)
-
-
-def _run_one_step(name: str, cache_root: Path, quick: bool) -> bool:
+def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
     """The body of step ``name``, run in its own process by the scheduler."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PATCHSET_CACHE": str(cache_root)}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PATCHSET_CACHE": str(workspace.cache.root)}
     if name == "pinned trees":  # beside the environment build: needs no venv
-        return _pinned_trees_step(cache_root, env, quick)
+        return _pinned_trees_step(workspace, env, quick)
+    found = find_releases(workspace)
+    releases = {pin.label: pin for pin in (found.partial, found.line)}
+    if name not in (*STEP_NAMES, *releases):
+        raise PatchsetError(f"unknown step {name!r} (steps: {', '.join((*STEP_NAMES, *releases))})")
     python = str(ensure_venv())  # the environment step builds it (pip's progress shown); the others find it ready
     if name == "environment":
         return True
     if name == "lint":
         return _lint(python)
     if name in ("teeth", "fix"):
-        return _regression_step(cache_root, "bug" if name == "teeth" else "fixed", quick)
+        return _regression_step(workspace, "bug" if name == "teeth" else "fixed", quick)
     if name == "tooling":
         return _tooling_step(python, env)
     if name == "wheels":  # and the wheels of verl 0.9.1 (part of the series) and 0.7.1 (its own), each in a venv
-        also = [UPSTREAM_MERGED[:2], RELEASE_LINE]
-        return check_wheels(Console(), _pinned_trees(cache_root)[1], cache_root, also=also)
-    if name == "verl 0.9.1":
-        return _upstream_merged_step(cache_root, env)
-    if name == "verl 0.7.1":
-        return _upstream_merged_step(cache_root, env, release=RELEASE_LINE)
+        return check_wheels(Console(), _pinned_trees(workspace)[1], workspace, also=list(releases.values()))
     if name == "overlays":
-        vanilla, patched = _pinned_trees(cache_root)
-        return _overlay_step(python, vanilla, patched, cache_root)
-    raise ValueError(f"unknown step {name!r} (steps: {', '.join(STEP_NAMES)})")
+        vanilla, patched = _pinned_trees(workspace)
+        return _overlay_step(python, vanilla, patched, workspace)
+    return _upstream_merged_step(workspace, env, releases[name])
 
 
-def plan(cache_root: Path, quick: bool, jobs: int = 1) -> list[Step]:
+def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
     """The steps, in the order they take a free job slot: teeth (fix follows it: it compares its metrics with
     those teeth recorded) and the tooling tests first, then the overlays, the longest, then fix and the short steps,
     so that the last steps running are short ones. ``jobs``: how many run at once; teeth, fix and the overlays,
@@ -368,9 +331,11 @@ def plan(cache_root: Path, quick: bool, jobs: int = 1) -> list[Step]:
     # a short suite run beside the others: one process, not a worker per core that each import torch and verl first
     # (measured for verl 0.7.1's two runs: 19 s of CPU in one process each, 31 s with two workers each)
     alone = () if os.environ.get("PATCHSET_WORKERS") else (("PATCHSET_WORKERS", "1"),)
+    cache, releases = workspace.cache.root, find_releases(workspace)
+    partial, line = releases.partial, releases.line
 
     def step(name: str, proves: str, needs: tuple[str, ...] = ("environment", "pinned trees"), **how: object) -> Step:
-        argv = [sys.executable, "-P", "-m", "tests.harness.testsuite", "--step", name, "--cache", str(cache_root)]
+        argv = [sys.executable, "-P", "-m", "tests.harness.testsuite", "--step", name, "--cache", str(cache)]
         return Step(name, proves, (*argv, *(["--quick"] if quick else [])), needs, **how)  # type: ignore[arg-type]
 
     shapes = "one batch shape per test, loss and mode"
@@ -393,19 +358,19 @@ def plan(cache_root: Path, quick: bool, jobs: int = 1) -> list[Step]:
         ),
         step(
             "wheels",
-            "every installed file is the patched tree's (sha256); labels, manifests; smoke run; verl 0.9.1's and "
-            "0.7.1's wheels too",
+            f"every installed file is the patched tree's (sha256); labels, manifests; smoke run; {partial.label}'s and "
+            f"{line.version}'s wheels too",
         ),
         # last, when the other steps are ending: its workers take every core
         step(
-            "verl 0.9.1",
+            partial.label,
             "a partial target: what upstream has is skipped by content, the rest applies; fix on the patched clone, "
             "teeth of the applied patches on vanilla",
         ),
         step(
-            "verl 0.7.1",
-            "another release line: its own series (verl-0.7) applies; fix on the patched clone, teeth on vanilla "
-            f"({shapes})",
+            line.label,
+            f"another release line: its own series ({line.series}) applies; fix on the patched clone, teeth on "
+            f"vanilla ({shapes})",
             env=alone,
         ),
     ]
@@ -450,13 +415,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=os.cpu_count() or 1,
         help="steps run at once (default: the cores); 1 runs them one after another, streaming their output",
     )
-    parser.add_argument("--step", choices=STEP_NAMES, help=argparse.SUPPRESS)  # one step, run by the scheduler
+    parser.add_argument("--step", help=argparse.SUPPRESS)  # one step, run by the scheduler (its name: see plan)
     args = parser.parse_args(argv)
     args.cache = args.cache.resolve()
 
     if args.step:
         try:
-            return 0 if _run_one_step(args.step, args.cache, args.quick) else 1
+            workspace = resolve_workspace(None, str(args.cache), os.environ)  # once for the step's process
+            return 0 if _run_one_step(args.step, workspace, args.quick) else 1
         except VenvError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
@@ -471,7 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # are the parallelism (threads of several processes spinning on 2 cores cost ~10 % more CPU in all)
     env.setdefault("OMP_NUM_THREADS", "1")
     # --quick runs teeth, then fix, one at a time: each gets every core
-    results = Scheduler(plan(args.cache, args.quick, 1 if args.quick else args.jobs), args.jobs, REPO_ROOT, env).run()
+    steps = plan(resolve_workspace(None, str(args.cache), os.environ), args.quick, 1 if args.quick else args.jobs)
+    results = Scheduler(steps, args.jobs, REPO_ROOT, env).run()
     if any(result.name == "fix" for result in results):
         print("\n=== gradient norm relative to one micro-batch on one rank\n" + _ratio_table(args.cache / "results"))
     print("\n=== summary\n" + summary(results, time.monotonic() - started, args.jobs), flush=True)

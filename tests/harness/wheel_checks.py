@@ -21,10 +21,11 @@ from patchset.plumbing.errors import PatchsetError
 from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
 from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv
-from patchset.upstreams.fetch import ensure_upstream, resolve_cache
-from patchset.upstreams.pins import Pin, at_least, load_pins
+from patchset.upstreams.fetch import ensure_upstream
+from patchset.upstreams.pins import Pin, at_least
 from patchset.upstreams.registry import UPSTREAMS
-from patchset.wheels.build import MANIFEST_NAME, Built, build_wheels
+from patchset.upstreams.workspace import Workspace
+from patchset.wheels.build import MANIFEST_NAME, Built, WheelBuild, build_wheels
 from patchset.wheels.selection import requirement
 from tests.harness.linked_venv import linked_venv
 
@@ -138,7 +139,9 @@ def _installed_files(site: Path, distribution: str) -> list[str]:
         return [row[0] for row in csv.reader(stream) if row]
 
 
-def installed_files_match(site: Path, built: Sequence[Built], trees: Mapping[str, Path], console: Console) -> list[str]:
+def installed_files_match(
+    site: Path, built: Sequence[Built], trees: Mapping[str, Path], patches_dir: Path, console: Console
+) -> list[str]:
     """Every file each wheel installed (its RECORD) against the patched tree's file at the same path, by sha256.
 
     Two files differ by design: the version file, which carries the ``+patchset.N`` label, and the manifest, which
@@ -164,7 +167,7 @@ def installed_files_match(site: Path, built: Sequence[Built], trees: Mapping[str
         applied = {entry["name"] for entry in item.manifest["patches"] if entry["status"] == "applied"}
         patched = {
             path
-            for patch in load_series(REPO_ROOT / "patches", item.pin.series).patches
+            for patch in load_series(patches_dir, item.pin.series).patches
             if patch.name in applied
             for path in patch.files
             if path.startswith(f"{upstream.package}/") and path.endswith(".py")
@@ -179,7 +182,7 @@ def installed_files_match(site: Path, built: Sequence[Built], trees: Mapping[str
     return problems
 
 
-def manifest_statuses_match(item: Built, patches_dir: Path = REPO_ROOT / "patches") -> list[str]:
+def manifest_statuses_match(item: Built, patches_dir: Path) -> list[str]:
     """The wheel's manifest against what each patch's header says of the release: a patch whose ``Applied-Upstream``
     version is at or before the release is ``skipped`` (``in upstream since <version>``), every other one
     ``applied``; the series in its order. The problems found."""
@@ -194,10 +197,10 @@ def manifest_statuses_match(item: Built, patches_dir: Path = REPO_ROOT / "patche
     return [f"{item.wheel.name}'s manifest records {recorded}; the patch headers say {expected}"]
 
 
-def _patched_clone(pin: Pin, cache: str | None, where: Path, console: Console) -> Path:
+def _patched_clone(pin: Pin, workspace: Workspace, where: Path, console: Console) -> Path:
     """A patched tree of ``pin`` to compare its wheel with, made as a user makes one: a fresh clone of the cached
     checkout (the pinned trees step fetched it; only read here), then ``patchset apply --no-test`` on it."""
-    vanilla = ensure_upstream(pin, resolve_cache(cache, os.environ, REPO_ROOT), console)
+    vanilla = ensure_upstream(pin, workspace.cache, console)
     clone = where / pin.dirname
     where.mkdir(parents=True, exist_ok=True)
     gitops.clone_local(vanilla, clone)
@@ -209,13 +212,13 @@ def _patched_clone(pin: Pin, cache: str | None, where: Path, console: Console) -
     return clone
 
 
-def _check_alone(work: Path, base_python: Path, item: Built, cache: str | None, console: Console) -> list[str]:
+def _check_alone(work: Path, base_python: Path, item: Built, workspace: Workspace, console: Console) -> list[str]:
     """The wheel of a release installed alone, in a fresh venv of its own: versions and manifest as labelled, each
     patch's status as its header says, and every installed file equal to a patched clone's (sha256). One verl per
     site-packages, and pip cannot install trinity-rft 0.6.0 beside verl 0.9.x, hence the venv; ``--no-deps`` with
     the locked dependencies seen through the ``.pth`` line, as for the default pins: what is proven is the files
     and labels (the verl 0.9.1 step runs the suite on that release's patched code, with the same locked set)."""
-    tree = _patched_clone(item.pin, cache, work / "patched", console)
+    tree = _patched_clone(item.pin, workspace, work / "patched", console)
     python, site = linked_venv(base_python, work / f"venv-{item.pin.dirname}")
     console.step(f"Installing {item.wheel.name} alone into a fresh venv {site.parents[2]}")
     install = [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check"]
@@ -224,23 +227,23 @@ def _check_alone(work: Path, base_python: Path, item: Built, cache: str | None, 
     if proc.returncode != 0:
         return [f"pip install of {item.wheel.name} failed:\n{proc.stderr[-3000:]}"]
     problems = verify_install(python, site, [item], console)
-    problems += manifest_statuses_match(item)
+    problems += manifest_statuses_match(item, workspace.patches_dir)
     statuses = ", ".join(f"{entry['name'][:4]} {entry['status']}" for entry in item.manifest["patches"])
     console.step(f"{item.pin.name} {item.version}: manifest {statuses}")
-    return problems + installed_files_match(site, [item], {item.pin.key: tree}, console)
+    return problems + installed_files_match(site, [item], {item.pin.key: tree}, workspace.patches_dir, console)
 
 
 def check_wheels(
     console: Console,
     patched: Mapping[str, Path],
-    cache: str | Path | None = None,
+    workspace: Workspace,
     pytest_args: Sequence[str] = SMOKE,
-    also: Sequence[tuple[str, str]] = (),
+    also: Sequence[Pin] = (),
 ) -> bool:
     """Build the wheels (into a temporary folder), install them with ``pip install --no-deps`` into a fresh venv,
     check what they report, that every installed file is the patched tree's (``installed_files_match``), and run a
     smoke run of the regression suite (``SMOKE``: one shape per loss and mode of the loss tests) on them.
-    ``also``: more pinned releases a series targets, as (key, version): each built in the same run, then installed
+    ``also``: more pinned releases a series targets: each built in the same run, then installed
     alone into a venv of its own and checked against a patched clone made here (``_check_alone``).
 
     The fresh venv holds nothing but the two wheels; their dependencies (torch and the rest of the locked set,
@@ -249,14 +252,12 @@ def check_wheels(
     suite is pinned to. ``venv --system-site-packages`` would not do: from a venv it exposes the base
     interpreter, not the venv's packages. The suite runs with the fresh venv's python, on its site-packages
     (the suite's conftest checks every module it tests was imported from there). The whole suite already ran on
-    the patched trees, whose files these are. ``cache``: the cache folder (default: ``$PATCHSET_CACHE``, else
-    ``<repo>/.cache``).
+    the patched trees, whose files these are. ``workspace``: the series, pins and cache the wheels are built from.
     """
     started = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="patchset-wheel-check-") as tmp, signals.handled() as guard:
-            cache_option = None if cache is None else str(cache)
-            ok = _check_in(Path(tmp), console, guard, cache_option, patched, pytest_args, also)
+            ok = _check_in(Path(tmp), console, guard, workspace, patched, pytest_args, also)
     except (PatchsetError, gitops.GitError, VenvError, subprocess.CalledProcessError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         ok = False
@@ -268,27 +269,24 @@ def _check_in(
     work: Path,
     console: Console,
     guard: signals.Guard,
-    cache: str | None,
+    workspace: Workspace,
     patched: Mapping[str, Path],
     pytest_args: Sequence[str],
-    also: Sequence[tuple[str, str]],
+    also: Sequence[Pin],
 ) -> bool:
     """``check_wheels`` in the scratch folder ``work``."""
     from patchset.testenv.regression import SUITE, regression_env  # the suite's module: heavier, only needed here
 
     base_python = ensure_venv()
-    pins = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
-    alone = [pins.find(key, version) for key, version in also]
-    if None in alone:
-        raise PatchsetError(f"patches/upstreams.toml lacks one of {', '.join(' '.join(pair) for pair in also)}")
-    requested = [requirement(pin) for pin in (*pins.defaults(), *(pin for pin in alone if pin is not None))]
-    built_all = build_wheels(work / "dist", console, guard, python=base_python, cache_option=cache, requested=requested)
+    requested = [requirement(pin) for pin in (*workspace.pins.defaults(), *also)]
+    build = WheelBuild(work / "dist", requested=requested, python=base_python)
+    built_all = build_wheels(build, workspace, console, guard)
     built = [item for item in built_all if item.pin.default]
     problems = [
         problem
         for item in built_all
         if not item.pin.default
-        for problem in _check_alone(work, base_python, item, cache, console)
+        for problem in _check_alone(work, base_python, item, workspace, console)
     ]
     python, site = linked_venv(base_python, work / "venv")
     console.step(f"Installing {', '.join(item.wheel.name for item in built)} into a fresh venv {work / 'venv'}")
@@ -301,7 +299,7 @@ def _check_in(
         print(f"error: pip install of the wheels failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
         return False
     problems += verify_install(python, site, built, console)
-    problems += installed_files_match(site, built, patched, console)
+    problems += installed_files_match(site, built, patched, workspace.patches_dir, console)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     console.step(f"Smoke run of the regression suite (expecting the fix) on the installed wheels in {site}")

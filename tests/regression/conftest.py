@@ -315,7 +315,8 @@ def verl_upstream_skips(verl_tree: Path, verl_version: str, verl_series: str) ->
         if step.action is not Action.SKIP:
             continue
         state = step.upstream
-        reason = "already upstream (content)" if state and not state.claimed else f"in upstream since {step.detail}"
+        since = state.since if state else None
+        reason = "already upstream (content)" if state and not state.claimed else f"in upstream since {since or ''}"
         skips[step.patch.name] = UpstreamSkip(step.patch.name, step.patch.files, reason)
     return skips
 

@@ -71,8 +71,8 @@ def regression_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[dict[str, Pa
 
     calls: list[tuple[dict[str, Path], str]] = []
 
-    def fake(trees: Mapping[str, Path], expect: str = "fixed", **sources: object) -> int:
-        calls.append((dict(trees), expect))
+    def fake(trees: Mapping[str, Path], run: regression.SuiteRun, workspace: object, console: object = None) -> int:
+        calls.append((dict(trees), run.expect))
         return 0
 
     monkeypatch.setattr(regression, "run_regression_tests", fake)

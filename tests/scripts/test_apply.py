@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from patchset_fakes import VERL_PATCH_1, VERL_PATCH_2, World, git, make_repo, tree_digest
 
-from patchset.apply.job import run_apply
+from patchset.apply.job import ApplyOptions, run_apply
 from patchset.cli.apply import main
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.signals import Guard
 from patchset.plumbing.ui import Console
-from patchset.upstreams.fetch import Cache
+from patchset.upstreams.workspace import resolve_workspace
 
 CORE = "verl/trainer/ppo/core_algos.py"
 
@@ -422,7 +422,7 @@ def test_regression_tests_get_only_the_trees_given(world, regression_calls):
 def test_failing_regression_tests_exit_1(capsys, world, monkeypatch):
     from patchset.testenv import regression
 
-    monkeypatch.setattr(regression, "run_regression_tests", lambda trees, expect="fixed", **sources: 5)
+    monkeypatch.setattr(regression, "run_regression_tests", lambda trees, run, workspace, console=None: 5)
 
     code = main(world.args(str(world.verl)))
 
@@ -462,17 +462,10 @@ def test_reverse_refuses_local_edit_on_top_of_patched_file(capsys, world):
 
 def job(world: World, *paths: Path, **flags: bool) -> int:
     """``run_apply`` called as a program would, with plain arguments: no command line, no argparse."""
-    cache, console = Cache(root=world.cache.resolve()), Console(quiet=False)
+    workspace = resolve_workspace(world.patches, str(world.cache), {})
     paths_given = [str(path) for path in paths]
-    return run_apply(
-        paths_given,
-        patches_dir=world.patches,
-        cache=cache,
-        console=console,
-        guard=Guard(),
-        command_line="test",
-        **flags,
-    )
+    options = ApplyOptions(**flags)
+    return run_apply(paths_given, workspace, options, console=Console(quiet=False), guard=Guard(), command_line="test")
 
 
 def test_the_apply_job_checks_a_tree_from_plain_arguments(capsys, world):

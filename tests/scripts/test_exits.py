@@ -83,7 +83,7 @@ def test_an_unforeseen_error_is_one_line_naming_where_and_exit_70(capsys, monkey
 
 # command line (the cache and dist folders in {tmp}), and the function of its code made to fail
 EVERY_COMMAND = [
-    (["apply", "--no-test", "--cache", "{tmp}"], "patchset.apply.job.load_pins"),
+    (["apply", "--no-test", "--cache", "{tmp}"], "patchset.apply.job.cached_targets"),
     (["apply", "--check", "{tmp}"], "patchset.apply.job.target_for_path"),
     (["fetch", "--cache", "{tmp}"], "patchset.cli.apply.ensure_upstream"),
     (["series", "checkout", "verl", "--cache", "{tmp}"], "patchset.cli.maintain.ensure_upstream"),

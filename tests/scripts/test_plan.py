@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from patchset_fakes import FORMAT_PATCH, TEST_GIT_ENV, git, make_repo, tree_state
 
-from patchset.apply.plan import Action, Step, applied_patches, plan_series, unexplained_changes
+from patchset.apply.plan import Action, Finding, Step, applied_patches, plan_series, unexplained_changes
 from patchset.plumbing import gitops
 from patchset.plumbing.merge import Merge
 from patchset.series.model import Patch, read_patch
@@ -161,7 +161,7 @@ def test_patch_that_both_applies_and_reverts_is_refused_as_ambiguous(tmp_path: P
 
     steps = plan_series(tree, [patch], version="1.0")
 
-    assert [(step.action, step.detail) for step in steps] == [(Action.FAIL, "ambiguous")]
+    assert [(step.action, step.finding) for step in steps] == [(Action.FAIL, Finding.AMBIGUOUS)]
 
 
 @pytest.mark.parametrize(
@@ -188,7 +188,7 @@ def test_applied_upstream_patch_is_judged_by_version_and_upstream_check(
     assert step.action is expected
     assert step.upstream_missing == (expected is Action.FAIL)
     if expected is Action.SKIP:
-        assert step.detail == "0.9.0" and step.upstream is not None and step.upstream.present
+        assert step.upstream is not None and step.upstream.since == "0.9.0" and step.upstream.present
 
 
 def test_unexplained_changes_ignores_exactly_what_the_applied_patches_did(series: Series, tree: Path) -> None:

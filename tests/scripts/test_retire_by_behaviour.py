@@ -32,8 +32,8 @@ import pytest
 from patchset_fakes import TEST_GIT_ENV, UPSTREAM_SCALE, VERL_PATCH_1, VERL_PATCH_2, git, tree_state
 
 from patchset.apply import behaviour, job
-from patchset.apply.plan import Behaviour
-from patchset.apply.target import Target
+from patchset.apply.plan import Behaviour, Verdict
+from patchset.apply.target import TreeToPatch
 from patchset.cli.apply import main
 from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
@@ -64,10 +64,10 @@ def teeth_runs(monkeypatch: pytest.MonkeyPatch, world) -> dict[str, str]:
     (world.patches / "verl" / "teeth").write_text("".join(f"{name[5:-6]}  {tests}\n" for name, tests in TEETH.items()))
     verdicts: dict[str, str] = {"calls": ""}
 
-    def run(self: behaviour.TeethRunner, target: Target, selection: str) -> Behaviour:
+    def run(self: behaviour.TeethRunner, target: TreeToPatch, selection: str) -> Behaviour:
         verdicts["calls"] += f"{selection};"
         fixed = verdicts[selection] == "fixed"
-        return Behaviour(verdicts[selection], selection, passed=3, failed=0 if fixed else 2, why="counted")
+        return Behaviour(Verdict(verdicts[selection]), selection, passed=3, failed=0 if fixed else 2, why="counted")
 
     monkeypatch.setattr(behaviour.TeethRunner, "__call__", run)
     return verdicts
@@ -148,7 +148,7 @@ def test_nothing_runs_when_every_patch_applies(capsys, world, teeth_runs):
 def test_only_tests_that_ran_and_passed_retire_a_patch(counts, expected):
     target = SimpleNamespace(shown="~/src/verl")
 
-    assert behaviour.verdict(target, "geo_mean", counts).verdict == expected  # type: ignore[arg-type]
+    assert behaviour.verdict(target, "geo_mean", counts).verdict is Verdict(expected)  # type: ignore[arg-type]
 
 
 def test_junit_reports_are_summed_and_one_cut_short_counts_nothing(tmp_path):
@@ -170,11 +170,11 @@ def test_without_a_test_environment_the_conflict_stands_and_says_why(monkeypatch
 
     monkeypatch.setattr(regression, "run_regression_tests", no_venv)
     target = SimpleNamespace(label="verl 0.9.2", key="verl", root=tmp_path, shown="~/src/verl")
-    runner = behaviour.TeethRunner(None, None, Console(quiet=True))  # type: ignore[arg-type]
+    runner = behaviour.TeethRunner(None, Console(quiet=True))  # type: ignore[arg-type]
 
     shown = runner(target, "geo_mean")  # type: ignore[arg-type]
 
-    assert (shown.verdict, shown.command) == ("untested", "scripts/apply.sh --check ~/src/verl")
+    assert (shown.verdict, shown.command) == (Verdict.UNTESTED, "scripts/apply.sh --check ~/src/verl")
     assert (
         shown.why == "the test environment could not be built (pip install -r requirements/lock.txt failed (exit 1):)"
     )

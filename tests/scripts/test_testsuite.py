@@ -1,31 +1,30 @@
-"""The test command plans the steps its help names (all of them, or with --quick the environment, the pinned trees
-and the regression suite only), each step runs its own body in a process of its own, and the exit code and summary
-follow the steps' verdicts. The step bodies are replaced by recorders here (the real ones take minutes and are what
-the test command itself runs)."""
+"""The test command plans the steps its docstring names (all of them, or with --quick the environment, the pinned
+trees and the regression suite only), each step runs its own body in a process of its own, and the exit code and
+summary follow the steps' verdicts. The step bodies are replaced by recorders here (the real ones take minutes and are
+what the test command itself runs)."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 import pytest
 
+from patchset.upstreams.workspace import resolve_workspace
 from tests.harness import testsuite
 from tests.harness.scheduler import Step
 
-EVERY_STEP = [
-    "environment",
-    "pinned trees",
-    "lint",
-    "teeth",
-    "tooling",
-    "overlays",
-    "fix",
-    "wheels",
-    "verl 0.9.1",
-    "verl 0.7.1",
-]
+# the steps as the test command's docstring lists them ("- name: what it does", or "- name, what it is"), in the
+# order they take a free job slot (see ``plan``): teeth and the tooling tests first, the overlays, then the rest
+DOCUMENTED = re.findall(r"^- ([a-z0-9. ]+?)[:,] ", testsuite.__doc__ or "", re.MULTILINE)
+SLOT_ORDER = ["environment", "pinned trees", "lint", "teeth", "tooling", "overlays", "fix", "wheels"]
+EVERY_STEP = sorted(DOCUMENTED, key=lambda name: SLOT_ORDER.index(name) if name in SLOT_ORDER else len(SLOT_ORDER))
 QUICK_STEPS = ["environment", "pinned trees", "teeth", "fix"]
+
+
+def _workspace(tmp_path: Path):  # type: ignore[no-untyped-def]
+    return resolve_workspace(None, str(tmp_path / "cache"), {})
 
 
 @pytest.fixture
@@ -34,8 +33,10 @@ def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str,
     ("regression", expect, pytest args, sample, companions, the cache's root)."""
     calls: list[tuple] = []
 
-    def regression(trees, expect, baseline_dir=None, pytest_args=(), sample=False, companions=True, cache=None) -> int:
-        calls.append(("regression", expect, list(pytest_args), sample, companions, cache and cache.root))
+    def regression(trees, run, workspace, console=None) -> int:
+        calls.append(
+            ("regression", run.expect, list(run.pytest_args), run.sample, run.companions, workspace.cache.root)
+        )
         return 0
 
     def named(name: str):  # type: ignore[no-untyped-def]
@@ -48,12 +49,10 @@ def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str,
     monkeypatch.setattr(testsuite, "_tooling_step", named("tooling"))
     monkeypatch.setattr(testsuite, "check_wheels", named("wheels"))
     monkeypatch.setattr(
-        testsuite,
-        "_upstream_merged_step",
-        lambda cache, env, release=testsuite.UPSTREAM_MERGED[:2]: calls.append((" ".join(release),)) or True,
+        testsuite, "_upstream_merged_step", lambda workspace, env, pin: calls.append((pin.label,)) or True
     )
     monkeypatch.setattr(testsuite, "_overlay_step", named("overlays"))
-    monkeypatch.setattr(testsuite, "_pinned_trees", lambda cache: ({}, {}))
+    monkeypatch.setattr(testsuite, "_pinned_trees", lambda workspace: ({}, {}))
     return calls
 
 
@@ -65,8 +64,8 @@ def _step_argv(step: Step) -> list[str]:
 
 @pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
 def test_each_planned_step_runs_its_own_body(recorded, tmp_path, quick):
-    steps = testsuite.plan(tmp_path / "cache", quick)
-    assert [step.name for step in steps] == (QUICK_STEPS if quick else EVERY_STEP)
+    steps = testsuite.plan(_workspace(tmp_path), quick)
+    assert len(EVERY_STEP) == 10 and [step.name for step in steps] == (QUICK_STEPS if quick else EVERY_STEP)
     for step in steps:
         recorded.clear()
         assert testsuite.main(_step_argv(step)) == 0
@@ -81,7 +80,7 @@ def test_each_planned_step_runs_its_own_body(recorded, tmp_path, quick):
 
 
 def test_fix_waits_for_teeth_and_nothing_runs_without_the_environment_and_the_pinned_trees(tmp_path):
-    steps = {step.name: step for step in testsuite.plan(tmp_path / "cache", quick=False)}
+    steps = {step.name: step for step in testsuite.plan(_workspace(tmp_path), quick=False)}
     assert steps["fix"].after == ("teeth",)
     assert steps["environment"].stream and steps["environment"].needs == steps["pinned trees"].needs == ()
     assert steps["lint"].needs == ("environment",)
@@ -96,13 +95,13 @@ def test_steps_running_at_once_share_the_cores_among_their_workers(monkeypatch, 
     runs one process; PATCHSET_WORKERS wins."""
     monkeypatch.delenv("PATCHSET_WORKERS", raising=False)
     monkeypatch.setattr(testsuite.os, "cpu_count", lambda: 4)
-    steps = {step.name: dict(step.env) for step in testsuite.plan(tmp_path / "cache", quick=False, jobs=jobs)}
+    steps = {step.name: dict(step.env) for step in testsuite.plan(_workspace(tmp_path), quick=False, jobs=jobs)}
     shared = {name for name, env in steps.items() if env and name != "verl 0.7.1"}
     assert shared == {"teeth", "overlays", "fix"}
     assert all(steps[name] == {"PATCHSET_WORKERS": str(4 // jobs)} for name in shared)
     assert steps["verl 0.7.1"] == {"PATCHSET_WORKERS": "1"}  # one process: two short runs beside the other steps
     monkeypatch.setenv("PATCHSET_WORKERS", "3")
-    assert not any(step.env for step in testsuite.plan(tmp_path / "cache", quick=False, jobs=jobs))
+    assert not any(step.env for step in testsuite.plan(_workspace(tmp_path), quick=False, jobs=jobs))
 
 
 def test_quick_help_names_exactly_what_it_runs(capsys):
@@ -120,7 +119,7 @@ def test_quick_help_names_exactly_what_it_runs(capsys):
     ids=["all-pass", "a-step-fails", "no-environment"],
 )
 def test_exit_code_and_summary_follow_the_steps(monkeypatch, capsys, tmp_path, codes, exit_code):
-    def plan(cache: Path, quick: bool, jobs: int) -> list[Step]:
+    def plan(workspace: object, quick: bool, jobs: int) -> list[Step]:
         names = ("environment", "teeth", "fix")
         needs = {"environment": (), "teeth": ("environment",), "fix": ("environment",)}
         return [

@@ -13,7 +13,7 @@ import pytest
 from patchset_fakes import FORMAT_PATCH, TEST_GIT_ENV, git, make_repo, tree_state
 
 from patchset.apply.plan import Action, Plan, plan_target
-from patchset.apply.target import Target
+from patchset.apply.target import TreeToPatch
 from patchset.apply.transaction import apply_plans
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput, DoesNotApply
@@ -65,7 +65,7 @@ def make_series(base: Path) -> Series:
 def plan_for(root: Path, series: Series, *, reverse: bool = False) -> Plan:
     tree = gitops.find_worktree(root)
     assert tree is not None
-    target = Target(root.resolve(), root.name, "fake", "fake 1.0", "1.0", series, tree)
+    target = TreeToPatch(root.resolve(), root.name, "fake", "fake 1.0", "1.0", series, tree)
     return plan_target(target, reverse=reverse)
 
 

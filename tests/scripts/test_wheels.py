@@ -43,30 +43,34 @@ from patchset_fakes import (
     write_upstreams,
 )
 
-from patchset.apply.plan import Action, Behaviour, Step
+from patchset.apply.plan import Action, Behaviour, Step, Verdict
 from patchset.cli.wheels import main as wheels_main
 from patchset.plumbing import signals
 from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
-from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins
+from patchset.upstreams.workspace import resolve_workspace
 from patchset.wheels import build as wheels
 from tests.harness import wheel_checks
 from tests.harness.linked_venv import linked_venv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PINS = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
-CACHE = resolve_cache(None, os.environ, REPO_ROOT)  # read at import: conftest clears PATCHSET_CACHE per test
+# read at import: conftest clears PATCHSET_CACHE per test
+WORKSPACE = resolve_workspace(None, None, os.environ, REPO_ROOT)
+PINS, CACHE = WORKSPACE.pins, WORKSPACE.cache
 
-VERL_PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=61.0"]
-build-backend = "setuptools.build_meta"
 
-[project]
-name = "verl"
-dynamic = ["version"]
+def _pyproject(name: str, setuptools: str, tool: str) -> str:
+    """A fake upstream's pyproject.toml: setuptools, a dynamic version, and ``tool``, how that upstream's own build
+    finds its package and version (what decides whether the manifest lands in the wheel)."""
+    head = f'[build-system]\nrequires = ["setuptools>={setuptools}"]\nbuild-backend = "setuptools.build_meta"\n\n'
+    return head + f'[project]\nname = "{name}"\ndynamic = ["version"]\n\n' + tool
 
+
+VERL_PYPROJECT = _pyproject(
+    "verl",
+    "61.0",
+    """\
 [tool.setuptools]
 include-package-data = true
 
@@ -83,23 +87,20 @@ include = ["verl*"]
 verl = [
   "version/*",
 ]
-"""
-TRINITY_PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=65"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "trinity-rft"
-dynamic = ["version"]
-
+""",
+)
+TRINITY_PYPROJECT = _pyproject(
+    "trinity-rft",
+    "65",
+    """\
 [tool.setuptools.packages.find]
 where = ["."]
 include = ["trinity*"]
 
 [tool.setuptools.dynamic]
 version = {attr = "trinity.__version__"}
-"""
+""",
+)
 
 
 @pytest.fixture
@@ -467,9 +468,8 @@ def real_wheels(tmp_path_factory: pytest.TempPathFactory) -> list[wheels.Built]:
             pytest.skip(f"no cached checkout of {pin.label} at {CACHE.upstreams} (scripts/test.sh fetches it)")
     dist = tmp_path_factory.mktemp("dist")
     with signals.handled() as guard:
-        return wheels.build_wheels(
-            dist, Console(quiet=True), guard, python=Path(sys.executable), cache_option=str(CACHE.root)
-        )
+        build = wheels.WheelBuild(dist, python=Path(sys.executable))
+        return wheels.build_wheels(build, WORKSPACE, Console(quiet=True), guard)
 
 
 def test_real_wheels_install_into_a_fresh_venv_and_report_the_labelled_version(real_wheels, tmp_path: Path):
@@ -495,7 +495,7 @@ def test_real_wheels_install_into_a_fresh_venv_and_report_the_labelled_version(r
 def test_manifest_records_a_patch_fixed_upstream_by_its_tests():
     pin = load_pins(REPO_ROOT / "patches" / "upstreams.toml").find("verl", "0.9.1")
     patch = load_series(REPO_ROOT / "patches", "verl").patches[2]
-    shown = Behaviour("fixed", "geo_mean", passed=19, why="19 passed, 0 failed")
+    shown = Behaviour(Verdict.FIXED, "geo_mean", passed=19, why="19 passed, 0 failed")
     steps = [Step(patch, 3, Action.SKIP, behaviour=shown)]
 
     (entry,) = wheels.make_manifest(pin, wheels.Label(7, dirty=False, commit=None), steps)["patches"]
