@@ -10,10 +10,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from patchset.cli.exits import CACHE_WAIT_HELP, INTERNAL_HELP, run_reporting_errors
-from patchset.cli.options import usage_exit_status, workspace_from
+from patchset.cli.exits import CACHE_WAIT_HELP, INTERNAL_HELP
+from patchset.cli.options import workspace_from
+from patchset.cli.startup import run_command
 from patchset.export import pr_export
 from patchset.export.pr_export import EXIT_GATE_FAILED, ExportRequest
+from patchset.plumbing import signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK
 from patchset.plumbing.ui import Console
 from patchset.upstreams.fetch import CACHE_ENV
@@ -73,25 +75,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _export(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
+    workspace = workspace_from(args)
+    request = ExportRequest(
+        args.upstream,
+        Path(args.checkout).expanduser().resolve(),
+        only_groups=args.group or (),
+        branch=args.branch,
+        force=args.force,
+        gate_records=None if args.rerun_gates else workspace.cache.root / "gates",
+    )
+    return pr_export.export_pr(request, workspace, console)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``scripts/export-pr.sh ARGV`` (default: ``sys.argv[1:]``); return the exit status."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    except SystemExit as exc:  # --help (0) or a usage error (2)
-        return usage_exit_status(exc, EXIT_BAD_INPUT)
-    console = Console(quiet=args.quiet)
-
-    def export() -> int:
-        workspace = workspace_from(args)
-        request = ExportRequest(
-            args.upstream,
-            Path(args.checkout).expanduser().resolve(),
-            only_groups=args.group or (),
-            branch=args.branch,
-            force=args.force,
-            gate_records=None if args.rerun_gates else workspace.cache.root / "gates",
-        )
-        return pr_export.export_pr(request, workspace, console)
-
-    return run_reporting_errors(export, interrupted="")
+    line = list(sys.argv[1:] if argv is None else argv)
+    return run_command(lambda: build_parser().parse_args(line), _export, handle_signals=False, interrupted="")

@@ -11,9 +11,11 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from patchset.cli.exits import INTERNAL_HELP, run_reporting_errors
-from patchset.cli.options import usage_exit_status
+from patchset.cli.exits import INTERNAL_HELP
+from patchset.cli.startup import run_command
+from patchset.plumbing import signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_OK
+from patchset.plumbing.ui import Console
 from patchset.upstreams.lint_hooks import Check
 from patchset.upstreams.registry import UPSTREAMS
 
@@ -55,22 +57,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the hook of ``argv`` (default: ``sys.argv[1:]``) on its files; return the exit status."""
     checks = own_checks()
     parser = build_parser(checks)
-    try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    line = list(sys.argv[1:] if argv is None else argv)
+
+    def parse() -> argparse.Namespace:
+        args = parser.parse_args(line)
         if args.hook not in checks[args.upstream]:
             known = ", ".join(checks[args.upstream])
             parser.error(f"argument ID: {args.upstream} has no hook {args.hook!r} of its own (choose from {known})")
-    except SystemExit as exc:  # --help (0) or a usage error (2)
-        return usage_exit_status(exc, EXIT_BAD_INPUT)
-    check = checks[args.upstream][args.hook]
+        return args
 
-    def run() -> int:
-        problems = check(args.files)
+    def run(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
+        problems = checks[args.upstream][args.hook](args.files)
         for problem in problems:
             print(problem)
         return EXIT_PROBLEMS if problems else EXIT_OK
 
-    return run_reporting_errors(run, interrupted="")
+    return run_command(parse, run, handle_signals=False, interrupted="")
 
 
 if __name__ == "__main__":
