@@ -32,14 +32,16 @@ def rollout_global_batch(vocab: int, sequences: int) -> TensorDict:
     return batch
 
 
-def ragged_global_batch(vocab: int, sequences: int, prompt_len: int, response_len: int) -> TensorDict:
+def ragged_global_batch(
+    vocab: int, sequences: int, prompt_len: int, response_len: int, seed: int = DATA_SEED
+) -> TensorDict:
     """The whole mini-batch (all ranks), left-right padded as verl's trainer hands it over: ragged prompts and
     responses, one advantage per sequence (GRPO), old and reference log-probs near a random model's -log(V) so the
     PPO ratio stays inside the clip range, the critic's values and returns."""
     import torch
     from tensordict import TensorDict
 
-    generator = torch.Generator().manual_seed(DATA_SEED)
+    generator = torch.Generator().manual_seed(seed)
     prompt, response = prompt_len, response_len
     prompt_lens = torch.randint(1, prompt + 1, (sequences,), generator=generator)
     response_lens = torch.randint(1, response + 1, (sequences,), generator=generator)
@@ -86,16 +88,20 @@ def token_budget(global_batch: TensorDict, world_size: int, micro_batches: int) 
     return max(max(-(-tokens // micro_batches) for tokens in rank_tokens), int(seq_lens.max()))
 
 
-def step_data(global_batch: TensorDict, rank: int, world_size: int, split: Split, loss: str) -> TensorDict:
+def step_data(
+    global_batch: TensorDict, rank: int, world_size: int, split: Split, loss: str, budget: int | None = None
+) -> TensorDict:
     """This rank's rows of the mini-batch in the no-padding layout, with the non-tensor fields verl's `TrainingWorker`
-    and trainer attach for `train_batch` to cut them by ``split`` (fixed size, or a token budget)."""
+    and trainer attach for `train_batch` to cut them by ``split`` (fixed size, or a token budget: ``budget`` when
+    given, as a training run keeps one for every mini-batch, else the one that makes ``split``'s count here)."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
     rows = len(global_batch) // world_size
     data = left_right_2_no_padding(global_batch[rank * rows : (rank + 1) * rows].clone())
     if split.dynamic:
-        budget = token_budget(global_batch, world_size, split.num_micro_batches)
+        if budget is None:
+            budget = token_budget(global_batch, world_size, split.num_micro_batches)
         tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=budget)
     else:
         tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=rows // split.num_micro_batches)

@@ -20,18 +20,21 @@ from engine_harness.model import MODEL_SEED
 
 @dataclass(frozen=True)
 class OptimizerSettings:
-    """verl's `FSDPOptimizerConfig` (AdamW) fields the harness sets; ``weight_decay=None`` leaves verl's default.
+    """verl's `FSDPOptimizerConfig` (AdamW) fields the harness sets; ``lr`` or ``weight_decay`` None leaves verl's
+    default.
 
     The default learning rate is 0: the weights never move, and every step sees the same model.
     """
 
-    lr: float = 0.0
+    lr: float | None = 0.0
     clip_grad: float = 1.0
     weight_decay: float | None = 0.0
     total_training_steps: int = 10
 
     def config_fields(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {"lr": self.lr, "clip_grad": self.clip_grad}
+        fields: dict[str, Any] = {"clip_grad": self.clip_grad}
+        if self.lr is not None:
+            fields["lr"] = self.lr
         if self.weight_decay is not None:
             fields["weight_decay"] = self.weight_decay
         return {**fields, "total_training_steps": self.total_training_steps}

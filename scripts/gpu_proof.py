@@ -36,6 +36,14 @@ if str(REPO_ROOT) not in sys.path:
 
 from gpuproof.cases import CASES, MICRO_BATCHES, MODELS, PRECISIONS, SIDES, SPLIT_KINDS  # noqa: E402
 from gpuproof.report import step_time_lines, table, tolerance_note, verdict_lines  # noqa: E402
+from gpuproof.trajectory import (  # noqa: E402
+    CLIP_OFF,
+    Run,
+    TrajectoryVerdict,
+    judge_trajectories,
+    trajectory_table,
+    trajectory_verdict_lines,
+)
 from gpuproof.verdict import Measurement, Verdict, judge  # noqa: E402
 
 from patchset.upstreams.workspace import resolve_workspace  # noqa: E402
@@ -119,10 +127,18 @@ def _check_modules(side: str, sources: Sequence[Source], modules: dict[str, str]
     return problems
 
 
-def _measure(
-    side: str, sources: Sequence[Source], spec: dict, workdir: Path, timeout: float
-) -> tuple[list[Measurement], dict, list[str]]:
-    """Run one tree's process; (rank 0's measurements, its environment, problems)."""
+@dataclass
+class SideResult:
+    """What one tree's ranks reported: rank 0's measurements and runs (``--steps``), its machine, and problems."""
+
+    measurements: list[Measurement]
+    runs: list[Run]
+    environment: dict
+    problems: list[str]
+
+
+def _measure(side: str, sources: Sequence[Source], spec: dict, workdir: Path, timeout: float) -> SideResult:
+    """Run one tree's process and read what its ranks wrote."""
     spec_file, result_file, log_file = (workdir / f"{side}.{suffix}" for suffix in ("spec.json", "result.json", "log"))
     spec_file.write_text(json.dumps(spec))
     command = [sys.executable, "-m", "gpuproof.side", str(spec_file), str(result_file)]
@@ -143,13 +159,15 @@ def _measure(
             raise
     if code != 0 or not result_file.exists():
         tail = "".join(log_file.read_text(errors="replace").splitlines(keepends=True)[-30:])
-        return [], {}, [f"{side}: the tree's process exited with code {code}; last lines of its output:\n{tail}"]
+        problem = f"{side}: the tree's process exited with code {code}; last lines of its output:\n{tail}"
+        return SideResult([], [], {}, [problem])
     ranks = json.loads(result_file.read_text())["ranks"]
     problems = [f"{side}, rank {rank}:\n{result['error']}" for rank, result in enumerate(ranks) if "error" in result]
     for result in ranks:
         problems += _check_modules(side, sources, result.get("modules", {}))
     rows = [Measurement.from_dict(row) for row in ranks[0].get("measurements", [])]
-    return rows, ranks[0].get("environment", {}), problems
+    runs = [Run.from_dict(row) for row in ranks[0].get("trajectories", [])]
+    return SideResult(rows, runs, ranks[0].get("environment", {}), problems)
 
 
 def _device(requested: str, world_size: int | None) -> tuple[str, int]:
@@ -185,11 +203,19 @@ def _parser() -> argparse.ArgumentParser:
             "grow about K times with K micro-batches, distillation differs, ppo does not change (already right).\n"
             "A tree is a source checkout (put first on the path) or 'installed' (the packages this python imports).\n"
             "Trees default to the ones scripts/apply.sh --no-test makes under $PATCHSET_CACHE (.cache).\n\n"
+            "training runs (--steps N, N > 1): each case trains N AdamW steps (verl's optimizer, its defaults\n"
+            "but --lr) from the same start on the same pool of mini-batches of different lengths, once per split:\n"
+            "K=1 (the reference), K=1 with each rank's rows shuffled (the floor reassociation alone makes), fixed K\n"
+            "and dynamic K (one token budget for the run, so K changes from step to step), with each --clip.\n"
+            "Printed: each run's final distance from K=1 relative to how far K=1 moved, the share of clipped steps,\n"
+            "PASS/FAIL: patched within 10x the shuffled floor; vanilla, with clipping, beyond it (without: reported\n"
+            "only). --repeats does not apply: every step of a run is timed.\n\n"
             "examples:\n"
             "  scripts/apply.sh --no-test && python scripts/gpu_proof.py              # every GPU, fp32 and bf16\n"
             f"  python scripts/gpu_proof.py --vanilla ~/src/{PINS['verl'].dirname} --patched installed"
             " --cases critic,ppo\n"
-            "  python scripts/gpu_proof.py --model large --precision bf16 --world-size 8\n\n"
+            "  python scripts/gpu_proof.py --model large --precision bf16 --world-size 8\n"
+            "  python scripts/gpu_proof.py --steps 20 --cases critic,geo_mean,trinity --plot runs.png\n\n"
             "exit codes: 0 every case as expected; 1 a case failed or a run broke; 2 bad input"
         ),
     )
@@ -214,9 +240,43 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeout", type=float, default=3600, help="seconds one tree's run may take (default %(default)s)"
     )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=1,
+        help="optimizer steps per run; above 1, each split trains that many steps (see 'training runs' below) "
+        "(default %(default)s: the single-step proof)",
+    )
+    parser.add_argument(
+        "--clip", default=f"1.0,{CLIP_OFF}", help="with --steps: clip_grad values, or 'off' (default %(default)s)"
+    )
+    parser.add_argument(
+        "--lr", type=float, help="with --steps: the learning rate (default: verl's FSDPOptimizerConfig default)"
+    )
     parser.add_argument("--json", type=Path, help="also write every measurement and the machine to this file")
-    parser.add_argument("--plot", type=Path, help="also draw grad_norm / K=1's against K to this PNG (matplotlib)")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        help="also draw grad_norm / K=1's against K to this PNG (matplotlib); with --steps, loss and grad_norm "
+        "per step",
+    )
     return parser
+
+
+def _clips(value: str) -> list[float | None]:
+    """``--clip``: each a positive max norm, or 'off' (None)."""
+    clips: list[float | None] = []
+    for item in (item.strip() for item in value.split(",") if item.strip()):
+        try:
+            clip = None if item == CLIP_OFF else float(item)
+        except ValueError:
+            clip = -1.0
+        if clip is not None and not clip > 0:
+            raise BadInput(f"--clip {value!r}: positive numbers or '{CLIP_OFF}'")
+        clips.append(clip)
+    if not clips:
+        raise BadInput(f"--clip {value!r}: positive numbers or '{CLIP_OFF}'")
+    return list(dict.fromkeys(clips))
 
 
 def _plan(args: argparse.Namespace) -> tuple[dict[str, list[Source]], list[str], list[str], list[int], list[str]]:
@@ -242,9 +302,37 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, list[Source]], list[str],
         _csv(args.precision, PRECISIONS, "precision")
     if args.repeats < 1:
         raise BadInput(f"--repeats {args.repeats}: at least 1")
+    if args.steps < 1:
+        raise BadInput(f"--steps {args.steps}: at least 1")
+    if args.lr is not None and not args.lr > 0:
+        raise BadInput(f"--lr {args.lr}: a positive learning rate")
+    _clips(args.clip)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise BadInput(f"--plot {args.plot}: matplotlib is not installed in this Python ({sys.executable})")
     return sources, cases, splits, counts, sides
+
+
+def _trajectory_report(
+    runs: dict[str, list[Run]], cases: Sequence[str], precisions: Sequence[str], spec: dict
+) -> list[TrajectoryVerdict]:
+    """Print the training runs' table and verdicts; return the verdicts."""
+    every = [run for side_runs in runs.values() for run in side_runs]
+    optimizer = next((run.optimizer for run in every if run.optimizer), "?")
+    print(
+        f"\ntraining runs: {spec['steps']} steps each, {optimizer}; distance of each run's final weights from K=1's,"
+        " relative to how far K=1's moved"
+    )
+    print("\n".join(trajectory_table(runs, cases, precisions)))
+    verdicts = [
+        judge_trajectories(side, CASES[case], precision, clip, side_runs)
+        for side, side_runs in runs.items()
+        if side_runs
+        for case in cases
+        for precision in precisions
+        for clip in spec["clips"]
+    ]
+    print("\n".join(trajectory_verdict_lines(verdicts)))
+    return verdicts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -264,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"micro-batches {counts} ({', '.join(splits)})"
     )
     results: dict[str, list[Measurement]] = {}
+    runs: dict[str, list[Run]] = {}
     environments: dict[str, dict] = {}
     problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="gpu-proof-") as workdir:
@@ -278,12 +367,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             "micro_batches": counts,
             "splits": splits,
             "repeats": args.repeats,
+            "steps": args.steps,
+            "clips": _clips(args.clip),
+            "lr": args.lr,
         }
         for side in sides:
             print(f"* {side}: {', '.join(source.describe() for source in sources[side])}", flush=True)
-            rows, environment, side_problems = _measure(side, sources[side], spec, Path(workdir), args.timeout)
-            results[side], environments[side] = rows, environment
-            problems += side_problems
+            measured = _measure(side, sources[side], spec, Path(workdir), args.timeout)
+            results[side], runs[side], environments[side] = measured.measurements, measured.runs, measured.environment
+            problems += measured.problems
     verdicts: list[Verdict] = [
         judge(side, CASES[case], precision, results[side])
         for side in sides
@@ -306,6 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n" + tolerance_note(precisions))
     print("\n".join(verdict_lines(verdicts)))
     print("\n".join(step_time_lines(results, cases, precisions)))
+    trajectory_verdicts = _trajectory_report(runs, cases, precisions, spec) if args.steps > 1 else []
     for problem in problems:
         print(f"FAIL  {problem}")
     if args.json:
@@ -315,20 +408,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "environment": environments,
                     "measurements": {side: [asdict(row) for row in rows] for side, rows in results.items()},
                     "verdicts": [asdict(verdict) for verdict in verdicts],
+                    "runs": {side: [asdict(run) for run in side_runs] for side, side_runs in runs.items()},
+                    "run_verdicts": [asdict(verdict) for verdict in trajectory_verdicts],
                 },
                 indent=1,
             )
         )
-    if args.plot and any(results.values()):
+    machine = f"{environment.get('device', '?')} x{world_size}" if environment else f"{device} x{world_size}"
+    if args.plot and args.steps > 1 and any(runs.values()):
+        from gpuproof.trajectory_plot import draw_trajectories
+
+        title = f"scripts/gpu_proof.py --steps {args.steps}, model {args.model}, {machine}"
+        draw_trajectories(runs, cases, precisions, title, args.plot)
+        print(f"* plot: {args.plot}")
+    elif args.plot and any(results.values()):
         from gpuproof.plot import draw
 
-        machine = f"{environment.get('device', '?')} x{world_size}" if environment else f"{device} x{world_size}"
         draw(results, cases, precisions, f"scripts/gpu_proof.py, model {args.model}, {machine}", args.plot)
         print(f"* plot: {args.plot}")
-    failed = [verdict for verdict in verdicts if not verdict.passed]
+    judged = [*(v.passed for v in verdicts), *(v.passed for v in trajectory_verdicts if v.passed is not None)]
     expected = len(sides) * len(cases) * len(precisions)
-    ok = not failed and not problems and len(verdicts) == expected
-    print(f"\nresult: {len(verdicts) - len(failed)} of {expected} as expected" + ("" if ok else ": FAILED"))
+    if args.steps > 1:
+        expected += (
+            sum(side == "patched" or clip is not None for side in sides for clip in spec["clips"])
+            * len(cases)
+            * len(precisions)
+        )
+    failed = judged.count(False)
+    ok = not failed and not problems and len(judged) == expected
+    print(f"\nresult: {len(judged) - failed} of {expected} as expected" + ("" if ok else ": FAILED"))
     return 0 if ok else 1
 
 

@@ -79,6 +79,8 @@ class Model:
 
 MODELS: dict[str, Model] = {
     "tiny": Model("tiny", ModelShape(2, 64, 128, 4, 2, 128), 64, 16, 48),
+    # the test command's smoke run: the tiny model on a quarter of its mini-batch
+    "smoke": Model("smoke", ModelShape(2, 64, 128, 4, 2, 128), 16, 8, 24),
     # the larger run: 64 sequences of up to 980 tokens (about 32k tokens a mini-batch)
     "large": Model("large", ModelShape(8, 1024, 2816, 16, 4, 32000, max_position_embeddings=980), 64, 256, 724),
 }

@@ -37,9 +37,17 @@ from typing import Any
 
 from engine_harness.adapt import freeze_collector, unpad_helpers
 from engine_harness.data import ragged_global_batch, step_data, with_teacher
-from engine_harness.engine import StepResult, build_engine, module_files, step_clock, train_step
+from engine_harness.engine import OptimizerSettings, StepResult, build_engine, module_files, step_clock, train_step
 from engine_harness.losses import loss_function
 from engine_harness.sim import Split, load_value_head_with_config_attention
+from engine_harness.trajectory import (
+    EngineStart,
+    mini_batch_pool,
+    pool_budget,
+    relative_distance,
+    shuffled_rows,
+    weights,
+)
 from gpuproof.cases import CASES, MODELS, Case, Model, global_batch_size
 
 LOSS_AGG_MODE = "token-mean"
@@ -86,6 +94,92 @@ def _run_case(
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return rows
+
+
+def _trajectory_runs(spec: dict) -> list[tuple[str, int]]:
+    """The runs of one case and clipping setting, the reference first: K = 1, K = 1 shuffled, then each split."""
+    counts = [k for k in spec["micro_batches"] if k > 1]
+    return [("fixed", 1), ("shuffled", 1), *((split, k) for split in spec["splits"] for k in counts)]
+
+
+def _run_trajectories(
+    case: Case, precision: str, spec: dict, model: Model, model_path: Path, rank: int, world_size: int
+) -> tuple[list[dict], list[dict]]:
+    """``--steps N``: every run of `_trajectory_runs` for each clipping setting, N optimizer steps each from the same
+    start on the same pool of mini-batches (`gpuproof.trajectory`). Returns (runs, single-step rows): the first step
+    of each run of the first clipping setting is also the single-step proof's measurement."""
+    import math
+
+    import torch
+
+    steps, clips = spec["steps"], spec["clips"]
+    optimizer = OptimizerSettings(lr=spec["lr"], weight_decay=None, total_training_steps=steps)
+    compute = "bf16" if precision == "bf16" else "fp32"
+    engine = build_engine(case.name, model_path, spec["attention"], compute, optimizer)
+    freeze_collector()
+    start = EngineStart.of(engine)
+    used = engine.optimizer.defaults  # what verl built: AdamW with its defaults, but for what was asked
+    optimizer_used = (
+        f"{type(engine.optimizer).__name__} lr={used['lr']:g} betas={tuple(used['betas'])} "
+        f"weight_decay={used['weight_decay']:g} eps={used['eps']:g}"
+    )
+    sequences = global_batch_size(model, world_size, tuple(spec["micro_batches"]))
+    pool = mini_batch_pool(model.shape.vocab_size, sequences, model.prompt_len, model.response_len)
+    if case.name == "distillation":
+        pool = [with_teacher(batch, model.shape.vocab_size) for batch in pool]
+    on_gpu = spec["device"] == "cuda"
+
+    def step(batch, split: str, micro_batches: int, budget: int | None, engine=engine) -> StepResult:
+        data = step_data(batch, rank, world_size, Split(micro_batches, split == "dynamic"), case.name, budget)
+        return train_step(engine, data, loss_function(case.name, LOSS_AGG_MODE), on_gpu=on_gpu)
+
+    step(pool[0], "fixed", 1, None)  # warm-up, not recorded (allocations, kernel selection); its update is undone
+    runs, single = [], []
+    for clip in clips:
+        engine.optimizer_config.clip_grad = math.inf if clip is None else clip
+        reference = None
+        for split, micro_batches in _trajectory_runs(spec):
+            start.restore(engine)
+            budget = pool_budget(pool, world_size, micro_batches) if split == "dynamic" else None
+            results = []
+            for index in range(steps):
+                batch = pool[index % len(pool)]
+                batch = shuffled_rows(batch, world_size) if split == "shuffled" else batch
+                results.append(step(batch, "dynamic" if split == "dynamic" else "fixed", micro_batches, budget))
+            end = weights(engine)
+            reference = end if reference is None else reference
+            distance = 0.0 if end is reference else relative_distance(end, reference, start.weights)
+            runs.append(
+                {
+                    "case": case.name,
+                    "precision": precision,
+                    "clip": clip,
+                    "split": split,
+                    "micro_batches": micro_batches,
+                    "steps": [{"loss": r.loss, "grad_norm": r.grad_norm, "made": r.micro_batches} for r in results],
+                    "distance": distance,
+                    "optimizer": optimizer_used,
+                }
+            )
+            if clip == clips[0] and split != "shuffled":
+                single.append(
+                    {
+                        "case": case.name,
+                        "precision": precision,
+                        "split": split,
+                        "micro_batches": micro_batches,
+                        "grad_norm": results[0].grad_norm,
+                        "made": results[0].micro_batches,
+                        "seconds": [r.seconds for r in results],
+                    }
+                )
+    start.restore(engine)
+    del step, engine, start
+    gc.unfreeze()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return runs, single
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -135,6 +229,7 @@ def run_rank(rank: int, spec: dict, workdir: str) -> None:
         load_value_head_with_config_attention()
         model = MODELS[spec["model"]]
         rows: list[dict] = []
+        trajectories: list[dict] = []
         for name in spec["cases"]:
             case = CASES[name]
             if case.needs_trinity:
@@ -142,9 +237,16 @@ def run_rank(rank: int, spec: dict, workdir: str) -> None:
 
                 patch_verl_engine()
             for precision in spec["precisions"]:
-                rows += _run_case(case, precision, spec, model, Path(spec["model_path"]), rank, world_size)
+                arguments = (case, precision, spec, model, Path(spec["model_path"]), rank, world_size)
+                if spec.get("steps", 1) > 1:
+                    runs, single = _run_trajectories(*arguments)
+                    trajectories += runs
+                    rows += single
+                else:
+                    rows += _run_case(*arguments)
         result = {
             "measurements": rows if rank == 0 else [],
+            "trajectories": trajectories if rank == 0 else [],
             "modules": module_files(spec["cases"]),
             "environment": _environment(spec["device"], world_size, backend, unpad, spec["attention"]),
         }

@@ -4,8 +4,10 @@ Invariant: the script's own side runner (`scripts/gpuproof/side.py`, one gloo ra
 tree under test, trains verl's critic through verl 0.8.0's real FSDP2 engine with 1 and 2 micro-batches (fixed and
 token-budget splits), imports the engine and the loss from that tree, and the script's own verdict says what the
 tree should show: patched, the grad_norm is the same at every split; vanilla, it doubles. The same measurement judged
-as the other tree fails, so the verdict tells the trees apart. One case only: the test command's budget is tight, and
-the engine end-to-end module proves every loss mode on the same engine.
+as the other tree fails, so the verdict tells the trees apart. The same side also trains a short run of it
+(``--steps 3``, AdamW, clip_grad 1.0): patched, every split ends within reassociation's floor of one micro-batch's
+weights; vanilla, beyond it; the other view fails again. One case only: the test command's budget is tight, and the
+engine end-to-end module proves every loss mode on the same engine.
 
 The side runs in a fork of this test process, which has imported torch and verl already (2.5 s of CPU measured, against
 4 to 7 s for a fresh interpreter's imports), or from a fork server where this process has joined a process group
@@ -29,10 +31,13 @@ if str(SCRIPTS_DIR) not in sys.path:
     sys.path.append(str(SCRIPTS_DIR))  # after the trees under test
 
 from gpuproof.cases import CASES  # noqa: E402
+from gpuproof.trajectory import Run, judge_trajectories  # noqa: E402
 from gpuproof.verdict import Measurement, judge  # noqa: E402
 
 SIDE = {"fixed": "patched", "bug": "vanilla"}
-SIDE_DEADLINE_S = 300  # the side takes about 10 s of CPU
+SIDE_DEADLINE_S = 300  # the side takes about 15 s of CPU
+SMOKE_STEPS = 3  # a short training run (`--steps`): the same runs and verdict as the figures in docs/evidence.md
+SMOKE_CLIP = 1.0  # verl's default clip_grad
 
 
 def _run_side(spec: dict, result_file: str) -> None:
@@ -41,13 +46,13 @@ def _run_side(spec: dict, result_file: str) -> None:
     Path(result_file).write_text(json.dumps(run_side(spec)))
 
 
-def test_gpu_proof_critic_verdict_matches_the_tree_under_test(expect, verl_tree, verl_version, tmp_path):
+def test_gpu_proof_critic_verdicts_match_the_tree_under_test(expect, verl_tree, verl_version, tmp_path):
     if verl_version.split("+", 1)[0] not in GPU_PROOF_VERL_VERSIONS:
         pytest.skip(f"the script's CPU path runs verl {', '.join(GPU_PROOF_VERL_VERSIONS)}'s engine")
     spec = {
         "cases": ["critic"],
         "precisions": ["fp32"],
-        "model": "tiny",
+        "model": "smoke",
         "model_path": str(tmp_path / "model"),
         "world_size": 1,
         "device": "cpu",
@@ -55,6 +60,9 @@ def test_gpu_proof_critic_verdict_matches_the_tree_under_test(expect, verl_tree,
         "micro_batches": [1, 2],
         "splits": ["fixed", "dynamic"],
         "repeats": 1,
+        "steps": SMOKE_STEPS,
+        "clips": [SMOKE_CLIP],
+        "lr": None,
     }
     result_file = tmp_path / "result.json"
     (code,) = run_children(_run_side, [(spec, str(result_file))], SIDE_DEADLINE_S)
@@ -72,3 +80,16 @@ def test_gpu_proof_critic_verdict_matches_the_tree_under_test(expect, verl_tree,
     assert verdict.passed, f"{side}: {verdict.detail}"
     (other,) = set(SIDE.values()) - {side}
     assert not judge(other, CASES["critic"], "fp32", rows).passed, f"judged as {other}, {verdict.detail} passed too"
+
+    runs = [Run.from_dict(row) for row in rank["trajectories"]]
+    assert {(run.split, run.micro_batches) for run in runs} == {
+        ("fixed", 1),
+        ("shuffled", 1),
+        ("fixed", 2),
+        ("dynamic", 2),
+    }
+    assert all(len(run.steps) == SMOKE_STEPS for run in runs)
+    trained = judge_trajectories(side, CASES["critic"], "fp32", SMOKE_CLIP, runs)
+    assert trained.passed, f"{side}, over {SMOKE_STEPS} steps: {trained.detail}"
+    other_view = judge_trajectories(other, CASES["critic"], "fp32", SMOKE_CLIP, runs)
+    assert not other_view.passed, f"judged as {other}, {trained.detail} passed too"

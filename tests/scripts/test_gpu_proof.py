@@ -22,6 +22,7 @@ if str(SCRIPTS_DIR) not in sys.path:
 
 from gpuproof.cases import CASES, MODELS, global_batch_size  # noqa: E402
 from gpuproof.report import step_time_lines, table, verdict_lines  # noqa: E402
+from gpuproof.trajectory import Run, Step, judge_trajectories, trajectory_table  # noqa: E402
 from gpuproof.verdict import TOLERANCE, Measurement, judge  # noqa: E402
 
 
@@ -113,6 +114,10 @@ def test_global_batch_cuts_evenly_on_every_rank():
         (["--sides", "patched", "--patched", "installed", "--precision", "fp16"], "--precision 'fp16'"),
         (["--sides", "both"], "--sides 'both'"),
         (["--sides", "patched", "--patched", "installed", "--repeats", "0"], "--repeats 0"),
+        (["--sides", "patched", "--patched", "installed", "--steps", "0"], "--steps 0"),
+        (["--sides", "patched", "--patched", "installed", "--clip", "1.0,none"], "--clip '1.0,none'"),
+        (["--sides", "patched", "--patched", "installed", "--clip", "-1"], "--clip '-1'"),
+        (["--sides", "patched", "--patched", "installed", "--lr", "0"], "--lr 0.0"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_naming_the_flag(argv, message, capsys, monkeypatch, tmp_path):
@@ -155,3 +160,51 @@ def test_an_installed_package_must_not_come_from_a_pinned_tree():
     modules = {"verl": str(pinned / "verl" / "__init__.py")}
     (problem,) = script._check_modules("patched", sources, modules)
     assert "not from the installed verl" in problem
+
+
+def _runs(distances: dict[tuple[str, int], float], clip: float | None = 1.0, grad_norm: float = 0.5) -> list[Run]:
+    """A case's runs of three steps: the reference, the shuffled floor (1e-6) and ``distances``."""
+    every = {("fixed", 1): 0.0, ("shuffled", 1): 1e-6, **distances}
+    return [
+        Run(
+            "critic",
+            "fp32",
+            clip,
+            split,
+            k,
+            tuple(Step(1.0, grad_norm * k, k if split != "dynamic" else 1) for _ in range(3)),
+            d,
+        )
+        for (split, k), d in every.items()
+    ]
+
+
+@pytest.mark.parametrize(
+    ("side", "distances", "clip", "passed"),
+    [
+        ("patched", {("fixed", 2): 5e-6, ("dynamic", 4): 9e-6}, 1.0, True),  # within 10x the floor
+        ("patched", {("fixed", 2): 5e-6, ("dynamic", 4): 3e-5}, 1.0, False),
+        ("patched", {("fixed", 2): 3e-5}, None, False),  # patched is judged without clipping too
+        ("vanilla", {("fixed", 2): 0.09, ("dynamic", 4): 0.3}, 1.0, True),
+        ("vanilla", {("fixed", 2): 5e-6}, 1.0, False),  # a vanilla run that ends where K=1 did shows no bug
+        ("vanilla", {("fixed", 2): 5e-6}, None, None),  # without clipping: reported, not judged
+    ],
+)
+def test_training_runs_are_judged_against_the_shuffled_floor(side, distances, clip, passed):
+    verdict = judge_trajectories(side, CASES["critic"], "fp32", clip, _runs(distances, clip))
+    assert verdict.passed is passed, verdict.detail
+
+
+def test_training_runs_without_the_floor_or_with_a_wrong_count_fail():
+    runs = [run for run in _runs({("fixed", 2): 0.0}) if run.split != "shuffled"]
+    assert judge_trajectories("patched", CASES["critic"], "fp32", 1.0, runs).passed is False
+    wrong = [Run("critic", "fp32", 1.0, "fixed", 2, (Step(1.0, 0.5, 3),), 0.0), *_runs({})]
+    verdict = judge_trajectories("patched", CASES["critic"], "fp32", 1.0, wrong)
+    assert verdict.passed is False and "made 3" in verdict.detail
+
+
+def test_training_table_gives_distances_and_the_clipped_share():
+    runs = _runs({("fixed", 4): 0.2}, grad_norm=0.6)  # K=1 0.6, K=4 2.4: K=4 clipped at 1.0
+    (header, line) = trajectory_table({"vanilla": runs}, ["critic"], ["fp32"])
+    assert "K=4" in header and "K=1 shuffled" in header
+    assert "2.00e-01" in line and "0% / 100%" in line

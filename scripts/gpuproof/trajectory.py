@@ -1,0 +1,188 @@
+"""``--steps N``: what a training run of N optimizer steps shows, per case, tree, precision and clipping.
+
+Each run starts from the same weights and optimizer state and trains N steps on the same mini-batches (a fixed pool,
+cycled), with verl's optimizer (AdamW, ``FSDPOptimizerConfig``'s defaults but the learning rate); the runs of one case
+differ only in how each mini-batch is cut into micro-batches per rank:
+
+- ``fixed`` K = 1: the reference;
+- ``shuffled`` K = 1: each rank's rows in another order, the same arithmetic summed in another order. Its distance
+  from the reference is the floor that floating-point reassociation alone makes over N steps, measured, not assumed;
+- ``fixed`` K = 2, 4: ``micro_batch_size_per_gpu`` rows each;
+- ``dynamic`` K <= 2, <= 4: one token budget (``use_dynamic_bsz``) for the whole run, set so that the longest
+  mini-batch makes K micro-batches; the shorter ones make fewer, so K changes from step to step, as it does in
+  training.
+
+Figures per run: the distance of its final weights from the reference's, relative to how far the reference moved
+(||w_run - w_ref|| / ||w_ref - w_0||); the loss and the pre-clip grad_norm of every step; the share of steps that
+gradient clipping cut (pre-clip grad_norm above ``clip_grad``).
+
+Verdict. Patched: every run within ``bound`` of the reference, where ``bound`` is ``FLOOR_FACTOR`` times the shuffled
+run's distance, and never under ``MIN_BOUND`` (a floor of exactly 0, when reordering happens to round the same).
+Vanilla with clipping: a case with the bug shows it if some run is beyond that bound. Vanilla without clipping is
+reported as measured, never judged: Adam divides each update by the gradient's running magnitude, which cancels a
+constant factor K, and what remains (dynamic splits, Adam's epsilon) may be small.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuproof.cases import Case, Expect, expectation
+
+FLOOR_FACTOR = 10.0
+MIN_BOUND = {"fp32": 1e-6, "bf16": 1e-3}
+REFERENCE = ("fixed", 1)
+SHUFFLED = ("shuffled", 1)
+CLIP_OFF = "off"
+
+
+def clip_label(clip: float | None) -> str:
+    """How tables name a clipping setting: the max norm, or "off"."""
+    return CLIP_OFF if clip is None else f"{clip:g}"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One optimizer step of a run, as rank 0 saw it."""
+
+    loss: float  # the sum of the micro-batch losses the engine backpropagated (what the run optimizes)
+    grad_norm: float  # before clipping, as `optimizer_step` returns it
+    made: int  # micro-batches the engine made on this rank
+
+
+@dataclass(frozen=True)
+class Run:
+    """One trajectory: a case trained N steps with one split, clipping setting and precision."""
+
+    case: str
+    precision: str
+    clip: float | None  # None: off
+    split: str  # "fixed", "shuffled" or "dynamic"
+    micro_batches: int  # asked for: per rank for "fixed"; the most, on the longest mini-batch, for "dynamic"
+    steps: tuple[Step, ...]
+    distance: float  # ||w - w_ref|| / ||w_ref - w_0||, 0 for the reference itself
+    optimizer: str = ""  # the optimizer the engine built, as the rank read it
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.split, self.micro_batches)
+
+    @property
+    def clipped_share(self) -> float | None:
+        """The share of steps whose pre-clip grad_norm was above the clip (None with clipping off)."""
+        if self.clip is None:
+            return None
+        return sum(step.grad_norm > self.clip for step in self.steps) / len(self.steps)
+
+    @classmethod
+    def from_dict(cls, row: Mapping) -> Run:
+        return cls(**{**row, "steps": tuple(Step(**step) for step in row["steps"])})
+
+
+@dataclass(frozen=True)
+class TrajectoryVerdict:
+    side: str
+    case: str
+    precision: str
+    clip: float | None
+    passed: bool | None  # None: reported, not judged (vanilla without clipping)
+    detail: str
+
+
+def runs_of(runs: Iterable[Run], case: str, precision: str, clip: float | None) -> dict[tuple[str, int], Run]:
+    return {run.key: run for run in runs if (run.case, run.precision, run.clip) == (case, precision, clip)}
+
+
+def bound(runs: Mapping[tuple[str, int], Run], precision: str) -> float | None:
+    """How far a run may end from the reference by reassociation alone (None without the shuffled run)."""
+    shuffled = runs.get(SHUFFLED)
+    if shuffled is None:
+        return None
+    return max(FLOOR_FACTOR * shuffled.distance, MIN_BOUND[precision])
+
+
+def _k_range(run: Run) -> str:
+    made = sorted({step.made for step in run.steps})
+    return f"{made[0]}" if len(made) == 1 else f"{made[0]}-{made[-1]}"
+
+
+def judge_trajectories(
+    side: str, case: Case, precision: str, clip: float | None, every: Sequence[Run]
+) -> TrajectoryVerdict:
+    """Whether ``side``'s runs of ``case`` end where that tree should (see the module's docstring)."""
+    runs = runs_of(every, case.name, precision, clip)
+    limit = bound(runs, precision)
+
+    def verdict(passed: bool | None, detail: str) -> TrajectoryVerdict:
+        return TrajectoryVerdict(side, case.name, precision, clip, passed, detail)
+
+    compared = {key: run for key, run in runs.items() if key not in (REFERENCE, SHUFFLED)}
+    if REFERENCE not in runs or limit is None or not compared:
+        return verdict(False, "missing runs: the reference, the shuffled floor and one split are needed")
+    wrong = [
+        f"{run.split} K={run.micro_batches} made {_k_range(run)}"
+        for run in runs.values()
+        if (run.split != "dynamic" and any(step.made != run.micro_batches for step in run.steps))
+        or any(step.made > run.micro_batches for step in run.steps)
+    ]
+    if wrong:
+        return verdict(False, "the engine did not make the micro-batches asked for: " + ", ".join(wrong))
+    if any(not math.isfinite(run.distance) for run in runs.values()):
+        return verdict(False, "a run's weights are not finite")
+    worst_key, worst = max(((key, run.distance) for key, run in compared.items()), key=lambda item: item[1])
+    shown = f"largest distance from K=1 {worst:.1e} ({worst_key[0]} K={worst_key[1]}), bound {limit:.1e}"
+    expect = expectation(side, case)
+    if expect is Expect.INVARIANT:
+        return verdict(worst <= limit, f"same trajectory at every split: {shown}")
+    beyond = worst > limit
+    if clip is None:
+        return verdict(None, f"reported, not judged (no clipping: Adam cancels much of a constant factor): {shown}")
+    return verdict(beyond, f"{'shows' if beyond else 'does not show'} the bug over the run: {shown}")
+
+
+def columns(runs: Iterable[Run]) -> list[tuple[str, int]]:
+    order = {"fixed": 0, "shuffled": 1, "dynamic": 2}
+    return sorted({run.key for run in runs if run.key != REFERENCE}, key=lambda key: (order[key[0]], key[1]))
+
+
+def _label(key: tuple[str, int]) -> str:
+    split, count = key
+    return {"fixed": f"K={count}", "shuffled": "K=1 shuffled", "dynamic": f"dynamic K<={count}"}[split]
+
+
+def trajectory_table(
+    results: Mapping[str, Sequence[Run]], cases: Sequence[str], precisions: Sequence[str]
+) -> list[str]:
+    """One line per case, precision, clipping and tree: each run's final distance from K=1, the share of clipped
+    steps (K=1, then the largest split), and the last step's loss at K=1."""
+    every = [run for runs in results.values() for run in runs]
+    shown = columns(every)
+    header = ["case", "precision", "clip", "tree", *(_label(key) for key in shown), "clipped K=1 / max", "loss K=1"]
+    lines = []
+    clips = sorted({run.clip for run in every}, key=lambda clip: math.inf if clip is None else clip)
+    for case in cases:
+        for precision in precisions:
+            for clip in clips:
+                for side, side_runs in results.items():
+                    runs = runs_of(side_runs, case, precision, clip)
+                    if REFERENCE not in runs:
+                        continue
+                    cells = [f"{runs[key].distance:.2e}" if key in runs else "-" for key in shown]
+                    shares = [runs[REFERENCE].clipped_share, max(run.clipped_share or 0.0 for run in runs.values())]
+                    clipped = "-" if clip is None else " / ".join(f"{share:.0%}" for share in shares)
+                    loss = f"{runs[REFERENCE].steps[-1].loss:.5g}"
+                    lines.append([case, precision, clip_label(clip), side, *cells, clipped, loss])
+    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *lines, strict=True)]
+    return [
+        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)) for line in [header, *lines]
+    ]
+
+
+def trajectory_verdict_lines(verdicts: Sequence[TrajectoryVerdict]) -> list[str]:
+    marks = {True: "PASS", False: "FAIL", None: "INFO"}
+    return [
+        f"{marks[v.passed]}  {v.side:<7}  {v.precision:<4}  clip {clip_label(v.clip):<3}  {v.case:<12}  {v.detail}"
+        for v in verdicts
+    ]
