@@ -56,8 +56,6 @@ LOSS_AGG_MODE = "token-mean"
 def _run_case(
     case: Case, precision: str, spec: dict, model: Model, model_path: Path, rank: int, world_size: int
 ) -> list[dict]:
-    import torch
-
     compute = "bf16" if precision == "bf16" else "fp32"
     engine = build_engine(case.name, model_path, attention=spec["attention"], compute_dtype=compute)
     freeze_collector()
@@ -77,23 +75,27 @@ def _run_case(
     rows = []
     for split, micro_batches in splits:
         runs = [step(split, micro_batches) for _ in range(spec["repeats"])]
-        rows.append(
-            {
-                "case": case.name,
-                "precision": precision,
-                "split": split,
-                "micro_batches": micro_batches,
-                "grad_norm": runs[0].grad_norm,
-                "made": runs[0].micro_batches,
-                "seconds": [run.seconds for run in runs],
-            }
-        )
+        rows.append(_measurement(case, precision, split, micro_batches, runs))
     del step, engine  # the closure holds the engine too
+    _release_engine()
+    return rows
+
+
+def _measurement(case: Case, precision: str, split: str, micro_batches: int, runs: list[StepResult]) -> dict:
+    """The single-step proof's row of one split: the first step's grad_norm and micro-batches, every step's time."""
+    first = runs[0]
+    row = {"case": case.name, "precision": precision, "split": split, "micro_batches": micro_batches}
+    return {**row, "grad_norm": first.grad_norm, "made": first.micro_batches, "seconds": [r.seconds for r in runs]}
+
+
+def _release_engine() -> None:
+    """After an engine is dropped: collect it (the collector was frozen after its build) and free its GPU memory."""
+    import torch
+
     gc.unfreeze()
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return rows
 
 
 def _trajectory_runs(spec: dict) -> list[tuple[str, int]]:
@@ -109,8 +111,6 @@ def _run_trajectories(
     start on the same pool of mini-batches (`gpuproof.trajectory`). Returns (runs, single-step rows): the first step
     of each run of the first clipping setting is also the single-step proof's measurement."""
     import math
-
-    import torch
 
     steps, clips = spec["steps"], spec["clips"]
     optimizer = OptimizerSettings(lr=spec["lr"], weight_decay=None, total_training_steps=steps)
@@ -162,23 +162,10 @@ def _run_trajectories(
                 }
             )
             if clip == clips[0] and split != "shuffled":
-                single.append(
-                    {
-                        "case": case.name,
-                        "precision": precision,
-                        "split": split,
-                        "micro_batches": micro_batches,
-                        "grad_norm": results[0].grad_norm,
-                        "made": results[0].micro_batches,
-                        "seconds": [r.seconds for r in results],
-                    }
-                )
+                single.append(_measurement(case, precision, split, micro_batches, results))
     start.restore(engine)
     del step, engine, start
-    gc.unfreeze()
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    _release_engine()
     return runs, single
 
 
