@@ -14,6 +14,7 @@ from gpuproof.trajectory import REFERENCE, Run, clip_label, columns, runs_of
 
 TREES = {"patched": ("tab:blue", 4.0, 0.45), "vanilla": ("tab:red", 1.3, 1.0)}
 STYLES = {("fixed", 1): "-", ("fixed", 2): "--", ("fixed", 4): ":", ("dynamic", 2): "-.", ("dynamic", 4): (0, (1, 3))}
+OTHER_STYLE = (0, (3, 1, 1, 1))  # a split --micro-batches asked for beyond 1, 2 and 4
 
 
 def _name(key: tuple[str, int]) -> str:
@@ -30,7 +31,8 @@ def draw_trajectories(
 
     every = [run for runs in results.values() for run in runs]
     clips = sorted({run.clip for run in every}, key=lambda clip: math.inf if clip is None else clip)
-    keys = [REFERENCE, *(key for key in columns(every) if key in STYLES)]
+    # the shuffled run is left out: it lies on K=1 (its distance is in the table)
+    keys = [REFERENCE, *(key for key in columns(every) if key[0] != "shuffled")]
     rows = [(case, precision) for case in cases for precision in precisions]
     figure, axes = plt.subplots(
         len(rows), 2 * len(clips), figsize=(3.4 * 2 * len(clips), 2.6 * len(rows)), squeeze=False
@@ -45,7 +47,8 @@ def draw_trajectories(
                         continue
                     steps = runs[key].steps
                     x = range(1, len(steps) + 1)
-                    style = {"linestyle": STYLES[key], "color": colour, "linewidth": width, "alpha": alpha}
+                    line = STYLES.get(key, OTHER_STYLE)
+                    style = {"linestyle": line, "color": colour, "linewidth": width, "alpha": alpha}
                     label = f"{side}, {_name(key)}"
                     loss_axis.plot(x, [step.loss for step in steps], label=label, **style)
                     norm_axis.plot(x, [step.grad_norm for step in steps], label=label, **style)
