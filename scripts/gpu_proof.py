@@ -46,6 +46,8 @@ from gpuproof.trajectory import (  # noqa: E402
 )
 from gpuproof.verdict import Measurement, Verdict, judge  # noqa: E402
 
+from patchset.plumbing.bounded import Limit, hang_report  # noqa: E402
+from patchset.plumbing.errors import EXIT_TIMED_OUT  # noqa: E402
 from patchset.upstreams.workspace import resolve_workspace  # noqa: E402
 
 WORKSPACE = resolve_workspace(None, None, os.environ, REPO_ROOT)  # the pins, and $PATCHSET_CACHE or .cache
@@ -135,6 +137,7 @@ class SideResult:
     runs: list[Run]
     environment: dict
     problems: list[str]
+    hung: str = ""  # what hung, the limit and where its stacks are, when the run went past --timeout
 
 
 def _measure(side: str, sources: Sequence[Source], spec: dict, workdir: Path, timeout: float) -> SideResult:
@@ -151,9 +154,10 @@ def _measure(side: str, sources: Sequence[Source], spec: dict, workdir: Path, ti
         try:
             code = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            hung = hang_report(f"the {side} tree's run", Limit(timeout, "--timeout SECONDS"), process.pid, None)
+            os.killpg(process.pid, signal.SIGKILL)  # what left the session's tree (a rank whose parent died) too
             process.wait()
-            code = f"none: stopped after --timeout {timeout:g} s"
+            return SideResult([], [], {}, [hung], hung)
         except KeyboardInterrupt:
             os.killpg(process.pid, signal.SIGKILL)
             raise
@@ -216,7 +220,8 @@ def _parser() -> argparse.ArgumentParser:
             " --cases critic,ppo\n"
             "  python scripts/gpu_proof.py --model large --precision bf16 --world-size 8\n"
             "  python scripts/gpu_proof.py --steps 20 --cases critic,geo_mean,trinity --plot runs.png\n\n"
-            "exit codes: 0 every case as expected; 1 a case failed or a run broke; 2 bad input"
+            "exit codes: 0 every case as expected; 1 a case failed or a run broke; 2 bad input; "
+            f"{EXIT_TIMED_OUT} a tree's run hung past --timeout (ended; its processes' stacks printed)"
         ),
     )
     parser.add_argument("--vanilla", "--verl-vanilla", help=f"vanilla verl {PINS['verl'].version} tree, or 'installed'")
@@ -355,6 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: dict[str, list[Run]] = {}
     environments: dict[str, dict] = {}
     problems: list[str] = []
+    hung: list[str] = []
     with tempfile.TemporaryDirectory(prefix="gpu-proof-") as workdir:
         spec = {
             "cases": cases,
@@ -370,12 +376,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "steps": args.steps,
             "clips": _clips(args.clip),
             "lr": args.lr,
+            "timeout": args.timeout,  # the ranks' limit too: the side's process ends them past it
         }
         for side in sides:
             print(f"* {side}: {', '.join(source.describe() for source in sources[side])}", flush=True)
             measured = _measure(side, sources[side], spec, Path(workdir), args.timeout)
             results[side], runs[side], environments[side] = measured.measurements, measured.runs, measured.environment
             problems += measured.problems
+            hung += [measured.hung] if measured.hung else []
     verdicts: list[Verdict] = [
         judge(side, CASES[case], precision, results[side])
         for side in sides
@@ -437,6 +445,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = judged.count(False)
     ok = not failed and not problems and len(judged) == expected
     print(f"\nresult: {len(judged) - failed} of {expected} as expected" + ("" if ok else ": FAILED"))
+    if hung:
+        print("\n".join(f"error: {line}" for line in hung), file=sys.stderr)
+        return EXIT_TIMED_OUT
     return 0 if ok else 1
 
 

@@ -96,8 +96,8 @@ class TeethRunner:
     """Runs a patch's teeth on a tree as shipped, in the test environment, with the run's workspace and console
     (a Trinity tree is tested beside the verl trees ``run_regression_tests`` puts beside it)."""
 
-    def __init__(self, workspace: Workspace, console: Console) -> None:
-        self.workspace, self.console = workspace, console
+    def __init__(self, workspace: Workspace, console: Console, timeout: float | None = None) -> None:
+        self.workspace, self.console, self.timeout = workspace, console, timeout
 
     def __call__(self, target: TreeToPatch, selection: str) -> Behaviour:
         from patchset.testenv import regression  # imported late: only a conflict needs it
@@ -113,6 +113,7 @@ class TeethRunner:
                     pytest_args=["-k", selection, "--tb=no", "-p", "no:warnings"],
                     junit_dir=Path(tmp),
                     parallel=False,
+                    limit=regression.suite_limit(self.timeout),
                 )
                 code = regression.run_regression_tests({target.key: target.root}, run, self.workspace, self.console)
             except VenvError as error:

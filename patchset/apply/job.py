@@ -41,6 +41,7 @@ class ApplyOptions:
     allow_dirty: bool = False
     no_test: bool = False
     force_version: bool = False
+    test_timeout: float | None = None
 
     def __post_init__(self) -> None:
         if self.three_way and self.reverse:
@@ -48,14 +49,17 @@ class ApplyOptions:
                 "--3way merges patches in; it cannot be combined with --reverse (take a merged patch out "
                 "with git checkout or git diff -R | git apply)"
             )
+        if self.test_timeout is not None and not 0 < self.test_timeout < float("inf"):
+            raise BadInput(f"--test-timeout must be a positive number of seconds, not {self.test_timeout:g}")
 
 
-def _regression(trees: Mapping[str, Path], workspace: Workspace, console: Console) -> int:
+def _regression(trees: Mapping[str, Path], workspace: Workspace, console: Console, timeout: float | None) -> int:
     from patchset.testenv import regression  # imported late: it is the regression work's module, heavier to import
 
     shown = ", ".join(f"{key} at {display_path(path)}" for key, path in trees.items())
     console.step(f"Running the regression tests on {shown}")
-    returncode = regression.run_regression_tests(trees, regression.SuiteRun(expect="fixed"), workspace, console)
+    run = regression.SuiteRun(expect="fixed", limit=regression.suite_limit(timeout))
+    returncode = regression.run_regression_tests(trees, run, workspace, console)
     if returncode != 0:
         print(
             f"error: the regression tests failed (exit status {returncode}) on {shown}; see their output above",
@@ -96,7 +100,7 @@ def run_apply(
         targets = cached_targets(workspace, console, reverse=reverse, check=check, held=held)
     with held, locked(targets, command_line, console, guard) as homes:
         # a patch that neither applies nor is in upstream by content: its teeth decide whether upstream fixed the bug
-        settle = settler(None if options.no_test else TeethRunner(workspace, console))
+        settle = settler(None if options.no_test else TeethRunner(workspace, console, options.test_timeout))
         plans = [plan_target(target, reverse=reverse, merge=options.three_way, settle=settle) for target in targets]
         if check:
             for plan in plans:
@@ -114,4 +118,4 @@ def run_apply(
         if options.no_test:
             console.step("Skipping the regression tests (--no-test)")
             return EXIT_OK
-        return _regression({target.key: target.root for target in targets}, workspace, console)
+        return _regression({target.key: target.root for target in targets}, workspace, console, options.test_timeout)

@@ -21,8 +21,11 @@ from patchset.plumbing.errors import (
     EXIT_LOCKED,
     EXIT_OK,
     EXIT_TESTS_FAILED,
+    EXIT_TIMED_OUT,
 )
+from patchset.plumbing.limits import TIME_SCALE_VARIABLE
 from patchset.plumbing.ui import Console
+from patchset.testenv.regression import SUITE_LIMIT_S
 from patchset.upstreams.fetch import ensure_upstream
 
 EXIT_CODES = f"""\
@@ -43,6 +46,9 @@ exit status:
      seconds (default 600): the message names its pid, when it started and its command. Nothing was changed
   {EXIT_INTERNAL}  internal error, a bug or a failing system (a full disk): one line says what failed and where
      (PATCHSET_TRACEBACK=1 shows the traceback); please report it
+  {EXIT_TIMED_OUT}  a run of the regression tests hung: still running past its limit (--test-timeout; default
+     {SUITE_LIMIT_S} s times ${TIME_SCALE_VARIABLE}), it was ended; one line names the test it was in and the file that
+     keeps the stacks of its processes (printed above it). The trees are as after a test failure
   130, 143, 129  interrupted by SIGINT (Ctrl-C), SIGTERM or SIGHUP: every tree changed in the run was restored
      first (a signal that arrives while a patch is being written waits until it is written)
 """
@@ -151,6 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not run the regression tests afterwards, nor the tests of a patch that does not apply (which could "
         "show upstream fixed its bug its own way: it then stays a conflict, exit 3, and the message says what decides "
         "it)",
+    )
+    apply.add_argument(
+        "--test-timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"how long one run of the regression tests may take before it is ended as hung, exit {EXIT_TIMED_OUT} "
+        f"(default {SUITE_LIMIT_S} s times ${TIME_SCALE_VARIABLE}, which raises every limit on a slower machine)",
     )
     apply.add_argument(
         "--force-version",

@@ -8,6 +8,7 @@ EXIT_BAD_INPUT = 2
 EXIT_DOES_NOT_APPLY = 3
 EXIT_LOCKED = 4
 EXIT_INTERNAL = 70  # an unexpected error: a bug, or the system failing (sysexits' EX_SOFTWARE); never 1
+EXIT_TIMED_OUT = 124  # a run that went past its time limit and was ended (as timeout(1) exits)
 
 
 class PatchsetError(Exception):
@@ -32,3 +33,9 @@ class TreeLocked(PatchsetError):
     """Another run holds a tree of this one (nothing was changed)."""
 
     exit_code = EXIT_LOCKED
+
+
+class TimedOut(PatchsetError):
+    """A run went past its time limit and was ended; the message names what hung, the limit and how to raise it."""
+
+    exit_code = EXIT_TIMED_OUT

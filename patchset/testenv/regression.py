@@ -8,6 +8,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from patchset.plumbing.bounded import Limit, run_bounded
+from patchset.plumbing.limits import RAISE_HINT, scaled
 from patchset.plumbing.ui import Console, display_path
 from patchset.testenv.venv import REPO_ROOT, ensure_venv
 from patchset.upstreams.fetch import Cache, ensure_upstream
@@ -21,6 +23,8 @@ TREE_VARIABLES = {upstream.key: upstream.tree_variable for upstream in UPSTREAMS
 # the variable that says a tree is only there because another's tests import it (``dependency``), by upstream
 ROLE_VARIABLES = {upstream.key: upstream.role_variable for upstream in UPSTREAMS.values() if upstream.role_variable}
 SAMPLE_VARIABLE = "PATCHSET_SAMPLE"
+# one pytest run of the suite: the whole suite on patched trees takes about 2 minutes on 2 cores; past this it hangs
+SUITE_LIMIT_S = 900
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,8 @@ class SuiteRun:
     ``companions=False`` leaves out the runs beside the companion verl (a quick loop); ``baseline_dir``: where the
     suite keeps the metrics the teeth run records for the fix run to compare with; ``junit_dir``: each run writes its
     JUnit XML report there (``run-<n>.xml``), for a caller that counts what passed; ``parallel=False``: one process (a
-    few tests cost less than starting a worker per core, each importing torch and the trees)."""
+    few tests cost less than starting a worker per core, each importing torch and the trees); ``limit``: how long one
+    pytest run may take before it is ended as hung (default `suite_limit`)."""
 
     expect: str = "fixed"
     pytest_args: Sequence[str] = ()
@@ -39,6 +44,15 @@ class SuiteRun:
     baseline_dir: Path | None = None
     junit_dir: Path | None = None
     parallel: bool = True
+    limit: Limit | None = None
+
+
+def suite_limit(seconds: float | None = None) -> Limit:
+    """The limit of one pytest run of the suite: ``seconds`` as given (``apply --test-timeout``), else
+    ``SUITE_LIMIT_S`` times ``PATCHSET_TIME_SCALE``."""
+    if seconds is not None:
+        return Limit(seconds, "--test-timeout SECONDS")
+    return Limit(scaled(SUITE_LIMIT_S), f"apply's --test-timeout SECONDS, or {RAISE_HINT}")
 
 
 def parallel_args(python: Path, dist: str = "loadfile") -> list[str]:
@@ -109,7 +123,7 @@ def run_overlay_regression_tests(
     """Run the regression suite (or its files ``paths``) with ``python``, an environment where verl, Trinity-RFT
     and this project are installed (`tests.harness.overlay_env`), on the overlays: ``fixed`` with them on, ``bug``
     with them off. ``parallel=False``: one process (a smoke run of a few files costs less than starting a worker
-    per core, each importing torch, verl and Trinity)."""
+    per core, each importing torch, verl and Trinity); past `suite_limit` ``TimedOut``."""
     switch = "on" if expect == "fixed" else "off (PATCHSET_OVERLAYS=0)"
     print(f"* Running the regression tests (expecting {expect}) on the releases in {site_packages}, overlays {switch}")
     # -P, and pytest's append import mode: the checkout's own verl_overlay/ must not shadow the installed one (cwd is
@@ -119,7 +133,8 @@ def run_overlay_regression_tests(
     command += ["--import-mode=append"]
     command += [*pytest_args, *(parallel_args(python) if parallel else [])]
     env = overlay_regression_env(site_packages, expect, baseline_dir, sample)
-    return subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
+    what = f"the regression tests (expecting {expect}) on the releases in {site_packages}"
+    return run_bounded(command, what, suite_limit(), cwd=REPO_ROOT, env=env)
 
 
 def imported_only(trees: Mapping[str, Path]) -> list[str]:
@@ -183,14 +198,15 @@ def _run_suite(
     command = [str(python), "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider", *run.pytest_args]
     command += [*junit, *(parallel_args(python) if parallel else [])]
     env = regression_env(trees, run.expect, run.baseline_dir, dependencies, run.sample)
-    return subprocess.run(command, cwd=REPO_ROOT, env=env).returncode
+    what = f"the regression tests (expecting {run.expect}) on {described}"
+    return run_bounded(command, what, run.limit or suite_limit(), cwd=REPO_ROOT, env=env)
 
 
 def run_regression_tests(
     trees: Mapping[str, Path], run: SuiteRun, workspace: Workspace, console: Console | None = None
 ) -> int:
     """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}) as ``run`` says; return pytest's exit
-    code (the first failing run's).
+    code (the first failing run's); ``TimedOut`` (exit 124) naming the test that hung when a run passes its limit.
 
     A Trinity tree given without a verl tree is tested beside the pinned vanilla verl (see `with_imported_trees`),
     and every Trinity tree once more beside each verl pinned as its companion (its legacy path: `companion_runs`),

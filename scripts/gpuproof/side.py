@@ -1,8 +1,10 @@
 """One tree's process: ``python -m gpuproof.side SPEC RESULT``, with the tree first on ``PYTHONPATH``.
 
 A process holds one verl, so each tree (vanilla, patched) is measured in a process of its own. This one builds the
-model checkpoint if the other side has not (same seed, same weights), starts one rank per device (``spawn``: CUDA
-cannot be forked; one rank runs in this process), and writes every rank's result to RESULT.
+model checkpoint if the other side has not (same seed, same weights), starts one rank per device (children of a fork
+server, `patchset.plumbing.children`: never a fork of this process, which CUDA or OpenMP threads would make unsafe;
+one rank runs in this process), and writes every rank's result to RESULT. The ranks are waited for within the
+side's own limit (``--timeout``), and ended, their stacks printed, past it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from pathlib import Path
 from engine_harness.model import save_model
 from gpuproof.cases import MODELS
 from gpuproof.rank import run_rank
+from patchset.plumbing.children import run_children
+from patchset.plumbing.errors import TimedOut
+
+RANKS_LIMIT_S = 3600.0  # the ranks of one side, where the spec does not give the script's --timeout
 
 
 def _free_port() -> int:
@@ -37,12 +43,11 @@ def run_side(spec: dict) -> dict:
         if world_size == 1:
             run_rank(0, spec, workdir)
         else:
-            import torch.multiprocessing as mp
-
-            try:
-                mp.start_processes(run_rank, args=(spec, workdir), nprocs=world_size, start_method="spawn", join=True)
-            except mp.ProcessExitedException:
-                pass  # a rank failed and the others were ended: its own result file says why
+            limit = spec.get("timeout") or RANKS_LIMIT_S
+            try:  # a rank that fails ends the others: its own result file says why
+                run_children(run_rank, [(rank, spec, workdir) for rank in range(world_size)], limit, "gpu_proof rank")
+            except TimedOut as hung:
+                print(f"error: {hung}", file=sys.stderr, flush=True)
         ranks = []
         for rank in range(world_size):
             result_file = Path(workdir) / f"rank{rank}.json"

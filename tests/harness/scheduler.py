@@ -5,6 +5,10 @@ goes to a log of its own and is printed in one piece when the step ends, so two 
 line every ``progress_every`` seconds says which steps are running and for how long. A step waits for the steps
 it comes ``after`` to finish, and is not run (and counts as failed) when a step it ``needs`` failed. A step marked
 ``stream`` (the environment build, whose progress is pip's) always streams; the others, buffered, run beside it.
+
+Each step has a time limit (``limit_s``, times ``PATCHSET_TIME_SCALE``). A step past it has hung: the tests its
+pytest processes were in and the stacks of its whole process tree are printed (`patchset.plumbing.bounded`), the
+tree is ended, and the step fails saying so (``timed_out``), so a run never stalls until someone kills it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from patchset.plumbing.bounded import Limit, hang_report
+from patchset.plumbing.limits import RAISE_HINT, scaled
+from patchset.plumbing.running import RUNNING_DIR_VARIABLE
+
+DEFAULT_LIMIT_S = 1200.0
+
 
 @dataclass(frozen=True)
 class Step:
@@ -28,6 +38,7 @@ class Step:
     after: tuple[str, ...] = ()  # must have ended (what they write is read), passed or not
     stream: bool = False
     env: tuple[tuple[str, str], ...] = ()  # set for this step only, over the scheduler's environment
+    limit_s: float = DEFAULT_LIMIT_S  # on this project's 2-core machine, well above what the step takes there
 
 
 @dataclass
@@ -37,6 +48,7 @@ class StepResult:
     passed: bool
     seconds: float
     note: str = ""
+    timed_out: bool = False
 
 
 @dataclass
@@ -46,6 +58,8 @@ class _Running:
     started: float
     log: Path | None = None  # None: the step streams
     stream: BinaryIO | None = None
+    running_dir: Path | None = None  # where its pytest processes name the test they are in
+    limit: Limit = Limit(DEFAULT_LIMIT_S, RAISE_HINT)  # the step's, scaled when it started
 
 
 def duration(seconds: float) -> str:
@@ -86,25 +100,36 @@ class Scheduler:
     def _start(self, step: Step, logs: Path) -> _Running:
         streamed = self.jobs == 1 or step.stream
         self._say(f"\n=== {step.name}: {step.proves}" + ("" if streamed else " (started)"))
-        env = {**self.env, **dict(step.env)}
+        slug = f"{len(self.results) + 1:02d}-{step.name.replace(' ', '-').replace('/', '-')}"
+        running_dir = logs / f"{slug}.running"
+        running_dir.mkdir()
+        env = {**self.env, **dict(step.env), RUNNING_DIR_VARIABLE: str(running_dir)}
+        limit = Limit(scaled(step.limit_s), RAISE_HINT)
         if streamed:
             process = subprocess.Popen(step.argv, cwd=self.cwd, env=env)
-            return _Running(step, process, time.monotonic())
-        log = logs / f"{len(self.results) + 1:02d}-{step.name.replace(' ', '-').replace('/', '-')}.log"
+            return _Running(step, process, time.monotonic(), running_dir=running_dir, limit=limit)
+        log = logs / f"{slug}.log"
         stream = log.open("wb")
         process = subprocess.Popen(step.argv, cwd=self.cwd, env=env, stdout=stream, stderr=subprocess.STDOUT)
-        return _Running(step, process, time.monotonic(), log, stream)
+        return _Running(step, process, time.monotonic(), log, stream, running_dir, limit)
 
-    def _finish(self, running: _Running) -> None:
+    def _end_hung(self, running: _Running) -> None:
+        """The step is past its limit: print what it was in and its stacks, end its tree, and fail it saying so."""
+        line = hang_report(f"step {running.step.name!r}", running.limit, running.process.pid, running.running_dir)
+        running.process.wait()
+        self._finish(running, note=line)
+
+    def _finish(self, running: _Running, note: str = "") -> None:
         seconds = time.monotonic() - running.started
-        passed = running.process.returncode == 0
+        passed = running.process.returncode == 0 and not note
         step = running.step
         if running.log is not None and running.stream is not None:
             running.stream.close()
             self._say(f"\n=== {step.name}: {step.proves}")
             self.out.write(running.log.read_text(encoding="utf-8", errors="replace"))
-        self._say(f"=== {step.name}: {'ok' if passed else 'FAILED'} in {duration(seconds)}")
-        self.results[step.name] = StepResult(step.name, step.proves, passed, seconds)
+        ending = f": {note}" if note else ""
+        self._say(f"=== {step.name}: {'ok' if passed else 'FAILED'} in {duration(seconds)}{ending}")
+        self.results[step.name] = StepResult(step.name, step.proves, passed, seconds, note, timed_out=bool(note))
 
     def run(self) -> list[StepResult]:
         waiting = list(self.steps)
@@ -130,6 +155,9 @@ class Scheduler:
                         running.remove(entry)
                         self._finish(entry)
                         last_progress = time.monotonic()
+                    for entry in [e for e in running if time.monotonic() - e.started > e.limit.seconds]:
+                        running.remove(entry)
+                        self._end_hung(entry)
                     if self.jobs > 1 and running and time.monotonic() - last_progress >= self.progress_every:
                         now = time.monotonic()
                         what = ", ".join(f"{entry.step.name} ({duration(now - entry.started)})" for entry in running)

@@ -50,7 +50,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from patchset.cli.exits import run_reporting_errors
-from patchset.plumbing.errors import PatchsetError
+from patchset.plumbing.errors import EXIT_TIMED_OUT, PatchsetError
+from patchset.plumbing.limits import TIME_SCALE_VARIABLE
 from patchset.plumbing.ui import Console
 from patchset.series.model import Patch, load_series
 from patchset.testenv.regression import SuiteRun, parallel_args, run_overlay_regression_tests, run_regression_tests
@@ -340,9 +341,10 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
 
     shapes = "one batch shape per test, loss and mode"
     steps = [
-        step("environment", "the pinned venv of requirements/lock.txt", needs=(), stream=True),
-        step("pinned trees", "the series applies to the pinned releases", needs=()),
-        step("lint", "ruff, ruff format and shellcheck are clean", needs=("environment",)),
+        # limit_s: each step's time limit, about 4 times what it takes on 2 cores (the environment: a slow download)
+        step("environment", "the pinned venv of requirements/lock.txt", needs=(), stream=True, limit_s=1800),
+        step("pinned trees", "the series applies to the pinned releases", needs=(), limit_s=900),
+        step("lint", "ruff, ruff format and shellcheck are clean", needs=("environment",), limit_s=300),
         step("teeth", f"every check fails on the vanilla trees ({shapes})", env=shared),
         step("tooling", "apply, export, wheels and their faults leave every tree intact"),
         step(
@@ -360,18 +362,21 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
             "wheels",
             f"every installed file is the patched tree's (sha256); labels, manifests; smoke run; {partial.label}'s and "
             f"{line.version}'s wheels too",
+            limit_s=900,
         ),
         # last, when the other steps are ending: its workers take every core
         step(
             partial.label,
             "a partial target: what upstream has is skipped by content, the rest applies; fix on the patched clone, "
             "teeth of the applied patches on vanilla",
+            limit_s=900,
         ),
         step(
             line.label,
             f"another release line: its own series ({line.series}) applies; fix on the patched clone, teeth on "
             f"vanilla ({shapes})",
             env=alone,
+            limit_s=900,
         ),
     ]
     quick_steps = ("environment", "pinned trees", "teeth", "fix")
@@ -392,9 +397,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(parity, import order, smoke). "
         "Independent steps run at once, each printed whole when it ends; a summary lists every step and its time.",
         epilog="Exit codes: 0 all passed; 1 a step failed (its output says which); 2 the environment could not "
-        "be built; 70 an internal error (one line says what failed and where). PATCHSET_WORKERS=N sets "
-        "the pytest-xdist workers of each step (default: the cores divided "
-        "among the steps running at once; 1: none).",
+        f"be built; {EXIT_TIMED_OUT} a step hung past its time limit and was ended (the last line names it, the test "
+        "it was in and the file that keeps its stacks, printed above); 70 an internal error (one line says what "
+        "failed and where). PATCHSET_WORKERS=N sets the pytest-xdist workers of each step (default: the cores "
+        f"divided among the steps running at once; 1: none). {TIME_SCALE_VARIABLE}=F multiplies every time limit "
+        "(steps: 5 to 30 minutes; a regression run: 15), for a slower machine.",
     )
     parser.add_argument(
         "--cache",
@@ -442,6 +449,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(result.name == "fix" for result in results):
         print("\n=== gradient norm relative to one micro-batch on one rank\n" + _ratio_table(args.cache / "results"))
     print("\n=== summary\n" + summary(results, time.monotonic() - started, args.jobs), flush=True)
+    hung = [result for result in results if result.timed_out]
+    if hung:
+        print("\n".join(f"error: {result.note}" for result in hung), file=sys.stderr)
+        return EXIT_TIMED_OUT
     if not results[0].passed:
         return 2
     return 0 if all(result.passed for result in results) else 1

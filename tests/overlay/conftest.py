@@ -29,12 +29,18 @@ from pathlib import Path
 
 import pytest
 
+from patchset.plumbing import running
+
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
 
 
 # the longest modules first: under pytest-xdist (one file per worker) the short ones fill in around them
 LONGEST_FIRST = ("test_ray.py", "test_parity.py", "test_import_order.py", "test_activation.py", "test_guards.py")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    running.register(config)  # names the test a hung run is in (`patchset.plumbing.running`)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

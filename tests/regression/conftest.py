@@ -44,7 +44,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.append(str(REPO_ROOT))
 
-from forking import FORKING_MODULES  # noqa: E402
+from patchset.plumbing import running  # noqa: E402
 
 EXPECTATIONS = ("fixed", "bug")
 # Parameters that only vary the batch's shape: how it is cut into micro-batches and over how many ranks. With
@@ -52,8 +52,8 @@ EXPECTATIONS = ("fixed", "bug")
 # check still has to fail on the vanilla trees once, without every case again.
 SHAPE_PARAMS = frozenset({"split", "dp_size", "world_size", "micro_batch_rows"})
 SAMPLE_VARIABLE = "PATCHSET_SAMPLE"
-# the engine runs, then the modules that fork from the test process before anything in it joins a process group
-FIRST = ("test_engine_e2e.py", *FORKING_MODULES)
+# the engine runs, then the other modules whose processes run a training step (`patchset.plumbing.children`)
+FIRST = ("test_engine_e2e.py", "test_gpu_proof_smoke.py", "test_trinity_legacy_data_parallel.py")
 # tests whose patched run compares every case with the vanilla run's own measurement of it: never sampled
 EVERY_VANILLA_CASE = frozenset(
     {
@@ -131,11 +131,15 @@ def _sample_shapes(config: pytest.Config, items: list[pytest.Item]) -> None:
         items[:] = [item for item in items if id(item) in kept]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    running.register(config)  # names the test a hung run is in (`patchset.plumbing.running`)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get(SAMPLE_VARIABLE) == "shapes":
         _sample_shapes(config, items)
     # the longest module first: under pytest-xdist (one file per worker) the other worker runs everything else
-    # meanwhile, instead of the engine runs starting last on a core left alone; then the modules that fork
+    # meanwhile, instead of the engine runs starting last on a core left alone; then the other long ones
     items.sort(key=lambda item: FIRST.index(item.path.name) if item.path.name in FIRST else len(FIRST))
     if _mode() != "overlay":
         return

@@ -24,8 +24,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from forking import run_children
-
 from engine_harness import LOSS_AGG_MODES
 from engine_harness.adapt import fp32_forward_on_verl_0_7, freeze_collector, unpad_helpers
 from engine_harness.data import rollout_global_batch, step_data, token_budget, with_teacher
@@ -34,6 +32,7 @@ from engine_harness.losses import engine_modules
 from engine_harness.losses import loss_function as loss_function_for
 from engine_harness.model import TINY, save_model
 from engine_harness.sim import Split, load_value_head_with_config_attention
+from patchset.plumbing.children import run_children
 
 MICRO_BATCHES = (1, 2, 4)
 WORLD_DEADLINE_S = 600  # one world's whole matrix: about 20 s of CPU; a rank past this is stuck, and killed
@@ -137,21 +136,16 @@ def run_world(
     micro_batch_counts: Sequence[int] = MICRO_BATCHES,
 ) -> list[dict]:
     """Start ``world_size`` ranks, run the matrix, and return each rank's result (measurements, module files)."""
-    import torch.multiprocessing as mp
-
     with tempfile.TemporaryDirectory(prefix="engine-e2e-") as workdir:
         with _GLOBAL_RNG:  # the model's weights come from torch's global generator: one seeded build at a time
             save_model(TINY, Path(workdir) / "model")
-        context = mp.get_context("forkserver")
-        context.set_forkserver_preload(preload_modules(components))
         args = (world_size, workdir, list(sys_path), list(components), list(micro_batch_counts))
-        codes = run_children(_worker, [(rank, *args) for rank in range(world_size)], WORLD_DEADLINE_S, context)
+        ranks = [(rank, *args) for rank in range(world_size)]
+        codes = run_children(_worker, ranks, WORLD_DEADLINE_S, "engine rank", preload_modules(components))
         results = []
         for rank, code in enumerate(codes):
             result_file = Path(workdir) / f"rank{rank}.json"
-            if code is None:
-                results.append({"error": f"rank {rank} was still running after {WORLD_DEADLINE_S} s: killed"})
-            elif not result_file.exists():
+            if not result_file.exists():
                 results.append({"error": f"rank {rank} exited with code {code} and no result"})
             else:
                 results.append(json.loads(result_file.read_text()))

@@ -9,9 +9,8 @@ as the other tree fails, so the verdict tells the trees apart. The same side als
 weights; vanilla, beyond it; the other view fails again. One case only: the test command's budget is tight, and the
 engine end-to-end module proves every loss mode on the same engine.
 
-The side runs in a fork of this test process, which has imported torch and verl already (2.5 s of CPU measured, against
-4 to 7 s for a fresh interpreter's imports), or from a fork server where this process has joined a process group
-(see forking.py).
+The side runs in a child of the fork server (`patchset.plumbing.children`): never a fork of this test process, whose
+OpenMP pool the child would inherit without its threads.
 """
 
 from __future__ import annotations
@@ -21,7 +20,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from forking import run_children
+
+from patchset.plumbing.children import run_children
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "scripts"
 # the engine the script's CPU path is written for (test_engine_e2e also runs verl 0.7.1's, with adaptations the
@@ -36,6 +36,7 @@ from gpuproof.verdict import Measurement, judge  # noqa: E402
 
 SIDE = {"fixed": "patched", "bug": "vanilla"}
 SIDE_DEADLINE_S = 300  # the side takes about 15 s of CPU
+SIDE_PRELOAD = ("torch", "transformers", "verl.workers.engine.fsdp")  # what the fork server imports once
 SMOKE_STEPS = 3  # a short training run (`--steps`): the same runs and verdict as the figures in docs/evidence.md
 SMOKE_CLIP = 1.0  # verl's default clip_grad
 
@@ -65,8 +66,7 @@ def test_gpu_proof_critic_verdicts_match_the_tree_under_test(expect, verl_tree, 
         "lr": None,
     }
     result_file = tmp_path / "result.json"
-    (code,) = run_children(_run_side, [(spec, str(result_file))], SIDE_DEADLINE_S)
-    assert code is not None, f"the side process was still running after {SIDE_DEADLINE_S} s: killed"
+    (code,) = run_children(_run_side, [(spec, str(result_file))], SIDE_DEADLINE_S, "the GPU proof's side", SIDE_PRELOAD)
     assert result_file.exists(), f"the side process exited with code {code} and no result"
     (rank,) = json.loads(result_file.read_text())["ranks"]
     assert "error" not in rank, rank["error"]

@@ -1,12 +1,12 @@
 """Trinity-RFT's legacy actor with two data parallel ranks: the mini-batch is the global one, over both ranks.
 
-Two gloo processes (forks of the test process) each run the real legacy ``update_policy``
-(``tests/regression/legacy_sim.py``: Trinity's legacy config translation and worker for two trainer GPUs, each rank
-its half of a 96-row rollout) and average their gradients, as FSDP does. Invariant on the patched tree: the averaged
-gradient, with the ranks' mini-batches cut into K = 2 micro-batches or not, fixed or by token budget, equals the
-gradient of one process on the whole 96-row mini-batch: the token count of a token mean is summed over the ranks.
-Vanilla weighted each rank's token mean alone (and DPO fed whole micro-batches into one logit), so the same
-comparison deviates there.
+Two gloo processes (children of the fork server, `patchset.plumbing.children`) each run the real legacy
+``update_policy`` (``tests/regression/legacy_sim.py``: Trinity's legacy config translation and worker for two
+trainer GPUs, each rank its half of a 96-row rollout) and average their gradients, as FSDP does. Invariant on the
+patched tree: the averaged gradient, with the ranks' mini-batches cut into K = 2 micro-batches or not, fixed or by
+token budget, equals the gradient of one process on the whole 96-row mini-batch: the token count of a token mean is
+summed over the ranks. Vanilla weighted each rank's token mean alone (and DPO fed whole micro-batches into one
+logit), so the same comparison deviates there.
 """
 
 from __future__ import annotations
@@ -16,13 +16,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from forking import run_children
 from legacy_sim import BATCH_SIZE, data_parallel_rank, init_single_process_group, legacy_gradients
 
 from engine_harness.sim import Split
+from patchset.plumbing.children import run_children
 
 WORLD_SIZE = 2
 RANKS_DEADLINE_S = 240  # both ranks together take about 10 s of CPU
+# what the fork server imports once (Trinity's legacy worker is not among them: it logs as a Ray actor, which needs
+# the logger the rank names first)
+RANKS_PRELOAD = ("torch", "transformers", "legacy_sim", "verl")
 # (policy loss, loss_agg_mode, K, dynamic): PPO by Trinity's default token mean, and DPO with its default k2 KL term
 CASES = [
     ("ppo", "token-mean", 1, False),
@@ -35,13 +38,12 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def rank_gradients(trinity_legacy_tree: Path, dpo_steps_patch: bool, tmp_path_factory: pytest.TempPathFactory):
-    """The rank-averaged gradient of every case, from two ranks run at once: forks of this process, which imported
-    torch, verl and Trinity from the trees under test already (a fresh process would import them again, 7 s each),
-    made before this process joins a process group of its own (see forking.py)."""
+    """The rank-averaged gradient of every case, from two ranks run at once (each a fork of the fork server, which
+    imported torch, verl and Trinity from the trees under test once)."""
     folder = tmp_path_factory.mktemp("dp")
     args = (WORLD_SIZE, str(folder), json.dumps(CASES), dpo_steps_patch)
-    codes = run_children(data_parallel_rank, [(rank, *args) for rank in range(WORLD_SIZE)], RANKS_DEADLINE_S)
-    assert None not in codes, f"data parallel rank(s) still running after {RANKS_DEADLINE_S} s were killed: {codes}"
+    ranks = [(rank, *args) for rank in range(WORLD_SIZE)]
+    codes = run_children(data_parallel_rank, ranks, RANKS_DEADLINE_S, "data parallel rank", RANKS_PRELOAD)
     assert codes == [0] * WORLD_SIZE, f"a data parallel rank failed (its output is above): exit codes {codes}"
     return torch.load(folder / "gradients.pt")
 

@@ -1,0 +1,77 @@
+"""Run a command within a time limit, and when it hangs, say what hung, keep its stacks, and end it whole.
+
+A wait without a limit turns a hang into a stall that only a person notices. Here, past ``limit_s`` seconds, the
+command's whole process tree (pytest, its xdist workers, the children of a test) is looked at before it is ended:
+the tests its processes were in (``patchset.plumbing.running``: the command's pytest processes write them into a
+folder this module gives them) and every process's stack (``patchset.plumbing.stacks``), written to a file. Then
+each process is killed and ``TimedOut`` (exit 124) says, on one line, what hung, the limit, how to raise it and
+where the stacks are. An interruption (Ctrl-C) ends the tree too, as ``subprocess.run`` ends its child.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchset.plumbing import stacks, tempdirs
+from patchset.plumbing.errors import TimedOut
+from patchset.plumbing.running import RUNNING_DIR_VARIABLE, running_tests
+
+
+@dataclass(frozen=True)
+class Limit:
+    """How long a run may take, and what the user sets to give it longer (named in the message of a hang)."""
+
+    seconds: float
+    raise_with: str
+
+
+def hang_report(what: str, limit: Limit, root: int, running_dir: Path | None, near: Sequence[Path] = ()) -> str:
+    """Look at the hung tree under ``root`` (its tests, every process's stack), end it, and return the one line that
+    says so; the stacks are printed (standard error: a CI log keeps them) and kept in a file the line names."""
+    pids = [root, *stacks.descendants(root)]
+    tests = running_tests(running_dir) if running_dir is not None else []
+    text = f"{what}: still running after {limit.seconds:g} s\n" + "".join(f"in test: {test}\n" for test in tests)
+    text += "\n" + stacks.dump_stacks(pids, near)
+    stacks.kill_all(reversed(pids))
+    with tempfile.NamedTemporaryFile(
+        "w", prefix="patchset-hang-", suffix=".txt", delete=False, encoding="utf-8"
+    ) as report:
+        report.write(text)
+    print(f"=== the stacks of the hung processes (kept in {report.name})\n{text}", file=sys.stderr, flush=True)
+    hung = f"{what} hung in {', '.join(tests)}" if tests else f"{what} hung"
+    return (
+        f"{hung}: still running after {limit.seconds:g} s, ended ({limit.raise_with} to allow longer); the stacks of "
+        f"its {len(pids)} processes are in {report.name}"
+    )
+
+
+def run_bounded(
+    command: Sequence[str],
+    what: str,
+    limit: Limit,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """Run ``command`` and return its exit status; past ``limit`` raise ``TimedOut`` naming ``what`` (and the tests
+    it was in, for a pytest run of a suite that registers ``RunningTests``), having ended its whole tree."""
+    env = dict(os.environ if env is None else env)
+    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("running")) as own:
+        # a folder a waiter further up gave is kept: it then sees the tests of this run too
+        running_dir = Path(env.setdefault(RUNNING_DIR_VARIABLE, own))
+        process = subprocess.Popen(list(command), cwd=cwd, env=env)
+        try:
+            return process.wait(timeout=limit.seconds)
+        except subprocess.TimeoutExpired:
+            line = hang_report(what, limit, process.pid, running_dir, near=(Path(command[0]),))
+            process.wait()
+            raise TimedOut(line) from None
+        except BaseException:
+            stacks.kill_all(reversed([process.pid, *stacks.descendants(process.pid)]))
+            process.wait()
+            raise

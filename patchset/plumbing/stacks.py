@@ -1,0 +1,94 @@
+"""What a hung process tree is doing: its processes, and the stack of each, so that a hang explains itself.
+
+``descendants`` reads the process table (Linux's ``/proc``); ``dump_stacks`` asks py-spy (in the test
+environment's lock) for each process's Python stack with the native frames under it: an OpenMP barrier or a gloo
+wait shows as such, not only as the Python line that called into it. Where py-spy is missing or refused (no ptrace
+permission), the dump says so for that process instead of failing the report of the hang.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+_PROC = Path("/proc")
+DUMP_TIMEOUT_S = 30.0  # one process's dump; py-spy takes well under a second for a live one
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # the command name, in parentheses, may hold spaces and parentheses itself: the fields follow the last ")"
+    return int(stat.rpartition(")")[2].split()[1])
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, theirs, ...), parents before their children."""
+    children: dict[int, list[int]] = {}
+    for entry in _PROC.iterdir() if _PROC.is_dir() else ():
+        if entry.name.isdigit():
+            parent = _parent_of(int(entry.name))
+            if parent is not None:
+                children.setdefault(parent, []).append(int(entry.name))
+    found: list[int] = []
+    queue = list(children.get(pid, ()))
+    while queue:
+        child = queue.pop(0)
+        found.append(child)
+        queue.extend(children.get(child, ()))
+    return found
+
+
+def command_line(pid: int) -> str:
+    try:
+        raw = (_PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return "(gone)"
+    return " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part) or "(no command line)"
+
+
+def py_spy(near: Sequence[Path] = ()) -> str | None:
+    """The py-spy program: beside ``near`` (a venv's python), beside this interpreter, or on PATH."""
+    for python in (*near, Path(sys.executable)):
+        candidate = python.parent / "py-spy"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return shutil.which("py-spy")
+
+
+def _stack(pid: int, program: str | None) -> str:
+    if program is None:
+        return "(no stack: py-spy was not found; it is in requirements/lock.txt)"
+    for flags in (["--native"], []):  # native frames where py-spy can read them, else the Python stack alone
+        try:
+            result = subprocess.run(
+                [program, "dump", *flags, "--pid", str(pid)], capture_output=True, text=True, timeout=DUMP_TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired:
+            continue
+        if result.returncode == 0:
+            return result.stdout.rstrip()
+    return "(no stack: py-spy could not read this process; it may not be a Python process, or ptrace is refused)"
+
+
+def dump_stacks(pids: Iterable[int], near: Sequence[Path] = ()) -> str:
+    """Each process of ``pids`` with its command line and stack, as one text."""
+    program = py_spy(near)
+    parts = [f"--- process {pid}: {command_line(pid)}\n{_stack(pid, program)}" for pid in pids]
+    return "\n\n".join(parts) + "\n"
+
+
+def kill_all(pids: Iterable[int]) -> None:
+    """SIGKILL each of ``pids`` that is still there (a process that already ended is no error)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass

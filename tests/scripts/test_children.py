@@ -1,0 +1,211 @@
+"""Child processes start safely and every wait is bounded (`patchset.plumbing.children`, `bounded`, `running`).
+
+Invariants: a child started after the parent ran a parallel CPU op still runs its own parallel ops (the plain fork
+the tests used before waits forever in OpenMP's barrier: shown here, not assumed); nothing else in the tree starts a
+Python child; a hung child, a hung pytest run and a hung step of the test command each end within their limit, name
+what hung and keep its stacks, and the run reports exit 124.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from patchset.plumbing import children
+from patchset.plumbing.bounded import Limit, run_bounded
+from patchset.plumbing.children import run_children
+from patchset.plumbing.errors import EXIT_TIMED_OUT, TimedOut
+from tests.harness.scheduler import Scheduler, Step
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+SLACK_S = 30.0  # a hang's report: py-spy reads each stack (well under a second each) and the server starts once
+
+
+@pytest.fixture(scope="module")
+def after_openmp() -> dict:
+    """A child started each way after the parent ran a parallel op (`fork_after_openmp.py`, one process: torch
+    imported once for both)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "PYTHONPATH": str(REPO_ROOT)}
+    command = [sys.executable, str(HERE / "fork_after_openmp.py")]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_a_plain_fork_after_a_parallel_op_waits_forever_in_openmp(after_openmp):
+    outcome = after_openmp["fork"]
+
+    assert not outcome["finished"], "the fork finished: this machine's OpenMP no longer shows the hang"
+    frames = outcome["stack"].split("Thread", 1)[1].splitlines()[1:]
+    assert "libgomp" in frames[0], outcome["stack"]  # waiting inside OpenMP, for a thread the fork did not copy
+    assert any("repeat_interleave" in frame for frame in frames), outcome["stack"]
+
+
+def test_a_child_of_the_one_place_runs_its_parallel_op_after_the_parent_ran_one(after_openmp):
+    assert after_openmp["children"] == {"finished": True}
+
+
+def _sleep_forever() -> None:
+    time.sleep(3600)
+
+
+def _fail() -> None:
+    raise SystemExit(3)
+
+
+def test_a_hung_child_ends_within_its_limit_named_with_its_stack():
+    started = time.monotonic()
+    with pytest.raises(TimedOut) as hung:
+        run_children(_sleep_forever, [()], 2, "sleeper", preload=())
+    elapsed = time.monotonic() - started
+
+    assert elapsed < 2 + SLACK_S
+    message = str(hung.value)
+    assert message.startswith("sleeper 0: still running after 2 s, ended (PATCHSET_TIME_SCALE=2 doubles every limit)")
+    assert "_sleep_forever (" in message  # the child's own stack, read by py-spy
+    assert hung.value.exit_code == EXIT_TIMED_OUT
+    assert _pids(message) and not [pid for pid in _pids(message) if _running(pid)]
+
+
+def test_a_failing_child_ends_the_others_at_once():
+    started = time.monotonic()
+    codes = run_children(_fail_or_sleep, [(True,), (False,)], 600, "rank", preload=())
+
+    assert codes == [3, -9]
+    assert time.monotonic() - started < SLACK_S
+
+
+def _fail_or_sleep(fail: bool) -> None:
+    _fail() if fail else _sleep_forever()
+
+
+def test_the_time_scale_raises_a_childs_limit(monkeypatch):
+    monkeypatch.setenv("PATCHSET_TIME_SCALE", "0.5")
+    with pytest.raises(TimedOut, match="still running after 1 s"):
+        run_children(_sleep_forever, [()], 2, "sleeper", preload=())
+
+
+def _running(pid: int) -> bool:
+    """True for a process that still runs: a zombie (ended, not yet reaped by whoever adopted it) does not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _pids(report: str) -> list[int]:
+    """The processes a hang's report looked at (``--- process PID: ...`` lines of `stacks.dump_stacks`)."""
+    return [int(line.split()[2].rstrip(":")) for line in report.splitlines() if line.startswith("--- process ")]
+
+
+HUNG_SUITE = {
+    "conftest.py": "from patchset.plumbing import running\n\n\ndef pytest_configure(config):\n"
+    "    running.register(config)\n",
+    "test_hangs.py": "import subprocess\nimport sys\nimport time\n\n\ndef test_passes():\n    pass\n\n\n"
+    "def test_waits_for_its_child():\n"
+    "    subprocess.run([sys.executable, '-c', 'import time; time.sleep(3600)'])\n",
+}
+
+
+def test_a_hung_pytest_run_names_its_test_ends_its_tree_and_keeps_the_stacks(tmp_path, capsys):
+    for name, text in HUNG_SUITE.items():
+        (tmp_path / name).write_text(text)
+    command = [sys.executable, "-m", "pytest", str(tmp_path), "-q", "-p", "no:cacheprovider", "-n", "2"]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    started = time.monotonic()
+    with pytest.raises(TimedOut) as hung:
+        run_bounded(command, "the hung suite", Limit(8, "--test-timeout SECONDS"), cwd=tmp_path, env=env)
+
+    assert time.monotonic() - started < 8 + SLACK_S
+    line = str(hung.value)
+    assert "\n" not in line
+    assert line.startswith("the hung suite hung in test_hangs.py::test_waits_for_its_child: still running after 8 s, ")
+    assert "ended (--test-timeout SECONDS to allow longer)" in line
+    report = Path(line.rpartition(" are in ")[2])
+    kept = report.read_text()
+    assert "test_waits_for_its_child (test_hangs.py:" in kept  # the worker's stack
+    assert "time.sleep(3600)" in kept and "<module> (<string>:1)" in kept  # its child's, a process further down
+    assert kept in capsys.readouterr().err  # printed too, for a CI log
+    pids = _pids(kept)
+    assert len(pids) >= 4 and not [pid for pid in pids if _running(pid)]  # pytest, its 2 workers, the child: ended
+    report.unlink()
+
+
+def test_a_hung_step_of_the_test_command_is_ended_and_named(tmp_path):
+    sleeper = Step("sleeper", "sleeps", (sys.executable, "-c", "import time; time.sleep(3600)"), limit_s=2)
+    quick = Step("quick", "ends", (sys.executable, "-c", "pass"))
+    out = tmp_path / "out.txt"
+    started = time.monotonic()
+    with out.open("w") as stream:
+        results = Scheduler([sleeper, quick], 2, tmp_path, os.environ, out=stream).run()
+
+    assert time.monotonic() - started < 2 + SLACK_S
+    hung, ended = results
+    assert hung.timed_out and not hung.passed and ended.passed and not ended.timed_out
+    assert hung.note.startswith("step 'sleeper' hung: still running after 2 s, ended (PATCHSET_TIME_SCALE=2")
+    assert "=== sleeper: FAILED in" in out.read_text()
+
+
+# Python children started anywhere but the one place; each allowed exception says why it is safe
+ALLOWED = {
+    "patchset/plumbing/children.py": "the one place",
+    "tests/overlay/warm_parent.py": "a fork server of its own: forks only before any computation, as documented",
+    "tests/scripts/fork_after_openmp.py": "the hang, made on purpose to show it",
+}
+STARTERS = {"fork", "forkpty", "get_context", "set_start_method", "start_processes", "spawn", "Process", "Pool"}
+STARTERS |= {"ProcessPoolExecutor"}
+
+
+def _starts(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+        if name in STARTERS and isinstance(getattr(node, "ctx", None), ast.Load):
+            found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno} {name}")
+        if isinstance(node, ast.ImportFrom) and any(alias.name in STARTERS for alias in node.names):
+            found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno} import {node.module}")
+    return found
+
+
+def test_no_code_but_the_one_place_starts_a_python_child():
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    paths = [REPO_ROOT / name for name in tracked.stdout.split() if name not in ALLOWED]
+
+    assert not [start for path in paths for start in _starts(path)]
+    assert _starts(REPO_ROOT / "tests/scripts/fork_after_openmp.py")  # the check sees a start where there is one
+    assert children.START_METHOD == "forkserver"
+
+
+def test_apply_whose_regression_run_hangs_exits_124_naming_the_test_with_the_series_applied_whole(
+    world, tmp_path, monkeypatch, capsys
+):
+    from patchset.cli.apply import main
+    from patchset.testenv import regression
+
+    suite = tmp_path / "hung-suite"
+    suite.mkdir()
+    for name, text in HUNG_SUITE.items():
+        (suite / name).write_text(text)
+    monkeypatch.setattr(regression, "SUITE", suite)
+    monkeypatch.setenv("PATCHSET_WORKERS", "1")
+
+    code = main(world.args("--test-timeout", "6", str(world.verl)))
+
+    err_lines = capsys.readouterr().err.splitlines()
+    assert code == EXIT_TIMED_OUT
+    assert err_lines[-1].startswith(f"error: the regression tests (expecting fixed) on verl at {world.verl} hung in ")
+    assert "test_hangs.py::test_waits_for_its_child: still running after 6 s, ended (--test-timeout" in err_lines[-1]
+    # as after a failing run: the series is in the tree, whole (it comes out again byte for byte), and no lock is held
+    assert main(world.args("--reverse", str(world.verl))) == 0
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=world.verl, capture_output=True, text=True).stdout == ""
+    Path(err_lines[-1].rpartition(" are in ")[2]).unlink()
