@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-# verl's critic, its GRPO actor (vanilla policy loss), GMPO, its on-policy distillation (k3, first call), Trinity's
+# verl's critic, its GRPO actor (vanilla policy loss), GMPO, its on-policy distillation (k3, first call), and
+# Trinity's TrinityPolicyLoss (its engine-path actor loss)
 LOSSES = ("critic", "ppo", "geo_mean", "distillation", "trinity")
 
 

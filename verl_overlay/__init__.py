@@ -1,10 +1,11 @@
-"""Overlay of the verl fixes (patches/verl/) for a pip-installed verl 0.8.0 or 0.9.1.
+"""Overlay of the verl fixes (patches/verl/, patches/verl-0.7/) for a pip-installed verl 0.7.1, 0.8.0 or 0.9.1.
 
 Modules here mirror verl's module paths and hold only the patched symbols; `verl_overlay.pieces` holds one file per
 piece, saying what goes where. `activate` switches the overlay on in this process (a second call does nothing),
 `deactivate` undoes it; installing this project does it in every process automatically (see `patchset_overlay`,
 which finds this package through ``patchset_overlay_registry``). verl >= 0.9.0 has the critic and distillation
-fixes, and those pieces stay off there; the geo_mean piece goes onto 0.8.0 and 0.9.1.
+fixes, and those pieces stay off there; verl 0.7.1 takes its own critic piece (critic_v0_7, its ``value_loss``);
+the geo_mean piece goes onto all three.
 """
 
 from __future__ import annotations
