@@ -17,7 +17,7 @@ from pathlib import Path
 
 from patchset.apply.behaviour import TeethRunner, settler
 from patchset.apply.locking import locked, refuse_if_held
-from patchset.apply.plan import plan_target
+from patchset.apply.plan import Plan, plan_target
 from patchset.apply.refusals import refuse, refuse_duplicates
 from patchset.apply.report import report_plan
 from patchset.apply.target import cached_targets, target_for_path
@@ -53,12 +53,31 @@ class ApplyOptions:
             raise BadInput(f"--test-timeout must be a positive number of seconds, not {self.test_timeout:g}")
 
 
-def _regression(trees: Mapping[str, Path], workspace: Workspace, console: Console, timeout: float | None) -> int:
+def choice_tests_left_out(plans: Sequence[Plan], console: Console) -> list[str]:
+    """The ``-k`` expressions of the choice tests (``parts.toml``'s ``choices``) of every patch retired by behaviour
+    in ``plans``, each said: upstream fixed that bug its own way, and those tests would judge its form by ours."""
+    left_out = []
+    for plan in plans:
+        for step in plan.steps:
+            choices = plan.target.series.choices.get(step.patch.name)
+            if step.fixed_upstream and choices:
+                console.step(
+                    f"Leaving out {step.patch.name}'s tests of this series' own choices (-k {choices!r}): upstream "
+                    f"fixed its bug its own way on {plan.target.label}, and they would judge its form by ours"
+                )
+                left_out.append(choices)
+    return left_out
+
+
+def _regression(
+    trees: Mapping[str, Path], workspace: Workspace, console: Console, timeout: float | None, left_out: Sequence[str]
+) -> int:
     from patchset.testenv import regression  # imported late: it is the regression work's module, heavier to import
 
     shown = ", ".join(f"{key} at {display_path(path)}" for key, path in trees.items())
     console.step(f"Running the regression tests on {shown}")
-    run = regression.SuiteRun(expect="fixed", limit=regression.suite_limit(timeout))
+    deselect = ["-k", "not (" + " or ".join(f"({choices})" for choices in left_out) + ")"] if left_out else []
+    run = regression.SuiteRun(expect="fixed", pytest_args=deselect, limit=regression.suite_limit(timeout))
     returncode = regression.run_regression_tests(trees, run, workspace, console)
     if returncode != 0:
         print(
@@ -118,4 +137,5 @@ def run_apply(
         if options.no_test:
             console.step("Skipping the regression tests (--no-test)")
             return EXIT_OK
-        return _regression({target.key: target.root for target in targets}, workspace, console, options.test_timeout)
+        trees = {target.key: target.root for target in targets}
+        return _regression(trees, workspace, console, options.test_timeout, choice_tests_left_out(plans, console))

@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import display_path
+from patchset.series.parts import load_choices
 from patchset.series.teeth import load_teeth
 from patchset.upstreams.pins import release_key
 
@@ -84,13 +85,16 @@ class Patch:
 
 @dataclass(frozen=True)
 class Series:
-    """A series: its name (folder under the patches dir), the ``series`` file, its patches in order, and the teeth
-    of each (``teeth.py``: {patch file name: the pytest -k expression of the regression tests that show its bug})."""
+    """A series: its name (folder under the patches dir), the ``series`` file, its patches in order, the teeth
+    of each (``teeth.py``: {patch file name: the pytest -k expression of the regression tests that show its bug}), and
+    the choices of those that declare them (``parts.py``: {patch file name: the -k expression of its tests that pin
+    this series' own form of the fix})."""
 
     name: str
     path: Path
     patches: tuple[Patch, ...]
     teeth: dict[str, str] = field(default_factory=dict, compare=False)
+    choices: dict[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -224,5 +228,6 @@ def load_series(patches_dir: Path, name: str) -> Series:
         if entry.problem is not None:
             raise BadInput(f"{series_file}:{entry.line}: {entry.problem}{entry.hint}")
         patches.append(read_patch(folder / PurePosixPath(entry.name)))
-    teeth = load_teeth(folder, [patch.name for patch in patches])
-    return Series(name=name, path=series_file, patches=tuple(patches), teeth=teeth)
+    names = [patch.name for patch in patches]
+    teeth, choices = load_teeth(folder, names), load_choices(folder, names)
+    return Series(name=name, path=series_file, patches=tuple(patches), teeth=teeth, choices=choices)

@@ -273,6 +273,34 @@ def test_each_parts_file_speaks_of_patches_of_its_series():
         assert set(parts_file(TREE.patches / name)) <= slugs, name
 
 
+def regression_tests(regression: Path) -> list[tuple[str, str]]:
+    """(file stem, test function) of every test function of tests/regression: what a ``-k`` word matches."""
+    return [
+        (path.stem, name)
+        for path in sorted(regression.glob("test_*.py"))
+        for name in re.findall(r"^\s*(?:async )?def (test\w*)", path.read_text(encoding="utf-8"), re.M)
+    ]
+
+
+def selected(expression: str, tests: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The tests a pytest ``-k`` expression selects, by pytest's own expression evaluator (a word matches a
+    substring of the file's or the function's name, case-insensitively, as ``-k`` does)."""
+    from _pytest.mark.expression import Expression
+
+    compiled = Expression.compile(expression)
+    return {test for test in tests if compiled.evaluate(lambda word, t=test: any(word.lower() in n.lower() for n in t))}
+
+
+@pytest.mark.parametrize("fix", [fix for fix in FIXES if fix.patch.name in fix.series.choices], ids=str)
+def test_a_fixs_choice_tests_are_tests_of_the_suite_and_none_of_its_teeth(fix: Fix):
+    """``choices`` (parts.toml) are left out of apply's regression run where upstream fixed the bug its own way: they
+    must select tests, and never one of the fix's teeth, which judge the bug and stay."""
+    tests = regression_tests(TREE.root / "tests" / "regression")
+    choices = selected(fix.series.choices[fix.patch.name], tests)
+    assert choices, f"{fix}: choices select no test of tests/regression"
+    assert not choices & selected(fix.series.teeth[fix.patch.name], tests), f"{fix}: a choice test is a tooth"
+
+
 def piece_problems(fixes: list[Fix], overlay: Overlay, piece: Piece) -> list[str]:
     """What ``piece`` says that its patches do not: a piece that names no patch, a patch missing from the series of a
     release it is written for, a ``fixed_since`` other than the patch's ``Applied-Upstream``."""

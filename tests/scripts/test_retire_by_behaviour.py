@@ -12,19 +12,22 @@ on the tree as shipped, expecting the fix:
 - only tests that ran and passed retire a patch: one that errors, or a selection whose tests all skip, decides
   nothing.
 
-The fake series proves the logic with a stand-in for the teeth run; one test proves it end to end on a simulated
-release: verl 0.9.1 whose ``compute_policy_loss_geo_mean`` ends as upstream PR #5614 (open) writes it (``agg_loss``
+The fake series proves the logic with a stand-in for the teeth run; one test proves it end to end on two simulated
+releases: verl 0.9.1 whose ``compute_policy_loss_geo_mean`` ends as upstream PR #5614 (open) writes it (``agg_loss``
 over a per-sequence loss with ``response_mask.sum(-1) > 0`` as the sequence mask, ``seq-mean-token-sum``,
-``**config.global_batch_info``), bumped to 0.9.2: the real teeth of 0003 run on it (a process importing torch and
-verl) and pass. That the same teeth fail on real code that keeps the bug is the verl 0.9.1 step's (0003's teeth on
-the vanilla release) and the teeth step's to show, and the exit 3 that follows is the fake series': not run a second
-time here.
+``**config.global_batch_info``), or as PR #7916 (open) does (the same, and a ValueError without the engine's global
+batch info), bumped to 0.9.2: the real teeth of 0003 run on it (a process importing torch and verl) and pass, and
+the regression run that follows leaves out 0003's choice tests (``choices`` in parts.toml: the mean over every row
+outside the engine, where both PRs mask rows without a response), saying so. That the same teeth fail on real code
+that keeps the bug is the verl 0.9.1 step's (0003's teeth on the vanilla release) and the teeth step's to show, and
+the exit 3 that follows is the fake series': not run a second time here.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -37,6 +40,7 @@ from patchset.apply.target import TreeToPatch
 from patchset.cli.apply import main
 from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
+from patchset.testenv import regression
 from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins
 
@@ -55,6 +59,16 @@ PR_5614_END = (
     "        **config.global_batch_info,\n"
     "    )\n"
 )
+
+
+# ... as upstream PR #7916 (open) proposes it, in our words: the same aggregation, and no fallback without the engine's
+# global batch info (a ValueError instead of a per-micro-batch mean)
+PR_7916_END = (
+    "    if not config.global_batch_info:\n"
+    '        raise ValueError("geo_mean needs the global batch info the engine sets (global_batch_size, dp_size)")\n'
+    + PR_5614_END.split("\n", 1)[1]
+)
+FORMS = {"verl#5614": PR_5614_END, "verl#7916": PR_7916_END}
 
 
 @pytest.fixture
@@ -204,18 +218,36 @@ def verl_0_9_1(tmp_path: Path) -> Path:
     return clone
 
 
-def test_a_release_that_fixed_geo_mean_its_own_way_retires_0003_by_its_tests(capsys, monkeypatch, verl_0_9_1):
-    assert GEO_MEAN_PATCH in load_series(Path(job.__file__).parents[2] / "patches", "verl").teeth
+@pytest.mark.parametrize("form", FORMS)
+def test_a_release_that_fixed_geo_mean_its_own_way_retires_0003_and_its_choice_tests(
+    capsys, monkeypatch, verl_0_9_1, form
+):
+    series = load_series(Path(job.__file__).parents[2] / "patches", "verl")
+    assert GEO_MEAN_PATCH in series.teeth and GEO_MEAN_PATCH in series.choices
     tree = verl_0_9_1
-    _release(tree, PR_5614_END, "0.9.2")
+    _release(tree, FORMS[form], "0.9.2")
     before = tree_state(tree)
     fixed = f"* {GEO_MEAN_PATCH} skipped: fixed upstream (its tests pass on verl 0.9.2 as shipped: "
+    choices = series.choices[GEO_MEAN_PATCH]
+    left_out = f"* Leaving out {GEO_MEAN_PATCH}'s tests of this series' own choices (-k {choices!r})"
 
-    # apply: exit 0, upstream's code untouched (--check says the same, by the same plan: the fake series shows it);
-    # the regression run that ends apply is the whole suite, the fix step's own: recorded here, not run
-    ran: list[dict[str, Path]] = []
-    monkeypatch.setattr(job, "_regression", lambda trees, *rest: ran.append(dict(trees)) or 0)
+    # apply: exit 0, upstream's code untouched (--check says the same, by the same plan: the fake series shows it).
+    # The regression run that ends apply is the whole suite less 0003's choice tests: recorded here, not run. Of the
+    # fix's own tests (geo_mean) that leaves its teeth, which passed on this tree just before; the rest of the suite
+    # is the fix step's and the verl 0.9.1 step's to run
+    selections: list[Sequence[str]] = []
+
+    def recorded(trees, run, workspace, console=None):
+        if run.junit_dir is not None:  # 0003's teeth, on the tree as shipped: run as apply runs them
+            return real_run(trees, run, workspace, console)
+        selections.append(run.pytest_args)
+        return 0
+
+    real_run = regression.run_regression_tests
+    monkeypatch.setattr(regression, "run_regression_tests", recorded)
     assert main(["apply", "--force-version", str(tree)]) == 0
     out = capsys.readouterr().out
     assert fixed in out and "0 applied, 0 already applied, 2 skipped, 1 fixed upstream (by their tests)" in out
-    assert tree_state(tree) == before and ran == [{"verl": tree.resolve()}]
+    assert left_out in out
+    assert selections == [["-k", f"not (({choices}))"]]
+    assert tree_state(tree) == before
