@@ -46,7 +46,7 @@ def hang_report(what: str, limit: Limit, root: int, running_dir: Path | None, ne
     print(f"=== the stacks of the hung processes (kept in {report.name})\n{text}", file=sys.stderr, flush=True)
     hung = f"{what} hung in {', '.join(tests)}" if tests else f"{what} hung"
     return (
-        f"{hung}: still running after {limit.seconds:g} s, ended ({limit.raise_with} to allow longer); the stacks of "
+        f"{hung}: still running after {limit.seconds:g} s, ended (to allow longer: {limit.raise_with}); the stacks of "
         f"its {len(pids)} processes are in {report.name}"
     )
 

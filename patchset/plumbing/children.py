@@ -76,7 +76,7 @@ def run_children(
                 pids = [pid for child in running for pid in (child.pid, *stacks.descendants(child.pid))]
                 names = ", ".join(child.name for child in running)
                 raise TimedOut(
-                    f"{names}: still running after {limit:g} s, ended ({RAISE_HINT}); their stacks:\n"
+                    f"{names}: still running after {limit:g} s, ended (to allow longer: {RAISE_HINT}); their stacks:\n"
                     + stacks.dump_stacks(pids)
                 )
             wait([child.sentinel for child in running], timeout=remaining)
