@@ -12,6 +12,8 @@ A fix's parts (a new loss fix touches 10 to 12 files; nothing else checks the se
   the piece on;
 - ``gpuproof``: a case of ``scripts/gpuproof/cases.py`` that names it (``patch="verl 0001"``: series, number);
 - ``fixes``: docs/fixes.md links the patch;
+- ``readme``: a row of README.md's patch table links the patch, and its upstream cell says what the patch's header
+  says: ``fixed in <upstream> <version>`` for a patch with ``Applied-Upstream``, ``not fixed`` for one without;
 - ``audit``: every loss it touches (``audit`` in parts.toml) has a row of docs/loss-audit.md that names the patch's
   number beside that loss.
 
@@ -45,7 +47,7 @@ from patchset_overlay.startup import overlays
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PARTS_FILE = "parts.toml"
-PARTS = ("group", "pr", "teeth", "overlay", "mirror", "fingerprints", "gpuproof", "fixes", "audit")
+PARTS = ("group", "pr", "teeth", "overlay", "mirror", "fingerprints", "gpuproof", "fixes", "readme", "audit")
 _NOT_NAMES = {"and", "or", "not"}
 
 
@@ -159,6 +161,21 @@ def regression_names(regression: Path) -> frozenset[str]:
     return frozenset(name for item in names for name in ((item,) if isinstance(item, str) else item) if name)
 
 
+def readme_problem(readme: str, fix: Fix) -> str | None:
+    """What README.md's patch table lacks for ``fix``: a row that links it, or the upstream status its header gives
+    (the row's last cell)."""
+    link = f"](patches/{fix.series.name}/{fix.patch.name})"
+    row = next((line for line in readme.splitlines() if line.startswith("|") and link in line), None)
+    if row is None:
+        return "no row of README.md's patch table links it"
+    status = row.rstrip().rstrip("|").rsplit("|", 1)[-1].strip()
+    since = fix.patch.upstream_since
+    expected = f"fixed in {fix.upstream} {since}" if since else "not fixed"
+    if not status.startswith(expected):
+        return f"README.md's row says {status[:60]!r} where its header says {expected!r}"
+    return None
+
+
 def gpuproof_patches(cases_text: str) -> set[str]:
     """The ``patch=`` of every ``Case(...)`` in the GPU proof's cases module, e.g. ``"verl 0001"``."""
     found = set()
@@ -216,6 +233,9 @@ def missing_parts(tree: Tree, fix: Fix) -> dict[str, str]:
         missing["gpuproof"] = f"no case of scripts/gpuproof/cases.py has patch={fix.series.name} {number}"
     if f"patches/{fix.series.name}/{fix.patch.name}" not in tree.text("docs/fixes.md"):
         missing["fixes"] = "docs/fixes.md does not link it"
+    readme = readme_problem(tree.text("README.md"), fix)
+    if readme:
+        missing["readme"] = readme
     rows = list(audit_rows(tree.text("docs/loss-audit.md")))
     unnamed = [
         loss for loss in fix.audit if not any(loss in cell and re.search(rf"\b{number}\b", rest) for cell, rest in rows)
@@ -380,6 +400,8 @@ def _fake_tree(root: Path) -> Tree:
         "third_overlay/fingerprints.json": '{"0.8.0": {"third.trainer.losses:the_loss": "0"}}\n',
         "scripts/gpuproof/cases.py": 'CASES = (Case("loss", "the loss", "lm", Expect.GROWS, patch="third 0001"),)\n',
         "docs/fixes.md": f"**the loss** ([patch](../patches/third/{FAKE_PATCH})): global.\n",
+        "README.md": f"| patch | upstream |\n|---|---|\n| [0001](patches/third/{FAKE_PATCH}) | fixed in third 0.9.0 |\n"
+        "| [another](patches/third/0002-another.patch) | not fixed |\n",
         "docs/loss-audit.md": "| loss | with this series |\n|---|---|\n| `the_loss` | global: patch third 0001 |\n",
     }
     for relative, text in files.items():
@@ -417,6 +439,7 @@ TAKEN_AWAY: dict[str, tuple[Callable[[Tree], Tree], set[str]]] = {
     "fingerprints": (_rewrite("third_overlay/fingerprints.json", "the_loss", "other"), {"fingerprints"}),
     "gpuproof": (_rewrite("scripts/gpuproof/cases.py", "third 0001", "third 0002"), {"gpuproof"}),
     "fixes": (_remove("docs/fixes.md"), {"fixes"}),
+    "readme": (_rewrite("README.md", "fixed in third 0.9.0", "not fixed"), {"readme"}),
     "audit": (_rewrite("docs/loss-audit.md", "third 0001", "third 0002"), {"audit"}),
 }
 
