@@ -4,7 +4,7 @@ failures (which patch, which file and hunk, whether a 3-way merge would resolve 
 from __future__ import annotations
 
 from patchset.apply.plan import Action, Finding, Plan, Step, Verdict
-from patchset.plumbing import gitops
+from patchset.plumbing import gitops, patchtext
 from patchset.plumbing.merge import Merge
 from patchset.plumbing.ui import Console
 
@@ -54,7 +54,7 @@ def failure_detail(plan: Plan, step: Step, *, reverted: bool = False) -> str:
         lines = step.refusal.stderr.splitlines() if step.refusal is not None else []
         return lines[0].removeprefix("error: ") if lines else "git apply failed"
     if failure.line:
-        hunk = gitops.find_hunk(step.patch.text, failure.path, failure.line, reverse=reverted)
+        hunk = patchtext.find_hunk(step.patch.text, failure.path, failure.line, reverse=reverted)
         at = f"hunk {hunk}" if hunk else f"the hunk at line {failure.line}"
         reason = "" if failure.reason == "patch does not apply" else f" ({failure.reason})"
         return f"{failure.path}, {at} does not match{reason}"

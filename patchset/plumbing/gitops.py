@@ -1,4 +1,5 @@
-"""Project-agnostic git and patch plumbing: thin subprocess wrappers and patch-text parsing.
+"""Project-agnostic git plumbing: thin subprocess wrappers, and the parsing of what git says (``parse_failure``).
+Reading a patch's own text is `patchset.plumbing.patchtext`.
 
 Nothing here knows about verl or Trinity-RFT. Callers get plain results (``ApplyResult``, dicts of paths) or a
 ``GitError`` carrying git's own message; turning those into user-facing errors is the caller's job.
@@ -369,107 +370,6 @@ def parse_failure(stderr: str) -> Failure | None:
         match = _FILE_ERROR.match(line)
         if match and not line.startswith("error: while searching"):
             return Failure(path=match["path"], line=0, reason=match["reason"])
-    return None
-
-
-# --- reading patch text -----------------------------------------------------------------------------------
-
-_DIFF_GIT = re.compile(r"^diff --git (?P<rest>.+)$")
-_HUNK = re.compile(r"^@@ -(?P<old>\d+)(?:,\d+)? \+(?P<new>\d+)(?:,\d+)? @@.*$")
-_NAME_LINES = ("--- ", "+++ ", "rename from ", "rename to ", "copy from ", "copy to ")
-_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
-
-
-def _unquote(name: str) -> str:
-    """Undo git's C-style quoting of a path (``"a/\\303\\251.py"``)."""
-    if not (len(name) >= 2 and name[0] == name[-1] == '"'):
-        return name
-    body, out, i = name[1:-1], bytearray(), 0
-    while i < len(body):
-        char = body[i]
-        if char == "\\" and i + 1 < len(body):
-            nxt = body[i + 1]
-            if nxt in "01234567":
-                out.append(int(body[i + 1 : i + 4], 8))
-                i += 4
-                continue
-            out.append(_ESCAPES.get(nxt, ord(nxt)))
-            i += 2
-            continue
-        out.extend(char.encode("utf-8"))
-        i += 1
-    return out.decode("utf-8", "surrogateescape")
-
-
-def _strip_side(name: str) -> str | None:
-    """``a/x`` -> ``x``; ``/dev/null`` -> None (a --- / +++ / diff --git name, tab-suffix removed)."""
-    name = _unquote(name.split("\t", 1)[0].strip())
-    if name == "/dev/null":
-        return None
-    return name[2:] if name[:2] in ("a/", "b/") else name
-
-
-def _names_from_diff_git(rest: str) -> list[str]:
-    if rest.startswith('"'):
-        end = rest.index('"', 1)
-        while rest[end - 1] == "\\":
-            end = rest.index('"', end + 1)
-        first, second = rest[: end + 1], rest[end + 2 :]
-        return [n for n in (_strip_side(first), _strip_side(second)) if n]
-    if rest.endswith('"'):
-        start = rest.rindex(' "')
-        return [n for n in (_strip_side(rest[:start]), _strip_side(rest[start + 1 :])) if n]
-    half = (len(rest) - 1) // 2  # "a/N b/N": the common case of an unrenamed, unquoted path
-    if rest[half] == " " and rest[2:half] == rest[half + 3 :]:
-        return [rest[2:half]]
-    return []
-
-
-def _header_name(line: str) -> str | None:
-    """The path named by a file-header line (``--- a/x``, ``rename to x``, ...), else None."""
-    for prefix in _NAME_LINES:
-        if line.startswith(prefix):
-            value = line[len(prefix) :]
-            return _strip_side(value) if prefix in ("--- ", "+++ ") else _unquote(value)
-    return None
-
-
-def _file_sections(text: str) -> list[tuple[list[str], list[str]]]:
-    """(paths, hunk headers) for each file of a patch. Only header lines are read for names: inside a hunk a
-    removed line ``-- x`` looks like ``--- x``."""
-    sections: list[tuple[list[str], list[str]]] = []
-    in_header = False
-    for line in text.splitlines():
-        match = _DIFF_GIT.match(line)
-        if match:
-            sections.append((_names_from_diff_git(match["rest"]), []))
-            in_header = True
-        elif sections and _HUNK.match(line):
-            sections[-1][1].append(line)
-            in_header = False
-        elif in_header and (name := _header_name(line)):
-            sections[-1][0].append(name)
-    return sections
-
-
-def patch_paths(text: str) -> list[str]:
-    """Every path a patch reads or writes (both sides of a rename), in order of appearance, without duplicates."""
-    seen: dict[str, None] = {}
-    for names, _ in _file_sections(text):
-        for name in names:
-            seen.setdefault(name, None)
-    return list(seen)
-
-
-def find_hunk(text: str, path: str, line: int, *, reverse: bool = False) -> str | None:
-    """The ``@@ ... @@`` header of the hunk of ``path`` that starts at ``line`` (old side; new side if reverse)."""
-    for names, hunks in _file_sections(text):
-        if path not in names:
-            continue
-        for hunk in hunks:
-            match = _HUNK.match(hunk)
-            if match and int(match["new" if reverse else "old"]) == line:
-                return hunk
     return None
 
 

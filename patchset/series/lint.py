@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from patchset.plumbing import gitops
+from patchset.plumbing import gitops, patchtext
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import display_path
 from patchset.series.copies import check_copies
@@ -218,7 +218,7 @@ def _lint_added_lines(path: Path) -> list[Problem]:
     text = path.read_bytes().decode("utf-8", "surrogateescape")
     for number, line in enumerate(text.split("\n"), start=1):
         if line.startswith(_DIFF_GIT):
-            paths = gitops.patch_paths(line + "\n")
+            paths = patchtext.patch_paths(line + "\n")
             current, in_hunk = (paths[-1] if paths else line[len(_DIFF_GIT) :]), False
         elif _HUNK.match(line):
             in_hunk = True
@@ -262,11 +262,11 @@ def lint_upstream_tests(path: Path, groups: set[str]) -> list[Problem]:
         problems.append(
             Problem(path, "header lacks Upstream-Commit: <hash> (<where read>), the revision of the tests it changes")
         )
-    outside = [name for name in gitops.patch_paths(text) if not name.startswith("tests/")]
+    outside = [name for name in patchtext.patch_paths(text) if not name.startswith("tests/")]
     if outside:
         problems.append(Problem(path, f"touches {', '.join(outside)}: an upstream-tests patch changes only tests/"))
     for match in _NEW_FILE.finditer(text):
-        created = gitops.patch_paths(match[0])
+        created = patchtext.patch_paths(match[0])
         problems.append(
             Problem(path, f"creates {', '.join(created)}: a new test goes into the series, which always carries it")
         )

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from patchset.plumbing import gitops
+from patchset.plumbing import gitops, patchtext
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import display_path
 from patchset.series.parts import load_choices
@@ -205,7 +205,7 @@ def read_patch(path: Path) -> Patch:
         path=path,
         subject=subject or path.name,
         fields=_dep3_fields(body),
-        files=tuple(gitops.patch_paths(text)),
+        files=tuple(patchtext.patch_paths(text)),
         text=text,
         upstream_checks=_upstream_checks(body, path),
     )

@@ -29,7 +29,7 @@ from patchset.plumbing import treelock
 HOOK = r"""
 import os, signal, sys, tempfile, time
 from pathlib import Path
-from patchset.plumbing import gitops
+from patchset.plumbing import gitops, patchtext
 from patchset.plumbing.ui import Console
 from patchset.cli.apply import main
 
@@ -50,7 +50,7 @@ if env.get("FAULT_HALF_WRITE"):  # the patch's first file cut in half on the rea
     def apply_patch(cwd, patch, *, reverse=False, check=False, directory=""):
         scratch = Path(cwd).resolve().is_relative_to(Path(tempfile.gettempdir()).resolve())  # the plan's copies
         if not check and not scratch and patch.name == env["FAULT_HALF_WRITE"]:
-            target = Path(cwd) / directory / gitops.patch_paths(patch.read_text())[0]
+            target = Path(cwd) / directory / patchtext.patch_paths(patch.read_text())[0]
             data = target.read_bytes()
             target.write_bytes(data[: len(data) // 2])
             os.kill(os.getpid(), signal.SIGKILL)

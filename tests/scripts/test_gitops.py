@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from patchset_fakes import git, make_repo, tree_digest
 
-from patchset.plumbing import gitops
+from patchset.plumbing import gitops, patchtext
 
 NUMBERS = "".join(f"{n}\n" for n in range(1, 21))
 
@@ -207,9 +207,9 @@ def test_patch_paths_and_find_hunk_read_renames_and_quoted_names(tmp_path: Path)
     (repo / "é.txt").write_text(NUMBERS.replace("7\n", "seven\n"))
     text = git(repo, "diff", "HEAD", "-M")
 
-    assert gitops.patch_paths(text) == ["old.txt", "new.txt", "é.txt"]
-    assert gitops.find_hunk(text, "é.txt", 4) == "@@ -4,7 +4,7 @@"
-    assert gitops.find_hunk(text, "é.txt", 5) is None
+    assert patchtext.patch_paths(text) == ["old.txt", "new.txt", "é.txt"]
+    assert patchtext.find_hunk(text, "é.txt", 4) == "@@ -4,7 +4,7 @@"
+    assert patchtext.find_hunk(text, "é.txt", 5) is None
 
 
 def test_run_git_raises_git_error_with_git_message(tmp_path: Path) -> None:

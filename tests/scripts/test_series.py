@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from patchset_fakes import TRINITY_PATCH, VERL_PATCH_1, VERL_PATCH_2
 
-from patchset.plumbing import gitops
+from patchset.plumbing import patchtext
 from patchset.plumbing.errors import BadInput
 from patchset.series.model import load_series
 from patchset.upstreams.pins import at_least, load_pins, release_key
@@ -83,13 +83,13 @@ index 3333333333333333333333333333333333333333..00000000000000000000000000000000
 
 
 def test_patch_paths_reads_renames_quoted_names_and_deletions():
-    assert gitops.patch_paths(RENAME_AND_QUOTED) == ["old name.txt", "new name.txt", "café.py", "gone.py"]
+    assert patchtext.patch_paths(RENAME_AND_QUOTED) == ["old name.txt", "new name.txt", "café.py", "gone.py"]
 
 
 def test_find_hunk_names_the_hunk_git_reported():
-    assert gitops.find_hunk(RENAME_AND_QUOTED, "gone.py", 3) == "@@ -3,1 +0,0 @@"
-    assert gitops.find_hunk(RENAME_AND_QUOTED, "café.py", 1) == "@@ -1,2 +1,2 @@"
-    assert gitops.find_hunk(RENAME_AND_QUOTED, "gone.py", 1) is None
+    assert patchtext.find_hunk(RENAME_AND_QUOTED, "gone.py", 3) == "@@ -3,1 +0,0 @@"
+    assert patchtext.find_hunk(RENAME_AND_QUOTED, "café.py", 1) == "@@ -1,2 +1,2 @@"
+    assert patchtext.find_hunk(RENAME_AND_QUOTED, "gone.py", 1) is None
 
 
 @pytest.mark.parametrize(
