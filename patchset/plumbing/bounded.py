@@ -20,7 +20,7 @@ from pathlib import Path
 
 from patchset.plumbing import stacks, tempdirs
 from patchset.plumbing.errors import TimedOut
-from patchset.plumbing.running import RUNNING_DIR_VARIABLE, running_tests
+from patchset.plumbing.running import RUNNING_DIR_VARIABLE, folders_for, running_tests
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,9 @@ def run_bounded(
     it was in, for a pytest run of a suite that registers ``RunningTests``), having ended its whole tree."""
     env = dict(os.environ if env is None else env)
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("running")) as own:
-        # a folder a waiter further up gave is kept: it then sees the tests of this run too
-        running_dir = Path(env.setdefault(RUNNING_DIR_VARIABLE, own))
+        # this run's own folder first; a waiter further up (a step of the test command) keeps seeing its tests too
+        running_dir = Path(own)
+        env[RUNNING_DIR_VARIABLE] = folders_for(running_dir, env.get(RUNNING_DIR_VARIABLE))
         process = subprocess.Popen(list(command), cwd=cwd, env=env)
         try:
             return process.wait(timeout=limit.seconds)

@@ -29,6 +29,16 @@ def _parent_of(pid: int) -> int | None:
     return int(stat.rpartition(")")[2].split()[1])
 
 
+def is_running(pid: int) -> bool:
+    """True for a process that exists and has not ended: a zombie (ended, not yet reaped by whoever adopted it after
+    its parent was killed) does not run."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
 def descendants(pid: int) -> list[int]:
     """Every live process below ``pid`` (children, theirs, ...), parents before their children."""
     children: dict[int, list[int]] = {}
@@ -86,9 +96,12 @@ def dump_stacks(pids: Iterable[int], near: Sequence[Path] = ()) -> str:
 
 
 def kill_all(pids: Iterable[int]) -> None:
-    """SIGKILL each of ``pids`` that is still there (a process that already ended is no error)."""
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    """End each of ``pids`` that is still there (one that already ended is no error): all are stopped first, so that
+    none runs on when another ends (a test whose child is killed would go on to its teardown), then killed."""
+    pids = list(pids)
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass

@@ -24,7 +24,7 @@ from typing import BinaryIO, TextIO
 
 from patchset.plumbing.bounded import Limit, hang_report
 from patchset.plumbing.limits import RAISE_HINT, scaled
-from patchset.plumbing.running import RUNNING_DIR_VARIABLE
+from patchset.plumbing.running import RUNNING_DIR_VARIABLE, folders_for
 
 DEFAULT_LIMIT_S = 1200.0
 
@@ -103,7 +103,8 @@ class Scheduler:
         slug = f"{len(self.results) + 1:02d}-{step.name.replace(' ', '-').replace('/', '-')}"
         running_dir = logs / f"{slug}.running"
         running_dir.mkdir()
-        env = {**self.env, **dict(step.env), RUNNING_DIR_VARIABLE: str(running_dir)}
+        env = {**self.env, **dict(step.env)}
+        env[RUNNING_DIR_VARIABLE] = folders_for(running_dir, env.get(RUNNING_DIR_VARIABLE))
         limit = Limit(scaled(step.limit_s), RAISE_HINT)
         if streamed:
             process = subprocess.Popen(step.argv, cwd=self.cwd, env=env)

@@ -23,6 +23,8 @@ from patchset.plumbing.bounded import Limit, run_bounded
 from patchset.plumbing.children import run_children
 from patchset.plumbing.errors import EXIT_TIMED_OUT, TimedOut
 from patchset.plumbing.limits import scaled
+from patchset.plumbing.running import RUNNING_DIR_VARIABLE, running_tests
+from patchset.plumbing.stacks import is_running
 from tests.harness.scheduler import Scheduler, Step
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -79,7 +81,7 @@ def test_a_hung_child_ends_within_its_limit_named_with_its_stack(monkeypatch):
     )
     assert "_sleep_forever (" in message  # the child's own stack, read by py-spy
     assert hung.value.exit_code == EXIT_TIMED_OUT
-    assert _pids(message) and not [pid for pid in _pids(message) if _running(pid)]
+    assert _pids(message) and not [pid for pid in _pids(message) if is_running(pid)]
 
 
 def test_a_failing_child_ends_the_others_at_once():
@@ -100,15 +102,6 @@ def test_the_time_scale_raises_a_childs_limit(monkeypatch):
         run_children(_sleep_forever, [()], 2, "sleeper", preload=())
 
 
-def _running(pid: int) -> bool:
-    """True for a process that still runs: a zombie (ended, not yet reaped by whoever adopted it) does not."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
 def _pids(report: str) -> list[int]:
     """The processes a hang's report looked at (``--- process PID: ...`` lines of `stacks.dump_stacks`)."""
     return [int(line.split()[2].rstrip(":")) for line in report.splitlines() if line.startswith("--- process ")]
@@ -127,7 +120,9 @@ def test_a_hung_pytest_run_names_its_test_ends_its_tree_and_keeps_the_stacks(tmp
     for name, text in HUNG_SUITE.items():
         (tmp_path / name).write_text(text)
     command = [sys.executable, "-m", "pytest", str(tmp_path), "-q", "-p", "no:cacheprovider", "-n", "2"]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    outer = tmp_path / "outer"  # the folder of a waiter further up, as a step of the test command has
+    outer.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), RUNNING_DIR_VARIABLE: str(outer)}
     limit = scaled(PYTEST_LIMIT_S)
     started = time.monotonic()
     with pytest.raises(TimedOut) as hung:
@@ -145,8 +140,11 @@ def test_a_hung_pytest_run_names_its_test_ends_its_tree_and_keeps_the_stacks(tmp
     assert "test_waits_for_its_child (test_hangs.py:" in kept  # the worker's stack
     assert "time.sleep(3600)" in kept and "<module> (<string>:1)" in kept  # its child's, a process further down
     assert kept in capsys.readouterr().err  # printed too, for a CI log
+    # the waiter further up saw the test too (the worker's file, left by its kill, names nothing once it is gone)
+    assert [path.read_text().strip() for path in outer.iterdir()] == ["test_hangs.py::test_waits_for_its_child"]
+    assert running_tests(outer) == []
     pids = _pids(kept)
-    assert len(pids) >= 4 and not [pid for pid in pids if _running(pid)]  # pytest, its 2 workers, the child: ended
+    assert len(pids) >= 4 and not [pid for pid in pids if is_running(pid)]  # pytest, its 2 workers, the child: ended
     report.unlink()
 
 
