@@ -6,6 +6,7 @@ Nothing here knows about verl or Trinity-RFT. Callers get plain results (``Apply
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -94,10 +95,12 @@ def run_git(
     env: Mapping[str, str] | None = None,
     check: bool = True,
     binary: bool = False,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess:
     """Run ``git ARGS`` in ``cwd``; raise ``GitError`` on failure when ``check``.
 
-    stdout is ``bytes`` when ``binary`` else ``str``; stderr is always ``str``. git runs in a session of its own,
+    stdout is ``bytes`` when ``binary`` else ``str``; stderr is always ``str``; ``stdin``: text fed to git. git
+    runs in a session of its own,
     so a Ctrl-C at the terminal reaches only this process, which decides when to stop (see ``signals.py``): a
     ``git apply`` is never cut off half-way through writing a tree.
     """
@@ -106,7 +109,8 @@ def run_git(
             ["git", *args],
             cwd=cwd,
             env=dict(env) if env is not None else None,
-            stdin=subprocess.DEVNULL,
+            stdin=None if stdin is not None else subprocess.DEVNULL,
+            input=stdin.encode() if stdin is not None else None,
             capture_output=True,
             check=False,
             start_new_session=True,
@@ -227,6 +231,25 @@ def head_blobs(tree: WorkTree, paths: Iterable[str]) -> dict[str, Blob]:
         data = run_git(["cat-file", "blob", sha], cwd=tree.root, binary=True).stdout
         blobs[full[len(tree.prefix) :]] = Blob(mode=mode, data=data)
     return blobs
+
+
+def read_blobs(repo: Path, ids: Iterable[str]) -> dict[str, bytes]:
+    """The content of each blob of ``ids`` that the repository at ``repo`` has (one ``git cat-file --batch``)."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    out = run_git(["cat-file", "--batch"], cwd=repo, binary=True, stdin="\n".join(wanted) + "\n").stdout
+    found: dict[str, bytes] = {}
+    at = 0
+    while at < len(out):
+        end = out.index(b"\n", at)
+        header = out[at:end].split()
+        at = end + 1
+        if len(header) == 3:
+            size = int(header[2])
+            found[header[0].decode()] = out[at : at + size]
+            at += size + 1
+    return found
 
 
 # --- repositories the tool owns ---------------------------------------------------------------------------
@@ -459,6 +482,44 @@ def patch_paths(text: str) -> list[str]:
         for name in names:
             seen.setdefault(name, None)
     return list(seen)
+
+
+_INDEX = re.compile(r"^index (?P<before>[0-9a-f]+)\.\.(?P<after>[0-9a-f]+)(?: \d+)?$")
+
+
+@dataclass(frozen=True)
+class BlobChange:
+    """What a patch does to one file, by git blob id (``--full-index``): the file before and after it (None: absent)."""
+
+    path: str
+    before: str | None
+    after: str | None
+
+
+def patch_blob_changes(text: str) -> list[BlobChange]:
+    """Each file of a ``--full-index`` patch with the blob ids of its ``index`` line, in order; a file without one
+    (a mode change only) is left out. The ids identify a file's content whatever git version reads them."""
+    changes: list[BlobChange] = []
+    names: list[str] = []
+    in_header = False
+    for line in text.splitlines():
+        if header := _DIFF_GIT.match(line):
+            names, in_header = _names_from_diff_git(header["rest"]), True
+        elif _HUNK.match(line):
+            in_header = False
+        elif in_header and (name := _header_name(line)):
+            names.append(name)
+        elif in_header and (match := _INDEX.match(line)) and names:
+            before, after = match["before"], match["after"]
+            changes.append(
+                BlobChange(names[-1], None if set(before) == {"0"} else before, None if set(after) == {"0"} else after)
+            )
+    return changes
+
+
+def blob_id(data: bytes) -> str:
+    """The id git gives a file of these bytes (``git hash-object``, SHA-1 repositories), computed without git."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 def find_hunk(text: str, path: str, line: int, *, reverse: bool = False) -> str | None:
