@@ -16,15 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchset.apply.behaviour import TeethRunner, settler
+from patchset.apply.earlier import Held, describe, held_series, today_series
 from patchset.apply.locking import locked, refuse_if_held
-from patchset.apply.plan import plan_target
+from patchset.apply.plan import Action, Plan, plan_target
+from patchset.apply.record import read_record, remove_record, write_record
 from patchset.apply.refusals import refuse, refuse_duplicates
 from patchset.apply.report import report_plan
-from patchset.apply.target import cached_targets, target_for_path
+from patchset.apply.target import TreeToPatch, cached_targets, target_for_path
 from patchset.apply.transaction import apply_plans
+from patchset.apply.upgrade import run_upgrade
 from patchset.plumbing import signals, tempdirs
-from patchset.plumbing.errors import EXIT_OK, EXIT_TESTS_FAILED, BadInput
+from patchset.plumbing.errors import EXIT_EARLIER_SERIES, EXIT_OK, EXIT_TESTS_FAILED, BadInput, EarlierSeries
 from patchset.plumbing.ui import Console, display_path
+from patchset.series.history import History, load_history
+from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.workspace import Workspace
 
 
@@ -41,6 +46,7 @@ class ApplyOptions:
     allow_dirty: bool = False
     no_test: bool = False
     force_version: bool = False
+    upgrade: bool = False
 
     def __post_init__(self) -> None:
         if self.three_way and self.reverse:
@@ -48,6 +54,9 @@ class ApplyOptions:
                 "--3way merges patches in; it cannot be combined with --reverse (take a merged patch out "
                 "with git checkout or git diff -R | git apply)"
             )
+        if self.upgrade and (self.reverse or self.three_way):
+            other = "--reverse" if self.reverse else "--3way"
+            raise BadInput(f"--upgrade replaces an earlier series with today's; it cannot be combined with {other}")
 
 
 def _regression(trees: Mapping[str, Path], workspace: Workspace, console: Console) -> int:
@@ -64,6 +73,75 @@ def _regression(trees: Mapping[str, Path], workspace: Workspace, console: Consol
         return EXIT_TESTS_FAILED
     console.summary("Regression tests passed")
     return EXIT_OK
+
+
+def _earlier(targets: Sequence[TreeToPatch], homes: Mapping[Path, Path], history: History) -> dict[Path, Held | None]:
+    """{root: the earlier series the tree holds, recorded or recognised by content (None: none)}."""
+    found = {}
+    for target in targets:
+        home = homes.get(target.root)
+        recorded = read_record(home.parent, target) if home is not None else None
+        found[target.root] = held_series(target, history, recorded)
+    return found
+
+
+def _refuse_earlier(targets: Sequence[TreeToPatch], earlier: Mapping[Path, Held | None], history: History) -> str:
+    """The message for trees that hold an earlier series; "" when none does."""
+    lines = [
+        describe(target, held, today_series(target, history).shown)
+        for target in targets
+        if (held := earlier[target.root]) is not None
+    ]
+    if not lines:
+        return ""
+    paths = " ".join(target.shown for target in targets)
+    return (
+        "; ".join(lines) + f". Its patches are ours, not an upstream fix; nothing was changed. Next: scripts/apply.sh "
+        f"--upgrade {paths} (takes the earlier series out exactly, applies today's and runs the tests, all or nothing)"
+    )
+
+
+def _upgrade(
+    targets: Sequence[TreeToPatch],
+    earlier: Mapping[Path, Held | None],
+    homes: Mapping[Path, Path],
+    context: tuple[Workspace, ApplyOptions, History],
+    console: Console,
+    guard: signals.Guard,
+) -> int:
+    workspace, options, history = context
+
+    def vanilla(target: TreeToPatch) -> Path | None:
+        pin = workspace.pins.find(target.key, target.version)
+        return ensure_upstream(pin, workspace.cache, console) if pin is not None else None
+
+    def test() -> int:
+        return _regression({target.key: target.root for target in targets}, workspace, console)
+
+    plans = [(target, earlier[target.root], today_series(target, history)) for target in targets]
+    return run_upgrade(
+        plans,
+        homes=homes,
+        test=None if options.no_test or options.check else test,
+        vanilla=vanilla,
+        allow_dirty=options.allow_dirty,
+        console=console,
+        guard=guard,
+        dry_run=options.check,
+    )
+
+
+def _record(plans: Sequence[Plan], homes: Mapping[Path, Path], history: History) -> None:
+    """Record today's series in each tree this run patched (``record.py``), forget it in each tree it took the series
+    out of; a tree the run did not change keeps what it has, so that running again changes nothing."""
+    for plan in plans:
+        target, home = plan.target, homes.get(plan.target.root)
+        if home is None or not plan.count(Action.CHANGE):
+            continue
+        if plan.reverse:
+            remove_record(home.parent, target)
+        else:
+            write_record(home.parent, target, today_series(target, history))
 
 
 def run_apply(
@@ -95,6 +173,15 @@ def run_apply(
     else:
         targets = cached_targets(workspace, console, reverse=reverse, check=check, held=held)
     with held, locked(targets, command_line, console, guard) as homes:
+        history = load_history(workspace.patches_dir)
+        earlier = _earlier(targets, homes, history)
+        if options.upgrade and any(earlier.values()):
+            return _upgrade(targets, earlier, homes, (workspace, options, history), console, guard)
+        if message := _refuse_earlier(targets, earlier, history):
+            if not check:
+                raise EarlierSeries(message)
+            console.summary(message)
+            return EXIT_EARLIER_SERIES
         # a patch that neither applies nor is in upstream by content: its teeth decide whether upstream fixed the bug
         settle = settler(None if options.no_test else TeethRunner(workspace, console))
         plans = [plan_target(target, reverse=reverse, merge=options.three_way, settle=settle) for target in targets]
@@ -109,6 +196,7 @@ def run_apply(
                 verb = "reverting" if plan.reverse else "patching"
                 console.warn(f"{verb} despite uncommitted changes in {', '.join(plan.dirty)} (--allow-dirty)")
         apply_plans(plans, console, guard, homes)
+        _record(plans, homes, history)
         if reverse:
             return EXIT_OK
         if options.no_test:

@@ -7,6 +7,7 @@ EXIT_TESTS_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_DOES_NOT_APPLY = 3
 EXIT_LOCKED = 4
+EXIT_EARLIER_SERIES = 5  # the tree holds an earlier series of this patchset: --upgrade takes it out
 EXIT_INTERNAL = 70  # an unexpected error: a bug, or the system failing (sysexits' EX_SOFTWARE); never 1
 
 
@@ -32,3 +33,9 @@ class TreeLocked(PatchsetError):
     """Another run holds a tree of this one (nothing was changed)."""
 
     exit_code = EXIT_LOCKED
+
+
+class EarlierSeries(PatchsetError):
+    """A tree holds an earlier series of this patchset (nothing was changed); ``--upgrade`` replaces it."""
+
+    exit_code = EXIT_EARLIER_SERIES
