@@ -29,6 +29,9 @@ from patchset.plumbing.errors import BadInput
 from patchset.series.model import Series, split_comment
 
 HISTORY_FILE = "history.json"
+DEFAULT_PATCHES = Path(__file__).resolve().parents[2] / "patches"
+# which series the overlays mirror (``python -m patchset_overlay status`` reports it); written with the manifest
+OVERLAY_SERIES = DEFAULT_PATCHES.parent / "patchset_overlay" / "series.json"
 SCHEMA = 1
 MODULE = "patchset.series.history"
 
@@ -211,6 +214,14 @@ def generate(patches_dir: Path) -> dict[str, Any]:
             "revisions": revisions}  # fmt: skip
 
 
+def overlay_series(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What the overlays carry: today's series of each folder (the manifest's newest entry) and the newest revision
+    that landed exactly those (None: not landed yet)."""
+    today = data["revisions"][0]["series"]
+    landed = [r["revision"] for r in data["revisions"] if r["series"] == today and r["revision"] is not None]
+    return {"generator": f"python -m {MODULE}", "revision": max(landed, default=None), "series": today}
+
+
 def dumps(data: Mapping[str, Any]) -> str:
     """The manifest as written: one line per patch, series and revision, so that a diff shows what changed."""
     lines = ["{"]
@@ -236,7 +247,7 @@ def missing(written: History, generated: History) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Write (or with ``--check``, check) ``patches/history.json``."""
     parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--patches-dir", type=Path, default=Path(__file__).resolve().parents[2] / "patches")
+    parser.add_argument("--patches-dir", type=Path, default=DEFAULT_PATCHES)
     parser.add_argument("--check", action="store_true", help="exit 1 when the file lacks a series; write nothing")
     args = parser.parse_args(argv)
     try:
@@ -244,11 +255,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = args.patches_dir / HISTORY_FILE
         if args.check:
             lacking = missing(load_history(args.patches_dir), _from_json(data))
+            if args.patches_dir.resolve() == DEFAULT_PATCHES.resolve():
+                carried = json.loads(OVERLAY_SERIES.read_text())["series"] if OVERLAY_SERIES.is_file() else {}
+                lacking += [f"the overlays' {OVERLAY_SERIES}"] if carried != data["revisions"][0]["series"] else []
             for line in lacking:
                 print(f"error: {path} lacks {line}; regenerate it: python -m {MODULE}", file=sys.stderr)
             return 1 if lacking else 0
         path.write_text(dumps(data), encoding="utf-8")
         print(f"wrote {path}: {len(data['revisions'])} revisions, {len(data['series'])} series")
+        if args.patches_dir.resolve() == DEFAULT_PATCHES.resolve():
+            OVERLAY_SERIES.write_text(json.dumps(overlay_series(data), indent=1, sort_keys=True) + "\n")
+            print(f"wrote {OVERLAY_SERIES}")
         return 0
     except (BadInput, gitops.GitError) as exc:
         print(f"error: {exc}", file=sys.stderr)

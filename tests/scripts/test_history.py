@@ -57,3 +57,17 @@ def test_blob_ids_are_read_from_the_index_lines_as_git_gives_them(world):
         assert change.after == blob_id((world.verl / change.path).read_bytes())
         assert change.after == git(world.verl, "hash-object", change.path).strip()
     assert [change.before is None for change in changes] == [True, False]  # the test added, core_algos.py changed
+
+
+def test_the_overlays_carry_todays_series_and_status_says_which():
+    from patchset_overlay.status import carried_series, render
+
+    carried = carried_series()
+    history = load_history(PATCHES)
+
+    for folder, ident in carried["series"].items():
+        assert ident == of_series(load_series(PATCHES, folder)).ident, "run python -m patchset.series.history"
+        assert carried["revision"] in history.series[ident].revisions
+    entry = {"overlay": "verl", "enabled": True, "how": "automatic", "upstream": "verl", "version": "0.8.0"}
+    shown = render([{**entry, "problem": None, "pieces": [], "cannot_change": "", "series": carried}])
+    assert f"series carried: +patchset.{carried['revision']} of the patchset (trinity " in shown
