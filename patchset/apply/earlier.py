@@ -14,8 +14,10 @@ git blob id of every file before and after each patch), or from what apply recor
 - the tree holds an earlier series when some file is at a state that series wrote and today's series never does.
   Of several such series, the one that explains the most files wins (the newest on a tie).
 
-Taking it out (``original``): every file of that series back at the release's content, the state before its first
-patch, read from the tree's own git objects (or the pinned release's verified checkout). A file in no known state
+Taking it out (``restore_originals``): every file of that series back at the release's content, the state before its
+first patch, read from the tree's own git objects (or the pinned release's verified checkout). A file in no known
+state (a patch merged with ``--3way`` onto code the user changed and committed) is taken out with the series' texts,
+recovered from this repository's history (``peel_unknown``), only when that gives the tree's HEAD exactly; else it
 is refused, by name: it has changes that are not the series', and taking the series out would lose them.
 """
 
@@ -166,18 +168,22 @@ def original_blobs(held: Held) -> dict[str, str | None]:
     return {rel: chain[0][1] for rel, chain in chains(held.series).items()}
 
 
-def restore_originals(target: TreeToPatch, held: Held, scratch: Path, vanilla: Callable[[], Path | None]) -> list[str]:
+def restore_originals(
+    target: TreeToPatch, held: Held, scratch: Path, vanilla: Callable[[], Path | None], peeled: Mapping[str, bytes]
+) -> list[str]:
     """Write into ``scratch`` each file of the held series as it was before the series (from the tree's git objects,
-    else the pinned release's verified checkout, ``vanilla()``, asked only then); return the files whose original
-    could not be found."""
-    wanted = original_blobs(held)
+    else the pinned release's verified checkout, ``vanilla()``, asked only then; ``peeled``: the files found so by
+    reverting the series' texts, as they are there); return the files whose original could not be found."""
+    wanted = {rel: blob for rel, blob in original_blobs(held).items() if rel not in peeled}
+    for rel, content in peeled.items():
+        (scratch / rel).write_bytes(content)
     found = gitops.read_blobs(target.worktree.toplevel, [blob for blob in wanted.values() if blob is not None])
     if any(blob is not None and blob not in found for blob in wanted.values()):
         release = vanilla()
         for rel, blob in wanted.items():
             if blob is not None and blob not in found and release is not None and file_blob(release / rel) == blob:
                 found[blob] = (release / rel).read_bytes()
-    lost = []
+    lost: list[str] = []
     for rel, blob in wanted.items():
         path = scratch / rel
         if path.is_symlink() or path.is_file():
@@ -201,3 +207,28 @@ def copy_into(target: TreeToPatch, paths: Sequence[str], scratch: Path) -> None:
     scratch.mkdir()
     gitops.init_scratch(scratch)
     files.copy_paths(target.root, scratch, paths)
+
+
+def peel_unknown(target: TreeToPatch, held: Held, texts: Mapping[str, bytes], scratch: Path) -> dict[str, bytes]:
+    """{file: its content without the held series} for each file in no state the series wrote (``held.unknown``: a
+    patch merged with ``--3way`` onto code the tree changed and committed), found by reverting the series' applied
+    patches, last first, with their texts (``texts``, by name) on a copy of those files: only a file that then
+    equals the tree's HEAD, byte for byte, is taken; the others stay unknown (a change of the user's own)."""
+    unknown = held.unknown
+    if not unknown or any(state.patch.name not in texts for state in held.patches):
+        return {}
+    files_of = sorted({c.path for state in held.patches for c in state.patch.changes})
+    copy_into(target, files_of, scratch)
+    for state in reversed(held.patches):
+        if state.state == "not applied":
+            continue
+        patch = scratch.parent / f"{scratch.name}-{state.index:04d}.patch"
+        patch.write_bytes(texts[state.patch.name])
+        if not gitops.apply_patch(scratch, patch, reverse=True).ok:
+            return {}
+    head = gitops.head_blobs(target.worktree, unknown)
+    return {
+        rel: (scratch / rel).read_bytes()
+        for rel in unknown
+        if rel in head and (scratch / rel).is_file() and (scratch / rel).read_bytes() == head[rel].data
+    }

@@ -28,7 +28,7 @@ from patchset.apply.upgrade import run_upgrade
 from patchset.plumbing import signals, tempdirs
 from patchset.plumbing.errors import EXIT_EARLIER_SERIES, EXIT_OK, EXIT_TESTS_FAILED, BadInput, EarlierSeries
 from patchset.plumbing.ui import Console, display_path
-from patchset.series.history import History, load_history
+from patchset.series.history import History, load_history, recover_texts
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.workspace import Workspace
 
@@ -124,10 +124,10 @@ def _upgrade(
         homes=homes,
         test=None if options.no_test or options.check else test,
         vanilla=vanilla,
-        allow_dirty=options.allow_dirty,
+        texts=lambda series: recover_texts(series, workspace.patches_dir),
+        options=(options.allow_dirty, options.check),
         console=console,
         guard=guard,
-        dry_run=options.check,
     )
 
 

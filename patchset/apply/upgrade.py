@@ -3,7 +3,8 @@
 For each tree, first on a scratch copy of every file either series touches (the real tree is only read):
 
 1. the earlier series is taken out exactly: each of its files goes back to the release's content (``earlier.py``),
-   which is only done for files in a state the series wrote; a file with changes of its own is refused, by name;
+   which is only done for files in a state the series wrote, or to the tree's HEAD by reverting the series' own
+   texts (a patch merged with ``--3way`` onto committed changes); a file with changes of its own is refused, by name;
 2. today's series is planned and applied there, as ``apply`` plans it (a patch upstream has is skipped; one that does
    not apply refuses the upgrade, naming it).
 
@@ -24,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.apply.earlier import Held, copy_into, restore_originals
+from patchset.apply.earlier import Held, copy_into, peel_unknown, restore_originals
 from patchset.apply.plan import Action, plan_series, series_files
 from patchset.apply.record import write_record
 from patchset.apply.report import listing
@@ -49,8 +50,8 @@ class Upgrade:
     scratch: Path
 
 
-def _refuse_unknown(target: TreeToPatch, held: Held) -> None:
-    unknown = held.unknown
+def _refuse_unknown(target: TreeToPatch, held: Held, peeled: Mapping[str, bytes]) -> None:
+    unknown = [rel for rel in held.unknown if rel not in peeled]
     if unknown:
         raise BadInput(
             f"{target.shown} has changes of its own in {listing(unknown)}, which {held.series.shown} changes: they "
@@ -97,19 +98,24 @@ def prepare(
     into: Path,
     *,
     vanilla: Callable[[], Path | None],
+    texts: Callable[[KnownSeries], Mapping[str, bytes]],
     allow_dirty: bool,
     console: Console,
 ) -> Upgrade:
-    """Work out ``target``'s upgrade in the scratch folder ``into`` (the tree is only read); raise for a refusal."""
+    """Work out ``target``'s upgrade in the scratch folder ``into`` (the tree is only read); raise for a refusal.
+    ``texts``: the held series' patch texts, by name, asked only for files in no state it wrote."""
     earlier = {c.path for p in held.series.patches for c in p.changes} if held is not None else set()
     paths = tuple(dict.fromkeys([*sorted(earlier), *series_files(target.series.patches)]))
+    peeled: Mapping[str, bytes] = {}
+    if held is not None and held.unknown:
+        peeled = peel_unknown(target, held, texts(held.series), into.with_name(f"{into.name}-peel"))
     if held is not None:
-        _refuse_unknown(target, held)
+        _refuse_unknown(target, held, peeled)
     others = _refuse_dirty(target, paths, earlier, allow_dirty)
     copy_into(target, paths, into)
     if held is not None:
         console.step(f"Taking {held.series.shown} out of {target.shown} (on a scratch copy)")
-        lost = restore_originals(target, held, into, vanilla)
+        lost = restore_originals(target, held, into, vanilla, peeled)
         if lost:
             raise BadInput(
                 f"the release's own {listing(lost)} could not be found for {target.shown} (neither in its git objects "
@@ -162,14 +168,17 @@ def run_upgrade(
     homes: Mapping[Path, Path],
     test: Callable[[], int] | None,
     vanilla: Callable[[TreeToPatch], Path | None],
-    allow_dirty: bool,
+    texts: Callable[[KnownSeries], Mapping[str, bytes]],
+    options: tuple[bool, bool],
     console: Console,
     guard: Guard,
-    dry_run: bool = False,
 ) -> int:
     """Upgrade every tree of ``plans`` (``(target, the earlier series it holds, today's series)``), then run ``test``
-    (None: not run); return its status (the trees restored when it is not 0), or raise for a refusal. ``dry_run``
-    (``--check --upgrade``): work it out on the scratch copies, say what it would do, change nothing."""
+    (None: not run); return its status (the trees restored when it is not 0), or raise for a refusal. ``options``:
+    ``(allow_dirty, dry_run)``; a dry run (``--check --upgrade``) works it out on the scratch copies, says what it
+    would do and changes nothing. ``vanilla``, ``texts``: the pinned release's checkout and the held series' texts,
+    asked for only when the tree's own git objects do not give a file's original."""
+    allow_dirty, dry_run = options
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("upgrade")) as tmp:
         upgrades = [
             prepare(
@@ -178,6 +187,7 @@ def run_upgrade(
                 today,
                 Path(tmp) / str(number),
                 vanilla=functools.partial(vanilla, target),
+                texts=texts,
                 allow_dirty=allow_dirty,
                 console=console,
             )

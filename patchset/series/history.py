@@ -146,6 +146,28 @@ def load_history(patches_dir: Path) -> History:
     return _from_json(data)
 
 
+def recover_texts(series: KnownSeries, patches_dir: Path) -> dict[str, bytes]:
+    """{patch name: its text} of ``series``, read from the history of the checkout that holds ``patches_dir`` at a
+    commit that landed it (each checked against its sha256); what cannot be read (a shallow clone, an export) is
+    left out."""
+    repo = gitops.git_value(patches_dir, "rev-parse", "--show-toplevel")
+    if repo is None:
+        return {}
+    prefix = patches_dir.resolve().relative_to(Path(repo).resolve()).as_posix()
+    found: dict[str, bytes] = {}
+    for commit in (commit for commit in series.commits if commit):
+        listing = _ls_tree(Path(repo), commit, f"{prefix}/{series.folder}")
+        wanted = {f"{prefix}/{series.folder}/{p.name}": p for p in series.patches if p.name not in found}
+        blobs = gitops.read_blobs(Path(repo), [blob for path, blob in listing.items() if path in wanted])
+        for path, blob in listing.items():
+            patch = wanted.get(path)
+            if patch is not None and blob in blobs and sha256_text(blobs[blob]) == patch.sha256:
+                found[patch.name] = blobs[blob]
+        if len(found) == len(series.patches):
+            break
+    return found
+
+
 # --- the generator --------------------------------------------------------------------------------------------
 
 

@@ -209,3 +209,30 @@ def test_real_series_with_0007_left_out_is_recognised_patch_by_patch(history_ava
     out = capsys.readouterr().out
     assert "0006 applied, 0007 not applied, 0008 applied" in out and "fixed upstream" not in out
     shutil.rmtree(tree)
+
+
+def test_real_series_merged_with_3way_onto_committed_changes_is_upgraded_keeping_them(
+    history_available, pinned, capsys
+):
+    """The earlier series merged (``git apply --3way``) onto a losses.py the user changed and committed: its blobs
+    are in no state the series wrote, so the series' texts, recovered from this repository's history by the
+    manifest's commits, take it out; the user's line stays, and today's series goes in."""
+    tree = pinned("trinity")
+    losses = tree / "trinity/trainer/verl/losses.py"
+    lines = losses.read_text().splitlines(keepends=True)
+    losses.write_text("".join([*lines[:5], "# our fork's note\n", *lines[5:]]))
+    git(tree, "commit", "-qam", "a change of our own")
+    show = ["git", "-C", str(REPO_ROOT), "show"]
+    series = subprocess.run([*show, f"{B7FC6A5_LANDING}:patches/trinity/series"], capture_output=True, text=True)
+    for name in [line for line in series.stdout.splitlines() if line[:1].isdigit()]:
+        text = subprocess.run([*show, f"{B7FC6A5_LANDING}:patches/trinity/{name}"], capture_output=True).stdout
+        subprocess.run(["git", "apply", "--3way"], input=text, cwd=tree, check=True, capture_output=True)
+    git(tree, "reset", "-q")  # --3way staged what it merged; apply never touches the index
+
+    assert main(["apply", "--check", str(tree)]) == 5
+    assert "0001 differs (trinity/trainer/verl/losses.py), 0002 applied" in capsys.readouterr().out
+
+    assert main(["apply", "--upgrade", "--no-test", str(tree)]) == 0
+    assert "# our fork's note\n" in losses.read_text()
+    assert main(["apply", "--check", str(tree)]) == 0
+    assert "0 would apply, 8 already applied" in capsys.readouterr().out
