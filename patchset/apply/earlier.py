@@ -71,11 +71,7 @@ class Held:
     patches: tuple[PatchState, ...]
     explained: tuple[str, ...]
     today: KnownSeries
-
-    @property
-    def unknown(self) -> list[str]:
-        """The series' files in no state it passes through: changes that are not the series'."""
-        return sorted({rel for state in self.patches if state.state == "differs" for rel in state.files})
+    unknown: tuple[str, ...] = ()  # the series' files in no state it passes through: changes not the series'
 
     def compared(self) -> str:
         """Today's series against the held one, patch by patch: ``0002 changed, 0008 new; 0006 ... dropped``."""
@@ -119,7 +115,8 @@ def judge(series: KnownSeries, tree: Mapping[str, str | None], today: KnownSerie
             if tree.get(rel) in {blob for _, blob in chain[1:]} and tree.get(rel) not in today_blobs
         )
     )
-    return Held(series, tuple(patches), explained, today)
+    unknown = tuple(sorted(rel for rel, chain in states.items() if tree.get(rel) not in {b for _, b in chain}))
+    return Held(series, tuple(patches), explained, today, unknown)
 
 
 def patch_files(patch: KnownPatch) -> list[str]:
