@@ -27,6 +27,7 @@ import pytest
 from patchset_fakes import (
     EARLIER_CORE,
     REPO_ROOT,
+    TEST_GIT_ENV,
     VERL_PATCH_1,
     VERL_PATCH_2,
     apply_by_hand,
@@ -37,6 +38,7 @@ from patchset_fakes import (
 
 from patchset.cli.apply import main
 from patchset.series.history import load_history
+from patchset.upstreams.registry import UPSTREAMS
 
 CORE = "verl/trainer/ppo/core_algos.py"
 NEW_TEST = "tests/trainer/ppo/test_scale_on_cpu.py"  # what 0001 adds, in either series
@@ -144,6 +146,24 @@ B7FC6A5_LANDING, LANDING_BEFORE = "c57a833", "8f6fe7f"  # the series of b7fc6a5,
 NO_0007 = "0007-trainer-make-one-dpo-training-step-one-optimizer.patch"
 
 
+def _release_tree(template: Path, key: str, dest: Path) -> Path:
+    """A git checkout of the pinned release ``template`` holding only what a series ever touched and the version file
+    (a twentieth of the files: what apply, --check and --upgrade read of it), committed."""
+    history = load_history(REPO_ROOT / "patches")
+    paths = {c.path for s in history.series.values() if s.folder == key for p in s.patches for c in p.changes}
+    for rel in sorted({*paths, UPSTREAMS[key].version_file}):
+        if (template / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(template / rel, dest / rel)
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in TEST_GIT_ENV.items():
+            patch.setenv(name, value)
+        git(dest, "init", "-q")
+        git(dest, "add", "-A")
+        git(dest, "commit", "-qm", "the release")
+    return dest
+
+
 def _historic(commit: str, folder: str, tree: Path, leave_out: str = "") -> None:
     """Apply ``folder``'s series as it was at ``commit`` (read from this repository's history) to ``tree``."""
     show = ["git", "-C", str(REPO_ROOT), "show"]
@@ -152,6 +172,12 @@ def _historic(commit: str, folder: str, tree: Path, leave_out: str = "") -> None
         if name and name != leave_out:
             text = subprocess.run([*show, f"{commit}:patches/{folder}/{name}"], capture_output=True, check=True)
             subprocess.run(["git", "apply"], input=text.stdout, cwd=tree, check=True)
+
+
+@pytest.fixture
+def release(pinned_templates, tmp_path: Path):
+    """``release("trinity")``: a fresh ``_release_tree`` of that pinned release."""
+    return lambda key: _release_tree(pinned_templates[key], key, tmp_path / key)
 
 
 @pytest.fixture(scope="module")
@@ -163,11 +189,9 @@ def history_available() -> None:
 
 @pytest.fixture(scope="module")
 def fresh(pinned_templates, tmp_path_factory) -> dict[str, Path]:
-    """Today's series applied by the tool to a clone of each pinned release, once for the module."""
+    """Today's series applied by the tool to each pinned release, once for the module."""
     base = tmp_path_factory.mktemp("fresh")
-    trees = {
-        key: Path(shutil.copytree(template, base / key, symlinks=True)) for key, template in pinned_templates.items()
-    }
+    trees = {key: _release_tree(template, key, base / key) for key, template in pinned_templates.items()}
     assert main(["apply", "--no-test", *map(str, trees.values())]) == 0
     return trees
 
@@ -177,12 +201,12 @@ def fresh(pinned_templates, tmp_path_factory) -> dict[str, Path]:
     "landing, key", [(B7FC6A5_LANDING, "verl"), (B7FC6A5_LANDING, "trinity"), (LANDING_BEFORE, "trinity")]
 )
 def test_real_earlier_series_are_named_by_check_and_upgraded_to_todays_bytes(
-    landing, key, history_available, pinned, fresh, capsys
+    landing, key, history_available, release, fresh, capsys
 ):
     history = load_history(REPO_ROOT / "patches")
     landed = {commit[:7]: s for s in history.series.values() for commit in s.commits if commit and s.folder == key}
     assert landed[LANDING_BEFORE].ident == landed[B7FC6A5_LANDING].ident or key == "trinity"
-    tree = pinned(key)
+    tree = release(key)
     _historic(landing, key, tree)
     (tree / "MY_NOTES.txt").write_text("mine\n")
     capsys.readouterr()
@@ -200,24 +224,23 @@ def test_real_earlier_series_are_named_by_check_and_upgraded_to_todays_bytes(
     assert (tree / "MY_NOTES.txt").read_text() == "mine\n"
 
 
-def test_real_series_with_0007_left_out_is_recognised_patch_by_patch(history_available, pinned, tmp_path, capsys):
-    tree = pinned("trinity")
+def test_real_series_with_0007_left_out_is_recognised_patch_by_patch(history_available, release, capsys):
+    tree = release("trinity")
     _historic(B7FC6A5_LANDING, "trinity", tree, leave_out=NO_0007)
 
     assert main(["apply", "--check", str(tree)]) == 5
 
     out = capsys.readouterr().out
     assert "0006 applied, 0007 not applied, 0008 applied" in out and "fixed upstream" not in out
-    shutil.rmtree(tree)
 
 
 def test_real_series_merged_with_3way_onto_committed_changes_is_upgraded_keeping_them(
-    history_available, pinned, capsys
+    history_available, release, capsys
 ):
     """The earlier series merged (``git apply --3way``) onto a losses.py the user changed and committed: its blobs
     are in no state the series wrote, so the series' texts, recovered from this repository's history by the
     manifest's commits, take it out; the user's line stays, and today's series goes in."""
-    tree = pinned("trinity")
+    tree = release("trinity")
     losses = tree / "trinity/trainer/verl/losses.py"
     lines = losses.read_text().splitlines(keepends=True)
     losses.write_text("".join([*lines[:5], "# our fork's note\n", *lines[5:]]))
