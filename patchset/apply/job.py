@@ -131,7 +131,7 @@ def _upgrade(
     )
 
 
-def _record(plans: Sequence[Plan], homes: Mapping[Path, Path], history: History) -> None:
+def _record(plans: Sequence[Plan], homes: Mapping[Path, Path], history: History, console: Console) -> None:
     """Record today's series in each tree this run patched (``record.py``), forget it in each tree it took the series
     out of; a tree the run did not change keeps what it has, so that running again changes nothing."""
     for plan in plans:
@@ -139,9 +139,11 @@ def _record(plans: Sequence[Plan], homes: Mapping[Path, Path], history: History)
         if home is None or not plan.count(Action.CHANGE):
             continue
         if plan.reverse:
-            remove_record(home.parent, target)
+            problem = remove_record(home.parent, target)
         else:
-            write_record(home.parent, target, today_series(target, history))
+            problem = write_record(home.parent, target, today_series(target, history))
+        if problem is not None:
+            console.warn(f"{problem}; the tree is as reported, and a later run recognises it by content")
 
 
 def run_apply(
@@ -196,7 +198,7 @@ def run_apply(
                 verb = "reverting" if plan.reverse else "patching"
                 console.warn(f"{verb} despite uncommitted changes in {', '.join(plan.dirty)} (--allow-dirty)")
         apply_plans(plans, console, guard, homes)
-        _record(plans, homes, history)
+        _record(plans, homes, history, console)
         if reverse:
             return EXIT_OK
         if options.no_test:

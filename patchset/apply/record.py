@@ -28,8 +28,9 @@ def record_path(folder: Path, target: TreeToPatch) -> Path:
     return folder / f"applied-{target.key}.json"
 
 
-def write_record(folder: Path, target: TreeToPatch, series: KnownSeries) -> None:
-    """Record ``series`` as applied to ``target`` (durably, in one rename)."""
+def write_record(folder: Path, target: TreeToPatch, series: KnownSeries) -> str | None:
+    """Record ``series`` as applied to ``target`` (durably, in one rename); why it could not be, else None (the tree
+    is patched all the same: a later run recognises it by content)."""
     paths = sorted({change.path for patch in series.patches for change in patch.changes})
     data: dict[str, Any] = {
         "schema": SCHEMA,
@@ -44,10 +45,15 @@ def write_record(folder: Path, target: TreeToPatch, series: KnownSeries) -> None
         "tree": tree_blobs(target.root, paths),
     }
     path = record_path(folder, target)
-    folder.mkdir(parents=True, exist_ok=True)
     staged = path.with_name(f".{path.name}.new")
-    files.write_durably(staged, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
-    staged.replace(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        files.write_durably(staged, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+        staged.replace(path)
+    except OSError as exc:
+        staged.unlink(missing_ok=True)
+        return f"could not record the series applied to {target.shown} in {path} ({exc.strerror or exc})"
+    return None
 
 
 def read_record(folder: Path, target: TreeToPatch) -> KnownSeries | None:
@@ -69,5 +75,10 @@ def read_record(folder: Path, target: TreeToPatch) -> KnownSeries | None:
     return KnownSeries(data["series"], data["ident"], patches, (revision,) if revision is not None else ())
 
 
-def remove_record(folder: Path, target: TreeToPatch) -> None:
-    record_path(folder, target).unlink(missing_ok=True)
+def remove_record(folder: Path, target: TreeToPatch) -> str | None:
+    """Forget the series recorded in ``target``; why it could not be, else None."""
+    try:
+        record_path(folder, target).unlink(missing_ok=True)
+    except OSError as exc:
+        return f"could not remove {record_path(folder, target)} ({exc.strerror or exc})"
+    return None

@@ -219,6 +219,7 @@ def run_upgrade(
             snapshot.discard()
         for item in upgrades:
             home = homes.get(item.target.root)
-            if home is not None:
-                write_record(home.parent, item.target, item.today)
+            problem = write_record(home.parent, item.target, item.today) if home is not None else None
+            if problem is not None:
+                console.warn(f"{problem}; the tree is upgraded, and a later run recognises it by content")
     return 0
