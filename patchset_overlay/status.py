@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from patchset_overlay import startup
@@ -30,6 +32,19 @@ def _import_targets(overlay: Overlay) -> str | None:
     return None
 
 
+SERIES_FILE = Path(__file__).with_name("series.json")  # written with patches/history.json by its generator
+
+
+def carried_series() -> dict[str, Any]:
+    """Which series of the patchset these overlays mirror: its revision (the ``+patchset.N`` of the wheels and of
+    ``patches/history.json``; None: a series not released yet) and each series folder's id there."""
+    try:
+        data = json.loads(SERIES_FILE.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {"revision": None, "series": {}}
+    return {"revision": data.get("revision"), "series": data.get("series", {})}
+
+
 def _how(overlay: Overlay) -> str:
     record = record_for(overlay.name)
     if record.how:
@@ -42,6 +57,7 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
     With ``import_upstreams`` off, only what this process has imported so far is reported, and pieces are judged
     from the upstream's files."""
     report = []
+    carried = carried_series()
     for overlay in startup.overlays():
         problem = _import_targets(overlay) if import_upstreams else None
         judge_pieces(overlay)
@@ -75,6 +91,7 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
                 "problem": problem,
                 "pieces": pieces,
                 "cannot_change": overlay.cannot_change,
+                "series": carried,
             }
         )
     return report
@@ -93,5 +110,10 @@ def render(report: list[dict[str, Any]]) -> str:
             lines.append(f"  {piece['piece']}{patches}: {piece['state']}: {piece['reason']}")
         if entry["cannot_change"]:
             lines.append(f"  not changed by overlays: {entry['cannot_change']}")
+    if report:
+        carried = report[0]["series"]
+        revision = f"+patchset.{carried['revision']}" if carried["revision"] is not None else "an unreleased revision"
+        idents = ", ".join(f"{folder} {ident}" for folder, ident in sorted(carried["series"].items()))
+        lines.append(f"series carried: {revision} of the patchset ({idents or 'unknown'})")
     lines.append(f"(set {startup.ENV_SWITCH}=0 to switch the automatic activation off)")
     return "\n".join(lines)

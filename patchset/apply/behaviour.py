@@ -9,7 +9,10 @@ unpatched, expecting the fix (``run_regression_tests`` with ``SuiteRun(expect="f
   upstream (its tests pass on verl 0.9.2 as shipped)``); nothing of the patch goes into the tree;
 - one failed: the bug is still there and the conflict stands (exit 3), now saying so;
 - they did not run (``--no-test``, no test environment, no teeth named for the patch) or ran none (every test
-  skipped): the conflict stands, and the message says what would decide it.
+  skipped): the conflict stands, and the message says what would decide it;
+- they are not run on a pinned release whose files that the patch changes differ from the release's sdist (verified
+  by sha256, from the cache): a pinned release is immutable, so the difference is a local change or an earlier
+  series of this patchset, not upstream's fix; the conflict stands, naming the files.
 
 Later patches of the series are judged as the planner already judged them, on the tree without the retired patch
 (its forward pass leaves a patch that does not apply out, and goes on): one that applies there is applied, and the
@@ -29,9 +32,10 @@ from pathlib import Path
 
 from patchset.apply.plan import Action, Behaviour, Settle, Step, Verdict, conflicts
 from patchset.apply.target import TreeToPatch
-from patchset.plumbing import tempdirs
+from patchset.plumbing import files, tempdirs
 from patchset.plumbing.ui import Console
 from patchset.series.teeth import TEETH_FILE
+from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.workspace import Workspace
 
 SUITE = "tests/regression"
@@ -99,6 +103,16 @@ class TeethRunner:
     def __init__(self, workspace: Workspace, console: Console, timeout: float | None = None) -> None:
         self.workspace, self.console, self.timeout = workspace, console, timeout
 
+    def local_changes(self, target: TreeToPatch, paths: Sequence[str]) -> list[str]:
+        """Of ``paths``, those that differ from the sdist of the pinned release ``target`` says it is (fetched and
+        checked by sha256 into the cache, or found there): a pinned release is immutable, so a difference is a local
+        change or an earlier series, never upstream's fix. None on a release no pin names."""
+        pin = self.workspace.pins.find(target.key, target.version)
+        if pin is None or not pin.target:
+            return []
+        release = ensure_upstream(pin, self.workspace.cache, self.console)
+        return [rel for rel in paths if not files.same(target.root / rel, release / rel)]
+
     def __call__(self, target: TreeToPatch, selection: str) -> Behaviour:
         from patchset.testenv import regression  # imported late: only a conflict needs it
         from patchset.testenv.venv import VenvError
@@ -140,6 +154,8 @@ def settler(runner: TeethRunner | None, no_test_reason: str = "--no-test") -> Se
                 behaviour = _untested(target, None, f"{teeth_file} names no tests for it")
             elif runner is None:
                 behaviour = _untested(target, selection, f"its tests were not run ({no_test_reason})")
+            elif changed := runner.local_changes(target, step.patch.files):
+                behaviour = Behaviour(Verdict.LOCAL, selection, why=", ".join(changed))
             else:
                 behaviour = runner(target, selection)
             if behaviour.fixed:

@@ -16,15 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchset.apply.behaviour import TeethRunner, settler
+from patchset.apply.earlier import Held, describe, held_series, today_series
 from patchset.apply.locking import locked, refuse_if_held
-from patchset.apply.plan import Plan, plan_target
+from patchset.apply.plan import Action, Plan, plan_target
+from patchset.apply.record import read_record, remove_record, write_record
 from patchset.apply.refusals import refuse, refuse_duplicates
 from patchset.apply.report import report_plan
-from patchset.apply.target import cached_targets, target_for_path
+from patchset.apply.target import TreeToPatch, cached_targets, target_for_path
 from patchset.apply.transaction import apply_plans
+from patchset.apply.upgrade import run_upgrade
 from patchset.plumbing import signals, tempdirs
-from patchset.plumbing.errors import EXIT_OK, EXIT_TESTS_FAILED, BadInput
+from patchset.plumbing.errors import EXIT_EARLIER_SERIES, EXIT_OK, EXIT_TESTS_FAILED, BadInput, EarlierSeries
 from patchset.plumbing.ui import Console, display_path
+from patchset.series.history import History, load_history, recover_texts
+from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.workspace import Workspace
 
 
@@ -42,6 +47,7 @@ class ApplyOptions:
     no_test: bool = False
     force_version: bool = False
     test_timeout: float | None = None
+    upgrade: bool = False
 
     def __post_init__(self) -> None:
         if self.three_way and self.reverse:
@@ -51,6 +57,9 @@ class ApplyOptions:
             )
         if self.test_timeout is not None and not 0 < self.test_timeout < float("inf"):
             raise BadInput(f"--test-timeout must be a positive number of seconds, not {self.test_timeout:g}")
+        if self.upgrade and (self.reverse or self.three_way):
+            other = "--reverse" if self.reverse else "--3way"
+            raise BadInput(f"--upgrade replaces an earlier series with today's; it cannot be combined with {other}")
 
 
 def choice_tests_left_out(plans: Sequence[Plan], console: Console) -> list[str]:
@@ -89,6 +98,79 @@ def _regression(
     return EXIT_OK
 
 
+def _earlier(targets: Sequence[TreeToPatch], homes: Mapping[Path, Path], history: History) -> dict[Path, Held | None]:
+    """{root: the earlier series the tree holds, recorded or recognised by content (None: none)}."""
+    found = {}
+    for target in targets:
+        home = homes.get(target.root)
+        recorded = read_record(home.parent, target) if home is not None else None
+        found[target.root] = held_series(target, history, recorded)
+    return found
+
+
+def _refuse_earlier(targets: Sequence[TreeToPatch], earlier: Mapping[Path, Held | None], history: History) -> str:
+    """The message for trees that hold an earlier series; "" when none does."""
+    lines = [
+        describe(target, held, today_series(target, history).shown)
+        for target in targets
+        if (held := earlier[target.root]) is not None
+    ]
+    if not lines:
+        return ""
+    paths = " ".join(target.shown for target in targets)
+    return (
+        "; ".join(lines) + f". Its patches are ours, not an upstream fix; nothing was changed. Next: scripts/apply.sh "
+        f"--upgrade {paths} (takes the earlier series out exactly, applies today's and runs the tests, all or nothing)"
+    )
+
+
+def _upgrade(
+    targets: Sequence[TreeToPatch],
+    earlier: Mapping[Path, Held | None],
+    homes: Mapping[Path, Path],
+    context: tuple[Workspace, ApplyOptions, History],
+    console: Console,
+    guard: signals.Guard,
+) -> int:
+    workspace, options, history = context
+
+    def vanilla(target: TreeToPatch) -> Path | None:
+        pin = workspace.pins.find(target.key, target.version)
+        return ensure_upstream(pin, workspace.cache, console) if pin is not None else None
+
+    def test() -> int:
+        return _regression(
+            {target.key: target.root for target in targets}, workspace, console, options.test_timeout, []
+        )
+
+    plans = [(target, earlier[target.root], today_series(target, history)) for target in targets]
+    return run_upgrade(
+        plans,
+        homes=homes,
+        test=None if options.no_test or options.check else test,
+        vanilla=vanilla,
+        texts=lambda series: recover_texts(series, workspace.patches_dir),
+        options=(options.allow_dirty, options.check),
+        console=console,
+        guard=guard,
+    )
+
+
+def _record(plans: Sequence[Plan], homes: Mapping[Path, Path], history: History, console: Console) -> None:
+    """Record today's series in each tree this run patched (``record.py``), forget it in each tree it took the series
+    out of; a tree the run did not change keeps what it has, so that running again changes nothing."""
+    for plan in plans:
+        target, home = plan.target, homes.get(plan.target.root)
+        if home is None or not plan.count(Action.CHANGE):
+            continue
+        if plan.reverse:
+            problem = remove_record(home.parent, target)
+        else:
+            problem = write_record(home.parent, target, today_series(target, history))
+        if problem is not None:
+            console.warn(f"{problem}; the tree is as reported, and a later run recognises it by content")
+
+
 def run_apply(
     paths: Sequence[str],
     workspace: Workspace,
@@ -118,6 +200,15 @@ def run_apply(
     else:
         targets = cached_targets(workspace, console, reverse=reverse, check=check, held=held)
     with held, locked(targets, command_line, console, guard) as homes:
+        history = load_history(workspace.patches_dir)
+        earlier = _earlier(targets, homes, history)
+        if options.upgrade and any(earlier.values()):
+            return _upgrade(targets, earlier, homes, (workspace, options, history), console, guard)
+        if message := _refuse_earlier(targets, earlier, history):
+            if not check:
+                raise EarlierSeries(message)
+            console.summary(message)
+            return EXIT_EARLIER_SERIES
         # a patch that neither applies nor is in upstream by content: its teeth decide whether upstream fixed the bug
         settle = settler(None if options.no_test else TeethRunner(workspace, console, options.test_timeout))
         plans = [plan_target(target, reverse=reverse, merge=options.three_way, settle=settle) for target in targets]
@@ -132,6 +223,7 @@ def run_apply(
                 verb = "reverting" if plan.reverse else "patching"
                 console.warn(f"{verb} despite uncommitted changes in {', '.join(plan.dirty)} (--allow-dirty)")
         apply_plans(plans, console, guard, homes)
+        _record(plans, homes, history, console)
         if reverse:
             return EXIT_OK
         if options.no_test:

@@ -116,6 +116,7 @@ class Verdict(enum.Enum):
     FIXED = "fixed"  # they ran and passed: upstream fixed the bug its own way
     BUG = "bug"  # one failed: the bug is still there
     UNTESTED = "untested"  # they did not run, or ran none: ``Behaviour.why`` says why
+    LOCAL = "local"  # not run: on a pinned release, the patch's files differ from its sdist (``why`` names them)
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,13 @@ def behaviour_clause(plan: Plan, step: Step) -> str:
     if behaviour is None or behaviour.fixed:
         return ""
     label = plan.target.label
-    if behaviour.verdict is Verdict.BUG:
+    if behaviour.verdict is Verdict.LOCAL:
+        said = (
+            f"its files differ from {label}'s sdist ({behaviour.why}): local changes, or an earlier series of this "
+            f"patchset, not an upstream fix (a pinned release does not change), so its tests were not run and the "
+            f"conflict stands; compare them with the release (git diff), or apply to a clean checkout of it"
+        )
+    elif behaviour.verdict is Verdict.BUG:
         said = (
             f"its tests fail on {label} as shipped ({behaviour.why}): the bug is still there, so the conflict stands "
             f"(refresh the patch onto this release: docs/maintaining.md, adding a release)"
@@ -108,6 +114,8 @@ def _state(plan: Plan, step: Step) -> str:
         return "neither applied nor applicable"
     if step.behaviour is not None and step.behaviour.verdict is Verdict.BUG:
         return "does not apply (its tests fail as shipped: the bug is still there)"
+    if step.behaviour is not None and step.behaviour.verdict is Verdict.LOCAL:
+        return f"does not apply (local changes in {step.behaviour.why})"
     return "does not apply"
 
 

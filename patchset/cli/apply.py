@@ -17,6 +17,7 @@ from patchset.plumbing import signals
 from patchset.plumbing.errors import (
     EXIT_BAD_INPUT,
     EXIT_DOES_NOT_APPLY,
+    EXIT_EARLIER_SERIES,
     EXIT_INTERNAL,
     EXIT_LOCKED,
     EXIT_OK,
@@ -44,6 +45,9 @@ exit status:
   {EXIT_LOCKED}  another run holds one of the trees (its lock is <git-dir>/patchset/lock), or, without PATH, a patched
      tree of the cache (<cache>/.locks/), or kept a pinned release in the cache busy past $PATCHSET_CACHE_WAIT
      seconds (default 600): the message names its pid, when it started and its command. Nothing was changed
+  {EXIT_EARLIER_SERIES}  a tree holds an earlier series of this patchset (recorded by apply, or recognised by content
+     from patches/history.json): the message names it and each patch's state; nothing was changed. --upgrade
+     replaces it
   {EXIT_INTERNAL}  internal error, a bug or a failing system (a full disk): one line says what failed and where
      (PATCHSET_TRACEBACK=1 shows the traceback); please report it
   {EXIT_TIMED_OUT}  a run of the regression tests hung: still running past its limit (--test-timeout; default
@@ -144,7 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
         "content, or fixed upstream: its tests pass on the tree as shipped) or does not apply, and what to do; change "
         "nothing; works on a release no pin names too (exit 0 when all would apply, are applied or skipped, 3 when "
         "one does not apply, 2 for what apply would refuse: uncommitted changes, a series applied out of order, a "
-        "read-only tree; 4 when another run holds the tree)",
+        "read-only tree; 4 when another run holds the tree; 5 when a tree holds an earlier series of this patchset: "
+        "--upgrade replaces it)",
     )
     apply.add_argument(
         "--reverse",
@@ -184,6 +189,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(git apply --3way on a scratch copy; needs that file's original blob in the repository); still all or "
         "nothing, never the index. Never done unless asked: a patch that does not apply exits 3 and says "
         "whether this would resolve it",
+    )
+    apply.add_argument(
+        "--upgrade",
+        action="store_true",
+        help="replace the earlier series of this patchset that a tree holds with today's: take it out exactly (its "
+        "files back to the release's content), apply today's series, run the regression tests; all or nothing (a "
+        "tree is restored if the tests fail); with --check, say what it would do",
     )
     add_common_options(apply)
     apply.set_defaults(handler=cmd_apply)

@@ -7,6 +7,7 @@ EXIT_TESTS_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_DOES_NOT_APPLY = 3
 EXIT_LOCKED = 4
+EXIT_EARLIER_SERIES = 5  # the tree holds an earlier series of this patchset: --upgrade takes it out
 EXIT_INTERNAL = 70  # an unexpected error: a bug, or the system failing (sysexits' EX_SOFTWARE); never 1
 EXIT_TIMED_OUT = 124  # a run that went past its time limit and was ended (as timeout(1) exits)
 
@@ -39,3 +40,9 @@ class TimedOut(PatchsetError):
     """A run went past its time limit and was ended; the message names what hung, the limit and how to raise it."""
 
     exit_code = EXIT_TIMED_OUT
+
+
+class EarlierSeries(PatchsetError):
+    """A tree holds an earlier series of this patchset (nothing was changed); ``--upgrade`` replaces it."""
+
+    exit_code = EXIT_EARLIER_SERIES

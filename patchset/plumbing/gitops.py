@@ -7,6 +7,7 @@ Nothing here knows about verl or Trinity-RFT. Callers get plain results (``Apply
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -95,10 +96,12 @@ def run_git(
     env: Mapping[str, str] | None = None,
     check: bool = True,
     binary: bool = False,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess:
     """Run ``git ARGS`` in ``cwd``; raise ``GitError`` on failure when ``check``.
 
-    stdout is ``bytes`` when ``binary`` else ``str``; stderr is always ``str``. git runs in a session of its own,
+    stdout is ``bytes`` when ``binary`` else ``str``; stderr is always ``str``; ``stdin``: text fed to git. git
+    runs in a session of its own,
     so a Ctrl-C at the terminal reaches only this process, which decides when to stop (see ``signals.py``): a
     ``git apply`` is never cut off half-way through writing a tree.
     """
@@ -107,7 +110,8 @@ def run_git(
             ["git", *args],
             cwd=cwd,
             env=dict(env) if env is not None else None,
-            stdin=subprocess.DEVNULL,
+            stdin=None if stdin is not None else subprocess.DEVNULL,
+            input=stdin.encode() if stdin is not None else None,
             capture_output=True,
             check=False,
             start_new_session=True,
@@ -228,6 +232,25 @@ def head_blobs(tree: WorkTree, paths: Iterable[str]) -> dict[str, Blob]:
         data = run_git(["cat-file", "blob", sha], cwd=tree.root, binary=True).stdout
         blobs[full[len(tree.prefix) :]] = Blob(mode=mode, data=data)
     return blobs
+
+
+def read_blobs(repo: Path, ids: Iterable[str]) -> dict[str, bytes]:
+    """The content of each blob of ``ids`` that the repository at ``repo`` has (one ``git cat-file --batch``)."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return {}
+    out = run_git(["cat-file", "--batch"], cwd=repo, binary=True, stdin="\n".join(wanted) + "\n").stdout
+    found: dict[str, bytes] = {}
+    at = 0
+    while at < len(out):
+        end = out.index(b"\n", at)
+        header = out[at:end].split()
+        at = end + 1
+        if len(header) == 3:
+            size = int(header[2])
+            found[header[0].decode()] = out[at : at + size]
+            at += size + 1
+    return found
 
 
 # --- repositories the tool owns ---------------------------------------------------------------------------
@@ -383,3 +406,8 @@ def am(tree: Path, patch: Path, env: Mapping[str, str], options: Sequence[str] =
     reason = next((line for line in lines if line.startswith(("error:", "Patch failed"))), lines[0] if lines else "")
     run_git(["am", "--abort"], cwd=tree, env=env, check=False)
     return reason.removeprefix("error: ") or f"git am exit status {proc.returncode}"
+
+
+def blob_id(data: bytes) -> str:
+    """The id git gives a file of these bytes (``git hash-object``, SHA-1 repositories), computed without git."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()

@@ -8,6 +8,7 @@ said failed.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 _DIFF_GIT = re.compile(r"^diff --git (?P<rest>.+)$")
 _HUNK = re.compile(r"^@@ -(?P<old>\d+)(?:,\d+)? \+(?P<new>\d+)(?:,\d+)? @@.*$")
@@ -106,3 +107,36 @@ def find_hunk(text: str, path: str, line: int, *, reverse: bool = False) -> str 
             if match and int(match["new" if reverse else "old"]) == line:
                 return hunk
     return None
+
+
+_INDEX = re.compile(r"^index (?P<before>[0-9a-f]+)\.\.(?P<after>[0-9a-f]+)(?: \d+)?$")
+
+
+@dataclass(frozen=True)
+class BlobChange:
+    """What a patch does to one file, by git blob id (``--full-index``): the file before and after it (None: absent)."""
+
+    path: str
+    before: str | None
+    after: str | None
+
+
+def patch_blob_changes(text: str) -> list[BlobChange]:
+    """Each file of a ``--full-index`` patch with the blob ids of its ``index`` line, in order; a file without one
+    (a mode change only) is left out. The ids identify a file's content whatever git version reads them."""
+    changes: list[BlobChange] = []
+    names: list[str] = []
+    in_header = False
+    for line in text.splitlines():
+        if header := _DIFF_GIT.match(line):
+            names, in_header = _names_from_diff_git(header["rest"]), True
+        elif _HUNK.match(line):
+            in_header = False
+        elif in_header and (name := _header_name(line)):
+            names.append(name)
+        elif in_header and (match := _INDEX.match(line)) and names:
+            before, after = match["before"], match["after"]
+            changes.append(
+                BlobChange(names[-1], None if set(before) == {"0"} else before, None if set(after) == {"0"} else after)
+            )
+    return changes

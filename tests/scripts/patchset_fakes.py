@@ -370,3 +370,40 @@ def make_upstream_merged_patches(
         ],
     )
     return base
+
+
+# --- an earlier revision of the fake verl series (the upgrade tests) -----------------------------------------
+
+CORE_AFTER_1 = CORE_ALGOS.replace("# line 10\n", "# line 10\ndef scale(x):\n    return x * 1\n")
+EARLIER_CORE = CORE_AFTER_1.replace("return x * 1", "return x * 3")  # what the earlier 0002 wrote
+
+
+def make_earlier_series(world: World, work: Path) -> Path:
+    """An earlier revision of ``world``'s verl series, whose 0002 scaled by three, and ``world.patches/history.json``
+    generated from a history of two landings (the earlier series, then today's), as the repository's own manifest
+    is. Returns the earlier patches folder (the whole of it: ``--patches-dir``)."""
+    from patchset.plumbing.gitops import blob_id
+    from patchset.series.history import dumps, generate
+
+    today = (world.patches / "verl" / VERL_PATCH_2).read_text()
+    today_blob = blob_id(CORE_AFTER_1.replace("return x * 1", "return x * 2").encode())
+    assert today_blob in today, "the fake verl 0002 changed: update make_earlier_series"
+    earlier = today.replace("+    return x * 2", "+    return x * 3").replace(
+        today_blob, blob_id(EARLIER_CORE.encode())
+    )
+    repo = work / "history"
+    shutil.copytree(world.patches, repo / "patches")
+    (repo / "patches" / "verl" / VERL_PATCH_2).write_text(earlier)
+    git(repo, "init", "-q")
+    _commit(repo, "the earlier series", "Revision 1.")
+    shutil.copytree(repo / "patches", work / "earlier-patches")
+    (repo / "patches" / "verl" / VERL_PATCH_2).write_text(today)
+    _commit(repo, "today's series", "Revision 2.")
+    (world.patches / "history.json").write_text(dumps(generate(repo / "patches")))
+    return work / "earlier-patches"
+
+
+def apply_by_hand(tree: Path, patches: Path, *names: str) -> None:
+    """``git apply`` each patch of ``patches/verl`` named, as an earlier apply that kept no record left them."""
+    for name in names:
+        git(tree, "apply", str(patches / "verl" / name))

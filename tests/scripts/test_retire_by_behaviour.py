@@ -45,6 +45,7 @@ from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins
 
 CORE = "verl/trainer/ppo/core_algos.py"
+VERSION = "verl/version/version"
 TEETH = {VERL_PATCH_1: "scale_added", VERL_PATCH_2: "scale_fixed"}
 GEO_MEAN_PATCH = "0003-algo-normalize-geo-mean-policy-loss-global-mini.patch"
 GEO_MEAN_END = "    pg_loss = torch.mean(pg_losses)\n"
@@ -88,9 +89,12 @@ def teeth_runs(monkeypatch: pytest.MonkeyPatch, world) -> dict[str, str]:
 
 
 def _upstream_fixed_it_its_own_way(tree: Path) -> None:
-    """Upstream's own form of the helper both patches change: neither patch applies, and neither is recognised."""
+    """Upstream's own form of the helper both patches change, in a release no pin names (0.8.5, applied to with
+    --force-version): neither patch applies, and neither is recognised. (On a pinned release a file that differs from
+    its sdist is a local change: the last test of the fake series.)"""
     core = tree / CORE
     core.write_text(core.read_text().replace("# line 10\n", "# line 10\n" + UPSTREAM_SCALE))
+    (tree / VERSION).write_text("0.8.5\n")
     git(tree, "commit", "-qam", "upstream: scale, its own way")
 
 
@@ -101,12 +105,12 @@ def test_patches_whose_tests_pass_as_shipped_are_skipped_and_the_tree_kept(capsy
 
     assert main(world.args("--check", str(world.verl))) == 0
     checked = capsys.readouterr().out
-    code = main(world.args(str(world.verl)))
+    code = main(world.args("--force-version", str(world.verl)))
 
     out = capsys.readouterr().out
     assert code == 0
     for name in TEETH:
-        said = f"* {name} skipped: fixed upstream (its tests pass on verl 0.8.0 as shipped: counted"
+        said = f"* {name} skipped: fixed upstream (its tests pass on verl 0.8.5 as shipped: counted"
         assert said in checked and said in out
     assert "0 would apply, 0 already applied, 2 fixed upstream (by their tests)" in checked
     assert "0 applied, 0 already applied, 2 fixed upstream (by their tests)" in out
@@ -119,12 +123,12 @@ def test_a_later_patch_failing_after_a_retired_one_is_named_as_building_on_it(ca
     teeth_runs.update(scale_added="fixed", scale_fixed="bug")
     before = tree_state(world.verl)
 
-    code = main(world.args(str(world.verl)))
+    code = main(world.args("--force-version", str(world.verl)))
 
-    err = capsys.readouterr().err
+    err = capsys.readouterr().err.split("\n", 1)[1]  # after the warning that 0.8.5 is not pinned
     assert code == 3
-    assert err.startswith(f"error: {VERL_PATCH_2} does not apply to verl 0.8.0")
-    assert "its tests fail on verl 0.8.0 as shipped (counted): the bug is still there" in err
+    assert err.startswith(f"error: {VERL_PATCH_2} does not apply to verl 0.8.5")
+    assert "its tests fail on verl 0.8.5 as shipped (counted): the bug is still there" in err
     assert f"it changes files that {VERL_PATCH_1} changed, which upstream fixed its own way" in err
     assert tree_state(world.verl) == before
 
@@ -132,7 +136,7 @@ def test_a_later_patch_failing_after_a_retired_one_is_named_as_building_on_it(ca
 def test_without_tests_the_conflict_stands_and_says_what_decides_it(capsys, world, teeth_runs):
     _upstream_fixed_it_its_own_way(world.verl)
 
-    code = main(world.args("--no-test", str(world.verl)))
+    code = main(world.args("--no-test", "--force-version", str(world.verl)))
 
     err = capsys.readouterr().err
     assert code == 3
@@ -147,6 +151,27 @@ def test_nothing_runs_when_every_patch_applies(capsys, world, teeth_runs):
     assert main(world.args("--check", str(world.verl))) == 0
 
     assert teeth_runs["calls"] == ""
+
+
+def test_on_a_pinned_release_files_unlike_its_sdist_are_local_changes_never_fixed_upstream(
+    capsys, world, teeth_runs, fake_pypi
+):
+    """A pinned release does not change: a tree that says verl 0.8.0 but whose patched file differs from the 0.8.0
+    sdist has local changes (or an earlier series), so the teeth, which would pass here, are not even asked."""
+    _upstream_fixed_it_its_own_way(world.verl)
+    (world.verl / VERSION).write_text("0.8.0\n")
+    git(world.verl, "commit", "-qam", "back to 0.8.0's version, the change kept")
+    teeth_runs.update(scale_added="fixed", scale_fixed="fixed")
+    before = tree_state(world.verl)
+
+    code = main(world.args("--check", str(world.verl)))
+
+    out = capsys.readouterr().out
+    assert code == 3 and teeth_runs["calls"] == ""
+    assert f"* {VERL_PATCH_1} does not apply: {CORE}, hunk " in out and "fixed upstream" not in out
+    assert f"its files differ from verl 0.8.0's sdist ({CORE}): local changes, or an earlier series" in out
+    assert fake_pypi == ["verl==0.8.0"]  # the sdist, fetched and checked by sha256 into the cache
+    assert tree_state(world.verl) == before
 
 
 @pytest.mark.parametrize(

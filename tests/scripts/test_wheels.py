@@ -297,6 +297,24 @@ def test_building_the_same_commit_twice_gives_byte_identical_wheels(buildable, t
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
 
 
+def test_a_newer_series_labels_higher_and_its_wheel_replaces_the_older_on_install(buildable, tmp_path: Path):
+    """Upgrading a wheel install: the newer series' wheel (a higher +patchset.N) is what pip picks from a folder
+    holding both, and installing it replaces the older one (one verl in site-packages, its manifest the newer's)."""
+    dists = [tmp_path / "dist-3", tmp_path / "dist-12"]
+    for dist, revision in zip(dists, ("3", "12"), strict=True):
+        assert wheels_main(_build_args(buildable, dist, "--pin", "verl==0.8.0", "--revision", revision)) == 0
+    python, site = linked_venv(Path(sys.executable), tmp_path / "venv")
+    pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--disable-pip-version-check"]
+    subprocess.run([*pip, *dists[0].glob("*.whl")], check=True, env=wheel_checks._child_env())
+
+    links = [arg for dist in dists for arg in ("--find-links", str(dist))]
+    subprocess.run([*pip, "--upgrade", *links, "verl==0.8.0"], check=True, env=wheel_checks._child_env())
+
+    assert [path.name for path in site.glob("verl-*.dist-info")] == ["verl-0.8.0+patchset.12.dist-info"]
+    assert json.loads((site / "verl" / wheels.MANIFEST_NAME).read_text())["revision"] == 12
+    assert (site / "verl" / "version" / "version").read_text().strip() == "0.8.0+patchset.12"
+
+
 def test_a_patch_that_does_not_apply_exits_3_and_builds_nothing(buildable, tmp_path: Path, capsys):
     patch = next((buildable.patches / "trinity").glob("0001-*.patch"))
     patch.write_text(patch.read_text().replace("-    return x\n", "-    return y\n"))

@@ -1,0 +1,231 @@
+"""Recognise a tree that holds an earlier series of this patchset, patch by patch, and work out what taking it out
+leaves.
+
+A tree patched by an earlier ``scripts/apply.sh`` is neither vanilla nor patched with today's series: today's
+patches do not apply to it, and their teeth may pass on it, which would read as "fixed upstream". It is recognised by
+content, file by file, from what each released series wrote (``patches/history.json``, ``series/history.py``: the
+git blob id of every file before and after each patch), or from what apply recorded in the tree's git directory
+(``record.py``), so no patch text or history of this repository is needed:
+
+- each file a series touches is in one of the states the series passes through (the release's, then after each patch
+  that changes it), or in none (a change of the user's own, or a patch merged with ``--3way`` onto drifted code);
+- a patch of that series is *applied* when each of its files is at its state after the patch or later, *not applied*
+  when each is at a state before it (a series applied with 0007 left out), and *differs* otherwise;
+- the tree holds an earlier series when some file is at a state that series wrote and today's series never does.
+  Of several such series, the one that explains the most files wins (the newest on a tie).
+
+Taking it out (``restore_originals``): every file of that series back at the release's content, the state before its
+first patch, read from the tree's own git objects (or the pinned release's verified checkout). A file in no known
+state (a patch merged with ``--3way`` onto code the user changed and committed) is taken out with the series' texts,
+recovered from this repository's history (``peel_unknown``), only when that gives the tree's HEAD exactly; else it
+is refused, by name: it has changes that are not the series', and taking the series out would lose them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchset.apply.target import TreeToPatch
+from patchset.plumbing import files, gitops
+from patchset.series.history import History, KnownPatch, KnownSeries, of_series
+
+
+def file_blob(path: Path) -> str | None:
+    """The git blob id of the file at ``path`` as it is now (None: absent)."""
+    if path.is_symlink():
+        return gitops.blob_id(bytes(Path(path.readlink()).as_posix(), "utf-8"))
+    return gitops.blob_id(path.read_bytes()) if path.is_file() else None
+
+
+def tree_blobs(root: Path, paths: Iterable[str]) -> dict[str, str | None]:
+    return {rel: file_blob(root / rel) for rel in dict.fromkeys(paths)}
+
+
+def chains(series: KnownSeries) -> dict[str, list[tuple[int, str | None]]]:
+    """{file: [(0, release blob), (k, blob after patch k), ...]}: the states each file passes through."""
+    found: dict[str, list[tuple[int, str | None]]] = {}
+    for index, patch in enumerate(series.patches, start=1):
+        for change in patch.changes:
+            found.setdefault(change.path, [(0, change.before)]).append((index, change.after))
+    return found
+
+
+@dataclass(frozen=True)
+class PatchState:
+    """How one patch of a held series stands in the tree: ``applied``, ``not applied`` or ``differs`` (``files``:
+    those in no state of the series, or in one that contradicts the rest)."""
+
+    patch: KnownPatch
+    index: int
+    state: str
+    files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Held:
+    """An earlier series that a tree holds: the series, each patch's state, the files it explains, and today's."""
+
+    series: KnownSeries
+    patches: tuple[PatchState, ...]
+    explained: tuple[str, ...]
+    today: KnownSeries
+    unknown: tuple[str, ...] = ()  # the series' files in no state it passes through: changes not the series'
+
+    def compared(self) -> str:
+        """Today's series against the held one, patch by patch: ``0002 changed, 0008 new; 0006 ... dropped``."""
+        held = {patch.name: patch.sha256 for patch in self.series.patches}
+        today = {patch.name: patch.sha256 for patch in self.today.patches}
+        words = []
+        for name, sha in today.items():
+            if name not in held:
+                words.append(f"{name} new")
+            elif held[name] != sha:
+                words.append(f"{name[:4]} changed")
+        words += [f"{name} dropped" for name in held if name not in today]
+        return ", ".join(words) or "no patch differs (the same texts)"
+
+
+def _patch_state(index: int, patch: KnownPatch, tree: Mapping[str, str | None], states: Mapping[str, list]) -> str:
+    verdicts = set()
+    for change in patch.changes:
+        positions = [at for at, (_, blob) in enumerate(states[change.path]) if blob == tree.get(change.path)]
+        mine = next(at for at, (number, _) in enumerate(states[change.path]) if number == index)
+        after = any(at >= mine for at in positions)
+        before = any(at < mine for at in positions)
+        verdicts.add("applied" if after and not before else "not applied" if before and not after else "differs")
+    return verdicts.pop() if len(verdicts) == 1 else "differs"
+
+
+def judge(series: KnownSeries, tree: Mapping[str, str | None], today: KnownSeries) -> Held:
+    """``series`` on the tree whose file blobs are ``tree``, patch by patch."""
+    states = chains(series)
+    patches = []
+    for index, patch in enumerate(series.patches, start=1):
+        state = _patch_state(index, patch, tree, states)
+        odd = tuple(c.path for c in patch.changes if tree.get(c.path) not in {blob for _, blob in states[c.path]})
+        shown = odd or (tuple(patch_files(patch)) if state == "differs" else ())
+        patches.append(PatchState(patch, index, state, shown))
+    today_blobs = {blob for chain in chains(today).values() for _, blob in chain}
+    explained = tuple(
+        sorted(
+            rel
+            for rel, chain in states.items()
+            if tree.get(rel) in {blob for _, blob in chain[1:]} and tree.get(rel) not in today_blobs
+        )
+    )
+    unknown = tuple(sorted(rel for rel, chain in states.items() if tree.get(rel) not in {b for _, b in chain}))
+    return Held(series, tuple(patches), explained, today, unknown)
+
+
+def patch_files(patch: KnownPatch) -> list[str]:
+    return [change.path for change in patch.changes]
+
+
+def today_series(target: TreeToPatch, history: History) -> KnownSeries:
+    """Today's series of ``target`` as the manifest knows it (with its revisions), or as read (none yet)."""
+    today = of_series(target.series)
+    return history.find(today.folder, today.ident) or today
+
+
+def held_series(target: TreeToPatch, history: History, recorded: KnownSeries | None = None) -> Held | None:
+    """The earlier series ``target`` holds (``recorded``: what apply recorded there, judged first), or None when
+    its files are at no state that an earlier series wrote and today's never does. Reads the tree only."""
+    today = today_series(target, history)
+    candidates = [s for s in history.of_folder(target.series.name) if s.ident != today.ident]
+    if recorded is not None and recorded.ident != today.ident:
+        candidates.insert(0, recorded)
+    if not candidates:
+        return None
+    paths = {c.path for s in [today, *candidates] for p in s.patches for c in p.changes}
+    tree = tree_blobs(target.root, sorted(paths))
+    best: Held | None = None
+    for series in candidates:
+        held = judge(series, tree, today)
+        if held.explained and (best is None or len(held.explained) > len(best.explained)):
+            best = held
+    return best
+
+
+def describe(target: TreeToPatch, held: Held, today_revision: str) -> str:
+    """One line: which series the tree holds, each patch's state in it, and what today's changes."""
+    states = ", ".join(
+        f"{state.patch.name[:4]} {state.state}" + (f" ({', '.join(state.files)})" if state.state == "differs" else "")
+        for state in held.patches
+    )
+    return (
+        f"{target.label} at {target.shown} holds an earlier series of this patchset, {held.series.shown}, not "
+        f"today's ({today_revision}): {states}; today's series against it: {held.compared()}"
+    )
+
+
+def original_blobs(held: Held) -> dict[str, str | None]:
+    """{file: its blob before the held series' first patch that changes it (None: absent)}."""
+    return {rel: chain[0][1] for rel, chain in chains(held.series).items()}
+
+
+def restore_originals(
+    target: TreeToPatch, held: Held, scratch: Path, vanilla: Callable[[], Path | None], peeled: Mapping[str, bytes]
+) -> list[str]:
+    """Write into ``scratch`` each file of the held series as it was before the series (from the tree's git objects,
+    else the pinned release's verified checkout, ``vanilla()``, asked only then; ``peeled``: the files found so by
+    reverting the series' texts, as they are there); return the files whose original could not be found."""
+    wanted = {rel: blob for rel, blob in original_blobs(held).items() if rel not in peeled}
+    for rel, content in peeled.items():
+        (scratch / rel).write_bytes(content)
+    found = gitops.read_blobs(target.worktree.toplevel, [blob for blob in wanted.values() if blob is not None])
+    if any(blob is not None and blob not in found for blob in wanted.values()):
+        release = vanilla()
+        for rel, blob in wanted.items():
+            if blob is not None and blob not in found and release is not None and file_blob(release / rel) == blob:
+                found[blob] = (release / rel).read_bytes()
+    lost: list[str] = []
+    for rel, blob in wanted.items():
+        path = scratch / rel
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        if blob is None:
+            continue
+        data = found.get(blob)
+        if data is None:
+            lost.append(rel)
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        mode = target.root / rel
+        if mode.is_file():
+            path.chmod(mode.stat().st_mode & 0o777)
+    return lost
+
+
+def copy_into(target: TreeToPatch, paths: Sequence[str], scratch: Path) -> None:
+    """The tree's current ``paths`` into ``scratch``, a new folder made an empty git repository."""
+    scratch.mkdir()
+    gitops.init_scratch(scratch)
+    files.copy_paths(target.root, scratch, paths)
+
+
+def peel_unknown(target: TreeToPatch, held: Held, texts: Mapping[str, bytes], scratch: Path) -> dict[str, bytes]:
+    """{file: its content without the held series} for each file in no state the series wrote (``held.unknown``: a
+    patch merged with ``--3way`` onto code the tree changed and committed), found by reverting the series' applied
+    patches, last first, with their texts (``texts``, by name) on a copy of those files: only a file that then
+    equals the tree's HEAD, byte for byte, is taken; the others stay unknown (a change of the user's own)."""
+    unknown = held.unknown
+    if not unknown or any(state.patch.name not in texts for state in held.patches):
+        return {}
+    files_of = sorted({c.path for state in held.patches for c in state.patch.changes})
+    copy_into(target, files_of, scratch)
+    for state in reversed(held.patches):
+        if state.state == "not applied":
+            continue
+        patch = scratch.parent / f"{scratch.name}-{state.index:04d}.patch"
+        patch.write_bytes(texts[state.patch.name])
+        if not gitops.apply_patch(scratch, patch, reverse=True).ok:
+            return {}
+    head = gitops.head_blobs(target.worktree, unknown)
+    return {
+        rel: (scratch / rel).read_bytes()
+        for rel in unknown
+        if rel in head and (scratch / rel).is_file() and (scratch / rel).read_bytes() == head[rel].data
+    }

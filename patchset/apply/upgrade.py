@@ -1,0 +1,225 @@
+"""``apply --upgrade``: replace the earlier series a tree holds with today's, then test, all or nothing.
+
+For each tree, first on a scratch copy of every file either series touches (the real tree is only read):
+
+1. the earlier series is taken out exactly: each of its files goes back to the release's content (``earlier.py``),
+   which is only done for files in a state the series wrote, or to the tree's HEAD by reverting the series' own
+   texts (a patch merged with ``--3way`` onto committed changes); a file with changes of its own is refused, by name;
+2. today's series is planned and applied there, as ``apply`` plans it (a patch upstream has is skipped; one that does
+   not apply refuses the upgrade, naming it).
+
+Then, under the tree's lock: a snapshot of those files (``snapshot.py``, kept beside the lock), the scratch files
+installed over them, the regression tests on the trees; if they fail, or the run is interrupted, every tree is
+restored from its snapshot (the earlier series again) before the error is reported. Only after the tests pass are
+the snapshots discarded and the new series recorded (``record.py``). A run killed outright (SIGKILL) at any moment
+leaves the earlier series, or a snapshot that the next run restores it from, or today's series: never a mix.
+Uncommitted changes to other files are left alone; in a file today's series changes (and the earlier did not), they
+are refused as ``apply`` refuses them (``--allow-dirty`` to proceed).
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchset.apply.earlier import Held, copy_into, peel_unknown, restore_originals
+from patchset.apply.plan import Action, plan_series, series_files
+from patchset.apply.record import write_record
+from patchset.apply.report import listing
+from patchset.apply.target import TreeToPatch
+from patchset.plumbing import files, gitops, tempdirs
+from patchset.plumbing.errors import BadInput, DoesNotApply
+from patchset.plumbing.signals import Guard
+from patchset.plumbing.snapshot import Snapshot
+from patchset.plumbing.ui import Console
+from patchset.series.history import KnownSeries
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """One tree to upgrade: the earlier series it holds (None: none, today's series is applied as by ``apply``),
+    today's series as recorded, the files either touches and the scratch folder holding what they become."""
+
+    target: TreeToPatch
+    held: Held | None
+    today: KnownSeries
+    paths: tuple[str, ...]
+    scratch: Path
+
+
+def _refuse_unknown(target: TreeToPatch, held: Held, peeled: Mapping[str, bytes]) -> None:
+    unknown = [rel for rel in held.unknown if rel not in peeled]
+    if unknown:
+        raise BadInput(
+            f"{target.shown} has changes of its own in {listing(unknown)}, which {held.series.shown} changes: they "
+            f"are in no state that series wrote (a local edit, or a patch merged with --3way onto changed code), so "
+            f"taking the series out would lose them; nothing was changed. Next: commit or stash those changes "
+            f"elsewhere, or restore the files (git checkout -- FILE), then run --upgrade again"
+        )
+
+
+def _refuse_dirty(target: TreeToPatch, paths: Sequence[str], earlier: set[str], allow_dirty: bool) -> list[str]:
+    """Refuse uncommitted changes in the files today's series changes and the earlier did not; return the others."""
+    status = gitops.status_paths(target.worktree)
+    dirty = [rel for rel in paths if rel in status and rel not in earlier]
+    if dirty and not allow_dirty:
+        raise BadInput(
+            f"{target.shown} has uncommitted changes in {listing(dirty)}, which the series changes; nothing was "
+            f"changed. Next: commit or stash them, or pass --allow-dirty to patch on top of them"
+        )
+    return sorted(rel for rel in status if rel not in paths)
+
+
+def _apply_today(target: TreeToPatch, scratch: Path, held: Held | None, console: Console) -> None:
+    """Apply today's series to the scratch copy as ``apply`` would to the tree; raise ``DoesNotApply`` for a patch
+    that does not apply there."""
+    after = f" once {held.series.shown} is taken out" if held is not None else ""
+    total = len(target.series.patches)
+    for step in plan_series(scratch, target.series.patches, version=target.version):
+        result = gitops.apply_patch(scratch, step.patch.path) if step.action is Action.CHANGE else None
+        if step.action is Action.FAIL or (result is not None and not result.ok):
+            stderr = result.stderr if result is not None else step.refusal.stderr if step.refusal else ""
+            why = (stderr.splitlines() or ["it does not apply"])[0].removeprefix("error: ")
+            raise DoesNotApply(
+                f"{step.patch.name} does not apply to {target.label} at {target.shown}{after} ({why}); nothing was "
+                f"changed. Next: run --check on a fresh clone of the release to see why"
+            )
+        done = {Action.CHANGE: "applied", Action.NOTHING: "already applied", Action.SKIP: "skipped: upstream has it"}
+        console.step(f"{step.patch.name} ({step.index}/{total}): {done[step.action]}")
+
+
+def prepare(
+    target: TreeToPatch,
+    held: Held | None,
+    today: KnownSeries,
+    into: Path,
+    *,
+    vanilla: Callable[[], Path | None],
+    texts: Callable[[KnownSeries], Mapping[str, bytes]],
+    allow_dirty: bool,
+    console: Console,
+) -> Upgrade:
+    """Work out ``target``'s upgrade in the scratch folder ``into`` (the tree is only read); raise for a refusal.
+    ``texts``: the held series' patch texts, by name, asked only for files in no state it wrote."""
+    earlier = {c.path for p in held.series.patches for c in p.changes} if held is not None else set()
+    paths = tuple(dict.fromkeys([*sorted(earlier), *series_files(target.series.patches)]))
+    peeled: Mapping[str, bytes] = {}
+    if held is not None and held.unknown:
+        peeled = peel_unknown(target, held, texts(held.series), into.with_name(f"{into.name}-peel"))
+    if held is not None:
+        _refuse_unknown(target, held, peeled)
+    others = _refuse_dirty(target, paths, earlier, allow_dirty)
+    copy_into(target, paths, into)
+    if held is not None:
+        console.step(f"Taking {held.series.shown} out of {target.shown} (on a scratch copy)")
+        lost = restore_originals(target, held, into, vanilla, peeled)
+        if lost:
+            raise BadInput(
+                f"the release's own {listing(lost)} could not be found for {target.shown} (neither in its git objects "
+                f"nor in the pinned release's checkout), so the earlier series cannot be taken out exactly; nothing "
+                f"was changed. Next: run in a git checkout of the release"
+            )
+    console.step(f"Applying today's {target.series.name} series there")
+    _apply_today(target, into, held, console)
+    if others:
+        console.step(f"Leaving {len(others)} other uncommitted change(s) in {target.shown} alone: {listing(others)}")
+    return Upgrade(target, held, today, paths, into)
+
+
+def _install(upgrades: Sequence[Upgrade], homes: Mapping[Path, Path], guard: Guard) -> list[Snapshot]:
+    """Snapshot each tree's files, then install the scratch files over them; all or nothing."""
+    snapshots: list[Snapshot] = []
+    try:
+        for item in upgrades:
+            with guard.critical():
+                snapshot = Snapshot(item.target.root, item.paths, homes.get(item.target.root))
+                snapshots.append(snapshot)
+                files.install_paths(item.scratch, item.target.root, item.paths)
+            guard.check()
+    except OSError as exc:
+        stuck = _restore(snapshots, guard)
+        restored = f"; restoring failed too: {'; '.join(stuck)}" if stuck else "; every tree was restored"
+        raise BadInput(f"could not change the tree: {exc}{restored}") from None
+    except BaseException:
+        _restore(snapshots, guard)
+        raise
+    return snapshots
+
+
+def _restore(snapshots: Sequence[Snapshot], guard: Guard) -> list[str]:
+    """Put every tree back from its snapshot, last first; return what could not be, where its originals are."""
+    stuck = []
+    with guard.critical():
+        for snapshot in reversed(snapshots):
+            failed = snapshot.restore()
+            if failed:
+                stuck.append(f"{', '.join(failed)} (the originals are in {snapshot.keep()})")
+            else:
+                snapshot.discard()
+    return stuck
+
+
+def run_upgrade(
+    plans: Sequence[tuple[TreeToPatch, Held | None, KnownSeries]],
+    *,
+    homes: Mapping[Path, Path],
+    test: Callable[[], int] | None,
+    vanilla: Callable[[TreeToPatch], Path | None],
+    texts: Callable[[KnownSeries], Mapping[str, bytes]],
+    options: tuple[bool, bool],
+    console: Console,
+    guard: Guard,
+) -> int:
+    """Upgrade every tree of ``plans`` (``(target, the earlier series it holds, today's series)``), then run ``test``
+    (None: not run); return its status (the trees restored when it is not 0), or raise for a refusal. ``options``:
+    ``(allow_dirty, dry_run)``; a dry run (``--check --upgrade``) works it out on the scratch copies, says what it
+    would do and changes nothing. ``vanilla``, ``texts``: the pinned release's checkout and the held series' texts,
+    asked for only when the tree's own git objects do not give a file's original."""
+    allow_dirty, dry_run = options
+    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("upgrade")) as tmp:
+        upgrades = [
+            prepare(
+                target,
+                held,
+                today,
+                Path(tmp) / str(number),
+                vanilla=functools.partial(vanilla, target),
+                texts=texts,
+                allow_dirty=allow_dirty,
+                console=console,
+            )
+            for number, (target, held, today) in enumerate(plans)
+        ]
+        if dry_run:
+            for item in upgrades:
+                was = f"{item.held.series.shown} would be replaced by" if item.held else "would be given"
+                console.summary(f"{item.target.label} at {item.target.shown}: {was} {item.today.shown} (--check)")
+            return 0
+        snapshots = _install(upgrades, homes, guard)
+    try:
+        for item in upgrades:
+            was = f"{item.held.series.shown} replaced by" if item.held is not None else "applied"
+            console.summary(f"{item.target.label} at {item.target.shown}: {was} {item.today.shown}")
+        status = test() if test is not None else 0
+    except BaseException:
+        stuck = _restore(snapshots, guard)
+        if stuck:
+            console.warn(f"restoring the trees failed: {'; '.join(stuck)}; copy those files back from there")
+        raise
+    if status != 0:
+        stuck = _restore(snapshots, guard)
+        restored = f"restoring failed: {'; '.join(stuck)}" if stuck else "every tree was put back as it was"
+        console.warn(f"the upgrade is undone because the regression tests failed: {restored}")
+        return status
+    with guard.critical():
+        for snapshot in snapshots:
+            snapshot.discard()
+        for item in upgrades:
+            home = homes.get(item.target.root)
+            problem = write_record(home.parent, item.target, item.today) if home is not None else None
+            if problem is not None:
+                console.warn(f"{problem}; the tree is upgraded, and a later run recognises it by content")
+    return 0

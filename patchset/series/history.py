@@ -1,0 +1,298 @@
+"""Every released revision of the series, by content: ``patches/history.json``, and the generator that writes it.
+
+A user's tree may hold a series of an earlier revision of this patchset (applied by an earlier ``scripts/apply.sh``,
+perhaps with a patch left out). Telling it apart from an upstream fix, and taking it out exactly, needs to know what
+that series wrote, even from a shallow clone or an export without this repository's history. So the manifest keeps,
+for every landing that changed ``patches/`` (``git log --first-parent -- patches/``), its revision (the
+``+patchset.N`` of its wheels: the commits that touch ``patches/`` up to it), its commit, and for each series folder
+the patches in order, each by the sha256 of its text and, file by file, the git blob ids its ``index`` lines give
+before and after it (``format-patch --full-index``): the content of every file the series leaves in a tree.
+
+``python -m patchset.series.history`` writes the manifest from the history of the checkout it runs in, the work
+tree's own series included when it differs from HEAD's; ``--check`` exits 1 when the file lacks a series the
+history or the work tree has (tests/scripts/test_history.py runs the same check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from patchset.plumbing import gitops, patchtext
+from patchset.plumbing.errors import BadInput
+from patchset.series.model import Series, split_comment
+
+HISTORY_FILE = "history.json"
+DEFAULT_PATCHES = Path(__file__).resolve().parents[2] / "patches"
+# which series the overlays mirror (``python -m patchset_overlay status`` reports it); written with the manifest
+OVERLAY_SERIES = DEFAULT_PATCHES.parent / "patchset_overlay" / "series.json"
+SCHEMA = 1
+MODULE = "patchset.series.history"
+
+
+@dataclass(frozen=True)
+class KnownPatch:
+    """One patch of a released series: its file name, the sha256 of its text, and what it does to each file."""
+
+    name: str
+    sha256: str
+    changes: tuple[patchtext.BlobChange, ...]
+
+
+@dataclass(frozen=True)
+class KnownSeries:
+    """A series folder's patches at one or more landings (``revisions``, newest first; None: not committed yet)."""
+
+    folder: str
+    ident: str
+    patches: tuple[KnownPatch, ...]
+    revisions: tuple[int | None, ...] = ()
+    commits: tuple[str | None, ...] = ()
+
+    @property
+    def revision(self) -> int | None:
+        """The newest revision that carried this series (None: not released yet)."""
+        return max((revision for revision in self.revisions if revision is not None), default=None)
+
+    @property
+    def shown(self) -> str:
+        """How a report names it: ``the series of revision 31 (commit c57a833)``."""
+        released = [revision for revision in self.revisions if revision is not None]
+        if not released:
+            return f"an unreleased {self.folder} series ({self.ident})"
+        newest, oldest = max(released), min(released)
+        commit = next((commit[:7] for commit in self.commits if commit), None)
+        at = f" (newest commit {commit})" if commit else ""
+        if newest == oldest:
+            return f"the {self.folder} series of +patchset.{newest}{at}"
+        return f"the {self.folder} series of +patchset.{oldest} to +patchset.{newest}{at}"
+
+
+def sha256_text(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def known_patch(name: str, data: bytes) -> KnownPatch:
+    text = data.decode("utf-8", "surrogateescape")
+    return KnownPatch(name, sha256_text(data), tuple(patchtext.patch_blob_changes(text)))
+
+
+def series_ident(patches: Sequence[KnownPatch]) -> str:
+    """A series' id: the sha256 of its patches' hashes in order (16 hex digits)."""
+    return sha256_text("\n".join(patch.sha256 for patch in patches).encode())[:16]
+
+
+def of_series(series: Series) -> KnownSeries:
+    """``series`` (as loaded from a patches folder) as the manifest describes one."""
+    patches = tuple(known_patch(patch.name, patch.path.read_bytes()) for patch in series.patches)
+    return KnownSeries(series.name, series_ident(patches), patches)
+
+
+@dataclass(frozen=True)
+class History:
+    """The manifest: every known series, by id."""
+
+    series: Mapping[str, KnownSeries]
+
+    def of_folder(self, folder: str) -> list[KnownSeries]:
+        """The series of ``folder``, newest revision first (unreleased ones first of all)."""
+        found = [s for s in self.series.values() if s.folder == folder]
+        return sorted(found, key=lambda s: -(s.revision or 10**9))
+
+    def find(self, folder: str, ident: str) -> KnownSeries | None:
+        found = self.series.get(ident)
+        return found if found is not None and found.folder == folder else None
+
+
+def _from_json(data: Mapping[str, Any]) -> History:
+    patches = {
+        sha: KnownPatch(entry["name"], sha, tuple(patchtext.BlobChange(*change) for change in entry["files"]))
+        for sha, entry in data["patches"].items()
+    }
+    revisions: dict[str, list[tuple[int | None, str | None]]] = {}
+    for landing in data["revisions"]:
+        for ident in landing["series"].values():
+            revisions.setdefault(ident, []).append((landing["revision"], landing["commit"]))
+    series = {}
+    for ident, entry in data["series"].items():
+        landed = revisions.get(ident, [])
+        series[ident] = KnownSeries(
+            entry["folder"],
+            ident,
+            tuple(patches[sha] for sha in entry["patches"]),
+            tuple(revision for revision, _ in landed),
+            tuple(commit for _, commit in landed),
+        )
+    return History(series)
+
+
+def load_history(patches_dir: Path) -> History:
+    """The manifest of ``patches_dir`` (an empty one when the folder has none: a series of one's own)."""
+    path = patches_dir / HISTORY_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return History({})
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"cannot read {path} ({exc}); restore it (git checkout -- {path}) or regenerate it") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise BadInput(f"{path} is not a schema-{SCHEMA} series history; regenerate it (python -m {MODULE})")
+    return _from_json(data)
+
+
+def recover_texts(series: KnownSeries, patches_dir: Path) -> dict[str, bytes]:
+    """{patch name: its text} of ``series``, read from the history of the checkout that holds ``patches_dir`` at a
+    commit that landed it (each checked against its sha256); what cannot be read (a shallow clone, an export) is
+    left out."""
+    repo = gitops.git_value(patches_dir, "rev-parse", "--show-toplevel")
+    if repo is None:
+        return {}
+    prefix = patches_dir.resolve().relative_to(Path(repo).resolve()).as_posix()
+    found: dict[str, bytes] = {}
+    for commit in (commit for commit in series.commits if commit):
+        listing = _ls_tree(Path(repo), commit, f"{prefix}/{series.folder}")
+        wanted = {f"{prefix}/{series.folder}/{p.name}": p for p in series.patches if p.name not in found}
+        blobs = gitops.read_blobs(Path(repo), [blob for path, blob in listing.items() if path in wanted])
+        for path, blob in listing.items():
+            patch = wanted.get(path)
+            if patch is not None and blob in blobs and sha256_text(blobs[blob]) == patch.sha256:
+                found[patch.name] = blobs[blob]
+        if len(found) == len(series.patches):
+            break
+    return found
+
+
+# --- the generator --------------------------------------------------------------------------------------------
+
+
+def _git(repo: Path, *args: str) -> str:
+    return gitops.run_git(list(args), cwd=repo).stdout
+
+
+def _series_at(repo: Path, tree: Mapping[str, str], prefix: str) -> dict[str, list[tuple[str, bytes]]]:
+    """{folder: [(patch name, text)]} of the ``ls-tree`` listing ``tree`` ({path: blob}) below ``prefix``."""
+    found: dict[str, list[tuple[str, bytes]]] = {}
+    blobs = gitops.read_blobs(repo, tree.values())
+    for path, blob in sorted(tree.items()):
+        parts = PurePosixPath(path).relative_to(prefix).parts
+        if len(parts) != 2 or parts[1] != "series":
+            continue
+        names = [split_comment(line)[0] for line in blobs[blob].decode("utf-8", "replace").splitlines()]
+        listed = [(name, tree.get(f"{prefix}/{parts[0]}/{name}")) for name in names if name]
+        found[parts[0]] = [(name, blobs[blob]) for name, blob in listed if blob is not None]
+    return found
+
+
+def _ls_tree(repo: Path, commit: str, prefix: str) -> dict[str, str]:
+    listing = _git(repo, "ls-tree", "-r", "--full-tree", commit, "--", prefix)
+    return {line.split("\t", 1)[1]: line.split()[2] for line in listing.splitlines() if "\t" in line}
+
+
+def generate(patches_dir: Path) -> dict[str, Any]:
+    """The manifest of the landings of ``patches_dir``'s history, plus its work tree's series when they differ."""
+    repo = gitops.git_value(patches_dir, "rev-parse", "--show-toplevel")
+    if repo is None:
+        raise BadInput(f"{patches_dir} is not in a git checkout; the history is generated from one")
+    if gitops.git_value(patches_dir, "rev-parse", "--is-shallow-repository") == "true":
+        raise BadInput(f"{patches_dir} is in a shallow clone; fetch the whole history first (git fetch --unshallow)")
+    top = Path(repo)
+    prefix = patches_dir.resolve().relative_to(top.resolve()).as_posix()
+    patches: dict[str, dict[str, Any]] = {}
+    series: dict[str, dict[str, Any]] = {}
+    revisions: list[dict[str, Any]] = []
+
+    def add(folders: Mapping[str, list[tuple[str, bytes]]]) -> dict[str, str]:
+        idents = {}
+        for folder, texts in sorted(folders.items()):
+            known = [known_patch(name, data) for name, data in texts]
+            for patch in known:
+                files = [[c.path, c.before, c.after] for c in patch.changes]
+                patches.setdefault(patch.sha256, {"name": patch.name, "files": files})
+            ident = series_ident(known)
+            series.setdefault(ident, {"folder": folder, "patches": [patch.sha256 for patch in known]})
+            idents[folder] = ident
+        return idents
+
+    for line in _git(top, "log", "--first-parent", "--format=%H %cs", "HEAD", "--", prefix).splitlines():
+        commit, date = line.split()
+        count = int(_git(top, "rev-list", "--count", commit, "--", prefix).strip())
+        idents = add(_series_at(top, _ls_tree(top, commit, prefix), prefix))
+        revisions.append({"revision": count, "commit": commit, "date": date, "series": idents})
+    work = {}
+    for folder_path in sorted(patches_dir.iterdir()):
+        if (folder_path / "series").is_file():
+            names = [split_comment(line)[0] for line in (folder_path / "series").read_text().splitlines()]
+            work[folder_path.name] = [(name, (folder_path / name).read_bytes()) for name in names if name]
+    current = add(work)
+    if not revisions or current != revisions[0]["series"]:
+        revisions.insert(0, {"revision": None, "commit": None, "date": None, "series": current})
+    return {"schema": SCHEMA, "generator": f"python -m {MODULE}", "patches": patches, "series": series,
+            "revisions": revisions}  # fmt: skip
+
+
+def overlay_series(data: Mapping[str, Any]) -> dict[str, Any]:
+    """What the overlays carry: today's series of each folder (the manifest's newest entry) and the newest revision
+    that landed exactly those (None: not landed yet)."""
+    today = data["revisions"][0]["series"]
+    landed = [r["revision"] for r in data["revisions"] if r["series"] == today and r["revision"] is not None]
+    return {"generator": f"python -m {MODULE}", "revision": max(landed, default=None), "series": today}
+
+
+def dumps(data: Mapping[str, Any]) -> str:
+    """The manifest as written: one line per patch, series and revision, so that a diff shows what changed."""
+    lines = ["{"]
+    keys = sorted(data)
+    for number, key in enumerate(keys):
+        value, comma = data[key], "," if number < len(keys) - 1 else ""
+        if isinstance(value, dict):
+            items = [f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(value.items())]
+            lines.append(f" {json.dumps(key)}: {{\n" + ",\n".join(items) + f"\n }}{comma}")
+        elif isinstance(value, list):
+            items = [f"  {json.dumps(v, sort_keys=True)}" for v in value]
+            lines.append(f" {json.dumps(key)}: [\n" + ",\n".join(items) + f"\n ]{comma}")
+        else:
+            lines.append(f" {json.dumps(key)}: {json.dumps(value)}{comma}")
+    return "\n".join(lines) + "\n}\n"
+
+
+def missing(written: History, generated: History) -> list[str]:
+    """The series ``generated`` has and ``written`` lacks, each named by folder and revision."""
+    return [f"{s.folder} ({s.shown})" for ident, s in generated.series.items() if ident not in written.series]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write (or with ``--check``, check) ``patches/history.json``."""
+    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--patches-dir", type=Path, default=DEFAULT_PATCHES)
+    parser.add_argument("--check", action="store_true", help="exit 1 when the file lacks a series; write nothing")
+    args = parser.parse_args(argv)
+    try:
+        data = generate(args.patches_dir)
+        path = args.patches_dir / HISTORY_FILE
+        if args.check:
+            lacking = missing(load_history(args.patches_dir), _from_json(data))
+            if args.patches_dir.resolve() == DEFAULT_PATCHES.resolve():
+                carried = json.loads(OVERLAY_SERIES.read_text())["series"] if OVERLAY_SERIES.is_file() else {}
+                lacking += [f"the overlays' {OVERLAY_SERIES}"] if carried != data["revisions"][0]["series"] else []
+            for line in lacking:
+                print(f"error: {path} lacks {line}; regenerate it: python -m {MODULE}", file=sys.stderr)
+            return 1 if lacking else 0
+        path.write_text(dumps(data), encoding="utf-8")
+        print(f"wrote {path}: {len(data['revisions'])} revisions, {len(data['series'])} series")
+        if args.patches_dir.resolve() == DEFAULT_PATCHES.resolve():
+            OVERLAY_SERIES.write_text(json.dumps(overlay_series(data), indent=1, sort_keys=True) + "\n")
+            print(f"wrote {OVERLAY_SERIES}")
+        return 0
+    except (BadInput, gitops.GitError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
