@@ -70,7 +70,7 @@ loop, backward, the gradient reduction and `optimizer_step` run unchanged from t
 
 The engine, loss and Trinity patch modules are checked to come from the trees under test in every
 rank. With ``baseline_dir`` set, every measurement is written to ``e2e-<expect>.jsonl`` there
-(`scripts/plot.py` draws them).
+(`scripts/plot.py` draws them), those with sequence parallelism to ``e2e-sp-<expect>.jsonl``.
 """
 
 from __future__ import annotations
@@ -171,10 +171,11 @@ def e2e_runs(
     assert not failed, "engine run failed\n" + "\n".join(failed)
     if baseline_dir is not None:
         baseline_dir.mkdir(parents=True, exist_ok=True)
-        with (baseline_dir / f"e2e-{expect}.jsonl").open("w") as stream:
-            for world_size in WORLD_SIZES:
-                for row in runs[Shape(world_size)][0]["measurements"]:
-                    stream.write(json.dumps(row) + "\n")
+        for name, shapes in ((f"e2e-{expect}", [Shape(ws) for ws in WORLD_SIZES]), (f"e2e-sp-{expect}", sp_shapes())):
+            with (baseline_dir / f"{name}.jsonl").open("w") as stream:
+                for shape in (shape for shape in shapes if shape in runs):
+                    for row in runs[shape][0]["measurements"]:
+                        stream.write(json.dumps(row) + "\n")
     return runs
 
 
