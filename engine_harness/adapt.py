@@ -60,3 +60,43 @@ def value_model_overrides(value_head: bool) -> dict:
     if not value_head or not verl.__version__.startswith("0.7."):
         return {}
     return {"architectures": ["Qwen2ForTokenClassification"], "num_labels": 1, "classifier_dropout": 0.0}
+
+
+# the attention a rank without flash_attn (or in fp32, which flash_attn refuses) names for Ulysses: transformers'
+# flash-attention entry, where verl's Ulysses all-to-all sits, around a pure-torch varlen kernel
+ULYSSES_SDPA_ATTENTION = "ulysses_sdpa"
+
+
+def ulysses_sdpa_attention() -> str:
+    """Ulysses sequence parallelism without flash_attn; returns the ``attn_implementation`` to name.
+
+    verl's Ulysses attention (`_ulysses_flash_attention_forward`, installed by `apply_monkey_patch` in place of
+    transformers' ``_flash_attention_forward``) runs only when the model calls transformers' flash-attention entry:
+    with sdpa nothing would cross ranks, and each rank would attend within its own slice of the packed sequence. So a
+    new attention name routes to that entry (`flash_attention_forward`, with flash attention's mask: none), and the
+    kernel verl's function calls after its all-to-all, flash_attn's varlen attention (CUDA only, half precision), is
+    replaced by causal sdpa over each packed sequence, cut where its positions restart at 0 (as flash_attn's
+    ``cu_seqlens`` are). verl's all-to-all, position-id gather, `Gather` and the loss run unchanged."""
+    import torch
+    import verl.models.transformers.monkey_patch as verl_monkey_patch
+    from transformers import AttentionInterface
+    from transformers.integrations.flash_attention import flash_attention_forward
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
+
+    def varlen_attention(query, key, value, attention_mask, query_length, *args, position_ids=None, **kwargs):
+        # query (1, total, heads, dim), key and value (1, total, kv heads, dim); one packed row
+        assert query.size(0) == 1 and attention_mask is None and position_ids is not None, "packed rows only"
+        starts = torch.nonzero(position_ids[0] == 0).flatten().tolist()
+        output = torch.empty_like(query)
+        for start, end in zip(starts, [*starts[1:], query.size(1)], strict=True):
+            q, k, v = (t[:, start:end].transpose(1, 2) for t in (query, key, value))
+            attended = torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True, scale=kwargs.get("softmax_scale"), enable_gqa=True
+            )
+            output[:, start:end] = attended.transpose(1, 2)
+        return output
+
+    AttentionInterface.register(ULYSSES_SDPA_ATTENTION, flash_attention_forward)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ULYSSES_SDPA_ATTENTION, flash_attention_mask)
+    verl_monkey_patch._flash_attention_forward = varlen_attention
+    return ULYSSES_SDPA_ATTENTION

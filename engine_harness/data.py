@@ -89,19 +89,30 @@ def token_budget(global_batch: TensorDict, world_size: int, micro_batches: int) 
 
 
 def step_data(
-    global_batch: TensorDict, rank: int, world_size: int, split: Split, loss: str, budget: int | None = None
+    global_batch: TensorDict,
+    rank: int,
+    world_size: int,
+    split: Split,
+    loss: str,
+    budget: int | None = None,
+    sequence_parallel: int = 1,
 ) -> TensorDict:
     """This rank's rows of the mini-batch in the no-padding layout, with the non-tensor fields verl's `TrainingWorker`
     and trainer attach for `train_batch` to cut them by ``split`` (fixed size, or a token budget: ``budget`` when
-    given, as a training run keeps one for every mini-batch, else the one that makes ``split``'s count here)."""
+    given, as a training run keeps one for every mini-batch, else the one that makes ``split``'s count here).
+
+    With Ulysses (``sequence_parallel`` > 1) the rows are dealt to the data-parallel groups, every rank of a group
+    holding the same rows (verl's mesh is (dp, sp): the group of rank r is r // sp), and the engine cuts by ``budget``
+    times the sp size (`prepare_micro_batches`): the budget here is per rank, the group's divided by sp."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
-    rows = len(global_batch) // world_size
-    data = left_right_2_no_padding(global_batch[rank * rows : (rank + 1) * rows].clone())
+    dp_rank, dp_size = rank // sequence_parallel, world_size // sequence_parallel
+    rows = len(global_batch) // dp_size
+    data = left_right_2_no_padding(global_batch[dp_rank * rows : (dp_rank + 1) * rows].clone())
     if split.dynamic:
         if budget is None:
-            budget = token_budget(global_batch, world_size, split.num_micro_batches)
+            budget = -(-token_budget(global_batch, dp_size, split.num_micro_batches) // sequence_parallel)
         tu.assign_non_tensor(data, use_dynamic_bsz=True, max_token_len_per_gpu=budget)
     else:
         tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=rows // split.num_micro_batches)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,7 +43,8 @@ class OptimizerSettings:
 
 @dataclass(frozen=True)
 class StepResult:
-    """One `train_batch`: the pre-clip grad_norm, each micro-batch's loss, and the step's time (`step_clock`)."""
+    """One `train_batch`: the pre-clip grad_norm (NaN on a rank that does not report it), each micro-batch's loss,
+    and the step's time (`step_clock`)."""
 
     grad_norm: float
     losses: tuple[float, ...]
@@ -65,10 +67,13 @@ def build_engine(
     attention: str = "sdpa",
     compute_dtype: str = "fp32",
     optimizer: OptimizerSettings | None = None,
+    sequence_parallel: int = 1,
 ) -> Any:
     """The engine verl trains ``loss`` with (`FSDPEngineWithValueHead` for the critic, `FSDPEngineWithLMHead` for
     the actor losses), initialized on every rank of the process group (``optimizer`` None: `OptimizerSettings()`).
-    fp32 master weights and gradient reduction; ``compute_dtype`` "bf16" is verl's default mixed precision."""
+    fp32 master weights and gradient reduction; ``compute_dtype`` "bf16" is verl's default mixed precision;
+    ``sequence_parallel`` is verl's ``ulysses_sequence_parallel_size`` (its data-parallel size is the world's over it).
+    """
     import torch
     from verl.trainer.config import CheckpointConfig
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig
@@ -90,6 +95,7 @@ def build_engine(
         mixed_precision={"param_dtype": compute_dtype, "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
         use_torch_compile=False,
         forward_only=False,
+        ulysses_sequence_parallel_size=sequence_parallel,
         **wrap_policy(),
     )
     model_config.model_type = "value_model" if value_head else "language_model"
@@ -125,7 +131,8 @@ def train_step(engine: Any, data: Any, loss_function: Any, on_gpu: bool = False)
             torch.cuda.synchronize()
         started = clock()
         output = engine.train_batch(data, loss_function=loss_function)
-        grad_norm = float(output["metrics"]["grad_norm"])
+        # only the first rank of each Ulysses group reports (`is_mp_src_rank_with_outputs`); the others get NaN
+        grad_norm = float(output["metrics"].get("grad_norm", math.nan))
         if on_gpu:
             torch.cuda.synchronize()
         seconds = clock() - started

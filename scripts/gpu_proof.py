@@ -8,9 +8,10 @@ relative to one micro-batch, a PASS/FAIL line per case and tree, and the step ti
 
 The model is a random Qwen2 built from a config in code (``--model tiny``: 2 layers; ``large``: 8 layers, hidden
 1024, vocab 32000, 64 sequences of up to 980 tokens): nothing is downloaded. Each tree runs in a process of its own
-(``scripts/gpuproof/side.py``), one rank per GPU (NCCL; FSDP over every GPU given, so data parallelism is covered),
-and every rank checks that verl and Trinity came from the tree claimed. Without a GPU it runs on CPU, on gloo, in
-fp32. Usage and exit codes: ``--help``.
+(``scripts/gpuproof/side.py``), one rank per GPU (NCCL; FSDP over every GPU given, so data parallelism is covered;
+``--sp N`` makes groups of N ranks that share their rows and split each sequence, verl's Ulysses), and every rank
+checks that verl and Trinity came from the tree claimed. Without a GPU it runs on CPU, on gloo, in fp32. Usage and
+exit codes: ``--help``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ sys.path.insert(0, str(SCRIPTS_DIR))
 if str(REPO_ROOT) not in sys.path:
     sys.path.append(str(REPO_ROOT))  # patchset (the pins); after the installed packages
 
-from gpuproof.cases import CASES, MICRO_BATCHES, MODELS, PRECISIONS, SIDES, SPLIT_KINDS  # noqa: E402
+from gpuproof.cases import CASES, MICRO_BATCHES, MODELS, PRECISIONS, SIDES, SPLIT_KINDS, Model  # noqa: E402
 from gpuproof.report import step_time_lines, table, tolerance_note, verdict_lines  # noqa: E402
 from gpuproof.trajectory import (  # noqa: E402
     CLIP_OFF,
@@ -46,6 +47,7 @@ from gpuproof.trajectory import (  # noqa: E402
 )
 from gpuproof.verdict import Measurement, Verdict, judge  # noqa: E402
 
+from engine_harness.adapt import ULYSSES_SDPA_ATTENTION as ULYSSES_SDPA  # noqa: E402  (imports no torch)
 from patchset.plumbing.bounded import Limit, hang_report  # noqa: E402
 from patchset.plumbing.errors import EXIT_TIMED_OUT  # noqa: E402
 from patchset.upstreams.workspace import resolve_workspace  # noqa: E402
@@ -219,6 +221,7 @@ def _parser() -> argparse.ArgumentParser:
             f"  python scripts/gpu_proof.py --vanilla ~/src/{PINS['verl'].dirname} --patched installed"
             " --cases critic,ppo\n"
             "  python scripts/gpu_proof.py --model large --precision bf16 --world-size 8\n"
+            "  python scripts/gpu_proof.py --world-size 4 --sp 2 --cases critic,trinity    # Ulysses: 2 groups of 2\n"
             "  python scripts/gpu_proof.py --steps 20 --cases critic,geo_mean,trinity --plot runs.png\n\n"
             "exit codes: 0 every case as expected; 1 a case failed or a run broke; 2 bad input; "
             f"{EXIT_TIMED_OUT} a tree's run hung past --timeout (ended; its processes' stacks printed)"
@@ -240,8 +243,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--splits", default=",".join(SPLIT_KINDS), help="fixed, dynamic or both (default %(default)s)")
     parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="default: cuda if seen")
     parser.add_argument("--world-size", type=int, help="ranks (default: every GPU torch sees; 1 on CPU)")
+    parser.add_argument(
+        "--sp",
+        type=int,
+        default=1,
+        help="Ulysses sequence-parallel size (verl's ulysses_sequence_parallel_size): the ranks form world-size / SP "
+        "data-parallel groups of SP ranks that share their rows and split each sequence; the world size must divide "
+        "by it, and the model's attention heads too (default %(default)s)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per split (default %(default)s)")
-    parser.add_argument("--attention", default="sdpa", help="the model's attn_implementation (default %(default)s)")
+    parser.add_argument(
+        "--attention",
+        help=f"the model's attn_implementation (default: sdpa; with --sp above 1, {ULYSSES_SDPA}: verl's Ulysses "
+        "all-to-all around a pure-torch varlen kernel; flash_attention_2 runs in bf16 only)",
+    )
     parser.add_argument(
         "--timeout", type=float, default=3600, help="seconds one tree's run may take (default %(default)s)"
     )
@@ -284,6 +299,27 @@ def _clips(value: str) -> list[float | None]:
     return list(dict.fromkeys(clips))
 
 
+def _sequence_parallel(sp: int, world_size: int | None, model: Model, attention: str | None) -> str:
+    """Refuse a Ulysses size the ranks or the model cannot take (before any process starts); the attention to use."""
+    if sp < 1:
+        raise BadInput(f"--sp {sp}: at least 1")
+    if world_size is not None and world_size % sp:
+        raise BadInput(f"--sp {sp}: the world size {world_size} does not divide into groups of {sp} ranks")
+    heads, kv_heads = model.shape.num_attention_heads, model.shape.num_key_value_heads
+    if heads % sp or (kv_heads % sp and sp % kv_heads):
+        raise BadInput(
+            f"--sp {sp}: model {model.name} has {heads} attention heads and {kv_heads} key-value heads; Ulysses "
+            f"needs sp to divide the heads, and to divide the key-value heads or be a multiple of them"
+        )
+    if sp > 1 and attention == "sdpa":
+        raise BadInput(
+            f"--attention sdpa with --sp {sp}: verl's Ulysses all-to-all runs only in the flash-attention entry "
+            f"(each rank would attend within its own slice); use {ULYSSES_SDPA} (the default with --sp) or "
+            "flash_attention_2"
+        )
+    return attention or (ULYSSES_SDPA if sp > 1 else "sdpa")
+
+
 def _plan(args: argparse.Namespace) -> tuple[dict[str, list[Source]], list[str], list[str], list[int], list[str]]:
     sides = _csv(args.sides, SIDES, "sides")
     asked = _csv(args.cases, list(CASES), "cases") if args.cases else None
@@ -312,6 +348,7 @@ def _plan(args: argparse.Namespace) -> tuple[dict[str, list[Source]], list[str],
     if args.lr is not None and not args.lr > 0:
         raise BadInput(f"--lr {args.lr}: a positive learning rate")
     _clips(args.clip)
+    _sequence_parallel(args.sp, args.world_size, MODELS[args.model], args.attention)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise BadInput(f"--plot {args.plot}: matplotlib is not installed in this Python ({sys.executable})")
     return sources, cases, splits, counts, sides
@@ -345,6 +382,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         sources, cases, splits, counts, sides = _plan(args)
         device, world_size = _device(args.device, args.world_size)
+        attention = _sequence_parallel(args.sp, world_size, MODELS[args.model], args.attention)
         default_precisions = "fp32,bf16" if device == "cuda" else "fp32"
         precisions = _csv(args.precision or default_precisions, PRECISIONS, "precision")
     except BadInput as error:
@@ -352,9 +390,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if "trinity" not in cases and args.cases is None:
         print("* Trinity-RFT trees not found: the trinity case is left out (give --trinity-vanilla/--trinity-patched)")
+    groups = f" (Ulysses sp {args.sp}: {world_size // args.sp} data-parallel group(s))" if args.sp > 1 else ""
     print(
-        f"* {len(cases)} cases x {len(precisions)} precisions, {world_size} rank(s) on {device}, model {args.model}, "
-        f"micro-batches {counts} ({', '.join(splits)})"
+        f"* {len(cases)} cases x {len(precisions)} precisions, {world_size} rank(s) on {device}{groups}, model "
+        f"{args.model}, micro-batches {counts} ({', '.join(splits)})"
     )
     results: dict[str, list[Measurement]] = {}
     runs: dict[str, list[Run]] = {}
@@ -368,8 +407,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "model": args.model,
             "model_path": str(Path(workdir) / "model"),
             "world_size": world_size,
+            "sp": args.sp,
             "device": device,
-            "attention": args.attention,
+            "attention": attention,
             "micro_batches": counts,
             "splits": splits,
             "repeats": args.repeats,

@@ -22,6 +22,10 @@ run as the trees ship them):
    trainer would attach (``use_dynamic_bsz``, ``max_token_len_per_gpu`` or ``micro_batch_size_per_gpu``,
    ``global_batch_size``, ``temperature``, ...).
 5. Once an engine is built, `gc.freeze()`: the engine's ``to()`` runs ``gc.collect()`` twice a step.
+6. ``--sp`` above 1 (verl's ``ulysses_sequence_parallel_size``): every rank of a data-parallel group gets its group's
+   rows, and the token budget per rank is the group's over sp (the engine cuts by budget x sp). With the attention
+   `engine_harness.adapt.ULYSSES_SDPA_ATTENTION` (the default then), verl's Ulysses all-to-all runs around a
+   pure-torch varlen kernel instead of flash_attn's; ``--attention flash_attention_2`` keeps flash_attn's (bf16).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from engine_harness.adapt import freeze_collector, unpad_helpers
+from engine_harness.adapt import ULYSSES_SDPA_ATTENTION, freeze_collector, ulysses_sdpa_attention, unpad_helpers
 from engine_harness.data import ragged_global_batch, step_data, with_teacher
 from engine_harness.engine import OptimizerSettings, StepResult, build_engine, module_files, step_clock, train_step
 from engine_harness.losses import loss_function
@@ -57,16 +61,18 @@ def _run_case(
     case: Case, precision: str, spec: dict, model: Model, model_path: Path, rank: int, world_size: int
 ) -> list[dict]:
     compute = "bf16" if precision == "bf16" else "fp32"
-    engine = build_engine(case.name, model_path, attention=spec["attention"], compute_dtype=compute)
+    sp = spec.get("sp", 1)
+    engine = build_engine(case.name, model_path, spec["attention"], compute, sequence_parallel=sp)
     freeze_collector()
-    sequences = global_batch_size(model, world_size, tuple(spec["micro_batches"]))
+    sequences = global_batch_size(model, world_size // sp, tuple(spec["micro_batches"]))
     global_batch = ragged_global_batch(model.shape.vocab_size, sequences, model.prompt_len, model.response_len)
     if case.name == "distillation":
         global_batch = with_teacher(global_batch, model.shape.vocab_size)
     splits = [("fixed", 1)] + [(s, k) for s in spec["splits"] for k in spec["micro_batches"] if k > 1]
 
     def step(split: str, micro_batches: int, engine=engine) -> StepResult:
-        data = step_data(global_batch, rank, world_size, Split(micro_batches, split == "dynamic"), case.name)
+        cut = Split(micro_batches, split == "dynamic")
+        data = step_data(global_batch, rank, world_size, cut, case.name, sequence_parallel=sp)
         # a fresh loss each step: distillation's first call
         loss = loss_function(case.name, LOSS_AGG_MODE)
         return train_step(engine, data, loss, on_gpu=spec["device"] == "cuda")
@@ -115,7 +121,9 @@ def _run_trajectories(
     steps, clips = spec["steps"], spec["clips"]
     optimizer = OptimizerSettings(lr=spec["lr"], weight_decay=None, total_training_steps=steps)
     compute = "bf16" if precision == "bf16" else "fp32"
-    engine = build_engine(case.name, model_path, spec["attention"], compute, optimizer)
+    sp = spec.get("sp", 1)
+    dp = world_size // sp
+    engine = build_engine(case.name, model_path, spec["attention"], compute, optimizer, sequence_parallel=sp)
     freeze_collector()
     start = EngineStart.of(engine)
     used = engine.optimizer.defaults  # what verl built: AdamW with its defaults, but for what was asked
@@ -123,14 +131,15 @@ def _run_trajectories(
         f"{type(engine.optimizer).__name__} lr={used['lr']:g} betas={tuple(used['betas'])} "
         f"weight_decay={used['weight_decay']:g} eps={used['eps']:g}"
     )
-    sequences = global_batch_size(model, world_size, tuple(spec["micro_batches"]))
+    sequences = global_batch_size(model, dp, tuple(spec["micro_batches"]))
     pool = mini_batch_pool(model.shape.vocab_size, sequences, model.prompt_len, model.response_len)
     if case.name == "distillation":
         pool = [with_teacher(batch, model.shape.vocab_size) for batch in pool]
     on_gpu = spec["device"] == "cuda"
 
     def step(batch, split: str, micro_batches: int, budget: int | None, engine=engine) -> StepResult:
-        data = step_data(batch, rank, world_size, Split(micro_batches, split == "dynamic"), case.name, budget)
+        cut = Split(micro_batches, split == "dynamic")
+        data = step_data(batch, rank, world_size, cut, case.name, budget, sequence_parallel=sp)
         return train_step(engine, data, loss_function(case.name, LOSS_AGG_MODE), on_gpu=on_gpu)
 
     step(pool[0], "fixed", 1, None)  # warm-up, not recorded (allocations, kernel selection); its update is undone
@@ -140,11 +149,12 @@ def _run_trajectories(
         reference = None
         for split, micro_batches in _trajectory_runs(spec):
             start.restore(engine)
-            budget = pool_budget(pool, world_size, micro_batches) if split == "dynamic" else None
+            # per rank: the engine cuts a data-parallel group's rows by budget x sp
+            budget = -(-pool_budget(pool, dp, micro_batches) // sp) if split == "dynamic" else None
             results = []
             for index in range(steps):
                 batch = pool[index % len(pool)]
-                batch = shuffled_rows(batch, world_size) if split == "shuffled" else batch
+                batch = shuffled_rows(batch, dp) if split == "shuffled" else batch
                 results.append(step(batch, "dynamic" if split == "dynamic" else "fixed", micro_batches, budget))
             end = weights(engine)
             reference = end if reference is None else reference
@@ -174,7 +184,7 @@ def _run_trajectories(
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _environment(device: str, world_size: int, backend: str, unpad: str, attention: str) -> dict[str, Any]:
+def _environment(device: str, world_size: int, sp: int, backend: str, unpad: str, attention: str) -> dict[str, Any]:
     import torch
     import transformers
 
@@ -186,6 +196,7 @@ def _environment(device: str, world_size: int, backend: str, unpad: str, attenti
         "transformers": transformers.__version__,
         "device": torch.cuda.get_device_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)",
         "world_size": world_size,
+        "sp": sp,
         "backend": backend,
         "unpad": unpad,
         "attention": attention,
@@ -214,6 +225,8 @@ def run_rank(rank: int, spec: dict, workdir: str) -> None:
         torch.distributed.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size)
         unpad = unpad_helpers()
         load_value_head_with_config_attention()
+        if spec["attention"] == ULYSSES_SDPA_ATTENTION:
+            ulysses_sdpa_attention()
         model = MODELS[spec["model"]]
         rows: list[dict] = []
         trajectories: list[dict] = []
@@ -235,7 +248,9 @@ def run_rank(rank: int, spec: dict, workdir: str) -> None:
             "measurements": rows if rank == 0 else [],
             "trajectories": trajectories if rank == 0 else [],
             "modules": module_files(spec["cases"]),
-            "environment": _environment(spec["device"], world_size, backend, unpad, spec["attention"]),
+            "environment": _environment(
+                spec["device"], world_size, spec.get("sp", 1), backend, unpad, spec["attention"]
+            ),
         }
         torch.distributed.destroy_process_group()
     except BaseException:

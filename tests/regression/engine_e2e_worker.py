@@ -25,7 +25,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from engine_harness import LOSS_AGG_MODES
-from engine_harness.adapt import fp32_forward_on_verl_0_7, freeze_collector, unpad_helpers
+from engine_harness.adapt import (
+    ULYSSES_SDPA_ATTENTION,
+    fp32_forward_on_verl_0_7,
+    freeze_collector,
+    ulysses_sdpa_attention,
+    unpad_helpers,
+)
 from engine_harness.data import rollout_global_batch, step_data, token_budget, with_teacher
 from engine_harness.engine import build_engine, module_files, train_step
 from engine_harness.losses import engine_modules
@@ -48,52 +54,80 @@ _GLOBAL_RNG = threading.Lock()
 
 
 @dataclass(frozen=True)
+class Shape:
+    """A process group's shape: its ranks, verl's Ulysses size (``ulysses_sequence_parallel_size``; the data-parallel
+    size is the world's over it) and the model's attention (`ULYSSES_SDPA_ATTENTION`: verl's Ulysses attention, its
+    all-to-all around a pure-torch kernel, which every sp > 1 needs)."""
+
+    world_size: int
+    sequence_parallel: int = 1
+    attention: str = "sdpa"
+
+    @property
+    def data_parallel(self) -> int:
+        return self.world_size // self.sequence_parallel
+
+
+@dataclass(frozen=True)
 class Measurement:
-    """One engine step: the grad_norm `optimizer_step` returned for one loss, mode and split."""
+    """One engine step: the grad_norm `optimizer_step` returned for one loss, mode and split (rank 0's), with the
+    shape's Ulysses size and the step's CPU seconds on this rank."""
 
     component: str
     mode: str
     world_size: int
     micro_batches: int
     grad_norm: float
+    sequence_parallel: int = 1
+    seconds: float = 0.0
 
 
 def _run_component(
-    component: str, model_path: Path, rank: int, world_size: int, micro_batch_counts: Sequence[int]
+    component: str,
+    model_path: Path,
+    rank: int,
+    shape: Shape,
+    micro_batch_counts: Sequence[int],
+    modes: Sequence[str],
 ) -> list[Measurement]:
     loss = LOSSES[component]
-    engine = build_engine(loss, model_path)
+    world_size, sp = shape.world_size, shape.sequence_parallel
+    engine = build_engine(loss, model_path, attention=shape.attention, sequence_parallel=sp)
     freeze_collector()
     global_batch = rollout_global_batch(TINY.vocab_size, GLOBAL_BATCH_SIZE)
     if component == DISTILLATION:  # the teacher's log-probs of the whole mini-batch
         global_batch = with_teacher(global_batch, TINY.vocab_size)
     measurements = []
-    for mode in LOSS_AGG_MODES:
+    for mode in modes:
         loss_function = loss_function_for(loss, mode)
         for micro_batches in micro_batch_counts:
             if component == DISTILLATION:  # every step is a fresh worker's first call
                 loss_function = loss_function_for(loss, mode)
-            data = step_data(global_batch, rank, world_size, Split(micro_batches, dynamic=True), loss)
+            split = Split(micro_batches, dynamic=True)
+            data = step_data(global_batch, rank, world_size, split, loss, sequence_parallel=sp)
             step = train_step(engine, data, loss_function)
-            budget = token_budget(global_batch, world_size, micro_batches)
+            budget = -(-token_budget(global_batch, shape.data_parallel, micro_batches) // sp)  # per rank
             assert step.micro_batches == micro_batches, (
                 f"budget {budget} gave {step.micro_batches} micro-batches, wanted {micro_batches}"
             )
-            measurements.append(Measurement(component, mode, world_size, micro_batches, step.grad_norm))
+            measurement = Measurement(component, mode, world_size, micro_batches, step.grad_norm, sp, step.seconds)
+            measurements.append(measurement)
     return measurements
 
 
 def _worker(
     rank: int,
-    world_size: int,
+    shape: Shape,
     workdir: str,
     sys_path: Sequence[str],
     components: Sequence[str],
     micro_batch_counts: Sequence[int],
+    modes: Sequence[str],
 ) -> None:
     # the trees under test first, whatever the fork server's start copied over from the parent
     sys.path[:] = [*sys_path, *(entry for entry in sys.path if entry not in sys_path)]
     result_file = Path(workdir) / f"rank{rank}.json"
+    world_size = shape.world_size
     try:
         import torch
 
@@ -104,6 +138,8 @@ def _worker(
         unpad_helpers()
         fp32_forward_on_verl_0_7()
         load_value_head_with_config_attention()
+        if shape.attention == ULYSSES_SDPA_ATTENTION:
+            ulysses_sdpa_attention()
         started = time.perf_counter()
         measurements: list[Measurement] = []
         for component in components:
@@ -111,11 +147,13 @@ def _worker(
                 from trinity.trainer.verl.monkey_patch import patch_verl_engine
 
                 patch_verl_engine()
-            measurements += _run_component(component, Path(workdir) / "model", rank, world_size, micro_batch_counts)
+            model_path = Path(workdir) / "model"
+            measurements += _run_component(component, model_path, rank, shape, micro_batch_counts, modes)
         result = {
             "measurements": [asdict(m) for m in measurements],
             "modules": module_files([LOSSES[component] for component in components]),
             "seconds": time.perf_counter() - started,
+            "cpu_seconds": time.process_time(),  # the rank's whole life: its engine builds and steps
         }
         torch.distributed.destroy_process_group()
     except BaseException:
@@ -134,12 +172,16 @@ def run_world(
     sys_path: Sequence[str],
     components: Sequence[str] = COMPONENTS,
     micro_batch_counts: Sequence[int] = MICRO_BATCHES,
+    shape: Shape | None = None,
+    modes: Sequence[str] = LOSS_AGG_MODES,
 ) -> list[dict]:
-    """Start ``world_size`` ranks, run the matrix, and return each rank's result (measurements, module files)."""
+    """Start ``world_size`` ranks, run the matrix, and return each rank's result (measurements, module files);
+    ``shape`` None: ``world_size`` data-parallel ranks with sdpa attention."""
     with tempfile.TemporaryDirectory(prefix="engine-e2e-") as workdir:
         with _GLOBAL_RNG:  # the model's weights come from torch's global generator: one seeded build at a time
             save_model(TINY, Path(workdir) / "model")
-        args = (world_size, workdir, list(sys_path), list(components), list(micro_batch_counts))
+        shape = shape or Shape(world_size)
+        args = (shape, workdir, list(sys_path), list(components), list(micro_batch_counts), list(modes))
         ranks = [(rank, *args) for rank in range(world_size)]
         codes = run_children(_worker, ranks, WORLD_DEADLINE_S, "engine rank", preload_modules(components))
         results = []

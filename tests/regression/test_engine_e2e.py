@@ -24,6 +24,16 @@ Trinity's ``seq-mean-token-sum-norm`` is a plain masked sum divided by the fixed
 so summing the micro-batch losses is already right on one rank (ratio 1 for any K); on two ranks FSDP's
 gradient averaging halves it (ratio 1/world size), which the patch's ``dp_size`` weight undoes.
 
+Ulysses sequence parallelism (verl 0.8.0, the critic and the actor, one ``loss_agg_mode`` for each engine value a loss
+reads: token-mean, seq-mean-token-mean, seq-mean-token-sum-norm): ``ulysses_sequence_parallel_size`` 2 at dp 1
+(2 ranks) and at dp 2 (4 ranks), 1 and 4 micro-batches per rank, each rank of a data-parallel group holding its
+group's rows, the token budget per rank the group's over sp (the engine cuts by budget x sp). The grad_norm of each
+equals one micro-batch on one rank without sp (relative difference < 1e-5; measured 1e-7): the engine's ``dp_size``
+is the world size over sp and its ``batch_num_tokens`` is all-reduced over the data-parallel group, so neither
+counts an sp copy, and `Gather.backward`'s x sp cancels FSDP's average over the whole world. Vanilla: the same
+factors as without sp, with the data-parallel size in place of the world size. The teeth run
+(PATCHSET_SAMPLE=shapes) runs sp 2 at dp 1 only.
+
 Adaptations for a CPU-only machine, none of them on the loss path (both losses, the engine's micro-batch
 loop, backward, the gradient reduction and `optimizer_step` run unchanged from the trees under test):
 
@@ -52,9 +62,15 @@ loop, backward, the gradient reduction and `optimizer_step` run unchanged from t
    differently: ratios off 1 by up to 3e-4). Measured on 0.7.1: vanilla x2.000 / x3.992 token-mean and x2 / x4 the
    sequence means at K = 2 / 4 on one rank; patched 1.000000 for every split and both world sizes.
 
+10. Sequence parallelism only: verl's Ulysses attention (`_ulysses_flash_attention_forward`, its all-to-all and
+    position-id gather) runs only inside transformers' flash-attention entry, and calls flash_attn's varlen kernel
+    (CUDA only). The model names an attention (`engine_harness.adapt.ULYSSES_SDPA_ATTENTION`) that routes to that
+    entry, and the kernel verl's function calls is causal sdpa over each packed sequence
+    (`engine_harness.adapt.ulysses_sdpa_attention`). Only the first rank of each Ulysses group reports a grad_norm.
+
 The engine, loss and Trinity patch modules are checked to come from the trees under test in every
 rank. With ``baseline_dir`` set, every measurement is written to ``e2e-<expect>.jsonl`` there
-(`scripts/plot.py` draws them).
+(`scripts/plot.py` draws them), those with sequence parallelism to ``e2e-sp-<expect>.jsonl``.
 """
 
 from __future__ import annotations
@@ -67,9 +83,19 @@ from pathlib import Path
 
 import pytest
 from conftest import SAMPLE_VARIABLE
-from engine_e2e_worker import COMPONENTS, DISTILLATION, LOSS_AGG_MODES, MICRO_BATCHES, run_world
+from engine_e2e_worker import COMPONENTS, DISTILLATION, LOSS_AGG_MODES, MICRO_BATCHES, Shape, run_world
+
+from engine_harness.adapt import ULYSSES_SDPA_ATTENTION
 
 WORLD_SIZES = (1, 2)
+# Ulysses sequence parallelism, verl 0.8.0's engine only (the target; 0.7.1 runs its critic without it): sp 2 at dp 1
+# (2 ranks) and at dp 2 (4 ranks), the critic and Trinity's actor, each rank through verl's Ulysses attention
+SP_SHAPES = (Shape(2, 2, ULYSSES_SDPA_ATTENTION), Shape(4, 2, ULYSSES_SDPA_ATTENTION))
+SP_VERL_VERSIONS = ("0.8.0",)
+SP_COMPONENTS = ("critic", "actor")
+# one mode for each engine value a loss reads: batch_num_tokens; global_batch_size and dp_size; dp_size alone
+# (seq-mean-token-sum reads what seq-mean-token-mean reads)
+SP_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 # The CPU adaptations below are written for verl 0.8.0's engine, and hold for 0.7.1's (its critic, configured as a
 # critic checkpoint declares itself, see engine_e2e_worker; 0.7.x has no distillation). verl 0.9.x's FSDP engine is
 # CUDA-only on this path: building the model calls log_gpu_memory_usage, which asks torch.cuda.mem_get_info
@@ -79,7 +105,19 @@ RTOL = 1e-5
 BUG_RATIO_TOLERANCE = 0.15
 SUITE_DIR = Path(__file__).resolve().parent
 
-Key = tuple[str, str, int, int]  # component, mode, world size, micro-batches per rank
+Key = tuple[str, str, int, int]  # component, mode, world size (dp size under sp), micro-batches per rank
+
+
+def sp_micro_batch_counts() -> tuple[int, ...]:
+    """The splits the sequence-parallel shapes run: one micro-batch and the most (a split in between shows nothing the
+    shapes without sp do not)."""
+    return (MICRO_BATCHES[0], MICRO_BATCHES[-1])
+
+
+def sp_shapes() -> tuple[Shape, ...]:
+    """The sequence-parallel shapes: both, or with PATCHSET_SAMPLE=shapes (the teeth run) sp 2 at dp 1 alone, the
+    cheapest that shows the vanilla trees' error (2 ranks instead of 4)."""
+    return SP_SHAPES[:1] if os.environ.get(SAMPLE_VARIABLE) == "shapes" else SP_SHAPES
 
 
 def micro_batch_counts() -> tuple[int, ...]:
@@ -106,43 +144,69 @@ def trees(request: pytest.FixtureRequest, verl_tree: Path, verl_version: str) ->
 
 
 @pytest.fixture(scope="module")
-def e2e_runs(expect: str, trees: dict[str, Path], baseline_dir: Path | None) -> dict[int, list[dict]]:
-    """Every rank's result for each world size: one process group per world size runs the whole matrix, both at
-    once (each in its own temporary folder and rendezvous; together they take two thirds of the time one after
-    the other)."""
+def e2e_runs(
+    expect: str, trees: dict[str, Path], verl_version: str, baseline_dir: Path | None
+) -> dict[Shape, list[dict]]:
+    """Every rank's result for each shape: one process group per shape runs the whole matrix, all at once (each in
+    its own temporary folder and rendezvous; together they take two thirds of the time one after the other). The
+    sequence-parallel shapes run on verl 0.8.0 only: the critic and the actor, `SP_MODES`."""
     components = _components(trees)
     sys_path = [str(SUITE_DIR), *(str(tree) for tree in trees.values()), *sys.path]
-    counts = micro_batch_counts()
-    with ThreadPoolExecutor(max_workers=len(WORLD_SIZES)) as pool:
-        started = {ws: pool.submit(run_world, ws, sys_path, components, counts) for ws in WORLD_SIZES}
-        runs = {world_size: future.result() for world_size, future in started.items()}
+    plans = {Shape(ws): (components, LOSS_AGG_MODES, micro_batch_counts()) for ws in WORLD_SIZES}
+    if verl_version.split("+", 1)[0] in SP_VERL_VERSIONS:
+        sp_plan = (tuple(c for c in components if c in SP_COMPONENTS), SP_MODES, sp_micro_batch_counts())
+        plans |= {shape: sp_plan for shape in sp_shapes()}
+    with ThreadPoolExecutor(max_workers=len(plans)) as pool:
+        started = {
+            shape: pool.submit(run_world, shape.world_size, sys_path, parts, counts, shape, modes)
+            for shape, (parts, modes, counts) in plans.items()
+        }
+        runs = {shape: future.result() for shape, future in started.items()}
     failed = [
-        f"world size {ws}, rank {rank}:\n{result['error']}"
-        for ws, results in runs.items()
+        f"{shape}, rank {rank}:\n{result['error']}"
+        for shape, results in runs.items()
         for rank, result in enumerate(results)
         if "error" in result
     ]
     assert not failed, "engine run failed\n" + "\n".join(failed)
     if baseline_dir is not None:
         baseline_dir.mkdir(parents=True, exist_ok=True)
-        with (baseline_dir / f"e2e-{expect}.jsonl").open("w") as stream:
-            for world_size in WORLD_SIZES:
-                for row in runs[world_size][0]["measurements"]:
-                    stream.write(json.dumps(row) + "\n")
+        for name, shapes in ((f"e2e-{expect}", [Shape(ws) for ws in WORLD_SIZES]), (f"e2e-sp-{expect}", sp_shapes())):
+            with (baseline_dir / f"{name}.jsonl").open("w") as stream:
+                for shape in (shape for shape in shapes if shape in runs):
+                    for row in runs[shape][0]["measurements"]:
+                        stream.write(json.dumps(row) + "\n")
     return runs
 
 
 @pytest.fixture(scope="module")
-def grad_norms(e2e_runs: dict[int, list[dict]], trees: dict[str, Path]) -> dict[Key, float]:
-    """grad_norm per (component, mode, world size, micro-batches), as rank 0 logged it."""
+def grad_norms(e2e_runs: dict[Shape, list[dict]], trees: dict[str, Path]) -> dict[Key, float]:
+    """grad_norm per (component, mode, world size, micro-batches), as rank 0 logged it, without sequence parallelism."""
     norms: dict[Key, float] = {}
-    for results in e2e_runs.values():
+    for shape, results in e2e_runs.items():
+        if shape.sequence_parallel > 1:
+            continue
         for row in results[0]["measurements"]:
             norms[row["component"], row["mode"], row["world_size"], row["micro_batches"]] = row["grad_norm"]
     components = _components(trees)
     counts = micro_batch_counts()
     expected = {(c, m, ws, k) for c in components for m in LOSS_AGG_MODES for ws in WORLD_SIZES for k in counts}
     assert set(norms) == expected, f"missing measurements: {sorted(expected - set(norms))}"
+    return norms
+
+
+@pytest.fixture(scope="module")
+def sp_grad_norms(e2e_runs: dict[Shape, list[dict]]) -> dict[Key, float]:
+    """grad_norm per (component, mode, dp size, micro-batches) of the sequence-parallel shapes, as rank 0 (the first
+    rank of its Ulysses group; the others report none) logged it."""
+    norms: dict[Key, float] = {}
+    for shape, results in e2e_runs.items():
+        if shape.sequence_parallel == 1:
+            continue
+        for row in results[0]["measurements"]:
+            norms[row["component"], row["mode"], shape.data_parallel, row["micro_batches"]] = row["grad_norm"]
+    if not norms:
+        pytest.skip(f"sequence parallelism runs on verl {', '.join(SP_VERL_VERSIONS)}'s engine only")
     return norms
 
 
@@ -158,10 +222,11 @@ def _require(trees: dict[str, Path], component: str) -> None:
         pytest.skip("no Trinity-RFT tree under test (PATCHSET_TRINITY_TREE): the actor does not run")
 
 
-def vanilla_ratio(component: str, mode: str, world_size: int, micro_batches: int) -> float:
-    """grad_norm the vanilla trees give relative to one micro-batch on one rank (see the module docstring)."""
+def vanilla_ratio(component: str, mode: str, dp_size: int, micro_batches: int) -> float:
+    """grad_norm the vanilla trees give relative to one micro-batch on one rank (see the module docstring), with
+    ``dp_size`` data-parallel groups (the world size without sequence parallelism)."""
     if component == "actor" and mode == "seq-mean-token-sum-norm":
-        return 1.0 / world_size
+        return 1.0 / dp_size
     return float(micro_batches)
 
 
@@ -179,13 +244,13 @@ def test_engine_and_losses_imported_from_the_trees_under_test(e2e_runs, trees: d
     import verl.workers.engine.fsdp.transformer_impl
 
     assert Path(verl.workers.engine.fsdp.transformer_impl.__file__).resolve().is_relative_to(trees["verl"])
-    for world_size, results in e2e_runs.items():
+    for shape, results in e2e_runs.items():
         for rank, result in enumerate(results):
             assert "verl.workers.engine.fsdp.transformer_impl" in result["modules"]
             for module_name, module_file in result["modules"].items():
                 tree = trees[module_name.split(".", 1)[0]]
                 assert Path(module_file).is_relative_to(tree), (
-                    f"world size {world_size}, rank {rank}: {module_name} came from {module_file}, not {tree}"
+                    f"{shape}, rank {rank}: {module_name} came from {module_file}, not {tree}"
                 )
 
 
@@ -230,3 +295,23 @@ def test_engine_distillation_grad_norm_invariant_to_split_and_ranks(expect, grad
                 assert abs(value / reference - 1.0) < RTOL, what
             elif micro_batches > 1:
                 assert abs(value / reference - 1.0) > 0.1, what + " (vanilla unexpectedly invariant)"
+
+
+@pytest.mark.parametrize("mode", SP_MODES)
+@pytest.mark.parametrize("component", SP_COMPONENTS)
+def test_engine_grad_norm_under_sequence_parallelism_equals_one_rank(
+    expect, trees, grad_norms, sp_grad_norms, component, mode
+):
+    """Ulysses sp 2 at dp 1 and dp 2 (2 and 4 gloo ranks, verl's all-to-all, `Gather` and FSDP's average over the
+    world): every split's grad_norm equals one micro-batch on one rank without sp. The engine's ``dp_size`` is the
+    world over sp, and ``batch_num_tokens`` is summed over its data-parallel group, so each counts every row once;
+    `Gather.backward` multiplies by sp what FSDP then divides by the world. Vanilla: x K, as without sp (Trinity's
+    seq-mean-token-sum-norm 1/dp)."""
+    _require(trees, component)
+    reference = grad_norms[component, mode, 1, 1]
+    for shape in sp_shapes():
+        for micro_batches in sp_micro_batch_counts():
+            value = sp_grad_norms[component, mode, shape.data_parallel, micro_batches]
+            bug_ratio = vanilla_ratio(component, mode, shape.data_parallel, micro_batches)
+            what = f"{component} {mode} {shape} K={micro_batches} vs ws1 K=1"
+            _check(expect, value, reference, bug_ratio, what)

@@ -118,6 +118,19 @@ def test_global_batch_cuts_evenly_on_every_rank():
         (["--sides", "patched", "--patched", "installed", "--clip", "1.0,none"], "--clip '1.0,none'"),
         (["--sides", "patched", "--patched", "installed", "--clip", "-1"], "--clip '-1'"),
         (["--sides", "patched", "--patched", "installed", "--lr", "0"], "--lr 0.0"),
+        (["--sides", "patched", "--patched", "installed", "--sp", "0"], "--sp 0: at least 1"),
+        (
+            ["--sides", "patched", "--patched", "installed", "--world-size", "3", "--sp", "2"],
+            "--sp 2: the world size 3 does not divide into groups of 2 ranks",
+        ),
+        (
+            ["--sides", "patched", "--patched", "installed", "--world-size", "8", "--sp", "8"],
+            "--sp 8: model tiny has 4 attention heads",
+        ),
+        (
+            ["--sides", "patched", "--patched", "installed", "--world-size", "2", "--sp", "2", "--attention", "sdpa"],
+            "--attention sdpa with --sp 2",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line_naming_the_flag(argv, message, capsys, monkeypatch, tmp_path):
@@ -134,7 +147,16 @@ def test_help_names_every_case_and_the_exit_codes(capsys):
         _script().main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    assert all(name in out for name in CASES) and "exit codes: 0" in out and "--world-size" in out
+    assert all(name in out for name in CASES) and "exit codes: 0" in out and "--world-size" in out and "--sp" in out
+
+
+def test_sequence_parallelism_picks_the_attention_ulysses_runs_in():
+    """sdpa without sp; with sp, the flash-attention entry around a pure-torch kernel, unless flash_attn is asked."""
+    script = _script()
+    tiny = MODELS["tiny"]
+    assert script._sequence_parallel(1, None, tiny, None) == "sdpa"
+    assert script._sequence_parallel(2, 4, tiny, None) == script.ULYSSES_SDPA == "ulysses_sdpa"
+    assert script._sequence_parallel(2, None, tiny, "flash_attention_2") == "flash_attention_2"
 
 
 def test_a_module_from_outside_the_tree_claimed_is_reported(tmp_path):
