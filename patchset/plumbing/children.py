@@ -17,8 +17,12 @@ limit.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
+from multiprocessing import forkserver
 from multiprocessing.connection import wait
 from multiprocessing.context import BaseContext
 
@@ -29,11 +33,26 @@ from patchset.plumbing.limits import RAISE_HINT, scaled
 START_METHOD = "forkserver"
 
 
+_SERVER_START = threading.Lock()
+
+
 def server(preload: Sequence[str] = ("torch",)) -> BaseContext:
-    """The fork server's context. ``preload`` takes effect where this process has not started its server yet (the
-    first caller's list is the server's; a module it lacks, a child imports itself)."""
+    """The fork server's context, its server running. ``preload`` takes effect where this process has not started its
+    server yet (the first caller's list is the server's; a module it lacks, a child imports itself). The server is
+    started with this process's ``sys.path`` as its ``PYTHONPATH``: Python 3.11's forkserver is handed the path but
+    does not use it, so a preload module found through a path the caller added (a test folder) would not be found."""
     context = multiprocessing.get_context(START_METHOD)
     context.set_forkserver_preload(list(preload))
+    with _SERVER_START:
+        inherited = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = os.pathsep.join(entry for entry in sys.path if entry)
+        try:
+            forkserver.ensure_running()  # nothing to do where it runs already
+        finally:
+            if inherited is None:
+                del os.environ["PYTHONPATH"]
+            else:
+                os.environ["PYTHONPATH"] = inherited
     return context
 
 
