@@ -1,10 +1,10 @@
 """Megatron's parallel shapes: each loss weight counts the data parallel groups once, context parallelism included.
 
 Invariant on the patched trees: in each Megatron shape of ``SHAPES`` (data, tensor, pipeline and context parallel
-sizes 1 and 2) with K = 1 or 2 fixed micro-batches per rank, the gradient Megatron leaves on every
-tensor parallel shard is the gradient of the whole mini-batch's loss on one process, in every ``loss_agg_mode``, for
-the verl 0.8.0 critic on verl's Megatron engine and for Trinity's legacy Megatron actor (patch 0008). On the vanilla
-trees the same measurement deviates at K = 2: the critic in every mode, the legacy actor for the token mean and the
+sizes 1 and 2) with K = 1 or 2 fixed micro-batches per rank, the gradient Megatron leaves on every tensor parallel
+shard is the gradient of the whole mini-batch's loss on one process, in every ``loss_agg_mode``, for the verl 0.8.0
+critic on verl's Megatron engine and for Trinity's legacy Megatron actor (patch 0008). On the vanilla trees the same
+measurement deviates at K = 2: the critic in every mode, the legacy actor for the token mean and the
 normalized token sum (its division by K is right for the sequence means).
 
 megatron-core does not run a step on this CPU (its schedules, DDP and model forward allocate on CUDA:
@@ -19,9 +19,9 @@ checked in the trees' sources (``test_..._counts_data_parallel_groups_as_megatro
 ``get_data_parallel_group``; the loss times ``num_micro_batch`` in ``postprocess_micro_batch_func``), Trinity
 ``trinity/trainer/verl_legacy/megatron_actor.py`` (the 0008 hunk of ``forward_backward_batch``).
 
-The last test shows the measurement can tell a count of context parallel ranks as data parallel ones (the sequence
-parallel bug of issue 40 on FSDP, ``get_world_size()`` for the dp size): x cp for a sum over tokens and sequence
-means.
+The last test shows the measurement can tell a count of context parallel ranks as data parallel ones (what issue 40
+found on FSDP with sequence parallelism, ``get_world_size()`` for the dp size): x cp for a token mean and a normalized
+token sum.
 """
 
 from __future__ import annotations
