@@ -16,7 +16,11 @@ from collections.abc import Callable, Sequence
 from multiprocessing.context import BaseContext
 
 # the modules that fork from the test process (conftest runs them first in their worker)
-FORKING_MODULES = ("test_gpu_proof_smoke.py", "test_trinity_legacy_data_parallel.py")
+FORKING_MODULES = (
+    "test_gpu_proof_smoke.py",
+    "test_trinity_legacy_data_parallel.py",
+    "test_trinity_legacy_sequence_parallel.py",
+)
 
 
 def safe_context(preload: Sequence[str] = ("torch",)) -> BaseContext:
