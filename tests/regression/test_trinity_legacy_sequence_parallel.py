@@ -41,11 +41,18 @@ BUG_DEVIATION = 1e-3
 
 
 @pytest.fixture(scope="module")
-def sp_gradients(trinity_legacy_tree: Path, dpo_steps_patch: bool, tmp_path_factory: pytest.TempPathFactory):
+def sp_gradients(
+    request: pytest.FixtureRequest,
+    trinity_legacy_tree: Path,
+    dpo_steps_patch: bool,
+    tmp_path_factory: pytest.TempPathFactory,
+):
     """{dp size: {case: the gradient FSDP averaged}}, from dp x sp gloo ranks forked from this process (see
-    forking.py); the world sizes run one after the other, each world's ranks at once."""
+    forking.py), for the dp sizes the session's tests ask for (the teeth run samples one); the world sizes run one
+    after the other, each world's ranks at once."""
     gradients = {}
-    for dp_size in DP_SIZES:
+    asked = {item.callspec.params["dp_size"] for item in request.session.items if item.path == request.path}
+    for dp_size in sorted(asked):
         world_size, folder = dp_size * SP_SIZE, tmp_path_factory.mktemp(f"dp{dp_size}-sp{SP_SIZE}")
         args = (world_size, str(folder), json.dumps(CASES), dpo_steps_patch, SP_SIZE)
         codes = run_children(data_parallel_rank, [(rank, *args) for rank in range(world_size)], RANKS_DEADLINE_S)
