@@ -283,9 +283,11 @@ def sent_by_update_actor(
     actor_config: Any,
     entropy_loss_fn: str = "none",
     fields: tuple[str, ...] = ROLLOUT_FIELDS,
+    trainer_gpus: int = 1,
 ) -> TensorDict:
     """What Trinity's real ``VERLTrainer._update_actor`` hands the actor's engine for ``batch``. Only the fields that
-    method reads are stubbed: the actor config, the algorithm and a worker group that records what it is sent."""
+    method reads are stubbed: the actor config, the algorithm, ``trainer_gpus`` and a worker group that records what
+    it is sent."""
     from types import SimpleNamespace
 
     from verl import DataProto
@@ -302,7 +304,9 @@ def sent_by_update_actor(
     trainer = SimpleNamespace(
         algorithm_config=SimpleNamespace(policy_loss_fn=policy_loss_fn, entropy_loss_fn=entropy_loss_fn),
         config=SimpleNamespace(actor=actor_config),
-        global_config=SimpleNamespace(model=SimpleNamespace(temperature=1.0)),
+        global_config=SimpleNamespace(
+            model=SimpleNamespace(temperature=1.0), cluster=SimpleNamespace(trainer_gpu_num=trainer_gpus)
+        ),
         actor_rollout_wg=SimpleNamespace(update_actor=update_actor),
     )
     trainer_cls._update_actor(trainer, DataProto.from_dict({key: batch[key] for key in fields}), {})
@@ -319,5 +323,6 @@ def group_size_sent_by_trainer(
     from verl.utils import tensordict_utils as tu
 
     actor = SimpleNamespace(ppo_mini_batch_size=len(batch), ppo_epochs=1, data_loader_seed=42, shuffle=False)
+    actor.use_dynamic_bsz, actor.ppo_micro_batch_size_per_gpu = True, None
     sent = sent_by_update_actor(trainer_cls, policy_loss_fn, batch, actor, entropy_loss_fn)
     return tu.get_non_tensor_data(sent, "force_group_size", default=None)

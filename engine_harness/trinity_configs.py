@@ -82,17 +82,23 @@ def layout(path: str, **actor) -> dict:
     return {"actor_rollout_ref": {"actor": actor}} if path == NESTED else {"actor": actor}
 
 
-def dpo_config(model_dir: Path, trainer_config, train_batch_size: int = 16, use_dynamic_bsz: bool | None = None):
-    """A DPO training config as a user writes it (Trinity's defaults for everything not given). ``model_dir``: an
-    empty folder, where the legacy translation looks for the model's config and moves on (a name that is not a
-    folder would be looked up on the Hugging Face Hub, retried for minutes without a network)."""
+def dpo_config(
+    model_dir: Path,
+    trainer_config,
+    train_batch_size: int = 16,
+    use_dynamic_bsz: bool | None = None,
+    gpus: int = GPUS,
+):
+    """A DPO training config as a user writes it (Trinity's defaults for everything not given) on one node of ``gpus``
+    GPUs. ``model_dir``: an empty folder, where the legacy translation looks for the model's config and moves on (a
+    name that is not a folder would be looked up on the Hugging Face Hub, retried for minutes without a network)."""
     from trinity.common.config import Config, ExperienceBufferConfig
 
     config = Config(mode="train")
     config.algorithm.algorithm_type = "dpo"
     config.buffer.train_batch_size = train_batch_size
     config.buffer.trainer_input.experience_buffer = ExperienceBufferConfig(name="pairs", path="pairs.jsonl")
-    config.cluster.node_num, config.cluster.gpu_per_node = 1, GPUS
+    config.cluster.node_num, config.cluster.gpu_per_node = 1, gpus
     config.model.model_path = str(model_dir)
     config.model.max_model_len, config.model.max_response_tokens = 64, 32
     config.trainer.save_interval = 10

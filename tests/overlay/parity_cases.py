@@ -220,7 +220,7 @@ def dpo_check_cases() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as model_dir:
         for path in (NESTED, FLAT):
             for actor, use_dynamic_bsz in (({"shuffle": True}, None), ({"ppo_micro_batch_size_per_gpu": 2}, False)):
-                for pairs in (16, 6):
+                for pairs in (16, 6, 4):  # 4 pairs on 4 GPUs: a micro-batch of 1 pair, not 2
                     config = dpo_config(Path(model_dir), layout(path, **actor), pairs, use_dynamic_bsz)
                     cases[f"dpo check {path} {actor} {pairs} pairs"] = _outcome(lambda c=config: check(c) + check(c))
         config = dpo_config(Path(model_dir), {}, 6)

@@ -54,6 +54,7 @@ SHAPE_PARAMS = frozenset({"split", "dp_size", "world_size", "micro_batch_rows"})
 SAMPLE_VARIABLE = "PATCHSET_SAMPLE"
 # the engine runs, then the other modules whose processes run a training step (`patchset.plumbing.children`)
 FIRST = ("test_engine_e2e.py", "test_gpu_proof_smoke.py", "test_trinity_legacy_data_parallel.py")
+FIRST += ("test_trinity_legacy_sequence_parallel.py",)
 # tests whose patched run compares every case with the vanilla run's own measurement of it: never sampled
 EVERY_VANILLA_CASE = frozenset(
     {

@@ -8,7 +8,9 @@ split, weighting and optimizer step, on the actor config Trinity's legacy path b
 FSDP-wrapped one (the fields ``init_model`` would set from the model are set here, and ``vllm``, which the worker
 module imports only for an environment variable, is an empty module when absent); an optimizer with lr 0 records
 the gradient of every optimizer step; with several ranks (gloo processes), that optimizer averages the gradients
-over the ranks first, as FSDP's reduce-scatter does.
+over the ranks first, as FSDP's reduce-scatter does. With Ulysses sequence parallelism (``LegacyCase.ulysses_sp``) the
+actor takes its remove-padding path instead, on `ulysses_model.UlyssesTinyLM` sharded by FSDP2 itself, under the
+worker's own ``ulysses_sharding_manager``.
 """
 
 from __future__ import annotations
@@ -27,8 +29,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+from ulysses_model import FSDPRecordingOptimizer, UlyssesTinyLM, sharded
 
+from engine_harness.adapt import unpad_helpers
 from engine_harness.sim import PROMPT_LEN, RESPONSE_LEN, Split, make_rollout_batch
+
+# what the fork server imports once for the data-parallel ranks (`data_parallel_rank`): Trinity's legacy worker is not
+# among them, as it logs as a Ray actor, which needs the logger the rank names first
+RANK_PRELOAD = ("torch", "transformers", "legacy_sim", "verl")
 
 BATCH_SIZE = 48  # rows: 24 DPO pairs (rows 2i, 2i+1)
 NUM_EXPERT = 16  # MIX/MIX_CHORD: the last rows are expert data
@@ -109,9 +117,11 @@ def _worker_module():
     return fsdp_workers
 
 
-def trinity_config(policy_loss: str, train_batch_size: int, budget: int | None, loss_scale_flag: bool = False):
+def trinity_config(
+    policy_loss: str, train_batch_size: int, budget: int | None, loss_scale_flag: bool = False, sp_size: int = 1
+):
     """A Trinity ``Config`` for one trainer GPU per rank: ``buffer.train_batch_size`` experiences, dynamic
-    batching with a token ``budget`` or a fixed micro-batch size (None)."""
+    batching with a token ``budget`` or a fixed micro-batch size (None), Ulysses sequence parallelism ``sp_size``."""
     import torch.distributed as dist
     from trinity.common.config import Config
 
@@ -120,7 +130,7 @@ def trinity_config(policy_loss: str, train_batch_size: int, budget: int | None, 
     config.buffer.train_batch_size = train_batch_size
     config.cluster.trainer_gpu_num = config.cluster.trainer_gpu_num_per_node = dist.get_world_size()
     config.trainer.trainer_strategy = "fsdp"
-    config.trainer.ulysses_sequence_parallel_size = 1
+    config.trainer.ulysses_sequence_parallel_size = sp_size
     config.trainer.grad_clip = 1.0e9  # the recorded gradient is the unclipped one
     config.trainer.use_dynamic_bsz = budget is not None
     config.trainer.fix_actor_microbatch_loss_scale = loss_scale_flag  # Trinity's default: False
@@ -135,22 +145,32 @@ def legacy_actor_config(
     micro_batch_size: int | None,
     budget: int | None,
     loss_scale_flag: bool = False,
+    ulysses_sp: int = 0,
 ):
     """The actor config of Trinity's legacy path: ``synchronize_config``, then the real worker's ``__init__``
     (which divides the mini- and micro-batch sizes per GPU, asserts they divide, and raises on what it refuses).
+    ``ulysses_sp``: 0 for the padded forward, else the remove-padding forward with that sequence parallel size.
     Built once per setting (the actor only reads it)."""
-    return _legacy_actor_config(policy_loss == "dpo", train_batch_size, micro_batch_size, budget, loss_scale_flag)
+    settings = (policy_loss == "dpo", train_batch_size, micro_batch_size, budget, loss_scale_flag, ulysses_sp)
+    return _legacy_worker(*settings).config.actor
 
 
 @functools.cache
-def _legacy_actor_config(
-    dpo: bool, train_batch_size: int, micro_batch_size: int | None, budget: int | None, loss_scale_flag: bool
+def _legacy_worker(
+    dpo: bool,
+    train_batch_size: int,
+    micro_batch_size: int | None,
+    budget: int | None,
+    loss_scale_flag: bool,
+    ulysses_sp: int = 0,
 ):
+    """The legacy ``ActorRolloutRefWorker`` built for this setting; its actor config completed as ``init_model``
+    would complete it."""
     import torch.distributed as dist
     from omegaconf import OmegaConf, open_dict
     from trinity.trainer.verl_legacy.verl_config import veRLConfig
 
-    config = trinity_config("dpo" if dpo else "ppo", train_batch_size, budget, loss_scale_flag)
+    config = trinity_config("dpo" if dpo else "ppo", train_batch_size, budget, loss_scale_flag, max(ulysses_sp, 1))
     verl_config = veRLConfig()
     micro = micro_batch_size
     if micro is not None:  # trainer.trainer_config.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu
@@ -175,9 +195,9 @@ def _legacy_actor_config(
                 os.environ[key] = value
     actor_config = worker.config.actor
     with open_dict(actor_config):
-        actor_config.update(MODEL_FIELDS)
+        actor_config.update(MODEL_FIELDS | {"use_remove_padding": ulysses_sp > 0})
         actor_config.fsdp_config.dtype = "float32"
-    return actor_config
+    return worker
 
 
 def algorithm(name: str, loss_agg_mode: str, split: Split, terms: Terms = ALL_TERMS, mini_batch: int = BATCH_SIZE):
@@ -227,12 +247,20 @@ def rollout(seed: int = 0, rows: int = BATCH_SIZE):
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
 
 
-def rank_rollout(rows_per_rank: int = BATCH_SIZE, seed: int = 0):
-    """This rank's share of the rollout (the trainer chunks it over the data parallel ranks)."""
+def rank_rollout(rows_per_rank: int = BATCH_SIZE, seed: int = 0, sp_size: int = 1):
+    """This rank's share of the rollout: the trainer chunks it over the data parallel ranks; with Ulysses sequence
+    parallelism every rank of an sp group gets its group's chunk (the legacy worker dispatches by the dp rank of its
+    ``ulysses_device_mesh``, (dp, sp) row-major: rank // sp)."""
     import torch.distributed as dist
 
-    data = rollout(seed, rows=rows_per_rank * dist.get_world_size())
-    return data.chunk(dist.get_world_size())[dist.get_rank()]
+    dp_size = dist.get_world_size() // sp_size
+    data = rollout(seed, rows=rows_per_rank * dp_size)
+    return data.chunk(dp_size)[dist.get_rank() // sp_size]
+
+
+def wrong_on_vanilla(name: str, loss_agg_mode: str) -> bool:
+    """What the vanilla legacy actor gets wrong: a token mean (REC's always), a normalized token sum, and DPO."""
+    return name in ("dpo", "rec") or loss_agg_mode in ("token-mean", "seq-mean-token-sum-norm")
 
 
 def experiences(name: str, rows: int) -> int:
@@ -245,7 +273,10 @@ class LegacyCase:
     """One ``update_policy`` call of Trinity's legacy actor. ``split`` cuts this rank's batch into that many
     micro-batches: a fixed micro-batch of ``1 / K`` of the rank's rows, or a token budget of ``1 / K`` of its tokens.
     ``train_batch_size`` (experiences, all ranks) defaults to the whole batch; ``dpo_mini_batch_in_rows`` says whether
-    the tree's config translation counts a DPO mini-batch in rows (the DPO-steps patch), for the default."""
+    the tree's config translation counts a DPO mini-batch in rows (the DPO-steps patch), for the default.
+    ``ulysses_sp``: 0, the padded forward of `TinyLM`; else the remove-padding forward of `UlyssesTinyLM`, sharded by
+    FSDP2 over every rank, with that Ulysses sequence parallel size (``rows_per_rank`` then counts the rows of a data
+    parallel group)."""
 
     name: str
     loss_agg_mode: str
@@ -255,33 +286,47 @@ class LegacyCase:
     dpo_mini_batch_in_rows: bool = True
     rows_per_rank: int = BATCH_SIZE
     loss_scale_flag: bool = False
+    ulysses_sp: int = 0
 
 
 def legacy_actor(case: LegacyCase):
     """Trinity's legacy ``DataParallelPPOActor``, with its algorithm set as the worker sets it at start-up (where
     a configuration the actor refuses raises)."""
-    import torch.distributed as dist
     from trinity.trainer.verl_legacy.dp_actor import DataParallelPPOActor
 
-    name, split, rows_per_rank = case.name, case.split, case.rows_per_rank
-    train_batch_size = case.train_batch_size
-    if train_batch_size is None:
-        total_rows = rows_per_rank * dist.get_world_size()
-        train_batch_size = experiences(name, total_rows) if case.dpo_mini_batch_in_rows else total_rows
-    data = rank_rollout(rows_per_rank)
-    if split.dynamic:
-        total_tokens = int(data.batch["attention_mask"].sum())
-        budget = max(-(-total_tokens // split.num_micro_batches), PROMPT_LEN + RESPONSE_LEN)
-        config = legacy_actor_config(name, train_batch_size, None, budget, case.loss_scale_flag)
+    name, split = case.name, case.split
+    worker = legacy_worker(case)
+    config = worker.config.actor
+    if case.ulysses_sp:
+        unpad_helpers()  # the remove-padding forward: verl's pure-torch unpad helpers without flash_attn
+        model = sharded(UlyssesTinyLM(), worker.device_mesh)
+        optimizer: torch.optim.Optimizer = FSDPRecordingOptimizer(model.parameters())
     else:
-        micro_rows = rows_per_rank // split.num_micro_batches
-        config = legacy_actor_config(name, train_batch_size, experiences(name, micro_rows), None, case.loss_scale_flag)
-    model = TinyLM()
-    optimizer = RecordingOptimizer(model.parameters())
+        model = TinyLM()
+        optimizer = RecordingOptimizer(model.parameters())
     with contextlib.redirect_stdout(io.StringIO()):  # verl prints its settings on rank 0
         actor = DataParallelPPOActor(config, model, optimizer)
     actor.set_algorithm(algorithm(name, case.loss_agg_mode, split, case.terms, config.ppo_mini_batch_size))
     return actor, optimizer
+
+
+def legacy_worker(case: LegacyCase):
+    """The legacy worker of ``case``'s setting: its split as a token budget or a fixed micro-batch size."""
+    import torch.distributed as dist
+
+    name, split, sp_size = case.name, case.split, max(case.ulysses_sp, 1)
+    train_batch_size = case.train_batch_size
+    if train_batch_size is None:
+        total_rows = case.rows_per_rank * dist.get_world_size() // sp_size
+        train_batch_size = experiences(name, total_rows) if case.dpo_mini_batch_in_rows else total_rows
+    settings = (case.loss_scale_flag, case.ulysses_sp)
+    if split.dynamic:
+        assert sp_size == 1, "a token budget under sequence parallelism is not emulated here"
+        total_tokens = int(rank_rollout(case.rows_per_rank).batch["attention_mask"].sum())
+        budget = max(-(-total_tokens // split.num_micro_batches), PROMPT_LEN + RESPONSE_LEN)
+        return _legacy_worker(name == "dpo", train_batch_size, None, budget, *settings)
+    micro_rows = experiences(name, case.rows_per_rank // split.num_micro_batches)
+    return _legacy_worker(name == "dpo", train_batch_size, micro_rows, None, *settings)
 
 
 def legacy_gradients(name: str, loss_agg_mode: str, split: Split, **options: Any):
@@ -292,9 +337,13 @@ def legacy_gradients(name: str, loss_agg_mode: str, split: Split, **options: Any
 
 @functools.cache
 def _case_gradients(case: LegacyCase):
+    import torch.distributed as dist
     from verl.utils import seqlen_balancing
 
     actor, optimizer = legacy_actor(case)
+    worker, sp_size = legacy_worker(case), max(case.ulysses_sp, 1)
+    if worker.ulysses_device_mesh is not None:  # rank_rollout's dispatch is the worker's
+        assert worker.ulysses_device_mesh["dp"].get_local_rank() == dist.get_rank() // sp_size
     seen_rows: list[list[int]] = []
     original = seqlen_balancing.rearrange_micro_batches  # Trinity's, which the worker installed
     offset = [0]  # update_policy drops row_id, but keeps the rows in order: mini-batches are contiguous slices
@@ -307,15 +356,18 @@ def _case_gradients(case: LegacyCase):
 
     seqlen_balancing.rearrange_micro_batches = recording
     try:
-        actor.update_policy(rank_rollout(case.rows_per_rank))
+        with worker.ulysses_sharding_manager:  # verl's sp group for its Ulysses functions, as update_actor does
+            actor.update_policy(rank_rollout(case.rows_per_rank, sp_size=sp_size))
     finally:
         seqlen_balancing.rearrange_micro_batches = original
     return optimizer.gradients, seen_rows
 
 
-def data_parallel_rank(rank: int, world_size: int, folder: str, cases: str, dpo_mini_batch_in_rows: bool) -> None:
-    """One data parallel rank (its own process): run ``cases`` (JSON: [name, loss_agg_mode, K, dynamic]) and, on
-    rank 0, save the rank-averaged gradient of each to ``folder``/gradients.pt."""
+def data_parallel_rank(
+    rank: int, world_size: int, folder: str, cases: str, dpo_mini_batch_in_rows: bool, ulysses_sp: int = 0
+) -> None:
+    """One rank (its own process): run ``cases`` (JSON: [name, loss_agg_mode, K, dynamic]) and, on rank 0, save the
+    rank-averaged gradient of each to ``folder``/gradients.pt; ``ulysses_sp``: see `LegacyCase`."""
     import json
 
     from trinity.utils.log import get_logger
@@ -327,7 +379,11 @@ def data_parallel_rank(rank: int, world_size: int, folder: str, cases: str, dpo_
         key = f"{name} {loss_agg_mode} {Split(k, dynamic)}"
         try:
             steps, _ = legacy_gradients(
-                name, loss_agg_mode, Split(k, dynamic), dpo_mini_batch_in_rows=dpo_mini_batch_in_rows
+                name,
+                loss_agg_mode,
+                Split(k, dynamic),
+                dpo_mini_batch_in_rows=dpo_mini_batch_in_rows,
+                ulysses_sp=ulysses_sp,
             )
         except Exception as error:  # the same on every rank: a start-up refusal; the test reports it
             gradients[key] = f"{type(error).__name__}: {error}"

@@ -88,6 +88,24 @@ def _group_of_each_all_reduce(source: Path, function: str) -> list[str]:
     return [ast.unparse(kw.value) for call in calls for kw in call.keywords if kw.arg == "group"]
 
 
+def _group_of_each_token_count(source: Path, function: str) -> list[str]:
+    """The process group each token count of ``function`` is summed over: an ``all_reduce``'s ``group=``, or the group
+    it hands to 0008's ``mini_batch_token_count`` (which all-reduces the count over that group, on the device the
+    group's backend needs)."""
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    bodies = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == function]
+    counts = [
+        node
+        for body in bodies
+        for node in ast.walk(body)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "mini_batch_token_count"
+    ]
+    handed = [
+        arg for call in counts for arg in (*call.args[1:2], *(k.value for k in call.keywords if k.arg == "group"))
+    ]
+    return _group_of_each_all_reduce(source, function) + [ast.unparse(arg) for arg in handed]
+
+
 def _assert_plain_data_parallel_calls(source: Path, function: str) -> int:
     """How many ``mpu.get_data_parallel_group()`` / ``mpu.get_data_parallel_world_size()`` calls ``function`` makes,
     after checking that each asks for Megatron's data parallel group as such (``with_context_parallel=True`` would
@@ -191,7 +209,7 @@ def legacy_weight(trinity_legacy_tree: Path, expect: str):
 
 def test_legacy_megatron_actor_counts_data_parallel_groups_as_megatron_defines_them(trinity_legacy_tree, expect):
     source = trinity_legacy_tree / "trinity" / "trainer" / "verl_legacy" / "megatron_actor.py"
-    groups = _group_of_each_all_reduce(source, "forward_backward_batch")
+    groups = _group_of_each_token_count(source, "forward_backward_batch")
     calls = _assert_plain_data_parallel_calls(source, "forward_backward_batch")
     if expect == "bug":
         assert groups == [], "vanilla counts no tokens"

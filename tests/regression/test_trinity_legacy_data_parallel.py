@@ -16,16 +16,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from legacy_sim import BATCH_SIZE, data_parallel_rank, init_single_process_group, legacy_gradients
+from legacy_sim import BATCH_SIZE, RANK_PRELOAD, data_parallel_rank, init_single_process_group, legacy_gradients
 
 from engine_harness.sim import Split
 from patchset.plumbing.children import run_children
 
 WORLD_SIZE = 2
 RANKS_DEADLINE_S = 240  # both ranks together take about 10 s of CPU
-# what the fork server imports once (Trinity's legacy worker is not among them: it logs as a Ray actor, which needs
-# the logger the rank names first)
-RANKS_PRELOAD = ("torch", "transformers", "legacy_sim", "verl")
 # (policy loss, loss_agg_mode, K, dynamic): PPO by Trinity's default token mean, and DPO with its default k2 KL term
 CASES = [
     ("ppo", "token-mean", 1, False),
@@ -43,7 +40,7 @@ def rank_gradients(trinity_legacy_tree: Path, dpo_steps_patch: bool, tmp_path_fa
     folder = tmp_path_factory.mktemp("dp")
     args = (WORLD_SIZE, str(folder), json.dumps(CASES), dpo_steps_patch)
     ranks = [(rank, *args) for rank in range(WORLD_SIZE)]
-    codes = run_children(data_parallel_rank, ranks, RANKS_DEADLINE_S, "data parallel rank", RANKS_PRELOAD)
+    codes = run_children(data_parallel_rank, ranks, RANKS_DEADLINE_S, "data parallel rank", RANK_PRELOAD)
     assert codes == [0] * WORLD_SIZE, f"a data parallel rank failed (its output is above): exit codes {codes}"
     return torch.load(folder / "gradients.pt")
 

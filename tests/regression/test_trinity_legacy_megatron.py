@@ -11,6 +11,7 @@ pair whole (``force_group_size``). On the vanilla tree the same measurement devi
 from __future__ import annotations
 
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -46,3 +47,25 @@ def test_megatron_gradient_independent_of_the_split(expect, name, loss_agg_mode,
         torch.testing.assert_close(gradient, reference, rtol=1e-5, atol=1e-7)
     else:
         assert deviation > 1e-3, f"vanilla unexpectedly split-invariant ({deviation:.3g})"
+
+
+@pytest.mark.parametrize(
+    ("backend", "device"), [("gloo", "cpu"), ("nccl", "accelerator"), ("cpu:gloo,cuda:nccl", "accelerator")]
+)
+def test_token_count_reduced_on_the_device_of_its_groups_backend(expect, backend, device):
+    """Megatron's actor moves its mini-batch to the host: the token count goes to the device its group's backend
+    reduces on (the accelerator here is ``meta``, which every machine has), not wherever the mini-batch is."""
+    if expect == "bug":
+        pytest.skip("the vanilla legacy actors all-reduce no token count by default (the weighting patch adds it)")
+    from trinity.trainer.verl_legacy import utils
+
+    reduced: list[torch.Tensor] = []
+    distributed = utils.torch.distributed
+    with (
+        mock.patch.object(distributed, "get_backend", return_value=backend),
+        mock.patch.object(utils, "get_device_id", return_value="meta"),
+        mock.patch.object(distributed, "all_reduce", side_effect=lambda tensor, **_: reduced.append(tensor)),
+    ):
+        count = utils.mini_batch_token_count(torch.ones(2, 3))
+    expected = "cpu" if device == "cpu" else "meta"
+    assert [tensor.device.type for tensor in reduced] == [expected] and count.device.type == expected

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from legacy_sim import Terms, init_single_process_group, legacy_gradients
+from legacy_sim import Terms, init_single_process_group, legacy_gradients, wrong_on_vanilla
 
 from engine_harness import LOSS_AGG_MODES
 from engine_harness.sim import Split, grad_ratio, record_ratio
@@ -57,11 +57,6 @@ BUG_DEVIATION = 1e-3  # vanilla's smallest deviation on this batch is 1.4e-4 (MI
 @pytest.fixture(scope="module", autouse=True)
 def _process_group(trinity_legacy_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     init_single_process_group(tmp_path_factory.mktemp("gloo"))
-
-
-def wrong_on_vanilla(name: str, loss_agg_mode: str) -> bool:
-    """What the vanilla legacy actor gets wrong: a token mean (REC's always), a normalized token sum, and DPO."""
-    return name in ("dpo", "rec") or loss_agg_mode in ("token-mean", "seq-mean-token-sum-norm")
 
 
 def pairs_whole(rows: list[int]) -> bool:

@@ -2,7 +2,8 @@
 
 `_update_actor` (0004: pairs kept whole; 0007: a DPO mini-batch counted in rows) replaces the code of upstream's own
 method, so it runs in the upstream module's namespace: every global it reads is the object that module imports
-(``POLICY_LOSS_FN`` is added to it, as the patch's import does). The warning that a fixed micro-batch size counts
+(``POLICY_LOSS_FN`` and the two helpers of ``trinity_overlay/trainer/verl/config.py`` are added to it, as the patch's
+imports do). The warning that a fixed micro-batch size counts
 pairs is given at configuration time (``trinity_overlay/common/config_validator.py``).
 """
 
@@ -15,7 +16,13 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.metric import reduce_metrics
 from verl.utils.py_functional import rename_dict
 
-ADDED_GLOBALS = {"POLICY_LOSS_FN": POLICY_LOSS_FN}
+from trinity_overlay.trainer.verl.config import actor_data_parallel_size, group_micro_batch_size
+
+ADDED_GLOBALS = {
+    "POLICY_LOSS_FN": POLICY_LOSS_FN,
+    "actor_data_parallel_size": actor_data_parallel_size,
+    "group_micro_batch_size": group_micro_batch_size,
+}
 PATCHED_METHODS = ("_update_actor",)  # upstream's own, whose code is replaced
 ADDED_METHODS: tuple[str, ...] = ()
 
@@ -50,6 +57,16 @@ class VERLTrainer:
             # veRL cuts micro-batches by token budget and reorders rows by length unless told
             # to keep groups of consecutive rows together (e.g. DPO's chosen/rejected pairs)
             tu.assign_non_tensor(batch_td, force_group_size=group_size)
+            actor = self.config.actor
+            if not actor.use_dynamic_bsz and actor.ppo_micro_batch_size_per_gpu:
+                # veRL then counts the micro-batch in groups and asserts that each GPU's groups
+                # fill whole micro-batches: use the largest size that divides them (the
+                # configuration check says so)
+                dp_size = actor_data_parallel_size(self.global_config, actor)
+                micro_batch_size = group_micro_batch_size(
+                    ppo_mini_batch_size // dp_size // group_size, actor.ppo_micro_batch_size_per_gpu
+                )
+                tu.assign_non_tensor(batch_td, micro_batch_size_per_gpu=micro_batch_size)
         actor_output = self.actor_rollout_wg.update_actor(batch_td)
         actor_output = tu.get(actor_output, "metrics")
         actor_output = rename_dict(actor_output, "actor/")
