@@ -140,12 +140,19 @@ def test_a_hung_pytest_run_names_its_test_ends_its_tree_and_keeps_the_stacks(tmp
     assert "test_waits_for_its_child (test_hangs.py:" in kept  # the worker's stack
     assert "time.sleep(3600)" in kept and "<module> (<string>:1)" in kept  # its child's, a process further down
     assert kept in capsys.readouterr().err  # printed too, for a CI log
-    # the waiter further up saw the test too (the worker's file, left by its kill, names nothing once it is gone)
+    # the waiter further up (a step) saw the test too: the worker's file, left by its kill
     assert [path.read_text().strip() for path in outer.iterdir()] == ["test_hangs.py::test_waits_for_its_child"]
-    assert running_tests(outer) == []
     pids = _pids(kept)
     assert len(pids) >= 4 and not [pid for pid in pids if is_running(pid)]  # pytest, its 2 workers, the child: ended
     report.unlink()
+
+
+def test_a_file_left_by_a_process_that_ended_names_no_running_test(tmp_path):
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (tmp_path / ended.stdout.strip()).write_text("test_gone.py::test_killed\n")
+    (tmp_path / str(os.getpid())).write_text("test_here.py::test_running\n")
+
+    assert running_tests(tmp_path) == ["test_here.py::test_running"]
 
 
 def test_a_hung_step_of_the_test_command_is_ended_and_named(tmp_path, monkeypatch):
