@@ -17,7 +17,7 @@ import torch
 from patchset.plumbing import stacks
 from patchset.plumbing.children import run_children
 
-LIMIT_S = 5.0  # the child's op takes milliseconds; a child still in it after this waits for a thread that is gone
+LIMIT_S = 3.0  # the child's op takes milliseconds; a child still in it after this waits for a thread that is gone
 ROWS = 1 << 16  # over ATen's grain size (32768): the op runs in parallel
 VALUES = torch.arange(ROWS)
 REPEATS = torch.full((ROWS,), 3)
