@@ -41,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("upstream", choices=tuple(UPSTREAMS), help="which series to send")
     parser.add_argument(
-        "checkout", metavar="CHECKOUT", help="your git checkout of that upstream, at a targeted release"
+        "checkout",
+        metavar="CHECKOUT",
+        help="your git checkout of that upstream: a clone with its history (each PR on the branch that takes it), or "
+        "a checkout at a targeted release",
     )
     parser.add_argument(
         "--group",
@@ -53,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--branch", metavar="NAME", help="branch to make, for one group (default: patchset/<series>-<group>)"
     )
     parser.add_argument("--force", action="store_true", help="replace the branch if it exists")
+    parser.add_argument(
+        "--author",
+        metavar="'NAME <EMAIL>'",
+        help="author and committer of the commits made from patches (default: your git identity, user.name and "
+        "user.email); a cherry-pick keeps upstream's author, with you as committer",
+    )
     parser.add_argument(
         "--cache",
         metavar="DIR",
@@ -84,6 +93,7 @@ def _export(args: argparse.Namespace, console: Console, guard: signals.Guard) ->
         branch=args.branch,
         force=args.force,
         gate_records=None if args.rerun_gates else workspace.cache.root / "gates",
+        author=args.author,
     )
     return pr_export.export_pr(request, workspace, console)
 
