@@ -114,8 +114,8 @@ def run_gates(
 def run_teeth(gating: Gating, pin: Pin, tree: WorkTree, selection: str, console: Console) -> Teeth:
     """The fix's teeth (``tests/regression -k selection``, one batch shape per test) on the branch in ``tree``,
     expecting the fix: a cherry-pick of upstream's commit behaves as the carried patch does."""
-    from patchset.apply.behaviour import junit_counts  # imported late: only a cherry-pick runs them
-    from patchset.testenv import regression
+    from patchset.testenv import regression  # imported late: only a cherry-pick runs them
+    from patchset.testenv.junit import junit_counts
 
     records = gating.records
     memo = gate_record.gate_key("teeth", [tree.path], gating.python, [selection], _teeth_code()) if records else None
@@ -146,7 +146,12 @@ def run_teeth(gating: Gating, pin: Pin, tree: WorkTree, selection: str, console:
 
 def _teeth_code() -> list[Path]:
     """What a teeth run's result depends on beside the branch: the suite, its harness, this package, the series."""
-    patterns = ("tests/regression/**/*.py", "engine_harness/**/*.py", "patchset/**/*.py", "patches/**/*")
+    patterns = (
+        "tests/regression/**/*.py",
+        "engine_harness/**/*.py",
+        *(f"patchset/{package}/**/*.py" for package in ("apply", "plumbing", "series", "testenv", "upstreams")),
+        "patches/**/*",
+    )
     return sorted(path for pattern in patterns for path in REPO_ROOT.glob(pattern) if path.is_file())
 
 

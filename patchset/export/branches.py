@@ -194,6 +194,7 @@ class BranchJob:
     force: bool = False
     cherry_picks: Mapping[str, CherryPick] = field(default_factory=dict)  # group -> upstream's commit to pick
     teeth: Mapping[str, str] = field(default_factory=dict)  # group -> its fix's regression tests (-k), run on it
+    where: str = ""  # what the branches start on, as said (default: the pin's tag)
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,7 @@ class Branch:
     upstream_tests: UpstreamTests | None = None
     cherry_pick: str | None = None  # upstream's commit the branch cherry-picks, when it is one
     groups: tuple[Group, ...] = ()  # every group of its series (the PR names the one it depends on by its title)
+    where: str = ""  # what it starts on: the release tag, HEAD, or the upstream branch that takes it
 
 
 @dataclass
@@ -290,13 +292,13 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
             _set_branch(job, name, head)
             heads[group.name] = head
             count = int(_git(tree.path, "rev-list", "--count", f"{commits.base}..{head}").strip())
-            where = f"the {group.after} branch" if group.after else pin.tag
+            where = f"the {group.after} branch" if group.after else job.where or pin.tag
             console.step(f"Branch {name}: {count} commit(s) on {where}")
             changed = _git(tree.path, "diff", "--name-only", "--diff-filter=d", commits.base, head).splitlines()
             tests_change = commits.upstream_tests
             notes = [tests_change.note()] if tests_change else []
             gates = run_gates(gating, pin, tree, changed, console, notes)
-            if group.name in job.teeth:
+            if job.teeth.get(group.name):
                 gates = replace(gates, teeth=run_teeth(gating, pin, tree, job.teeth[group.name], console))
             pick = job.cherry_picks.get(group.name)
             branch = Branch(
@@ -309,6 +311,7 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
                 tests_change,
                 pick.commit if pick else None,
                 job.groups,
+                job.where or pin.tag,
             )
             made.append((branch, gates))
     finally:

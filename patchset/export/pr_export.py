@@ -55,6 +55,7 @@ from patchset.testenv.venv import ensure_venv
 from patchset.upstreams.detect import detect
 from patchset.upstreams.pins import Pin, Pins, at_least
 from patchset.upstreams.pr_template import body_problems
+from patchset.upstreams.registry import UPSTREAMS
 from patchset.upstreams.workspace import Workspace
 
 EXIT_GATE_FAILED = 1
@@ -147,6 +148,7 @@ def _print_pr(pin: Pin, branch: Branch, gates: Gates, shown: str, console: Conso
     """The branch's gates, its PR title and body; on a failed gate, the error naming both (``shown``: the checkout)."""
     console.summary(f"=== {branch.name} (group {branch.group.name}) ===")
     _report(gates, console)
+    console.summary(f"upstream lint NOT run here: {UPSTREAMS[pin.key].lint_not_run}")
     if gates.teeth is not None:
         state = "passed" if gates.teeth.passed else "FAILED"
         console.summary(f"the fix's regression tests (-k {gates.teeth.selection!r}): {state} ({gates.teeth.summary})")
@@ -184,7 +186,7 @@ def _summarise(pin: Pin, branch: Branch, gates: Gates, console: Console) -> None
     else:
         fold = branch.group.fold and len(branch.patches) > 1
         made = f"{len(branch.patches)} patch(es) as {'one folded commit' if fold else 'one commit each'}"
-    console.summary(f"{pin.label}: branch {branch.name} on {pin.tag} ({made}); {state}; {ran}{extra}")
+    console.summary(f"{pin.label}: branch {branch.name} on {branch.where} ({made}); {state}; {ran}{extra}")
     if tests is not None and not tests.applied:
         console.warn(tests.note())
 
@@ -328,11 +330,13 @@ def export_pr(request: ExportRequest, workspace: Workspace, console: Console) ->
         if since := patch.fields.get("Applied-Upstream"):
             console.warn(f"{patch.name} is in upstream {since}: send it only as a backport to the {pin.tag} line")
     gating = Gating(ensure_venv(), request.gate_records, workspace)
+    where = pin.tag if gitops.tag_commit(checkout, pin.tag) else "HEAD"
     console.step(
-        f"Making {len(sendable)} branch(es), one per group of {display_path(series.path.parent)}, on "
-        f"{pin.tag if gitops.tag_commit(checkout, pin.tag) else 'HEAD'} ({release[:12]}) in a temporary worktree of "
-        f"{display_path(checkout)}"
+        f"Making {len(sendable)} branch(es), one per group of {display_path(series.path.parent)}, on {where} "
+        f"({release[:12]}) in a temporary worktree of {display_path(checkout)}"
     )
-    job = BranchJob(checkout, pin, release, groups, sendable, chosen, author, request.branch, request.force)
+    job = BranchJob(
+        checkout, pin, release, groups, sendable, chosen, author, request.branch, request.force, where=where
+    )
     made = [(pin, branch, gates) for branch, gates in make_branches(job, gating, console)]
     return _finish(made, checkout, console)

@@ -46,7 +46,9 @@ def _test_lines(gates: Gates) -> list[str]:
     names = ", ".join(dict.fromkeys(hook.name.split(" (")[0] for hook in lint.hooks if hook.status != "Skipped"))
     lines = [f"- `pre-commit run` on the changed files ({names}): {'passed' if lint.passed else 'FAILED'}."]
     tests = gates.tests
-    summary = tests.summary.split("; the same gate passed")[0]
+    summary = tests.summary.split("; the same gate passed")[0].replace(
+        "also fails on vanilla ", "also fails without it on "
+    )
     if tests.files:
         lines.append(f"- `pytest {' '.join(tests.files)}` (CPU): {summary}.")
     not_run = [test.path.rsplit("/", 1)[-1] for test in tests.not_run]
