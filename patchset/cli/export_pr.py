@@ -26,8 +26,10 @@ exit status:
   {EXIT_OK}  every branch was made and every gate passed on each (upstream lint, upstream's tests that run here)
   {EXIT_GATE_FAILED}  a gate failed on a branch (the message names both); the branches are kept to be fixed
   {EXIT_BAD_INPUT}  bad input: usage; not a verl/Trinity-RFT git checkout; a version the series does not target;
-     uncommitted changes; the branch exists (--force replaces it); bad series or patch
-  {EXIT_DOES_NOT_APPLY}  a patch, or a group's upstream-tests patch, does not apply with git am; no branch was made
+     uncommitted changes; the branch exists (--force replaces it); bad series or patch; no git identity and no
+     --author; nothing that can be sent from a checkout without upstream's history (give a clone)
+  {EXIT_DOES_NOT_APPLY}  a patch, or a group's upstream-tests patch, does not apply with git am, or upstream's commit
+     does not cherry-pick and its resolution patch does not resolve it; no branch was made
 """
 EXIT_CODES += CACHE_WAIT_HELP + INTERNAL_HELP
 
