@@ -318,6 +318,8 @@ def export_pr(request: ExportRequest, workspace: Workspace, console: Console) ->
         elif not group.carried:
             sendable.append(group)
     if not sendable:
+        if all(group.carried for group in wanted):
+            raise BadInput(f"every group of the {pin.series} series stays a carried patch (see above): nothing to send")
         raise BadInput(
             f"no group of the {pin.series} series can be sent from {display_path(checkout)} (see above); pass a git "
             f"clone of {pin.repository}"
