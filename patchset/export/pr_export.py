@@ -308,7 +308,7 @@ def export_pr(request: ExportRequest, workspace: Workspace, console: Console) ->
     sendable = []
     for group in wanted:
         patches = [chosen[n] for n in group.numbers if n in chosen]
-        commit = targets.upstream_commit(patches) if patches else None
+        commit = targets.upstream_commit(patches) if patches and not group.carried else None
         if commit:
             console.warn(
                 f"group {group.name}: its PR is upstream's commit {commit} cherry-picked onto {group.onto}, which "
@@ -328,7 +328,7 @@ def export_pr(request: ExportRequest, workspace: Workspace, console: Console) ->
         raise BadInput(
             f"--branch names one branch, but the {pin.series} series has {len(sendable)} groups; add --group"
         )
-    for patch in chosen.values():
+    for patch in (chosen[n] for group in sendable for n in group.numbers if n in chosen):
         if since := patch.fields.get("Applied-Upstream"):
             console.warn(f"{patch.name} is in upstream {since}: send it only as a backport to the {pin.tag} line")
     gating = Gating(ensure_venv(), request.gate_records, workspace)
