@@ -140,6 +140,26 @@ class CherryPick:
 
     commit: str
     resolution: Path | None = None
+    # the carried patches whose new test files go on the branch, as a commit of the user's after the pick, when
+    # upstream's commit adds no test: so the PR has a test that reproduces the bug; and that commit's subject
+    tests_from: tuple[Path, ...] = ()
+    tests_subject: str = ""
+
+
+def _commit_tests(worktree: Path, pick: CherryPick, author: str, console: Console) -> None:
+    """Commit the test files ``pick.tests_from`` add, when upstream's commit (HEAD) adds none."""
+    if not pick.tests_from or _git(worktree, "diff", "--name-only", "--diff-filter=A", "HEAD~1", "HEAD", "--", "tests"):
+        return
+    for patch in pick.tests_from:  # a patch that adds no test gives git apply nothing to do: not an error here
+        gitops.run_git(["apply", "--index", "--include=tests/*", str(patch)], cwd=worktree, check=False)
+    added = _git(worktree, "diff", "--cached", "--name-only", "--diff-filter=A").split()
+    if not added:
+        _git(worktree, "reset", "-q", "--hard")
+        return
+    console.step(f"Committing the carried patch's test of the fix: {', '.join(added)}")
+    message = f"{pick.tests_subject}\n\nAdds {', '.join(added)}: a CPU test of the fix cherry-picked above.\n"
+    args = ["commit", "-q", "--no-verify", "-m", message, "--author", author]
+    gitops.run_git([*gitops.NEUTRAL, *args], cwd=worktree, env=_committer_env(author))
 
 
 def _cherry_pick(worktree: Path, base: str, pick: CherryPick, author: str, console: Console) -> None:
@@ -243,6 +263,7 @@ def _commit_group(job: BranchJob, tree: WorkTree, group: Group, heads: Mapping[s
         assert start is not None
         if member_patches and member.name in job.cherry_picks:
             _cherry_pick(tree.path, start, job.cherry_picks[member.name], job.author, console)
+            _commit_tests(tree.path, job.cherry_picks[member.name], job.author, console)
         elif member_patches:
             made.messages = commit_patches(tree.path, member_patches, tree.scratch, job.author, console)
             if member.fold and len(member_patches) > 1:

@@ -272,7 +272,7 @@ def _export_history(request: ExportRequest, workspace: Workspace, author: str, c
                     )
                     continue
                 if commit:
-                    picks[group.name] = targets.cherry_pick(series, group, commit)
+                    picks[group.name] = targets.cherry_pick(series, group, commit, patches)
                     teeth[group.name] = targets.teeth_of(series, patches)
                 kept.append(group)
             if not kept:

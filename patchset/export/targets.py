@@ -79,9 +79,18 @@ def upstream_commit(patches: Sequence[Patch]) -> str | None:
     return commits.pop() if len(commits) == 1 else None
 
 
-def cherry_pick(series: Series, group: Group, commit: str) -> CherryPick:
+def cherry_pick(series: Series, group: Group, commit: str, patches: Sequence[Patch]) -> CherryPick:
+    """How ``group`` goes upstream as ``commit`` cherry-picked: its resolution patch if it has one, and the carried
+    patches whose tests go with it (when upstream's commit adds none), under ``[area] test: <what the fix does>``."""
     resolution = series.path.parent / DESCRIPTIONS_DIR / f"{group.name}{RESOLUTION_SUFFIX}"
-    return CherryPick(commit, resolution if resolution.is_file() else None)
+    area, _, rest = patches[0].subject.partition("] ")
+    what = rest.split(": ", 1)[-1]
+    return CherryPick(
+        commit,
+        resolution if resolution.is_file() else None,
+        tuple(patch.path for patch in patches),
+        f"{area}] test: {what}",
+    )
 
 
 def teeth_of(series: Series, patches: Sequence[Patch]) -> str:

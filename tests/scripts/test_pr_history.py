@@ -3,7 +3,8 @@
 Invariants: on a checkout that holds the upstream commit a backport names (``Origin: backport, .../commit/<hash>``),
 export-pr makes, for every series of the upstream, each ``onto=`` group's branch on that upstream branch: a backport
 as ``git cherry-pick -x`` of upstream's commit (upstream's author, the user as committer, git's own "(cherry picked
-from commit ...)" and no other trailer), its conflicts resolved by ``pr/<group>.resolution.patch``; a new fix as the
+from commit ...)" and no other trailer), its conflicts resolved by ``pr/<group>.resolution.patch``, followed by the
+carried patch's test as the user's commit when upstream's commit adds no test; a new fix as the
 patch, authored by the user; a ``carried=`` group is named with its reason and gets no branch. The fix's regression
 tests gate a cherry-pick. A checkout without that history (one commit, as made from an sdist) says it cannot and what
 to give it (exit 2). A conflict the resolution does not cover stops with exit 3 and makes no branch. The gates are
@@ -23,6 +24,7 @@ from patchset.export import branches, pr_export, pr_gates
 from patchset.export.pr_gates import Gates, LintResult, Teeth
 
 FIX = "# line 10\ndef scale(x):\n    return x * 2\n"
+TEST_FILE = "tests/trainer/ppo/test_scale_on_cpu.py"
 UPSTREAM_AUTHOR = "Upstream Author <upstream@example.invalid>"
 
 
@@ -50,10 +52,12 @@ def _upstream(tmp_path: Path) -> tuple[Path, str]:
     return repo, fix
 
 
-def _patch(work: Path, base: str, edit: tuple[str, str], header: str, dest: Path) -> None:
+def _patch(work: Path, base: str, edit: tuple[str, str], header: str, dest: Path, tests: bool = False) -> None:
     git(work, "checkout", "-q", "--detach", base)
     core = work / "verl/trainer/ppo/core_algos.py"
     core.write_text(core.read_text().replace(*edit))
+    if tests:
+        write_files(work, {TEST_FILE: "def test_scale():\n    pass\n"})
     subject = header.split("\n", 1)[0]
     _commit(work, header, "Our Patches <ours@example.invalid>")
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -69,7 +73,7 @@ def _patches(tmp_path: Path, upstream: Path, fix: str) -> Path:
     git(tmp_path, "clone", "-q", str(upstream), str(work))
     backport = f"[algo] fix: scale by two\n\nOur text of it.\n\nOrigin: backport, https://x.invalid/commit/{fix}"
     new_fix = "[algo] fix: log the scale\n\nA new fix.\n\nForwarded: no"
-    _patch(work, "origin/release/v0.8.0", ("# line 10\n", FIX), backport, patches / "verl/0001-algo-scale.patch")
+    _patch(work, "origin/release/v0.8.0", ("# line 10\n", FIX), backport, patches / "verl/0001-algo-scale.patch", True)
     _patch(work, "origin/main", ("# tail 1\n", "# tail 1 logged\n"), new_fix, patches / "verl/0002-algo-log.patch")
     seven = "origin/release/v0.7.1"
     _patch(work, seven, ("# line 10 (0.7 style)\n", FIX), backport, patches / "verl-0.7/0001-algo-scale.patch")
@@ -127,8 +131,12 @@ def test_each_pr_goes_on_the_branch_that_takes_it(world, capsys):
 
     out = capsys.readouterr().out
     assert "verl-0.7: group log stays a carried patch, no PR: main has not taken it yet" in out
-    for name, onto in (("verl-scale", "release/v0.8.0"), ("verl-0.7-scale", "release/v0.7.1")):
-        branch = f"patchset/{name}"
+    # upstream's commit adds no test: the carried patch's test follows it on the branch, as the user's commit
+    test_commit = git(clone, "log", "-1", "--format=%an <%ae>|%s%n%b", "patchset/verl-scale").strip()
+    added = f"Adds {TEST_FILE}: a CPU test of the fix cherry-picked above."
+    assert test_commit == f"Test <test@example.invalid>|[algo] test: scale by two\n{added}"
+    for name, onto, tip in (("verl-scale", "release/v0.8.0", "~1"), ("verl-0.7-scale", "release/v0.7.1", "")):
+        branch = f"patchset/{name}{tip}"
         assert git(clone, "rev-parse", f"{branch}~1") == git(clone, "rev-parse", f"origin/{onto}")
         people = git(clone, "log", "-1", "--format=%an <%ae>|%cn <%ce>", branch).strip()
         assert people == f"{UPSTREAM_AUTHOR}|Test <test@example.invalid>"
@@ -143,7 +151,7 @@ def test_each_pr_goes_on_the_branch_that_takes_it(world, capsys):
     )
     assert "Made against `main`." in out
     assert "patchset/verl-0.7-log" not in git(clone, "branch", "--list")
-    assert gated == ["[algo] fix: scale by two (#1)", "[algo] fix: log the scale", "[algo] fix: scale by two (#1)"]
+    assert gated == ["[algo] test: scale by two", "[algo] fix: log the scale", "[algo] fix: scale by two (#1)"]
     assert git(clone, "status", "--porcelain") == "" and git(clone, "symbolic-ref", "HEAD").strip() == "refs/heads/main"
 
 
