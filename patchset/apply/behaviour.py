@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
-import xml.etree.ElementTree as ElementTree
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from patchset.apply.plan import Action, Behaviour, Settle, Step, Verdict, conflicts
@@ -35,26 +33,11 @@ from patchset.apply.target import TreeToPatch
 from patchset.plumbing import files, tempdirs
 from patchset.plumbing.ui import Console
 from patchset.series.teeth import TEETH_FILE
+from patchset.testenv.junit import Counts, junit_counts
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.workspace import Workspace
 
 SUITE = "tests/regression"
-
-
-@dataclass(frozen=True)
-class Counts:
-    """What one teeth run did: pytest's exit status and the tests that passed, failed, errored and were skipped."""
-
-    returncode: int
-    passed: int = 0
-    failed: int = 0
-    errors: int = 0
-    skipped: int = 0
-
-    def __str__(self) -> str:
-        counted = [f"{self.passed} passed", f"{self.failed} failed"]
-        counted += [f"{n} {what}" for n, what in ((self.errors, "errors"), (self.skipped, "skipped")) if n]
-        return ", ".join(counted)
 
 
 def decide_command(target: TreeToPatch) -> str:
@@ -64,22 +47,6 @@ def decide_command(target: TreeToPatch) -> str:
 
 def _untested(target: TreeToPatch, selection: str | None, why: str) -> Behaviour:
     return Behaviour(Verdict.UNTESTED, selection, why=why, command=decide_command(target))
-
-
-def junit_counts(returncode: int, folder: Path) -> Counts:
-    """The counts of the JUnit XML reports in ``folder``, summed (none there, or one cut short: nothing counted)."""
-    passed = failed = errors = skipped = 0
-    for report in sorted(folder.glob("*.xml")):
-        try:
-            suites = list(ElementTree.parse(report).getroot().iter("testsuite"))
-        except ElementTree.ParseError:
-            return Counts(returncode)
-        for suite in suites:
-            tests, skips = int(suite.get("tests", 0)), int(suite.get("skipped", 0))
-            fails, errs = int(suite.get("failures", 0)), int(suite.get("errors", 0))
-            passed += tests - fails - errs - skips
-            failed, errors, skipped = failed + fails, errors + errs, skipped + skips
-    return Counts(returncode, passed, failed, errors, skipped)
 
 
 def verdict(target: TreeToPatch, selection: str, counts: Counts) -> Behaviour:

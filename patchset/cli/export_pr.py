@@ -26,8 +26,10 @@ exit status:
   {EXIT_OK}  every branch was made and every gate passed on each (upstream lint, upstream's tests that run here)
   {EXIT_GATE_FAILED}  a gate failed on a branch (the message names both); the branches are kept to be fixed
   {EXIT_BAD_INPUT}  bad input: usage; not a verl/Trinity-RFT git checkout; a version the series does not target;
-     uncommitted changes; the branch exists (--force replaces it); bad series or patch
-  {EXIT_DOES_NOT_APPLY}  a patch, or a group's upstream-tests patch, does not apply with git am; no branch was made
+     uncommitted changes; the branch exists (--force replaces it); bad series or patch; no git identity and no
+     --author; nothing that can be sent from a checkout without upstream's history (give a clone)
+  {EXIT_DOES_NOT_APPLY}  a patch, or a group's upstream-tests patch, does not apply with git am, or upstream's commit
+     does not cherry-pick and its resolution patch does not resolve it; no branch was made
 """
 EXIT_CODES += CACHE_WAIT_HELP + INTERNAL_HELP
 
@@ -41,7 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("upstream", choices=tuple(UPSTREAMS), help="which series to send")
     parser.add_argument(
-        "checkout", metavar="CHECKOUT", help="your git checkout of that upstream, at a targeted release"
+        "checkout",
+        metavar="CHECKOUT",
+        help="your git checkout of that upstream: a clone with its history (each PR on the branch that takes it), or "
+        "a checkout at a targeted release",
     )
     parser.add_argument(
         "--group",
@@ -53,6 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--branch", metavar="NAME", help="branch to make, for one group (default: patchset/<series>-<group>)"
     )
     parser.add_argument("--force", action="store_true", help="replace the branch if it exists")
+    parser.add_argument(
+        "--author",
+        metavar="'NAME <EMAIL>'",
+        help="author and committer of the commits made from patches (default: your git identity, user.name and "
+        "user.email); a cherry-pick keeps upstream's author, with you as committer",
+    )
     parser.add_argument(
         "--cache",
         metavar="DIR",
@@ -84,6 +95,7 @@ def _export(args: argparse.Namespace, console: Console, guard: signals.Guard) ->
         branch=args.branch,
         force=args.force,
         gate_records=None if args.rerun_gates else workspace.cache.root / "gates",
+        author=args.author,
     )
     return pr_export.export_pr(request, workspace, console)
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from patchset.export import gate_record, pr_gates, test_selection
-from patchset.export.pr_gates import Gates
+from patchset.export.pr_gates import Gates, Teeth
 from patchset.plumbing import gitops, tempdirs
+from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin
@@ -108,6 +109,50 @@ def run_gates(
             )
     tests = pr_gates.TestRun(tuple(upstream), chosen.own, passed, summary, output, tuple(notes), tuple(not_run))
     return Gates(lint=lint, tests=tests)
+
+
+def run_teeth(gating: Gating, pin: Pin, tree: WorkTree, selection: str, console: Console) -> Teeth:
+    """The fix's teeth (``tests/regression -k selection``, one batch shape per test) on the branch in ``tree``,
+    expecting the fix: a cherry-pick of upstream's commit behaves as the carried patch does."""
+    from patchset.testenv import regression  # imported late: only a cherry-pick runs them
+    from patchset.testenv.junit import junit_counts
+
+    records = gating.records
+    memo = gate_record.gate_key("teeth", [tree.path], gating.python, [selection], _teeth_code()) if records else None
+    if records and (earlier := gate_record.recall(records, memo)):
+        return Teeth(
+            selection,
+            True,
+            f"{earlier.summary}; the same gate passed on exactly this content at "
+            f"{earlier.recorded}: not run again (--rerun-gates runs it)",
+        )
+    console.step(f"Running the fix's regression tests on the branch (tests/regression -k {selection!r})")
+    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("teeth")) as tmp:
+        run = regression.SuiteRun(
+            expect="fixed",
+            pytest_args=["-k", selection, "--tb=short", "-p", "no:warnings"],
+            sample=True,
+            companions=False,
+            junit_dir=Path(tmp),
+            parallel=False,
+        )
+        code = regression.run_regression_tests({pin.key: tree.path}, run, gating.workspace, console)
+        counts = junit_counts(code, Path(tmp))
+    passed = code == 0 and counts.passed > 0
+    if passed and records:
+        gate_record.remember(records, memo, str(counts), "")
+    return Teeth(selection, passed, str(counts))
+
+
+def _teeth_code() -> list[Path]:
+    """What a teeth run's result depends on beside the branch: the suite, its harness, this package, the series."""
+    patterns = (
+        "tests/regression/**/*.py",
+        "engine_harness/**/*.py",
+        *(f"patchset/{package}/**/*.py" for package in ("apply", "plumbing", "series", "testenv", "upstreams")),
+        "patches/**/*",
+    )
+    return sorted(path for pattern in patterns for path in REPO_ROOT.glob(pattern) if path.is_file())
 
 
 def _failed_tests(output: str) -> set[str]:

@@ -9,10 +9,11 @@ import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from email.utils import parseaddr
 from pathlib import Path
 
-from patchset.export.branch_gates import Gating, WorkTree, run_gates
+from patchset.export.branch_gates import Gating, WorkTree, run_gates, run_teeth
 from patchset.export.commit_message import upstream_patch_text
 from patchset.export.pr_gates import Gates
 from patchset.plumbing import gitops, tempdirs
@@ -39,26 +40,25 @@ def branch_name(series: str, patches: Sequence[Patch], group: Group | None = Non
     return f"{BRANCH_PREFIX}{series}-{slug}"
 
 
-def _committer_env(checkout: Path, patch: Patch) -> dict[str, str]:
-    """The user's identity as committer when git has one, else the patch's author (git am needs a committer)."""
-    env = dict(os.environ)
-    if gitops.run_git(["var", "GIT_COMMITTER_IDENT"], cwd=checkout, check=False).returncode != 0:
-        from email.utils import parseaddr
-
-        name, address = parseaddr(re.search(r"^From: (.*)$", patch.text, re.MULTILINE)[1])  # type: ignore[index]
-        env.update(GIT_COMMITTER_NAME=name or address, GIT_COMMITTER_EMAIL=address)
-    return env
+def _committer_env(author: str) -> dict[str, str]:
+    """The environment of a commit the user makes: ``author`` (``Name <email>``, their git identity or ``--author``)
+    as its committer."""
+    name, address = parseaddr(author)
+    return {**os.environ, "GIT_COMMITTER_NAME": name or address, "GIT_COMMITTER_EMAIL": address}
 
 
-def commit_patches(worktree: Path, patches: Sequence[Patch], scratch: Path, console: Console) -> dict[str, list[str]]:
-    """``git am`` each patch (its message cut to what upstream gets) in ``worktree``; {patch name: paragraphs}."""
+def commit_patches(
+    worktree: Path, patches: Sequence[Patch], scratch: Path, author: str, console: Console
+) -> dict[str, list[str]]:
+    """``git am`` each patch (its message cut to what upstream gets, ``author`` as its author and committer) in
+    ``worktree``; {patch name: paragraphs}."""
     messages: dict[str, list[str]] = {}
     for number, patch in enumerate(patches, start=1):
         console.step(f"Committing {patch.name} ({number}/{len(patches)})")
-        text, paragraphs = upstream_patch_text(patch)
+        text, paragraphs = upstream_patch_text(patch, author)
         edited = scratch / patch.name
         edited.write_bytes(text.encode("utf-8", "surrogateescape"))
-        if (reason := gitops.am(worktree, edited, _committer_env(worktree, patch))) is not None:
+        if (reason := gitops.am(worktree, edited, _committer_env(author))) is not None:
             raise DoesNotApply(
                 f"{patch.name} does not apply with git am ({reason}); no branch was made. "
                 f"See scripts/apply.sh --check for the failing hunk"
@@ -92,7 +92,7 @@ class UpstreamTests:
 
 
 def _commit_upstream_tests(
-    worktree: Path, group: Group, release: set[str], scratch: Path, console: Console
+    worktree: Path, group: Group, release: set[str], scratch: Path, author: str, console: Console
 ) -> UpstreamTests | None:
     """Commit ``group``'s upstream-tests patch in ``worktree`` when the release tree has every file it changes (of
     ``release``); None when the group has none. ``DoesNotApply`` when those files are there but the patch does not
@@ -104,10 +104,10 @@ def _commit_upstream_tests(
     if missing:
         return UpstreamTests(group.upstream_tests, patch.files, missing)
     console.step(f"Committing {patch.name}: the group's change to upstream's {', '.join(patch.files)}")
-    text, _ = upstream_patch_text(patch)
+    text, _ = upstream_patch_text(patch, author)
     edited = scratch / patch.name
     edited.write_bytes(text.encode("utf-8", "surrogateescape"))
-    if (reason := gitops.am(worktree, edited, _committer_env(worktree, patch))) is not None:
+    if (reason := gitops.am(worktree, edited, _committer_env(author))) is not None:
         made = UPSTREAM_COMMIT.search(patch.text)
         against = f"upstream {made['commit']}{made['where']}" if made else "another revision of upstream"
         raise DoesNotApply(
@@ -118,21 +118,83 @@ def _commit_upstream_tests(
     return UpstreamTests(group.upstream_tests, patch.files, ())
 
 
-def _fold(worktree: Path, group: Group, base: str, patches: Sequence[Patch]) -> None:
-    """Squash the commits ``base..HEAD`` into one: the group's title and message, the first patch's author and
-    the last patch's date."""
+def _fold(worktree: Path, group: Group, base: str, patches: Sequence[Patch], author: str) -> None:
+    """Squash the commits ``base..HEAD`` into one: the group's title and message, ``author``, the last patch's
+    date."""
     assert group.description is not None
     message = "\n\n".join([group.description.title, *group.description.message]) + "\n"
-    author = re.search(r"^From: (.*)$", patches[0].text, re.MULTILINE)
     date = re.search(r"^Date: (.*)$", patches[-1].text, re.MULTILINE)
-    env = _committer_env(worktree, patches[0])
+    env = _committer_env(author)
     if date:
         env["GIT_AUTHOR_DATE"] = date[1]
     _git(worktree, "reset", "-q", "--soft", base)
-    args = ["commit", "-q", "--no-verify", "-m", message]
-    if author:
-        args += ["--author", author[1]]
+    args = ["commit", "-q", "--no-verify", "-m", message, "--author", author]
     gitops.run_git([*gitops.NEUTRAL, *args], cwd=worktree, env=env)
+
+
+@dataclass(frozen=True)
+class CherryPick:
+    """A group whose PR is upstream's own ``commit`` cherry-picked (``git cherry-pick -x``), and the file that
+    resolves its conflicts on the branch it goes to (``pr/<group>.resolution.patch``: the conflicted files as the
+    branch has them, to their resolved state), if it has one."""
+
+    commit: str
+    resolution: Path | None = None
+    # the carried patches whose new test files go on the branch, as a commit of the user's after the pick, when
+    # upstream's commit adds no test: so the PR has a test that reproduces the bug; and that commit's subject
+    tests_from: tuple[Path, ...] = ()
+    tests_subject: str = ""
+
+
+def _commit_tests(worktree: Path, pick: CherryPick, author: str, console: Console) -> None:
+    """Commit the test files ``pick.tests_from`` add, when upstream's commit (HEAD) adds none."""
+    if not pick.tests_from or _git(worktree, "diff", "--name-only", "--diff-filter=A", "HEAD~1", "HEAD", "--", "tests"):
+        return
+    for patch in pick.tests_from:  # a patch that adds no test gives git apply nothing to do: not an error here
+        gitops.run_git(["apply", "--index", "--include=tests/*", str(patch)], cwd=worktree, check=False)
+    added = _git(worktree, "diff", "--cached", "--name-only", "--diff-filter=A").split()
+    if not added:
+        _git(worktree, "reset", "-q", "--hard")
+        return
+    console.step(f"Committing the carried patch's test of the fix: {', '.join(added)}")
+    message = f"{pick.tests_subject}\n\nAdds {', '.join(added)}: a CPU test of the fix cherry-picked above.\n"
+    args = ["commit", "-q", "--no-verify", "-m", message, "--author", author]
+    gitops.run_git([*gitops.NEUTRAL, *args], cwd=worktree, env=_committer_env(author))
+
+
+def _cherry_pick(worktree: Path, base: str, pick: CherryPick, author: str, console: Console) -> None:
+    """``git cherry-pick -x`` upstream's commit in ``worktree`` (on ``base``), its conflicts resolved by the group's
+    resolution patch; ``DoesNotApply`` when it conflicts where that patch does not resolve it."""
+    console.step(f"Cherry-picking upstream's commit {pick.commit} (git cherry-pick -x)")
+    env = _committer_env(author)
+    picked = gitops.run_git([*gitops.NEUTRAL, "cherry-pick", "-x", pick.commit], cwd=worktree, env=env, check=False)
+    if picked.returncode == 0:
+        return
+    conflicted = _git(worktree, "diff", "--name-only", "--diff-filter=U").split()
+    resolved = set()
+    if pick.resolution is not None:
+        numstat = _git(worktree, "apply", "--numstat", str(pick.resolution)).splitlines()
+        resolved = {line.split("\t")[2] for line in numstat}
+    if not conflicted or not set(conflicted) <= resolved:
+        gitops.run_git(["cherry-pick", "--abort"], cwd=worktree, check=False)
+        where = display_path(pick.resolution) if pick.resolution else "no pr/<group>.resolution.patch"
+        raise DoesNotApply(
+            f"upstream's commit {pick.commit} does not cherry-pick cleanly here (conflicts in "
+            f"{', '.join(conflicted) or 'none: ' + picked.stderr.strip()}) and {where} does not resolve them; "
+            "no branch was made"
+        )
+    assert pick.resolution is not None  # it resolves every conflicted file
+    _git(worktree, "checkout", base, "--", *conflicted)
+    applied = gitops.run_git(["apply", "--index", str(pick.resolution)], cwd=worktree, check=False)
+    if applied.returncode != 0:
+        gitops.run_git(["cherry-pick", "--abort"], cwd=worktree, check=False)
+        raise DoesNotApply(
+            f"{display_path(pick.resolution)} does not apply to this branch's {', '.join(conflicted)} "
+            f"({applied.stderr.strip().splitlines()[0] if applied.stderr.strip() else 'git apply failed'}); remake it "
+            "against the branch: no branch was made"
+        )
+    console.step(f"Resolved the conflicts in {', '.join(conflicted)} with {display_path(pick.resolution)}")
+    gitops.run_git([*gitops.NEUTRAL, "-c", "core.editor=true", "cherry-pick", "--continue"], cwd=worktree, env=env)
 
 
 @dataclass(frozen=True)
@@ -147,8 +209,12 @@ class BranchJob:
     groups: tuple[Group, ...]
     wanted: Sequence[Group]
     chosen: Mapping[int, Patch]
+    author: str  # ``Name <email>``: the author and committer of the commits made from patches
     branch: str | None = None
     force: bool = False
+    cherry_picks: Mapping[str, CherryPick] = field(default_factory=dict)  # group -> upstream's commit to pick
+    teeth: Mapping[str, str] = field(default_factory=dict)  # group -> its fix's regression tests (-k), run on it
+    where: str = ""  # what the branches start on, as said (default: the pin's tag)
 
 
 @dataclass(frozen=True)
@@ -163,6 +229,9 @@ class Branch:
     base_commits: int
     changed: tuple[str, ...]
     upstream_tests: UpstreamTests | None = None
+    cherry_pick: str | None = None  # upstream's commit the branch cherry-picks, when it is one
+    groups: tuple[Group, ...] = ()  # every group of its series (the PR names the one it depends on by its title)
+    where: str = ""  # what it starts on: the release tag, HEAD, or the upstream branch that takes it
 
 
 @dataclass
@@ -192,11 +261,14 @@ def _commit_group(job: BranchJob, tree: WorkTree, group: Group, heads: Mapping[s
             member_patches = ()
         start = gitops.head_commit(tree.path)
         assert start is not None
-        if member_patches:
-            made.messages = commit_patches(tree.path, member_patches, tree.scratch, console)
+        if member_patches and member.name in job.cherry_picks:
+            _cherry_pick(tree.path, start, job.cherry_picks[member.name], job.author, console)
+            _commit_tests(tree.path, job.cherry_picks[member.name], job.author, console)
+        elif member_patches:
+            made.messages = commit_patches(tree.path, member_patches, tree.scratch, job.author, console)
             if member.fold and len(member_patches) > 1:
-                _fold(tree.path, member, start, member_patches)
-            change = _commit_upstream_tests(tree.path, member, release, tree.scratch, console)
+                _fold(tree.path, member, start, member_patches, job.author)
+            change = _commit_upstream_tests(tree.path, member, release, tree.scratch, job.author, console)
             made.upstream_tests = change if member is group else made.upstream_tests
         if member is not group:
             made.base = gitops.head_commit(tree.path) or made.base
@@ -241,14 +313,26 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
             _set_branch(job, name, head)
             heads[group.name] = head
             count = int(_git(tree.path, "rev-list", "--count", f"{commits.base}..{head}").strip())
-            where = f"the {group.after} branch" if group.after else pin.tag
+            where = f"the {group.after} branch" if group.after else job.where or pin.tag
             console.step(f"Branch {name}: {count} commit(s) on {where}")
             changed = _git(tree.path, "diff", "--name-only", "--diff-filter=d", commits.base, head).splitlines()
             tests_change = commits.upstream_tests
             notes = [tests_change.note()] if tests_change else []
             gates = run_gates(gating, pin, tree, changed, console, notes)
+            if job.teeth.get(group.name):
+                gates = replace(gates, teeth=run_teeth(gating, pin, tree, job.teeth[group.name], console))
+            pick = job.cherry_picks.get(group.name)
             branch = Branch(
-                group, name, commits.patches, commits.messages, commits.base_commits, tuple(changed), tests_change
+                group,
+                name,
+                commits.patches,
+                commits.messages,
+                commits.base_commits,
+                tuple(changed),
+                tests_change,
+                pick.commit if pick else None,
+                job.groups,
+                job.where or pin.tag,
             )
             made.append((branch, gates))
     finally:

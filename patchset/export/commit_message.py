@@ -1,5 +1,5 @@
 """A patch's message cut to what upstream gets: the DEP-3 fields and the "Why this patch ... Drop it ..." paragraph
-are for this project, and upstream's PR template asks for neither."""
+are for this project, and upstream's PR template asks for neither; the author is the user who sends it."""
 
 from __future__ import annotations
 
@@ -69,9 +69,12 @@ def _split_patch(text: str) -> tuple[str, str, str]:
     return headers + sep, rest[:cut], rest[cut:]
 
 
-def upstream_patch_text(patch: Patch) -> tuple[str, list[str]]:
-    """The patch with its message cut to what upstream gets, and those paragraphs."""
+def upstream_patch_text(patch: Patch, author: str | None = None) -> tuple[str, list[str]]:
+    """The patch with its message cut to what upstream gets (by ``author``, ``Name <email>``, when given), and those
+    paragraphs."""
     headers, body, rest = _split_patch(patch.text)
+    if author is not None:
+        headers = re.sub(r"^From: .*(?:\n[ \t].*)*$", lambda _: f"From: {author}", headers, count=1, flags=re.MULTILINE)
     paragraphs = upstream_paragraphs(body)
     new_body = "\n\n".join(paragraphs) + "\n" if paragraphs else ""
     if new_body and not rest.startswith("\n"):

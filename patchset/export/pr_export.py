@@ -10,6 +10,15 @@ the patch header) except that the lines meant for this project are dropped from 
 for neither. A ``fold`` group becomes one commit instead, titled and described by ``pr/<group>.md``, so the PR
 carries only the final state of each file and test.
 
+On a checkout with upstream's history (a git clone of upstream, whatever it has checked out), each group's PR is
+made on the upstream branch that takes it (``onto=`` in ``groups``: ``main`` for a new fix, a release branch for a
+backport), for every series of that upstream; a group whose patches name upstream's own commit is sent as ``git
+cherry-pick -x`` of that commit (its conflicts resolved by ``pr/<group>.resolution.patch``), gated like any branch
+and by its fix's regression tests (``teeth``), which pass on the carried patch. A ``carried=`` group makes no PR; the
+output names it with the reason. On a checkout made from an sdist (no history) such a cherry-pick cannot be made: the
+output says so and what to give instead. Commits made from patches carry the user's git identity (``--author``
+overrides it) and no field meant for this project.
+
 A group's ``pr/<group>.upstream-tests.patch`` (its change to upstream test files the release sdist lacks) is
 committed after the group's commits, as a commit of its own, when the checkout has those files; when it lacks
 them the branch is made without it and the summary says so.
@@ -25,11 +34,14 @@ body in the upstream's PR template are printed for each branch, with the command
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from email.utils import parseaddr
 from pathlib import Path
 
+from patchset.export import targets
 from patchset.export.branch_gates import Gating
 from patchset.export.branches import Branch, BranchJob, make_branches
 from patchset.export.pr_gates import Gates
@@ -37,11 +49,13 @@ from patchset.export.pr_text import pr_body, pr_title
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import EXIT_OK, BadInput
 from patchset.plumbing.ui import Console, display_path
-from patchset.series.groups import chain, load_groups
+from patchset.series.groups import Group, chain, load_groups
 from patchset.series.model import Patch, load_series
 from patchset.testenv.venv import ensure_venv
 from patchset.upstreams.detect import detect
 from patchset.upstreams.pins import Pin, Pins, at_least
+from patchset.upstreams.pr_template import body_problems
+from patchset.upstreams.registry import UPSTREAMS
 from patchset.upstreams.workspace import Workspace
 
 EXIT_GATE_FAILED = 1
@@ -60,42 +74,51 @@ class ExportRequest:
     branch: str | None = None
     force: bool = False
     gate_records: Path | None = None
+    author: str | None = None  # ``Name <email>`` of the commits made from patches (default: the user's git identity)
+
+
+def _check_tree(checkout: Path, key: str) -> str:
+    """The version the checkout declares, once it is a clean top of a git checkout of ``key``; else ``BadInput``."""
+    shown = display_path(checkout)
+    found = detect(checkout, shown)
+    if found.key != key:
+        raise BadInput(f"{shown} is a {found.label} checkout, not {key}; pass the {key} checkout or the other series")
+    tree = gitops.find_worktree(checkout)
+    if tree is None or tree.prefix:
+        raise BadInput(f"{shown} is not the top of a git checkout; pass the root of a git clone of {found.label}")
+    for state in ("rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
+        if (checkout / (gitops.git_value(checkout, "rev-parse", "--git-path", state) or state)).exists():
+            raise BadInput(f"{shown} has a rebase, git am, merge or cherry-pick in progress; finish or abort it first")
+    if not gitops.is_clean(checkout):
+        raise BadInput(f"{shown} has uncommitted changes; commit or stash them first (git stash -u)")
+    return found.version
 
 
 def _check_checkout(checkout: Path, key: str, pins: Pins) -> tuple[Pin, str]:
     """The pin the checkout is at and the commit to branch from; ``BadInput`` for anything else."""
     shown = display_path(checkout)
     found = detect(checkout, shown)
-    if found.key != key:
-        raise BadInput(f"{shown} is a {found.label} checkout, not {key}; pass the {key} checkout or the other series")
     pin = pins.find(key, found.version)
     if pin is None or not pin.target:  # a companion-only pin is tested beside, never patched
         targets = ", ".join(pins.versions(key)) or "none"
         raise BadInput(
             f"{shown} is {found.label} {found.version} ({found.marker}), a version the {key} series does not target "
-            f"(targets: {targets}); check out one of those releases"
+            f"(targets: {targets}); check out one of those releases, or pass a git clone of upstream with its history"
         )
-    tree = gitops.find_worktree(checkout)
-    if tree is None or tree.prefix:
-        raise BadInput(f"{shown} is not the top of a git checkout; pass the root of a git clone of {pin.label}")
-    for state in ("rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
-        if (checkout / (gitops.git_value(checkout, "rev-parse", "--git-path", state) or state)).exists():
-            raise BadInput(f"{shown} has a rebase, git am, merge or cherry-pick in progress; finish or abort it first")
-    if not gitops.is_clean(checkout):
-        raise BadInput(f"{shown} has uncommitted changes; commit or stash them first (git stash -u)")
     base = gitops.tag_commit(checkout, pin.tag) or gitops.head_commit(checkout)
     if base is None:
         raise BadInput(f"{shown} has no commit to branch from")
     return pin, base
 
 
-def _select_patches(series_patches: Sequence[Patch], pin: Pin, console: Console) -> dict[int, Patch]:
+def _select_patches(series_patches: Sequence[Patch], pin: Pin, console: Console | None) -> dict[int, Patch]:
     """{series number: patch} of the patches to send: those upstream has at ``pin`` are skipped."""
     chosen: dict[int, Patch] = {}
     for number, patch in enumerate(series_patches, start=1):
         since = patch.upstream_since
         if since and at_least(pin.version, since):
-            console.step(f"Skipping {patch.name}: in upstream since {since}")
+            if console is not None:
+                console.step(f"Skipping {patch.name}: in upstream since {since}")
         else:
             chosen[number] = patch
     return chosen
@@ -125,10 +148,18 @@ def _print_pr(pin: Pin, branch: Branch, gates: Gates, shown: str, console: Conso
     """The branch's gates, its PR title and body; on a failed gate, the error naming both (``shown``: the checkout)."""
     console.summary(f"=== {branch.name} (group {branch.group.name}) ===")
     _report(gates, console)
+    console.summary(f"upstream lint NOT run here: {UPSTREAMS[pin.key].lint_not_run}")
+    if gates.teeth is not None:
+        state = "passed" if gates.teeth.passed else "FAILED"
+        console.summary(f"the fix's regression tests (-k {gates.teeth.selection!r}): {state} ({gates.teeth.summary})")
     title = pr_title(branch.patches, branch.group)
     body = pr_body(
-        pin.key, pin.tag, branch.patches, branch.messages, branch.changed, gates, branch.group, branch.base_commits
+        pin.key, pin.tag, branch.patches, branch.changed, gates, branch.group, branch.cherry_pick, branch.groups
     )
+    source = branch.group.description
+    for problem in body_problems(body):
+        where = display_path(source.path) if source is not None else "the patches' messages"
+        console.warn(f"the PR body of {branch.name}: {problem}; shorten {where}")
     print(f"\n----- PR title -----\n{title}\n----- PR body -----\n{body}----- end -----", flush=True)
     if not gates.passed:
         print(
@@ -150,49 +181,164 @@ def _summarise(pin: Pin, branch: Branch, gates: Gates, console: Console) -> None
         else f"; {display_path(tests.path)} "
         + ("applied" if tests.applied else f"NOT applied (the checkout lacks {', '.join(tests.missing)})")
     )
-    console.summary(
-        f"{pin.label}: branch {branch.name} ({len(branch.patches)} patch(es) as "
-        f"{'one folded commit' if branch.group.fold and len(branch.patches) > 1 else 'one commit each'}); {state}; "
-        f"{ran}{extra}"
-    )
+    if branch.cherry_pick:
+        made = f"git cherry-pick -x {branch.cherry_pick}"
+    else:
+        fold = branch.group.fold and len(branch.patches) > 1
+        made = f"{len(branch.patches)} patch(es) as {'one folded commit' if fold else 'one commit each'}"
+    console.summary(f"{pin.label}: branch {branch.name} on {branch.where} ({made}); {state}; {ran}{extra}")
     if tests is not None and not tests.applied:
         console.warn(tests.note())
+
+
+def _author(checkout: Path, given: str | None) -> str:
+    """``Name <email>`` of the commits made from patches: ``given`` (``--author``), else the user's git identity."""
+    if given:
+        name, address = parseaddr(given)
+        if not name or "@" not in address:
+            raise BadInput(f"--author {given!r} is not 'Name <email>'")
+        return f"{name} <{address}>"
+    ident = gitops.run_git(["var", "GIT_AUTHOR_IDENT"], cwd=checkout, check=False)
+    match = re.match(r"^(.*?) <([^>]*)>", ident.stdout)
+    if ident.returncode != 0 or match is None or "@" not in match[2]:
+        raise BadInput(
+            f"git has no identity in {display_path(checkout)} to author the PR commits: set user.name and user.email "
+            "(git config), or pass --author 'Name <email>'"
+        )
+    return f"{match[1]} <{match[2]}>"
+
+
+def _carried(series: str, groups: Sequence[Group], only: Sequence[str], console: Console) -> None:
+    for group in groups:
+        if group.carried and (not only or group.name in only):
+            console.summary(f"{series}: group {group.name} stays a carried patch, no PR: {group.carried}")
+
+
+def _finish(made: list[tuple[Pin, Branch, Gates]], checkout: Path, console: Console) -> int:
+    shown = display_path(checkout)
+    for pin, branch, gates in made:
+        _print_pr(pin, branch, gates, shown, console)
+    for pin, branch, gates in made:
+        _summarise(pin, branch, gates, console)
+    if not all(gates.passed for _, _, gates in made):
+        return EXIT_GATE_FAILED
+    names = " ".join(branch.name for _, branch, _ in made)
+    if names:
+        console.summary(f"Your checked-out branch is unchanged. Push with: git -C {shown} push <your-fork> {names}")
+    return EXIT_OK
+
+
+def _wanted(groups: Sequence[Group], only: Sequence[str]) -> list[Group]:
+    return [group for group in groups if not only or group.name in only]
+
+
+def _export_history(request: ExportRequest, workspace: Workspace, author: str, console: Console) -> int:
+    """Every series of the upstream, each group's PR on the branch that takes it, in a clone of upstream."""
+    checkout, key, only = request.checkout, request.upstream, request.only_groups
+    gating = Gating(ensure_venv(), request.gate_records, workspace)
+    made: list[tuple[Pin, Branch, Gates]] = []
+    known = set()
+    for series, groups in targets.series_groups(key, workspace.pins, workspace.patches_dir):
+        known |= {group.name for group in groups}
+        _carried(series.name, groups, only, console)
+        by_onto: dict[str, list[Group]] = {}
+        for group in _wanted(groups, only):
+            if group.onto:
+                by_onto.setdefault(group.onto, []).append(group)
+            elif not group.carried:
+                console.warn(f"{series.name}: group {group.name} names no branch that takes it (onto=); not made")
+        for onto, members in by_onto.items():
+            found = targets.find_branch(checkout, onto)
+            if found is None:
+                console.warn(
+                    f"{series.name}: no branch {onto} in {display_path(checkout)} (git fetch <remote> {onto}); "
+                    f"{', '.join(g.name for g in members)} not made"
+                )
+                continue
+            ref, base = found
+            pin = targets.pin_for(workspace.pins, key, targets.version_at(checkout, base, key), ref, series.name)
+            chosen = _select_patches(series.patches, pin, None)
+            picks, teeth, kept = {}, {}, []
+            for group in members:
+                patches = [series.patches[n - 1] for n in group.numbers]
+                commit = targets.upstream_commit(patches)
+                if commit and targets.has_commit(checkout, commit) and targets.contains(checkout, base, commit):
+                    console.summary(f"{series.name}: {ref} has upstream's commit {commit} already: no {group.name} PR")
+                    continue
+                if commit and not targets.has_commit(checkout, commit):
+                    console.warn(
+                        f"{display_path(checkout)} lacks upstream's commit {commit} ({group.name}): fetch "
+                        "upstream's main; not made"
+                    )
+                    continue
+                if commit:
+                    picks[group.name] = targets.cherry_pick(series, group, commit, patches)
+                    teeth[group.name] = targets.teeth_of(series, patches)
+                kept.append(group)
+            if not kept:
+                continue
+            console.step(f"Making {len(kept)} branch(es) of {series.name} on {ref} ({base[:12]})")
+            job = BranchJob(
+                checkout, pin, base, groups, kept, chosen, author, request.branch, request.force, picks, teeth
+            )
+            made += [(pin, branch, gates) for branch, gates in make_branches(job, gating, console)]
+    for name in only:
+        if name not in known:
+            raise BadInput(f"no group {name!r} in any {key} series")
+    return _finish(made, checkout, console)
 
 
 def export_pr(request: ExportRequest, workspace: Workspace, console: Console) -> int:
     """Make and gate one branch per concern group of the requested upstream's series in its checkout, with the
     series and pins of ``workspace`` (its cache: the other upstreams the tests import); print each PR's title and
-    body. ``EXIT_GATE_FAILED`` when a gate failed on a branch, else ``EXIT_OK``."""
+    body. On a clone of upstream (``targets.has_history``) every series of it, each PR on the branch that takes it.
+    ``EXIT_GATE_FAILED`` when a gate failed on a branch, else ``EXIT_OK``."""
     checkout = request.checkout
+    _check_tree(checkout, request.upstream)
+    author = _author(checkout, request.author)
+    if targets.has_history(checkout, request.upstream, workspace.pins, workspace.patches_dir):
+        return _export_history(request, workspace, author, console)
     pin, release = _check_checkout(checkout, request.upstream, workspace.pins)
     series = load_series(workspace.patches_dir, pin.series)
     groups = load_groups(series.path.parent, len(series.patches))
     only = request.only_groups
     wanted = list(groups) if not only else [chain(groups, name)[-1] for name in dict.fromkeys(only)]
-    if request.branch and len(wanted) > 1:
-        raise BadInput(f"--branch names one branch, but the {pin.series} series has {len(wanted)} groups; add --group")
+    _carried(pin.series, wanted, (), console)
     chosen = _select_patches(series.patches, pin, console)
-    if not chosen:
-        raise BadInput(f"every patch of the {pin.series} series is in {pin.label} already; nothing to send upstream")
-    for patch in chosen.values():
+    sendable = []
+    for group in wanted:
+        patches = [chosen[n] for n in group.numbers if n in chosen]
+        commit = targets.upstream_commit(patches) if patches and not group.carried else None
+        if commit:
+            console.warn(
+                f"group {group.name}: its PR is upstream's commit {commit} cherry-picked onto {group.onto}, which "
+                f"needs {pin.name}'s history; {display_path(checkout)} has none (a checkout made from an sdist). Give "
+                f"export-pr a git clone of {pin.repository} instead; it makes that PR there"
+            )
+        elif not group.carried:
+            sendable.append(group)
+    if not sendable:
+        if all(group.carried for group in wanted):
+            raise BadInput(f"every group of the {pin.series} series stays a carried patch (see above): nothing to send")
+        raise BadInput(
+            f"no group of the {pin.series} series can be sent from {display_path(checkout)} (see above); pass a git "
+            f"clone of {pin.repository}"
+        )
+    if request.branch and len(sendable) > 1:
+        raise BadInput(
+            f"--branch names one branch, but the {pin.series} series has {len(sendable)} groups; add --group"
+        )
+    for patch in (chosen[n] for group in sendable for n in group.numbers if n in chosen):
         if since := patch.fields.get("Applied-Upstream"):
             console.warn(f"{patch.name} is in upstream {since}: send it only as a backport to the {pin.tag} line")
     gating = Gating(ensure_venv(), request.gate_records, workspace)
+    where = pin.tag if gitops.tag_commit(checkout, pin.tag) else "HEAD"
     console.step(
-        f"Making {len(wanted)} branch(es), one per group of {display_path(series.path.parent)}, on "
-        f"{pin.tag if gitops.tag_commit(checkout, pin.tag) else 'HEAD'} ({release[:12]}) in a temporary worktree of "
-        f"{display_path(checkout)}"
+        f"Making {len(sendable)} branch(es), one per group of {display_path(series.path.parent)}, on {where} "
+        f"({release[:12]}) in a temporary worktree of {display_path(checkout)}"
     )
-    job = BranchJob(checkout, pin, release, groups, wanted, chosen, request.branch, request.force)
-    made = make_branches(job, gating, console)
-
-    shown = display_path(checkout)
-    for branch, gates in made:
-        _print_pr(pin, branch, gates, shown, console)
-    for branch, gates in made:
-        _summarise(pin, branch, gates, console)
-    if not all(gates.passed for _, gates in made):
-        return EXIT_GATE_FAILED
-    names = " ".join(branch.name for branch, _ in made)
-    console.summary(f"Your checked-out branch is unchanged. Push with: git -C {shown} push <your-fork> {names}")
-    return EXIT_OK
+    job = BranchJob(
+        checkout, pin, release, groups, sendable, chosen, author, request.branch, request.force, where=where
+    )
+    made = [(pin, branch, gates) for branch, gates in make_branches(job, gating, console)]
+    return _finish(made, checkout, console)

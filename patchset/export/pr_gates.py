@@ -254,17 +254,31 @@ def collect_tests(tree: Path, files: Sequence[str], python: Path, importable: Se
 
 
 @dataclass(frozen=True)
+class Teeth:
+    """The regression tests of this project that show the bug a cherry-picked fix is for (its patches' teeth: ``-k
+    selection``), run on the branch expecting the fix, as they pass on the carried patch."""
+
+    selection: str
+    passed: bool
+    summary: str
+
+
+@dataclass(frozen=True)
 class Gates:
-    """What the gates said of one branch: its lint and its tests."""
+    """What the gates said of one branch: its lint, its tests and, for a cherry-pick, the teeth of its fix."""
 
     lint: LintResult
     tests: TestRun
+    teeth: Teeth | None = None
 
     def failures(self) -> list[str]:
         """The gates that failed, as the error line names them."""
         failed = [f"upstream lint ({', '.join(self.lint.failed) or 'pre-commit'})"] if not self.lint.passed else []
-        return failed + ([] if self.tests.passed else [f"upstream CPU tests ({self.tests.summary})"])
+        failed += [] if self.tests.passed else [f"upstream CPU tests ({self.tests.summary})"]
+        return failed + (
+            [f"the fix's regression tests ({self.teeth.summary})"] if self.teeth and not self.teeth.passed else []
+        )
 
     @property
     def passed(self) -> bool:
-        return self.lint.passed and self.tests.passed
+        return self.lint.passed and self.tests.passed and (self.teeth is None or self.teeth.passed)

@@ -1,42 +1,61 @@
-"""A PR's title and body: the group's description (``pr/<group>.md``) or its patches' messages, the gates' results,
-laid out in the upstream's PR template (its registry entry's ``pr_template``)."""
+"""A PR's title and body: the group's description (``pr/<group>.md``) or its patches' messages, where the PR goes
+and the gates' results, laid out in the upstream's PR template (its registry entry's ``pr_template``).
+
+The body is for upstream's reviewers: what and why, the evidence, the tests upstream runs. How the gates ran here
+(reused passes, this machine's gaps, the tools not run) stays in export-pr's own output."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
-from patchset.export.branches import BRANCH_PREFIX
 from patchset.export.pr_gates import Gates
 from patchset.series.groups import Group
 from patchset.series.model import Patch
-from patchset.upstreams.pr_template import PrParts
+from patchset.upstreams.pr_template import PrParts, split_sections
 from patchset.upstreams.registry import UPSTREAMS
 
+_PR_NUMBER = re.compile(r"/pull/(?P<number>\d+)")
+_SHOWN_NOT_RUN = 4  # upstream test files named in the line saying which could not run on a CPU
 
-def _related(patches: Sequence[Patch], tag: str) -> list[str]:
-    lines = []
-    for patch in patches:
-        if since := patch.fields.get("Applied-Upstream"):
-            lines.append(f"Backport to the {tag} release line; upstream has this change since {since}.")
-        for name, value in patch.fields.items():
-            if name == "Bug" or name.startswith("Bug-"):
-                lines.append(f"Fixes {value}")
+
+def _where(key: str, base: str, group: Group | None, patches: Sequence[Patch], cherry_pick: str | None) -> list[str]:
+    """The lines that say what the PR is made against, or which upstream commit it cherry-picks."""
+    onto = group.onto if group is not None and group.onto else None
+    if cherry_pick:
+        since = next((p.upstream_since for p in patches if p.upstream_since), None)
+        pr = next((m["number"] for p in patches if (m := _PR_NUMBER.search(p.fields.get("Applied-Upstream", "")))), "")
+        return [
+            f"Backport of #{pr} to `{onto or base}`: `git cherry-pick -x {cherry_pick}`"
+            + (f" (in main and v{since})." if since else ".")
+        ]
+    if onto and (base == onto or base.endswith(f"/{onto}")):
+        return [f"Made against `{onto}`."]
+    title = UPSTREAMS[key].title
+    return [f"Made against the {title} {base} release" + (f"; it is meant for `{onto}`." if onto else ".")]
+
+
+def _fixes(patches: Sequence[Patch]) -> list[str]:
+    lines = [f"Fixes {value}" for p in patches for name, value in p.fields.items() if name.split("-")[0] == "Bug"]
     return list(dict.fromkeys(lines))
 
 
-def _test_lines(key: str, gates: Gates) -> list[str]:
-    lines = [
-        f"- Lint: `{gates.lint.command}` with {', '.join(h.name for h in gates.lint.hooks)}: {gates.lint.summary()}.",
-    ]
-    if gates.tests.files:
-        files = " ".join(gates.tests.files)
-        lines.append(f"- CPU tests: `pytest {files}`: {gates.tests.summary}.")
-    else:
-        lines.append(f"- CPU tests: {gates.tests.summary}.")
-    lines += [f"  - `{test.path}`: upstream's test, {test.why}." for test in gates.tests.upstream]
-    lines += [f"- Not run here: upstream's `{test.path}` ({test.why}): {test.not_run}." for test in gates.tests.not_run]
-    lines += [f"- {note}" for note in gates.tests.notes]
-    lines.append(f"- Not run: {UPSTREAMS[key].lint_not_run}.")
+def _test_lines(gates: Gates) -> list[str]:
+    """The tests upstream runs, as they ran on the branch: lint, the CPU tests, what needs a GPU or Ray."""
+    lint = gates.lint
+    names = ", ".join(dict.fromkeys(hook.name.split(" (")[0] for hook in lint.hooks if hook.status != "Skipped"))
+    lines = [f"- `pre-commit run` on the changed files ({names}): {'passed' if lint.passed else 'FAILED'}."]
+    tests = gates.tests
+    summary = tests.summary.split("; the same gate passed")[0].replace(
+        "also fails on vanilla ", "also fails without it on "
+    )
+    if tests.files:
+        lines.append(f"- `pytest {' '.join(tests.files)}` (CPU): {summary}.")
+    not_run = [test.path.rsplit("/", 1)[-1] for test in tests.not_run]
+    if not_run:
+        shown = ", ".join(f"`{name}`" for name in not_run[:_SHOWN_NOT_RUN])
+        more = f" and {len(not_run) - _SHOWN_NOT_RUN} more" if len(not_run) > _SHOWN_NOT_RUN else ""
+        lines.append(f"- Not run on CPU (GPU, Ray or modules CI installs): {shown}{more}.")
     return lines
 
 
@@ -46,48 +65,38 @@ def pr_title(patches: Sequence[Patch], group: Group | None = None) -> str:
     return patches[0].subject if len(patches) == 1 else f"{patches[0].subject} (+{len(patches) - 1} more)"
 
 
-def _stack_lines(group: Group | None, series: str, base_commits: int) -> list[str]:
+def _depends(group: Group | None, groups: Sequence[Group]) -> list[str]:
     if group is None or group.after is None:
         return []
-    return [
-        f"Depends on the {group.after} PR (branch `{BRANCH_PREFIX}{series}-{group.after}`): this branch holds its "
-        f"{base_commits} commit(s) first; review the commits after them. Rebase onto main once that PR is merged.",
-        "",
-    ]
+    before = next((g for g in groups if g.name == group.after), None)
+    title = before.description.title if before is not None and before.description is not None else group.after
+    return [f'Depends on the PR "{title}": its commits come first on this branch; review the ones after them.']
 
 
 def pr_body(
     key: str,
-    tag: str,
+    base: str,
     patches: Sequence[Patch],
-    messages: dict[str, list[str]],
     changed: Sequence[str],
     gates: Gates,
     group: Group | None = None,
-    base_commits: int = 0,
+    cherry_pick: str | None = None,
+    groups: Sequence[Group] = (),
 ) -> str:
-    """The PR body in the upstream's template, filled from the group's description (``pr/<group>.md``) or the
-    patch messages, and the gates' results."""
+    """The PR body in the upstream's template: the group's description (``pr/<group>.md``; else the patches'
+    subjects), what it is made against (``base``: the release tag or branch; ``cherry_pick``: upstream's commit it
+    picks), and the gates' results."""
     template = UPSTREAMS[key].pr_template
     if template is None:
         raise ValueError(f"no PR template for {key!r}")
     description = group.description if group is not None else None
-    if description is not None:
-        paragraphs = list(description.message)
-        sections = description.sections
-    else:
-        paragraphs = [p for patch in patches for p in messages[patch.name]]
-        sections = ""
+    overview = list(description.message) if description is not None else [p.subject for p in patches]
     parts = PrParts(
-        stack=_stack_lines(group, key, base_commits),
-        paragraphs=paragraphs,
-        overview=paragraphs[:1] if paragraphs else [patches[0].subject],
-        details=paragraphs[1:],
-        related=_related(patches, tag),
-        tests=_test_lines(key, gates),
-        files=[f"- `{path}`" for path in changed],
-        sections=sections,
+        overview=overview,
+        related=[*_where(key, base, group, patches, cherry_pick), *_depends(group, groups), *_fixes(patches)],
+        tests=_test_lines(gates),
+        sections=split_sections(description.sections) if description is not None else {},
         passed=gates.passed,
-        new_tests=bool(gates.tests.own_files),
+        new_tests=bool(gates.tests.own_files) or any(path.startswith("tests/") for path in changed),
     )
     return template(parts)

@@ -15,6 +15,11 @@ patches make up each concern, one group a line (``#`` comments and blank lines i
   carries only the final state of each file and test. Its commit message comes from the description (below).
 - ``after=<group>``: the group builds on an earlier group (its patches need that group's code or tests); its
   branch is made on top of that group's branch, and its PR says it depends on that PR.
+- ``onto=<branch>``: the upstream branch that takes the PR (``main`` for a new fix, ``release/v0.8.0`` for a
+  backport). On a checkout with upstream's history export-pr makes the branch there; a group whose patches name
+  upstream's commit (``Origin: backport, .../commit/<full hash>``) is sent as ``git cherry-pick -x`` of it.
+- ``carried=<reason>``: the group stays a carried patch and no PR is made; the rest of the line is the reason,
+  which export-pr prints.
 
 ``patches/<series>/pr/<name>.md`` is the group's PR description, which every group needs (the lint says so; the
 export itself needs it only for a folded group, and fills another group's body from its patch messages): its first
@@ -28,6 +33,10 @@ that the release sdist does not ship (Trinity-RFT's sdist has no ``tests/``), so
 ``tests/`` that it modifies, and an ``Upstream-Commit: <hash> (<where it was read>)`` line in its message naming the
 upstream revision of those files it was made against. ``export-pr`` commits it on the group's branch when the
 checkout has those files (see ``patchset.export.pr_export``).
+
+``patches/<series>/pr/<name>.resolution.patch``, where a cherry-pick of upstream's commit does not apply cleanly to
+the branch that takes it, is a ``git diff`` of the conflicted files from that branch's version to their resolved
+state; export-pr applies it in place of git's conflicted merge.
 
 Without a ``groups`` file every patch is its own group, each after the one before it (series order).
 """
@@ -43,11 +52,14 @@ from patchset.plumbing.errors import BadInput
 GROUPS_FILE = "groups"
 DESCRIPTIONS_DIR = "pr"
 UPSTREAM_TESTS_SUFFIX = ".upstream-tests.patch"
+RESOLUTION_SUFFIX = ".resolution.patch"  # resolves a cherry-pick's conflicts on the branch that takes it
 GROUP_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _NUMBER = re.compile(r"^\d{4}$")
 # the upstream revision an upstream-tests patch was made against: a commit hash, then where it was read
 UPSTREAM_COMMIT = re.compile(r"^Upstream-Commit:[ \t]*(?P<commit>[0-9a-f]{7,40})\b(?P<where>.*)$", re.MULTILINE)
 _AFTER = "after="
+_ONTO = "onto="
+_CARRIED = "carried="
 FOLD = "fold"
 
 
@@ -70,6 +82,8 @@ class Group:
     fold: bool = False
     after: str | None = None
     line: int = 0
+    onto: str | None = None  # the upstream branch that takes its PR
+    carried: str | None = None  # why it stays a carried patch (no PR), when it does
     description: Description | None = field(default=None, compare=False)
     upstream_tests: Path | None = field(default=None, compare=False)  # its pr/<name>.upstream-tests.patch
 
@@ -104,7 +118,8 @@ def parse_groups(text: str) -> GroupFile:
     groups: list[Group] = []
     problems: list[tuple[int, str]] = []
     for number, line in enumerate(text.splitlines(), start=1):
-        tokens = line.split("#", 1)[0].split()
+        code, said, carried = line.split("#", 1)[0].partition(f" {_CARRIED}")
+        tokens = code.split()
         if not tokens:
             continue
         name, rest = tokens[0], tokens[1:]
@@ -112,7 +127,7 @@ def parse_groups(text: str) -> GroupFile:
             problems.append((number, f"group name {name!r} is not lowercase a-z, 0-9 and -"))
             continue
         numbers: list[int] = []
-        fold, after = False, None
+        fold, after, onto = False, None, None
         for token in rest:
             if _NUMBER.match(token):
                 numbers.append(int(token))
@@ -120,12 +135,21 @@ def parse_groups(text: str) -> GroupFile:
                 fold = True
             elif token.startswith(_AFTER) and GROUP_NAME.match(token[len(_AFTER) :]):
                 after = token[len(_AFTER) :]
+            elif token.startswith(_ONTO) and token[len(_ONTO) :]:
+                onto = token[len(_ONTO) :]
             else:  # reported; the rest of the line still counts, so one typo is one problem
-                problems.append((number, f"{name}: {token!r} is not a patch number (NNNN), 'fold' or 'after=<group>'"))
+                problems.append(
+                    (number, f"{name}: {token!r} is not a patch number (NNNN), 'fold', 'after=', 'onto=' or 'carried='")
+                )
         if not numbers:
             problems.append((number, f"{name}: lists no patch; give the NNNN numbers of its patches in series"))
             continue
-        groups.append(Group(name=name, numbers=tuple(numbers), fold=fold, after=after, line=number))
+        reason = carried.strip() or None
+        if said and not reason:
+            problems.append((number, f"{name}: carried= gives no reason; say why it stays a carried patch"))
+        if reason and onto:
+            problems.append((number, f"{name}: a carried group has no PR, so no onto= branch"))
+        groups.append(Group(name, tuple(numbers), fold, after, number, onto, reason))
     return GroupFile(groups=tuple(groups), problems=tuple(problems))
 
 
@@ -193,6 +217,8 @@ def load_groups(folder: Path, patch_count: int) -> tuple[Group, ...]:
                 group.fold,
                 group.after,
                 group.line,
+                group.onto,
+                group.carried,
                 description,
                 tests_patch if tests_patch.is_file() else None,
             )

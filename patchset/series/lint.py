@@ -45,6 +45,7 @@ from patchset.series.copies import check_copies
 from patchset.series.groups import (
     DESCRIPTIONS_DIR,
     GROUPS_FILE,
+    RESOLUTION_SUFFIX,
     UPSTREAM_COMMIT,
     UPSTREAM_TESTS_SUFFIX,
     check_groups,
@@ -54,6 +55,7 @@ from patchset.series.groups import (
 from patchset.series.model import PATCH_NAME, parse_series, read_patch, subject_of
 from patchset.series.teeth import TEETH_FILE, check_teeth, parse_teeth
 from patchset.upstreams.pins import load_pins
+from patchset.upstreams.pr_template import body_problems
 from patchset.upstreams.registry import ANY_SUBJECT_FORM, UPSTREAMS
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -303,8 +305,13 @@ def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
             continue
         if (why := subject_problem(folder.name, title)) is not None:
             problems.append(Problem(path, why.replace("Subject", "PR title", 1), 1))
+        problems += [Problem(path, f"PR body: {why}") for why in body_problems(path.read_text(encoding="utf-8"))]
     for path in sorted(descriptions.glob(f"*{UPSTREAM_TESTS_SUFFIX}")):
         problems += lint_upstream_tests(path, names)
+    onto = {group.name for group in parsed.groups if group.onto}
+    for path in sorted(descriptions.glob(f"*{RESOLUTION_SUFFIX}")):
+        if path.name.removesuffix(RESOLUTION_SUFFIX) not in onto:
+            problems.append(Problem(path, f"no group with onto= of this name in {display_path(groups_file)}"))
     return problems
 
 
@@ -334,8 +341,8 @@ def lint_folder(folder: Path) -> list[Problem]:
         problems += _lint_name(path, entry.name, position, series_file)
         problems += lint_patch(path, folder.name)
     for path in sorted(folder.rglob("*.patch")):
-        if path.parent == folder / DESCRIPTIONS_DIR and path.name.endswith(UPSTREAM_TESTS_SUFFIX):
-            continue  # a group's change to upstream's tests (lint_groups), not a patch of the series
+        if path.parent == folder / DESCRIPTIONS_DIR and path.name.endswith((UPSTREAM_TESTS_SUFFIX, RESOLUTION_SUFFIX)):
+            continue  # a group's change to upstream's tests or its cherry-pick's resolution (lint_groups)
         if path.relative_to(folder).as_posix() not in listed:
             problems.append(Problem(path, f"not listed in {display_path(series_file)}; list it or delete it"))
     names = [PurePosixPath(entry.name).name for entry in entries]

@@ -45,6 +45,8 @@ _SUBJECT_PREFIX = re.compile(r"^\[PATCH[^\]]*\]\s*")
 # NNNN-<area>-<slug>.patch, lowercase a-z, 0-9 and -
 PATCH_NAME = re.compile(r"^(?P<number>\d{4})-(?P<slug>[a-z0-9]+(?:-[a-z0-9]+)*)\.patch$")
 _UPSTREAM_VERSION = re.compile(r"^v?(?P<version>\d+(?:\.\d+)*[0-9A-Za-z.+-]*?)(?:[,;\s]|$)")
+# upstream's own commit of a backport, in full: ``Origin: backport, https://github.com/<owner>/<repo>/commit/<hash>``
+_ORIGIN_COMMIT = re.compile(r"^backport,\s*\S*/commit/(?P<commit>[0-9a-f]{40})\b")
 _UPSTREAM_CHECK = re.compile(r"^Upstream-Check:\s*(?P<value>.*?)\s*$", re.IGNORECASE)
 _CHECK_FORM = "write it as 'Upstream-Check: <path in the tree>: <regular expression>'"
 
@@ -75,6 +77,12 @@ class Patch:
     files: tuple[str, ...]
     text: str = field(repr=False, compare=False)
     upstream_checks: tuple[UpstreamCheck, ...] = field(default=(), compare=False)
+
+    @property
+    def upstream_commit(self) -> str | None:
+        """Upstream's own commit of this change, in full, when the patch is its backport (``Origin:``), else None."""
+        match = _ORIGIN_COMMIT.match(self.fields.get("Origin", ""))
+        return match["commit"] if match else None
 
     @property
     def upstream_since(self) -> str | None:

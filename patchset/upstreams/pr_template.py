@@ -1,32 +1,88 @@
-"""What an export-pr PR body says, before an upstream's PR template (named by its registry entry) lays it out."""
+"""What an export-pr PR body says, before an upstream's PR template (named by its registry entry) lays it out.
+
+A body is read by upstream's maintainers: it follows their template section by section, stays under
+``MAX_BODY_LINES`` lines, and uses no word that means something only to this project (``FORBIDDEN``; details belong
+in the patch header or docs/fixes.md). ``body_problems`` says where a body breaks either rule.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+MAX_BODY_LINES = 80
+# words and forms a reader upstream cannot follow: this project's names, its tools and files, its notes on sources
+FORBIDDEN = (
+    "branch unknown",
+    "stored revision",
+    "stored cop",
+    "the index keeps",
+    "pull-request refs",
+    "this project",
+    "regression suite",
+    "python calls",
+    "patchset",
+    "carried patch",
+    "teeth",
+    "overlay",
+    "export-pr",
+    "sdist",
+    "vanilla",
+    "the lock",
+    "tests/regression",
+    "scripts/",
+    "verl-trinity",
+    "not run again",
+)
+_SHA256 = re.compile(r"\b[0-9a-f]{64}\b")
 
 
 @dataclass(frozen=True)
 class PrParts:
     """What a PR body says, before an upstream's template lays it out."""
 
-    stack: list[str]  # the lines on the branch it depends on (a group ``after`` another)
-    paragraphs: list[str]  # the description (``pr/<group>.md``'s message, else the patches')
-    overview: list[str]  # its first paragraph (the subject when there is none)
-    details: list[str]  # the others
-    related: list[str]  # backport and "Fixes <bug>" lines
-    tests: list[str]  # the gates run and what they said
-    files: list[str]  # the files changed, one "- `path`" line each
-    sections: str  # the further sections of ``pr/<group>.md``
-    passed: bool  # every gate passed
-    new_tests: bool  # the branch adds tests of its own
+    overview: list[str]  # what and why, in a few lines: the description's paragraphs before its first section
+    related: list[str]  # one line each: what the PR is made against or cherry-picks, what it depends on, fixes
+    tests: list[str]  # the gates that ran here and what they said, one line each
+    sections: dict[str, str] = field(default_factory=dict)  # the description's "## " sections, by heading
+    passed: bool = True  # every gate passed
+    new_tests: bool = False  # the branch adds or changes tests
 
-    def section_lines(self) -> list[str]:
-        """The further sections of ``pr/<group>.md`` one heading level down (``## `` -> ``### ``), then a blank line;
-        none when it has none."""
-        if not self.sections:
-            return []
-        return [self.sections.replace("\n## ", "\n### ").replace("## ", "### ", 1), ""]
+    def section(self, heading: str, default: str = "") -> list[str]:
+        """The lines of the description's section ``heading`` (``default`` when it has none)."""
+        return self.sections.get(heading, default).splitlines()
+
+    def other_sections(self, known: tuple[str, ...], level: str = "####") -> list[str]:
+        """The description's sections not in ``known``, each under a heading of ``level``."""
+        lines: list[str] = []
+        for heading, text in self.sections.items():
+            if heading not in known:
+                lines += [f"{level} {heading}", "", *text.splitlines(), ""]
+        return lines
+
+
+def body_problems(body: str) -> list[str]:
+    """Why ``body`` is not a PR body upstream reads as its own: too long, or a word from ``FORBIDDEN``."""
+    problems = []
+    lines = body.rstrip("\n").splitlines()
+    if len(lines) > MAX_BODY_LINES:
+        problems.append(f"{len(lines)} lines, over the limit of {MAX_BODY_LINES}")
+    for number, line in enumerate(lines, start=1):
+        lowered = line.lower()
+        problems += [f"line {number}: {word!r} means nothing upstream" for word in FORBIDDEN if word in lowered]
+        if _SHA256.search(line):
+            problems.append(f"line {number}: a sha256 means nothing upstream")
+    return problems
+
+
+def split_sections(text: str) -> dict[str, str]:
+    """{heading: its text} of the ``## `` sections of a description."""
+    sections: dict[str, str] = {}
+    for chunk in re.split(r"^## ", text, flags=re.MULTILINE)[1:]:
+        heading, _, rest = chunk.partition("\n")
+        sections[heading.strip()] = rest.strip("\n")
+    return sections
 
 
 # an upstream's PR template: the body export-pr prints, from its parts

@@ -131,8 +131,11 @@ UPSTREAMS = {
         role_variable="PATCHSET_VERL_ROLE",
         # verl's CONTRIBUTING.md
         subject_form=SubjectForm(
-            re.compile(r"^\[[a-z0-9_, /-]+\] (?i:feat|fix|refactor|chore|test|doc|docs|perf|ci|misc)(\(.+\))?!?: \S"),
-            "[module] type: description (verl: e.g. [trainer] fix: ...)",
+            re.compile(
+                r"^(\[BREAKING\])?\[[a-z0-9_, /-]+\] "
+                r"(?i:feat|fix|refactor|chore|test|doc|docs|perf|ci|misc)(\(.+\))?!?: \S"
+            ),
+            "[module] type: description, [BREAKING] first when it breaks a caller (verl: e.g. [trainer] fix: ...)",
         ),
         pr_template=verl_pr.pr_template,
         lint_hooks=verl_pr.LINT_HOOKS,

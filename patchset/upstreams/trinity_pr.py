@@ -33,21 +33,18 @@ LINT_NOT_RUN = (
 
 
 def pr_template(parts: PrParts) -> str:
-    """Trinity-RFT's .github/pull_request_template.md."""
+    """Trinity-RFT's .github/pull_request_template.md: a Description (background, purpose, changes, how to test),
+    then its Checklist."""
     return "\n".join(
         [
             "## Description",
             "",
-            *parts.stack,
-            *(p + "\n" for p in parts.paragraphs),
+            *(line for paragraph in parts.overview for line in (paragraph, "")),
             *parts.related,
             "",
-            *parts.section_lines(),
-            "Test:",
+            *parts.other_sections((), "###"),
+            "Tests run:",
             *parts.tests,
-            "",
-            "Files changed:",
-            *parts.files,
             "",
             "## Checklist",
             "",

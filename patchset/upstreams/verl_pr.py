@@ -37,43 +37,48 @@ _LICENSE_SCAN_LINES = 20
 # --- the PR template --------------------------------------------------------------------------------------------
 
 
+SECTIONS = ("Test", "API and Usage Example", "Design & Code Changes")
+CONTRIBUTING = "https://github.com/verl-project/verl/blob/main/CONTRIBUTING.md"
+
+
 def pr_template(parts: PrParts) -> str:
-    """verl's .github/PULL_REQUEST_TEMPLATE.md."""
-    check = "x" if parts.passed else " "
+    """verl's .github/PULL_REQUEST_TEMPLATE.md, section by section (verl-project/verl, main 1dda039b9)."""
+    lint = "x" if parts.passed else " "
     return "\n".join(
         [
             "### What does this PR do?",
             "",
-            *parts.stack,
-            *parts.overview,
-            "",
+            *(line for paragraph in parts.overview for line in (paragraph, "")),
             *parts.related,
             "",
+            "### Checklist Before Starting",
+            "",
+            *parts.section("Checklist Before Starting", "- [x] Search for similar PRs."),
+            "- [x] Format the PR title as `[{modules}] {type}: {description}`",
+            "",
             "### Test",
+            "",
+            *parts.section("Test"),
             "",
             *parts.tests,
             "",
             "### API and Usage Example",
             "",
-            "New arguments and config fields default to the old behaviour; the sections below say what else "
-            "changes for callers.",
+            *parts.section("API and Usage Example", "No API change."),
             "",
             "### Design & Code Changes",
             "",
-            *(p + "\n" for p in parts.details),
-            "Files changed:",
-            *parts.files,
+            *parts.section("Design & Code Changes", "See the diff."),
             "",
-            *parts.section_lines(),
+            *parts.other_sections((*SECTIONS, "Checklist Before Starting")),
             "### Checklist Before Submitting",
             "",
-            "- [x] Read the [Contribute Guide](https://github.com/volcengine/verl/blob/main/CONTRIBUTING.md).",
-            f"- [{check}] Apply [pre-commit checks](https://github.com/volcengine/verl/blob/main/CONTRIBUTING.md"
-            "#code-linting-and-formatting)",
-            "- [ ] Add / Update [the documentation](https://github.com/volcengine/verl/tree/main/docs).",
-            f"- [{'x' if parts.new_tests else ' '}] Add unit or end-to-end test(s) to "
-            "[the CI workflow](https://github.com/volcengine/verl/tree/main/.github/workflows) to cover all the "
-            "code.",
+            f"- [x] Read the [Contribute Guide]({CONTRIBUTING}).",
+            f"- [{lint}] Apply [pre-commit checks]({CONTRIBUTING}#code-linting-and-formatting)",
+            "- [ ] Add / Update [the documentation](https://github.com/verl-project/verl/tree/main/docs).",
+            f"- [{'x' if parts.new_tests else ' '}] Add unit or end-to-end test(s) to [the CI workflow]"
+            "(https://github.com/verl-project/verl/tree/main/.github/workflows) to cover all the code.",
+            "- [ ] Once your PR is ready for CI, send a message in the `ci-request` channel.",
             "",
         ]
     )

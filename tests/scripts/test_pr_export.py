@@ -32,6 +32,7 @@ from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins
 
 DEP3 = re.compile(r"^(Origin|Bug|Forwarded|Author|Applied-Upstream|Last-Update|Upstream-Check):", re.MULTILINE)
+TRAILER = re.compile(r"^[A-Z][A-Za-z-]+: ", re.MULTILINE)
 LICENSE = """\
 # Copyright 2025 Bytedance Ltd. and/or its affiliates
 #
@@ -73,43 +74,36 @@ def _check_every_group_has_its_body(series: str, out: str, exported: tuple[str, 
         assert group.description.message[0].split("\n", 1)[0] in out, group.name
 
 
-def _check_commit(checkout: Path, commit: str, author_line: str, subject: str) -> None:
-    author = git(checkout, "log", "-1", "--format=%an <%ae>", commit).strip()
-    assert author in author_line
+def _check_commit(checkout: Path, commit: str, subject: str) -> None:
+    """The commit is the user's (the test's git identity), under ``subject``, with no trailer of ours."""
+    people = git(checkout, "log", "-1", "--format=%an <%ae>|%cn <%ce>", commit).strip()
+    assert people == "Test <test@example.invalid>|Test <test@example.invalid>"
     assert git(checkout, "log", "-1", "--format=%s", commit).strip() == subject
     message = git(checkout, "log", "-1", "--format=%b", commit)
     assert message.strip() and not DEP3.search(message)
-    assert "Why this patch" not in message
+    assert not TRAILER.search(message) and "Why this patch" not in message
 
 
-def test_verl_export_makes_one_gated_branch_per_group(pinned, capsys):
+def test_verl_backports_need_a_clone_with_verls_history(pinned, capsys):
+    """The critic and distillation PRs are upstream's commits cherry-picked onto release/v0.8.0: a checkout made from
+    the sdist has no such history, so export-pr says so, names what to give it, and makes no branch."""
     checkout = pinned("verl")
     before = _state(checkout)
     patch, distillation_patch, _ = load_series(REPO_ROOT / "patches", "verl").patches
-    branch = "patchset/verl-critic-value-loss-global-normalization"
-
-    # the two backports to the 0.8 line; the geo_mean group goes to main, and its gates run on 0.9.1 (below)
     backports = ("critic-value-loss-global-normalization", "distillation-loss-global-batch-info")
-    assert main(["verl", str(checkout), *(arg for name in backports for arg in ("--group", name))]) == 0
 
-    out = capsys.readouterr().out
-    assert _state(checkout) == before  # the user's branch, tree and worktrees are as they were
-    (commit,) = git(checkout, "rev-list", "v0.8.0.." + branch).split()
-    _check_commit(checkout, commit, patch.text.split("\n", 3)[1], patch.subject)
-    assert "lint mypy v1.17.0 (verl's pyproject): Passed" in out
-    assert "upstream lint: passed (7 passed, 0 failed" in out
-    assert "upstream CPU tests: passed (" in out and "tests/trainer/ppo/test_core_algos_on_cpu.py" in out
-    assert "### What does this PR do?" in out and "### Checklist Before Submitting" in out
-    assert "### Where upstream stands" in out  # the section of pr/critic-value-loss-global-normalization.md
-    assert f"----- PR title -----\n{patch.subject}\n" in out
-    # the distillation backport is a concern of its own: its own branch, on the release, with its own gates
-    (commit,) = git(checkout, "rev-list", "v0.8.0..patchset/verl-distillation-loss-global-batch-info").split()
-    _check_commit(checkout, commit, distillation_patch.text.split("\n", 3)[1], distillation_patch.subject)
-    assert f"----- PR title -----\n{distillation_patch.subject}\n" in out
-    assert "test_distillation_loss_global_normalization_on_cpu.py" in out
-    assert "geo-mean-policy-loss-global-normalization" not in git(checkout, "branch", "--list")
-    assert f"push <your-fork> {branch}" in out
-    _check_every_group_has_its_body("verl", out, backports)
+    assert main(["verl", str(checkout), *(arg for name in backports for arg in ("--group", name))]) == 2
+
+    captured = capsys.readouterr()
+    assert _state(checkout) == before
+    for name, commit in zip(backports, (patch.upstream_commit, distillation_patch.upstream_commit), strict=True):
+        assert (
+            f"group {name}: its PR is upstream's commit {commit} cherry-picked onto release/v0.8.0, which needs "
+            "verl's history;"
+        ) in captured.err
+    assert "Give export-pr a git clone of https://github.com/" in captured.err
+    assert "no group of the verl series can be sent" in captured.err
+    assert git(checkout, "branch", "--list", "patchset/*") == ""
 
 
 def test_verl_geo_mean_group_exports_onto_verl_0_9_1_with_every_gate(tmp_path, capsys):
@@ -131,7 +125,7 @@ def test_verl_geo_mean_group_exports_onto_verl_0_9_1_with_every_gate(tmp_path, c
     assert "Skipping group critic-value-loss-global-normalization: upstream 0.9.1 has all its patches" in out
     assert "Skipping group distillation-loss-global-batch-info: upstream 0.9.1 has all its patches" in out
     (commit,) = git(checkout, "rev-list", "v0.9.1..patchset/verl-geo-mean-policy-loss-global-normalization").split()
-    _check_commit(checkout, commit, geo_mean_patch.text.split("\n", 3)[1], geo_mean_patch.subject)
+    _check_commit(checkout, commit, geo_mean_patch.subject)
     assert "lint mypy v1.17.0 (verl's pyproject): Passed" in out
     assert "upstream lint: passed (" in out and "upstream CPU tests: passed (" in out
     assert "tests/trainer/ppo/test_geo_mean_policy_loss_on_cpu.py" in out
@@ -143,7 +137,8 @@ def test_verl_geo_mean_group_exports_onto_verl_0_9_1_with_every_gate(tmp_path, c
         "_on_cpu.py (imports verl.trainer.ppo.core_algos.AdvantageEstimator): imports transfer_queue (through what "
         "it imports), which the test venv does not have; it cannot be imported on vanilla verl 0.9.1 either"
     ) in out
-    assert "### Where upstream stands" in out  # the section of pr/geo-mean-policy-loss-global-normalization.md
+    assert "Made against the verl v0.9.1 release; it is meant for `main`." in out
+    assert "### API and Usage Example\n\nBreaking for a caller outside the engine" in out
     _check_every_group_has_its_body("verl", out, ("geo-mean-policy-loss-global-normalization",))
 
 
@@ -168,22 +163,23 @@ def test_trinity_export_stacks_a_folded_group_on_the_dpo_group(pinned, capsys, t
     assert _state(checkout) == before
     dpo_commits = git(checkout, "rev-list", "--reverse", f"v0.6.0..{dpo}").split()
     for commit, patch in zip(dpo_commits, patches[1:7:2], strict=True):  # 0002, 0004 and 0006, one commit each
-        _check_commit(checkout, commit, patch.text.split("\n", 3)[1], patch.subject)
+        _check_commit(checkout, commit, patch.subject)
     (fold_commit,) = git(checkout, "rev-list", f"{dpo}..{folded}").split()  # 0001, 0003, 0005 as one commit
     assert git(checkout, "rev-parse", f"{folded}~1") == git(checkout, "rev-parse", dpo)
     title = (REPO_ROOT / "patches/trinity/pr/policy-loss-normalization.md").read_text().split("\n", 1)[0]
-    _check_commit(checkout, fold_commit, patches[0].text.split("\n", 3)[1], title)
+    _check_commit(checkout, fold_commit, title)
     test_file = "tests/trainer/verl_policy_loss_test.py"  # 0001 adds it, 0003 and 0005 revise it
     assert git(checkout, "show", f"{folded}:{test_file}") == _final_state(pinned, [1, 2, 3, 4, 5], test_file, tmp_path)
     (steps_commit,) = git(checkout, "rev-list", f"{dpo}..patchset/trinity-dpo-optimizer-step").split()  # 0007
-    _check_commit(checkout, steps_commit, patches[6].text.split("\n", 3)[1], patches[6].subject)
+    _check_commit(checkout, steps_commit, patches[6].subject)
     (legacy_commit,) = git(checkout, "rev-list", f"{folded}..patchset/trinity-legacy-normalization").split()  # 0008
-    _check_commit(checkout, legacy_commit, patches[7].text.split("\n", 3)[1], patches[7].subject)
+    _check_commit(checkout, legacy_commit, patches[7].subject)
     assert out.count("upstream lint: passed (6 passed, 0 failed") == 4  # check-yaml: no YAML changed
     assert out.count("upstream CPU tests: passed (") == 4
     assert f"----- PR title -----\n{title}\n" in out
-    assert "Depends on the dpo-pairs PR" in out
-    assert "## Description" in out and "## Checklist" in out and "### Where upstream stands" in out
+    dpo_title = (REPO_ROOT / "patches/trinity/pr/dpo-pairs.md").read_text().split("\n", 1)[0]
+    assert f'Depends on the PR "{dpo_title}"' in out
+    assert "## Description" in out and "## Checklist" in out and "Made against the Trinity-RFT v0.6.0 release." in out
     assert f"push <your-fork> {dpo} {folded}" in out
     _check_every_group_has_its_body("trinity", out)
 
@@ -221,7 +217,8 @@ def test_lint_error_exits_1_naming_the_gate_and_keeps_the_branch(pinned, capsys,
 def test_bad_input_exits_2_and_makes_no_branch(pinned, capsys):
     checkout = pinned("verl")
     git(checkout, "branch", "taken")
-    assert main(["verl", str(checkout), "--group", "critic-value-loss-global-normalization", "--branch", "taken"]) == 2
+    geo_mean = "geo-mean-policy-loss-global-normalization"
+    assert main(["verl", str(checkout), "--group", geo_mean, "--branch", "taken"]) == 2
     assert "already exists" in capsys.readouterr().err
 
     (checkout / "README.md").write_text("dirty\n")

@@ -203,7 +203,7 @@ def test_upstream_tests_patch_is_reported_not_applied_on_a_checkout_without_the_
 
     captured = capsys.readouterr()
     lacks = "NOT applied (the checkout lacks tests/algorithm/loss_fn_test.py)"
-    assert "branch patchset/trinity-pair-loss (1 patch(es) as one commit each); gates passed; " in captured.out
+    assert "branch patchset/trinity-pair-loss on HEAD (1 patch(es) as one commit each); gates passed; " in captured.out
     assert f"pair-loss.upstream-tests.patch {lacks}" in captured.out
     assert "was NOT applied: the checkout lacks tests/algorithm/loss_fn_test.py" in captured.err
     assert "this branch does not carry the change to upstream's tests that this PR needs" in captured.err

@@ -56,9 +56,9 @@ def test_a_registered_upstream_gets_its_subject_form_hooks_and_template(third: s
     }
     patch = SimpleNamespace(name="0001-third-fix.patch", subject="THIRD: fix the loss", fields={})
     gates = pr_gates.Gates(pr_gates.LintResult(True, (), "", "pre-commit"), pr_gates.TestRun((), (), True, "ok"))
-    body = pr_text.pr_body(third, "v1", [patch], {patch.name: ["Fix it."]}, ["a.py"], gates)  # type: ignore[list-item]
+    body = pr_text.pr_body(third, "v1", [patch], ["a.py"], gates)  # type: ignore[list-item]
     assert body.startswith("### What does this PR do?\n")  # verl's template, as its entry says
-    assert f"- Not run: {UPSTREAMS['trinity'].lint_not_run}." in body
+    assert "- `pre-commit run` on the changed files (): passed." in body
 
 
 def test_a_registered_upstream_whose_tests_import_verl_is_run_beside_it(third: str, tmp_path: Path) -> None:

@@ -241,7 +241,7 @@ CASES: dict[str, tuple[Setup, str]] = {
     "Subject not in verl's PR-title form": (
         lambda tmp: _patches_dir(tmp, {NAME: _patch(subject="[PATCH] Scale the loss")}),
         f"patches/verl/{NAME}: Subject 'Scale the loss' is not in the upstream's PR-title form [module] type: "
-        "description (verl: e.g. [trainer] fix: ...)",
+        "description, [BREAKING] first when it breaks a caller (verl: e.g. [trainer] fix: ...)",
     ),
     "no Last-Update": (
         lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=_drop("Last-Update"))}),
@@ -279,7 +279,7 @@ CASES: dict[str, tuple[Setup, str]] = {
     ),
     "groups: an unknown option": (
         lambda tmp: _grouped(tmp, "one 0001 0002 squash\n"),
-        "patches/verl/groups:2: one: 'squash' is not a patch number (NNNN), 'fold' or 'after=<group>'",
+        "patches/verl/groups:2: one: 'squash' is not a patch number (NNNN), 'fold', 'after=', 'onto=' or 'carried='",
     ),
     "groups: fold without a description": (
         lambda tmp: _grouped(tmp, "one 0001 0002 fold\n", without=("one",)),
@@ -297,7 +297,7 @@ CASES: dict[str, tuple[Setup, str]] = {
     "groups: a description whose title is not a PR title": (
         lambda tmp: _grouped(tmp, "one 0001 0002 fold\n", {"one": "Scale the loss\n"}),
         "patches/verl/pr/one.md:1: PR title 'Scale the loss' is not in the upstream's PR-title form [module] type: "
-        "description (verl: e.g. [trainer] fix: ...)",
+        "description, [BREAKING] first when it breaks a caller (verl: e.g. [trainer] fix: ...)",
     ),
     "teeth: no teeth file": (
         lambda tmp: _teeth(tmp, None),

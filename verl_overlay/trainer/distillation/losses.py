@@ -53,12 +53,10 @@ def distillation_loss(
     # global batch info for loss aggregation, where verl 0.9.0 sets it: distillation_ppo_loss calls this before
     # ppo_loss, which sets it only afterwards, so without this both branches below would normalize by this
     # micro-batch alone (first call) or by the previous mini-batch's token and sequence counts.
-    config.global_batch_info.update(
-        dp_size=data["dp_size"],
-        batch_num_tokens=data["batch_num_tokens"],
-        global_batch_size=data["global_batch_size"],
-        loss_scale_factor=config.loss_scale_factor,
-    )
+    config.global_batch_info["dp_size"] = data["dp_size"]
+    config.global_batch_info["batch_num_tokens"] = data["batch_num_tokens"]
+    config.global_batch_info["global_batch_size"] = data["global_batch_size"]
+    config.global_batch_info["loss_scale_factor"] = config.loss_scale_factor
 
     if loss_config.use_policy_gradient:
         # Use negative distillation loss as reward, as done by https://thinkingmachines.ai/blog/on-policy-distillation/.

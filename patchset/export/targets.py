@@ -1,0 +1,110 @@
+"""Which upstream branch takes each group's PR, on a checkout that has upstream's history.
+
+verl keeps a branch per release (``release/v0.8.0``, ``release/v0.7.1``, ...) beside ``main``. A fix that upstream
+already has on main goes to a release branch that lacks it as a cherry-pick of upstream's commit; a new fix goes to
+main. ``patches/<series>/groups`` says which branch takes each group (``onto=``) or why it stays a carried patch
+(``carried=``); the patches' ``Origin: backport, .../commit/<hash>`` names upstream's commit. This module finds
+those branches and commits in the user's checkout; ``pr_export`` makes the branches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from patchset.export.branches import CherryPick
+from patchset.plumbing import gitops
+from patchset.series.groups import DESCRIPTIONS_DIR, RESOLUTION_SUFFIX, Group, load_groups
+from patchset.series.model import Patch, Series, load_series
+from patchset.upstreams.pins import Pin, Pins
+from patchset.upstreams.registry import UPSTREAMS
+
+_REMOTES = ("origin", "upstream")  # where a clone keeps upstream's branches, tried in this order after local ones
+
+
+def _value(checkout: Path, *args: str) -> str | None:
+    return gitops.git_value(checkout, *args)
+
+
+def find_branch(checkout: Path, name: str) -> tuple[str, str] | None:
+    """(the ref as shown, its commit) of upstream's branch ``name`` in the checkout: a local branch, else a
+    remote-tracking one (origin, upstream, then any remote); None when it has none."""
+    candidates = [f"refs/heads/{name}", *(f"refs/remotes/{remote}/{name}" for remote in _REMOTES)]
+    listed = gitops.run_git(["for-each-ref", "--format=%(refname)", "refs/remotes/"], cwd=checkout, check=False)
+    candidates += [ref for ref in listed.stdout.split() if ref.endswith(f"/{name}") and ref not in candidates]
+    for ref in candidates:
+        commit = _value(checkout, "rev-parse", "-q", "--verify", f"{ref}^{{commit}}")
+        if commit:
+            return ref.removeprefix("refs/heads/").removeprefix("refs/remotes/"), commit
+    return None
+
+
+def has_commit(checkout: Path, commit: str) -> bool:
+    return _value(checkout, "rev-parse", "-q", "--verify", f"{commit}^{{commit}}") is not None
+
+
+def contains(checkout: Path, base: str, commit: str) -> bool:
+    """Whether ``base`` has upstream's ``commit`` in its history."""
+    return gitops.run_git(["merge-base", "--is-ancestor", commit, base], cwd=checkout, check=False).returncode == 0
+
+
+def version_at(checkout: Path, commit: str, key: str) -> str:
+    """The version the tree of ``commit`` declares ("" when it declares none)."""
+    text = _value(checkout, "show", f"{commit}:{UPSTREAMS[key].version_file}") or ""
+    return text.strip() if not UPSTREAMS[key].version_file.endswith(".py") else ""
+
+
+def pin_for(pins: Pins, key: str, version: str, ref: str, series: str) -> Pin:
+    """The pin of the branch's release, else the series' pin made to name the branch (main's ``0.10.0.dev``)."""
+    pin = pins.find(key, version)
+    if pin is not None:
+        return replace(pin, tag=ref)
+    default = next(p for p in pins.for_key(key) if p.series == series and p.target)
+    return replace(default, version=version or default.version, tag=ref)
+
+
+def series_groups(key: str, pins: Pins, patches_dir: Path) -> Iterator[tuple[Series, tuple[Group, ...]]]:
+    """Every series of ``key`` that a pin targets, once each in ``upstreams.toml`` order, with its groups."""
+    for name in dict.fromkeys(pin.series for pin in pins.for_key(key) if pin.target):
+        if not (patches_dir / name).is_dir():
+            continue  # a patches folder given for one series alone (--patches-dir)
+        series = load_series(patches_dir, name)
+        yield series, load_groups(series.path.parent, len(series.patches))
+
+
+def upstream_commit(patches: Sequence[Patch]) -> str | None:
+    """Upstream's commit of a group whose patches all name the same one (``Origin: backport, .../commit/<hash>``)."""
+    commits = {patch.upstream_commit for patch in patches}
+    return commits.pop() if len(commits) == 1 else None
+
+
+def cherry_pick(series: Series, group: Group, commit: str, patches: Sequence[Patch]) -> CherryPick:
+    """How ``group`` goes upstream as ``commit`` cherry-picked: its resolution patch if it has one, and the carried
+    patches whose tests go with it (when upstream's commit adds none), under ``[area] test: <what the fix does>``."""
+    resolution = series.path.parent / DESCRIPTIONS_DIR / f"{group.name}{RESOLUTION_SUFFIX}"
+    area, _, rest = patches[0].subject.partition("] ")
+    what = rest.split(": ", 1)[-1]
+    return CherryPick(
+        commit,
+        resolution if resolution.is_file() else None,
+        tuple(patch.path for patch in patches),
+        f"{area}] test: {what}",
+    )
+
+
+def teeth_of(series: Series, patches: Sequence[Patch]) -> str:
+    """The pytest ``-k`` expression of the regression tests that show the bugs ``patches`` fix."""
+    chosen = [series.teeth[p.name] for p in patches if p.name in series.teeth]
+    return " or ".join(f"({selection})" for selection in chosen)
+
+
+def has_history(checkout: Path, key: str, pins: Pins, patches_dir: Path) -> bool:
+    """Whether the checkout has upstream's history: it holds one of the upstream commits the series' backports name
+    (a clone of upstream does; a checkout made from a release sdist, one commit deep, does not)."""
+    for series, groups in series_groups(key, pins, patches_dir):
+        for group in groups:
+            commit = upstream_commit([series.patches[number - 1] for number in group.numbers])
+            if commit and has_commit(checkout, commit):
+                return True
+    return False
