@@ -180,14 +180,24 @@ def _critic_reference(loss_agg_mode: str) -> torch.Tensor:
     return reference
 
 
-@pytest.mark.parametrize("split", SPLITS, ids=str)
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
+def _every_shape_split_and_mode(test):
+    """The cases of a gradient test: every loss_agg_mode, Megatron shape and split (applied as three stacked
+    ``parametrize`` marks would be, so the test ids are theirs)."""
+    test = pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)(test)
+    test = pytest.mark.parametrize("shape", SHAPES, ids=str)(test)
+    return pytest.mark.parametrize("split", SPLITS, ids=str)(test)
+
+
+def _skip_one_micro_batch_on_vanilla(expect: str, split: Split) -> None:
+    if expect == "bug" and split.num_micro_batches == 1:
+        pytest.skip("vanilla: the bug needs more than one micro-batch per rank")
+
+
+@_every_shape_split_and_mode
 def test_critic_gradient_under_megatron_shapes_is_the_mini_batch_gradient(
     expect, verl_tree, loss_agg_mode, shape, split
 ):
-    if expect == "bug" and split.num_micro_batches == 1:
-        pytest.skip("vanilla: the bug needs more than one micro-batch per rank")
+    _skip_one_micro_batch_on_vanilla(expect, split)
     use_cpu_unpadding()
     batch, values = _critic_inputs()
     shards = megatron_gradient(shape, values, batch["response_mask"], _critic_rank_loss(loss_agg_mode, batch, split))
@@ -241,14 +251,11 @@ def _legacy_rank_loss(weight, loss_agg_mode: str, values_mask: torch.Tensor, num
     return rank_loss
 
 
-@pytest.mark.parametrize("split", SPLITS, ids=str)
-@pytest.mark.parametrize("shape", SHAPES, ids=str)
-@pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
+@_every_shape_split_and_mode
 def test_legacy_megatron_gradient_under_megatron_shapes_is_the_mini_batch_gradient(
     expect, legacy_weight, loss_agg_mode, shape, split
 ):
-    if expect == "bug" and split.num_micro_batches == 1:
-        pytest.skip("vanilla: the bug needs more than one micro-batch per rank")
+    _skip_one_micro_batch_on_vanilla(expect, split)
     batch = make_rollout_batch(BATCH_SIZE, seed=4, extra_fields=("values",), holes_in_mask=True)
     values, mask = batch["values"], batch["response_mask"]
 
