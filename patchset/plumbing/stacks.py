@@ -13,11 +13,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 _PROC = Path("/proc")
 DUMP_TIMEOUT_S = 30.0  # one process's dump; py-spy takes well under a second for a live one
+END_WAIT_S = 5.0  # for killed processes to be gone: the kernel takes milliseconds
 
 
 def _parent_of(pid: int) -> int | None:
@@ -95,9 +97,10 @@ def dump_stacks(pids: Iterable[int], near: Sequence[Path] = ()) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def kill_all(pids: Iterable[int]) -> None:
+def kill_all(pids: Iterable[int], wait_s: float = END_WAIT_S) -> None:
     """End each of ``pids`` that is still there (one that already ended is no error): all are stopped first, so that
-    none runs on when another ends (a test whose child is killed would go on to its teardown), then killed."""
+    none runs on when another ends (a test whose child is killed would go on to its teardown), then killed; returns
+    once none runs any more (a kill takes effect asynchronously), or after ``wait_s`` seconds."""
     pids = list(pids)
     for sig in (signal.SIGSTOP, signal.SIGKILL):
         for pid in pids:
@@ -105,3 +108,6 @@ def kill_all(pids: Iterable[int]) -> None:
                 os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
+    deadline = time.monotonic() + wait_s
+    while any(is_running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
