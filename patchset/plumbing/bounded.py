@@ -34,11 +34,11 @@ class Limit:
 def hang_report(what: str, limit: Limit, root: int, running_dir: Path | None, near: Sequence[Path] = ()) -> str:
     """Look at the hung tree under ``root`` (its tests, every process's stack), end it, and return the one line that
     says so; the stacks are printed (standard error: a CI log keeps them) and kept in a file the line names."""
-    pids = [root, *stacks.descendants(root)]
+    pids = stacks.tree(root)
     tests = running_tests(running_dir) if running_dir is not None else []
     text = f"{what}: still running after {limit.seconds:g} s\n" + "".join(f"in test: {test}\n" for test in tests)
     text += "\n" + stacks.dump_stacks(pids, near)
-    stacks.kill_all(reversed(pids))
+    stacks.kill_all(pids)
     with tempfile.NamedTemporaryFile(
         "w", prefix="patchset-hang-", suffix=".txt", delete=False, encoding="utf-8"
     ) as report:
@@ -73,6 +73,6 @@ def run_bounded(
             process.wait()
             raise TimedOut(line) from None
         except BaseException:
-            stacks.kill_all(reversed([process.pid, *stacks.descendants(process.pid)]))
+            stacks.kill_all(stacks.tree(process.pid))
             process.wait()
             raise

@@ -59,7 +59,7 @@ def server(preload: Sequence[str] = ("torch",)) -> BaseContext:
 def _end(children: Sequence[multiprocessing.process.BaseProcess]) -> None:
     """Kill every child still running, and whatever it started, then reap them."""
     alive = [child.pid for child in children if child.pid is not None and child.is_alive()]
-    stacks.kill_all(pid for root in alive for pid in (*reversed(stacks.descendants(root)), root))
+    stacks.kill_all(pid for root in alive for pid in stacks.tree(root))
     for child in children:
         if child.pid is not None:
             child.join()
@@ -92,7 +92,7 @@ def run_children(
         while running:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                pids = [pid for child in running for pid in (child.pid, *stacks.descendants(child.pid))]
+                pids = [pid for child in running for pid in stacks.tree(child.pid)]
                 names = ", ".join(child.name for child in running)
                 raise TimedOut(
                     f"{names}: still running after {limit:g} s, ended (to allow longer: {RAISE_HINT}); their stacks:\n"

@@ -22,23 +22,31 @@ DUMP_TIMEOUT_S = 30.0  # one process's dump; py-spy takes well under a second fo
 END_WAIT_S = 5.0  # for killed processes to be gone: the kernel takes milliseconds
 
 
-def _parent_of(pid: int) -> int | None:
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first, then the parent's pid); None: gone."""
     try:
         stat = (_PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
     # the command name, in parentheses, may hold spaces and parentheses itself: the fields follow the last ")"
-    return int(stat.rpartition(")")[2].split()[1])
+    return stat.rpartition(")")[2].split()
+
+
+def _parent_of(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields else None
 
 
 def is_running(pid: int) -> bool:
     """True for a process that exists and has not ended: a zombie (ended, not yet reaped by whoever adopted it after
     its parent was killed) does not run."""
-    try:
-        stat = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and every live process below it, parents before their children."""
+    return [pid, *descendants(pid)]
 
 
 def descendants(pid: int) -> list[int]:

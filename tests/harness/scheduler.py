@@ -56,10 +56,10 @@ class _Running:
     step: Step
     process: subprocess.Popen[bytes]
     started: float
+    running_dir: Path  # where its pytest processes name the test they are in
+    limit: Limit  # the step's, scaled when it started
     log: Path | None = None  # None: the step streams
     stream: BinaryIO | None = None
-    running_dir: Path | None = None  # where its pytest processes name the test they are in
-    limit: Limit = Limit(DEFAULT_LIMIT_S, RAISE_HINT)  # the step's, scaled when it started
 
 
 def duration(seconds: float) -> str:
@@ -108,11 +108,11 @@ class Scheduler:
         limit = Limit(scaled(step.limit_s), RAISE_HINT)
         if streamed:
             process = subprocess.Popen(step.argv, cwd=self.cwd, env=env)
-            return _Running(step, process, time.monotonic(), running_dir=running_dir, limit=limit)
+            return _Running(step, process, time.monotonic(), running_dir, limit)
         log = logs / f"{slug}.log"
         stream = log.open("wb")
         process = subprocess.Popen(step.argv, cwd=self.cwd, env=env, stdout=stream, stderr=subprocess.STDOUT)
-        return _Running(step, process, time.monotonic(), log, stream, running_dir, limit)
+        return _Running(step, process, time.monotonic(), running_dir, limit, log, stream)
 
     def _end_hung(self, running: _Running) -> None:
         """The step is past its limit: print what it was in and its stacks, end its tree, and fail it saying so."""
