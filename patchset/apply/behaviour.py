@@ -33,7 +33,9 @@ from patchset.apply.target import TreeToPatch
 from patchset.plumbing import files, tempdirs
 from patchset.plumbing.ui import Console
 from patchset.series.teeth import TEETH_FILE
+from patchset.testenv import regression
 from patchset.testenv.junit import Counts, junit_counts
+from patchset.testenv.venv import VenvError
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.workspace import Workspace
 
@@ -81,9 +83,6 @@ class TeethRunner:
         return [rel for rel in paths if not files.same(target.root / rel, release / rel)]
 
     def __call__(self, target: TreeToPatch, selection: str) -> Behaviour:
-        from patchset.testenv import regression  # imported late: only a conflict needs it
-        from patchset.testenv.venv import VenvError
-
         self.console.step(
             f"Running its tests on {target.label} as shipped ({SUITE} -k {selection!r}, expecting the fix)"
         )

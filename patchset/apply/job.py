@@ -29,6 +29,7 @@ from patchset.plumbing import signals, tempdirs
 from patchset.plumbing.errors import EXIT_EARLIER_SERIES, EXIT_OK, EXIT_TESTS_FAILED, BadInput, EarlierSeries
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.history import History, load_history, recover_texts
+from patchset.testenv import regression
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.workspace import Workspace
 
@@ -81,8 +82,6 @@ def choice_tests_left_out(plans: Sequence[Plan], console: Console) -> list[str]:
 def _regression(
     trees: Mapping[str, Path], workspace: Workspace, console: Console, timeout: float | None, left_out: Sequence[str]
 ) -> int:
-    from patchset.testenv import regression  # imported late: it is the regression work's module, heavier to import
-
     shown = ", ".join(f"{key} at {display_path(path)}" for key, path in trees.items())
     console.step(f"Running the regression tests on {shown}")
     deselect = ["-k", "not (" + " or ".join(f"({choices})" for choices in left_out) + ")"] if left_out else []
