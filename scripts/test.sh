@@ -4,4 +4,4 @@ set -euo pipefail
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$repo_root"
 export PYTHONPATH="$repo_root${PYTHONPATH:+:$PYTHONPATH}"
-exec python3 -P -m tests.harness.testsuite "$@"
+exec python3 -P -m patchset.testcommand.testsuite "$@"

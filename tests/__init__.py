@@ -1,1 +1,1 @@
-"""This project's tests; ``tests.harness`` is the test command itself."""
+"""This project's tests; the test command that runs them is ``patchset.testcommand`` (scripts/test.sh)."""

@@ -121,8 +121,8 @@ def run_overlay_regression_tests(
     parallel: bool = True,
 ) -> int:
     """Run the regression suite (or its files ``paths``) with ``python``, an environment where verl, Trinity-RFT
-    and this project are installed (`tests.harness.overlay_env`), on the overlays: ``fixed`` with them on, ``bug``
-    with them off. ``parallel=False``: one process (a smoke run of a few files costs less than starting a worker
+    and this project are installed (`patchset.testcommand.overlay_env`), on the overlays: ``fixed`` with them on,
+    ``bug`` with them off. ``parallel=False``: one process (a smoke run of a few files costs less than starting a worker
     per core, each importing torch, verl and Trinity); past `suite_limit` ``TimedOut``."""
     switch = "on" if expect == "fixed" else "off (PATCHSET_OVERLAYS=0)"
     print(f"* Running the regression tests (expecting {expect}) on the releases in {site_packages}, overlays {switch}")

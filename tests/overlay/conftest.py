@@ -1,7 +1,8 @@
 """Wiring for the overlay tests: the "pip-installed release" environment and the patched checkouts to compare with.
 
-`tests.harness.testsuite` builds the environment (`tests.harness.overlay_env`: a fresh venv with the pinned verl and
-trinity-rft sdists and this project pip-installed) and names it and the patched trees in the environment:
+`patchset.testcommand.testsuite` builds the environment (`patchset.testcommand.overlay_env`: a fresh venv with the
+pinned verl and trinity-rft sdists and this project pip-installed) and names it and the patched trees in the
+environment:
 
 - ``PATCHSET_OVERLAY_PYTHON``: that venv's python; every check runs in a child process of it, because what an
   overlay does is a property of a whole process (as it is in a Ray worker);

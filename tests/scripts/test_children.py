@@ -25,7 +25,7 @@ from patchset.plumbing.errors import EXIT_TIMED_OUT, TimedOut
 from patchset.plumbing.limits import scaled
 from patchset.plumbing.running import RUNNING_DIR_VARIABLE, running_tests
 from patchset.plumbing.stacks import is_running
-from tests.harness.scheduler import Scheduler, Step
+from patchset.testcommand.scheduler import Scheduler, Step
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

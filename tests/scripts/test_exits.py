@@ -130,10 +130,10 @@ def test_the_test_command_ends_an_unforeseen_error_with_one_line_and_exit_70(tmp
     monkeypatch.delenv(TRACEBACK_ENV, raising=False)
     monkeypatch.setattr("patchset.testenv.venv.ensure_venv", fail)  # what the re-run module imports by name
     monkeypatch.setattr(sys, "argv", ["scripts/test.sh", "--step", "tooling", "--cache", str(tmp_path)])
-    monkeypatch.delitem(sys.modules, "tests.harness.testsuite", raising=False)  # run as scripts/test.sh runs it
+    monkeypatch.delitem(sys.modules, "patchset.testcommand.testsuite", raising=False)  # run as scripts/test.sh runs it
 
     with pytest.raises(SystemExit) as ended:
-        runpy.run_module("tests.harness.testsuite", run_name="__main__")
+        runpy.run_module("patchset.testcommand.testsuite", run_name="__main__")
 
     assert ended.value.code == EXIT_INTERNAL
     [line] = capsys.readouterr().err.splitlines()

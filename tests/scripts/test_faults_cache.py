@@ -82,7 +82,7 @@ def apply_patch(cwd, patch, *, reverse=False, check=False, directory=""):
 gitops.apply_patch = apply_patch
 
 if sys.argv[1] == "wheel":  # build the wheel of an sdist into the cache (pip wheel faked: it writes a wheel)
-    from tests.harness import overlay_env
+    from patchset.testcommand import overlay_env
     def run_step(command, step):
         out = Path(command[command.index("--wheel-dir") + 1])
         (out / "fake-1.0-py3-none-any.whl").write_bytes(b"a wheel")

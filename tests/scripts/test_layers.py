@@ -4,9 +4,10 @@ The tooling (``patchset``) and the overlays stand apart; within each, a part may
 An import inside a function counts as much as one at the top: it is an arrow all the same. Imports of other
 packages (stdlib, torch, verl) are not this test's concern.
 
-Beside them, the code that runs from the checkout: the scripts (``scripts/``) and the engine harness
-(``engine_harness``) import no test code, and the harness no script, whether as a package or as a flat module from a
-folder put on ``sys.path``, and none of them, nor ``tests/overlay``, names a test folder to put on ``sys.path``.
+Beside them, the code that runs from the checkout: the tooling (``patchset``, the test command included), the
+scripts (``scripts/``) and the engine harness (``engine_harness``) import no test code, and the tooling and the
+harness no script, whether as a package or as a flat module from a folder put on ``sys.path``; none of the scripts,
+the harness nor ``tests/overlay`` names a test folder to put on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ TOOLING_LAYERS: Mapping[str, int] = {
     "patchset.wheels": 4,
     "patchset.cli": 5,
     "patchset.__main__": 6,
+    "patchset.testcommand": 6,  # the test command (scripts/test.sh): nothing of the tooling imports it
 }
 OVERLAY_LAYERS: Mapping[str, int] = {
     "patchset_overlay": 0,
@@ -200,6 +202,7 @@ def test_a_module_importing_its_packages_init_that_imports_it_back_is_a_cycle(tm
 
 # code that runs from the checkout -> the folders whose code it must not import
 NO_TEST_CODE: Mapping[str, tuple[str, ...]] = {
+    "patchset": ("tests", "scripts"),
     "scripts": ("tests",),
     "engine_harness": ("tests", "scripts"),
 }
@@ -230,7 +233,7 @@ def imports_of_code_in(root: Path, importer: str, forbidden: Sequence[str]) -> l
 
 
 @pytest.mark.parametrize("importer", sorted(NO_TEST_CODE))
-def test_scripts_and_the_engine_harness_import_no_test_code(importer):
+def test_the_code_run_from_the_checkout_imports_no_test_code(importer):
     assert imports_of_code_in(REPO_ROOT, importer, NO_TEST_CODE[importer]) == []
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from patchset.testcommand.testsuite import _ratio_table
 from patchset.testenv.regression import regression_env
-from tests.harness.testsuite import _ratio_table
 
 
 def test_trees_come_first_on_pythonpath_in_verl_then_trinity_order(tmp_path: Path):

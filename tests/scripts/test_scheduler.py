@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.scheduler import Scheduler, Step, summary
+from patchset.testcommand.scheduler import Scheduler, Step, summary
 
 
 def _python(code: str) -> tuple[str, ...]:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from patchset.testcommand import testsuite
+from patchset.testcommand.scheduler import Step
 from patchset.upstreams.workspace import resolve_workspace
-from tests.harness import testsuite
-from tests.harness.scheduler import Step
 
 # the steps as the test command's docstring lists them ("- name: what it does", or "- name, what it is"), in the
 # order they take a free job slot (see ``plan``): teeth and the tooling tests first, the overlays, then the rest
@@ -57,8 +57,9 @@ def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str,
 
 
 def _step_argv(step: Step) -> list[str]:
-    """What the scheduler would run, as arguments of testsuite.main (after ``python -P -m tests.harness.testsuite``)."""
-    assert step.argv[1:4] == ("-P", "-m", "tests.harness.testsuite")
+    """What the scheduler would run, as arguments of testsuite.main (after
+    ``python -P -m patchset.testcommand.testsuite``)."""
+    assert step.argv[1:4] == ("-P", "-m", "patchset.testcommand.testsuite")
     return list(step.argv[4:])
 
 

@@ -14,7 +14,8 @@ not pinned or a malformed request is refused (exit 2) before anything is fetched
 
 The fake world's trees (``patchset_fakes``) are made buildable with a small pyproject.toml each; the real pinned
 releases are built too when their checkouts are in the cache. The regression suite against the installed wheels
-is ``tests.harness.wheel_checks.check_wheels``, a step of the test command (it needs the whole suite, about a minute).
+is ``patchset.testcommand.wheel_checks.check_wheels``, a step of the test command (it needs the whole suite,
+about a minute).
 """
 
 from __future__ import annotations
@@ -48,11 +49,11 @@ from patchset.cli.wheels import main as wheels_main
 from patchset.plumbing import signals
 from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
+from patchset.testcommand import wheel_checks
+from patchset.testcommand.linked_venv import linked_venv
 from patchset.upstreams.pins import load_pins
 from patchset.upstreams.workspace import resolve_workspace
 from patchset.wheels import build as wheels
-from tests.harness import wheel_checks
-from tests.harness.linked_venv import linked_venv
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # read at import: conftest clears PATCHSET_CACHE per test

@@ -26,8 +26,8 @@ Steps (each timed; the summary lists every step, its time and what it proves):
   verl 0.9.1 pip-installed, where the suite's tests of the patches that apply there pass with the overlays on (the
   verl 0.9.1 step shows them failing on the vanilla release's code).
 
-Each step is a process of its own (``--step NAME``); `tests.harness.scheduler` runs independent steps at once (as
-many as ``--jobs``, default the cores), each step's output printed whole when it ends, and within a step
+Each step is a process of its own (``--step NAME``); `patchset.testcommand.scheduler` runs independent steps at
+once (as many as ``--jobs``, default the cores), each step's output printed whole when it ends, and within a step
 independent tests run on every core (pytest-xdist). The overlays, the tooling tests, the wheels and verl 0.9.1 are
 independent of each other and of teeth and fix; fix comes after teeth (it compares its metrics with those teeth
 recorded). Every step runs even when another failed (unless it needs that one: nothing runs without the
@@ -54,15 +54,15 @@ from patchset.plumbing.errors import EXIT_TIMED_OUT, PatchsetError
 from patchset.plumbing.limits import TIME_SCALE_VARIABLE
 from patchset.plumbing.ui import Console
 from patchset.series.model import Patch, load_series
+from patchset.testcommand.overlay_env import build_overlay_env
+from patchset.testcommand.releases import find_releases, other_lines, upstream_has
+from patchset.testcommand.scheduler import Scheduler, Step, summary
+from patchset.testcommand.wheel_checks import SMOKE, check_wheels
 from patchset.testenv.regression import SuiteRun, parallel_args, run_overlay_regression_tests, run_regression_tests
 from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin
 from patchset.upstreams.workspace import Workspace, resolve_workspace
-from tests.harness.overlay_env import build_overlay_env
-from tests.harness.releases import find_releases, other_lines, upstream_has
-from tests.harness.scheduler import Scheduler, Step, summary
-from tests.harness.wheel_checks import SMOKE, check_wheels
 
 SHELL_SCRIPTS = (
     "scripts/apply.sh",
@@ -77,8 +77,8 @@ SHELL_SCRIPTS = (
 PROVEN_BY_THE_WHEELS_STEP = (
     "tests/scripts/test_wheels.py::test_real_wheels_install_into_a_fresh_venv_and_report_the_labelled_version"
 )
-# The steps every run has; the test command adds one per pinned release of a role (`tests.harness.releases`): verl
-# 0.9.1, which has part of the verl series upstream, and verl 0.7.1, of another release line.
+# The steps every run has; the test command adds one per pinned release of a role (`patchset.testcommand.releases`):
+# verl 0.9.1, which has part of the verl series upstream, and verl 0.7.1, of another release line.
 STEP_NAMES = ("environment", "pinned trees", "lint", "teeth", "tooling", "overlays", "fix", "wheels")
 
 
@@ -336,7 +336,7 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
     partial, line = releases.partial, releases.line
 
     def step(name: str, proves: str, needs: tuple[str, ...] = ("environment", "pinned trees"), **how: object) -> Step:
-        argv = [sys.executable, "-P", "-m", "tests.harness.testsuite", "--step", name, "--cache", str(cache)]
+        argv = [sys.executable, "-P", "-m", "patchset.testcommand.testsuite", "--step", name, "--cache", str(cache)]
         return Step(name, proves, (*argv, *(["--quick"] if quick else [])), needs, **how)  # type: ignore[arg-type]
 
     shapes = "one batch shape per test, loss and mode"

@@ -1,5 +1,5 @@
 """The test command's check of the patched wheels: build them, install them into a fresh venv, check what they
-report and test the installed packages. Part of the harness (tests/harness), not of the tooling."""
+report and test the installed packages."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from patchset.plumbing import gitops, signals
 from patchset.plumbing.errors import PatchsetError
 from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
+from patchset.testcommand.linked_venv import linked_venv
 from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin, at_least
@@ -27,7 +28,6 @@ from patchset.upstreams.registry import UPSTREAMS
 from patchset.upstreams.workspace import Workspace
 from patchset.wheels.build import MANIFEST_NAME, Built, WheelBuild, build_wheels
 from patchset.wheels.selection import requirement
-from tests.harness.linked_venv import linked_venv
 
 # The smoke run on installed packages (wheels, overlays): the critic and actor loss tests, one batch shape per
 # loss and mode. What proves those modes is elsewhere (file hashes; parity and import order); this shows they run.
