@@ -24,6 +24,9 @@ A fix's parts (a new loss fix touches about 18 files; nothing else checks the se
 - ``audit``: every loss it touches (``audit`` in parts.toml) has a row of docs/loss-audit.md that names the patch's
   number beside that loss.
 
+The other way round, README.md's patch table links only patches of the series, and a row of docs/loss-audit.md that
+names a patch (``verl 0003``, ``Trinity 0002, 0003``) is of a loss that patch's ``audit`` names.
+
 ``patches/<series>/parts.toml`` is the one place that says, for each patch (a table named by its slug), the losses its
 audit rows name (``audit``), its harness key, parity case functions and guarded objects (``harness``, ``parity``,
 ``guard``) and why a part is missing (``[<slug>.missing]``: part = reason). A part that is missing
@@ -277,6 +280,34 @@ def audit_rows(audit_text: str) -> Iterator[tuple[str, str]]:
             yield cells[0], " | ".join(cells[1:])
 
 
+def named_patches(text: str, series: list[str]) -> Iterator[tuple[str, str]]:
+    """(series, number) of each patch ``text`` names as ``<series> NNNN`` (``Trinity 0002, 0003, 0004``: three)."""
+    names = "|".join(re.escape(name) for name in sorted(series, key=len, reverse=True))
+    for name, numbers in re.findall(rf"\b({names})((?:(?:,| and| or)? \d{{4}}\b)+)", text, re.I):
+        for number in re.findall(r"\d{4}", numbers):
+            yield name.lower(), number
+
+
+def undeclared(tree: Tree, fixes: list[Fix]) -> list[str]:
+    """The other way round from the ``readme`` and ``audit`` parts: a row of README.md's patch table that links no
+    patch of its series, and a row of docs/loss-audit.md that names a patch whose ``audit`` names no loss of it."""
+    by_number = {(fix.series.name, f"{fix.number:04d}"): fix for fix in fixes}
+    patch_files = {f"patches/{fix.series.name}/{fix.patch.name}" for fix in fixes}
+    found = [
+        f"README.md links {link}, no patch of its series"
+        for line in tree.text("README.md").splitlines()
+        if line.startswith("|")
+        for link in re.findall(r"\]\((patches/[^)]+\.patch)\)", line)
+        if link not in patch_files
+    ]
+    for cell, rest in audit_rows(tree.text("docs/loss-audit.md")):
+        for series, number in named_patches(rest, sorted({fix.series.name for fix in fixes})):
+            fix = by_number.get((series, number))
+            if fix is None or not any(loss in cell for loss in fix.audit):
+                found.append(f"docs/loss-audit.md names {series} {number} beside {cell[:60]!r}, not in its audit")
+    return found
+
+
 def missing_parts(tree: Tree, fix: Fix) -> dict[str, str]:
     """{part: what is missing} for ``fix`` in ``tree``; empty when it has every part."""
     missing: dict[str, str] = {}
@@ -379,6 +410,11 @@ FIXES = fixes_of(TREE)
 @pytest.mark.parametrize("fix", FIXES, ids=str)
 def test_each_fix_has_every_part_or_a_reason_for_it(fix: Fix):
     assert problems(TREE, fix) == []
+
+
+def test_each_readme_row_and_audit_row_is_of_a_declared_fix():
+    """README.md's patch table and docs/loss-audit.md's rows speak only of fixes as parts.toml declares them."""
+    assert undeclared(TREE, FIXES) == []
 
 
 def test_every_series_folder_is_checked():
@@ -612,6 +648,26 @@ def test_a_declared_part_its_file_does_not_match_fails(tmp_path: Path, part: str
         _rewrite(relative, old, new)(tree)
     (fix,) = fixes_of(tree)
     assert set(missing_parts(tree, fix)) == {part}
+
+
+def test_a_readme_row_of_no_patch_fails(tmp_path: Path):
+    tree = _fake_tree(tmp_path)
+    stale = "README.md links patches/third/0002-another.patch, no patch of its series"
+    assert undeclared(tree, fixes_of(tree)) == [stale]
+    _rewrite("README.md", "| [another](patches/third/0002-another.patch) | not fixed |\n", "")(tree)
+    assert undeclared(tree, fixes_of(tree)) == []
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [("| `other` | patch third 0001 |", "third 0001 beside '`other`'"), ("| `the_loss` | Third 0002 |", "third 0002")],
+    ids=["a-loss-its-audit-does-not-name", "no-such-patch"],
+)
+def test_an_audit_row_of_no_declared_fix_fails(tmp_path: Path, row: str, expected: str):
+    tree = _fake_tree(tmp_path)
+    _rewrite("docs/loss-audit.md", "|---|---|\n", f"|---|---|\n{row}\n")(tree)
+    found = [problem for problem in undeclared(tree, fixes_of(tree)) if "loss-audit" in problem]
+    assert len(found) == 1 and found[0].startswith(f"docs/loss-audit.md names {expected}"), found
 
 
 def test_a_reason_for_a_part_that_is_there_fails(tmp_path: Path):
