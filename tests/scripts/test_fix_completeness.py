@@ -39,7 +39,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -49,7 +48,7 @@ import pytest
 
 from patchset.series.groups import DESCRIPTIONS_DIR, GROUPS_FILE, parse_groups
 from patchset.series.model import Patch, Series, load_series
-from patchset.series.parts import PARTS_FILE
+from patchset.series.parts import PARTS_FILE, read_parts
 from patchset.series.teeth import slug_of
 from patchset.upstreams.pins import Pins, load_pins
 from patchset_overlay.fingerprints import Fingerprints
@@ -123,11 +122,6 @@ def series_names(pins: Pins) -> list[str]:
     return list(dict.fromkeys(pin.series for pin in pins.pins))
 
 
-def parts_file(folder: Path) -> dict[str, dict]:
-    path = folder / PARTS_FILE
-    return tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
 def fixes_of(tree: Tree) -> list[Fix]:
     """Every patch of every series the pins name, in series order."""
     pins = load_pins(tree.patches / "upstreams.toml")
@@ -135,7 +129,7 @@ def fixes_of(tree: Tree) -> list[Fix]:
     for name in series_names(pins):
         series = load_series(tree.patches, name)
         pinned = [pin for pin in pins.pins if pin.series == name]
-        declared = parts_file(tree.patches / name)
+        declared = read_parts(tree.patches / name)
         for number, patch in enumerate(series.patches, start=1):
             entry = declared.get(slug_of(patch.name), {})
             found.append(
@@ -427,7 +421,7 @@ def test_each_parts_file_speaks_of_patches_of_its_series():
     """An entry of parts.toml whose patch was renamed or dropped would keep reasons for nothing."""
     for name in series_names(load_pins(TREE.patches / "upstreams.toml")):
         slugs = {fix.slug for fix in FIXES if fix.series.name == name}
-        assert set(parts_file(TREE.patches / name)) <= slugs, name
+        assert set(read_parts(TREE.patches / name)) <= slugs, name
 
 
 def test_the_harness_data_speaks_only_of_its_losses():
