@@ -7,7 +7,8 @@ from functools import partial
 from typing import Any
 
 # verl's critic, its GRPO actor (vanilla policy loss), GMPO, its on-policy distillation (k3, first call), and
-# Trinity's TrinityPolicyLoss (its engine-path actor loss)
+# Trinity's TrinityPolicyLoss (its engine-path actor loss); a fix names the key of its loss in `harness` of its
+# series' parts.toml (tests/scripts/test_fix_completeness.py)
 LOSSES = ("critic", "ppo", "geo_mean", "distillation", "trinity")
 
 

@@ -5,7 +5,8 @@ and pass on any correct fix. Its ``choices`` pin how this series fixed it (geo_m
 engine, say), which upstream may fairly choose otherwise. When a patch is retired by behaviour (upstream fixed the bug
 its own way: its teeth pass on the tree as shipped), its choice tests judge upstream's form by ours, so the
 regression run that ends ``apply`` leaves them out and says so. The rest of ``parts.toml`` (the parts of a fix that
-tests/scripts/test_fix_completeness.py checks) is read there.
+tests/scripts/test_fix_completeness.py checks: ``audit``, ``harness``, ``parity``, ``guard``, the reasons of
+``[<slug>.missing]``) is read there, through `read_parts`, the one reader of the file.
 """
 
 from __future__ import annotations
@@ -20,17 +21,24 @@ from patchset.series.teeth import slug_of
 PARTS_FILE = "parts.toml"
 
 
+def read_parts(folder: Path) -> dict[str, dict]:
+    """The tables of the folder's ``parts.toml``, one a patch by its slug ({} without the file); ``BadInput`` naming
+    the file when it is not valid TOML."""
+    path = folder / PARTS_FILE
+    if not path.is_file():
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise BadInput(f"{path}: not valid TOML ({error}); see docs/maintaining.md, 'A fix as one unit'") from None
+
+
 def load_choices(folder: Path, patch_names: Sequence[str]) -> dict[str, str]:
     """{patch file name: the ``-k`` expression of its choice tests}, for the patches whose table in the folder's
     ``parts.toml`` has ``choices`` ({} without the file); ``BadInput`` naming the file when it is not valid TOML or a
     ``choices`` is not a non-empty string."""
     path = folder / PARTS_FILE
-    if not path.is_file():
-        return {}
-    try:
-        tables = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise BadInput(f"{path}: not valid TOML ({error}); see docs/maintaining.md, 'A fix as one unit'") from None
+    tables = read_parts(folder)
     choices: dict[str, str] = {}
     for name in patch_names:
         value = tables.get(slug_of(name), {}).get("choices")

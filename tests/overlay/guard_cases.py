@@ -22,7 +22,8 @@ def _from_upstream(obj, package: str) -> bool:
 
 
 def untouched() -> dict[str, bool]:
-    """Each replaced object is still the upstream's own code (its source file is in the upstream package)."""
+    """Each replaced object is still the upstream's own code (its source file is in the upstream package); a fix
+    names the keys of its piece's objects in ``guard`` of its series' parts.toml (test_fix_completeness.py)."""
     import verl.trainer.distillation.losses as distillation
     import verl.trainer.ppo.core_algos as core_algos
     import verl.workers.config.critic as critic

@@ -7,7 +7,8 @@ every registered policy loss (`policy_loss_cases.py`: REC, MIX, MIX_CHORD, DPO's
 that normalizes itself (engine_harness/self_normalizing_loss.py), several splits and data-parallel sizes, and
 saves each case's micro-batch losses, gradient and metrics, with which files the upstream modules came from and what
 the overlays say. The test runs it once on the installed releases with
-the overlays on and once on the patched checkouts, and compares the two bit for bit.
+the overlays on and once on the patched checkouts, and compares the two bit for bit. Each fix names the functions
+that compute its cases (those ``main`` calls) in ``parity`` of its series' parts.toml (test_fix_completeness.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A fix is one checked unit: each patch of every series under patches/ has all of its parts, or a stated reason for
 each part it lacks; and each overlay piece says what the patches it mirrors say.
 
-A fix's parts (a new loss fix touches 10 to 12 files; nothing else checks the set is complete):
+A fix's parts (a new loss fix touches about 18 files; nothing else checks the set is complete):
 
 - ``group``: a line of ``patches/<series>/groups`` lists it; ``pr``: that group's PR body, ``pr/<group>.md``;
 - ``teeth``: its entry in ``teeth``, whose ``-k`` expression names only tests that exist in tests/regression;
@@ -10,6 +10,13 @@ A fix's parts (a new loss fix touches 10 to 12 files; nothing else checks the se
   another release line keeps it); ``mirror``: that piece's mirror module of every target module; ``fingerprints``:
   the piece's targets in the overlay's ``fingerprints.json``, for every release of the series the overlay installs
   the piece on;
+- ``harness``: the key its loss is trained under by the engine harness (``harness`` in parts.toml): one of
+  ``LOSSES`` in ``engine_harness/losses.py`` that ``loss_function`` has a branch for, and the name of its GPU proof
+  case where it has one (the proof trains ``loss_function(case.name)``);
+- ``parity``: the functions of ``tests/overlay/parity_cases.py`` that compute its overlay/patch parity cases
+  (``parity`` in parts.toml), each called by that file's ``main``;
+- ``guard``: the objects ``tests/overlay/guard_cases.py`` checks are upstream's own when its piece stays off
+  (``guard`` in parts.toml): keys of ``untouched()``, each an object its piece replaces;
 - ``gpuproof``: a case of ``scripts/gpuproof/cases.py`` that names it (``patch="verl 0001"``: series, number);
 - ``fixes``: docs/fixes.md links the patch;
 - ``readme``: a row of README.md's patch table links the patch, and its upstream cell says what the patch's header
@@ -17,8 +24,12 @@ A fix's parts (a new loss fix touches 10 to 12 files; nothing else checks the se
 - ``audit``: every loss it touches (``audit`` in parts.toml) has a row of docs/loss-audit.md that names the patch's
   number beside that loss.
 
+The other way round, README.md's patch table links only patches of the series, and a row of docs/loss-audit.md that
+names a patch (``verl 0003``, ``Trinity 0002, 0003``) is of a loss that patch's ``audit`` names.
+
 ``patches/<series>/parts.toml`` is the one place that says, for each patch (a table named by its slug), the losses its
-audit rows name (``audit``) and why a part is missing (``[<slug>.missing]``: part = reason). A part that is missing
+audit rows name (``audit``), its harness key, parity case functions and guarded objects (``harness``, ``parity``,
+``guard``) and why a part is missing (``[<slug>.missing]``: part = reason). A part that is missing
 without a reason fails, and so does a reason for a part that is there. Everything is read from files: nothing runs
 but ``git apply --numstat`` on each patch (`patchset.series.model.read_patch`, the one reader of a patch).
 """
@@ -28,7 +39,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache
@@ -38,6 +48,7 @@ import pytest
 
 from patchset.series.groups import DESCRIPTIONS_DIR, GROUPS_FILE, parse_groups
 from patchset.series.model import Patch, Series, load_series
+from patchset.series.parts import PARTS_FILE, read_parts
 from patchset.series.teeth import slug_of
 from patchset.upstreams.pins import Pins, load_pins
 from patchset_overlay.fingerprints import Fingerprints
@@ -46,8 +57,24 @@ from patchset_overlay.spec import Overlay, Piece, Target
 from patchset_overlay.startup import overlays
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PARTS_FILE = "parts.toml"
-PARTS = ("group", "pr", "teeth", "overlay", "mirror", "fingerprints", "gpuproof", "fixes", "readme", "audit")
+PARTS = (
+    "group",
+    "pr",
+    "teeth",
+    "overlay",
+    "mirror",
+    "fingerprints",
+    "harness",
+    "parity",
+    "guard",
+    "gpuproof",
+    "fixes",
+    "readme",
+    "audit",
+)
+HARNESS_LOSSES = "engine_harness/losses.py"
+PARITY_CASES = "tests/overlay/parity_cases.py"
+GUARD_CASES = "tests/overlay/guard_cases.py"
 _NOT_NAMES = {"and", "or", "not"}
 
 
@@ -78,6 +105,9 @@ class Fix:
     upstream: str  # the pins' key of its upstream (an overlay's import name)
     audit: tuple[str, ...] = ()
     reasons: dict[str, str] = field(default_factory=dict)
+    harness: str = ""  # the engine harness's key for its loss
+    parity: tuple[str, ...] = ()  # the functions of parity_cases.py that compute its parity cases
+    guard: tuple[str, ...] = ()  # the objects guard_cases.py checks are left upstream's own
 
     @property
     def slug(self) -> str:
@@ -92,11 +122,6 @@ def series_names(pins: Pins) -> list[str]:
     return list(dict.fromkeys(pin.series for pin in pins.pins))
 
 
-def parts_file(folder: Path) -> dict[str, dict]:
-    path = folder / PARTS_FILE
-    return tomllib.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
 def fixes_of(tree: Tree) -> list[Fix]:
     """Every patch of every series the pins name, in series order."""
     pins = load_pins(tree.patches / "upstreams.toml")
@@ -104,7 +129,7 @@ def fixes_of(tree: Tree) -> list[Fix]:
     for name in series_names(pins):
         series = load_series(tree.patches, name)
         pinned = [pin for pin in pins.pins if pin.series == name]
-        declared = parts_file(tree.patches / name)
+        declared = read_parts(tree.patches / name)
         for number, patch in enumerate(series.patches, start=1):
             entry = declared.get(slug_of(patch.name), {})
             found.append(
@@ -116,6 +141,9 @@ def fixes_of(tree: Tree) -> list[Fix]:
                     pinned[0].key,
                     tuple(entry.get("audit", ())),
                     dict(entry.get("missing", {})),
+                    str(entry.get("harness", "")),
+                    tuple(entry.get("parity", ())),
+                    tuple(entry.get("guard", ())),
                 )
             )
     return found
@@ -176,14 +204,65 @@ def readme_problem(readme: str, fix: Fix) -> str | None:
     return None
 
 
-def gpuproof_patches(cases_text: str) -> set[str]:
-    """The ``patch=`` of every ``Case(...)`` in the GPU proof's cases module, e.g. ``"verl 0001"``."""
-    found = set()
+def _strings(node: ast.AST) -> set[str]:
+    """Every string constant within ``node``."""
+    return {item.value for item in ast.walk(node) if isinstance(item, ast.Constant) and isinstance(item.value, str)}
+
+
+def _function(text: str, name: str) -> ast.FunctionDef | None:
+    """The module-level function ``name`` of a module's text (None without it)."""
+    body = ast.parse(text).body if text else ()
+    return next((node for node in body if isinstance(node, ast.FunctionDef) and node.name == name), None)
+
+
+def gpuproof_patches(cases_text: str) -> dict[str, str]:
+    """{``patch=``: the case's name} of every ``Case(...)`` in the GPU proof's cases module, e.g.
+    ``{"verl 0001": "critic"}``: the name is the harness key the proof trains it under."""
+    found = {}
     for node in ast.walk(ast.parse(cases_text)) if cases_text else ():
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Case":
-            for keyword in node.keywords:
-                if keyword.arg == "patch" and isinstance(keyword.value, ast.Constant) and keyword.value.value:
-                    found.add(str(keyword.value.value))
+            named = {keyword.arg: keyword.value for keyword in node.keywords}
+            name, patch = node.args[0] if node.args else named.get("name"), named.get("patch")
+            if isinstance(patch, ast.Constant) and patch.value:
+                found[str(patch.value)] = name.value if isinstance(name, ast.Constant) else ""
+    return found
+
+
+@cache
+def harness_keys(losses_text: str) -> set[str]:
+    """The keys the engine harness trains a loss under: the strings of ``LOSSES`` in ``engine_harness/losses.py``
+    that ``loss_function`` compares its ``loss`` with (a key without its branch would build nothing)."""
+    body = ast.parse(losses_text).body if losses_text else ()
+    listed = {
+        value
+        for node in body
+        if isinstance(node, ast.Assign) and any(getattr(target, "id", None) == "LOSSES" for target in node.targets)
+        for value in _strings(node.value)
+    }
+    builder = _function(losses_text, "loss_function")
+    compared = {value for node in ast.walk(builder) if isinstance(node, ast.Compare) for value in _strings(node)}
+    return listed & compared if builder else set()
+
+
+@cache
+def parity_functions(parity_text: str) -> set[str]:
+    """The functions whose cases the parity run computes: those ``main`` of ``parity_cases.py`` calls."""
+    main = _function(parity_text, "main")
+    calls = ast.walk(main) if main else ()
+    return {node.func.id for node in calls if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+
+
+@cache
+def guarded_objects(guard_text: str) -> set[str]:
+    """The objects ``guard_cases.py`` checks are still upstream's own: the keys ``untouched()`` reports (the keys of
+    its dict literals and of its subscript assignments)."""
+    function = _function(guard_text, "untouched")
+    found: set[str] = set()
+    for node in ast.walk(function) if function else ():
+        keys = node.keys if isinstance(node, ast.Dict) else []
+        if isinstance(node, ast.Assign):
+            keys = [target.slice for target in node.targets if isinstance(target, ast.Subscript)]
+        found.update(key.value for key in keys if isinstance(key, ast.Constant) and isinstance(key.value, str))
     return found
 
 
@@ -193,6 +272,34 @@ def audit_rows(audit_text: str) -> Iterator[tuple[str, str]]:
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")] if line.startswith("|") else []
         if len(cells) > 1 and not set(cells[0]) <= set("-: "):
             yield cells[0], " | ".join(cells[1:])
+
+
+def named_patches(text: str, series: list[str]) -> Iterator[tuple[str, str]]:
+    """(series, number) of each patch ``text`` names as ``<series> NNNN`` (``Trinity 0002, 0003, 0004``: three)."""
+    names = "|".join(re.escape(name) for name in sorted(series, key=len, reverse=True))
+    for name, numbers in re.findall(rf"\b({names})((?:(?:,| and| or)? \d{{4}}\b)+)", text, re.I):
+        for number in re.findall(r"\d{4}", numbers):
+            yield name.lower(), number
+
+
+def undeclared(tree: Tree, fixes: list[Fix]) -> list[str]:
+    """The other way round from the ``readme`` and ``audit`` parts: a row of README.md's patch table that links no
+    patch of its series, and a row of docs/loss-audit.md that names a patch whose ``audit`` names no loss of it."""
+    by_number = {(fix.series.name, f"{fix.number:04d}"): fix for fix in fixes}
+    patch_files = {f"patches/{fix.series.name}/{fix.patch.name}" for fix in fixes}
+    found = [
+        f"README.md links {link}, no patch of its series"
+        for line in tree.text("README.md").splitlines()
+        if line.startswith("|")
+        for link in re.findall(r"\]\((patches/[^)]+\.patch)\)", line)
+        if link not in patch_files
+    ]
+    for cell, rest in audit_rows(tree.text("docs/loss-audit.md")):
+        for series, number in named_patches(rest, sorted({fix.series.name for fix in fixes})):
+            fix = by_number.get((series, number))
+            if fix is None or not any(loss in cell for loss in fix.audit):
+                found.append(f"docs/loss-audit.md names {series} {number} beside {cell[:60]!r}, not in its audit")
+    return found
 
 
 def missing_parts(tree: Tree, fix: Fix) -> dict[str, str]:
@@ -229,7 +336,26 @@ def missing_parts(tree: Tree, fix: Fix) -> dict[str, str]:
                 missing["fingerprints"] = f"{piece.name}: none for {', '.join(lacking)} on {release}"
     number = f"{fix.number:04d}"
     cases = gpuproof_patches(tree.text("scripts/gpuproof/cases.py"))
-    if not any(case.lower().split() == [fix.series.name, number] for case in cases):
+    case = next((name for patch, name in cases.items() if patch.lower().split() == [fix.series.name, number]), None)
+    if fix.harness not in harness_keys(tree.text(HARNESS_LOSSES)):
+        missing["harness"] = f"{fix.harness or 'no key'} is no loss of {HARNESS_LOSSES} (LOSSES, loss_function)"
+    elif case is not None and case != fix.harness:
+        missing["harness"] = f"its GPU proof case trains {case!r}, not the harness key {fix.harness!r} of parts.toml"
+    uncalled = sorted(set(fix.parity) - parity_functions(tree.text(PARITY_CASES)))
+    if not fix.parity or uncalled:
+        missing["parity"] = f"main of {PARITY_CASES} calls no {', '.join(uncalled) or 'function named in parts.toml'}"
+    replaced = {target.name for _, _, piece in pieces for target in piece.targets}
+    unguarded = sorted(
+        name
+        for name in fix.guard
+        if name not in guarded_objects(tree.text(GUARD_CASES)) or name.split(".")[0] not in replaced
+    )
+    if not fix.guard or unguarded:
+        missing["guard"] = (
+            f"untouched() of {GUARD_CASES} checks no object of its piece named "
+            f"{', '.join(unguarded) or 'in parts.toml'}"
+        )
+    if case is None:
         missing["gpuproof"] = f"no case of scripts/gpuproof/cases.py has patch={fix.series.name} {number}"
     if f"patches/{fix.series.name}/{fix.patch.name}" not in tree.text("docs/fixes.md"):
         missing["fixes"] = "docs/fixes.md does not link it"
@@ -280,6 +406,11 @@ def test_each_fix_has_every_part_or_a_reason_for_it(fix: Fix):
     assert problems(TREE, fix) == []
 
 
+def test_each_readme_row_and_audit_row_is_of_a_declared_fix():
+    """README.md's patch table and docs/loss-audit.md's rows speak only of fixes as parts.toml declares them."""
+    assert undeclared(TREE, FIXES) == []
+
+
 def test_every_series_folder_is_checked():
     """A series folder no pin names would have its fixes go unchecked here."""
     folders = {path.parent.name for path in TREE.patches.glob("*/series")}
@@ -290,7 +421,19 @@ def test_each_parts_file_speaks_of_patches_of_its_series():
     """An entry of parts.toml whose patch was renamed or dropped would keep reasons for nothing."""
     for name in series_names(load_pins(TREE.patches / "upstreams.toml")):
         slugs = {fix.slug for fix in FIXES if fix.series.name == name}
-        assert set(parts_file(TREE.patches / name)) <= slugs, name
+        assert set(read_parts(TREE.patches / name)) <= slugs, name
+
+
+def test_the_harness_data_speaks_only_of_its_losses():
+    """``engine_harness/data.py`` names harness keys (the losses whose step computes the entropy): a key renamed or
+    dropped in ``losses.py`` and kept there would turn the entropy off for a loss without a word."""
+    data = ast.parse(TREE.text("engine_harness/data.py")).body
+    (entropy,) = [
+        node.value
+        for node in data
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "ENTROPY_LOSSES"
+    ]
+    assert _strings(entropy) and _strings(entropy) <= harness_keys(TREE.text(HARNESS_LOSSES))
 
 
 def regression_tests(regression: Path) -> list[tuple[str, str]]:
@@ -394,11 +537,17 @@ def _fake_tree(root: Path) -> Tree:
         "patches/third/groups": "loss-fix 0001\n",
         "patches/third/pr/loss-fix.md": "[algo] fix: the loss\n",
         "patches/third/teeth": f"{FAKE_SLUG}  the_loss and not elsewhere\n",
-        "patches/third/parts.toml": f'[{FAKE_SLUG}]\naudit = ["`the_loss`"]\n',
+        "patches/third/parts.toml": f'[{FAKE_SLUG}]\naudit = ["`the_loss`"]\nharness = "the_loss"\n'
+        'parity = ["loss_cases"]\nguard = ["the_loss"]\n',
         "tests/regression/test_the_loss.py": FAKE_TESTS,
         "third_overlay/trainer/losses.py": "def the_loss():\n    pass\n",
         "third_overlay/fingerprints.json": '{"0.8.0": {"third.trainer.losses:the_loss": "0"}}\n',
-        "scripts/gpuproof/cases.py": 'CASES = (Case("loss", "the loss", "lm", Expect.GROWS, patch="third 0001"),)\n',
+        HARNESS_LOSSES: 'LOSSES = ("the_loss",)\n\n\ndef loss_function(loss, mode):\n    if loss == "the_loss":\n'
+        "        return None\n",
+        PARITY_CASES: "def loss_cases():\n    return {}\n\n\ndef main(out):\n    return {**loss_cases()}\n",
+        GUARD_CASES: 'def untouched():\n    seen = {"the_loss": True}\n    return seen\n',
+        "scripts/gpuproof/cases.py": 'CASES = (Case("the_loss", "the loss", "lm", Expect.GROWS, patch="third 0001"),)'
+        "\n",
         "docs/fixes.md": f"**the loss** ([patch](../patches/third/{FAKE_PATCH})): global.\n",
         "README.md": f"| patch | upstream |\n|---|---|\n| [0001](patches/third/{FAKE_PATCH}) | fixed in third 0.9.0 |\n"
         "| [another](patches/third/0002-another.patch) | not fixed |\n",
@@ -434,9 +583,15 @@ TAKEN_AWAY: dict[str, tuple[Callable[[Tree], Tree], set[str]]] = {
     "group": (_remove("patches/third/groups"), {"group", "pr"}),
     "pr": (_remove("patches/third/pr/loss-fix.md"), {"pr"}),
     "teeth": (_rewrite("patches/third/teeth", "elsewhere", "nowhere"), {"teeth"}),
-    "overlay": (lambda tree: replace(tree, overlays=((_fake_overlay(("0001-another-fix",)), tree.root),)), {"overlay"}),
+    "overlay": (
+        lambda tree: replace(tree, overlays=((_fake_overlay(("0001-another-fix",)), tree.root),)),
+        {"overlay", "guard"},  # the objects guarded are its piece's
+    ),
     "mirror": (_remove("third_overlay/trainer/losses.py"), {"mirror"}),
     "fingerprints": (_rewrite("third_overlay/fingerprints.json", "the_loss", "other"), {"fingerprints"}),
+    "harness": (_rewrite(HARNESS_LOSSES, 'LOSSES = ("the_loss",)', 'LOSSES = ("other",)'), {"harness"}),
+    "parity": (_rewrite(PARITY_CASES, "**loss_cases()", ""), {"parity"}),
+    "guard": (_rewrite(GUARD_CASES, '"the_loss"', '"other"'), {"guard"}),
     "gpuproof": (_rewrite("scripts/gpuproof/cases.py", "third 0001", "third 0002"), {"gpuproof"}),
     "fixes": (_remove("docs/fixes.md"), {"fixes"}),
     "readme": (_rewrite("README.md", "fixed in third 0.9.0", "not fixed"), {"readme"}),
@@ -464,6 +619,49 @@ def test_a_fix_missing_a_part_fails_until_a_reason_is_given(tmp_path: Path, part
         stream.write(f"\n[{FAKE_SLUG}.missing]\n{reasons}")
     (fix,) = fixes_of(tree)
     assert problems(tree, fix) == []
+
+
+@pytest.mark.parametrize(
+    ("part", "changes"),
+    [
+        ("harness", [("scripts/gpuproof/cases.py", 'Case("the_loss"', 'Case("other"')]),
+        ("parity", [("patches/third/parts.toml", '"loss_cases"', '"loss_cases", "other_cases"')]),
+        (
+            "guard",
+            [
+                (GUARD_CASES, '"the_loss": True', '"the_loss": True, "other": True'),
+                ("patches/third/parts.toml", '"the_loss"]', '"other"]'),
+            ],
+        ),
+    ],
+    ids=["gpuproof-case-of-another-key", "a-function-main-does-not-call", "an-object-of-no-piece-of-its"],
+)
+def test_a_declared_part_its_file_does_not_match_fails(tmp_path: Path, part: str, changes: list[tuple[str, str, str]]):
+    tree = _fake_tree(tmp_path)
+    for relative, old, new in changes:
+        _rewrite(relative, old, new)(tree)
+    (fix,) = fixes_of(tree)
+    assert set(missing_parts(tree, fix)) == {part}
+
+
+def test_a_readme_row_of_no_patch_fails(tmp_path: Path):
+    tree = _fake_tree(tmp_path)
+    stale = "README.md links patches/third/0002-another.patch, no patch of its series"
+    assert undeclared(tree, fixes_of(tree)) == [stale]
+    _rewrite("README.md", "| [another](patches/third/0002-another.patch) | not fixed |\n", "")(tree)
+    assert undeclared(tree, fixes_of(tree)) == []
+
+
+@pytest.mark.parametrize(
+    ("row", "expected"),
+    [("| `other` | patch third 0001 |", "third 0001 beside '`other`'"), ("| `the_loss` | Third 0002 |", "third 0002")],
+    ids=["a-loss-its-audit-does-not-name", "no-such-patch"],
+)
+def test_an_audit_row_of_no_declared_fix_fails(tmp_path: Path, row: str, expected: str):
+    tree = _fake_tree(tmp_path)
+    _rewrite("docs/loss-audit.md", "|---|---|\n", f"|---|---|\n{row}\n")(tree)
+    found = [problem for problem in undeclared(tree, fixes_of(tree)) if "loss-audit" in problem]
+    assert len(found) == 1 and found[0].startswith(f"docs/loss-audit.md names {expected}"), found
 
 
 def test_a_reason_for_a_part_that_is_there_fails(tmp_path: Path):
