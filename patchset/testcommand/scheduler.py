@@ -13,6 +13,7 @@ tree is ended, and the step fails saying so (``timed_out``), so a run never stal
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,7 @@ class StepResult:
     seconds: float
     note: str = ""
     timed_out: bool = False
+    cpu_seconds: float | None = None  # of the step's process and every process it waited for (None: not reaped here)
 
 
 @dataclass
@@ -60,6 +62,21 @@ class _Running:
     limit: Limit  # the step's, scaled when it started
     log: Path | None = None  # None: the step streams
     stream: BinaryIO | None = None
+    cpu_seconds: float | None = None
+
+
+def _reap(running: _Running) -> bool:
+    """Whether the step's process has ended; if so, its exit status and the CPU time it and the processes it waited
+    for used (``wait4``'s resource usage: where the time of a step goes, beside its wall time)."""
+    process = running.process
+    if process.returncode is not None:
+        return True
+    pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+    if pid == 0:
+        return False
+    process.returncode = os.waitstatus_to_exitcode(status)
+    running.cpu_seconds = usage.ru_utime + usage.ru_stime
+    return True
 
 
 def duration(seconds: float) -> str:
@@ -130,7 +147,9 @@ class Scheduler:
             self.out.write(running.log.read_text(encoding="utf-8", errors="replace"))
         ending = f": {note}" if note else ""
         self._say(f"=== {step.name}: {'ok' if passed else 'FAILED'} in {duration(seconds)}{ending}")
-        self.results[step.name] = StepResult(step.name, step.proves, passed, seconds, note, timed_out=bool(note))
+        self.results[step.name] = StepResult(
+            step.name, step.proves, passed, seconds, note, timed_out=bool(note), cpu_seconds=running.cpu_seconds
+        )
 
     def run(self) -> list[StepResult]:
         waiting = list(self.steps)
@@ -152,7 +171,7 @@ class Scheduler:
                     if not running:
                         continue
                     time.sleep(0.2)
-                    for entry in [entry for entry in running if entry.process.poll() is not None]:
+                    for entry in [entry for entry in running if _reap(entry)]:
                         running.remove(entry)
                         self._finish(entry)
                         last_progress = time.monotonic()
@@ -172,11 +191,19 @@ class Scheduler:
         return [self.results[step.name] for step in self.steps]
 
 
-def summary(results: Sequence[StepResult], total_seconds: float, jobs: int) -> str:
+def _cpu(result: StepResult) -> str:
+    return duration(result.cpu_seconds) if result.cpu_seconds is not None else "-"
+
+
+def summary(results: Sequence[StepResult], total_seconds: float, jobs: int, cpu_seconds: float | None = None) -> str:
+    """A line per step: passed or not, its wall time, the CPU time of its processes, its name and what it proves;
+    then the total (with the CPU time of the whole run where given)."""
     width = max(len(result.name) for result in results)
-    lines = [
-        f"  {'ok  ' if result.passed else 'FAIL'} {duration(result.seconds):>7}  {result.name:<{width}}  "
-        f"{result.note or result.proves}"
+    lines = [f"  {'':4} {'wall':>7} {'cpu':>7}  {'step':<{width}}"]
+    lines += [
+        f"  {'ok  ' if result.passed else 'FAIL'} {duration(result.seconds):>7} {_cpu(result):>7}  "
+        f"{result.name:<{width}}  {result.note or result.proves}"
         for result in results
     ]
-    return "\n".join([*lines, f"  total {duration(total_seconds)} (up to {jobs} steps at a time)"])
+    cpu = f", {duration(cpu_seconds)} of CPU" if cpu_seconds is not None else ""
+    return "\n".join([*lines, f"  total {duration(total_seconds)}{cpu} (up to {jobs} steps at a time)"])

@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -448,7 +449,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = Scheduler(steps, args.jobs, REPO_ROOT, env).run()
     if any(result.name == "fix" for result in results):
         print("\n=== gradient norm relative to one micro-batch on one rank\n" + _ratio_table(args.cache / "results"))
-    print("\n=== summary\n" + summary(results, time.monotonic() - started, args.jobs), flush=True)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)  # every step, and every process each step waited for
+    cpu = children.ru_utime + children.ru_stime
+    print("\n=== summary\n" + summary(results, time.monotonic() - started, args.jobs, cpu), flush=True)
     hung = [result for result in results if result.timed_out]
     if hung:
         print("\n".join(f"error: {result.note}" for result in hung), file=sys.stderr)

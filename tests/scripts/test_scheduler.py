@@ -100,9 +100,14 @@ def test_a_step_waits_for_what_it_comes_after_and_is_not_run_without_what_it_nee
         ("after it", True, ""),
         ("independent", True, ""),
     ]
-    table = summary(results, 1.0, 2)
-    assert "FAIL" in table.splitlines()[1] and "not run: fails failed" in table
-    assert [line.split()[-1] for line in table.splitlines()[:4]] == ["fails", "failed", "ended", "runs"]
+    table = summary(results, 1.0, 2, 3.0)
+    header, *rows, total = table.splitlines()
+    assert header.split() == ["wall", "cpu", "step"] and total == "  total 1s, 3s of CPU (up to 2 steps at a time)"
+    assert "FAIL" in rows[1] and "not run: fails failed" in table
+    assert [line.split()[-1] for line in rows] == ["fails", "failed", "ended", "runs"]
+    # the CPU time of each step that ran is what wait4 reported for its process; a step not run has none
+    assert all(result.cpu_seconds is not None for result in results if result.name != "needs it")
+    assert rows[1].split()[2] == "-"
     assert "=== needs it: not run: fails failed" in out
 
 

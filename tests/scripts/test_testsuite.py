@@ -130,7 +130,8 @@ def test_exit_code_and_summary_follow_the_steps(monkeypatch, capsys, tmp_path, c
 
     monkeypatch.setattr(testsuite, "plan", plan)
     assert testsuite.main(["--cache", str(tmp_path / "cache"), "--jobs", "2"]) == exit_code
-    summary = capsys.readouterr().out.split("=== summary\n", 1)[1].splitlines()
-    verdicts = [line.split()[0] for line in summary[:3]]
+    header, *rows, total = capsys.readouterr().out.split("=== summary\n", 1)[1].splitlines()
+    verdicts = [line.split()[0] for line in rows]
     assert verdicts == ["ok" if code == 0 and codes[0] == 0 else "FAIL" for code in codes]
-    assert summary[3].startswith("  total ") and "up to 2 steps at a time" in summary[3]
+    assert header.split() == ["wall", "cpu", "step"]
+    assert total.startswith("  total ") and "s of CPU (up to 2 steps at a time)" in total
