@@ -4,13 +4,15 @@ Invariants: for every group of every series (``patches/<series>/groups``), the b
 upstream's template with gate results of the longest kind (a reused pass, upstream test files that cannot run here),
 has the template's sections in the template's order, is at most ``MAX_BODY_LINES`` lines, and holds no word of
 ``FORBIDDEN`` and no sha256; a group of verl's whose fix is upstream's commit says it is that commit cherry-picked,
-and every body says the measurements ran on CPU. ``body_problems`` names a forbidden word, a sha256 or a body one
-line over the limit, and the lint (``scripts/export.sh lint``) names a ``pr/<group>.md`` that holds one. Pure text:
-no checkout, no venv, well under a second.
+and every body says the measurements ran on CPU (a verl body: with what model, and the pytest command that
+reproduces them). ``body_problems`` names a forbidden word (each phrase issue 41 quoted from the bodies sent back
+among them), a sha256 or a body one line over the limit, and the lint (``scripts/export.sh lint``) names a
+``pr/<group>.md`` that holds one. Pure text: no checkout, no venv, well under a second.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -82,6 +84,9 @@ def test_every_pr_body_follows_its_template_and_stays_short(series_name: str, ke
     headings = [line for line in body.splitlines() if line in HEADINGS[key] or line.startswith("## ")]
     assert headings == HEADINGS[key]
     assert "CPU" in body  # the measurements say where they ran
+    if key == "verl":  # and on what model, and the command that reproduces them in upstream's tree
+        assert "tiny random Qwen2" in body or "no model" in body
+        assert re.search(r"`pytest tests/\S+_on_cpu\.py`", body)
     if commit:
         assert f"`git cherry-pick -x {commit}`" in body
     if key == "trinity":
@@ -100,6 +105,27 @@ def test_a_body_with_our_words_a_sha256_or_one_line_too_many_is_named() -> None:
         "line 1: 'sdist' means nothing upstream",
         "line 1: a sha256 means nothing upstream",
     ]
+
+
+# the words issue 41 found in the bodies a maintainer sent back, as it quotes them
+ISSUE_41_WORDS = (
+    "branch unknown",
+    "stored revision",
+    "the index keeps pull-request refs",
+    "sdist sha256s",
+    "this project's regression suite",
+    "894 Python calls",
+    "the author verl-trinity patchset",
+    "our patch trailers",
+)
+
+
+@pytest.mark.parametrize("phrase", ISSUE_41_WORDS)
+def test_a_body_that_grows_a_phrase_of_the_issue_is_named(phrase: str) -> None:
+    good = "\n".join(["### What does this PR do?", "", "Fixes the loss.", "", "Run on CPU."])
+    assert body_problems(good) == []
+
+    assert body_problems(f"{good}\nMeasured with {phrase}.\n") != []
 
 
 def test_the_lint_names_a_pr_description_that_holds_our_words(tmp_path: Path) -> None:
