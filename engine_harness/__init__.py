@@ -2,7 +2,7 @@
 
 It runs from the checkout (the repository root on ``sys.path``) and is not in the project's wheel: setup.cfg names
 the shipped packages, and tests/overlay/test_installed_files.py checks what lands in site-packages. It imports nothing
-from tests/ or scripts/ (tests/scripts/test_layers.py).
+from tests/, scripts/ or checkout_tools/ (tests/scripts/test_layers.py).
 
 - `sim`: a loss fed the way verl 0.8's engine feeds it, without a model;
 - `trinity_configs`: Trinity's algorithm configs as its validator completes them;

@@ -1,7 +1,7 @@
 """The GPU proof's CPU smoke run, so that `scripts/gpu_proof.py` does not rot.
 
-Invariant: the script's own side runner (`scripts/gpuproof/side.py`, one gloo rank, fp32, its tiny Qwen2), given the
-tree under test, trains verl's critic through verl 0.8.0's real FSDP2 engine with 1 and 2 micro-batches (fixed and
+Invariant: the script's own side runner (`checkout_tools.gpu_proof.side`, one gloo rank, fp32, its tiny Qwen2), given
+the tree under test, trains verl's critic through verl 0.8.0's real FSDP2 engine with 1 and 2 micro-batches (fixed and
 token-budget splits), imports the engine and the loss from that tree, and the script's own verdict says what the
 tree should show: patched, the grad_norm is the same at every split; vanilla, it doubles. The same measurement judged
 as the other tree fails, so the verdict tells the trees apart. The same side also trains a short run of it
@@ -16,23 +16,19 @@ OpenMP pool the child would inherit without its threads.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from checkout_tools.gpu_proof.cases import CASES
+from checkout_tools.gpu_proof.settings import Settings
+from checkout_tools.gpu_proof.trajectory import Run, judge_trajectories
+from checkout_tools.gpu_proof.verdict import Measurement, judge
 from patchset.plumbing.children import run_children
 
-SCRIPTS_DIR = Path(__file__).resolve().parents[2] / "scripts"
 # the engine the script's CPU path is written for (test_engine_e2e also runs verl 0.7.1's, with adaptations the
 # script, made to run on GPUs, does not carry)
 GPU_PROOF_VERL_VERSIONS = ("0.8.0",)
-if str(SCRIPTS_DIR) not in sys.path:
-    sys.path.append(str(SCRIPTS_DIR))  # after the trees under test
-
-from gpuproof.cases import CASES  # noqa: E402
-from gpuproof.trajectory import Run, judge_trajectories  # noqa: E402
-from gpuproof.verdict import Measurement, judge  # noqa: E402
 
 SIDE = {"fixed": "patched", "bug": "vanilla"}
 SIDE_DEADLINE_S = 300  # the side takes about 15 s of CPU
@@ -41,32 +37,33 @@ SMOKE_STEPS = 3  # a short training run (`--steps`): the same runs and verdict a
 SMOKE_CLIP = 1.0  # verl's default clip_grad
 
 
-def _run_side(spec: dict, result_file: str) -> None:
-    from gpuproof.side import run_side
+def _run_side(settings: Settings, result_file: str) -> None:
+    from checkout_tools.gpu_proof.side import run_side
 
-    Path(result_file).write_text(json.dumps(run_side(spec)))
+    Path(result_file).write_text(json.dumps(run_side(settings)))
 
 
 def test_gpu_proof_critic_verdicts_match_the_tree_under_test(expect, verl_tree, verl_version, tmp_path):
     if verl_version.split("+", 1)[0] not in GPU_PROOF_VERL_VERSIONS:
         pytest.skip(f"the script's CPU path runs verl {', '.join(GPU_PROOF_VERL_VERSIONS)}'s engine")
-    spec = {
-        "cases": ["critic"],
-        "precisions": ["fp32"],
-        "model": "smoke",
-        "model_path": str(tmp_path / "model"),
-        "world_size": 1,
-        "device": "cpu",
-        "attention": "sdpa",
-        "micro_batches": [1, 2],
-        "splits": ["fixed", "dynamic"],
-        "repeats": 1,
-        "steps": SMOKE_STEPS,
-        "clips": [SMOKE_CLIP],
-        "lr": None,
-    }
+    settings = Settings(
+        cases=("critic",),
+        precisions=("fp32",),
+        model="smoke",
+        model_path=tmp_path / "model",
+        world_size=1,
+        device="cpu",
+        attention="sdpa",
+        micro_batches=(1, 2),
+        splits=("fixed", "dynamic"),
+        repeats=1,
+        steps=SMOKE_STEPS,
+        clips=(SMOKE_CLIP,),
+    )
     result_file = tmp_path / "result.json"
-    (code,) = run_children(_run_side, [(spec, str(result_file))], SIDE_DEADLINE_S, "the GPU proof's side", SIDE_PRELOAD)
+    (code,) = run_children(
+        _run_side, [(settings, str(result_file))], SIDE_DEADLINE_S, "the GPU proof's side", SIDE_PRELOAD
+    )
     assert result_file.exists(), f"the side process exited with code {code} and no result"
     (rank,) = json.loads(result_file.read_text())["ranks"]
     assert "error" not in rank, rank["error"]

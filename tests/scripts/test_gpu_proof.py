@@ -1,4 +1,5 @@
-"""`scripts/gpu_proof.py` without a GPU or an engine: its verdicts, its report and its refusals.
+"""`scripts/gpu_proof.py` (`checkout_tools.gpu_proof`) without a GPU or an engine: its verdicts, its report and its
+refusals.
 
 Invariants: a patched tree passes only when every split's grad_norm is within the precision's tolerance of one
 micro-batch's (fp32 1e-4, bf16 2**-8); a vanilla tree passes only when it shows its case's bug (about K times, or
@@ -9,29 +10,17 @@ tests/regression/test_gpu_proof_smoke.py on the real trees.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+import os
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS_DIR = REPO_ROOT / "scripts"
-if str(SCRIPTS_DIR) not in sys.path:
-    sys.path.append(str(SCRIPTS_DIR))
-
-from gpuproof.cases import CASES, MODELS, global_batch_size  # noqa: E402
-from gpuproof.report import step_time_lines, table, verdict_lines  # noqa: E402
-from gpuproof.trajectory import Run, Step, judge_trajectories, trajectory_table  # noqa: E402
-from gpuproof.verdict import TOLERANCE, Measurement, judge  # noqa: E402
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("gpu_proof_cli", SCRIPTS_DIR / "gpu_proof.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from checkout_tools.gpu_proof import cli
+from checkout_tools.gpu_proof.cases import CASES, MODELS, global_batch_size
+from checkout_tools.gpu_proof.report import step_time_lines, table, verdict_lines
+from checkout_tools.gpu_proof.settings import Settings
+from checkout_tools.gpu_proof.trajectory import Run, Step, judge_trajectories, trajectory_table
+from checkout_tools.gpu_proof.trees import DefaultTrees, Source, check_modules
+from checkout_tools.gpu_proof.verdict import TOLERANCE, Measurement, judge
 
 
 def _rows(case: str, ratios: dict[tuple[str, int], float], precision: str = "fp32", seconds: float = 1.0):
@@ -134,53 +123,77 @@ def test_global_batch_cuts_evenly_on_every_rank():
     ],
 )
 def test_bad_input_exits_2_with_one_line_naming_the_flag(argv, message, capsys, monkeypatch, tmp_path):
-    """Refused before torch is imported or a process starts (the default trees made absent, as on a fresh clone)."""
-    script = _script()
-    monkeypatch.setattr(script, "DEFAULT_TREES", {key: tmp_path / "missing" for key in script.DEFAULT_TREES})
-    assert script.main(argv) == 2
+    """Refused before torch is imported or a process starts (an empty cache: no default trees, as on a fresh
+    clone)."""
+    monkeypatch.setenv("PATCHSET_CACHE", str(tmp_path / "empty-cache"))
+    assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("gpu_proof: ") and message in err and "\n" not in err, err
+    assert err.startswith("error: ") and message in err and "\n" not in err, err
+
+
+def test_the_default_trees_are_read_when_the_command_runs_not_at_import(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATCHSET_CACHE", str(tmp_path / "elsewhere"))
+    trees = DefaultTrees.from_workspace(os.environ).trees
+    assert trees and all(tree.is_relative_to(tmp_path / "elsewhere") for tree in trees.values())
+
+
+def test_the_settings_reach_each_trees_process_as_they_were_planned(tmp_path):
+    settings = Settings(
+        cases=("critic", "trinity"),
+        precisions=("fp32", "bf16"),
+        model="tiny",
+        model_path=tmp_path / "model",
+        world_size=4,
+        device="cuda",
+        attention="ulysses_sdpa",
+        micro_batches=(1, 2, 4),
+        splits=("fixed", "dynamic"),
+        repeats=3,
+        steps=20,
+        clips=(1.0, None),
+        lr=1e-4,
+        sp=2,
+        timeout=60.0,
+    )
+    assert Settings.from_json(settings.to_json()) == settings
 
 
 def test_help_names_every_case_and_the_exit_codes(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        _script().main(["--help"])
-    assert exit_info.value.code == 0
+    assert cli.main(["--help"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in CASES) and "exit codes: 0" in out and "--world-size" in out and "--sp" in out
 
 
 def test_sequence_parallelism_picks_the_attention_ulysses_runs_in():
     """sdpa without sp; with sp, the flash-attention entry around a pure-torch kernel, unless flash_attn is asked."""
-    script = _script()
     tiny = MODELS["tiny"]
-    assert script._sequence_parallel(1, None, tiny, None) == "sdpa"
-    assert script._sequence_parallel(2, 4, tiny, None) == script.ULYSSES_SDPA == "ulysses_sdpa"
-    assert script._sequence_parallel(2, None, tiny, "flash_attention_2") == "flash_attention_2"
+    assert cli._sequence_parallel(1, None, tiny, None) == "sdpa"
+    assert cli._sequence_parallel(2, 4, tiny, None) == cli.ULYSSES_SDPA == "ulysses_sdpa"
+    assert cli._sequence_parallel(2, None, tiny, "flash_attention_2") == "flash_attention_2"
 
 
 def test_a_module_from_outside_the_tree_claimed_is_reported(tmp_path):
-    script = _script()
+    defaults = DefaultTrees.from_workspace(os.environ)
     tree, elsewhere = tmp_path / "verl-tree", tmp_path / "site-packages"
-    sources = [script.Source("verl", tree)]
+    sources = [Source("verl", tree)]
     inside = {"verl": str(tree / "verl" / "__init__.py"), "verl.workers.utils.losses": str(tree / "verl" / "l.py")}
-    assert script._check_modules("patched", sources, inside) == []
+    assert check_modules("patched", sources, inside, defaults) == []
     stray = {**inside, "verl.workers.utils.losses": str(elsewhere / "verl" / "l.py")}
-    assert script._check_modules("patched", sources, stray) == [
+    assert check_modules("patched", sources, stray, defaults) == [
         f"patched: verl.workers.utils.losses came from {elsewhere / 'verl' / 'l.py'}, not from {tree}"
     ]
     unclaimed = {**inside, "trinity": str(elsewhere / "trinity" / "__init__.py")}
-    assert script._check_modules("patched", sources, unclaimed) == [
+    assert check_modules("patched", sources, unclaimed, defaults) == [
         "patched: trinity imported, but no trinity was given"
     ]
 
 
 def test_an_installed_package_must_not_come_from_a_pinned_tree():
-    script = _script()
-    sources = [script.Source("verl", None)]
-    pinned = script.DEFAULT_TREES["verl", "patched"]
+    defaults = DefaultTrees.from_workspace(os.environ)
+    sources = [Source("verl", None)]
+    pinned = defaults.trees["verl", "patched"]
     modules = {"verl": str(pinned / "verl" / "__init__.py")}
-    (problem,) = script._check_modules("patched", sources, modules)
+    (problem,) = check_modules("patched", sources, modules, defaults)
     assert "not from the installed verl" in problem
 
 

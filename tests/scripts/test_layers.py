@@ -1,13 +1,15 @@
 """The import layers: every module imports only its own part or a part on a lower layer.
 
 The tooling (``patchset``) and the overlays stand apart; within each, a part may import only the parts below it.
-An import inside a function counts as much as one at the top: it is an arrow all the same. Imports of other
+The scripts' code (``checkout_tools``) stands on the tooling: it may import any part of it, and nothing imports it
+back. An import inside a function counts as much as one at the top: it is an arrow all the same. Imports of other
 packages (stdlib, torch, verl) are not this test's concern.
 
 Beside them, the code that runs from the checkout: the tooling (``patchset``, the test command included), the
-scripts (``scripts/``) and the engine harness (``engine_harness``) import no test code, and the tooling and the
-harness no script, whether as a package or as a flat module from a folder put on ``sys.path``; none of the scripts,
-the harness nor ``tests/overlay`` names a test folder to put on ``sys.path``.
+scripts (``scripts/``, thin entries), their code (``checkout_tools``) and the engine harness (``engine_harness``)
+import no test code, and the tooling, the scripts' code and the harness no script, whether as a package or as a flat
+module from a folder put on ``sys.path``; none of the scripts, their code, the harness nor ``tests/overlay`` names a
+test folder to put on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -41,14 +43,28 @@ OVERLAY_LAYERS: Mapping[str, int] = {
     "patchset_overlay_registry": 2,  # names the overlays (the core reads it by name): imports nothing
     "hydra_plugins": 2,  # Hydra's search-path plugin for the verl overlay's configs
 }
-LAYERS: Mapping[str, Mapping[str, int]] = {"tooling": TOOLING_LAYERS, "overlays": OVERLAY_LAYERS}
+# the scripts' code: its __init__ (a docstring) and the error they share, then each command, a part of its own
+COMMANDS = ("bench", "e2e_plot", "gpu_proof", "lock")
+CHECKOUT_LAYERS: Mapping[str, int] = {
+    "checkout_tools": 0,
+    "checkout_tools.errors": 0,
+    **{f"checkout_tools.{command}": 1 for command in COMMANDS},
+}
+LAYERS: Mapping[str, Mapping[str, int]] = {
+    "tooling": TOOLING_LAYERS,
+    "overlays": OVERLAY_LAYERS,
+    "checkout": CHECKOUT_LAYERS,
+}
+# family -> the families it stands on: it may import any of their parts
+STANDS_ON: Mapping[str, tuple[str, ...]] = {"checkout": ("tooling",)}
+SPLIT_PACKAGES = ("patchset", "checkout_tools")  # packages whose subpackages (and modules) are parts of their own
 
 
 def part_of(module: str) -> str | None:
     """The part ``module`` belongs to, or None for a package outside this repo's code."""
     top, _, rest = module.partition(".")
-    if top == "patchset":
-        return f"patchset.{rest.split('.')[0]}" if rest else "patchset"
+    if top in SPLIT_PACKAGES:
+        return f"{top}.{rest.split('.')[0]}" if rest else top
     return top if top in OVERLAY_LAYERS else None
 
 
@@ -70,13 +86,15 @@ def imported_modules(path: Path, name: str) -> Iterator[str]:
             else:
                 module = node.module or ""
             yield module
-            if module == "patchset":  # ``from patchset import cli`` imports the subpackage cli
-                yield from (f"patchset.{alias.name}" for alias in node.names)
+            if module in SPLIT_PACKAGES:  # ``from patchset import cli`` imports the subpackage cli
+                yield from (f"{module}.{alias.name}" for alias in node.names)
 
 
-def upward_imports(root: Path, packages: Mapping[str, int]) -> list[str]:
-    """``importer -> imported`` for each import of a part not below the importer's, nor its own."""
-    every_layer = {**TOOLING_LAYERS, **OVERLAY_LAYERS}
+def upward_imports(root: Path, packages: Mapping[str, int], below: Sequence[Mapping[str, int]] = ()) -> list[str]:
+    """``importer -> imported`` for each import of a part not below the importer's, nor its own, nor of a family
+    ``below`` (which the importer's stands on)."""
+    every_layer = {**TOOLING_LAYERS, **OVERLAY_LAYERS, **CHECKOUT_LAYERS}
+    beneath = {part for family in below for part in family}
     found = []
     tops = {part.split(".")[0] for part in packages}
     for top in sorted(tops):
@@ -87,7 +105,9 @@ def upward_imports(root: Path, packages: Mapping[str, int]) -> list[str]:
                 continue
             for imported in imported_modules(path, name):
                 target = part_of(imported)
-                if target is None or target == own or (target == "patchset" and imported != "patchset"):
+                if target is None or target == own or target in beneath:
+                    continue
+                if target in SPLIT_PACKAGES and imported != target:  # ``from patchset import cli``: the subpackage
                     continue
                 if target not in packages or every_layer[target] >= packages[own]:
                     found.append(f"{name} -> {imported}")
@@ -96,12 +116,26 @@ def upward_imports(root: Path, packages: Mapping[str, int]) -> list[str]:
 
 @pytest.mark.parametrize("family", sorted(LAYERS))
 def test_no_module_imports_a_part_on_its_own_layer_or_above(family):
-    assert upward_imports(REPO_ROOT, LAYERS[family]) == []
+    below = [LAYERS[lower] for lower in STANDS_ON.get(family, ())]
+    assert upward_imports(REPO_ROOT, LAYERS[family], below) == []
 
 
-def test_every_part_of_the_tooling_has_a_layer():
-    parts = {part_of(module_name(REPO_ROOT, path)) for path in (REPO_ROOT / "patchset").rglob("*.py")}
-    assert parts <= set(TOOLING_LAYERS), sorted(parts - set(TOOLING_LAYERS))
+@pytest.mark.parametrize(("top", "family"), [("patchset", "tooling"), ("checkout_tools", "checkout")])
+def test_every_part_of_a_split_package_has_a_layer(top, family):
+    parts = {part_of(module_name(REPO_ROOT, path)) for path in (REPO_ROOT / top).rglob("*.py")}
+    assert parts <= set(LAYERS[family]), sorted(parts - set(LAYERS[family]))
+
+
+def test_the_tooling_does_not_import_the_scripts_code_that_stands_on_it(tmp_path):
+    (tmp_path / "patchset" / "series").mkdir(parents=True)
+    (tmp_path / "patchset" / "__init__.py").write_text("")
+    (tmp_path / "patchset" / "series" / "__init__.py").write_text("from checkout_tools.gpu_proof import cases\n")
+    (tmp_path / "checkout_tools" / "lock.py").parent.mkdir()
+    (tmp_path / "checkout_tools" / "lock.py").write_text("from patchset.cli import startup\nfrom . import bench\n")
+    assert upward_imports(tmp_path, TOOLING_LAYERS) == ["patchset.series -> checkout_tools.gpu_proof"]
+    assert upward_imports(tmp_path, CHECKOUT_LAYERS, [TOOLING_LAYERS]) == [
+        "checkout_tools.lock -> checkout_tools.bench"
+    ]
 
 
 def test_an_import_inside_a_function_counts_as_an_arrow(tmp_path):
@@ -204,7 +238,8 @@ def test_a_module_importing_its_packages_init_that_imports_it_back_is_a_cycle(tm
 NO_TEST_CODE: Mapping[str, tuple[str, ...]] = {
     "patchset": ("tests", "scripts"),
     "scripts": ("tests",),
-    "engine_harness": ("tests", "scripts"),
+    "checkout_tools": ("tests", "scripts"),
+    "engine_harness": ("tests", "scripts", "checkout_tools"),
 }
 
 
@@ -242,7 +277,7 @@ def _test_folders() -> list[str]:
 
 
 # folder -> the test folders its code must not name (tests/overlay: the regression suite's, its former sys.path entry)
-PATH_REACHES = {"scripts": None, "engine_harness": None, "tests/overlay": ("regression",)}
+PATH_REACHES = {"scripts": None, "checkout_tools": None, "engine_harness": None, "tests/overlay": ("regression",)}
 
 
 @pytest.mark.parametrize("folder", sorted(PATH_REACHES))

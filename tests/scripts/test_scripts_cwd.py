@@ -3,7 +3,8 @@
 ``python3 -m`` puts the working directory first on ``sys.path``, so a script started from inside another checkout
 of this project used to import that checkout's ``patchset`` and act on that checkout's patches. Two ways in:
 
-- every script's ``--help`` from a folder whose ``patchset`` (and overlay packages) refuse to be imported;
+- every script's ``--help`` (the shell scripts', and the Python entries' over ``checkout_tools``) from a folder whose
+  ``patchset`` (and overlay and ``checkout_tools`` packages) refuse to be imported;
 - the case it was seen in: a copy of this project whose verl patch is cut to its header, linted with the copy's
   own ``scripts/export.sh lint`` from inside this (intact) checkout, must report the copy's broken patch.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,8 @@ import pytest
 from patchset.plumbing.paths import REPO_ROOT
 
 SCRIPTS = ("apply.sh", "build-wheels.sh", "export-pr.sh", "export.sh", "test.sh")
-DECOY_PACKAGES = ("patchset", "patchset_overlay", "verl_overlay", "trinity_overlay", "tests")
+PYTHON_SCRIPTS = ("bench.py", "gpu_proof.py", "lock.py", "plot.py")
+DECOY_PACKAGES = ("patchset", "patchset_overlay", "verl_overlay", "trinity_overlay", "tests", "checkout_tools")
 
 
 @pytest.fixture
@@ -32,10 +35,11 @@ def decoy_checkout(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", SCRIPTS + PYTHON_SCRIPTS)
 def test_script_runs_its_own_code_from_inside_another_checkout(decoy_checkout, script):
+    runner = sys.executable if script.endswith(".py") else "bash"
     completed = subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / script), "--help"],
+        [runner, str(REPO_ROOT / "scripts" / script), "--help"],
         cwd=decoy_checkout,
         capture_output=True,
         text=True,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from gpuproof.cases import Case, Expect, expectation
+from checkout_tools.gpu_proof.cases import Case, Expect, expectation
 
 TOLERANCE = {"fp32": 1e-4, "bf16": 2.0**-8}
 BUG_RATIO_TOLERANCE = 0.15

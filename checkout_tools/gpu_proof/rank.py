@@ -39,6 +39,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from checkout_tools.gpu_proof.cases import CASES, MODELS, Case, Model, global_batch_size
+from checkout_tools.gpu_proof.settings import Settings
 from engine_harness.adapt import ULYSSES_SDPA_ATTENTION, freeze_collector, ulysses_sdpa_attention, unpad_helpers
 from engine_harness.data import ragged_global_batch, step_data, with_teacher
 from engine_harness.engine import OptimizerSettings, StepResult, build_engine, module_files, step_clock, train_step
@@ -52,35 +54,34 @@ from engine_harness.trajectory import (
     shuffled_rows,
     weights,
 )
-from gpuproof.cases import CASES, MODELS, Case, Model, global_batch_size
 
 LOSS_AGG_MODE = "token-mean"
 
 
 def _run_case(
-    case: Case, precision: str, spec: dict, model: Model, model_path: Path, rank: int, world_size: int
+    case: Case, precision: str, settings: Settings, model: Model, model_path: Path, rank: int, world_size: int
 ) -> list[dict]:
     compute = "bf16" if precision == "bf16" else "fp32"
-    sp = spec.get("sp", 1)
-    engine = build_engine(case.name, model_path, spec["attention"], compute, sequence_parallel=sp)
+    sp = settings.sp
+    engine = build_engine(case.name, model_path, settings.attention, compute, sequence_parallel=sp)
     freeze_collector()
-    sequences = global_batch_size(model, world_size // sp, tuple(spec["micro_batches"]))
+    sequences = global_batch_size(model, world_size // sp, settings.micro_batches)
     global_batch = ragged_global_batch(model.shape.vocab_size, sequences, model.prompt_len, model.response_len)
     if case.name == "distillation":
         global_batch = with_teacher(global_batch, model.shape.vocab_size)
-    splits = [("fixed", 1)] + [(s, k) for s in spec["splits"] for k in spec["micro_batches"] if k > 1]
+    splits = [("fixed", 1)] + [(s, k) for s in settings.splits for k in settings.micro_batches if k > 1]
 
     def step(split: str, micro_batches: int, engine=engine) -> StepResult:
         cut = Split(micro_batches, split == "dynamic")
         data = step_data(global_batch, rank, world_size, cut, case.name, sequence_parallel=sp)
         # a fresh loss each step: distillation's first call
         loss = loss_function(case.name, LOSS_AGG_MODE)
-        return train_step(engine, data, loss, on_gpu=spec["device"] == "cuda")
+        return train_step(engine, data, loss, on_gpu=settings.device == "cuda")
 
     step("fixed", 1)  # warm-up, not recorded (allocations, kernel selection)
     rows = []
     for split, micro_batches in splits:
-        runs = [step(split, micro_batches) for _ in range(spec["repeats"])]
+        runs = [step(split, micro_batches) for _ in range(settings.repeats)]
         rows.append(_measurement(case, precision, split, micro_batches, runs))
     del step, engine  # the closure holds the engine too
     _release_engine()
@@ -104,26 +105,26 @@ def _release_engine() -> None:
         torch.cuda.empty_cache()
 
 
-def _trajectory_runs(spec: dict) -> list[tuple[str, int]]:
+def _trajectory_runs(settings: Settings) -> list[tuple[str, int]]:
     """The runs of one case and clipping setting, the reference first: K = 1, K = 1 shuffled, then each split."""
-    counts = [k for k in spec["micro_batches"] if k > 1]
-    return [("fixed", 1), ("shuffled", 1), *((split, k) for split in spec["splits"] for k in counts)]
+    counts = [k for k in settings.micro_batches if k > 1]
+    return [("fixed", 1), ("shuffled", 1), *((split, k) for split in settings.splits for k in counts)]
 
 
 def _run_trajectories(
-    case: Case, precision: str, spec: dict, model: Model, model_path: Path, rank: int, world_size: int
+    case: Case, precision: str, settings: Settings, model: Model, model_path: Path, rank: int, world_size: int
 ) -> tuple[list[dict], list[dict]]:
     """``--steps N``: every run of `_trajectory_runs` for each clipping setting, N optimizer steps each from the same
-    start on the same pool of mini-batches (`gpuproof.trajectory`). Returns (runs, single-step rows): the first step
+    start on the same pool of mini-batches (`trajectory`). Returns (runs, single-step rows): the first step
     of each run of the first clipping setting is also the single-step proof's measurement."""
     import math
 
-    steps, clips = spec["steps"], spec["clips"]
-    optimizer = OptimizerSettings(lr=spec["lr"], weight_decay=None, total_training_steps=steps)
+    steps, clips = settings.steps, settings.clips
+    optimizer = OptimizerSettings(lr=settings.lr, weight_decay=None, total_training_steps=steps)
     compute = "bf16" if precision == "bf16" else "fp32"
-    sp = spec.get("sp", 1)
+    sp = settings.sp
     dp = world_size // sp
-    engine = build_engine(case.name, model_path, spec["attention"], compute, optimizer, sequence_parallel=sp)
+    engine = build_engine(case.name, model_path, settings.attention, compute, optimizer, sequence_parallel=sp)
     freeze_collector()
     start = EngineStart.of(engine)
     used = engine.optimizer.defaults  # what verl built: AdamW with its defaults, but for what was asked
@@ -131,11 +132,11 @@ def _run_trajectories(
         f"{type(engine.optimizer).__name__} lr={used['lr']:g} betas={tuple(used['betas'])} "
         f"weight_decay={used['weight_decay']:g} eps={used['eps']:g}"
     )
-    sequences = global_batch_size(model, dp, tuple(spec["micro_batches"]))
+    sequences = global_batch_size(model, dp, settings.micro_batches)
     pool = mini_batch_pool(model.shape.vocab_size, sequences, model.prompt_len, model.response_len)
     if case.name == "distillation":
         pool = [with_teacher(batch, model.shape.vocab_size) for batch in pool]
-    on_gpu = spec["device"] == "cuda"
+    on_gpu = settings.device == "cuda"
 
     def step(batch, split: str, micro_batches: int, budget: int | None, engine=engine) -> StepResult:
         cut = Split(micro_batches, split == "dynamic")
@@ -147,7 +148,7 @@ def _run_trajectories(
     for clip in clips:
         engine.optimizer_config.clip_grad = math.inf if clip is None else clip
         reference = None
-        for split, micro_batches in _trajectory_runs(spec):
+        for split, micro_batches in _trajectory_runs(settings):
             start.restore(engine)
             # per rank: the engine cuts a data-parallel group's rows by budget x sp
             budget = -(-pool_budget(pool, dp, micro_batches) // sp) if split == "dynamic" else None
@@ -210,14 +211,14 @@ def _environment(device: str, world_size: int, sp: int, backend: str, unpad: str
     return info
 
 
-def run_rank(rank: int, spec: dict, workdir: str) -> None:
-    """Run every case and precision of ``spec`` on this rank; write ``rank<N>.json`` (measurements on rank 0)."""
-    world_size = spec["world_size"]
+def run_rank(rank: int, settings: Settings, workdir: str) -> None:
+    """Run every case and precision of ``settings`` on this rank; write ``rank<N>.json`` (measurements on rank 0)."""
+    world_size = settings.world_size
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size))
     try:
         import torch
 
-        if spec["device"] == "cuda":
+        if settings.device == "cuda":
             torch.cuda.set_device(rank)
             backend = "cpu:gloo,cuda:nccl"
         else:
@@ -225,20 +226,20 @@ def run_rank(rank: int, spec: dict, workdir: str) -> None:
         torch.distributed.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size)
         unpad = unpad_helpers()
         load_value_head_with_config_attention()
-        if spec["attention"] == ULYSSES_SDPA_ATTENTION:
+        if settings.attention == ULYSSES_SDPA_ATTENTION:
             ulysses_sdpa_attention()
-        model = MODELS[spec["model"]]
+        model = MODELS[settings.model]
         rows: list[dict] = []
         trajectories: list[dict] = []
-        for name in spec["cases"]:
+        for name in settings.cases:
             case = CASES[name]
             if case.needs_trinity:
                 from trinity.trainer.verl.monkey_patch import patch_verl_engine
 
                 patch_verl_engine()
-            for precision in spec["precisions"]:
-                arguments = (case, precision, spec, model, Path(spec["model_path"]), rank, world_size)
-                if spec.get("steps", 1) > 1:
+            for precision in settings.precisions:
+                arguments = (case, precision, settings, model, settings.model_path, rank, world_size)
+                if settings.steps > 1:
                     runs, single = _run_trajectories(*arguments)
                     trajectories += runs
                     rows += single
@@ -247,10 +248,8 @@ def run_rank(rank: int, spec: dict, workdir: str) -> None:
         result = {
             "measurements": rows if rank == 0 else [],
             "trajectories": trajectories if rank == 0 else [],
-            "modules": module_files(spec["cases"]),
-            "environment": _environment(
-                spec["device"], world_size, spec.get("sp", 1), backend, unpad, spec["attention"]
-            ),
+            "modules": module_files(settings.cases),
+            "environment": _environment(settings.device, world_size, settings.sp, backend, unpad, settings.attention),
         }
         torch.distributed.destroy_process_group()
     except BaseException:

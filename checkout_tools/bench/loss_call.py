@@ -1,0 +1,412 @@
+"""What the patches cost at run time: loss-call time and host synchronisations, patched against vanilla.
+
+For verl's critic `value_loss` and Trinity's `TrinityPolicyLoss`, every ``loss_agg_mode`` and several
+micro-batch shapes, the loss is called the way verl 0.8's engine calls it (a no-padding micro-batch with
+the engine's ``dp_size`` / ``batch_num_tokens`` / ``global_batch_size``) many times, and the median time
+of one call is compared between the patched and the vanilla trees. A process can hold only one verl, so
+each tree pair is measured in its own child process. The children stay up for the whole run and take
+turns, a block of calls each, so both see the same machine load; each call is timed in CPU time of the
+calling thread (torch runs on one thread), so time the OS gives to other processes is not counted. A
+second vanilla child gives the noise floor (vanilla / vanilla) next to the patched / vanilla ratio.
+
+During one more call per case, `torch.Tensor.item`, ``.cpu()``, ``.tolist()``, ``__bool__``, ``__float__``
+and ``__int__`` are counted: on an accelerator each one is a device-to-host synchronisation. The patch
+must add none.
+
+Usage: ``python scripts/bench.py`` (in the project's venv; trees default to the ones `patchset apply`
+lays out in .cache). Exit code 0; with ``--strict``, 1 when a target is missed; 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from checkout_tools.errors import CHILD_ERRORS, ChildFailed
+from engine_harness import LOSS_AGG_MODES
+from patchset.cli.startup import run_command
+from patchset.plumbing.errors import BadInput
+from patchset.plumbing.paths import REPO_ROOT
+from patchset.plumbing.signals import Guard
+from patchset.plumbing.ui import Console
+from patchset.upstreams.workspace import resolve_workspace
+
+ENTRY = REPO_ROOT / "scripts/bench.py"  # the thin entry of this command: it starts the children too
+CHILD_FLAG = "--child"  # ``scripts/bench.py --child``: a child holding one tree pair (not in --help)
+
+COMPONENTS = ("critic", "actor")
+LOSSES = {"critic": "critic", "actor": "trinity"}  # the harness's loss of each component
+SHAPES = (4, 16, 64)  # sequences per micro-batch
+SYNC_METHODS = ("item", "cpu", "tolist", "__bool__", "__float__", "__int__")
+TIME_TARGET = 1.02
+Case = tuple[str, str, int]  # component, mode, sequences
+SIDES = ("vanilla", "patched", "vanilla-again")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# child: one tree pair
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _loss_function(component: str, mode: str) -> Callable[..., Any]:
+    from engine_harness.losses import loss_function
+
+    return loss_function(LOSSES[component], mode, strategy="fsdp")
+
+
+def _micro_batch(component: str, sequences: int) -> tuple[dict[str, Any], Any]:
+    """(model_output, data) as the engine hands them to the loss: one micro-batch of four on dp 2."""
+    import torch
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    from engine_harness.sim import make_rollout_batch, pack_model_output
+
+    fields = ("values", "returns") if component == "critic" else ("old_log_probs", "ref_log_prob", "advantages")
+    batch = make_rollout_batch(sequences, seed=sequences, extra_fields=fields, holes_in_mask=component == "actor")
+    generator = torch.Generator().manual_seed(7)
+    if component == "critic":
+        outputs = {"values": batch["values"] + 0.3 * torch.randn(batch["values"].shape, generator=generator)}
+    else:
+        batch["old_log_probs"] = -batch["old_log_probs"].abs()
+        batch["ref_log_prob"] = -batch["ref_log_prob"].abs()
+        noise = 0.1 * torch.randn(batch["old_log_probs"].shape, generator=generator)
+        outputs = {
+            "log_probs": batch["old_log_probs"] + noise,
+            "entropy": torch.rand(batch["old_log_probs"].shape, generator=generator),
+        }
+    data = left_right_2_no_padding(batch.clone())
+    tokens = int(batch["response_mask"].sum())
+    tu.assign_non_tensor(data, dp_size=2, batch_num_tokens=8 * tokens, global_batch_size=8 * sequences)
+    model_output = {name: pack_model_output(data, tensor).requires_grad_(True) for name, tensor in outputs.items()}
+    return model_output, data
+
+
+@contextmanager
+def _counting_syncs() -> Iterator[dict[str, int]]:
+    """Count calls of the tensor methods that synchronise with the device on an accelerator."""
+    import torch
+
+    counts = dict.fromkeys(SYNC_METHODS, 0)
+    originals = {name: getattr(torch.Tensor, name) for name in SYNC_METHODS}
+
+    def counting(name: str) -> Callable[..., Any]:
+        original = originals[name]
+
+        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+            counts[name] += 1
+            return original(self, *args, **kwargs)
+
+        return method
+
+    for name in SYNC_METHODS:
+        setattr(torch.Tensor, name, counting(name))
+    try:
+        yield counts
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)
+
+
+class _CaseRunner:
+    """The loss function and inputs of one case, inside a child."""
+
+    def __init__(self, component: str, mode: str, sequences: int) -> None:
+        self.loss_function = _loss_function(component, mode)
+        self.model_output, self.data = _micro_batch(component, sequences)
+
+    def call(self) -> None:
+        self.loss_function(model_output=self.model_output, data=self.data, dp_group=None)
+
+    def time_calls(self, calls: int) -> list[float]:
+        timings = []
+        for _ in range(calls):
+            started = time.thread_time()
+            self.call()
+            timings.append(time.thread_time() - started)
+        return timings
+
+    def count_syncs(self) -> dict[str, int]:
+        with _counting_syncs() as counts:
+            self.call()
+        return dict(counts)
+
+
+def _child() -> int:
+    """Serve timing requests, one JSON line each, on the real stdout (verl's prints go to stderr)."""
+    protocol = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    import torch
+
+    from engine_harness.sim import use_cpu_unpadding
+
+    torch.set_num_threads(1)
+    use_cpu_unpadding()
+    import trinity
+    import verl
+
+    trees = {
+        name: str(Path(module.__file__).resolve().parents[1]) for name, module in (("verl", verl), ("trinity", trinity))
+    }
+
+    def reply(message: dict[str, Any]) -> None:
+        protocol.write(json.dumps(message) + "\n")
+        protocol.flush()
+
+    reply({"trees": trees, "torch": torch.__version__})
+    runner: _CaseRunner | None = None
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["op"] == "setup":
+            runner = _CaseRunner(*request["case"])
+            runner.time_calls(request["warmup"])
+            reply({"syncs": runner.count_syncs()})
+        elif request["op"] == "time":
+            assert runner is not None, "time before setup"
+            reply({"times": runner.time_calls(request["calls"])})
+        else:
+            break
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------------
+# parent: the children take turns
+# ---------------------------------------------------------------------------------------------------------
+
+
+class _Child:
+    """A child process holding one verl + Trinity tree pair."""
+
+    def __init__(self, name: str, verl_tree: Path, trinity_tree: Path) -> None:
+        self.name = name
+        self.trees = {"verl": verl_tree.resolve(), "trinity": trinity_tree.resolve()}
+        python_path = os.pathsep.join(str(path) for path in (verl_tree, trinity_tree))
+        env = {**os.environ, "PYTHONPATH": python_path, "OMP_NUM_THREADS": "1"}
+        self._stderr: IO[bytes] = tempfile.TemporaryFile()
+        command = [sys.executable, str(ENTRY), CHILD_FLAG]
+        # requests on stdin, replies on stdout (one JSON line each); what verl prints goes to the kept stderr
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": self._stderr}
+        self._process = subprocess.Popen(command, env=env, cwd=REPO_ROOT, text=True, **pipes)
+        hello = self._receive()
+        for key, tree in self.trees.items():
+            if Path(hello["trees"][key]) != tree:
+                raise ChildFailed(f"{name}: the child imported {key} from {hello['trees'][key]}, not {tree}")
+        self.torch_version: str = hello["torch"]
+
+    def _receive(self) -> dict[str, Any]:
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline()
+        if not line:
+            self._stderr.seek(0)
+            log = self._stderr.read().decode(errors="replace")[-4000:]
+            raise ChildFailed(f"benchmark child {self.name} ({self.trees['verl']}) died:\n{log}")
+        return json.loads(line)
+
+    def ask(self, **request: Any) -> dict[str, Any]:
+        assert self._process.stdin is not None
+        self._process.stdin.write(json.dumps(request) + "\n")
+        self._process.stdin.flush()
+        return self._receive()
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            assert self._process.stdin is not None
+            self._process.stdin.write(json.dumps({"op": "quit"}) + "\n")
+            self._process.stdin.close()
+            self._process.wait(timeout=60)
+        self._stderr.close()
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How each case is timed in each child."""
+
+    blocks: int = 40  # alternating blocks per case and tree
+    calls_per_block: int = 10  # timed calls per block
+    warmup: int = 20  # untimed calls per case and tree first
+
+
+@dataclass(frozen=True)
+class TreePair:
+    """One child's trees: a verl and a Trinity-RFT."""
+
+    verl: Path
+    trinity: Path
+
+
+def _measure(children: Sequence[_Child], timing: Timing) -> dict[Case, dict[str, dict[str, Any]]]:
+    """Per case and child: the median call time and the synchronisation counts."""
+    results: dict[Case, dict[str, dict[str, Any]]] = {}
+    cases = [(c, m, s) for c in COMPONENTS for m in LOSS_AGG_MODES for s in SHAPES]
+    for number, case in enumerate(cases, 1):
+        print(f"* case {number}/{len(cases)}: {' '.join(map(str, case))}", file=sys.stderr, flush=True)
+        syncs = {child.name: child.ask(op="setup", case=case, warmup=timing.warmup)["syncs"] for child in children}
+        times: dict[str, list[float]] = {child.name: [] for child in children}
+        for block in range(timing.blocks):
+            # rotate who goes first, so that no child always runs right after another one
+            for child in children[block % len(children) :] + children[: block % len(children)]:
+                times[child.name] += child.ask(op="time", calls=timing.calls_per_block)["times"]
+        results[case] = {
+            child.name: {
+                "median_s": statistics.median(times[child.name]),
+                "syncs": syncs[child.name],
+                "times_s": times[child.name],
+            }
+            for child in children
+        }
+    return results
+
+
+def _geometric_mean(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(value) for value in values) / len(values))
+
+
+def _report(results: dict[Case, dict[str, dict[str, Any]]], timing: Timing) -> bool:
+    calls = timing.blocks * timing.calls_per_block
+    print(
+        f"* one loss call: median of {calls} calls per case and tree ({timing.blocks} alternating blocks of "
+        f"{timing.calls_per_block}), CPU time of one torch thread"
+    )
+    header = f"{'component':<9} {'loss_agg_mode':<24} {'seqs':>4} {'vanilla us':>10} {'patched us':>10}"
+    print(f"{header} {'patched/vanilla':>15} {'vanilla/vanilla':>15} {'syncs v/p':>9}")
+    ratios: dict[str, list[float]] = {component: [] for component in COMPONENTS}
+    noise: dict[str, list[float]] = {component: [] for component in COMPONENTS}
+    fastest: dict[str, list[float]] = {component: [] for component in COMPONENTS}
+    extra_us: dict[str, list[float]] = {component: [] for component in COMPONENTS}
+    added = dict.fromkeys(COMPONENTS, 0)
+    for (component, mode, sequences), row in results.items():
+        vanilla, patched, again = row["vanilla"], row["patched"], row["vanilla-again"]
+        ratio = patched["median_s"] / vanilla["median_s"]
+        floor = again["median_s"] / vanilla["median_s"]
+        ratios[component].append(ratio)
+        noise[component].append(floor)
+        fastest[component].append(min(patched["times_s"]) / min(vanilla["times_s"]))
+        extra_us[component].append((patched["median_s"] - vanilla["median_s"]) * 1e6)
+        added[component] += sum(max(0, patched["syncs"][name] - vanilla["syncs"][name]) for name in SYNC_METHODS)
+        syncs = f"{sum(vanilla['syncs'].values())}/{sum(patched['syncs'].values())}"
+        print(
+            f"{component:<9} {mode:<24} {sequences:>4} {vanilla['median_s'] * 1e6:>10.1f}"
+            f" {patched['median_s'] * 1e6:>10.1f} {ratio:>15.3f} {floor:>15.3f} {syncs:>9}"
+        )
+    met = True
+    print()
+    for component in COMPONENTS:
+        mean = _geometric_mean(ratios[component])
+        ok = mean <= TIME_TARGET
+        met &= ok
+        print(
+            f"{component}: loss-call time patched / vanilla {mean:.3f} (geometric mean of the medians' ratios over"
+            f" {len(ratios[component])} cases, worst {max(ratios[component]):.3f}; fastest calls"
+            f" {_geometric_mean(fastest[component]):.3f}; median extra time"
+            f" {statistics.median(extra_us[component]):+.1f} us a call); noise floor vanilla / vanilla"
+            f" {_geometric_mean(noise[component]):.3f} (from {min(noise[component]):.3f} to"
+            f" {max(noise[component]):.3f}); target <= {TIME_TARGET}: {'met' if ok else 'MISSED'}"
+        )
+    for component in COMPONENTS:
+        ok = added[component] == 0
+        met &= ok
+        print(
+            f"{component}: device-to-host synchronisations added by the patch: {added[component]} over all cases"
+            f" (counted: {', '.join(SYNC_METHODS)}); target 0: {'met' if ok else 'MISSED'}"
+        )
+    return met
+
+
+def measure_trees(vanilla: TreePair, patched: TreePair, timing: Timing) -> tuple[dict[Case, dict], str]:
+    """Every case, timed in a child per tree pair (vanilla, patched, vanilla again), and the children's torch
+    version; a tree that is not there is bad input."""
+    trees = (patched.verl, patched.trinity, vanilla.verl, vanilla.trinity)
+    missing = [str(tree) for tree in trees if not tree.is_dir()]
+    if missing:
+        raise BadInput(f"no such tree: {', '.join(missing)} (run scripts/apply.sh first)")
+    pairs = {"vanilla": vanilla, "patched": patched, "vanilla-again": vanilla}
+    children: list[_Child] = []
+    try:
+        for name in SIDES:
+            children.append(_Child(name, pairs[name].verl, pairs[name].trinity))
+        return _measure(children, timing), children[0].torch_version
+    finally:
+        for child in children:
+            child.close()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scripts/bench.py",
+        description="Compare one loss call of the patched and the vanilla trees: time (median over many calls, "
+        "several micro-batch shapes, every loss_agg_mode) and device-to-host synchronisations, for verl's critic "
+        "value_loss and Trinity's TrinityPolicyLoss. Each tree pair runs in its own child process.",
+        epilog="Targets: loss-call time ratio <= 1.02, zero synchronisations added. Exit code 0 (with --strict: 1 "
+        "when a target is missed); 2 on bad input.",
+    )
+    workspace = resolve_workspace(None, None, os.environ)  # the pins, and $PATCHSET_CACHE or .cache
+    for side, folder in (("patched", workspace.cache.patched), ("vanilla", workspace.cache.upstreams)):
+        for key, label in (("verl", "verl"), ("trinity", "Trinity-RFT")):
+            pin = workspace.pins.default_for(key)
+            parser.add_argument(
+                f"--{key}-{side}",
+                type=Path,
+                default=folder / pin.dirname if pin else None,
+                help=f"{side} {label} tree (default %(default)s)",
+            )
+    default = Timing()
+    parser.add_argument(
+        "--blocks", type=int, default=default.blocks, help="alternating blocks per case and tree (default %(default)s)"
+    )
+    parser.add_argument(
+        "--calls-per-block",
+        type=int,
+        default=default.calls_per_block,
+        help="timed calls per block (default %(default)s)",
+    )
+    parser.add_argument(
+        "--warmup", type=int, default=default.warmup, help="untimed calls per case and tree first (default %(default)s)"
+    )
+    parser.add_argument("--json", type=Path, help="also write the measurements to this file")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--overlay-python",
+        type=Path,
+        help="also measure the overlays' start-up cost with this python of an overlay venv (see bench_startup.py)",
+    )
+    return parser
+
+
+def _run(args: argparse.Namespace, console: Console, guard: Guard) -> int:
+    if args.overlay_python is not None:
+        from checkout_tools.bench.startup import measure, report
+
+        print("* overlay start-up cost (median wall time of a fresh process):")
+        print(report(measure(args.overlay_python)), flush=True)
+    timing = Timing(args.blocks, args.calls_per_block, args.warmup)
+    vanilla = TreePair(args.verl_vanilla, args.trinity_vanilla)
+    patched = TreePair(args.verl_patched, args.trinity_patched)
+    results, torch_version = measure_trees(vanilla, patched, timing)
+    print(f"* vanilla: verl {vanilla.verl}, trinity {vanilla.trinity}")
+    print(f"* patched: verl {patched.verl}, trinity {patched.trinity}")
+    print(f"* torch {torch_version}, {os.cpu_count()} CPUs")
+    met = _report(results, timing)
+    if args.json is not None:
+        rows = [{"case": list(case), **row} for case, row in results.items()]
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    return 1 if args.strict and not met else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``scripts/bench.py`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+    line = list(sys.argv[1:] if argv is None else argv)
+    if line == [CHILD_FLAG]:  # a child the parent started: it serves requests on stdin until told to quit
+        return _child()
+    return run_command(lambda: _parser().parse_args(line), _run, interrupted="", other_errors=CHILD_ERRORS)

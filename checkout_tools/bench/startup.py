@@ -1,0 +1,106 @@
+"""What the overlays cost at interpreter start and at the first verl import, as ratios measured in one run.
+
+Three interpreters over the same packages: the overlay venv as installed (its ``patchset_overlay.pth`` switches the
+overlays on), the same with ``PATCHSET_OVERLAYS=0``, and a scratch venv that sees the same site-packages through a
+plain path ``.pth`` (so no ``patchset_overlay.pth`` runs at all). They take turns, one run each per round, so all
+see the same machine load; each figure is the median wall time of a fresh process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from checkout_tools.errors import CHILD_ERRORS
+from patchset.cli.startup import run_command
+from patchset.plumbing.errors import EXIT_BAD_INPUT
+from patchset.plumbing.signals import Guard
+from patchset.plumbing.ui import Console
+
+IMPORT_CORE_ALGOS = "import verl.trainer.ppo.core_algos"
+USAGE = "usage: python scripts/bench_startup.py OVERLAY_VENV_PYTHON"
+
+
+def _site_packages(python: Path) -> list[str]:
+    """The overlay venv's site-packages and the folders its path .pth files add (the locked dependencies)."""
+    script = "import site, sys; print('\\n'.join(p for p in sys.path if 'site-packages' in p))"
+    return subprocess.run([str(python), "-c", script], check=True, capture_output=True, text=True).stdout.split()
+
+
+def _bare_venv(folder: Path, overlay_python: Path) -> Path:
+    """A venv with the overlay venv's packages on its path and no ``patchset_overlay.pth``."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    purelib = subprocess.run(
+        [str(folder / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    Path(purelib, "_overlay_packages.pth").write_text("\n".join(_site_packages(overlay_python)) + "\n")
+    return folder / "bin" / "python"
+
+
+def _timed(python: Path, code: str, env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run([str(python), "-c", code], check=True, env=env, capture_output=True)
+    return time.perf_counter() - started
+
+
+def measure(overlay_python: Path, rounds: int = 20, import_rounds: int = 5) -> dict[str, float]:
+    """Median seconds per variant: start (on, off, no .pth) and ``import verl.trainer.ppo.core_algos`` (on, off)."""
+    env_on = {key: value for key, value in os.environ.items() if key not in ("PATCHSET_OVERLAYS", "PYTHONPATH")}
+    env_off = {**env_on, "PATCHSET_OVERLAYS": "0"}
+    with tempfile.TemporaryDirectory(prefix="patchset-bench-startup-") as tmp:
+        bare = _bare_venv(Path(tmp) / "venv", overlay_python)
+        variants = {
+            "start, overlays on": (overlay_python, "pass", env_on, rounds),
+            "start, PATCHSET_OVERLAYS=0": (overlay_python, "pass", env_off, rounds),
+            "start, no .pth": (bare, "pass", env_on, rounds),
+            "import core_algos, overlays on": (overlay_python, IMPORT_CORE_ALGOS, env_on, import_rounds),
+            "import core_algos, overlays off": (overlay_python, IMPORT_CORE_ALGOS, env_off, import_rounds),
+        }
+        times: dict[str, list[float]] = {name: [] for name in variants}
+        for index in range(max(rounds, import_rounds)):
+            for name, (python, code, env, count) in variants.items():
+                if index < count:
+                    times[name].append(_timed(python, code, env))
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def report(medians: dict[str, float]) -> str:
+    on, off, bare = (medians[f"start, {key}"] for key in ("overlays on", "PATCHSET_OVERLAYS=0", "no .pth"))
+    import_on, import_off = medians["import core_algos, overlays on"], medians["import core_algos, overlays off"]
+    lines = [f"  {name:<34} {value * 1000:9.1f} ms" for name, value in medians.items()]
+    lines += [
+        f"  start on / off:    {on / off:.3f} ({(on - off) * 1000:+.1f} ms)",
+        f"  start on / no .pth: {on / bare:.3f} ({(on - bare) * 1000:+.1f} ms; target at most +10 ms)",
+        f"  import core_algos on / off: {import_on / import_off:.3f}",
+    ]
+    return "\n".join(lines)
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace:
+    """The one argument, an overlay venv's python; anything else prints the usage line (exit 2)."""
+    if len(argv) != 1 or not Path(argv[0]).exists():
+        print(USAGE, file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+    return argparse.Namespace(overlay_python=Path(argv[0]))
+
+
+def _run(args: argparse.Namespace, console: Console, guard: Guard) -> int:
+    print("overlay start-up cost (median wall time of a fresh process):")
+    print(report(measure(args.overlay_python)))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``scripts/bench_startup.py`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+    line = list(sys.argv[1:] if argv is None else argv)
+    return run_command(lambda: _parse(line), _run, interrupted="", other_errors=CHILD_ERRORS)

@@ -1,0 +1,437 @@
+"""The proof on your own GPUs: verl's real FSDP2 engine trains each fixed loss, vanilla against patched.
+
+For every case (verl's critic ``value_loss``, verl's GRPO actor ``ppo_loss``, GMPO ``geo_mean``, verl's on-policy
+distillation loss, Trinity-RFT's ``TrinityPolicyLoss``) and precision (fp32; bf16 mixed precision with fp32
+reduction), each tree runs complete ``train_batch`` steps of verl 0.8's FSDP2 engine on the same mini-batch cut into
+1, 2 and 4 micro-batches per rank (fixed size and by token budget) and records the grad_norm; the script prints it
+relative to one micro-batch, a PASS/FAIL line per case and tree, and the step time patched / vanilla.
+
+The model is a random Qwen2 built from a config in code (``--model tiny``: 2 layers; ``large``: 8 layers, hidden
+1024, vocab 32000, 64 sequences of up to 980 tokens): nothing is downloaded. Each tree runs in a process of its own
+(`checkout_tools.gpu_proof.side`), one rank per GPU (NCCL; FSDP over every GPU given, so data parallelism is covered;
+``--sp N`` makes groups of N ranks that share their rows and split each sequence, verl's Ulysses), and every rank
+checks that verl and Trinity came from the tree claimed. Without a GPU it runs on CPU, on gloo, in fp32. Usage and
+exit codes: ``--help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from checkout_tools.gpu_proof.cases import CASES, MICRO_BATCHES, MODELS, PRECISIONS, SIDES, SPLIT_KINDS, Model
+from checkout_tools.gpu_proof.launch import SIDE_FLAG, measure
+from checkout_tools.gpu_proof.report import step_time_lines, table, tolerance_note, verdict_lines
+from checkout_tools.gpu_proof.settings import Settings
+from checkout_tools.gpu_proof.trajectory import (
+    CLIP_OFF,
+    Run,
+    TrajectoryVerdict,
+    judge_trajectories,
+    trajectory_table,
+    trajectory_verdict_lines,
+)
+from checkout_tools.gpu_proof.trees import DefaultTrees, Source, source
+from checkout_tools.gpu_proof.verdict import Measurement, Verdict, judge
+from engine_harness.adapt import ULYSSES_SDPA_ATTENTION as ULYSSES_SDPA  # imports no torch
+from patchset.cli.startup import run_command
+from patchset.plumbing.errors import EXIT_TIMED_OUT, BadInput
+from patchset.plumbing.signals import Guard
+from patchset.plumbing.ui import Console
+from patchset.upstreams.pins import Pin
+
+
+def _csv(value: str, allowed: Sequence[str], what: str) -> list[str]:
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    unknown = [item for item in items if item not in allowed]
+    if unknown or not items:
+        raise BadInput(f"--{what} {value!r}: choose from {', '.join(allowed)}")
+    return items
+
+
+def _device(requested: str, world_size: int | None) -> tuple[str, int]:
+    import torch
+
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise BadInput("--device cuda: torch sees no GPU here (torch.cuda.is_available() is False)")
+    device = "cuda" if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()) else "cpu"
+    available = torch.cuda.device_count() if device == "cuda" else 1
+    if world_size is None:
+        return device, available
+    if world_size < 1 or (device == "cuda" and world_size > available):
+        raise BadInput(f"--world-size {world_size}: {available} {'GPUs' if device == 'cuda' else 'or more'} here")
+    return device, world_size
+
+
+def _parser(pins: Mapping[str, Pin]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scripts/gpu_proof.py",
+        description=__doc__.split("\n\n")[0] + " Measures the vanilla and the patched trees, each in its own process.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "cases:\n"
+            + "".join(f"  {case.name:<13} {case.title}\n" for case in CASES.values())
+            + "\nmodels (random Qwen2 built in code, nothing downloaded):\n"
+            + "".join(
+                f"  {m.name:<6} {m.shape.num_hidden_layers} layers, hidden {m.shape.hidden_size}, "
+                f"vocab {m.shape.vocab_size}, {m.sequences} sequences of up to {m.prompt_len + m.response_len} tokens\n"
+                for m in MODELS.values()
+            )
+            + "\nexpected: on the patched tree every case's grad_norm is the same at every split (fp32 within 1e-4,\n"
+            "bf16 within 2**-8 = 3.9e-3 of one micro-batch's); on the vanilla tree critic, geo_mean and trinity\n"
+            "grow about K times with K micro-batches, distillation differs, ppo does not change (already right).\n"
+            "A tree is a source checkout (put first on the path) or 'installed' (the packages this python imports).\n"
+            "Trees default to the ones scripts/apply.sh --no-test makes under $PATCHSET_CACHE (.cache).\n\n"
+            "training runs (--steps N, N > 1): each case trains N AdamW steps (verl's optimizer, its defaults\n"
+            "but --lr) from the same start on the same pool of mini-batches of different lengths, once per split:\n"
+            "K=1 (the reference), K=1 with each rank's rows shuffled (the floor reassociation alone makes), fixed K\n"
+            "and dynamic K (one token budget for the run, so K changes from step to step), with each --clip.\n"
+            "Printed: each run's final distance from K=1 relative to how far K=1 moved, the share of clipped steps,\n"
+            "PASS/FAIL: patched within 10x the shuffled floor; vanilla, with clipping, beyond it (without: reported\n"
+            "only). --repeats does not apply: every step of a run is timed.\n\n"
+            "examples:\n"
+            "  scripts/apply.sh --no-test && python scripts/gpu_proof.py              # every GPU, fp32 and bf16\n"
+            f"  python scripts/gpu_proof.py --vanilla ~/src/{pins['verl'].dirname} --patched installed"
+            " --cases critic,ppo\n"
+            "  python scripts/gpu_proof.py --model large --precision bf16 --world-size 8\n"
+            "  python scripts/gpu_proof.py --world-size 4 --sp 2 --cases critic,trinity    # Ulysses: 2 groups of 2\n"
+            "  python scripts/gpu_proof.py --steps 20 --cases critic,geo_mean,trinity --plot runs.png\n\n"
+            "exit codes: 0 every case as expected; 1 a case failed or a run broke; 2 bad input; "
+            f"{EXIT_TIMED_OUT} a tree's run hung past --timeout (ended; its processes' stacks printed)"
+        ),
+    )
+    parser.add_argument("--vanilla", "--verl-vanilla", help=f"vanilla verl {pins['verl'].version} tree, or 'installed'")
+    parser.add_argument("--patched", "--verl-patched", help="patched verl tree, or 'installed'")
+    parser.add_argument("--trinity-vanilla", help=f"vanilla Trinity-RFT {pins['trinity'].version} tree, or 'installed'")
+    parser.add_argument("--trinity-patched", help="patched Trinity-RFT tree, or 'installed'")
+    parser.add_argument("--sides", default="vanilla,patched", help="trees to measure (default %(default)s)")
+    parser.add_argument(
+        "--cases", help=f"comma-separated, from {','.join(CASES)} (default: all; trinity when its trees are there)"
+    )
+    parser.add_argument("--precision", help="fp32, bf16 or both (default: fp32,bf16 on GPU, fp32 on CPU)")
+    parser.add_argument("--model", default="tiny", choices=sorted(MODELS), help="model preset (default %(default)s)")
+    parser.add_argument(
+        "--micro-batches", default=",".join(map(str, MICRO_BATCHES)), help="per rank, with 1 (default %(default)s)"
+    )
+    parser.add_argument("--splits", default=",".join(SPLIT_KINDS), help="fixed, dynamic or both (default %(default)s)")
+    parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="default: cuda if seen")
+    parser.add_argument("--world-size", type=int, help="ranks (default: every GPU torch sees; 1 on CPU)")
+    parser.add_argument(
+        "--sp",
+        type=int,
+        default=1,
+        help="Ulysses sequence-parallel size (verl's ulysses_sequence_parallel_size): the ranks form world-size / SP "
+        "data-parallel groups of SP ranks that share their rows and split each sequence; the world size must divide "
+        "by it, and the model's attention heads too (default %(default)s)",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="timed steps per split (default %(default)s)")
+    parser.add_argument(
+        "--attention",
+        help=f"the model's attn_implementation (default: sdpa; with --sp above 1, {ULYSSES_SDPA}: verl's Ulysses "
+        "all-to-all around a pure-torch varlen kernel; flash_attention_2 runs in bf16 only)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=3600, help="seconds one tree's run may take (default %(default)s)"
+    )
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=1,
+        help="optimizer steps per run; above 1, each split trains that many steps (see 'training runs' below) "
+        "(default %(default)s: the single-step proof)",
+    )
+    parser.add_argument(
+        "--clip", default=f"1.0,{CLIP_OFF}", help="with --steps: clip_grad values, or 'off' (default %(default)s)"
+    )
+    parser.add_argument(
+        "--lr", type=float, help="with --steps: the learning rate (default: verl's FSDPOptimizerConfig default)"
+    )
+    parser.add_argument("--json", type=Path, help="also write every measurement and the machine to this file")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        help="also draw grad_norm / K=1's against K to this PNG (matplotlib); with --steps, loss and grad_norm "
+        "per step",
+    )
+    return parser
+
+
+def _clips(value: str) -> tuple[float | None, ...]:
+    """``--clip``: each a positive max norm, or 'off' (None)."""
+    clips: list[float | None] = []
+    for item in (item.strip() for item in value.split(",") if item.strip()):
+        try:
+            clip = None if item == CLIP_OFF else float(item)
+        except ValueError:
+            clip = -1.0
+        if clip is not None and not clip > 0:
+            raise BadInput(f"--clip {value!r}: positive numbers or '{CLIP_OFF}'")
+        clips.append(clip)
+    if not clips:
+        raise BadInput(f"--clip {value!r}: positive numbers or '{CLIP_OFF}'")
+    return tuple(dict.fromkeys(clips))
+
+
+def _sequence_parallel(sp: int, world_size: int | None, model: Model, attention: str | None) -> str:
+    """Refuse a Ulysses size the ranks or the model cannot take (before any process starts); the attention to use."""
+    if sp < 1:
+        raise BadInput(f"--sp {sp}: at least 1")
+    if world_size is not None and world_size % sp:
+        raise BadInput(f"--sp {sp}: the world size {world_size} does not divide into groups of {sp} ranks")
+    heads, kv_heads = model.shape.num_attention_heads, model.shape.num_key_value_heads
+    if heads % sp or (kv_heads % sp and sp % kv_heads):
+        raise BadInput(
+            f"--sp {sp}: model {model.name} has {heads} attention heads and {kv_heads} key-value heads; Ulysses "
+            f"needs sp to divide the heads, and to divide the key-value heads or be a multiple of them"
+        )
+    if sp > 1 and attention == "sdpa":
+        raise BadInput(
+            f"--attention sdpa with --sp {sp}: verl's Ulysses all-to-all runs only in the flash-attention entry "
+            f"(each rank would attend within its own slice); use {ULYSSES_SDPA} (the default with --sp) or "
+            "flash_attention_2"
+        )
+    return attention or (ULYSSES_SDPA if sp > 1 else "sdpa")
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the command line asks for, checked: the trees of each side, and the run to make on them."""
+
+    sources: Mapping[str, list[Source]]  # side -> where its verl (and Trinity-RFT) come from
+    cases: list[str]
+    trinity_left_out: bool  # the trinity case dropped because its default trees are absent (no --cases given)
+    splits: list[str]
+    counts: list[int]  # micro-batches per rank, 1 first
+    precision: str | None  # --precision, None: what the device takes
+    model: str
+    device: str  # --device: auto, cuda or cpu
+    world_size: int | None
+    sp: int
+    attention: str | None
+    repeats: int
+    steps: int
+    clips: tuple[float | None, ...]
+    lr: float | None
+    timeout: float
+    json: Path | None
+    plot: Path | None
+
+
+def _request(args: argparse.Namespace, defaults: DefaultTrees) -> Request:
+    """The parsed line as a `Request`; ``BadInput`` names the first flag whose value cannot be used."""
+    sides = _csv(args.sides, SIDES, "sides")
+    asked = _csv(args.cases, list(CASES), "cases") if args.cases else None
+    sources: dict[str, list[Source]] = {}
+    for side in sides:
+        verl = source("verl", side, getattr(args, side), explicit=True, defaults=defaults)
+        trinity_value = getattr(args, f"trinity_{side}")
+        explicit = trinity_value is not None or (asked is not None and "trinity" in asked)
+        trinity = source("trinity", side, trinity_value, explicit=explicit, defaults=defaults)
+        sources[side] = [found for found in (verl, trinity) if found is not None]
+    with_trinity = all(any(s.package == "trinity" for s in sources[side]) for side in sides)
+    cases = [name for name in CASES if (asked is None or name in asked) and (with_trinity or name != "trinity")]
+    try:
+        counts = sorted({int(item) for item in args.micro_batches.split(",") if item.strip()})
+    except ValueError:
+        counts = []
+    if not counts or counts[0] != 1 or len(counts) < 2:
+        raise BadInput(f"--micro-batches {args.micro_batches!r}: positive integers, 1 and at least one more")
+    splits = _csv(args.splits, SPLIT_KINDS, "splits")
+    if args.precision is not None:
+        _csv(args.precision, PRECISIONS, "precision")
+    if args.repeats < 1:
+        raise BadInput(f"--repeats {args.repeats}: at least 1")
+    if args.steps < 1:
+        raise BadInput(f"--steps {args.steps}: at least 1")
+    if args.lr is not None and not args.lr > 0:
+        raise BadInput(f"--lr {args.lr}: a positive learning rate")
+    clips = _clips(args.clip)
+    _sequence_parallel(args.sp, args.world_size, MODELS[args.model], args.attention)
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise BadInput(f"--plot {args.plot}: matplotlib is not installed in this Python ({sys.executable})")
+    return Request(
+        sources=sources,
+        cases=cases,
+        trinity_left_out="trinity" not in cases and args.cases is None,
+        splits=splits,
+        counts=counts,
+        precision=args.precision,
+        model=args.model,
+        device=args.device,
+        world_size=args.world_size,
+        sp=args.sp,
+        attention=args.attention,
+        repeats=args.repeats,
+        steps=args.steps,
+        clips=clips,
+        lr=args.lr,
+        timeout=args.timeout,
+        json=args.json,
+        plot=args.plot,
+    )
+
+
+def _settings(request: Request, model_path: Path) -> Settings:
+    """The run's `Settings`: the request, with the device, the ranks, the attention and the precisions settled."""
+    device, world_size = _device(request.device, request.world_size)
+    attention = _sequence_parallel(request.sp, world_size, MODELS[request.model], request.attention)
+    default_precisions = "fp32,bf16" if device == "cuda" else "fp32"
+    return Settings(
+        cases=tuple(request.cases),
+        precisions=tuple(_csv(request.precision or default_precisions, PRECISIONS, "precision")),
+        model=request.model,
+        model_path=model_path,
+        world_size=world_size,
+        device=device,
+        attention=attention,
+        micro_batches=tuple(request.counts),
+        splits=tuple(request.splits),
+        repeats=request.repeats,
+        steps=request.steps,
+        clips=request.clips,
+        lr=request.lr,
+        sp=request.sp,
+        timeout=request.timeout,  # the ranks' limit too: the side's process ends them past it
+    )
+
+
+def _trajectory_report(runs: dict[str, list[Run]], settings: Settings) -> list[TrajectoryVerdict]:
+    """Print the training runs' table and verdicts; return the verdicts."""
+    cases, precisions = settings.cases, settings.precisions
+    every = [run for side_runs in runs.values() for run in side_runs]
+    optimizer = next((run.optimizer for run in every if run.optimizer), "?")
+    print(
+        f"\ntraining runs: {settings.steps} steps each, {optimizer}; distance of each run's final weights from K=1's,"
+        " relative to how far K=1's moved"
+    )
+    print("\n".join(trajectory_table(runs, cases, precisions)))
+    verdicts = [
+        judge_trajectories(side, CASES[case], precision, clip, side_runs)
+        for side, side_runs in runs.items()
+        if side_runs
+        for case in cases
+        for precision in precisions
+        for clip in settings.clips
+    ]
+    print("\n".join(trajectory_verdict_lines(verdicts)))
+    return verdicts
+
+
+def prove(request: Request, defaults: DefaultTrees) -> int:
+    """Measure each side of ``request``, print the report; the exit status (0 every case as expected)."""
+    with tempfile.TemporaryDirectory(prefix="gpu-proof-") as workdir:
+        settings = _settings(request, Path(workdir) / "model")
+        cases, precisions, world_size = settings.cases, settings.precisions, settings.world_size
+        if request.trinity_left_out:
+            print(
+                "* Trinity-RFT trees not found: the trinity case is left out (give --trinity-vanilla/--trinity-patched)"
+            )
+        groups = (
+            f" (Ulysses sp {settings.sp}: {world_size // settings.sp} data-parallel group(s))"
+            if settings.sp > 1
+            else ""
+        )
+        print(
+            f"* {len(cases)} cases x {len(precisions)} precisions, {world_size} rank(s) on {settings.device}{groups}, "
+            f"model {settings.model}, micro-batches {list(settings.micro_batches)} ({', '.join(settings.splits)})"
+        )
+        results: dict[str, list[Measurement]] = {}
+        runs: dict[str, list[Run]] = {}
+        environments: dict[str, dict] = {}
+        problems: list[str] = []
+        hung: list[str] = []
+        for side, sources in request.sources.items():
+            print(f"* {side}: {', '.join(found.describe() for found in sources)}", flush=True)
+            measured = measure(side, sources, settings, Path(workdir), defaults)
+            results[side], runs[side], environments[side] = measured.measurements, measured.runs, measured.environment
+            problems += measured.problems
+            hung += [measured.hung] if measured.hung else []
+    sides = list(request.sources)
+    verdicts: list[Verdict] = [
+        judge(side, CASES[case], precision, results[side])
+        for side in sides
+        if results[side]
+        for case in cases
+        for precision in precisions
+    ]
+    environment = next((env for env in environments.values() if env), {})
+    if environment:
+        print(
+            f"* machine: {environment['device']} x{environment['world_size']} ({environment['backend']}), Python "
+            f"{environment['python']}, torch {environment['torch']} (CUDA {environment['cuda']}), transformers "
+            f"{environment['transformers']}, attention {environment['attention']}, unpadding: {environment['unpad']}; "
+            f"step times: {environment['step_clock']} time"
+        )
+    if environment.get("standins"):
+        print(f"* stand-ins from scripts/gpu_offline for: {', '.join(environment['standins'])} (offline machine)")
+    print("\ngrad_norm relative to one micro-batch per rank (K=1: the grad_norm itself)")
+    print("\n".join(table(results, cases, precisions)))
+    print("\n" + tolerance_note(precisions))
+    print("\n".join(verdict_lines(verdicts)))
+    print("\n".join(step_time_lines(results, cases, precisions)))
+    trajectory_verdicts = _trajectory_report(runs, settings) if settings.steps > 1 else []
+    for problem in problems:
+        print(f"FAIL  {problem}")
+    if request.json:
+        request.json.write_text(
+            json.dumps(
+                {
+                    "environment": environments,
+                    "measurements": {side: [asdict(row) for row in rows] for side, rows in results.items()},
+                    "verdicts": [asdict(verdict) for verdict in verdicts],
+                    "runs": {side: [asdict(run) for run in side_runs] for side, side_runs in runs.items()},
+                    "run_verdicts": [asdict(verdict) for verdict in trajectory_verdicts],
+                },
+                indent=1,
+            )
+        )
+    machine = f"{environment.get('device', '?')} x{world_size}" if environment else f"{settings.device} x{world_size}"
+    if request.plot and settings.steps > 1 and any(runs.values()):
+        from checkout_tools.gpu_proof.trajectory_plot import draw_trajectories
+
+        title = f"scripts/gpu_proof.py --steps {settings.steps}, model {settings.model}, {machine}"
+        draw_trajectories(runs, cases, precisions, title, request.plot)
+        print(f"* plot: {request.plot}")
+    elif request.plot and any(results.values()):
+        from checkout_tools.gpu_proof.split_plot import draw
+
+        draw(results, cases, precisions, f"scripts/gpu_proof.py, model {settings.model}, {machine}", request.plot)
+        print(f"* plot: {request.plot}")
+    judged = [*(v.passed for v in verdicts), *(v.passed for v in trajectory_verdicts if v.passed is not None)]
+    expected = len(sides) * len(cases) * len(precisions)
+    if settings.steps > 1:
+        expected += (
+            sum(side == "patched" or clip is not None for side in sides for clip in settings.clips)
+            * len(cases)
+            * len(precisions)
+        )
+    failed = judged.count(False)
+    ok = not failed and not problems and len(judged) == expected
+    print(f"\nresult: {len(judged) - failed} of {expected} as expected" + ("" if ok else ": FAILED"))
+    if hung:
+        print("\n".join(f"error: {line}" for line in hung), file=sys.stderr)
+        return EXIT_TIMED_OUT
+    return 0 if ok else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``scripts/gpu_proof.py`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
+    line = list(sys.argv[1:] if argv is None else argv)
+    if line[:1] == [SIDE_FLAG]:  # one tree's process, which `launch` starts: its errors go to its log whole
+        from checkout_tools.gpu_proof.side import run_side_files
+
+        settings_file, result_file = line[1:]
+        return run_side_files(Path(settings_file), Path(result_file))
+    defaults = DefaultTrees.from_workspace(os.environ)
+
+    def run(args: argparse.Namespace, console: Console, guard: Guard) -> int:
+        return prove(_request(args, defaults), defaults)
+
+    return run_command(lambda: _parser(defaults.pins).parse_args(line), run, interrupted="")

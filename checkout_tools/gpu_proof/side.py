@@ -1,0 +1,65 @@
+"""One tree's process: ``scripts/gpu_proof.py --side SETTINGS RESULT``, with the tree first on ``PYTHONPATH``.
+
+A process holds one verl, so each tree (vanilla, patched) is measured in a process of its own (`launch` starts it).
+This one builds the model checkpoint if the other side has not (same seed, same weights), starts one rank per device
+(children of a fork server, `patchset.plumbing.children`: never a fork of this process, which CUDA or OpenMP threads
+would make unsafe; one rank runs in this process), and writes every rank's result to RESULT. The ranks are waited for
+within the side's own limit (``--timeout``), and ended, their stacks printed, past it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from checkout_tools.gpu_proof.cases import MODELS
+from checkout_tools.gpu_proof.rank import run_rank
+from checkout_tools.gpu_proof.settings import Settings
+from engine_harness.model import save_model
+from patchset.plumbing.children import run_children
+from patchset.plumbing.errors import TimedOut
+
+RANKS_LIMIT_S = 3600.0  # the ranks of one side, where the settings give no --timeout
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def run_side(settings: Settings) -> dict:
+    """Every rank's result (``{"ranks": [...]}``) for one tree; ranks that died without one say so."""
+    if not (settings.model_path / "config.json").exists():
+        save_model(MODELS[settings.model].shape, settings.model_path)
+    world_size = settings.world_size
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    with tempfile.TemporaryDirectory(prefix="gpu-proof-ranks-") as workdir:
+        if world_size == 1:
+            run_rank(0, settings, workdir)
+        else:
+            limit = settings.timeout or RANKS_LIMIT_S
+            try:  # a rank that fails ends the others: its own result file says why
+                run_children(
+                    run_rank, [(rank, settings, workdir) for rank in range(world_size)], limit, "gpu_proof rank"
+                )
+            except TimedOut as hung:
+                print(f"error: {hung}", file=sys.stderr, flush=True)
+        ranks = []
+        for rank in range(world_size):
+            result_file = Path(workdir) / f"rank{rank}.json"
+            if result_file.exists():
+                ranks.append(json.loads(result_file.read_text()))
+            else:
+                ranks.append({"error": f"rank {rank} exited without a result"})
+    return {"ranks": ranks}
+
+
+def run_side_files(settings_file: Path, result_file: Path) -> int:
+    """Run the side the settings file describes, and write every rank's result to ``result_file``."""
+    result_file.write_text(json.dumps(run_side(Settings.from_json(settings_file.read_text()))))
+    return 0
