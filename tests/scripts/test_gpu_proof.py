@@ -11,6 +11,8 @@ tests/regression/test_gpu_proof_smoke.py on the real trees.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -21,6 +23,7 @@ from checkout_tools.gpu_proof.settings import Settings
 from checkout_tools.gpu_proof.trajectory import Run, Step, judge_trajectories, trajectory_table
 from checkout_tools.gpu_proof.trees import DefaultTrees, Source, check_modules
 from checkout_tools.gpu_proof.verdict import TOLERANCE, Measurement, judge
+from patchset.plumbing.paths import REPO_ROOT
 
 
 def _rows(case: str, ratios: dict[tuple[str, int], float], precision: str = "fp32", seconds: float = 1.0):
@@ -156,6 +159,13 @@ def test_the_settings_reach_each_trees_process_as_they_were_planned(tmp_path):
         timeout=60.0,
     )
     assert Settings.from_json(settings.to_json()) == settings
+
+
+def test_the_main_process_imports_neither_torch_nor_verl():
+    """Only the trees' processes do: the main process refuses bad input, and starts them, without either."""
+    check = "import sys, checkout_tools.gpu_proof.cli; print(sorted({'torch', 'verl', 'trinity'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", check], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
 def test_help_names_every_case_and_the_exit_codes(capsys):
