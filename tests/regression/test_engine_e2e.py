@@ -32,7 +32,8 @@ equals one micro-batch on one rank without sp (relative difference < 1e-5; measu
 is the world size over sp and its ``batch_num_tokens`` is all-reduced over the data-parallel group, so neither
 counts an sp copy, and `Gather.backward`'s x sp cancels FSDP's average over the whole world. Vanilla: the same
 factors as without sp, with the data-parallel size in place of the world size. The teeth run
-(PATCHSET_SAMPLE=shapes) runs sp 2 at dp 1 only.
+(PATCHSET_SAMPLE=shapes) runs sp 2 at dp 1, the cheapest shape that shows the error; the fix run sp 2 at dp 2, the
+shape where sp and data parallelism meet (at dp 1 the data-parallel group is one rank: dp 2 proves all dp 1 does).
 
 Adaptations for a CPU-only machine, none of them on the loss path (both losses, the engine's micro-batch
 loop, backward, the gradient reduction and `optimizer_step` run unchanged from the trees under test):
@@ -89,7 +90,8 @@ from engine_harness.adapt import ULYSSES_SDPA_ATTENTION
 
 WORLD_SIZES = (1, 2)
 # Ulysses sequence parallelism, verl 0.8.0's engine only (the target; 0.7.1 runs its critic without it): sp 2 at dp 1
-# (2 ranks) and at dp 2 (4 ranks), the critic and Trinity's actor, each rank through verl's Ulysses attention
+# (2 ranks: the teeth run) or at dp 2 (4 ranks: the fix run), the critic and Trinity's actor, each rank through verl's
+# Ulysses attention
 SP_SHAPES = (Shape(2, 2, ULYSSES_SDPA_ATTENTION), Shape(4, 2, ULYSSES_SDPA_ATTENTION))
 SP_VERL_VERSIONS = ("0.8.0",)
 SP_COMPONENTS = ("critic", "actor")
@@ -115,9 +117,11 @@ def sp_micro_batch_counts() -> tuple[int, ...]:
 
 
 def sp_shapes() -> tuple[Shape, ...]:
-    """The sequence-parallel shapes: both, or with PATCHSET_SAMPLE=shapes (the teeth run) sp 2 at dp 1 alone, the
-    cheapest that shows the vanilla trees' error (2 ranks instead of 4)."""
-    return SP_SHAPES[:1] if os.environ.get(SAMPLE_VARIABLE) == "shapes" else SP_SHAPES
+    """The sequence-parallel shape a run measures: with PATCHSET_SAMPLE=shapes (the teeth run) sp 2 at dp 1, the
+    cheapest that shows the vanilla trees' error (2 ranks instead of 4); otherwise sp 2 at dp 2, where the engine's
+    ``dp_size`` (the world over sp) and the all-reduce of ``batch_num_tokens`` over the data-parallel group are more
+    than one rank: every term dp 1 checks, and those it cannot."""
+    return SP_SHAPES[:1] if os.environ.get(SAMPLE_VARIABLE) == "shapes" else SP_SHAPES[1:]
 
 
 def micro_batch_counts() -> tuple[int, ...]:
@@ -302,11 +306,11 @@ def test_engine_distillation_grad_norm_invariant_to_split_and_ranks(expect, grad
 def test_engine_grad_norm_under_sequence_parallelism_equals_one_rank(
     expect, trees, grad_norms, sp_grad_norms, component, mode
 ):
-    """Ulysses sp 2 at dp 1 and dp 2 (2 and 4 gloo ranks, verl's all-to-all, `Gather` and FSDP's average over the
-    world): every split's grad_norm equals one micro-batch on one rank without sp. The engine's ``dp_size`` is the
-    world over sp, and ``batch_num_tokens`` is summed over its data-parallel group, so each counts every row once;
-    `Gather.backward` multiplies by sp what FSDP then divides by the world. Vanilla: x K, as without sp (Trinity's
-    seq-mean-token-sum-norm 1/dp)."""
+    """Ulysses sp 2 at dp 2 (4 gloo ranks; the teeth run: at dp 1, 2 ranks; verl's all-to-all, `Gather` and FSDP's
+    average over the world): every split's grad_norm equals one micro-batch on one rank without sp. The engine's
+    ``dp_size`` is the world over sp, and ``batch_num_tokens`` is summed over its data-parallel group, so each counts
+    every row once; `Gather.backward` multiplies by sp what FSDP then divides by the world. Vanilla: x K, as without
+    sp (Trinity's seq-mean-token-sum-norm 1/dp)."""
     _require(trees, component)
     reference = grad_norms[component, mode, 1, 1]
     for shape in sp_shapes():

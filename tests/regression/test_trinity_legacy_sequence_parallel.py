@@ -1,5 +1,6 @@
-"""Trinity-RFT's legacy FSDP actor under Ulysses sequence parallelism: sp 2 at dp 1 and dp 2 give the gradient of
-one process on the whole mini-batch.
+"""Trinity-RFT's legacy FSDP actor under Ulysses sequence parallelism: sp 2 at dp 2 gives the gradient of one process
+on the whole mini-batch. (dp 2, four ranks, is where the sp groups and the data-parallel groups are both more than
+one rank: every weight dp 1 would check is checked there too, so dp 1 is not run a second time.)
 
 With ``ulysses_sequence_parallel_size`` sp the world is dp x sp, and every rank of an sp group holds its group's rows
 (the legacy worker dispatches by the dp rank of its ``ulysses_device_mesh``). Each rank runs the real legacy
@@ -40,7 +41,7 @@ from engine_harness.sim import Split
 from patchset.plumbing.children import run_children
 
 SP_SIZE = 2
-DP_SIZES = (1, 2)
+DP_SIZES = (2,)
 RANKS_DEADLINE_S = 240
 K = 2
 CASES = [*(("ppo", mode, K, False) for mode in LOSS_AGG_MODES), ("dpo", "token-mean", K, False)]
