@@ -117,19 +117,18 @@ def run_overlay_regression_tests(
     baseline_dir: Path | None = None,
     pytest_args: Sequence[str] = (),
     sample: bool = False,
-    paths: Sequence[Path] = (SUITE,),
     parallel: bool = True,
 ) -> int:
-    """Run the regression suite (or its files ``paths``) with ``python``, an environment where verl, Trinity-RFT
+    """Run the regression suite with ``python``, an environment where verl, Trinity-RFT
     and this project are installed (`patchset.testcommand.overlay_env`), on the overlays: ``fixed`` with them on,
-    ``bug`` with them off. ``parallel=False``: one process (a smoke run of a few files costs less than starting a worker
-    per core, each importing torch, verl and Trinity); past `suite_limit` ``TimedOut``."""
+    ``bug`` with them off. ``parallel=False``: one process (a run of a few tests costs less than starting a worker per
+    core, each importing torch, verl and Trinity); past `suite_limit` ``TimedOut``."""
     switch = "on" if expect == "fixed" else "off (PATCHSET_OVERLAYS=0)"
     print(f"* Running the regression tests (expecting {expect}) on the releases in {site_packages}, overlays {switch}")
     # -P, and pytest's append import mode: the checkout's own verl_overlay/ must not shadow the installed one (cwd is
     # the repository root, and in its default mode pytest puts the root of the tests/ package first on sys.path;
     # with the overlays off nothing has imported the installed overlay first)
-    command = [str(python), "-P", "-m", "pytest", *map(str, paths), "-q", "-rs", "-p", "no:cacheprovider"]
+    command = [str(python), "-P", "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider"]
     command += ["--import-mode=append"]
     command += [*pytest_args, *(parallel_args(python) if parallel else [])]
     env = overlay_regression_env(site_packages, expect, baseline_dir, sample)
