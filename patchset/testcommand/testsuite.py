@@ -9,7 +9,10 @@ Steps (each timed; the summary lists every step, its time and what it proves):
 - tooling: tests/scripts, the real series on copies of the pinned checkouts and the fault suite included;
 - teeth: the regression suite on the vanilla trees, expecting the bug, one batch shape per test, loss and mode
   (every check must fail there once), the engine end-to-end module included;
-- fix: the whole regression suite on the patched trees, expecting the fix;
+- fix: the whole regression suite on the patched trees, expecting the fix, but for the tests marked
+  ``vanilla_baseline``;
+- against teeth: those, after teeth: the patched trees compared with what teeth recorded (Trinity's metrics, the
+  deviations of the losses not promised);
 - wheels: the patched wheels built, installed into a fresh venv, every installed file equal by sha256 to the patched
   tree's, versions and manifests as labelled, and a smoke run of the loss tests on the installed packages; verl
   0.9.1's and verl 0.7.1's wheels too, each installed alone, its files equal to a patched clone's, each patch applied
@@ -29,8 +32,9 @@ Steps (each timed; the summary lists every step, its time and what it proves):
 Each step is a process of its own (``--step NAME``); `patchset.testcommand.scheduler` runs independent steps at
 once (as many as ``--jobs``, default the cores), each step's output printed whole when it ends, and within a step
 independent tests run on every core (pytest-xdist). The overlays, the tooling tests, the wheels and verl 0.9.1 are
-independent of each other and of teeth and fix; fix comes after teeth (it compares its metrics with those teeth
-recorded). Every step runs even when another failed (unless it needs that one: nothing runs without the
+independent of each other and of teeth and fix, and fix of teeth: only the few tests that compare the patched trees
+with what teeth recorded (Trinity's metrics, the deviations of the losses not promised) wait for it, in the step
+"against teeth". Every step runs even when another failed (unless it needs that one: nothing runs without the
 environment and the pinned trees), so one run reports everything; the exit code is 0 only if all passed.
 ``--quick``, a loop while editing, runs the environment and pinned trees, then teeth and fix one batch shape per
 test, loss and mode, without the engine end-to-end module or the legacy-path run beside verl 0.7.1.
@@ -80,7 +84,7 @@ PROVEN_BY_THE_WHEELS_STEP = (
 )
 # The steps every run has; the test command adds one per pinned release of a role (`patchset.testcommand.releases`):
 # verl 0.9.1, which has part of the verl series upstream, and verl 0.7.1, of another release line.
-STEP_NAMES = ("environment", "pinned trees", "lint", "teeth", "tooling", "overlays", "fix", "wheels")
+STEP_NAMES = ("environment", "pinned trees", "lint", "teeth", "tooling", "overlays", "fix", "against teeth", "wheels")
 
 
 def _pinned_trees(workspace: Workspace) -> tuple[dict[str, Path], dict[str, Path]]:
@@ -270,19 +274,30 @@ def _pinned_trees_step(workspace: Workspace, env: dict[str, str], quick: bool) -
     return True
 
 
-def _regression_step(workspace: Workspace, expect: str, quick: bool) -> bool:
-    """Teeth (``bug``, the vanilla trees, one batch shape per test) or fix (``fixed``, the patched trees, every
-    case); ``quick``: one batch shape per test, without the engine end-to-end module or the companion verl (which is
-    fetched into the workspace's cache)."""
+# the regression tests that compare the patched trees with the vanilla run's record (tests/regression/conftest.py):
+# the "against teeth" step runs them once teeth has recorded it, the fix step everything else, beside teeth
+VANILLA_BASELINE_MARK = "vanilla_baseline"
+
+
+def _regression_step(workspace: Workspace, name: str, quick: bool) -> bool:
+    """Teeth (``bug``, the vanilla trees, one batch shape per test), fix (``fixed``, the patched trees, every case,
+    but the tests that compare with teeth's record unless ``quick``, which runs after teeth) or against teeth (those
+    tests, after teeth); ``quick``: one batch shape per test, without the engine end-to-end module or the companion verl
+    (which is fetched into the workspace's cache)."""
     vanilla, patched = _pinned_trees(workspace)
     e2e = str(REPO_ROOT / "tests" / "regression" / "test_engine_e2e.py")
-    trees, sample = (vanilla, True) if expect == "bug" else (patched, quick)
+    trees, sample = (vanilla, True) if name == "teeth" else (patched, quick)
+    selection = {
+        "fix": [] if quick else ["-m", f"not {VANILLA_BASELINE_MARK}"],
+        "against teeth": ["-m", VANILLA_BASELINE_MARK],
+    }
     run = SuiteRun(
-        expect=expect,
-        pytest_args=["--ignore", e2e] if quick else [],
+        expect="bug" if name == "teeth" else "fixed",
+        pytest_args=[*(["--ignore", e2e] if quick else []), *selection.get(name, [])],
         sample=sample,
         companions=not quick,
         baseline_dir=workspace.cache.root / "results",
+        parallel=name != "against teeth",  # a few tests: one process, not a worker per core importing torch first
     )
     return run_regression_tests(trees, run, workspace) == 0
 
@@ -306,8 +321,8 @@ def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
         return True
     if name == "lint":
         return _lint(python)
-    if name in ("teeth", "fix"):
-        return _regression_step(workspace, "bug" if name == "teeth" else "fixed", quick)
+    if name in ("teeth", "fix", "against teeth"):
+        return _regression_step(workspace, name, quick)
     if name == "tooling":
         return _tooling_step(python, env)
     if name == "wheels":  # and the wheels of verl 0.9.1 (part of the series) and 0.7.1 (its own), each in a venv
@@ -319,9 +334,9 @@ def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
 
 
 def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
-    """The steps, in the order they take a free job slot: teeth (fix follows it: it compares its metrics with
-    those teeth recorded) and the tooling tests first, then the overlays, the longest, then fix and the short steps,
-    so that the last steps running are short ones. ``jobs``: how many run at once; teeth, fix and the overlays,
+    """The steps, in the order they take a free job slot: teeth and the tooling tests first, then the overlays, the
+    longest, then fix, the comparisons against teeth's record (after teeth) and the short steps, so that the last
+    steps running are short ones. ``jobs``: how many run at once; teeth, fix and the overlays,
     whose pytest-xdist workers each import torch, verl and Trinity, share the cores among them
     (``PATCHSET_WORKERS`` unless set); the tooling tests' workers import neither, and take every core, as do those
     of verl 0.9.1, which runs last, when the other steps are ending."""
@@ -353,8 +368,15 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
         step(
             "fix",
             "every check passes on the patched trees" + (f" ({shapes}; no engine runs)" if quick else ", every case"),
-            after=("teeth",),
+            after=("teeth",) if quick else (),  # --quick: one at a time, and its fix compares with teeth's record too
             env=shared,
+        ),
+        step(
+            "against teeth",
+            "the patched trees' Trinity metrics, and the deviations of the losses not promised, against teeth's record",
+            after=("teeth",),
+            env=alone,
+            limit_s=600,
         ),
         step(
             "wheels",
@@ -377,7 +399,7 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
             limit_s=900,
         ),
     ]
-    quick_steps = ("environment", "pinned trees", "teeth", "fix")
+    quick_steps = ("environment", "pinned trees", "teeth", "fix")  # fix after teeth: it runs the comparisons too
     return [step for step in steps if not quick or step.name in quick_steps]
 
 

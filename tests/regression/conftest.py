@@ -132,8 +132,16 @@ def _sample_shapes(config: pytest.Config, items: list[pytest.Item]) -> None:
         items[:] = [item for item in items if id(item) in kept]
 
 
+# the tests that compare the patched trees with what the vanilla run recorded in PATCHSET_BASELINE_DIR: the test
+# command runs them in a step of their own after teeth, so that the rest of the fix run does not wait for teeth
+VANILLA_BASELINE_MARK = "vanilla_baseline"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     running.register(config)  # names the test a hung run is in (`patchset.plumbing.running`)
+    config.addinivalue_line(
+        "markers", f"{VANILLA_BASELINE_MARK}: compares the tree under test with the vanilla run's record (baseline_dir)"
+    )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

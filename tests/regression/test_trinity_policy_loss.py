@@ -142,6 +142,7 @@ def test_loss_without_engine_batch_info_is_unscaled(expect, loss_agg_mode):
     assert loss.item() == pytest.approx(metrics["final_loss"], rel=1e-6)
 
 
+@pytest.mark.vanilla_baseline
 @pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
 def test_metrics_equal_vanilla_metrics(expect, baseline_dir, loss_agg_mode):
     """The vanilla run records its metrics; the patched run must log exactly the same ones."""

@@ -18,7 +18,7 @@ from patchset.upstreams.workspace import resolve_workspace
 # the steps as the test command's docstring lists them ("- name: what it does", or "- name, what it is"), in the
 # order they take a free job slot (see ``plan``): teeth and the tooling tests first, the overlays, then the rest
 DOCUMENTED = re.findall(r"^- ([a-z0-9. ]+?)[:,] ", testsuite.__doc__ or "", re.MULTILINE)
-SLOT_ORDER = ["environment", "pinned trees", "lint", "teeth", "tooling", "overlays", "fix", "wheels"]
+SLOT_ORDER = ["environment", "pinned trees", "lint", "teeth", "tooling", "overlays", "fix", "against teeth", "wheels"]
 EVERY_STEP = sorted(DOCUMENTED, key=lambda name: SLOT_ORDER.index(name) if name in SLOT_ORDER else len(SLOT_ORDER))
 QUICK_STEPS = ["environment", "pinned trees", "teeth", "fix"]
 
@@ -66,23 +66,29 @@ def _step_argv(step: Step) -> list[str]:
 @pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
 def test_each_planned_step_runs_its_own_body(recorded, tmp_path, quick):
     steps = testsuite.plan(_workspace(tmp_path), quick)
-    assert len(EVERY_STEP) == 10 and [step.name for step in steps] == (QUICK_STEPS if quick else EVERY_STEP)
+    assert len(EVERY_STEP) == 11 and [step.name for step in steps] == (QUICK_STEPS if quick else EVERY_STEP)
+    e2e = ["--ignore", str(testsuite.REPO_ROOT / "tests" / "regression" / "test_engine_e2e.py")]
+    # the fix run leaves the comparisons with teeth's record to the step after teeth, unless quick (after teeth too)
+    selected = {"teeth": [], "fix": ["-m", "not vanilla_baseline"], "against teeth": ["-m", "vanilla_baseline"]}
     for step in steps:
         recorded.clear()
         assert testsuite.main(_step_argv(step)) == 0
-        if step.name in ("teeth", "fix"):
+        if step.name in selected:
             ((kind, expect, args, sample, companions, cache),) = recorded
             assert (kind, expect) == ("regression", "bug" if step.name == "teeth" else "fixed")
-            assert (args != []) is quick and companions is not quick  # quick: without the e2e module
+            assert args == (e2e if quick else selected[step.name])  # quick: without the e2e module
+            assert companions is not quick
             assert sample is (step.name == "teeth" or quick)  # teeth sampled; the fix every case unless quick
             assert cache == (tmp_path / "cache").resolve()  # the companion verl is fetched into the step's cache
         else:
             assert recorded == ([] if step.name == "environment" else [(step.name,)])
 
 
-def test_fix_waits_for_teeth_and_nothing_runs_without_the_environment_and_the_pinned_trees(tmp_path):
+def test_only_the_comparisons_wait_for_teeth_and_nothing_runs_without_the_environment_and_the_pinned_trees(tmp_path):
     steps = {step.name: step for step in testsuite.plan(_workspace(tmp_path), quick=False)}
-    assert steps["fix"].after == ("teeth",)
+    assert steps["fix"].after == () and steps["against teeth"].after == ("teeth",)
+    quick = {step.name: step for step in testsuite.plan(_workspace(tmp_path), quick=True)}
+    assert quick["fix"].after == ("teeth",)  # --quick's fix runs the comparisons too
     assert steps["environment"].stream and steps["environment"].needs == steps["pinned trees"].needs == ()
     assert steps["lint"].needs == ("environment",)
     for name in EVERY_STEP[3:]:
@@ -97,10 +103,11 @@ def test_steps_running_at_once_share_the_cores_among_their_workers(monkeypatch, 
     monkeypatch.delenv("PATCHSET_WORKERS", raising=False)
     monkeypatch.setattr(testsuite.os, "cpu_count", lambda: 4)
     steps = {step.name: dict(step.env) for step in testsuite.plan(_workspace(tmp_path), quick=False, jobs=jobs)}
-    shared = {name for name, env in steps.items() if env and name != "verl 0.7.1"}
+    alone = {"verl 0.7.1", "against teeth"}  # one process each: short runs beside the other steps
+    shared = {name for name, env in steps.items() if env and name not in alone}
     assert shared == {"teeth", "overlays", "fix"}
     assert all(steps[name] == {"PATCHSET_WORKERS": str(4 // jobs)} for name in shared)
-    assert steps["verl 0.7.1"] == {"PATCHSET_WORKERS": "1"}  # one process: two short runs beside the other steps
+    assert all(steps[name] == {"PATCHSET_WORKERS": "1"} for name in alone)
     monkeypatch.setenv("PATCHSET_WORKERS", "3")
     assert not any(step.env for step in testsuite.plan(_workspace(tmp_path), quick=False, jobs=jobs))
 
