@@ -1,4 +1,5 @@
-"""Command line for maintainers of the series: ``python -m patchset series checkout|export|lint``.
+"""Command line for maintainers of the series: ``python -m patchset export checkout|export|lint``
+(``scripts/export.sh``).
 
 ``checkout`` makes a git checkout holding the series as commits, ``export`` writes those commits back as the
 series (``--dry-run``: only say whether anything would change), ``lint`` checks the series folders.
@@ -7,14 +8,13 @@ series (``--dry-run``: only say whether anything would change), ``lint`` checks 
 from __future__ import annotations
 
 import argparse
-import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
 from patchset.cli.exits import INTERNAL_HELP
 from patchset.cli.options import add_common_options, workspace_from
-from patchset.cli.startup import needs_command, run_command
+from patchset.cli.startup import Run, needs_command
 from patchset.export.series_export import (
     BRANCH,
     default_checkout,
@@ -24,7 +24,7 @@ from patchset.export.series_export import (
     refuse_existing,
     write_export,
 )
-from patchset.plumbing import cachelock
+from patchset.plumbing import cachelock, signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_LOCKED, EXIT_OK, BadInput
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.copies import checkout_files
@@ -181,15 +181,14 @@ def _subcommand(
     )
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    """The top-level parser and each subcommand's own parser (parsed on its own so that options may come
-    between the positional arguments: ``export verl --dry-run CHECKOUT``)."""
+def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
+    """Add ``export``'s parser (``scripts/export.sh``) and those of its subcommands to the top-level ``commands``.
+    Each subcommand's line is parsed by its own parser, so that options may come between the positional arguments
+    (``export verl --dry-run CHECKOUT``). No signal handlers are installed: a Ctrl-C ends it as a
+    ``KeyboardInterrupt``, one ``error: interrupted`` line."""
     formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="scripts/export.sh",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=formatter,
+    parser = commands.add_parser(
+        name, prog="scripts/export.sh", help=help, description=DESCRIPTION, epilog=EPILOG, formatter_class=formatter
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -243,27 +242,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     add_common_options(lint, cache=False)
     lint.set_defaults(handler=cmd_lint)
-    return parser, {"checkout": checkout, "export": export, "lint": lint}
+    subcommands = {"checkout": checkout, "export": export, "lint": lint}
+
+    def parse(line: Sequence[str]) -> argparse.Namespace:
+        if line and line[0] in subcommands:
+            return subcommands[line[0]].parse_intermixed_args(line[1:], argparse.Namespace(command=line[0]))
+        return needs_command(parser, parser.parse_args(line))
+
+    return Run(_handle, handle_signals=False, interrupted="", parse=parse)
 
 
-def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser, commands = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in commands:
-        return commands[argv[0]].parse_intermixed_args(argv[1:], argparse.Namespace(command=argv[0]))
-    return needs_command(parser, parser.parse_args(argv))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit status. No signal handlers are
-    installed: a Ctrl-C ends it as a ``KeyboardInterrupt``, one ``error: interrupted`` line."""
-    return run_command(
-        lambda: _parse(argv),
-        lambda args, console, _guard: args.handler(args, console),
-        handle_signals=False,
-        interrupted="",
-    )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def _handle(args: argparse.Namespace, console: Console, _guard: signals.Guard) -> int:
+    return args.handler(args, console)

@@ -18,12 +18,18 @@ from pathlib import Path
 
 import pytest
 
-from patchset.cli.maintain import main
+from patchset import cli
 from patchset.export.series_export import assign_names, new_slug, series_text
 from patchset.series.lint import lint_patches_dir
 from patchset.series.model import load_series, read_patch
 from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins, release_key
+
+
+def main(argv: list[str]) -> int:
+    """``python -m patchset export ARGV``."""
+    return cli.main(["export", *argv])
+
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PINS = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
