@@ -112,8 +112,9 @@ def cmd_checkout(args: argparse.Namespace, console: Console) -> int:
         refuse_existing(dest, force=args.force)
         vanilla = ensure_upstream(pin, cache, console)
         console.step(f"Making a maintainer checkout of {pin.label} in {display_path(dest)}")
-        files = checkout_files(patches_dir, patches_dir / pin.series, [patch.name for patch in series.patches])
-        make_checkout(pin, vanilla, files, dest, console, force=args.force)
+        names = [patch.name for patch in series.patches]
+        files = checkout_files(patches_dir, patches_dir / pin.series, names)
+        make_checkout(pin, vanilla, list(zip(names, files, strict=True)), dest, console, force=args.force)
     count = len(series.patches)
     console.summary(
         f"{pin.label}: {display_path(dest)}, branch {BRANCH} = {pin.tag} + {count} patch{'es' if count != 1 else ''}; "
@@ -199,8 +200,9 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         f"""\
             Clone the pinned vanilla checkout of UPSTREAM (fetched into the cache if needed) into DEST and commit
             each patch of its series with git am, in order, on branch {BRANCH} off the release tag. Author, date
-            and message come from the patch; the committer is the author and the commit date the author date, so
-            the same series always gives the same commits. DEST defaults to <cache>/maintain/<name>-<version>.""",
+            and message come from the patch, the message ending with the trailer Patch-Filename: <its file> that
+            export names it by; the committer is the author and the commit date the author date, so the same
+            series always gives the same commits. DEST defaults to <cache>/maintain/<name>-<version>.""",
     )
     checkout.add_argument("upstream", metavar="UPSTREAM", help=UPSTREAM_HELP)
     checkout.add_argument("dest", nargs="?", metavar="DEST", help="where to make the checkout")
@@ -214,9 +216,10 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         "write the series from a maintainer checkout (--dry-run: fail if that would change anything)",
         f"""\
             Export <tag>..{BRANCH} of CHECKOUT with git format-patch (byte-stable: fixed flags, the user's git
-            config neutralised) into patches/<series>/ and rewrite its series file (comment lines kept). Existing
-            patches keep their names (matched by subject, then position), renumbered to their place; new ones are
-            named NNNN-<area>-<slug>.patch from their subject. Only committed changes are exported.
+            config neutralised) into patches/<series>/ and rewrite its series file (comment lines kept). Each commit
+            of a checkout ends with the trailer Patch-Filename: <its patch file>, taken out on export: that patch
+            keeps its name, renumbered to its place; a new commit (no trailer) is named NNNN-<area>-<slug>.patch
+            from its subject. Only committed changes are exported.
             CHECKOUT defaults to <cache>/maintain/<name>-<version>.""",
     )
     export.add_argument("upstream", metavar="UPSTREAM", help=UPSTREAM_HELP)
