@@ -430,15 +430,16 @@ def plan_export(pin: Pin, checkout: Path, patches_dir: Path, console: Console) -
         stripped = [without_trailer(_decode(path.read_bytes())) for path in exported]
     contents = [_encode(text) for text, _ in stripped]
     trailers = [named for _, named in stripped]
-    if old_entries and exported and not any(trailers):
+    names = assign_names(list(zip(trailers, subjects, strict=True)), old_entries)
+    continued = {old for _, old in names if old is not None}
+    if not any(trailers) and (lost := [entry for entry in old_entries if entry not in continued]):
         console.warn(
             f"no commit of {pin.tag}..{BRANCH} in {display_path(checkout)} carries a {TRAILER} trailer (a checkout "
-            f"made before they were written?): every patch is named from its subject; make a fresh checkout "
-            f"(scripts/export.sh checkout {pin.key} --force) once its edits are exported"
+            f"made before they were written?), so each is named from its subject and {', '.join(lost)} would go; "
+            f"if that is wrong, export nothing, make a fresh checkout (scripts/export.sh checkout {pin.series} "
+            f"--force) and redo the edits there"
         )
-    names = assign_names(list(zip(trailers, subjects, strict=True)), old_entries)
     changes: list[Change] = []
-    continued = {old for _, old in names if old is not None}
     for (name, old), data, subject in zip(names, contents, subjects, strict=True):
         path = folder / name
         if old is not None and old != name:

@@ -271,6 +271,33 @@ def test_reordered_commits_keep_their_names_renumbered(tmp_path, capsys):
     assert sorted(p.name for p in (patches / "verl").iterdir()) == ["0001-b-second-change.patch", "series"]
 
 
+def test_a_patch_keeps_the_name_its_trailer_gives_and_a_checkout_without_trailers_is_warned_about(tmp_path, capsys):
+    """A patch renamed in the series keeps its new name through a fresh checkout (its commit's trailer), not the one
+    its subject would give; a checkout whose commits carry no trailer names them by subject, and says so."""
+    cache, patches = _fake_world(tmp_path)
+    (patches / "verl").mkdir()
+    (patches / "verl" / "series").write_text("")
+    old = tmp_path / "old"
+    assert main(["checkout", "verl", "--cache", str(cache), "--patches-dir", str(patches), str(old)]) == 0
+    _commit_edit(old, 3, "three", f"[a] fix: first change\n\n{DEP3}")  # a commit of one's own: no trailer
+    assert main(["export", "verl", str(old), "--patches-dir", str(patches)]) == 0
+    (patches / "verl" / "0001-a-first-change.patch").rename(patches / "verl" / "0001-a-renamed.patch")
+    (patches / "verl" / "series").write_text("0001-a-renamed.patch\n")
+    fresh = tmp_path / "fresh"
+    assert main(["checkout", "verl", "--cache", str(cache), "--patches-dir", str(patches), str(fresh)]) == 0
+    assert _git(fresh, "log", "-1", "--format=%(trailers:key=Patch-Filename,valueonly)").strip() == (
+        "0001-a-renamed.patch"
+    )
+    capsys.readouterr()
+
+    assert main(["export", "verl", str(fresh), "--patches-dir", str(patches), "--dry-run"]) == 0
+    assert main(["export", "verl", str(old), "--patches-dir", str(patches), "--dry-run"]) == 1
+
+    captured = capsys.readouterr()
+    assert "0001-a-first-change.patch: would be added" in captured.out
+    assert "carries a Patch-Filename trailer" in captured.err and "0001-a-renamed.patch would go" in captured.err
+
+
 @pytest.mark.parametrize(
     ("setup", "expected"),
     [
