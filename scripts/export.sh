@@ -5,4 +5,4 @@ set -euo pipefail
 
 repo_root="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)"
 export PYTHONPATH="${repo_root}${PYTHONPATH:+:${PYTHONPATH}}"
-exec python3 -P -m patchset series "$@"
+exec python3 -P -m patchset export "$@"

@@ -1,5 +1,7 @@
 """One apply run, the whole of it: find the trees, lock them, plan every patch, refuse what is in the way, apply
-all or nothing, then run the regression tests on the trees (or say they are skipped).
+all or nothing, then run the regression tests on the trees (or say they are skipped). ``apply_series`` is the one
+entry point that puts the series onto trees: the ``apply`` command calls it through ``run_apply``, which finds the
+trees, and the wheel build calls it on its fresh clones.
 
 Named arguments only, so that the command line is one caller among others: it parses the options, resolves the
 workspace (patches folder, pins, cache) once and calls ``run_apply``. The regression run gets that workspace and
@@ -170,6 +172,69 @@ def _record(plans: Sequence[Plan], homes: Mapping[Path, Path], history: History,
             console.warn(f"{problem}; the tree is as reported, and a later run recognises it by content")
 
 
+@dataclass(frozen=True)
+class Applied:
+    """What `apply_series` did: the run's exit status, and each tree's plan as carried out (none when the run
+    stopped before planning: a tree holds an earlier series, or ``--upgrade`` replaced it)."""
+
+    status: int
+    plans: tuple[Plan, ...] = ()
+
+
+def apply_series(
+    targets: Sequence[TreeToPatch],
+    workspace: Workspace,
+    options: ApplyOptions,
+    *,
+    console: Console,
+    guard: signals.Guard,
+    command_line: str,
+    regression: bool = True,
+) -> Applied:
+    """Apply the series of ``workspace`` to ``targets`` as ``options`` say: the one way the series goes onto a tree
+    (``apply`` and the wheel build both call it). Lock the trees, refuse an earlier series (or replace it,
+    ``--upgrade``), plan every patch (one that does not apply is judged by its teeth, unless ``no_test``), refuse
+    what is in the way, change the trees all or nothing and record the series in them; then, with ``regression``
+    and not ``no_test``, run the regression tests on them. Raise a ``PatchsetError`` for what is refused.
+    ``command_line`` is what the trees' locks say holds them."""
+    check, reverse = options.check, options.reverse
+    with locked(targets, command_line, console, guard) as homes:
+        history = load_history(workspace.patches_dir)
+        earlier = _earlier(targets, homes, history)
+        if options.upgrade and any(earlier.values()):
+            return Applied(_upgrade(targets, earlier, homes, (workspace, options, history), console, guard))
+        if message := _refuse_earlier(targets, earlier, history):
+            if not check:
+                raise EarlierSeries(message)
+            console.summary(message)
+            return Applied(EXIT_EARLIER_SERIES)
+        # a patch that neither applies nor is in upstream by content: its teeth decide whether upstream fixed the bug
+        settle = settler(None if options.no_test else TeethRunner(workspace, console, options.test_timeout))
+        plans = tuple(
+            plan_target(target, reverse=reverse, merge=options.three_way, settle=settle) for target in targets
+        )
+        if check:
+            for plan in plans:
+                report_plan(plan, console)
+        refuse(plans, allow_dirty=options.allow_dirty)
+        if check:
+            return Applied(EXIT_OK, plans)
+        for plan in plans:
+            if plan.dirty:
+                verb = "reverting" if plan.reverse else "patching"
+                console.warn(f"{verb} despite uncommitted changes in {', '.join(plan.dirty)} (--allow-dirty)")
+        apply_plans(plans, console, guard, homes)
+        _record(plans, homes, history, console)
+        if reverse or not regression:
+            return Applied(EXIT_OK, plans)
+        if options.no_test:
+            console.step("Skipping the regression tests (--no-test)")
+            return Applied(EXIT_OK, plans)
+        trees = {target.key: target.root for target in targets}
+        left_out = choice_tests_left_out(plans, console)
+        return Applied(_regression(trees, workspace, console, options.test_timeout, left_out), plans)
+
+
 def run_apply(
     paths: Sequence[str],
     workspace: Workspace,
@@ -179,54 +244,25 @@ def run_apply(
     guard: signals.Guard,
     command_line: str,
 ) -> int:
-    """Apply the series of ``workspace`` to the trees at ``paths`` (none: fresh patched clones of the default pins in
-    its cache) as ``options`` say, and test them; return the exit status, or raise a ``PatchsetError``.
-    ``command_line`` is what the trees' locks say holds them."""
+    """``apply``: `apply_series` on the trees at ``paths`` (none: fresh patched clones of the default pins in the
+    cache of ``workspace``, held until the run ends); return the exit status, or raise a ``PatchsetError``."""
     tempdirs.sweep()  # what runs killed before left in the temp folder
     held = ExitStack()  # the patched clones of the cache, when no PATH is given: held until the run ends
-    check, reverse = options.check, options.reverse
     if paths:
         targets = []
         for path in paths:
             try:
                 targets.append(
-                    target_for_path(path, workspace, force_version=options.force_version, console=console, check=check)
+                    target_for_path(
+                        path, workspace, force_version=options.force_version, console=console, check=options.check
+                    )
                 )
             except BadInput:
                 refuse_if_held(Path(path).expanduser(), path)  # not recognised mid-change: exit 4 naming that run
                 raise
         refuse_duplicates(targets)
     else:
-        targets = cached_targets(workspace, console, reverse=reverse, check=check, held=held)
-    with held, locked(targets, command_line, console, guard) as homes:
-        history = load_history(workspace.patches_dir)
-        earlier = _earlier(targets, homes, history)
-        if options.upgrade and any(earlier.values()):
-            return _upgrade(targets, earlier, homes, (workspace, options, history), console, guard)
-        if message := _refuse_earlier(targets, earlier, history):
-            if not check:
-                raise EarlierSeries(message)
-            console.summary(message)
-            return EXIT_EARLIER_SERIES
-        # a patch that neither applies nor is in upstream by content: its teeth decide whether upstream fixed the bug
-        settle = settler(None if options.no_test else TeethRunner(workspace, console, options.test_timeout))
-        plans = [plan_target(target, reverse=reverse, merge=options.three_way, settle=settle) for target in targets]
-        if check:
-            for plan in plans:
-                report_plan(plan, console)
-        refuse(plans, allow_dirty=options.allow_dirty)
-        if check:
-            return EXIT_OK
-        for plan in plans:
-            if plan.dirty:
-                verb = "reverting" if plan.reverse else "patching"
-                console.warn(f"{verb} despite uncommitted changes in {', '.join(plan.dirty)} (--allow-dirty)")
-        apply_plans(plans, console, guard, homes)
-        _record(plans, homes, history, console)
-        if reverse:
-            return EXIT_OK
-        if options.no_test:
-            console.step("Skipping the regression tests (--no-test)")
-            return EXIT_OK
-        trees = {target.key: target.root for target in targets}
-        return _regression(trees, workspace, console, options.test_timeout, choice_tests_left_out(plans, console))
+        targets = cached_targets(workspace, console, reverse=options.reverse, check=options.check, held=held)
+    with held:
+        applied = apply_series(targets, workspace, options, console=console, guard=guard, command_line=command_line)
+    return applied.status

@@ -1,49 +1,90 @@
 """The command line, ``python -m patchset <command>``: one subcommand per user task.
 
-``COMMANDS`` is the one table of them: each names the module that parses it and its one-line help. ``apply`` and
-``fetch`` are parsed by ``patchset.cli.apply``, whose parser is also the top-level one (``--help``, usage errors);
-every other command's module gets the rest of the line, so each keeps its own ``--help`` and exit codes.
-``scripts/*.sh`` are thin wrappers over these. Whatever a command's module does not report itself (an import that
-fails, a parser that breaks) still ends as one ``error:`` line and its exit status (``cli/exits.py``), never a
-traceback.
+``COMMANDS`` is the one table of them: each names the module that registers it and its one-line help. ``main``
+makes the one top-level parser (``--help``, usage errors) and has the command named on the line register its own
+parser into it (``register(commands, name, help)``, returning its `startup.Run`), so each keeps its own ``--help``,
+options and exit codes, and only its module is imported. ``scripts/*.sh`` are thin wrappers over these. Whatever
+stops a command (an import that fails, a parser that breaks, any error of its run) ends once as one ``error:`` line
+and its exit status (``cli/startup.py``, ``cli/exits.py``), never a traceback.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import shlex
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-TOP_LEVEL = "patchset.cli.apply"  # the module whose parser is ``python -m patchset`` itself
+if TYPE_CHECKING:
+    from patchset.cli.startup import Run
+
+PROG = "python -m patchset"
 
 
 @dataclass(frozen=True)
 class Command:
-    module: str  # its ``main(argv)`` parses the line: the whole line for TOP_LEVEL, else the rest after the command
+    module: str  # its ``register(commands, name, help)`` adds its parser and says how it runs
     help: str  # one line, for ``python -m patchset --help``
 
 
 COMMANDS = {
-    "apply": Command(TOP_LEVEL, "apply (or check, or revert) the series; the default command of scripts/apply.sh"),
-    "fetch": Command(TOP_LEVEL, "fetch the pinned releases into the cache and print their checkouts' paths"),
-    "series": Command("patchset.cli.maintain", "check out, refresh, export and lint the series (scripts/export.sh)"),
+    "apply": Command(
+        "patchset.cli.apply", "apply (or check, or revert) the series; the default command of scripts/apply.sh"
+    ),
+    "fetch": Command("patchset.cli.fetch", "fetch the pinned releases into the cache and print their checkouts' paths"),
+    "export": Command("patchset.cli.export", "check out, refresh, export and lint the series (scripts/export.sh)"),
     "export-pr": Command("patchset.cli.export_pr", "one upstream branch per concern, gated (scripts/export-pr.sh)"),
     "wheels": Command("patchset.cli.wheels", "build patched wheels, or print an installed one's manifest"),
 }
 
 
+def _top_epilog() -> str:
+    """The end of the top-level help: the main command's exit codes."""
+    from patchset.cli.apply import EXIT_CODES
+
+    return EXIT_CODES + f"\nRun '{PROG} apply --help' for the main command."
+
+
+def _parser(chosen: str | None) -> tuple[argparse.ArgumentParser, Run | None]:
+    """The top-level parser, with the ``chosen`` command registered by its module (the others only named, for
+    ``--help``), and that command's `Run`; None when the line names no command, and only then is the top-level
+    help (which ends with apply's exit codes) ever shown."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Carry fixes for verl and Trinity-RFT as patch series and apply them.",
+        epilog=_top_epilog() if chosen is None else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    run = None
+    for name, command in COMMANDS.items():
+        if name == chosen:
+            run = importlib.import_module(command.module).register(commands, name, command.help)
+        else:
+            commands.add_parser(name, help=command.help, add_help=False)
+    return parser, run
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``python -m patchset`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
-    from patchset.cli.exits import run_reporting_errors
+    from patchset.cli.startup import needs_command, run_parsed
     from patchset.plumbing import tempdirs
 
     tempdirs.sweep()  # what runs killed before (SIGKILL: no cleanup ran) left in the temp folder
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    command = COMMANDS.get(argv[0]) if argv else None
-    if command is not None and command.module != TOP_LEVEL:
-        module, rest = command.module, argv[1:]
-    else:
-        module, rest = TOP_LEVEL, argv
-    return run_reporting_errors(lambda: int(importlib.import_module(module).main(rest)), interrupted="")
+    line = list(sys.argv[1:] if argv is None else argv)
+    chosen = line[0] if line and line[0] in COMMANDS else None
+
+    def parse() -> tuple[argparse.Namespace, Run]:
+        parser, run = _parser(chosen)
+        if run is None:  # no command first on the line: the help, or a usage error, and the parser exits
+            needs_command(parser, parser.parse_args(line))
+            parser.error(f"name the command first: {PROG} COMMAND ...")
+        args = parser.parse_args(line) if run.parse is None else run.parse(line[1:])
+        args.command_line = f"{PROG} {shlex.join(line)}"  # what the trees' locks say holds them
+        return args, run
+
+    return run_parsed(parse)

@@ -1,18 +1,13 @@
-"""Command line: ``python -m patchset apply [PATH ...]`` and ``python -m patchset fetch``."""
+"""Command line: ``python -m patchset apply [PATH ...]`` (``scripts/apply.sh``)."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import shlex
-import sys
-import textwrap
-from collections.abc import Sequence
 
 from patchset.apply.job import ApplyOptions, run_apply
-from patchset.cli import COMMANDS
 from patchset.cli.options import add_common_options, workspace_from
-from patchset.cli.startup import needs_command, run_command
+from patchset.cli.startup import Run
 from patchset.plumbing import signals
 from patchset.plumbing.errors import (
     EXIT_BAD_INPUT,
@@ -27,7 +22,6 @@ from patchset.plumbing.errors import (
 from patchset.plumbing.limits import TIME_SCALE_VARIABLE
 from patchset.plumbing.ui import Console
 from patchset.testenv.regression import SUITE_LIMIT_S
-from patchset.upstreams.fetch import ensure_upstream
 
 EXIT_CODES = f"""\
 exit status:
@@ -114,31 +108,14 @@ def cmd_apply(args: argparse.Namespace, console: Console, guard: signals.Guard) 
     return run_apply(args.paths, workspace, options, console=console, guard=guard, command_line=args.command_line)
 
 
-def cmd_fetch(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
-    """``fetch``: make the vanilla checkouts of the default (or all) pins in the cache and print their paths."""
-    workspace = workspace_from(args)
-    for pin in workspace.pins.pins if args.all else workspace.pins.defaults():
-        checkout = ensure_upstream(pin, workspace.cache, console)
-        console.summary(f"{pin.label}: {checkout}")
-    return EXIT_OK
-
-
-def build_parser() -> argparse.ArgumentParser:
-    formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="python -m patchset",
-        description="Carry fixes for verl and Trinity-RFT as patch series and apply them.",
-        epilog=EXIT_CODES + "\nRun 'python -m patchset apply --help' for the main command.",
-        formatter_class=formatter,
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-
+def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
+    """Add ``apply``'s parser to the top-level ``commands``; the top-level parser parses its line."""
     apply = commands.add_parser(
-        "apply",
-        help=COMMANDS["apply"].help,
+        name,
+        help=help,
         description=APPLY_DESCRIPTION,
         epilog=APPLY_EPILOG,
-        formatter_class=formatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     apply.add_argument("paths", nargs="*", metavar="PATH", help="root of a verl or Trinity-RFT git checkout")
     apply.add_argument(
@@ -198,36 +175,4 @@ def build_parser() -> argparse.ArgumentParser:
         "tree is restored if the tests fail); with --check, say what it would do",
     )
     add_common_options(apply)
-    apply.set_defaults(handler=cmd_apply)
-
-    fetch = commands.add_parser(
-        "fetch",
-        help=COMMANDS["fetch"].help,
-        description=textwrap.dedent(
-            """\
-            Fetch the default pinned releases (all pins with --all) from PyPI, verify their sha256 and unpack
-            each into a git checkout tagged like the upstream release, under <cache>/upstreams/.
-            Cached checkouts are reused."""
-        ),
-        epilog=EXIT_CODES,
-        formatter_class=formatter,
-    )
-    fetch.add_argument("--all", action="store_true", help="every pin in upstreams.toml, not only the defaults")
-    add_common_options(fetch)
-    fetch.set_defaults(handler=cmd_fetch)
-    for name, command in COMMANDS.items():  # the others are parsed by their own modules (see patchset.cli)
-        if command.module != __name__:
-            commands.add_parser(name, help=command.help, add_help=False)
-    return parser
-
-
-def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = build_parser()
-    args = needs_command(parser, parser.parse_args(argv))
-    args.command_line = "python -m patchset " + shlex.join(sys.argv[1:] if argv is None else argv)
-    return args
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
-    return run_command(lambda: _parse(argv), lambda args, console, guard: args.handler(args, console, guard))
+    return Run(cmd_apply)

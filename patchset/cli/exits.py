@@ -1,5 +1,5 @@
 """One place that turns the tooling's errors into the one-line ``error: ...`` and the documented exit status,
-so that every command (apply, maintain, export-pr, build-wheels) reports a failure the same way.
+so that every command (apply, fetch, export, export-pr, wheels) reports a failure the same way.
 
 An error nobody foresaw (a bug, a disk that fills up) is no exception: it ends with one line that says what failed
 and where (the innermost frame of this project's code), and its own exit status, ``EXIT_INTERNAL`` (70), so that it
@@ -57,15 +57,19 @@ def internal_error(exc: BaseException) -> int:
 def run_reporting_errors(
     call: Callable[[], int],
     *,
-    interrupted: str | None = None,
+    interrupted: str | Callable[[], str | None] | None = None,
     other_errors: Mapping[type[Exception], int] | None = None,
 ) -> int:
     """Return ``call()``, or print its error on one line and return that error's exit status.
 
     ``interrupted`` says what an interruption left behind (default: what the rollback reported, ``outcome``; an
-    empty string: nothing is said); ``other_errors`` maps further exception types to their exit status. Any other
-    error is an internal one (``internal_error``)."""
+    empty string: nothing is said), or is called for it when the error arrives; ``other_errors`` maps further
+    exception types to their exit status. Any other error is an internal one (``internal_error``)."""
     extra = dict(other_errors or {})
+
+    def left() -> str | None:
+        return interrupted() if callable(interrupted) else interrupted
+
     try:
         return call()
     except PatchsetError as exc:
@@ -75,11 +79,11 @@ def run_reporting_errors(
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except signals.Interrupted as exc:  # every tree being changed was restored before this arrives here
-        outcome = exc.outcome if interrupted is None else interrupted
+        outcome = exc.outcome if (said := left()) is None else said
         print(f"error: interrupted by {exc.name}{'; ' + outcome if outcome else ''}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        outcome = "every tree being changed was restored" if interrupted is None else interrupted
+        outcome = "every tree being changed was restored" if (said := left()) is None else said
         print(f"error: interrupted{'; ' + outcome if outcome else ''}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except tuple(extra) as exc:

@@ -6,13 +6,11 @@ The work is ``patchset.export.pr_export.export_pr``; this module parses the line
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from patchset.cli.exits import CACHE_WAIT_HELP, INTERNAL_HELP
 from patchset.cli.options import workspace_from
-from patchset.cli.startup import run_command
+from patchset.cli.startup import Run
 from patchset.export import pr_export
 from patchset.export.pr_export import EXIT_GATE_FAILED, ExportRequest
 from patchset.plumbing import signals
@@ -34,9 +32,13 @@ exit status:
 EXIT_CODES += CACHE_WAIT_HELP + INTERNAL_HELP
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
+    """Add ``export-pr``'s parser (``scripts/export-pr.sh``) to the top-level ``commands``; it parses its own line.
+    No signal handlers are installed: a Ctrl-C ends it as one ``error: interrupted`` line."""
+    parser = commands.add_parser(
+        name,
         prog="scripts/export-pr.sh",
+        help=help,
         description=pr_export.__doc__.split("\n\n", 1)[1] if pr_export.__doc__ else None,
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -83,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "lock and the gate's code and arguments, is reused and said so)",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="print only summaries, warnings, errors and the PR")
-    return parser
+    return Run(_export, handle_signals=False, interrupted="", parse=parser.parse_args)
 
 
 def _export(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
@@ -98,9 +100,3 @@ def _export(args: argparse.Namespace, console: Console, guard: signals.Guard) ->
         author=args.author,
     )
     return pr_export.export_pr(request, workspace, console)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``scripts/export-pr.sh ARGV`` (default: ``sys.argv[1:]``); return the exit status."""
-    line = list(sys.argv[1:] if argv is None else argv)
-    return run_command(lambda: build_parser().parse_args(line), _export, handle_signals=False, interrupted="")

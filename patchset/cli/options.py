@@ -1,4 +1,4 @@
-"""Command-line options shared by the patchset commands (apply, fetch, maintain)."""
+"""Command-line options shared by the patchset commands (apply, fetch, export)."""
 
 from __future__ import annotations
 

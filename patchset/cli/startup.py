@@ -1,13 +1,15 @@
 """Every command's start-up, written once: parse its line, make its console, hold SIGINT, SIGTERM and SIGHUP off the
 trees it changes (``plumbing.signals``), and end whatever stops it as one ``error:`` line and its exit status
-(``exits.run_reporting_errors``). A command module supplies its parsing and its handler, nothing more."""
+(``exits.run_reporting_errors``, called once per run). A command module supplies its parser and a `Run`: its
+handler and how it runs, nothing more."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 
 from patchset.cli.exits import run_reporting_errors
 from patchset.cli.options import usage_exit_status
@@ -19,12 +21,52 @@ from patchset.plumbing.ui import Console
 Handler = Callable[[argparse.Namespace, Console, signals.Guard], int]
 
 
+@dataclass(frozen=True)
+class Run:
+    """How a command runs once registered: its ``handler``; ``handle_signals``: signals are held off critical
+    sections (``signals.handled``) for the whole command (off: they keep their handlers and the guard is inert);
+    ``interrupted``: what an interruption left behind, said after ``error: interrupted`` (a text, one computed from the
+    arguments, or None: what the rollback reported); ``parse``: how the rest of the line after the command's name is
+    parsed (None: the top-level parser parses the whole line)."""
+
+    handler: Handler
+    handle_signals: bool = True
+    interrupted: str | Callable[[argparse.Namespace], str] | None = None
+    parse: Callable[[Sequence[str]], argparse.Namespace] | None = None
+
+
 def needs_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
     """``args``, or, when the line names no COMMAND, ``parser``'s help on stderr and the usage exit (bad input)."""
     if args.command is None:
         parser.print_help(sys.stderr)
         raise SystemExit(EXIT_BAD_INPUT)
     return args
+
+
+def run_parsed(
+    parse: Callable[[], tuple[argparse.Namespace, Run]], other_errors: Mapping[type[Exception], int] | None = None
+) -> int:
+    """Parse the line with ``parse``, which also says how the command runs (``--help``: 0; a usage error: its status,
+    see `usage_exit_status`), and return the handler's exit status, or that of the error that ended it: every error,
+    from parsing to the end of the handler, is reported once (``run_reporting_errors``, with ``other_errors``: further
+    exception types and their exit codes)."""
+    said: str | None = ""  # what an interruption left: nothing until the command is known
+
+    def call() -> int:
+        nonlocal said
+        try:
+            args, run = parse()
+        except SystemExit as exc:  # --help (0), a usage error (2), or no command given
+            return usage_exit_status(exc, EXIT_BAD_INPUT)
+        said = run.interrupted(args) if callable(run.interrupted) else run.interrupted
+        console = Console(quiet=getattr(args, "quiet", False))
+        guarding: AbstractContextManager[signals.Guard] = (
+            signals.handled() if run.handle_signals else nullcontext(signals.Guard())
+        )
+        with guarding as guard:
+            return run.handler(args, console, guard)
+
+    return run_reporting_errors(call, interrupted=lambda: said, other_errors=other_errors)
 
 
 def run_command(
@@ -35,19 +77,8 @@ def run_command(
     interrupted: str | Callable[[argparse.Namespace], str] | None = None,
     other_errors: Mapping[type[Exception], int] | None = None,
 ) -> int:
-    """Parse the line with ``parse`` (``--help``: 0; a usage error: its status, see `usage_exit_status`) and return
-    ``handler``'s exit status, or that of the error that ended it (``run_reporting_errors``, with ``interrupted``,
-    given the arguments when it depends on them, and ``other_errors``). ``handle_signals``: signals are held off
-    critical sections (``signals.handled``) for the whole command; off, they keep their handlers and the guard is
-    inert."""
-    try:
-        args = parse()
-    except SystemExit as exc:  # --help (0), a usage error (2), or no command given
-        return usage_exit_status(exc, EXIT_BAD_INPUT)
-    console = Console(quiet=getattr(args, "quiet", False))
-    said = interrupted(args) if callable(interrupted) else interrupted
-    guarding: AbstractContextManager[signals.Guard] = (
-        signals.handled() if handle_signals else nullcontext(signals.Guard())
-    )
-    with guarding as guard:
-        return run_reporting_errors(lambda: handler(args, console, guard), interrupted=said, other_errors=other_errors)
+    """`run_parsed` for an entry point with a parser of its own (``python -m patchset.cli.lint_hook``, the checkout's
+    tools under scripts/): ``parse`` parses the line, ``handler`` runs it as `Run` says with ``handle_signals`` and
+    ``interrupted``; ``other_errors``: further exception types and their exit codes."""
+    run = Run(handler, handle_signals=handle_signals, interrupted=interrupted)
+    return run_parsed(lambda: (parse(), run), other_errors)

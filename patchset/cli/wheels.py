@@ -15,14 +15,13 @@ from pathlib import Path
 
 from patchset.cli.exits import CACHE_WAIT_HELP, INTERNAL_HELP
 from patchset.cli.options import workspace_from
-from patchset.cli.startup import run_command
+from patchset.cli.startup import Run
 from patchset.plumbing import signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_OK
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
-from patchset.testenv.venv import VenvError
 from patchset.upstreams.fetch import CACHE_ENV
-from patchset.wheels.build import DISTRIBUTIONS, EXIT_BUILD_FAILED, WheelBuild, build_wheels, report_manifests
+from patchset.wheels.build import DISTRIBUTIONS, WheelBuild, build_wheels, report_manifests
 
 
 def cmd_manifest(args: argparse.Namespace, console: Console) -> int:
@@ -81,10 +80,14 @@ examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
+    """Add ``wheels``' parser (``scripts/build-wheels.sh``) and those of ``build`` and ``manifest`` to the top-level
+    ``commands``; it parses its own line, ``build`` when it names neither."""
     formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
+    parser = commands.add_parser(
+        name,
         prog="scripts/build-wheels.sh",
+        help=help,
         description=DESCRIPTION,
         epilog=EXIT_CODES + "\nWith no command, 'build' runs.",
         formatter_class=formatter,
@@ -126,14 +129,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the python of the environment to read (default: the one running this; this project is not installed "
         "there, the command runs from this checkout)",
     )
-    return parser
 
+    def parse(line: Sequence[str]) -> argparse.Namespace:
+        if not line or line[0] not in ("build", "manifest", "-h", "--help"):
+            line = ["build", *line]
+        return parser.parse_args(line)
 
-def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("build", "manifest", "-h", "--help"):
-        argv = ["build", *argv]
-    return build_parser().parse_args(argv)
+    return Run(_handle, interrupted=_interrupted, parse=parse)
 
 
 def _handle(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
@@ -142,13 +144,3 @@ def _handle(args: argparse.Namespace, console: Console, guard: signals.Guard) ->
 
 def _interrupted(args: argparse.Namespace) -> str:
     return "" if args.command == "manifest" else f"no wheel was put into {display_path(_dist_dir(args))}"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
-    return run_command(
-        lambda: _parse(argv),
-        _handle,
-        interrupted=_interrupted,
-        other_errors={VenvError: EXIT_BUILD_FAILED},
-    )

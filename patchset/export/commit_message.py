@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import re
 
+from patchset.export.series_export import TRAILER
 from patchset.plumbing.errors import BadInput
 from patchset.series.model import Patch
 
-# DEP-3 fields and this project's own (``Upstream-Check:``): for the patchset, not for the upstream commit.
+# DEP-3 fields and this project's own (``Upstream-Check:``; ``Patch-Filename:``, the trailer of a maintainer
+# checkout's commits, ``series_export.TRAILER``): for the patchset, not for the upstream commit.
 _DEP3_LINE = re.compile(
     r"^(Description|Origin|Bug(-[A-Za-z0-9]+)?|Forwarded|Author|Reviewed-by|Acked-by|Last-Update|Applied-Upstream"
-    r"|Upstream-Check|Upstream-Commit):\s",
+    rf"|Upstream-Check|Upstream-Commit|{TRAILER}):\s",
     re.IGNORECASE,
 )
 _TRAILER_LINE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*:\s")

@@ -3,15 +3,16 @@
 A maintainer checkout is a clone of the pinned vanilla checkout with branch ``patches`` on top of the upstream
 tag, holding one commit per patch of the series (``git am``: author, date and message from the patch, the
 committer set to the author and the commit date to the author date, so the same series always gives the same
-commits). A patch is edited by changing that branch (``git commit --amend``, ``git rebase -i <tag>``) and
-exporting it again.
+commits). Each commit's message ends with the trailer ``Patch-Filename: <its file in the series>`` (as Electron's
+patches do), which names the file it is exported to. A patch is edited by changing that branch (``git commit
+--amend``, ``git rebase -i <tag>``: the trailer stays with the commit) and exporting it again.
 
 The export runs ``git format-patch --zero-commit --full-index --no-stat --no-signature --no-numbered`` on
 ``<tag>..patches`` with every configuration key that changes its output pinned on the command line (and the
 user's global and system git config switched off), so an unchanged branch exports byte for byte the files that
-are committed, and a diff in review means a real change. Existing patches keep their file names (matched by
-subject, then by position) and are renumbered to their place in the series; new ones are named
-``NNNN-<area>-<slug>.patch`` from their subject.
+are committed, and a diff in review means a real change. The trailer is taken out of each exported patch (the
+series files never carry it): a commit with one keeps that file's name, renumbered to its place in the series; a
+new commit (no trailer) is named ``NNNN-<area>-<slug>.patch`` from its subject.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ from patchset.series.model import PATCH_NAME, parse_series, read_patch, split_co
 from patchset.upstreams.pins import Pin
 
 BRANCH = "patches"
+# the trailer of a maintainer checkout's commit that names its patch file (Electron's); never in an exported patch
+TRAILER = "Patch-Filename"
+_TRAILER_LINE = re.compile(rf"^{TRAILER}: *(?P<name>\S+) *\n", re.MULTILINE)
+_FIELD_LINE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*: |^[ \t]")
 SERIES_HEADER = "# Applied in this order by scripts/apply.sh; one patch file name a line."
 
 # Local config of the maintainer checkout that says which series and tag it was made for.
@@ -134,6 +139,50 @@ def _author(patch: Path) -> tuple[str, str]:
     return name or address, address
 
 
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _message_end(text: str) -> int:
+    """Where the message of the ``git format-patch`` text ``text`` ends: after its last line before the ``---`` line
+    or the first ``diff --git`` (where ``git am`` cuts it), the blank lines before that left out."""
+    headers_end = text.find("\n\n")
+    cuts = [found for marker in ("\n---\n", "\ndiff --git ") if (found := text.find(marker, max(headers_end, 0))) != -1]
+    if headers_end == -1 or not cuts:
+        raise BadInput("not a git format-patch file: no message followed by a diff")
+    return len(text[: min(cuts) + 1].rstrip("\n")) + 1
+
+
+def with_trailer(text: str, name: str) -> str:
+    """``text`` (a patch) with ``Patch-Filename: name`` ending its message: in its last paragraph when that is a block
+    of fields (the DEP-3 ones), else as a paragraph of its own. `without_trailer` takes it out again, byte for byte."""
+    end = _message_end(text)
+    body = text[:end]
+    last = body.rstrip("\n").rsplit("\n\n", 1)[-1]
+    own_paragraph = not all(_FIELD_LINE.match(line) for line in last.splitlines())
+    return body + ("\n" if own_paragraph else "") + f"{TRAILER}: {name}\n" + text[end:]
+
+
+def without_trailer(text: str) -> tuple[str, str | None]:
+    """``text`` (an exported patch) without its ``Patch-Filename`` trailers, and the file the first one names (None:
+    none, a new commit)."""
+    end = _message_end(text)
+    body = text[:end]
+    found = list(_TRAILER_LINE.finditer(body))
+    if not found:
+        return text, None
+    for match in reversed(found):
+        start, stop = match.span()
+        if body[:start].endswith("\n\n") and stop == len(body):  # a paragraph of its own: its blank line goes too
+            start -= 1
+        body = body[:start] + body[stop:]
+    return body + text[end:], found[0]["name"]
+
+
 def refuse_existing(dest: Path, *, force: bool) -> None:
     """Raise ``BadInput`` when ``dest`` exists and ``force`` is not given: it may hold unexported edits."""
     if dest.exists() and not force:
@@ -144,9 +193,10 @@ def refuse_existing(dest: Path, *, force: bool) -> None:
 
 
 def make_checkout(
-    pin: Pin, vanilla: Path, patch_files: Sequence[Path], dest: Path, console: Console, *, force: bool = False
+    pin: Pin, vanilla: Path, patches: Sequence[tuple[str, Path]], dest: Path, console: Console, *, force: bool = False
 ) -> Path:
-    """Clone ``vanilla`` into ``dest`` and commit each of ``patch_files`` on branch ``patches`` off ``pin.tag``.
+    """Clone ``vanilla`` into ``dest`` and commit each of ``patches`` (the series entry, the file that holds it: a
+    copy's source) on branch ``patches`` off ``pin.tag``, its message ending with the trailer naming the entry.
 
     Built under a temporary name next to ``dest`` and moved into place at the end; raises ``BadInput`` when
     ``dest`` exists (unless ``force``), ``DoesNotApply`` naming the patch that ``git am`` refuses.
@@ -167,11 +217,13 @@ def make_checkout(
         gitops.run_git([*gitops.NEUTRAL, "checkout", "-q", "-b", BRANCH, pin.tag], cwd=tree, env=env)
         gitops.run_git(["config", _CONFIG_SERIES, pin.series], cwd=tree, env=env)
         gitops.run_git(["config", _CONFIG_TAG, pin.tag], cwd=tree, env=env)
-        for number, patch in enumerate(patch_files, start=1):
-            console.step(f"Committing {patch.name} ({number}/{len(patch_files)})")
+        for number, (entry, patch) in enumerate(patches, start=1):
+            console.step(f"Committing {patch.name} ({number}/{len(patches)})")
             name, address = _author(patch)
             am_env = env | {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": address}
-            if (reason := gitops.am(tree, patch, am_env, ["--committer-date-is-author-date"])) is not None:
+            named = tmp / entry  # the patch with the trailer that names its entry
+            named.write_bytes(_encode(with_trailer(_decode(patch.read_bytes()), entry)))
+            if (reason := gitops.am(tree, named, am_env, ["--committer-date-is-author-date"])) is not None:
                 raise DoesNotApply(
                     f"{patch.name} does not apply to {pin.label} with git am ({reason}); "
                     f"see scripts/apply.sh --check for the failing hunk"
@@ -297,55 +349,36 @@ def _slug_of_name(name: str) -> str:
     return "-".join(_words(stem)) or "patch"
 
 
-def _normal_subject(subject: str | None) -> str | None:
-    return " ".join(subject.split()).lower() if subject else None
-
-
-def _old_subject(path: Path) -> str | None:
-    try:
-        return read_patch(path).subject if path.is_file() else None
-    except BadInput:
-        return None
-
-
 def assign_names(
-    new_subjects: Sequence[str], old_entries: Sequence[str], old_subjects: Sequence[str | None]
+    exported: Sequence[tuple[str | None, str]], old_entries: Sequence[str]
 ) -> list[tuple[str, str | None]]:
-    """(file name, the old entry it continues or None) for each exported patch, in order.
+    """(file name, the old entry it continues or None) for each exported patch, given as (the file its
+    ``Patch-Filename`` trailer names, None for a commit without one; its subject), in order.
 
-    An exported patch continues the old patch with the same subject (first unused); else, as a reworded patch,
-    the first old patch not continued by another that lies between the old places of its neighbours. It keeps
-    that patch's name, renumbered to its position. Others get ``NNNN-<area>-<slug>.patch`` from their subject.
+    A patch is named by its trailer, or, without one (a new commit), ``<area>-<slug>`` from its subject; it continues
+    the entry of the series its trailer names, else the first entry left of the same name (whatever its number), and
+    is numbered by its position: ``NNNN-<name>.patch``.
     """
-    wanted = [_normal_subject(s) for s in new_subjects]
-    had = [_normal_subject(s) for s in old_subjects]
-    source: list[int | None] = [None] * len(new_subjects)
-    used: set[int] = set()
-    for i, subject in enumerate(wanted):
-        match = next((j for j, old in enumerate(had) if j not in used and old is not None and old == subject), None)
-        if match is not None:
-            source[i] = match
-            used.add(match)
-    for i in range(len(new_subjects)):
-        if source[i] is not None:
-            continue
-        # a reworded patch: the first unused old patch between the old places of its matched neighbours
-        after = max((s for s in source[:i] if s is not None), default=-1)
-        before = min((s for s in source[i + 1 :] if s is not None), default=len(old_entries))
-        match = next((j for j in range(after + 1, before) if j not in used), None)
-        if match is not None:
-            source[i] = match
-            used.add(match)
+    slugs = [_slug_of_name(named) if named is not None else new_slug(subject) for named, subject in exported]
+    source: list[str | None] = [named if named in old_entries else None for named, _ in exported]
+    claimed: set[str] = set()
+    for i, old in enumerate(source):  # the first patch that names an entry continues it
+        if old is not None and old in claimed:
+            source[i] = None
+        claimed.update([old] if old is not None else [])
+    for i, slug in enumerate(slugs):
+        if source[i] is None:
+            old = next((e for e in old_entries if e not in claimed and _slug_of_name(e) == slug), None)
+            source[i] = old
+            claimed.update([old] if old is not None else [])
     names: list[tuple[str, str | None]] = []
     taken: set[str] = set()
-    for i, subject in enumerate(new_subjects):
-        old = old_entries[source[i]] if source[i] is not None else None
-        slug = _slug_of_name(old) if old is not None else new_slug(subject)
+    for i, slug in enumerate(slugs):
         name, extra = f"{i + 1:04d}-{slug}.patch", 2
         while name in taken:
             name, extra = f"{i + 1:04d}-{slug}-{extra}.patch", extra + 1
         taken.add(name)
-        names.append((name, old))
+        names.append((name, source[i]))
     return names
 
 
@@ -394,10 +427,19 @@ def plan_export(pin: Pin, checkout: Path, patches_dir: Path, console: Console) -
         except gitops.GitError as exc:
             raise BadInput(f"cannot export {display_path(checkout)}: {exc}") from None
         subjects = [read_patch(path).subject for path in exported]
-        contents = [path.read_bytes() for path in exported]
-    names = assign_names(subjects, old_entries, [_old_subject(folder / entry) for entry in old_entries])
-    changes: list[Change] = []
+        stripped = [without_trailer(_decode(path.read_bytes())) for path in exported]
+    contents = [_encode(text) for text, _ in stripped]
+    trailers = [named for _, named in stripped]
+    names = assign_names(list(zip(trailers, subjects, strict=True)), old_entries)
     continued = {old for _, old in names if old is not None}
+    if not any(trailers) and (lost := [entry for entry in old_entries if entry not in continued]):
+        console.warn(
+            f"no commit of {pin.tag}..{BRANCH} in {display_path(checkout)} carries a {TRAILER} trailer (a checkout "
+            f"made before they were written?), so each is named from its subject and {', '.join(lost)} would go; "
+            f"if that is wrong, export nothing, make a fresh checkout (scripts/export.sh checkout {pin.series} "
+            f"--force) and redo the edits there"
+        )
+    changes: list[Change] = []
     for (name, old), data, subject in zip(names, contents, subjects, strict=True):
         path = folder / name
         if old is not None and old != name:

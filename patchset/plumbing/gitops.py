@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.plumbing import tempdirs
+from patchset.plumbing import patchtext, tempdirs
 
 # Configuration that keeps the user's or a repository's settings (hooks, signing, line endings, encoding) from
 # changing what a git command writes into our trees. The one copy: every caller uses ``NEUTRAL``.
@@ -345,8 +345,7 @@ def patch_parse_error(patch: Path) -> str | None:
     Runs ``git apply --numstat`` (which reads the patch and touches no file) in an empty directory below a
     ceiling, so that no enclosing repository or subdirectory filter is involved. git reads a patch cut short in a
     file header (``diff --git a/ver``) as the files before it and silently drops the rest, so the files git reads
-    are also counted against the ``diff --git`` headers, and the patch must end with a newline, as every
-    ``git format-patch`` output does.
+    are also checked against the patch's text (``patchtext.cut_short``).
     """
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("parse")) as tmp:
         env = isolated_env()
@@ -355,14 +354,8 @@ def patch_parse_error(patch: Path) -> str | None:
     if proc.returncode != 0:
         lines = [line.removeprefix("error: ") for line in proc.stderr.splitlines() if line.strip()]
         return lines[0] if lines else f"git apply exit status {proc.returncode}"
-    raw = patch.read_bytes()
-    if not raw.endswith(b"\n"):
-        return "it does not end with a newline: truncated?"
-    headers = sum(1 for line in raw.split(b"\n") if line.startswith(b"diff --git "))
     read = sum(1 for line in proc.stdout.splitlines() if line.strip())
-    if headers != read:
-        return f"it has {headers} 'diff --git' headers but git reads {read} files from it: truncated or corrupt?"
-    return None
+    return patchtext.cut_short(patch.read_bytes(), read)
 
 
 @dataclass(frozen=True)

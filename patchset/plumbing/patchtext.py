@@ -1,8 +1,8 @@
 """Reading a patch's text (git format-patch output) without git: the paths it touches and the hunk at a line.
 
 Project-agnostic, as gitops is: git's C-style quoting of paths, renames and copies, ``/dev/null`` sides. The series
-model reads a patch's files with it, the lint checks the paths a patch adds, and apply's report names the hunk git
-said failed.
+model reads a patch's files with it, the lint checks the paths a patch adds, apply's report names the hunk git
+said failed, and gitops checks that git read the whole patch (``cut_short``).
 """
 
 from __future__ import annotations
@@ -95,6 +95,18 @@ def patch_paths(text: str) -> list[str]:
         for name in names:
             seen.setdefault(name, None)
     return list(seen)
+
+
+def cut_short(raw: bytes, files_read: int) -> str | None:
+    """Why the patch ``raw``, from which ``git apply`` read ``files_read`` files, looks truncated or corrupt, else
+    None: it must end with a newline, as every ``git format-patch`` output does, and hold no more ``diff --git``
+    headers than the files git read (git drops a file whose header was cut short, silently)."""
+    if not raw.endswith(b"\n"):
+        return "it does not end with a newline: truncated?"
+    headers = sum(1 for line in raw.split(b"\n") if line.startswith(b"diff --git "))
+    if headers != files_read:
+        return f"it has {headers} 'diff --git' headers but git reads {files_read} files from it: truncated or corrupt?"
+    return None
 
 
 def find_hunk(text: str, path: str, line: int, *, reverse: bool = False) -> str | None:

@@ -5,10 +5,10 @@
 see ``selection.py``), ``<name>-<version>+patchset.<N>-py3-none-any.whl`` into ``dist/``:
 
 1. the verified vanilla checkout from the cache (``fetch.ensure_upstream``: the sdist, checked by sha256);
-2. a fresh clone of it in a temporary folder, with the series applied by the same planner and transaction as
-   ``patchset apply`` (every patch checked first; one that does not apply stops the build, exit 3; one that upstream
-   has there, by its ``Applied-Upstream`` and ``Upstream-Check`` header lines, is skipped, as ``patchset apply``
-   skips it: verl 0.9.x takes 0003 of the verl series only);
+2. a fresh clone of it in a temporary folder, with the series applied by ``patchset apply``'s own entry point,
+   ``apply.job.apply_series`` (every patch checked first; one that does not apply stops the build, exit 3; one that
+   upstream has there, by its ``Applied-Upstream`` and ``Upstream-Check`` header lines, is skipped, as ``patchset
+   apply`` skips it: verl 0.9.x takes 0003 of the verl series only);
 3. the version set to ``<version>+patchset.<N>`` where the upstream's build reads it (verl:
    ``verl/version/version``; Trinity-RFT: ``__version__`` in ``trinity/__init__.py``), so ``verl.__version__``,
    ``importlib.metadata`` and ``pip show`` all say the same. Under PEP 440 a local label sorts just above its
@@ -55,15 +55,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchset.apply.behaviour import TeethRunner, settler
-from patchset.apply.plan import Action, Settle, Step, plan_target
-from patchset.apply.refusals import refusal
+from patchset.apply.job import ApplyOptions, apply_series
+from patchset.apply.plan import Action, Step
 from patchset.apply.target import target_for_pin
-from patchset.apply.transaction import apply_plans
 from patchset.plumbing import gitops, signals, tempdirs
 from patchset.plumbing.errors import EXIT_OK, BadInput, PatchsetError
 from patchset.plumbing.ui import Console, display_path
-from patchset.testenv.venv import ensure_venv
+from patchset.testenv.venv import VenvError, ensure_venv
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin
 from patchset.upstreams.registry import UPSTREAMS, Upstream
@@ -213,16 +211,15 @@ def make_manifest(pin: Pin, label: Label, steps: Sequence[Step]) -> dict[str, An
     }
 
 
-def _apply_series(
-    pin: Pin, tree: Path, patches_dir: Path, console: Console, guard: signals.Guard, settle: Settle
-) -> list[Step]:
-    """Apply ``pin``'s series to the fresh clone ``tree`` as ``patchset apply`` does (a patch that does not apply is
-    judged by its teeth, ``settle``); the plan's steps."""
-    plan = plan_target(target_for_pin(pin, tree, patches_dir), reverse=False, settle=settle)
-    if (error := refusal(plan, allow_dirty=False)) is not None:
-        raise error
-    apply_plans([plan], console, guard)
-    return list(plan.steps)
+def _apply_series(pin: Pin, tree: Path, workspace: Workspace, console: Console, guard: signals.Guard) -> list[Step]:
+    """Apply ``pin``'s series to the fresh clone ``tree`` with ``patchset apply``'s own entry point (a patch that does
+    not apply is judged by its teeth; no regression run: the wheel is built, not tested); the plan's steps."""
+    target = target_for_pin(pin, tree, workspace.patches_dir)
+    command_line = f"python -m patchset wheels (building {pin.label})"
+    applied = apply_series(
+        [target], workspace, ApplyOptions(), console=console, guard=guard, command_line=command_line, regression=False
+    )
+    return list(applied.plans[0].steps)
 
 
 def _prepare_tree(pin: Pin, tree: Path, label: Label, manifest: dict[str, Any]) -> None:
@@ -326,9 +323,11 @@ def build_wheels(build: WheelBuild, workspace: Workspace, console: Console, guar
     if label.dirty:
         console.warn(f"{display_path(patches_dir)} has uncommitted changes: the wheels are labelled {label.text}")
     if python is None:
-        python = ensure_venv()  # builds the test environment on first use
+        try:
+            python = ensure_venv()  # builds the test environment on first use
+        except VenvError as exc:  # the build environment could not be made: no wheel, exit 1
+            raise BuildFailed(str(exc)) from exc
     cache = workspace.cache
-    settle = settler(TeethRunner(workspace, console))
     env = _build_env(label, patches_dir)
     dist_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("wheels")))
@@ -340,7 +339,7 @@ def build_wheels(build: WheelBuild, workspace: Workspace, console: Console, guar
             tree = work / pin.dirname
             gitops.clone_local(vanilla, tree)
             console.step(f"Applying the {pin.series} series to a fresh clone of {pin.label}")
-            steps = _apply_series(pin, tree, patches_dir, console, guard, settle)
+            steps = _apply_series(pin, tree, workspace, console, guard)
             manifest = make_manifest(pin, label, steps)
             if not any(step.action is Action.CHANGE for step in steps):
                 console.warn(

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from patchset.cli.apply import main
+from patchset.cli import main
 
 FORMAT_PATCH = ("format-patch", "--zero-commit", "--full-index", "--no-stat", "--no-signature")
 

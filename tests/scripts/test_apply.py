@@ -11,7 +11,7 @@ import pytest
 from patchset_fakes import VERL_PATCH_1, VERL_PATCH_2, World, git, make_repo, tree_digest
 
 from patchset.apply.job import ApplyOptions, run_apply
-from patchset.cli.apply import main
+from patchset.cli import main
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.signals import Guard

@@ -207,7 +207,7 @@ def test_no_code_but_the_one_place_starts_a_python_child():
 def test_apply_whose_regression_run_hangs_exits_124_naming_the_test_with_the_series_applied_whole(
     world, tmp_path, monkeypatch, capsys
 ):
-    from patchset.cli.apply import main
+    from patchset.cli import main
     from patchset.testenv import regression
 
     suite = tmp_path / "hung-suite"

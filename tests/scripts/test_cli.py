@@ -3,13 +3,16 @@ same entry point from any directory."""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import subprocess
 import sys
 
 import pytest
 
-from patchset.cli.apply import main
+from patchset.cli import main
+from patchset.cli.startup import Run
+from patchset.plumbing.errors import BadInput
 from patchset.plumbing.paths import REPO_ROOT
 
 
@@ -34,9 +37,10 @@ def test_usage_errors_exit_2(capsys, argv):
     assert main(argv) == 2
 
 
-def test_the_command_table_is_what_help_lists_and_where_each_command_goes(capsys, monkeypatch):
-    """``python -m patchset --help`` lists every command of ``COMMANDS`` with its help, in order, and each command
-    reaches the module the table names: with the rest of the line, or the whole line for the top-level parser."""
+def test_the_command_table_is_what_help_lists_and_each_command_registers_into_the_top_level_parser(capsys, monkeypatch):
+    """``python -m patchset --help`` lists every command of ``COMMANDS`` with its help, in order; each command's module
+    registers its parser into the top-level one, whose run gets the parsed line, and a command's own ``--help`` is
+    that parser's."""
     import patchset.cli
 
     monkeypatch.setenv("COLUMNS", "200")  # one line per command
@@ -46,13 +50,27 @@ def test_the_command_table_is_what_help_lists_and_where_each_command_goes(capsys
     assert positions == sorted(positions)
     for command in patchset.cli.COMMANDS.values():
         assert command.help in listed
-    calls = []
     for name, command in patchset.cli.COMMANDS.items():
-        module = importlib.import_module(command.module)
-        monkeypatch.setattr(module, "main", lambda argv, module=module: calls.append((module.__name__, argv)) or 0)
-        assert patchset.cli.main([name, "--x"]) == 0
-        top = command.module == patchset.cli.TOP_LEVEL
-        assert calls.pop() == (command.module, [name, "--x"] if top else ["--x"])
+        commands = argparse.ArgumentParser(prog="python -m patchset").add_subparsers(dest="command")
+        run = importlib.import_module(command.module).register(commands, name, command.help)
+        assert isinstance(run, Run) and name in commands.choices
+        assert patchset.cli.main([name, "--help"]) == 0
+        assert capsys.readouterr().out == commands.choices[name].format_help()
+
+
+def test_each_command_is_reported_once_by_the_top_level_entry_point(capsys, monkeypatch):
+    """The handler of the command named gets the parsed line and its status is the exit status; an error it raises
+    becomes one ``error:`` line, reported by the one wrapper of the run."""
+    import patchset.cli
+    from patchset.cli import fetch
+
+    seen = []
+    monkeypatch.setattr(fetch, "cmd_fetch", lambda args, console, guard: seen.append(args.all) or 7)
+    assert patchset.cli.main(["fetch", "--all"]) == 7
+    assert seen == [True]
+    monkeypatch.setattr(fetch, "cmd_fetch", lambda args, console, guard: (_ for _ in ()).throw(BadInput("no")))
+    assert patchset.cli.main(["fetch"]) == 2
+    assert capsys.readouterr().err == "error: no\n"
 
 
 def test_missing_patches_dir_exits_2(capsys, tmp_path):

@@ -6,7 +6,8 @@ Invariants. On the real series and clones of the real pinned checkouts (skipped 
 amended commit makes ``--dry-run`` exit 1, name the patch and write nothing; a new commit is exported as the next
 numbered patch, listed in ``series`` and clean under the lint. Without the cache: export then checkout round-trips
 on a fake upstream, new names follow ``NNNN-<area>-<slug>``, existing patches keep their names when reordered or
-reworded, ``series`` keeps its comments, and anything but a maintainer checkout is refused with exit 2.
+reworded (the ``Patch-Filename`` trailer of their commits, which no exported file carries), ``series`` keeps its
+comments, and anything but a maintainer checkout is refused with exit 2.
 """
 
 from __future__ import annotations
@@ -18,12 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from patchset.cli.maintain import main
-from patchset.export.series_export import assign_names, new_slug, series_text
+from patchset import cli
+from patchset.export.commit_message import upstream_paragraphs
+from patchset.export.series_export import TRAILER, assign_names, new_slug, series_text, with_trailer, without_trailer
 from patchset.series.lint import lint_patches_dir
 from patchset.series.model import load_series, read_patch
 from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins, release_key
+
+
+def main(argv: list[str]) -> int:
+    """``python -m patchset export ARGV``."""
+    return cli.main(["export", *argv])
+
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PINS = load_pins(REPO_ROOT / "patches" / "upstreams.toml")
@@ -263,6 +271,33 @@ def test_reordered_commits_keep_their_names_renumbered(tmp_path, capsys):
     assert sorted(p.name for p in (patches / "verl").iterdir()) == ["0001-b-second-change.patch", "series"]
 
 
+def test_a_patch_keeps_the_name_its_trailer_gives_and_a_checkout_without_trailers_is_warned_about(tmp_path, capsys):
+    """A patch renamed in the series keeps its new name through a fresh checkout (its commit's trailer), not the one
+    its subject would give; a checkout whose commits carry no trailer names them by subject, and says so."""
+    cache, patches = _fake_world(tmp_path)
+    (patches / "verl").mkdir()
+    (patches / "verl" / "series").write_text("")
+    old = tmp_path / "old"
+    assert main(["checkout", "verl", "--cache", str(cache), "--patches-dir", str(patches), str(old)]) == 0
+    _commit_edit(old, 3, "three", f"[a] fix: first change\n\n{DEP3}")  # a commit of one's own: no trailer
+    assert main(["export", "verl", str(old), "--patches-dir", str(patches)]) == 0
+    (patches / "verl" / "0001-a-first-change.patch").rename(patches / "verl" / "0001-a-renamed.patch")
+    (patches / "verl" / "series").write_text("0001-a-renamed.patch\n")
+    fresh = tmp_path / "fresh"
+    assert main(["checkout", "verl", "--cache", str(cache), "--patches-dir", str(patches), str(fresh)]) == 0
+    assert _git(fresh, "log", "-1", "--format=%(trailers:key=Patch-Filename,valueonly)").strip() == (
+        "0001-a-renamed.patch"
+    )
+    capsys.readouterr()
+
+    assert main(["export", "verl", str(fresh), "--patches-dir", str(patches), "--dry-run"]) == 0
+    assert main(["export", "verl", str(old), "--patches-dir", str(patches), "--dry-run"]) == 1
+
+    captured = capsys.readouterr()
+    assert "0001-a-first-change.patch: would be added" in captured.out
+    assert "carries a Patch-Filename trailer" in captured.err and "0001-a-renamed.patch would go" in captured.err
+
+
 @pytest.mark.parametrize(
     ("setup", "expected"),
     [
@@ -331,19 +366,53 @@ def test_new_patch_names_are_area_then_slug_of_the_subject(subject, slug):
     assert len(name) <= 50 and name == name.lower() and set(name) <= set("abcdefghijklmnopqrstuvwxyz0123456789-")
 
 
-def test_existing_patches_keep_names_by_subject_then_by_position():
+def test_patches_keep_the_names_their_trailers_give_and_new_ones_are_named_from_their_subjects():
     old = ["0001-a-one.patch", "0002-b-two.patch", "0003-c-three.patch"]
 
     names = assign_names(
-        ["[n] new first", "[a] one", "[b] two, reworded", "[c] three"], old, ["[a] one", "[b] two", "[c] three"]
+        [
+            (None, "[n] new first"),
+            ("0001-a-one.patch", "[a] one"),
+            ("0002-b-two.patch", "[b] two, reworded"),
+            (None, "[c] three"),  # a commit without a trailer: the entry of its subject's name
+            ("0002-b-two.patch", "[b] two, cherry-picked again"),  # a second claim: the name, not the entry
+        ],
+        old,
     )
 
     assert names == [
         ("0001-n-new-first.patch", None),
         ("0002-a-one.patch", "0001-a-one.patch"),
-        ("0003-b-two.patch", "0002-b-two.patch"),  # reworded: continues the patch at its old position
+        ("0003-b-two.patch", "0002-b-two.patch"),  # reworded: its trailer keeps its name
         ("0004-c-three.patch", "0003-c-three.patch"),
+        ("0005-b-two.patch", None),
     ]
+
+
+@pytest.mark.parametrize("patch", sorted((REPO_ROOT / "patches").glob("*/*.patch")), ids=lambda p: p.name)
+def test_the_trailer_a_checkout_commits_is_taken_out_byte_for_byte(patch: Path):
+    """Every patch of the series, with the trailer a maintainer checkout puts into its commit and without it again,
+    is byte for byte the file: the series files never carry it. Upstream's commits do not either."""
+    text = patch.read_bytes().decode("utf-8")
+
+    named = with_trailer(text, patch.name)
+
+    assert f"\n{TRAILER}: {patch.name}\n" in named.split("\ndiff --git ", 1)[0]
+    assert without_trailer(named) == (text, patch.name)
+    assert without_trailer(text) == (text, None)
+    assert TRAILER not in "\n".join(upstream_paragraphs(named.split("\n\n", 1)[1].split("\ndiff --git ", 1)[0]))
+
+
+def test_a_trailer_alone_after_prose_is_a_paragraph_of_its_own():
+    text = "From: A <a@b>\nSubject: [PATCH] x\n\nProse only.\n---\ndiff --git a/f b/f\n"
+
+    named = with_trailer(text, "0001-x.patch")
+
+    assert (
+        named
+        == "From: A <a@b>\nSubject: [PATCH] x\n\nProse only.\n\nPatch-Filename: 0001-x.patch\n---\ndiff --git a/f b/f\n"
+    )
+    assert without_trailer(named) == (text, "0001-x.patch")
 
 
 def test_series_rewrite_keeps_comments_where_they_were():

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from patchset_fakes import DEPENDENT_PATCH, INDEPENDENT_PATCH, REPO_ROOT, Case, git, run_fault, tree_state
 
-from patchset.cli.apply import main
+from patchset.cli import main
 from patchset.plumbing import gitops
 from patchset.series.model import load_series
 

@@ -30,11 +30,17 @@ from pathlib import Path
 import pytest
 from patchset_fakes import REPO_ROOT, TEST_GIT_ENV, tree_digest
 
-from patchset.cli.maintain import main as series
+from patchset import cli
 from patchset.plumbing import cachelock
 from patchset.plumbing.ui import Console, display_path
 from patchset.upstreams import fetch
 from patchset.upstreams.pins import load_pins
+
+
+def series(argv: list[str]) -> int:
+    """``python -m patchset export ARGV``."""
+    return cli.main(["export", *argv])
+
 
 HOOK = r"""
 import os, shutil, signal, sys, tarfile

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from patchset_fakes import REPO_ROOT, Case, run_fault, tree_state
 
-from patchset.cli.apply import main
+from patchset.cli import main
 from patchset.series.model import load_series
 from patchset.upstreams import fetch
 from patchset.upstreams.fetch import resolve_cache

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from patchset_fakes import REPO_ROOT, TRINITY_PATCH, VERL_PATCH_1, VERL_PATCH_2, tree_state
 
-from patchset.cli.apply import main
+from patchset.cli import main
 from patchset.plumbing import treelock
 
 HOOK = r"""
@@ -31,7 +31,7 @@ import os, signal, sys, tempfile, time
 from pathlib import Path
 from patchset.plumbing import gitops, patchtext
 from patchset.plumbing.ui import Console
-from patchset.cli.apply import main
+from patchset.cli import main
 
 env = os.environ
 kill_at, calls = int(env.get("FAULT_KILL_AT_GIT_CALL") or 0), [0]

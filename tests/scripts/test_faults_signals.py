@@ -29,7 +29,7 @@ HOOK = r"""
 import os, sys, time
 from pathlib import Path
 from patchset.plumbing import gitops
-from patchset.cli.apply import main
+from patchset.cli import main
 from patchset.plumbing.ui import Console
 
 marker, pause_on = Path(os.environ["FAULT_MARKER"]), os.environ["FAULT_PAUSE_ON"]

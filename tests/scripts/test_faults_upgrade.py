@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from patchset_fakes import REPO_ROOT, VERL_PATCH_1, VERL_PATCH_2, apply_by_hand, git, make_earlier_series
 
-from patchset.cli.apply import main
+from patchset.cli import main
 
 HOOK = r"""
 import os, signal, sys
 from patchset.apply import job, upgrade
 from patchset.plumbing import files, snapshot
-from patchset.cli.apply import main
+from patchset.cli import main
 
 phase = os.environ["FAULT_KILL_IN"]
 def kill():

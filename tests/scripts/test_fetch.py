@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from patchset_fakes import VERL_FILES, VERL_PATCH_1, World, git, make_sdist, tree_digest
 
-from patchset.cli.apply import main
+from patchset.cli import main
 from patchset.plumbing.errors import BadInput
 from patchset.upstreams import fetch
 

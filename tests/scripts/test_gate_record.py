@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from patchset.cli import export_pr as export_pr_cli
+from patchset import cli
 from patchset.export import gate_record, pr_export, pr_gates
 from patchset.testenv import venv
 from tests.scripts.patchset_fakes import git, make_repo
@@ -119,5 +119,5 @@ def test_export_pr_reuses_passes_from_the_cache_unless_told_to_rerun_the_gates(m
     seen: dict[str, object] = {}
     monkeypatch.setattr(pr_export, "export_pr", lambda request, workspace, console: seen.update(request=request) or 0)
     argv = ["verl", str(tmp_path), "--cache", str(tmp_path / "cache"), *(["--rerun-gates"] if rerun else [])]
-    assert export_pr_cli.main(argv) == 0
+    assert cli.main(["export-pr", *argv]) == 0
     assert seen["request"].gate_records == (None if rerun else (tmp_path / "cache" / "gates").resolve())

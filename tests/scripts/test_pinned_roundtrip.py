@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from patchset_fakes import tree_digest
 
-from patchset.cli.apply import main
+from patchset.cli import main
 from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins
 

@@ -24,12 +24,18 @@ from pathlib import Path
 import pytest
 from patchset_fakes import FORMAT_PATCH, REPO_ROOT, git
 
-from patchset.cli.export_pr import main
+from patchset import cli
 from patchset.series.groups import load_groups
 from patchset.series.model import load_series
 from patchset.upstreams import verl_pr
 from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins
+
+
+def main(argv: list[str]) -> int:
+    """``python -m patchset export-pr ARGV``."""
+    return cli.main(["export-pr", *argv])
+
 
 DEP3 = re.compile(r"^(Origin|Bug|Forwarded|Author|Applied-Upstream|Last-Update|Upstream-Check):", re.MULTILINE)
 TRAILER = re.compile(r"^[A-Z][A-Za-z-]+: ", re.MULTILINE)

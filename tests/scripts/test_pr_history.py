@@ -19,9 +19,15 @@ from pathlib import Path
 import pytest
 from patchset_fakes import FORMAT_PATCH, VERL_FILES, git, make_repo, write_files, write_upstreams
 
-from patchset.cli.export_pr import main
+from patchset import cli
 from patchset.export import branches, pr_export, pr_gates
 from patchset.export.pr_gates import Gates, LintResult, Teeth
+
+
+def main(argv: list[str]) -> int:
+    """``python -m patchset export-pr ARGV``."""
+    return cli.main(["export-pr", *argv])
+
 
 FIX = "# line 10\ndef scale(x):\n    return x * 2\n"
 TEST_FILE = "tests/trainer/ppo/test_scale_on_cpu.py"

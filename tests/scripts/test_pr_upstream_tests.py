@@ -25,10 +25,16 @@ from pathlib import Path
 import pytest
 from patchset_fakes import FORMAT_PATCH, REPO_ROOT, git, make_repo, write_files
 
-from patchset.cli.export_pr import main
+from patchset import cli
 from patchset.export import test_selection
 from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins
+
+
+def main(argv: list[str]) -> int:
+    """``python -m patchset export-pr ARGV``."""
+    return cli.main(["export-pr", *argv])
+
 
 CACHE = resolve_cache(None, os.environ, REPO_ROOT)  # read at import: conftest clears PATCHSET_CACHE per test
 

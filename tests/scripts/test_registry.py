@@ -4,6 +4,7 @@ the upstream its tests import; and the entries that exist are complete."""
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import re
 import shlex
@@ -37,7 +38,10 @@ def third(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def test_export_pr_offers_the_registrys_upstreams(third: str) -> None:
-    choices = next(action.choices for action in export_pr.build_parser()._actions if action.dest == "upstream")
+    commands = argparse.ArgumentParser().add_subparsers()
+    export_pr.register(commands, "export-pr", "")
+    parser = commands.choices["export-pr"]
+    choices = next(action.choices for action in parser._actions if action.dest == "upstream")
 
     assert list(choices) == ["verl", "trinity", third]
 

@@ -61,7 +61,7 @@ def test_apply_hands_its_pins_cache_and_quiet_console_to_the_verl_fetches_of_the
     """``apply --patches-dir P --cache C -q TRINITY``: the verl trees fetched for Trinity (the default one it imports,
     and each companion) come from P's pins and into C, and say nothing (-q), not from this repository's pins and
     $PATCHSET_CACHE."""
-    from patchset.cli.apply import main
+    from patchset.cli import main
     from patchset.testenv import regression
 
     toml = world.patches / "upstreams.toml"

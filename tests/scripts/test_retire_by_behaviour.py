@@ -37,7 +37,7 @@ from patchset_fakes import TEST_GIT_ENV, UPSTREAM_SCALE, VERL_PATCH_1, VERL_PATC
 from patchset.apply import behaviour, job
 from patchset.apply.plan import Behaviour, Verdict
 from patchset.apply.target import TreeToPatch
-from patchset.cli.apply import main
+from patchset.cli import main
 from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
 from patchset.testenv import regression

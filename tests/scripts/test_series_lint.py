@@ -23,9 +23,15 @@ from pathlib import Path
 
 import pytest
 
-from patchset.cli.maintain import main
+from patchset import cli
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.series.teeth import slug_of
+
+
+def main(argv: list[str]) -> int:
+    """``python -m patchset export ARGV``."""
+    return cli.main(["export", *argv])
+
 
 NAME = "0001-trainer-scale-loss.patch"
 HEADER = {

@@ -36,7 +36,7 @@ from patchset_fakes import (
     tree_state,
 )
 
-from patchset.cli.apply import main
+from patchset.cli import main
 from patchset.series.history import load_history
 from patchset.upstreams.registry import UPSTREAMS
 

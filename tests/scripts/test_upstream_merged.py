@@ -35,7 +35,7 @@ from patchset_fakes import (
     write_files,
 )
 
-from patchset.cli.apply import main
+from patchset.cli import main
 from patchset.series.model import UpstreamCheck, read_patch
 
 MATCHES = ", ".join(f"{path} matches /{pattern}/" for path, pattern in UPSTREAM_CHECKS)

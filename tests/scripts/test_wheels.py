@@ -44,8 +44,8 @@ from patchset_fakes import (
     write_upstreams,
 )
 
+from patchset import cli
 from patchset.apply.plan import Action, Behaviour, Step, Verdict
-from patchset.cli.wheels import main as wheels_main
 from patchset.plumbing import signals
 from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
@@ -54,6 +54,12 @@ from patchset.testcommand.linked_venv import linked_venv
 from patchset.upstreams.pins import load_pins
 from patchset.upstreams.workspace import resolve_workspace
 from patchset.wheels import build as wheels
+
+
+def wheels_main(argv: list[str]) -> int:
+    """``python -m patchset wheels ARGV``."""
+    return cli.main(["wheels", *argv])
+
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # read at import: conftest clears PATCHSET_CACHE per test

@@ -1,4 +1,5 @@
-"""Command line for maintainers of the series: ``python -m patchset series checkout|export|lint``.
+"""Command line for maintainers of the series: ``python -m patchset export checkout|export|lint``
+(``scripts/export.sh``).
 
 ``checkout`` makes a git checkout holding the series as commits, ``export`` writes those commits back as the
 series (``--dry-run``: only say whether anything would change), ``lint`` checks the series folders.
@@ -7,14 +8,13 @@ series (``--dry-run``: only say whether anything would change), ``lint`` checks 
 from __future__ import annotations
 
 import argparse
-import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
 from patchset.cli.exits import INTERNAL_HELP
 from patchset.cli.options import add_common_options, workspace_from
-from patchset.cli.startup import needs_command, run_command
+from patchset.cli.startup import Run, needs_command
 from patchset.export.series_export import (
     BRANCH,
     default_checkout,
@@ -24,7 +24,7 @@ from patchset.export.series_export import (
     refuse_existing,
     write_export,
 )
-from patchset.plumbing import cachelock
+from patchset.plumbing import cachelock, signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_LOCKED, EXIT_OK, BadInput
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.copies import checkout_files
@@ -112,8 +112,9 @@ def cmd_checkout(args: argparse.Namespace, console: Console) -> int:
         refuse_existing(dest, force=args.force)
         vanilla = ensure_upstream(pin, cache, console)
         console.step(f"Making a maintainer checkout of {pin.label} in {display_path(dest)}")
-        files = checkout_files(patches_dir, patches_dir / pin.series, [patch.name for patch in series.patches])
-        make_checkout(pin, vanilla, files, dest, console, force=args.force)
+        names = [patch.name for patch in series.patches]
+        files = checkout_files(patches_dir, patches_dir / pin.series, names)
+        make_checkout(pin, vanilla, list(zip(names, files, strict=True)), dest, console, force=args.force)
     count = len(series.patches)
     console.summary(
         f"{pin.label}: {display_path(dest)}, branch {BRANCH} = {pin.tag} + {count} patch{'es' if count != 1 else ''}; "
@@ -181,15 +182,14 @@ def _subcommand(
     )
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    """The top-level parser and each subcommand's own parser (parsed on its own so that options may come
-    between the positional arguments: ``export verl --dry-run CHECKOUT``)."""
+def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
+    """Add ``export``'s parser (``scripts/export.sh``) and those of its subcommands to the top-level ``commands``.
+    Each subcommand's line is parsed by its own parser, so that options may come between the positional arguments
+    (``export verl --dry-run CHECKOUT``). No signal handlers are installed: a Ctrl-C ends it as a
+    ``KeyboardInterrupt``, one ``error: interrupted`` line."""
     formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(
-        prog="scripts/export.sh",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=formatter,
+    parser = commands.add_parser(
+        name, prog="scripts/export.sh", help=help, description=DESCRIPTION, epilog=EPILOG, formatter_class=formatter
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -200,8 +200,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         f"""\
             Clone the pinned vanilla checkout of UPSTREAM (fetched into the cache if needed) into DEST and commit
             each patch of its series with git am, in order, on branch {BRANCH} off the release tag. Author, date
-            and message come from the patch; the committer is the author and the commit date the author date, so
-            the same series always gives the same commits. DEST defaults to <cache>/maintain/<name>-<version>.""",
+            and message come from the patch, the message ending with the trailer Patch-Filename: <its file> that
+            export names it by; the committer is the author and the commit date the author date, so the same
+            series always gives the same commits. DEST defaults to <cache>/maintain/<name>-<version>.""",
     )
     checkout.add_argument("upstream", metavar="UPSTREAM", help=UPSTREAM_HELP)
     checkout.add_argument("dest", nargs="?", metavar="DEST", help="where to make the checkout")
@@ -215,9 +216,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
         "write the series from a maintainer checkout (--dry-run: fail if that would change anything)",
         f"""\
             Export <tag>..{BRANCH} of CHECKOUT with git format-patch (byte-stable: fixed flags, the user's git
-            config neutralised) into patches/<series>/ and rewrite its series file (comment lines kept). Existing
-            patches keep their names (matched by subject, then position), renumbered to their place; new ones are
-            named NNNN-<area>-<slug>.patch from their subject. Only committed changes are exported.
+            config neutralised) into patches/<series>/ and rewrite its series file (comment lines kept). Each commit
+            of a checkout ends with the trailer Patch-Filename: <its patch file>, taken out on export: that patch
+            keeps its name, renumbered to its place; a new commit (no trailer) is named NNNN-<area>-<slug>.patch
+            from its subject. Only committed changes are exported.
             CHECKOUT defaults to <cache>/maintain/<name>-<version>.""",
     )
     export.add_argument("upstream", metavar="UPSTREAM", help=UPSTREAM_HELP)
@@ -243,27 +245,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argument
     )
     add_common_options(lint, cache=False)
     lint.set_defaults(handler=cmd_lint)
-    return parser, {"checkout": checkout, "export": export, "lint": lint}
+    subcommands = {"checkout": checkout, "export": export, "lint": lint}
+
+    def parse(line: Sequence[str]) -> argparse.Namespace:
+        if line and line[0] in subcommands:
+            return subcommands[line[0]].parse_intermixed_args(line[1:], argparse.Namespace(command=line[0]))
+        return needs_command(parser, parser.parse_args(line))
+
+    return Run(_handle, handle_signals=False, interrupted="", parse=parse)
 
 
-def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser, commands = build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in commands:
-        return commands[argv[0]].parse_intermixed_args(argv[1:], argparse.Namespace(command=argv[0]))
-    return needs_command(parser, parser.parse_args(argv))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line ``argv`` (default: ``sys.argv[1:]``); return the exit status. No signal handlers are
-    installed: a Ctrl-C ends it as a ``KeyboardInterrupt``, one ``error: interrupted`` line."""
-    return run_command(
-        lambda: _parse(argv),
-        lambda args, console, _guard: args.handler(args, console),
-        handle_signals=False,
-        interrupted="",
-    )
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def _handle(args: argparse.Namespace, console: Console, _guard: signals.Guard) -> int:
+    return args.handler(args, console)
