@@ -52,11 +52,15 @@ def loss_function(loss: str, mode: str, strategy: str = "fsdp2") -> Any:
         )
     if loss != "trinity":
         raise ValueError(f"no loss {loss!r}: one of {', '.join(LOSSES)}")
+    from trinity.common.config import TrainerConfig
     from trinity.trainer.verl.losses import TrinityPolicyLoss
 
     from engine_harness.trinity_configs import algorithm_config
 
-    return TrinityPolicyLoss(algorithm_config("grpo", mode))
+    config = algorithm_config("grpo", mode)
+    if TrainerConfig().fix_actor_microbatch_loss_scale:  # this patchset's default: the loss its users' actor gets
+        return TrinityPolicyLoss(config, fix_actor_microbatch_loss_scale=True)
+    return TrinityPolicyLoss(config)  # upstream's default (False)
 
 
 def engine_modules(losses: Sequence[str]) -> list[str]:

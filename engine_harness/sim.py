@@ -273,6 +273,20 @@ def record_ratio(baseline_dir: Path | None, expect: str, component: str, case: s
         stream.write(json.dumps({"component": component, "case": case, "ratio": ratio}) + "\n")
 
 
+def same_as_vanilla(baseline_dir: Path | None, expect: str, name: str, gradient: torch.Tensor) -> None:
+    """The vanilla run records ``gradient`` as ``name``; the patched run asserts it gives exactly the same one (a
+    behaviour the series must leave as upstream has it). A no-op without a dir, or where vanilla recorded nothing."""
+    if baseline_dir is None:
+        return
+    baseline_file = baseline_dir / f"{name.replace(' ', '_')}.json"
+    if expect == "bug":
+        baseline_dir.mkdir(parents=True, exist_ok=True)
+        baseline_file.write_text(json.dumps(gradient.tolist()))
+    elif baseline_file.exists():
+        vanilla = torch.tensor(json.loads(baseline_file.read_text()), dtype=gradient.dtype)
+        torch.testing.assert_close(gradient, vanilla, rtol=0, atol=0)
+
+
 ROLLOUT_FIELDS = ("input_ids", "attention_mask", "position_ids", "prompts", "responses", "response_mask")
 
 

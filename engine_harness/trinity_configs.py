@@ -119,3 +119,40 @@ def check(config) -> list[str]:
             if type(validator).__name__ != "BufferConfigValidator":
                 validator.validate(config)
     return [str(call.args[0]) for call in warning.call_args_list]
+
+
+def installed_actor_loss(algo_config, fix_actor_microbatch_loss_scale: bool | None = None):
+    """The actor loss Trinity installs in its veRL worker: ``VERLTrainer.prepare`` and the worker's real
+    ``set_trinity_config``, for a trainer config whose ``trainer.fix_actor_microbatch_loss_scale`` is given, or is
+    the default of the Trinity tree under test (None: upstream's False; this patchset's carried default, True).
+    Only what those two methods read is stubbed (the worker's engine, the Ray worker group, the checkpoint); a
+    tree whose ``set_trinity_config`` does not take the switch (vanilla 0.6.0) gets its loss as it builds it."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from trinity.common.config import TrainerConfig
+    from trinity.trainer.verl.trainer import VERLTrainer
+    from trinity.trainer.verl.workers import TrinityActorRolloutRefWorker
+
+    if fix_actor_microbatch_loss_scale is None:
+        fix_actor_microbatch_loss_scale = TrainerConfig().fix_actor_microbatch_loss_scale
+    installed = {}
+    worker = SimpleNamespace(actor=SimpleNamespace(set_loss_fn=lambda fn: installed.setdefault("loss", fn)))
+
+    def set_trinity_config(**kwargs):
+        return TrinityActorRolloutRefWorker.set_trinity_config(worker, **kwargs)
+
+    global_config = SimpleNamespace(
+        trainer=SimpleNamespace(fix_actor_microbatch_loss_scale=fix_actor_microbatch_loss_scale),
+        explorer=SimpleNamespace(rollout_model=SimpleNamespace(engine_type="vllm")),
+        synchronizer=SimpleNamespace(ray_namespace="test"),
+    )
+    trainer = SimpleNamespace(
+        actor_rollout_wg=SimpleNamespace(set_trinity_config=set_trinity_config),
+        algorithm_config=algo_config,
+        global_config=global_config,
+        config=SimpleNamespace(trainer=global_config.trainer),
+        _load_checkpoint=lambda: None,
+    )
+    asyncio.run(VERLTrainer.prepare(trainer))
+    return installed["loss"]

@@ -18,6 +18,8 @@ WATCHED = (
     "trinity.algorithm.policy_loss_fn.chord_policy_loss",
     "trinity.trainer.verl.losses",
     "trinity.trainer.verl.trainer",
+    "trinity.trainer.verl.workers",
+    "trinity.common.config",
     "trinity.algorithm.algorithm",
     "trinity.common.config_validator",
 )

@@ -28,7 +28,7 @@ from engine_harness.sim import (  # noqa: E402
     make_rollout_batch,
     use_cpu_unpadding,
 )
-from engine_harness.trinity_configs import algorithm_config  # noqa: E402
+from engine_harness.trinity_configs import algorithm_config, installed_actor_loss  # noqa: E402
 
 
 def critic_observation(value_loss_fn) -> dict:
@@ -80,14 +80,13 @@ def explicit() -> dict:
     seen["partial made before"] = critic_observation(made_before)
     seen["name imported before"] = critic_observation(functools.partial(importer.value_loss, config=_critic_config()))
     seen["loss_scale_factor"] = _critic_config(loss_scale_factor=3).loss_scale_factor
-    from trinity.trainer.verl.losses import TrinityPolicyLoss
-
-    seen["actor"] = actor_observation(TrinityPolicyLoss(algorithm_config("grpo", "token-mean")))
+    # the actor loss as Trinity's trainer installs it: the switch at its default (on with the overlay)
+    seen["actor"] = actor_observation(installed_actor_loss(algorithm_config("grpo", "token-mean")))
     seen["dpo group size"] = dpo_group_size(importer.VERLTrainer)
     seen["deactivate"] = [verl_overlay.deactivate(), trinity_overlay.deactivate()]
     seen["deactivate again"] = [verl_overlay.deactivate(), trinity_overlay.deactivate()]
     seen["after deactivate"] = critic_observation(made_before)
-    seen["actor after deactivate"] = actor_observation(TrinityPolicyLoss(algorithm_config("grpo", "token-mean")))
+    seen["actor after deactivate"] = actor_observation(installed_actor_loss(algorithm_config("grpo", "token-mean")))
     seen["dpo group size after deactivate"] = dpo_group_size(importer.VERLTrainer)
     try:
         _critic_config(loss_scale_factor=3)
@@ -100,7 +99,6 @@ def explicit() -> dict:
 
 
 def dump(path: str) -> dict:
-    from trinity.trainer.verl.losses import TrinityPolicyLoss
     from verl.workers.utils.losses import value_loss
 
     extra = {"loss_scale_factor": 5} if _accepts_scale() else {}
@@ -108,7 +106,7 @@ def dump(path: str) -> dict:
     objects = {
         "partial": functools.partial(value_loss, config=config),
         "config": config,
-        "policy_loss": TrinityPolicyLoss(algorithm_config("grpo", "token-mean")),
+        "policy_loss": installed_actor_loss(algorithm_config("grpo", "token-mean")),
     }
     Path(path).write_bytes(pickle.dumps(objects))
     return {"dumped": sorted(objects), "with_scale": bool(extra)}

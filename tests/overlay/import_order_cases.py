@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -60,6 +61,11 @@ PROBES = {
     "trinity.algorithm.policy_loss_fn.dpo_loss.DPOLossFn": _dpo,
     "trinity.trainer.verl.losses.TrinityPolicyLoss": _trinity_policy_loss,
     "trinity.trainer.verl.trainer.VERLTrainer": lambda m: _overlay_code(vars(m.VERLTrainer)["_update_actor"]),
+    # veRL's register decorator wraps it: the overlay replaces the code of the function it wraps
+    "trinity.trainer.verl.workers.TrinityActorRolloutRefWorker": lambda m: _overlay_code(
+        inspect.unwrap(vars(m.TrinityActorRolloutRefWorker)["set_trinity_config"])
+    ),
+    "trinity.common.config.TrainerConfig": lambda m: m.TrainerConfig().fix_actor_microbatch_loss_scale is True,
     "trinity.algorithm.algorithm.DPOAlgorithm": lambda m: _overlay_code(vars(m.DPOAlgorithm)["check_config"].__func__),
     "trinity.common.config_validator.validators": lambda m: any(
         type(item).__name__ == "PolicyLossGroupValidator" and _overlay_code(type(item).validate)

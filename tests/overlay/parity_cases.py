@@ -28,7 +28,15 @@ from engine_harness import LOSS_AGG_MODES
 from engine_harness.self_normalizing_loss import algorithm_config as self_normalizing_config  # noqa: E402
 from engine_harness.self_normalizing_loss import registered  # noqa: E402
 from engine_harness.sim import Split, actor_config, engine_gradient, make_rollout_batch, use_cpu_unpadding  # noqa: E402
-from engine_harness.trinity_configs import FLAT, NESTED, algorithm_config, check, dpo_config, layout  # noqa: E402
+from engine_harness.trinity_configs import (  # noqa: E402
+    FLAT,
+    NESTED,
+    algorithm_config,
+    check,
+    dpo_config,
+    installed_actor_loss,
+    layout,
+)
 
 ALGORITHMS = ["ppo", "grpo", "dpo"]
 SPLITS = [(1, Split(1)), (1, Split(2)), (1, Split(3, dynamic=True)), (2, Split(2))]
@@ -138,35 +146,36 @@ def _actor_inputs() -> tuple[Any, dict[str, torch.Tensor]]:
 
 
 def actor_cases() -> dict[str, dict[str, Any]]:
-    from trinity.trainer.verl.losses import TrinityPolicyLoss
-
+    """`TrinityPolicyLoss` as Trinity's trainer installs it (the switch at its default), and with the switch off
+    outside the engine, where on it would need the engine's batch info."""
     batch, outputs = _actor_inputs()
     cases = {}
     for algorithm in ALGORITHMS:
         for mode in LOSS_AGG_MODES:
             for terms in (True, False):
-                loss_fn = TrinityPolicyLoss(algorithm_config(algorithm, mode, kl=terms, entropy=terms))
+                config = algorithm_config(algorithm, mode, kl=terms, entropy=terms)
+                loss_fn = installed_actor_loss(config)
                 name = f"actor {algorithm} {mode} {'pg+entropy+kl' if terms else 'pg-only'}"
                 for dp_size, split in SPLITS:
                     cases[f"{name} dp{dp_size} {split}"] = _run(loss_fn, batch, outputs, dp_size, split)
-                cases[f"{name} outside-engine"] = _run(loss_fn, batch, outputs, 1, Split(2), global_batch_info=False)
+                switch_off = installed_actor_loss(config, False)
+                cases[f"{name} outside-engine"] = _run(switch_off, batch, outputs, 1, Split(2), global_batch_info=False)
     return cases
 
 
 def self_normalizing_cases() -> dict[str, dict[str, Any]]:
     """A policy loss that takes the engine's batch info as runtime keys and normalizes itself, as M2PO does in
     Trinity-RFT's PR #616, open when read (registered while its cases run)."""
-    from trinity.trainer.verl.losses import TrinityPolicyLoss
-
     batch, outputs = _actor_inputs()
     cases = {}
     with registered():
         for terms in (True, False):
-            loss_fn = TrinityPolicyLoss(self_normalizing_config(terms))
+            loss_fn = installed_actor_loss(self_normalizing_config(terms))
             name = f"actor self-normalizing {'pg+entropy+kl' if terms else 'pg-only'}"
             for dp_size, split in SPLITS:
                 cases[f"{name} dp{dp_size} {split}"] = _run(loss_fn, batch, outputs, dp_size, split)
-            cases[f"{name} outside-engine"] = _run(loss_fn, batch, outputs, 1, Split(2), global_batch_info=False)
+            switch_off = installed_actor_loss(self_normalizing_config(terms), False)
+            cases[f"{name} outside-engine"] = _run(switch_off, batch, outputs, 1, Split(2), global_batch_info=False)
     return cases
 
 

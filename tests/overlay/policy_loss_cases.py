@@ -1,10 +1,11 @@
 """Parity cases for every policy loss Trinity registers, as Trinity's own trainer hands them to verl's engine.
 
 For each loss in ``POLICY_LOSS_FN`` (read from the registry, so a loss added upstream is covered without a change
-here): `TrinityPolicyLoss` with and without its k2 KL and entropy terms, through the engine steps with the
-``force_group_size`` that Trinity's real ``VERLTrainer._update_actor`` asks for, over the splits of
-`parity_cases.py` and outside the engine; the start-up warnings `TrinityPolicyLoss` logs for it; and the rows of
-each micro-batch verl makes from a DPO batch (whole pairs, chosen first, where the fix is on).
+here): `TrinityPolicyLoss` as Trinity's trainer installs it (``trainer.fix_actor_microbatch_loss_scale`` at its
+default: on where the overlay or the series is), with and without its k2 KL and entropy terms, through the engine
+steps with the ``force_group_size`` that Trinity's real ``VERLTrainer._update_actor`` asks for, over the splits of
+`parity_cases.py`, and outside the engine with the switch off; the start-up warnings `TrinityPolicyLoss` logs for
+it; and the rows of each micro-batch verl makes from a DPO batch (whole pairs, chosen first, where the fix is on).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from unittest import mock
 
 from engine_harness.sim import Split, _engine_micro_batches, actor_inputs, group_size_sent_by_trainer
-from engine_harness.trinity_configs import MIX_LOSSES, policy_loss_fn_args
+from engine_harness.trinity_configs import MIX_LOSSES, installed_actor_loss, policy_loss_fn_args
 
 NUM_EXPERT = 8  # MIX/MIX_CHORD: the last rows are expert data
 
@@ -46,7 +47,7 @@ def start_up_warnings(config) -> list[str]:  # type: ignore[no-untyped-def]
     from trinity.trainer.verl import losses
 
     with mock.patch.object(losses, "get_logger", create=True) as get_logger:
-        losses.TrinityPolicyLoss(config)
+        installed_actor_loss(config)
     return [call.args[0] for call in get_logger.return_value.warning.call_args_list]
 
 
@@ -61,8 +62,6 @@ def trainer_group_size(policy_loss_fn: str, batch_size: int) -> int | None:
 def every_policy_loss_cases(run: Callable[..., dict[str, Any]], splits: list, batch_size: int) -> dict[str, Any]:
     """Every registered loss through ``run`` (parity_cases' recorder: losses, gradient, metrics), its start-up
     warnings, the trainer's grouping for it, and the DPO micro-batch rows."""
-    from trinity.trainer.verl.losses import TrinityPolicyLoss
-
     batch, outputs = actor_inputs(batch_size, seed=3, noise_seed=13, num_expert=NUM_EXPERT)
     cases: dict[str, Any] = {}
     for name in registered_policy_losses():
@@ -73,9 +72,9 @@ def every_policy_loss_cases(run: Callable[..., dict[str, Any]], splits: list, ba
             for terms in (True, False):
                 label = f"loss {name}{variant} {'pg+entropy+kl' if terms else 'pg-only'}"
                 for dp_size, split in splits:
-                    loss_fn = TrinityPolicyLoss(_config(name, batch_size, dp_size, terms, **overrides))
+                    loss_fn = installed_actor_loss(_config(name, batch_size, dp_size, terms, **overrides))
                     cases[f"{label} dp{dp_size} {split}"] = run(loss_fn, batch, outputs, dp_size, split, group_size)
-                loss_fn = TrinityPolicyLoss(_config(name, batch_size, 1, terms, **overrides))
+                loss_fn = installed_actor_loss(_config(name, batch_size, 1, terms, **overrides), False)
                 cases[f"{label} outside-engine"] = run(loss_fn, batch, outputs, 1, Split(2), group_size, False)
     for split in (Split(2, dynamic=True), Split(3, dynamic=True)):
         micro_batches = _engine_micro_batches(batch, split, {}, trainer_group_size("dpo", batch_size) or 1)

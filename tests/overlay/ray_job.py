@@ -50,14 +50,13 @@ def main(argv: list[str]) -> int:
         class LossWorker:
             def run(self, critic_loss) -> dict:
                 from activation_cases import actor_observation, critic_observation
-                from trinity.trainer.verl.losses import TrinityPolicyLoss
 
                 from engine_harness.sim import use_cpu_unpadding
-                from engine_harness.trinity_configs import algorithm_config
+                from engine_harness.trinity_configs import algorithm_config, installed_actor_loss
                 from patchset_overlay.status import collect
 
                 use_cpu_unpadding()
-                policy_loss = TrinityPolicyLoss(algorithm_config("grpo", "token-mean"))  # built in the worker
+                policy_loss = installed_actor_loss(algorithm_config("grpo", "token-mean"))  # built in the worker
                 return {
                     "pid": os.getpid(),
                     "python": sys.executable,

@@ -118,7 +118,11 @@ def _worker_module():
 
 
 def trinity_config(
-    policy_loss: str, train_batch_size: int, budget: int | None, loss_scale_flag: bool = False, sp_size: int = 1
+    policy_loss: str,
+    train_batch_size: int,
+    budget: int | None,
+    loss_scale_flag: bool | None = None,
+    sp_size: int = 1,
 ):
     """A Trinity ``Config`` for one trainer GPU per rank: ``buffer.train_batch_size`` experiences, dynamic
     batching with a token ``budget`` or a fixed micro-batch size (None), Ulysses sequence parallelism ``sp_size``."""
@@ -127,13 +131,16 @@ def trinity_config(
 
     config = Config(mode="train")
     config.algorithm.algorithm_type = "dpo" if policy_loss == "dpo" else "grpo"
+    # the policy loss Trinity's algorithm validator sets before the trainer's config translation reads it
+    config.algorithm.policy_loss_fn = policy_loss
     config.buffer.train_batch_size = train_batch_size
     config.cluster.trainer_gpu_num = config.cluster.trainer_gpu_num_per_node = dist.get_world_size()
     config.trainer.trainer_strategy = "fsdp"
     config.trainer.ulysses_sequence_parallel_size = sp_size
     config.trainer.grad_clip = 1.0e9  # the recorded gradient is the unclipped one
     config.trainer.use_dynamic_bsz = budget is not None
-    config.trainer.fix_actor_microbatch_loss_scale = loss_scale_flag  # Trinity's default: False
+    if loss_scale_flag is not None:  # else the tree's default: upstream's False, this patchset's True
+        config.trainer.fix_actor_microbatch_loss_scale = loss_scale_flag
     config.trainer.max_token_len_per_gpu = budget if budget is not None else 16384
     config.model.max_model_len = PROMPT_LEN + RESPONSE_LEN
     return config
@@ -144,7 +151,7 @@ def legacy_actor_config(
     train_batch_size: int,
     micro_batch_size: int | None,
     budget: int | None,
-    loss_scale_flag: bool = False,
+    loss_scale_flag: bool | None = None,
     ulysses_sp: int = 0,
 ):
     """The actor config of Trinity's legacy path: ``synchronize_config``, then the real worker's ``__init__``
@@ -161,7 +168,7 @@ def _legacy_worker(
     train_batch_size: int,
     micro_batch_size: int | None,
     budget: int | None,
-    loss_scale_flag: bool,
+    loss_scale_flag: bool | None,
     ulysses_sp: int = 0,
 ):
     """The legacy ``ActorRolloutRefWorker`` built for this setting; its actor config completed as ``init_model``
@@ -285,7 +292,7 @@ class LegacyCase:
     terms: Terms = ALL_TERMS
     dpo_mini_batch_in_rows: bool = True
     rows_per_rank: int = BATCH_SIZE
-    loss_scale_flag: bool = False
+    loss_scale_flag: bool | None = None  # None: the tree's default
     ulysses_sp: int = 0
 
 

@@ -190,6 +190,7 @@ def megatron_gradients(name: str, loss_agg_mode: str, split: Split, calculate_en
     from omegaconf import OmegaConf
 
     install_stand_ins()
+    from trinity.common.config import TrainerConfig
     from trinity.trainer.verl_legacy.megatron_actor import MegatronPPOActor
 
     data = rank_rollout()
@@ -212,6 +213,8 @@ def megatron_gradients(name: str, loss_agg_mode: str, split: Split, calculate_en
             "policy_loss": {"loss_mode": "vanilla"},
             "router_replay": {"mode": "disabled"},
             "megatron": {"context_parallel_size": 1, "use_remove_padding": False},
+            # the legacy config translation copies the trainer's switch (its default: the tree's)
+            "fix_actor_microbatch_loss_scale": TrainerConfig().fix_actor_microbatch_loss_scale,
         }
     )
     model = MegatronModel()

@@ -15,21 +15,16 @@ stay as they are (``use_dynamic_bsz`` true). Invariants on the patched tree:
 - on verl's engine, a ``buffer.train_batch_size`` that would give a GPU part of a pair (or of a fixed micro-batch of
   pairs) is refused at configuration time in Trinity's terms, and a fixed micro-batch size gets a warning that each
   micro-batch holds twice the rows (vanilla: accepted silently; verl asserts at the first update);
-- ``fix_actor_microbatch_loss_scale``: ``build_trinity_loss`` accepts it as a deprecated keyword, as a newer stored
-  revision of upstream has it (vanilla: TypeError), and the legacy config translation warns a user who sets it
-  that it is no longer read (vanilla: silence, and the legacy actor reads it).
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-from unittest import mock
 
 import pytest
 import torch
 
-from engine_harness.trinity_configs import FLAT, GPUS, NESTED, algorithm_config, check, dpo_config, layout
+from engine_harness.trinity_configs import FLAT, GPUS, NESTED, check, dpo_config, layout
 
 
 def check_twice(config) -> list[str]:
@@ -98,28 +93,3 @@ def test_engine_pairs_cut_across_gpus_refused_at_configuration(
     assert len(doubled) == (2 if fixed else 0), warnings  # once per check
     with pytest.raises(ValueError, match=rf"`buffer\.train_batch_size` 6 gives each of the {GPUS} data-parallel"):
         check(unfit)
-
-
-def test_engine_loss_builder_takes_the_deprecated_flag(expect, trinity_tree: Path):
-    from trinity.trainer.verl.losses import build_trinity_loss
-
-    config = algorithm_config("ppo", "token-mean")
-    if expect == "bug":
-        with pytest.raises(TypeError):
-            build_trinity_loss(config, fix_actor_microbatch_loss_scale=True)
-        return
-    with mock.patch.object(logging.Logger, "warning") as warning:
-        build_trinity_loss(config, fix_actor_microbatch_loss_scale=True)
-    messages = [str(call.args[0]) for call in warning.call_args_list]
-    assert any("deprecated and ignored" in message for message in messages), messages
-
-
-def test_legacy_flag_set_gets_a_deprecation_warning(expect, tmp_path: Path, trinity_legacy_tree: Path):
-    config = dpo_config(tmp_path, {})
-    config.algorithm.algorithm_type = "ppo"
-    config.trainer.fix_actor_microbatch_loss_scale = True
-    deprecated = [message for message in check(config) if "fix_actor_microbatch_loss_scale" in message]
-    if expect == "bug":
-        assert not deprecated, deprecated
-        return
-    assert len(deprecated) == 1 and "no longer read" in deprecated[0], deprecated

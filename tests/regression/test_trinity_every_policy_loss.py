@@ -28,7 +28,7 @@ from engine_harness.sim import (
     record_ratio,
     use_cpu_unpadding,
 )
-from engine_harness.trinity_configs import MIX_LOSSES, POLICY_LOSSES, policy_loss_fn_args
+from engine_harness.trinity_configs import MIX_LOSSES, POLICY_LOSSES, installed_actor_loss, policy_loss_fn_args
 
 BATCH_SIZE = 96
 NUM_EXPERT = 32  # MIX/MIX_CHORD: rows 64..95 are expert data
@@ -66,7 +66,6 @@ def policy_loss(
     """`TrinityPolicyLoss` for the registered loss ``name``, with a k2 KL term and an entropy term aggregated by
     ``loss_agg_mode``; the policy loss aggregates by ``policy_loss_agg_mode`` (default: the same)."""
     from trinity.common.config import AlgorithmConfig
-    from trinity.trainer.verl.losses import TrinityPolicyLoss
 
     config = AlgorithmConfig(
         policy_loss_fn=name,
@@ -79,7 +78,7 @@ def policy_loss(
         entropy_loss_fn_args={"entropy_coef": 0.01 if entropy else 0.0},
         loss_agg_mode=loss_agg_mode,
     )
-    return TrinityPolicyLoss(config)
+    return installed_actor_loss(config)  # as Trinity installs it, with the tree's default switch
 
 
 def _import_trinity_trainer():

@@ -1,16 +1,19 @@
-"""Trinity-RFT's ``trainer.fix_actor_microbatch_loss_scale`` on veRL's engine path: superseded, not honoured.
+"""Trinity-RFT's ``trainer.fix_actor_microbatch_loss_scale`` on veRL's engine path: the switch, honoured.
 
-Trinity-RFT 0.6.0 has the flag (PR #336: opt-in, token-mean only) for its legacy ``dp_actor``; on veRL's engine it
-reaches no code. The series supersedes it there: ``TrinityPolicyLoss`` follows veRL's own ``ppo_loss`` contract
-for every ``loss_agg_mode``, whatever the flag says.
+Trinity-RFT 0.6.0 has the switch (PR #336: opt-in, default False, token-mean only) for its legacy ``dp_actor``; on
+veRL's engine it reaches no code. The series passes it to ``TrinityPolicyLoss`` and extends it to every
+``loss_agg_mode``; a carried patch turns it on by default for this patchset's users.
 
 Invariants, through the real path that installs the actor loss (``VERLTrainer.prepare`` ->
-``TrinityActorRolloutRefWorker.set_trinity_config`` -> ``build_trinity_loss``) with the flag on and off:
+``TrinityActorRolloutRefWorker.set_trinity_config`` -> ``build_trinity_loss``):
 
-- patched: on and off give the same gradient, and it is the globally normalized one (K = 4 micro-batches equal
-  K = 1), for every ``loss_agg_mode``; for ``token-mean`` it is exactly what the flag's legacy rule gives
-  (each micro-batch scaled by its response tokens / the mini-batch's tokens, times the data-parallel size);
-- vanilla: on and off give the same gradient too, about K times too large: the flag does nothing there.
+- patched, switch on: the globally normalized gradient (K = 4 micro-batches equal K = 1) for every
+  ``loss_agg_mode``; for ``token-mean`` exactly what the switch's legacy rule gives (each micro-batch scaled by its
+  response tokens / the mini-batch's tokens, times the data-parallel size); the trainer config's default is on;
+- vanilla: the switch does nothing on the engine path: on, the gradient is about K times too large, and the
+  default is off;
+- both trees, switch off: upstream's loss, as it is: each micro-batch's loss is its unscaled combined loss, and the
+  patched tree's gradients equal the vanilla run's record exactly (``PATCHSET_BASELINE_DIR``).
 
 And the one case the weight does not guard, the same as veRL's own ``agg_loss``: a global mini-batch with no
 response token at all gives a non-finite token-mean loss (0/0), which veRL's FSDP engine answers by skipping the
@@ -19,10 +22,8 @@ optimizer step; the legacy path's ``+1e-6`` gives a zero-gradient step instead.
 
 from __future__ import annotations
 
-import asyncio
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -34,9 +35,10 @@ from engine_harness.sim import (
     grad_ratio,
     make_rollout_batch,
     pack_model_output,
+    same_as_vanilla,
     use_cpu_unpadding,
 )
-from engine_harness.trinity_configs import algorithm_config
+from engine_harness.trinity_configs import algorithm_config, installed_actor_loss
 
 BATCH_SIZE = 32
 SPLIT = Split(4)
@@ -46,35 +48,6 @@ BUG_RATIO_TOLERANCE = 0.15
 @pytest.fixture(scope="module", autouse=True)
 def _cpu_unpadding(trinity_tree: Path) -> None:
     use_cpu_unpadding()
-
-
-def installed_actor_loss(algo_config, fix_actor_microbatch_loss_scale: bool):
-    """The loss Trinity installs in the actor worker, by ``VERLTrainer.prepare`` and the worker's real
-    ``set_trinity_config``, for a trainer config whose ``trainer.fix_actor_microbatch_loss_scale`` is given.
-    Only what those two methods read is stubbed (the worker's engine, the Ray worker group, the checkpoint)."""
-    from trinity.trainer.verl.trainer import VERLTrainer
-    from trinity.trainer.verl.workers import TrinityActorRolloutRefWorker
-
-    installed = {}
-    worker = SimpleNamespace(actor=SimpleNamespace(set_loss_fn=lambda fn: installed.setdefault("loss", fn)))
-
-    def set_trinity_config(**kwargs):
-        return TrinityActorRolloutRefWorker.set_trinity_config(worker, **kwargs)
-
-    global_config = SimpleNamespace(
-        trainer=SimpleNamespace(fix_actor_microbatch_loss_scale=fix_actor_microbatch_loss_scale),
-        explorer=SimpleNamespace(rollout_model=SimpleNamespace(engine_type="vllm")),
-        synchronizer=SimpleNamespace(ray_namespace="test"),
-    )
-    trainer = SimpleNamespace(
-        actor_rollout_wg=SimpleNamespace(set_trinity_config=set_trinity_config),
-        algorithm_config=algo_config,
-        global_config=global_config,
-        config=SimpleNamespace(trainer=global_config.trainer),
-        _load_checkpoint=lambda: None,
-    )
-    asyncio.run(VERLTrainer.prepare(trainer))
-    return installed["loss"]
 
 
 def _inputs(seed: int = 0):
@@ -90,43 +63,69 @@ def _inputs(seed: int = 0):
 
 
 def _legacy_flag_rule(loss_fn, batch, dp_size: int = 1):
-    """The flag's token-mean rule from Trinity's legacy dp_actor, applied to each micro-batch's own mean:
-    loss * (response tokens of the micro-batch) / (response tokens of the mini-batch) * dp_size."""
+    """The switch's token-mean rule from Trinity's legacy dp_actor, applied to each micro-batch's own mean (a loss
+    built with the switch off): loss * (response tokens of the micro-batch) / (response tokens of the mini-batch) *
+    dp_size."""
     global_tokens = batch["response_mask"].sum()
 
     def scaled(model_output, data):
-        loss, metrics = loss_fn(model_output, data)  # the engine sim asks for no global normalization here
+        loss, metrics = loss_fn(model_output, data)
         local_tokens = batch["response_mask"][data["row_id"]].sum()
         return loss * local_tokens / global_tokens * dp_size, metrics
 
     return scaled
 
 
+def test_patchset_default_turns_the_switch_on(expect):
+    from trinity.common.config import Config
+
+    assert Config().trainer.fix_actor_microbatch_loss_scale is (expect == "fixed")
+
+
 @pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
-def test_flag_on_and_off_give_the_same_engine_gradient(expect, loss_agg_mode):
+def test_switch_on_gives_the_globally_normalized_engine_gradient(expect, loss_agg_mode):
     batch, outputs = _inputs()
-    config = algorithm_config("grpo", loss_agg_mode)
-    flag_off = installed_actor_loss(config, False)
-    flag_on = installed_actor_loss(config, True)
+    switch_on = installed_actor_loss(algorithm_config("grpo", loss_agg_mode), True)
 
-    reference, _ = engine_gradient(flag_off, batch, outputs, Split(1))
-    gradient_off, _ = engine_gradient(flag_off, batch, outputs, SPLIT)
-    gradient_on, _ = engine_gradient(flag_on, batch, outputs, SPLIT)
+    reference, _ = engine_gradient(switch_on, batch, outputs, Split(1))
+    gradient, _ = engine_gradient(switch_on, batch, outputs, SPLIT)
 
-    torch.testing.assert_close(gradient_on, gradient_off, rtol=0, atol=0)
     if expect == "fixed":
-        torch.testing.assert_close(gradient_off, reference, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(gradient, reference, rtol=1e-5, atol=1e-7)
     elif loss_agg_mode != "seq-mean-token-sum-norm":  # a plain sum in vanilla: right on one rank
-        ratio = grad_ratio(gradient_on, reference)
+        ratio = grad_ratio(gradient, reference)
         assert ratio == pytest.approx(SPLIT.num_micro_batches, rel=BUG_RATIO_TOLERANCE), f"ratio {ratio:.3f}"
 
 
-def test_token_mean_gradient_is_what_the_flag_promises(expect):
+@pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
+def test_switch_off_is_upstreams_engine_loss(expect, baseline_dir, loss_agg_mode):
+    """The same on both trees: with the switch off each micro-batch's loss is its unscaled combined loss, so the
+    gradient grows with K as upstream's does; the vanilla run records its gradient and the patched run must give
+    exactly the same one."""
+    batch, outputs = _inputs()
+    switch_off = installed_actor_loss(algorithm_config("grpo", loss_agg_mode), False)
+    losses = []
+
+    def recording(model_output, data):
+        loss, metrics = switch_off(model_output, data)
+        losses.append((loss.item(), metrics["final_loss"]))
+        return loss, metrics
+
+    gradient, _ = engine_gradient(recording, batch, outputs, SPLIT)
+
+    assert len(losses) == SPLIT.num_micro_batches
+    assert all(loss == final_loss for loss, final_loss in losses), losses
+    same_as_vanilla(baseline_dir, expect, f"actor-switch-off-{loss_agg_mode}", gradient)
+
+
+def test_token_mean_gradient_is_what_the_switch_promises(expect):
     batch, outputs = _inputs(seed=1)
-    loss_fn = installed_actor_loss(algorithm_config("grpo", "token-mean"), True)
+    config = algorithm_config("grpo", "token-mean")
+    loss_fn = installed_actor_loss(config, True)
 
     engine, _ = engine_gradient(loss_fn, batch, outputs, SPLIT)
-    flag_rule, _ = engine_gradient(_legacy_flag_rule(loss_fn, batch), batch, outputs, SPLIT, global_batch_info=False)
+    unscaled = installed_actor_loss(config, False)
+    flag_rule, _ = engine_gradient(_legacy_flag_rule(unscaled, batch), batch, outputs, SPLIT, global_batch_info=False)
 
     if expect == "fixed":
         torch.testing.assert_close(engine, flag_rule, rtol=1e-5, atol=1e-7)
@@ -141,7 +140,7 @@ def test_token_mean_without_response_tokens_is_not_finite_like_verls_agg_loss(ex
 
     batch, outputs = _inputs(seed=2)
     batch["response_mask"] = torch.zeros_like(batch["response_mask"])
-    loss_fn = installed_actor_loss(algorithm_config("grpo", "token-mean"), False)
+    loss_fn = installed_actor_loss(algorithm_config("grpo", "token-mean"), True)
     data = left_right_2_no_padding(batch.clone())
     tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=0, global_batch_size=len(batch))
     model_output = {name: pack_model_output(batch, tensor) for name, tensor in outputs.items()}

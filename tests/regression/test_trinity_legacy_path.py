@@ -14,8 +14,9 @@ mini-batch cut into K = 4 micro-batches (and 2, for PPO, DPO and REC), fixed or 
 of the uncut mini-batch
 (rtol 1e-5): each term is weighted by its micro-batch's share of the mini-batch under its own aggregation. DPO
 (its default k2 KL term, token-mean) keeps every chosen/rejected pair whole in one micro-batch under dynamic
-batching, and is exact too. ``trainer.fix_actor_microbatch_loss_scale`` is no longer read (the same gradient on
-and off); on vanilla it was the opt-in that made token-mean exact.
+batching, and is exact too. All of this with ``trainer.fix_actor_microbatch_loss_scale`` on, the patched tree's
+default (upstream's is off: there it is the opt-in that makes token-mean exact); with it off both trees scale each
+micro-batch as upstream does, the same gradient to the bit.
 
 On the vanilla tree the same measurement shows the defect: the legacy actor weights each micro-batch's token mean
 by its share of rows, so token-mean (and REC, which aggregates by token-mean) deviates, a token sum normalized by a
@@ -35,7 +36,7 @@ import torch
 from legacy_sim import Terms, init_single_process_group, legacy_gradients, wrong_on_vanilla
 
 from engine_harness import LOSS_AGG_MODES
-from engine_harness.sim import Split, grad_ratio, record_ratio
+from engine_harness.sim import Split, grad_ratio, record_ratio, same_as_vanilla
 from engine_harness.trinity_configs import POLICY_LOSSES
 
 SPLITS = [Split(2), Split(4), Split(2, dynamic=True), Split(4, dynamic=True)]
@@ -138,15 +139,29 @@ def test_ppo_every_aggregation_with_and_without_its_terms(
 
 
 @pytest.mark.parametrize("split", [Split(4), Split(4, dynamic=True)], ids=str)
-def test_loss_scale_flag_no_longer_needed_for_token_mean(expect, split):
-    """``trainer.fix_actor_microbatch_loss_scale`` (Trinity's opt-in token-mean rule, default False): on vanilla it
-    makes token-mean exact, and without it token-mean deviates; on the patched tree the flag is no longer read, and
-    both give the exact gradient."""
+def test_loss_scale_switch_default_is_exact_for_token_mean(expect, split):
+    """``trainer.fix_actor_microbatch_loss_scale`` (PR #336's token-mean rule, upstream's default False; this
+    patchset's carried default True): on, token-mean is exact on both trees; off, it deviates on both (upstream's
+    per-micro-batch scale); the default is on in the patched tree and off in vanilla."""
     (reference,), _ = legacy_gradients("ppo", "token-mean", Split(1))
-    (flag_off,), _ = legacy_gradients("ppo", "token-mean", split)
-    (flag_on,), _ = legacy_gradients("ppo", "token-mean", split, loss_scale_flag=True)
-    torch.testing.assert_close(flag_on, reference, rtol=1e-5, atol=1e-7)
-    if expect == "fixed":
-        torch.testing.assert_close(flag_off, flag_on, rtol=0, atol=0)
+    (default,), _ = legacy_gradients("ppo", "token-mean", split)
+    (switch_on,), _ = legacy_gradients("ppo", "token-mean", split, loss_scale_flag=True)
+    (switch_off,), _ = legacy_gradients("ppo", "token-mean", split, loss_scale_flag=False)
+    torch.testing.assert_close(switch_on, reference, rtol=1e-5, atol=1e-7)
+    assert float((switch_off - reference).norm() / reference.norm()) > BUG_DEVIATION
+    torch.testing.assert_close(default, switch_on if expect == "fixed" else switch_off, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("split", [Split(4), Split(4, dynamic=True)], ids=str)
+@pytest.mark.parametrize("loss_agg_mode", ["seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_loss_scale_switch_off_is_upstreams_rule(expect, baseline_dir, loss_agg_mode, split):
+    """The same on both trees: with the switch off the legacy actor scales each micro-batch as upstream does
+    (sequence means exact, a normalized token sum short by K); the vanilla run records its gradient and the patched
+    run must give exactly the same one."""
+    (reference,), _ = legacy_gradients("ppo", loss_agg_mode, Split(1), loss_scale_flag=False)
+    (switch_off,), _ = legacy_gradients("ppo", loss_agg_mode, split, loss_scale_flag=False)
+    if loss_agg_mode == "seq-mean-token-sum-norm":
+        assert grad_ratio(switch_off, reference) == pytest.approx(1 / split.num_micro_batches, rel=0.15)
     else:
-        assert float((flag_off - reference).norm() / reference.norm()) > BUG_DEVIATION
+        torch.testing.assert_close(switch_off, reference, rtol=1e-5, atol=1e-7)
+    same_as_vanilla(baseline_dir, expect, f"legacy-switch-off-{loss_agg_mode}-{split}", switch_off)

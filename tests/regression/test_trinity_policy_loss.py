@@ -4,8 +4,10 @@ Invariant on the patched tree: for PPO- and GRPO-style algorithm configs, every 
 and without the entropy and KL terms, the gradient of the summed micro-batch losses is the same for
 K = 1, 2, 3, 4, 8 micro-batches (fixed size and by token budget) and under simulated data parallelism
 as for one micro-batch on one rank. DPO's policy term is weighted by its share of pairs (every other
-registered policy loss: test_trinity_every_policy_loss). Without the engine's batch info nothing
-changes, and the logged metrics equal vanilla's.
+registered policy loss: test_trinity_every_policy_loss). The loss is built as Trinity installs it, with the
+tree's default ``trainer.fix_actor_microbatch_loss_scale`` (this patchset's carried default: on; upstream's: off).
+With the switch on, a micro-batch without the engine's batch info is an error naming the missing key; with it off
+the loss is returned as upstream returns it. The logged metrics equal vanilla's.
 
 On the vanilla tree the same measurements show the defect: the gradient grows with the number of
 micro-batches per rank (``seq-mean-token-sum-norm`` is a plain sum there, so it is right on one rank and
@@ -30,7 +32,7 @@ from engine_harness.sim import (
     record_ratio,
     use_cpu_unpadding,
 )
-from engine_harness.trinity_configs import algorithm_config
+from engine_harness.trinity_configs import algorithm_config, installed_actor_loss
 
 ALGORITHMS = ["ppo", "grpo"]
 BATCH_SIZE = 96
@@ -46,9 +48,8 @@ def _cpu_unpadding(trinity_tree: Path) -> None:
 
 
 def policy_loss(config):
-    from trinity.trainer.verl.losses import TrinityPolicyLoss
-
-    return TrinityPolicyLoss(config)
+    """The actor loss as Trinity installs it, with the tree's default ``fix_actor_microbatch_loss_scale``."""
+    return installed_actor_loss(config)
 
 
 def expected_bug_ratio(loss_agg_mode: str, dp_size: int, micro_batches_per_rank: int) -> float:
@@ -132,10 +133,11 @@ def test_dpo_loss_weighted_by_pair_share(expect):
 
 
 @pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
-def test_loss_without_engine_batch_info_is_unscaled(expect, loss_agg_mode):
-    """Guard, the same on both trees: outside the engine the weight is 1."""
+def test_loss_without_engine_batch_info_is_unscaled_with_the_switch_off(expect, loss_agg_mode):
+    """Guard, the same on both trees: with ``fix_actor_microbatch_loss_scale`` off (upstream's default), a loss
+    called outside the engine is returned as it is."""
     batch, outputs = actor_inputs(BATCH_SIZE, seed=3)
-    loss_fn = policy_loss(algorithm_config("grpo", loss_agg_mode))
+    loss_fn = installed_actor_loss(algorithm_config("grpo", loss_agg_mode), False)
 
     loss, metrics = _single_call(loss_fn, batch, outputs, slice(0, 12))
 
@@ -143,6 +145,28 @@ def test_loss_without_engine_batch_info_is_unscaled(expect, loss_agg_mode):
 
 
 @pytest.mark.vanilla_baseline
+@pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
+def test_switch_on_reads_the_engine_batch_info_strictly(expect, loss_agg_mode):
+    """With ``fix_actor_microbatch_loss_scale`` on, a micro-batch without the engine's batch info is an error that
+    names the missing key (each key the weight needs is removed in turn); vanilla's engine path never reads the
+    switch, and returns the loss as it is."""
+    batch, outputs = actor_inputs(BATCH_SIZE, seed=3)
+    loss_fn = installed_actor_loss(algorithm_config("grpo", loss_agg_mode), True)
+    batch_info = {"dp_size": 1, "batch_num_tokens": 500, "global_batch_size": 32}
+    needed = {"token-mean": "batch_num_tokens", "seq-mean-token-sum-norm": None}.get(loss_agg_mode, "global_batch_size")
+
+    for missing in ("dp_size", needed):
+        if missing is None:
+            continue
+        present = {key: value for key, value in batch_info.items() if key != missing}
+        if expect == "fixed":
+            with pytest.raises(KeyError, match=f"`{missing}`"):
+                _single_call(loss_fn, batch, outputs, slice(0, 12), **present)
+        else:
+            loss, metrics = _single_call(loss_fn, batch, outputs, slice(0, 12), **present)
+            assert loss.item() == pytest.approx(metrics["final_loss"], rel=1e-6)
+
+
 @pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
 def test_metrics_equal_vanilla_metrics(expect, baseline_dir, loss_agg_mode):
     """The vanilla run records its metrics; the patched run must log exactly the same ones."""

@@ -27,6 +27,7 @@ import torch
 
 from engine_harness.self_normalizing_loss import algorithm_config, registered
 from engine_harness.sim import Split, actor_inputs, engine_gradient, grad_ratio, record_ratio, use_cpu_unpadding
+from engine_harness.trinity_configs import installed_actor_loss
 
 BATCH_SIZE = 48
 SPLITS = [Split(2), Split(4), Split(3, dynamic=True)]
@@ -45,9 +46,7 @@ def loss_class(trinity_tree: Path) -> Iterator[type]:
 
 
 def policy_loss(terms: bool):
-    from trinity.trainer.verl.losses import TrinityPolicyLoss
-
-    return TrinityPolicyLoss(algorithm_config(terms))
+    return installed_actor_loss(algorithm_config(terms))  # as Trinity installs it, with the tree's default switch
 
 
 @pytest.mark.parametrize("terms", TERMS, ids=str)

@@ -25,18 +25,28 @@ def _groups(name: str):
     return load_groups(series.path.parent, len(series.patches))
 
 
-def test_trinity_groups_fold_normalization_on_top_of_dpo():
+def test_trinity_groups_split_the_normalization_from_its_api_and_keep_the_carried_ones():
+    """The switch's extension, the per-term API and the legacy actors are PRs of their own, stacked on what each
+    needs; #616's runtime keys and the switch's default stay carried, with their reasons."""
     groups = {group.name: group for group in _groups("trinity")}
     normalization = groups["policy-loss-normalization"]
 
     assert groups["dpo-pairs"].numbers == (2, 4, 6) and groups["dpo-pairs"].after is None
-    assert normalization.numbers == (1, 3, 5) and normalization.fold and normalization.after == "dpo-pairs"
+    assert normalization.numbers == (1,) and not normalization.fold and normalization.after == "dpo-pairs"
+    assert groups["policy-loss-aggregation"].numbers == (3, 5)
+    assert groups["policy-loss-aggregation"].after == normalization.name
+    assert groups["legacy-normalization"].after == "policy-loss-aggregation"
     assert groups["dpo-optimizer-step"].numbers == (7,) and groups["dpo-optimizer-step"].after == "dpo-pairs"
-    assert [g.name for g in chain(tuple(groups.values()), normalization.name)] == [
+    assert [g.name for g in chain(tuple(groups.values()), "legacy-normalization")] == [
         "dpo-pairs",
         normalization.name,
+        "policy-loss-aggregation",
+        "legacy-normalization",
     ]
-    assert normalization.description is not None
+    carried = {name: group.carried for name, group in groups.items() if group.carried}
+    assert set(carried) == {"policy-loss-runtime-keys", "loss-scale-switch-default"}
+    assert "PR 616" in carried["policy-loss-runtime-keys"] and "PR 336" in carried["loss-scale-switch-default"]
+    assert all(group.description is not None for group in groups.values() if not group.carried)
 
 
 def test_verl_has_one_group_per_patch():

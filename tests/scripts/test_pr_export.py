@@ -68,6 +68,15 @@ def _state(tree: Path) -> tuple[str, str, str, str]:
     )
 
 
+TRINITY_PRS = (
+    "dpo-pairs",
+    "policy-loss-normalization",
+    "policy-loss-aggregation",
+    "dpo-optimizer-step",
+    "legacy-normalization",
+)
+
+
 def _check_every_group_has_its_body(series: str, out: str, exported: tuple[str, ...] = ()) -> None:
     """Every group of ``patches/<series>/groups`` has its ``pr/<group>.md``, and the export printed it (each group,
     or those ``exported``): its title as the PR title, its first paragraph in the body."""
@@ -157,11 +166,18 @@ def _final_state(pinned, numbers: list[int], path: str, tmp_path: Path) -> str:
     return (tree / path).read_text()
 
 
-def test_trinity_export_stacks_a_folded_group_on_the_dpo_group(pinned, capsys, tmp_path):
+def test_trinity_export_stacks_each_group_on_what_it_needs(pinned, capsys, tmp_path):
+    """One commit per patch, each group on the group it is ``after``; the carried groups (#616's runtime keys, the
+    switch's default) make no branch and are named with their reasons."""
     checkout = pinned("trinity")
     before = _state(checkout)
     patches = load_series(REPO_ROOT / "patches", "trinity").patches
-    dpo, folded = "patchset/trinity-dpo-pairs", "patchset/trinity-policy-loss-normalization"
+    branch = {name: f"patchset/trinity-{name}" for name in TRINITY_PRS}
+    dpo, normalization, aggregation = (
+        branch["dpo-pairs"],
+        branch["policy-loss-normalization"],
+        branch["policy-loss-aggregation"],
+    )
 
     assert main(["trinity", str(checkout)]) == 0
 
@@ -170,24 +186,26 @@ def test_trinity_export_stacks_a_folded_group_on_the_dpo_group(pinned, capsys, t
     dpo_commits = git(checkout, "rev-list", "--reverse", f"v0.6.0..{dpo}").split()
     for commit, patch in zip(dpo_commits, patches[1:7:2], strict=True):  # 0002, 0004 and 0006, one commit each
         _check_commit(checkout, commit, patch.subject)
-    (fold_commit,) = git(checkout, "rev-list", f"{dpo}..{folded}").split()  # 0001, 0003, 0005 as one commit
-    assert git(checkout, "rev-parse", f"{folded}~1") == git(checkout, "rev-parse", dpo)
-    title = (REPO_ROOT / "patches/trinity/pr/policy-loss-normalization.md").read_text().split("\n", 1)[0]
-    _check_commit(checkout, fold_commit, title)
-    test_file = "tests/trainer/verl_policy_loss_test.py"  # 0001 adds it, 0003 and 0005 revise it
-    assert git(checkout, "show", f"{folded}:{test_file}") == _final_state(pinned, [1, 2, 3, 4, 5], test_file, tmp_path)
-    (steps_commit,) = git(checkout, "rev-list", f"{dpo}..patchset/trinity-dpo-optimizer-step").split()  # 0007
+    (normalization_commit,) = git(checkout, "rev-list", f"{dpo}..{normalization}").split()  # 0001
+    _check_commit(checkout, normalization_commit, patches[0].subject)
+    aggregation_commits = git(checkout, "rev-list", "--reverse", f"{normalization}..{aggregation}").split()
+    for commit, patch in zip(aggregation_commits, (patches[2], patches[4]), strict=True):  # 0003, 0005
+        _check_commit(checkout, commit, patch.subject)
+    (steps_commit,) = git(checkout, "rev-list", f"{dpo}..{branch['dpo-optimizer-step']}").split()  # 0007
     _check_commit(checkout, steps_commit, patches[6].subject)
-    (legacy_commit,) = git(checkout, "rev-list", f"{folded}..patchset/trinity-legacy-normalization").split()  # 0008
+    (legacy_commit,) = git(checkout, "rev-list", f"{aggregation}..{branch['legacy-normalization']}").split()  # 0008
     _check_commit(checkout, legacy_commit, patches[7].subject)
-    assert out.count("upstream lint: passed (6 passed, 0 failed") == 4  # check-yaml: no YAML changed
-    assert out.count("upstream CPU tests: passed (") == 4
+    for carried in ("policy-loss-runtime-keys", "loss-scale-switch-default"):
+        assert f"trinity: group {carried} stays a carried patch, no PR: " in out
+        assert not git(checkout, "branch", "--list", f"patchset/trinity-{carried}").strip()
+    assert out.count("upstream lint: passed (6 passed, 0 failed") == len(TRINITY_PRS)  # check-yaml: no YAML changed
+    assert out.count("upstream CPU tests: passed (") == len(TRINITY_PRS)
+    title = (REPO_ROOT / "patches/trinity/pr/policy-loss-normalization.md").read_text().split("\n", 1)[0]
     assert f"----- PR title -----\n{title}\n" in out
     dpo_title = (REPO_ROOT / "patches/trinity/pr/dpo-pairs.md").read_text().split("\n", 1)[0]
     assert f'Depends on the PR "{dpo_title}"' in out
     assert "## Description" in out and "## Checklist" in out and "Made against the Trinity-RFT v0.6.0 release." in out
-    assert f"push <your-fork> {dpo} {folded}" in out
-    _check_every_group_has_its_body("trinity", out)
+    _check_every_group_has_its_body("trinity", out, TRINITY_PRS)
 
 
 def _long_line_series(pinned, tmp_path: Path) -> Path:

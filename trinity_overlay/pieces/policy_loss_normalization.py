@@ -1,9 +1,11 @@
-"""The policy-loss normalization piece (patches 0001, 0003, 0005): its targets, how to tell a tree has it, and how it
-goes onto each of Trinity's modules.
+"""The policy-loss normalization piece (patches 0001, 0003, 0005, 0009): its targets, how to tell a tree has it, and
+how it goes onto each of Trinity's modules.
 
-`TrinityPolicyLoss` weights each term by its share of the global mini-batch; each policy loss declares its
-`loss_aggregation` (a loss that takes the engine's batch info as runtime keys normalizes itself, and
-`PolicyLossFnMeta` passes those keys through); MIX / MIX_CHORD warn at start-up. The patched code is in the mirrored
+With ``trainer.fix_actor_microbatch_loss_scale`` on (passed by `VERLTrainer.prepare` and the worker's
+`set_trinity_config` to `build_trinity_loss`), `TrinityPolicyLoss` weights each term by its share of the global
+mini-batch, reading the engine's batch info strictly; each policy loss declares its `loss_aggregation` (a loss that
+takes the engine's batch info as runtime keys normalizes itself, and `PolicyLossFnMeta` passes those keys through);
+MIX / MIX_CHORD warn at start-up. The patched code is in the mirrored
 modules (``trinity_overlay/algorithm/policy_loss_fn/...``, ``trinity_overlay/trainer/verl/losses.py``), which keep
 Trinity's layout. Each installer is safe on its own: `loss_aggregation` is a new attribute no upstream code reads, and
 `TrinityPolicyLoss` reads it only from losses built through Trinity's registry, whose base class module Trinity's
@@ -24,6 +26,8 @@ REC_LOSS = "trinity.algorithm.policy_loss_fn.rec_policy_loss"
 MIX_LOSS = "trinity.algorithm.policy_loss_fn.mix_policy_loss"
 CHORD_LOSS = "trinity.algorithm.policy_loss_fn.chord_policy_loss"
 LOSSES = "trinity.trainer.verl.losses"
+WORKERS = "trinity.trainer.verl.workers"
+TRAINER = "trinity.trainer.verl.trainer"
 
 # the class of each module that declares its own `loss_aggregation`
 DECLARING_CLASSES = {
@@ -42,7 +46,9 @@ def upstream_has_policy_loss_fix(source: UpstreamSource) -> str | None:
     if (
         "_micro_batch_weight" in policy_loss
         and "micro-batch-weighted" in policy_loss
+        and "fix_actor_microbatch_loss_scale" in policy_loss
         and "self-normalized" in source.segment(POLICY_LOSS_FN, "PolicyLossFn")
+        and "fix_actor_microbatch_loss_scale" in source.segment(WORKERS, "TrinityActorRolloutRefWorker")
     ):
         return "already has the policy-loss fix (TrinityPolicyLoss._micro_batch_weight, PolicyLossFn.loss_aggregation)"
     return None
@@ -74,14 +80,14 @@ def install_loss_aggregation(module: ModuleType, undo: list[Callable[[], None]])
 def install_trinity_policy_loss(module: ModuleType, undo: list[Callable[[], None]]) -> None:
     """Give TrinityPolicyLoss the patched `__call__` and `_micro_batch_weight`, and its `__init__` and
     `build_trinity_loss` the patched code (run in Trinity's module, which gets ``get_logger`` as the patch imports
-    it): both take the deprecated `fix_actor_microbatch_loss_scale`."""
+    it, and `engine_batch_info`): both take `fix_actor_microbatch_loss_scale`."""
     from trinity.utils.log import get_logger
 
     from patchset_overlay.replace import add_module_globals, replace_function_code, set_class_attributes
     from trinity_overlay.trainer.verl import losses
 
     mirror = vars(losses.TrinityPolicyLoss)
-    undo.append(add_module_globals(module, {"get_logger": get_logger}))
+    undo.append(add_module_globals(module, {"get_logger": get_logger, "engine_batch_info": losses.engine_batch_info}))
     undo.append(set_class_attributes(module.TrinityPolicyLoss, {name: mirror[name] for name in PATCHED_MEMBERS}))
     undo.append(replace_function_code(vars(module.TrinityPolicyLoss)["__init__"], mirror["__init__"]))
     # build_trinity_loss builds Trinity's own TrinityPolicyLoss: the mirror's code, bound to Trinity's module
@@ -91,12 +97,36 @@ def install_trinity_policy_loss(module: ModuleType, undo: list[Callable[[], None
     undo.append(replace_function_code(module.build_trinity_loss, bound))
 
 
+def install_worker(module: ModuleType, undo: list[Callable[[], None]]) -> None:
+    """`set_trinity_config` takes the switch and builds the loss with it: the patched code replaces that of the
+    function veRL's ``register`` decorator wraps (the wrappers, and their dispatch attributes, stay)."""
+    import inspect
+
+    from patchset_overlay.replace import replace_function_code
+    from trinity_overlay.trainer.verl import workers
+
+    for name in workers.PATCHED_METHODS:
+        target = inspect.unwrap(vars(module.TrinityActorRolloutRefWorker)[name])
+        undo.append(replace_function_code(target, vars(workers.TrinityActorRolloutRefWorker)[name]))
+
+
+def install_prepare(module: ModuleType, undo: list[Callable[[], None]]) -> None:
+    """`VERLTrainer.prepare` passes the trainer's switch to the actor workers (the patched code, in Trinity's
+    module)."""
+    from patchset_overlay.replace import replace_function_code
+    from trinity_overlay.trainer.verl import trainer
+
+    for name in trainer.SWITCH_METHODS:
+        undo.append(replace_function_code(vars(module.VERLTrainer)[name], vars(trainer.VERLTrainer)[name]))
+
+
 PIECE = Piece(
     name="policy-loss-normalization",
     patches=(
         "0001-trainer-policy-loss-global-normalization",
         "0003-trainer-weight-each-trinitypolicyloss-term-its-own",
         "0005-trainer-warn-start-up-that-mix-mix-chord-depend",
+        "0009-trainer-policy-loss-runtime-keys",
     ),
     targets=(
         Target(POLICY_LOSS_FN, "PolicyLossFn"),
@@ -107,6 +137,8 @@ PIECE = Piece(
         Target(DPO_LOSS, "DPOLossFn"),
         Target(LOSSES, "TrinityPolicyLoss"),
         Target(LOSSES, "build_trinity_loss"),
+        Target(WORKERS, "TrinityActorRolloutRefWorker"),
+        Target(TRAINER, "VERLTrainer"),
     ),
     installers={
         POLICY_LOSS_FN: install_policy_loss_fn,
@@ -115,6 +147,8 @@ PIECE = Piece(
         CHORD_LOSS: install_loss_aggregation,
         DPO_LOSS: install_loss_aggregation,
         LOSSES: install_trinity_policy_loss,
+        WORKERS: install_worker,
+        TRAINER: install_prepare,
     },
     upstream_has_fix=upstream_has_policy_loss_fix,
 )

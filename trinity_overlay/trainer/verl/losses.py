@@ -1,5 +1,5 @@
-"""Mirror of ``trinity.trainer.verl.losses``: `TrinityPolicyLoss` and `build_trinity_loss` as patches 0001, 0003 and
-0005 leave them.
+"""Mirror of ``trinity.trainer.verl.losses``: `TrinityPolicyLoss`, `engine_batch_info` and `build_trinity_loss` as
+patches 0001, 0003, 0005 and 0009 leave them.
 
 Only the members the patches change or add. `__call__` and `_micro_batch_weight` are set on the upstream class
 itself, so every instance (made before activation, in another module, or unpickled in a Ray worker) uses them;
@@ -22,7 +22,7 @@ from verl.workers.utils.padding import no_padding_2_padding
 class TrinityPolicyLoss:
     """The patched members of ``trinity.trainer.verl.losses.TrinityPolicyLoss``; never instantiated itself."""
 
-    def __init__(self, algo_config, fix_actor_microbatch_loss_scale: bool | None = None) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, algo_config, fix_actor_microbatch_loss_scale: bool = False) -> None:  # type: ignore[no-untyped-def]
         self.policy_loss_fn = POLICY_LOSS_FN.get(algo_config.policy_loss_fn)(
             backend="verl", **algo_config.policy_loss_fn_args
         )
@@ -31,21 +31,16 @@ class TrinityPolicyLoss:
         self.calculate_entropy = algo_config.entropy_loss_fn != "none"
         self.loss_agg_mode = algo_config.loss_agg_mode
         self.use_kl_loss = not isinstance(self.kl_loss_fn, DummyKLFn)
+        self.fix_actor_microbatch_loss_scale = fix_actor_microbatch_loss_scale
         self.policy_loss_aggregation = self.policy_loss_fn.loss_aggregation
-        # decided once: a token share, or a loss that takes it, needs batch_num_tokens (each read of the TensorDict's
-        # non-tensor data costs a few microseconds per micro-batch)
-        self.reads_batch_num_tokens = "token-mean" in (
-            self.loss_agg_mode,
-            self.policy_loss_aggregation,
-        ) or "batch_num_tokens" in getattr(self.policy_loss_fn, "_runtime_keys", ())
-        if self.policy_loss_aggregation is None:
+        if fix_actor_microbatch_loss_scale and self.policy_loss_aggregation is None:
             get_logger("trinity.trainer.verl.losses").warning(
                 f"Policy loss `{algo_config.policy_loss_fn}` does not declare its "
                 "`loss_aggregation`; veRL's engine weights it by its share of sequences, which "
                 "keeps its gradient independent of the micro-batch split only if it is a mean "
                 "over sequences."
             )
-        elif self.policy_loss_aggregation == "micro-batch-weighted":
+        elif fix_actor_microbatch_loss_scale and self.policy_loss_aggregation == "micro-batch-weighted":
             get_logger("trinity.trainer.verl.losses").warning(
                 f"Policy loss `{algo_config.policy_loss_fn}` weights each micro-batch itself, by "
                 "its share of usual and expert sequences from its `policy_loss_fn_args` "
@@ -55,13 +50,6 @@ class TrinityPolicyLoss:
                 "batch, its GRPO and SFT parts use a sequence-mean `loss_agg_mode` and the "
                 "entropy term is off."
             )
-        if fix_actor_microbatch_loss_scale is not None:
-            get_logger("trinity.trainer.verl.losses").warning(
-                "`fix_actor_microbatch_loss_scale` is deprecated and ignored here: under "
-                "veRL's engine every loss is weighted by its micro-batch's share of the global "
-                "mini-batch, for every `loss_agg_mode` (for token-mean exactly what the flag "
-                f"did), whether it is set or not (got {fix_actor_microbatch_loss_scale})."
-            )
 
     def __call__(
         self,
@@ -69,20 +57,6 @@ class TrinityPolicyLoss:
         data: TensorDict,
         dp_group=None,
     ) -> tuple[torch.Tensor, dict]:
-        # read before select() below: the engine's global batch info, absent outside the engine
-        dp_size = tu.get_non_tensor_data(data=data, key="dp_size", default=1)
-        if "reads_batch_num_tokens" in vars(self):
-            policy_loss_aggregation = self.policy_loss_aggregation
-            reads_batch_num_tokens = self.reads_batch_num_tokens
-        else:  # built before the overlay was on, or unpickled from a process without it: what __init__ stores
-            policy_loss_aggregation = self.policy_loss_fn.loss_aggregation
-            reads_batch_num_tokens = "token-mean" in (self.loss_agg_mode, policy_loss_aggregation) or (
-                "batch_num_tokens" in getattr(self.policy_loss_fn, "_runtime_keys", ())
-            )
-        batch_num_tokens = None
-        if reads_batch_num_tokens:
-            batch_num_tokens = tu.get_non_tensor_data(data=data, key="batch_num_tokens", default=None)
-
         log_prob = no_padding_2_padding(model_output["log_probs"], data)
         entropy = model_output.get("entropy", None)
         if entropy is not None:
@@ -103,10 +77,15 @@ class TrinityPolicyLoss:
         )
 
         metrics: dict = {}
-        # a policy loss that declares them as runtime keys (e.g. upstream main's M2PO) normalizes itself with them
-        pg_loss, pg_loss_metrics = self.policy_loss_fn(
-            logprob=log_prob, batch_num_tokens=batch_num_tokens, dp_size=dp_size, **model_inputs
-        )
+        # a policy loss that declares them as runtime keys (PR #616's M2PO) normalizes itself with the engine's batch
+        # info; outside the engine it gets None and normalizes within the batch
+        runtime_inputs = {}
+        if getattr(self.policy_loss_fn, "_runtime_keys", None):
+            runtime_inputs = {
+                "batch_num_tokens": tu.get_non_tensor_data(data=data, key="batch_num_tokens", default=None),
+                "dp_size": tu.get_non_tensor_data(data=data, key="dp_size", default=1),
+            }
+        pg_loss, pg_loss_metrics = self.policy_loss_fn(logprob=log_prob, **runtime_inputs, **model_inputs)
         prefix_metrics(src_metrics=pg_loss_metrics, prefix="actor", dst_metrics=metrics)
         policy_loss = pg_loss
 
@@ -134,13 +113,17 @@ class TrinityPolicyLoss:
         # the logged loss stays the micro-batch's own (unscaled) combined loss
         metrics["final_loss"] = policy_loss.detach().item()
 
+        # an instance built before the overlay was on, or unpickled from a process without it, has upstream's
+        # attributes only: the switch off, as upstream's __init__ leaves it
+        if not getattr(self, "fix_actor_microbatch_loss_scale", False):
+            return policy_loss, metrics
         # each term is weighted by the share its own aggregation needs (see _micro_batch_weight);
         # usually all terms aggregate alike, and one weight and one multiplication do
-        weight_args = (data, response_mask, dp_size, batch_num_tokens)
-        term_weight = self._micro_batch_weight(self.loss_agg_mode, *weight_args)
-        if policy_loss_aggregation == self.loss_agg_mode:
+        dp_size = engine_batch_info(data, "dp_size")
+        term_weight = self._micro_batch_weight(self.loss_agg_mode, data, response_mask, dp_size)
+        if self.policy_loss_aggregation == self.loss_agg_mode:
             return policy_loss * term_weight, metrics
-        policy_weight = self._micro_batch_weight(policy_loss_aggregation, *weight_args)
+        policy_weight = self._micro_batch_weight(self.policy_loss_aggregation, data, response_mask, dp_size)
         return pg_loss * policy_weight + (policy_loss - pg_loss) * term_weight, metrics
 
     def _micro_batch_weight(
@@ -149,10 +132,9 @@ class TrinityPolicyLoss:
         data: TensorDict,
         response_mask: torch.Tensor,
         dp_size: int,
-        batch_num_tokens: int | None,
     ) -> torch.Tensor | float:
         """The micro-batch's share of the global mini-batch for a term aggregated by ``loss_agg_mode``, times
-        dp_size; 1.0 without the engine's batch info.
+        dp_size.
 
         A mean over pairs, and a loss that weights its micro-batch itself for the legacy trainer (which scaled
         each micro-batch by its share of sequences), take the share of sequences, as does a loss that declares no
@@ -161,29 +143,36 @@ class TrinityPolicyLoss:
 
         Args:
             loss_agg_mode (Optional[str]): how the term aggregates (see `PolicyLossFn.loss_aggregation`).
-            data (TensorDict): the micro-batch, with the engine's `global_batch_size` (sequences in the global
-                mini-batch), read only for a share of sequences.
+            data (TensorDict): the micro-batch, with the engine's `batch_num_tokens` and `global_batch_size`,
+                read strictly (`engine_batch_info`) and only where the share needs them.
             response_mask (torch.Tensor): response mask of the micro-batch, (bsz, response_length).
             dp_size (int): data parallel size.
-            batch_num_tokens (Optional[int]): response tokens in the global mini-batch.
 
         Returns:
             Union[torch.Tensor, float]: the weight.
         """
         if loss_agg_mode == "self-normalized":
-            return 1.0
+            return 1.0  # the loss returns its share of the global mini-batch itself
         if loss_agg_mode == "seq-mean-token-sum-norm":
             return float(dp_size)  # a sum over the micro-batch already: only undo the data parallel averaging
         if loss_agg_mode == "token-mean":
-            # one tensor operation: tokens over the global mini-batch's tokens per rank
-            return 1.0 if batch_num_tokens is None else response_mask.sum() / (batch_num_tokens / dp_size)
-        global_batch_size = tu.get_non_tensor_data(data=data, key="global_batch_size", default=None)
-        return 1.0 if global_batch_size is None else response_mask.shape[0] * dp_size / global_batch_size
+            return response_mask.sum() / (engine_batch_info(data, "batch_num_tokens") / dp_size)
+        return response_mask.shape[0] * dp_size / engine_batch_info(data, "global_batch_size")
 
 
-def build_trinity_loss(algo_config, fix_actor_microbatch_loss_scale: bool | None = None):  # type: ignore[no-untyped-def]
-    """Build a TrinityPolicyLoss instance for veRL's engine API.
+def engine_batch_info(data: TensorDict, key: str):  # type: ignore[no-untyped-def]
+    """Read a value that veRL's engine attaches to the mini-batch before splitting it; a `KeyError` naming it when
+    the micro-batch lacks it."""
+    value = tu.get_non_tensor_data(data=data, key=key, default=None)
+    if value is None:
+        raise KeyError(
+            f"`fix_actor_microbatch_loss_scale` needs `{key}` in the micro-batch, which veRL's "
+            "engine sets before splitting the mini-batch; it is missing. Call the loss through "
+            "the engine, or set the switch off."
+        )
+    return value
 
-    `fix_actor_microbatch_loss_scale` is deprecated and ignored (see TrinityPolicyLoss).
-    """
+
+def build_trinity_loss(algo_config, fix_actor_microbatch_loss_scale: bool = False):  # type: ignore[no-untyped-def]
+    """Build a TrinityPolicyLoss instance for veRL's engine API."""
     return TrinityPolicyLoss(algo_config, fix_actor_microbatch_loss_scale)

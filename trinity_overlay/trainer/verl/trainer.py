@@ -1,4 +1,5 @@
-"""Mirror of ``trinity.trainer.verl.trainer``: `VERLTrainer` as patches 0004 and 0007 leave it.
+"""Mirror of ``trinity.trainer.verl.trainer``: `VERLTrainer` as patches 0001 (`prepare`), 0004 and 0007
+(`_update_actor`) leave it.
 
 `_update_actor` (0004: pairs kept whole; 0007: a DPO mini-batch counted in rows) replaces the code of upstream's own
 method, so it runs in the upstream module's namespace: every global it reads is the object that module imports
@@ -25,10 +26,23 @@ ADDED_GLOBALS = {
 }
 PATCHED_METHODS = ("_update_actor",)  # upstream's own, whose code is replaced
 ADDED_METHODS: tuple[str, ...] = ()
+# upstream's own, whose code the policy-loss piece replaces (0001: the switch passed to the actor's loss)
+SWITCH_METHODS = ("prepare",)
 
 
 class VERLTrainer:
     """The patched members of ``VERLTrainer``; never instantiated itself."""
+
+    async def prepare(self):  # type: ignore[no-untyped-def]
+        trainer_config = self.global_config.trainer
+        self.actor_rollout_wg.set_trinity_config(
+            algo_config=self.algorithm_config,
+            rollout_engine_type=self.global_config.explorer.rollout_model.engine_type,
+            ray_namespace=self.global_config.synchronizer.ray_namespace,
+            fix_actor_microbatch_loss_scale=trainer_config.fix_actor_microbatch_loss_scale,
+        )
+        self.global_steps = 0
+        self._load_checkpoint()
 
     def _update_actor(self, batch: DataProto, metrics: dict) -> DataProto:
         batch_td = batch.to_tensordict()
