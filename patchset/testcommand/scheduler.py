@@ -50,7 +50,7 @@ class StepResult:
     seconds: float
     note: str = ""
     timed_out: bool = False
-    cpu_seconds: float | None = None  # of the step's process and every process it waited for (None: not reaped here)
+    cpu_seconds: float | None = None  # of the step's process and the processes it waited for (None: not reaped here)
 
 
 @dataclass
@@ -67,7 +67,8 @@ class _Running:
 
 def _reap(running: _Running) -> bool:
     """Whether the step's process has ended; if so, its exit status and the CPU time it and the processes it waited
-    for used (``wait4``'s resource usage: where the time of a step goes, beside its wall time)."""
+    for used (``wait4``'s resource usage: where the time of a step goes, beside its wall time). A process no one
+    waits for is not counted: the ranks a fork server starts (the engine's, the legacy actors') are the server's."""
     process = running.process
     if process.returncode is not None:
         return True
