@@ -52,13 +52,12 @@ def loss_function(loss: str, mode: str, strategy: str = "fsdp2") -> Any:
         )
     if loss != "trinity":
         raise ValueError(f"no loss {loss!r}: one of {', '.join(LOSSES)}")
-    from trinity.common.config import TrainerConfig
     from trinity.trainer.verl.losses import TrinityPolicyLoss
 
-    from engine_harness.trinity_configs import algorithm_config
+    from engine_harness.trinity_configs import algorithm_config, default_loss_scale_switch
 
     config = algorithm_config("grpo", mode)
-    if TrainerConfig().fix_actor_microbatch_loss_scale:  # this patchset's default: the loss its users' actor gets
+    if default_loss_scale_switch():  # this patchset's default: the loss its users' actor gets
         return TrinityPolicyLoss(config, fix_actor_microbatch_loss_scale=True)
     return TrinityPolicyLoss(config)  # upstream's default (False)
 

@@ -121,21 +121,39 @@ def check(config) -> list[str]:
     return [str(call.args[0]) for call in warning.call_args_list]
 
 
-def installed_actor_loss(algo_config, fix_actor_microbatch_loss_scale: bool | None = None):
+def default_loss_scale_switch(trainer_type: str = "verl") -> bool:
+    """``trainer.fix_actor_microbatch_loss_scale`` as the tree under test gives it to a ``trainer_type`` config that
+    does not set it: `TrainerConfig`'s default, through Trinity's real `TrainerConfigValidator` (upstream: False for
+    every trainer; this patchset's carried 0010: unset, resolved to on for veRL, off for Tinker). An explorer's config
+    (mode ``explore``): the validator resolves the switch and leaves the rest of the trainer alone."""
+    from trinity.common.config import Config
+    from trinity.common.config_validator import TrainerConfigValidator
+
+    config = Config(mode="explore")
+    config.trainer.trainer_type = trainer_type
+    TrainerConfigValidator().validate(config)
+    return config.trainer.fix_actor_microbatch_loss_scale
+
+
+def installed_actor_loss(algo_config, fix_actor_microbatch_loss_scale: bool | None = None, validated: bool = True):
     """The actor loss Trinity installs in its veRL worker: ``VERLTrainer.prepare`` and the worker's real
     ``set_trinity_config``, for a trainer config whose ``trainer.fix_actor_microbatch_loss_scale`` is given, or is
-    the default of the Trinity tree under test (None: upstream's False; this patchset's carried default, True).
+    the veRL trainer's default on the Trinity tree under test (None: `default_loss_scale_switch`).
     Only what those two methods read is stubbed (the worker's engine, the Ray worker group, the checkpoint); a
-    tree whose ``set_trinity_config`` does not take the switch (vanilla 0.6.0) gets its loss as it builds it."""
+    tree whose ``set_trinity_config`` does not take the switch (vanilla 0.6.0) gets its loss as it builds it.
+    ``validated`` False: the `TrainerConfig` default as it is before Trinity's validator has seen the config."""
     import asyncio
     from types import SimpleNamespace
 
-    from trinity.common.config import TrainerConfig
     from trinity.trainer.verl.trainer import VERLTrainer
     from trinity.trainer.verl.workers import TrinityActorRolloutRefWorker
 
-    if fix_actor_microbatch_loss_scale is None:
+    if not validated:
+        from trinity.common.config import TrainerConfig
+
         fix_actor_microbatch_loss_scale = TrainerConfig().fix_actor_microbatch_loss_scale
+    elif fix_actor_microbatch_loss_scale is None:
+        fix_actor_microbatch_loss_scale = default_loss_scale_switch()
     installed = {}
     worker = SimpleNamespace(actor=SimpleNamespace(set_loss_fn=lambda fn: installed.setdefault("loss", fn)))
 

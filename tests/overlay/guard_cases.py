@@ -49,6 +49,9 @@ def untouched() -> dict[str, bool]:
     if dpo is not None:  # the function Trinity's PolicyLossFnMeta wraps
         wrapped = vars(dpo.DPOLossFn)["__call__"].__closure__[0].cell_contents
         seen["DPOLossFn.__call__"] = _from_upstream(wrapped, "trinity")
+    validators = sys.modules.get("trinity.common.config_validator")
+    if validators is not None:
+        seen["TrainerConfigValidator.validate"] = _from_upstream(validators.TrainerConfigValidator.validate, "trinity")
     return seen
 
 

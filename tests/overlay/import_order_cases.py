@@ -44,6 +44,16 @@ def _trinity_policy_loss(module) -> bool:  # type: ignore[no-untyped-def]
     return methods and _overlay_code(module.build_trinity_loss)
 
 
+def _switch_unset(module) -> bool:  # type: ignore[no-untyped-def]
+    """0010: the switch is unset by default, in the dataclass and in the structured config Trinity loads YAML into."""
+    from omegaconf import OmegaConf
+
+    structured = OmegaConf.to_object(OmegaConf.structured(module.TrainerConfig))
+    return module.TrainerConfig().fix_actor_microbatch_loss_scale is None and (
+        structured.fix_actor_microbatch_loss_scale is None
+    )
+
+
 # target label -> whether the imported module's object carries the fix
 PROBES = {
     "verl.trainer.ppo.core_algos.compute_value_loss": lambda m: _overlay_code(m.compute_value_loss),
@@ -65,12 +75,14 @@ PROBES = {
     "trinity.trainer.verl.workers.TrinityActorRolloutRefWorker": lambda m: _overlay_code(
         inspect.unwrap(vars(m.TrinityActorRolloutRefWorker)["set_trinity_config"])
     ),
-    "trinity.common.config.TrainerConfig": lambda m: m.TrainerConfig().fix_actor_microbatch_loss_scale is True,
+    "trinity.common.config.TrainerConfig": _switch_unset,
     "trinity.algorithm.algorithm.DPOAlgorithm": lambda m: _overlay_code(vars(m.DPOAlgorithm)["check_config"].__func__),
+    # and the trainer's validator resolves the switch first (0010)
     "trinity.common.config_validator.validators": lambda m: any(
         type(item).__name__ == "PolicyLossGroupValidator" and _overlay_code(type(item).validate)
         for item in m.validators
-    ),
+    )
+    and _overlay_code(vars(m.TrainerConfigValidator)["validate"]),
 }
 
 

@@ -179,6 +179,33 @@ def self_normalizing_cases() -> dict[str, dict[str, Any]]:
     return cases
 
 
+def switch_default_cases() -> dict[str, Any]:
+    """``trainer.fix_actor_microbatch_loss_scale`` as Trinity's trainer validator leaves it (unset or set, for the
+    veRL and the Tinker trainer), its default in the structured config Trinity loads YAML into, and what the veRL
+    trainer says of a config whose switch is still unset."""
+    from omegaconf import OmegaConf
+    from trinity.common.config import Config, TrainerConfig
+    from trinity.common.config_validator import TrainerConfigValidator
+
+    cases: dict[str, Any] = {
+        "switch structured default": OmegaConf.to_object(
+            OmegaConf.structured(TrainerConfig)
+        ).fix_actor_microbatch_loss_scale
+    }
+    for trainer_type in ("verl", "tinker"):
+        for switch in (None, True, False):
+            config = Config(mode="explore")
+            config.trainer.trainer_type = trainer_type
+            if switch is not None:
+                config.trainer.fix_actor_microbatch_loss_scale = switch
+            TrainerConfigValidator().validate(config)
+            cases[f"switch {trainer_type} set {switch}"] = config.trainer.fix_actor_microbatch_loss_scale
+    cases["switch unvalidated"] = _outcome(
+        lambda: installed_actor_loss(algorithm_config("grpo", "token-mean"), validated=False) and []
+    )
+    return cases
+
+
 def config_cases() -> dict[str, Any]:
     """What CriticConfig and verl's Hydra composition look like (the field, its place, the composed section)."""
     import dataclasses
@@ -272,6 +299,7 @@ def main(out: str) -> int:
         **self_normalizing_cases(),
         **every_policy_loss_cases(_run, SPLITS, BATCH_SIZE),
         **dpo_check_cases(),
+        **switch_default_cases(),
     }
     results = {"provenance": provenance(), "cases": cases, "config": config_cases()}
     torch.save(results, out)

@@ -33,6 +33,7 @@ from ulysses_model import FSDPRecordingOptimizer, UlyssesTinyLM, sharded
 
 from engine_harness.adapt import unpad_helpers
 from engine_harness.sim import PROMPT_LEN, RESPONSE_LEN, Split, make_rollout_batch
+from engine_harness.trinity_configs import default_loss_scale_switch
 
 # what the fork server imports once for the data-parallel ranks (`data_parallel_rank`): Trinity's legacy worker is not
 # among them, as it logs as a Ray actor, which needs the logger the rank names first
@@ -139,8 +140,10 @@ def trinity_config(
     config.trainer.ulysses_sequence_parallel_size = sp_size
     config.trainer.grad_clip = 1.0e9  # the recorded gradient is the unclipped one
     config.trainer.use_dynamic_bsz = budget is not None
-    if loss_scale_flag is not None:  # else the tree's default: upstream's False, this patchset's True
-        config.trainer.fix_actor_microbatch_loss_scale = loss_scale_flag
+    # None: the veRL trainer's default on the tree (upstream's False, this patchset's True), as its validator sets it
+    config.trainer.fix_actor_microbatch_loss_scale = (
+        default_loss_scale_switch() if loss_scale_flag is None else loss_scale_flag
+    )
     config.trainer.max_token_len_per_gpu = budget if budget is not None else 16384
     config.model.max_model_len = PROMPT_LEN + RESPONSE_LEN
     return config

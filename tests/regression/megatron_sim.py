@@ -190,8 +190,9 @@ def megatron_gradients(name: str, loss_agg_mode: str, split: Split, calculate_en
     from omegaconf import OmegaConf
 
     install_stand_ins()
-    from trinity.common.config import TrainerConfig
     from trinity.trainer.verl_legacy.megatron_actor import MegatronPPOActor
+
+    from engine_harness.trinity_configs import default_loss_scale_switch
 
     data = rank_rollout()
     rows = len(data)
@@ -214,7 +215,7 @@ def megatron_gradients(name: str, loss_agg_mode: str, split: Split, calculate_en
             "router_replay": {"mode": "disabled"},
             "megatron": {"context_parallel_size": 1, "use_remove_padding": False},
             # the legacy config translation copies the trainer's switch (its default: the tree's)
-            "fix_actor_microbatch_loss_scale": TrainerConfig().fix_actor_microbatch_loss_scale,
+            "fix_actor_microbatch_loss_scale": default_loss_scale_switch(),
         }
     )
     model = MegatronModel()

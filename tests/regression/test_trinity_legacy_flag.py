@@ -9,7 +9,8 @@ Invariants, through the real path that installs the actor loss (``VERLTrainer.pr
 
 - patched, switch on: the globally normalized gradient (K = 4 micro-batches equal K = 1) for every
   ``loss_agg_mode``; for ``token-mean`` exactly what the switch's legacy rule gives (each micro-batch scaled by its
-  response tokens / the mini-batch's tokens, times the data-parallel size); the trainer config's default is on;
+  response tokens / the mini-batch's tokens, times the data-parallel size); the veRL trainer's default is on, a
+  config that skipped the validator is refused;
 - vanilla: the switch does nothing on the engine path: on, the gradient is about K times too large, and the
   default is off;
 - both trees, switch off: upstream's loss, as it is: each micro-batch's loss is its unscaled combined loss, and the
@@ -38,7 +39,7 @@ from engine_harness.sim import (
     same_as_vanilla,
     use_cpu_unpadding,
 )
-from engine_harness.trinity_configs import algorithm_config, installed_actor_loss
+from engine_harness.trinity_configs import algorithm_config, default_loss_scale_switch, installed_actor_loss
 
 BATCH_SIZE = 32
 SPLIT = Split(4)
@@ -76,10 +77,22 @@ def _legacy_flag_rule(loss_fn, batch, dp_size: int = 1):
     return scaled
 
 
-def test_patchset_default_turns_the_switch_on(expect):
-    from trinity.common.config import Config
+def test_patchset_default_turns_the_switch_on_for_verl_only(expect):
+    """A config that does not set the switch, once Trinity's validator has seen it: on for the veRL trainer in the
+    patched tree (0010), off in vanilla; off for Tinker on both trees (upstream's default there)."""
+    assert default_loss_scale_switch("verl") is (expect == "fixed")
+    assert default_loss_scale_switch("tinker") is False
 
-    assert Config().trainer.fix_actor_microbatch_loss_scale is (expect == "fixed")
+
+def test_unvalidated_config_is_refused_not_read_as_off(expect):
+    """Patched, the switch is unset until the validator resolves it, and veRL's trainer refuses a config that skipped
+    the validator instead of reading None as off; vanilla's default is False, and the loss is installed with it."""
+    algo = algorithm_config("grpo", "token-mean")
+    if expect == "fixed":
+        with pytest.raises(ValueError, match="fix_actor_microbatch_loss_scale` is unset"):
+            installed_actor_loss(algo, validated=False)
+    else:
+        assert installed_actor_loss(algo, validated=False) is not None
 
 
 @pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)

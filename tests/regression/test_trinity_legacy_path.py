@@ -165,3 +165,22 @@ def test_loss_scale_switch_off_is_upstreams_rule(expect, baseline_dir, loss_agg_
     else:
         torch.testing.assert_close(switch_off, reference, rtol=1e-5, atol=1e-7)
     same_as_vanilla(baseline_dir, expect, f"legacy-switch-off-{loss_agg_mode}-{split}", switch_off)
+
+
+def test_unvalidated_config_is_refused_by_the_legacy_translation(expect):
+    """Patched (0010): the switch is unset until Trinity's validator resolves it, and the legacy config translation
+    refuses a config that skipped the validator, naming the switch, instead of handing the actors None (read as
+    off); vanilla's default is False, and the translation copies it to the actor."""
+    from legacy_sim import trinity_config
+    from trinity.common.config import TrainerConfig
+    from trinity.trainer.verl_legacy.verl_config import veRLConfig
+
+    config = trinity_config("ppo", 16, 256)
+    config.trainer.fix_actor_microbatch_loss_scale = TrainerConfig().fix_actor_microbatch_loss_scale
+    verl_config = veRLConfig()
+    if expect == "fixed":
+        with pytest.raises(ValueError, match="fix_actor_microbatch_loss_scale` is unset"):
+            verl_config.synchronize_config(config)
+    else:
+        verl_config.synchronize_config(config)
+        assert verl_config.actor_rollout_ref.actor.fix_actor_microbatch_loss_scale is False

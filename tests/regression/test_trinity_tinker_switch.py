@@ -3,16 +3,17 @@
 ``TinkerTrainerWrapper`` (``trinity/trainer/tinker/tinker_trainer.py``) computes each datum's loss (a token mean
 for ``token-mean``) and, with the switch off, averages them over the data of the batch (``loss_scale = 1 /
 len(logprobs)``); with the switch on and ``token-mean`` it sums them (``loss_scale = 1``). No patch of the series
-changes that module; the carried patch that turns the switch on by default (0010) changes which rule a Tinker run
-gets. Measured on the real module (the Tinker SDK, absent here, stubbed; it is only imported) with the trainer
-config's default, on a token-mean GRPO batch of ``N`` data with a k2 KL term and an entropy term:
+changes that module. The carried patch 0010 leaves the switch unset in `TrainerConfig` and has Trinity's
+`TrainerConfigValidator` turn it on for the veRL trainer only, so a Tinker run keeps upstream's default. Measured on
+the real module (the Tinker SDK, absent here, stubbed; it is only imported) with the switch a Tinker config gets
+from the validator when it sets none, on a token-mean GRPO batch of ``N`` data with a k2 KL term and an entropy term:
 
-- patched (this patchset's default, on): the loss is the sum of the data's losses, ``N`` times upstream's, and so
-  is its gradient;
-- vanilla (upstream's default, off): their mean.
+- both trees (upstream's default, off): the loss is the mean of the data's losses, and so is its gradient;
+- both trees, switch set true (kept by the validator): upstream's switch-on rule, their sum, ``N`` times the mean.
 
-Both rules are pinned on either tree with the switch set explicitly, so the test fails if the module's rules change
-as well as if the default does. Other aggregations ignore the switch there: the mean, whatever the default.
+Both rules are pinned with the switch set explicitly, so the test fails if the module's rules change as well as if
+Tinker's default does (as it did when 0010 turned the dataclass default on for every trainer). Other aggregations
+ignore the switch there: the mean, whatever the default.
 """
 
 from __future__ import annotations
@@ -61,15 +62,21 @@ def tinker_trainer(trinity_tree: Path):
 
 
 def _wrapper(tinker_trainer, loss_agg_mode: str, switch: bool | None):
-    """A ``TinkerTrainerWrapper`` with its real ``_init_algorithm``: the trainer config's default switch (None)
-    or the given one. Nothing else of ``__init__`` (the Synchronizer actor) is needed by the loss."""
-    from trinity.common.config import TrainerConfig
+    """A ``TinkerTrainerWrapper`` with its real ``_init_algorithm``, its trainer config (``trainer_type: tinker``)
+    through Trinity's real `TrainerConfigValidator`: the switch it gives a config that sets none (None), or the given
+    one, which it must keep. Nothing else of ``__init__`` (the Synchronizer actor) is needed by the loss."""
+    from trinity.common.config import Config
+    from trinity.common.config_validator import TrainerConfigValidator
 
-    trainer = TrainerConfig()
+    config = Config(mode="train")
+    config.trainer.trainer_type = "tinker"
     if switch is not None:
-        trainer.fix_actor_microbatch_loss_scale = switch
+        config.trainer.fix_actor_microbatch_loss_scale = switch
+    TrainerConfigValidator().validate(config)
+    if switch is not None:
+        assert config.trainer.fix_actor_microbatch_loss_scale is switch
     wrapper = tinker_trainer.TinkerTrainerWrapper.__new__(tinker_trainer.TinkerTrainerWrapper)
-    wrapper.config = SimpleNamespace(algorithm=algorithm_config("grpo", loss_agg_mode), trainer=trainer)
+    wrapper.config = SimpleNamespace(algorithm=algorithm_config("grpo", loss_agg_mode), trainer=config.trainer)
     wrapper.logger = logging.getLogger("tinker_trainer")
     wrapper._init_algorithm()
     return wrapper
@@ -103,7 +110,7 @@ def _loss(wrapper, inputs, logprobs):
     return loss, torch.cat(torch.autograd.grad(loss, leaves))
 
 
-def test_tinker_token_mean_rule_follows_the_default_switch(expect, tinker_trainer):
+def test_tinker_token_mean_default_is_upstreams(expect, tinker_trainer):
     inputs, logprobs = _batch()
     loss_on, grad_on = _loss(_wrapper(tinker_trainer, "token-mean", True), inputs, logprobs)
     loss_off, grad_off = _loss(_wrapper(tinker_trainer, "token-mean", False), inputs, logprobs)
@@ -112,9 +119,9 @@ def test_tinker_token_mean_rule_follows_the_default_switch(expect, tinker_traine
     # upstream's two rules: on, the sum of the data's losses; off, their mean
     torch.testing.assert_close(loss_on, loss_off * DATA)
     torch.testing.assert_close(grad_on, grad_off * DATA)
-    expected = (loss_on, grad_on) if expect == "fixed" else (loss_off, grad_off)
-    torch.testing.assert_close(loss_default, expected[0], rtol=0, atol=0)
-    torch.testing.assert_close(grad_default, expected[1], rtol=0, atol=0)
+    # Tinker's default is upstream's (off) on both trees
+    torch.testing.assert_close(loss_default, loss_off, rtol=0, atol=0)
+    torch.testing.assert_close(grad_default, grad_off, rtol=0, atol=0)
 
 
 def test_tinker_other_aggregations_ignore_the_switch(expect, tinker_trainer):

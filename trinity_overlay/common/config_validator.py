@@ -1,8 +1,12 @@
-"""Mirror of ``trinity.common.config_validator``: `PolicyLossGroupValidator` as patches 0004 and 0007 leave it.
+"""Mirror of ``trinity.common.config_validator``: `PolicyLossGroupValidator` as patches 0004 and 0007 leave it, and
+the first step 0010 adds to `TrainerConfigValidator.validate`.
 
 A new validator: the installer adds the class to Trinity's module and its instance to Trinity's ``validators`` list,
 right after the trainer's own validator, as the patch lists it. Its code reads only its own imports (the two helpers
 0004 adds to ``trinity.trainer.verl.config``: from their mirror).
+
+`resolve_loss_scale_switch` (0010) is what the patched `TrainerConfigValidator.validate` does first; the switch-default
+piece runs it before upstream's ``validate``.
 """
 
 from __future__ import annotations
@@ -11,6 +15,13 @@ import math
 
 from trinity.common.config import Config
 from trinity.common.config_validator import ConfigValidator
+
+
+def resolve_loss_scale_switch(config: Config) -> None:
+    """0010: an unset ``trainer.fix_actor_microbatch_loss_scale`` is on for veRL's trainers; Tinker keeps its own
+    default (off). An explicit value is kept."""
+    if config.trainer.fix_actor_microbatch_loss_scale is None:
+        config.trainer.fix_actor_microbatch_loss_scale = config.trainer.trainer_type == "verl"
 
 
 class PolicyLossGroupValidator(ConfigValidator):

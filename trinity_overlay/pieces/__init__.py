@@ -7,7 +7,8 @@ intermediate state of a symbol is ever needed):
 - `dpo_pairs_and_steps` (0002, 0004, 0006, 0007, 0008): DPO pairs and optimizer steps on verl's engine path. Beside
   verl < 0.8 Trinity trains through its legacy actors, whose changes (0006, 0007, and 0008's micro-batch weights,
   which change nothing else) the overlay does not mirror: the piece stays off there;
-- `loss_scale_switch_default` (0010, carried): the switch on by default; off beside verl < 0.8, as the DPO piece.
+- `loss_scale_switch_default` (0010, carried): the switch unset by default, resolved by the trainer validator (on for
+  veRL, off for Tinker); off beside verl < 0.8, as the DPO piece.
 
 The patched code itself stays in the mirrored modules (``trinity_overlay/algorithm/...``,
 ``trinity_overlay/trainer/...``), which keep Trinity's module layout. Adding a piece: its file here, its name in

@@ -1,4 +1,4 @@
-"""Mirror of ``trinity.trainer.verl.trainer``: `VERLTrainer` as patches 0001 (`prepare`), 0004 and 0007
+"""Mirror of ``trinity.trainer.verl.trainer``: `VERLTrainer` as patches 0001 and 0010 (`prepare`), 0004 and 0007
 (`_update_actor`) leave it.
 
 `_update_actor` (0004: pairs kept whole; 0007: a DPO mini-batch counted in rows) replaces the code of upstream's own
@@ -26,7 +26,8 @@ ADDED_GLOBALS = {
 }
 PATCHED_METHODS = ("_update_actor",)  # upstream's own, whose code is replaced
 ADDED_METHODS: tuple[str, ...] = ()
-# upstream's own, whose code the policy-loss piece replaces (0001: the switch passed to the actor's loss)
+# upstream's own, whose code the policy-loss piece replaces (0001: the switch passed to the actor's loss; 0010: an
+# unset switch, a config that skipped Trinity's validator, refused; only the switch-default piece leaves it unset)
 SWITCH_METHODS = ("prepare",)
 
 
@@ -35,6 +36,11 @@ class VERLTrainer:
 
     async def prepare(self):  # type: ignore[no-untyped-def]
         trainer_config = self.global_config.trainer
+        if trainer_config.fix_actor_microbatch_loss_scale is None:
+            raise ValueError(
+                "`trainer.fix_actor_microbatch_loss_scale` is unset: the config must be "
+                "validated first (`Config.check_and_update`)."
+            )
         self.actor_rollout_wg.set_trinity_config(
             algo_config=self.algorithm_config,
             rollout_engine_type=self.global_config.explorer.rollout_model.engine_type,
