@@ -297,7 +297,6 @@ def _regression_step(workspace: Workspace, name: str, quick: bool) -> bool:
         sample=sample,
         companions=not quick,
         baseline_dir=workspace.cache.root / "results",
-        parallel=name != "against teeth",  # a few tests: one process, not a worker per core importing torch first
     )
     return run_regression_tests(trees, run, workspace) == 0
 
@@ -375,7 +374,7 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
             "against teeth",
             "the patched trees' Trinity metrics, and the deviations of the losses not promised, against teeth's record",
             after=("teeth",),
-            env=alone,
+            env=alone,  # a few tests: one process, not a worker per core importing torch first
             limit_s=600,
         ),
         step(
