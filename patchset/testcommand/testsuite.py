@@ -9,10 +9,9 @@ Steps (each timed; the summary lists every step, its time and what it proves):
 - tooling: tests/scripts, the real series on copies of the pinned checkouts and the fault suite included;
 - teeth: the regression suite on the vanilla trees, expecting the bug, one batch shape per test, loss and mode
   (every check must fail there once), the engine end-to-end module included;
-- fix: the whole regression suite on the patched trees, expecting the fix, but for the tests marked
-  ``vanilla_baseline``;
-- against teeth: those, after teeth: the patched trees compared with what teeth recorded (Trinity's metrics, the
-  deviations of the losses not promised);
+- fix: the whole regression suite on the patched trees, expecting the fix, beside teeth; its tests that compare the
+  patched trees with what teeth records (Trinity's metrics, the deviations of the losses not promised, the gradients
+  the switch-off paths must keep: marked ``vanilla_baseline``) run last, each waiting for teeth's record first;
 - wheels: the patched wheels built, installed into a fresh venv, every installed file equal by sha256 to the patched
   tree's, versions and manifests as labelled, and a smoke run of the loss tests on the installed packages; verl
   0.9.1's and verl 0.7.1's wheels too, each installed alone, its files equal to a patched clone's, each patch applied
@@ -30,12 +29,12 @@ Steps (each timed; the summary lists every step, its time and what it proves):
   verl 0.9.1 step shows them failing on the vanilla release's code).
 
 Each step is a process of its own (``--step NAME``); `patchset.testcommand.scheduler` runs independent steps at
-once (as many as ``--jobs``, default the cores), each step's output printed whole when it ends, and within a step
-independent tests run on every core (pytest-xdist). The overlays, the tooling tests, the wheels and verl 0.9.1 are
-independent of each other and of teeth and fix, and fix of teeth: only the few tests that compare the patched trees
-with what teeth recorded (Trinity's metrics, the deviations of the losses not promised) wait for it, in the step
-"against teeth". Every step runs even when another failed (unless it needs that one: nothing runs without the
-environment and the pinned trees), so one run reports everything; the exit code is 0 only if all passed.
+once (as many as ``--jobs``, default the cores plus one), each step's output printed whole when it ends, and within
+a step independent tests run on every core (pytest-xdist). The overlays, the tooling tests, the wheels and verl 0.9.1
+are independent of each other and of teeth and fix; fix runs beside teeth, and only its tests that read teeth's
+record wait for it, at the end of the same pytest run (not in a step of their own, paying the imports again). Every
+step runs even when another failed (unless it needs that one: nothing runs without the environment and the pinned
+trees), so one run reports everything; the exit code is 0 only if all passed.
 ``--quick``, a loop while editing, runs the environment and pinned trees, then teeth and fix one batch shape per
 test, loss and mode, without the engine end-to-end module or the legacy-path run beside verl 0.7.1.
 """
@@ -56,14 +55,22 @@ from pathlib import Path
 
 from patchset.cli.exits import run_reporting_errors
 from patchset.plumbing.errors import EXIT_TIMED_OUT, PatchsetError
-from patchset.plumbing.limits import TIME_SCALE_VARIABLE
+from patchset.plumbing.limits import TIME_SCALE_VARIABLE, scaled
 from patchset.plumbing.ui import Console
 from patchset.series.model import Patch, load_series
 from patchset.testcommand.overlay_env import build_overlay_env
 from patchset.testcommand.releases import find_releases, other_lines, upstream_has
 from patchset.testcommand.scheduler import Scheduler, Step, summary
 from patchset.testcommand.wheel_checks import check_wheels
-from patchset.testenv.regression import SuiteRun, parallel_args, run_overlay_regression_tests, run_regression_tests
+from patchset.testenv.regression import (
+    BASELINE_DONE_FILE,
+    BASELINE_WAIT_VARIABLE,
+    SUITE_LIMIT_S,
+    SuiteRun,
+    parallel_args,
+    run_overlay_regression_tests,
+    run_regression_tests,
+)
 from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin
@@ -84,7 +91,7 @@ PROVEN_BY_THE_WHEELS_STEP = (
 )
 # The steps every run has; the test command adds one per pinned release of a role (`patchset.testcommand.releases`):
 # verl 0.9.1, which has part of the verl series upstream, and verl 0.7.1, of another release line.
-STEP_NAMES = ("environment", "pinned trees", "lint", "teeth", "tooling", "overlays", "fix", "against teeth", "wheels")
+STEP_NAMES = ("environment", "pinned trees", "lint", "teeth", "tooling", "fix", "overlays", "wheels")
 
 
 def _pinned_trees(workspace: Workspace) -> tuple[dict[str, Path], dict[str, Path]]:
@@ -274,31 +281,28 @@ def _pinned_trees_step(workspace: Workspace, env: dict[str, str], quick: bool) -
     return True
 
 
-# the regression tests that compare the patched trees with the vanilla run's record (tests/regression/conftest.py):
-# the "against teeth" step runs them once teeth has recorded it, the fix step everything else, beside teeth
-VANILLA_BASELINE_MARK = "vanilla_baseline"
-
-
 def _regression_step(workspace: Workspace, name: str, quick: bool) -> bool:
-    """Teeth (``bug``, the vanilla trees, one batch shape per test), fix (``fixed``, the patched trees, every case,
-    but the tests that compare with teeth's record unless ``quick``, which runs after teeth) or against teeth (those
-    tests, after teeth); ``quick``: one batch shape per test, without the engine end-to-end module or the companion verl
-    (which is fetched into the workspace's cache)."""
+    """Teeth (``bug``, the vanilla trees, one batch shape per test; when it ends, passed or not, its record in the
+    results folder is marked complete) or fix (``fixed``, the patched trees, every case unless ``quick``; its
+    ``vanilla_baseline`` tests compare with teeth's record); ``quick``: one batch shape per test, without the engine
+    end-to-end module or the companion verl (which is fetched into the workspace's cache)."""
     vanilla, patched = _pinned_trees(workspace)
     e2e = str(REPO_ROOT / "tests" / "regression" / "test_engine_e2e.py")
     trees, sample = (vanilla, True) if name == "teeth" else (patched, quick)
-    selection = {
-        "fix": [] if quick else ["-m", f"not {VANILLA_BASELINE_MARK}"],
-        "against teeth": ["-m", VANILLA_BASELINE_MARK],
-    }
     run = SuiteRun(
         expect="bug" if name == "teeth" else "fixed",
-        pytest_args=[*(["--ignore", e2e] if quick else []), *selection.get(name, [])],
+        pytest_args=["--ignore", e2e] if quick else [],
         sample=sample,
         companions=not quick,
         baseline_dir=workspace.cache.root / "results",
     )
-    return run_regression_tests(trees, run, workspace) == 0
+    if name != "teeth":
+        return run_regression_tests(trees, run, workspace) == 0
+    try:
+        return run_regression_tests(trees, run, workspace) == 0
+    finally:
+        run.baseline_dir.mkdir(parents=True, exist_ok=True)
+        (run.baseline_dir / BASELINE_DONE_FILE).write_text("the teeth step has ended\n", encoding="utf-8")
 
 
 def _tooling_step(python: str, env: dict[str, str]) -> bool:
@@ -320,7 +324,7 @@ def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
         return True
     if name == "lint":
         return _lint(python)
-    if name in ("teeth", "fix", "against teeth"):
+    if name in ("teeth", "fix"):
         return _regression_step(workspace, name, quick)
     if name == "tooling":
         return _tooling_step(python, env)
@@ -333,16 +337,16 @@ def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
 
 
 def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
-    """The steps, in the order they take a free job slot: teeth and the tooling tests first, then the overlays, the
-    longest, then fix, the comparisons against teeth's record (after teeth) and the short steps, so that the last
-    steps running are short ones. ``jobs``: how many run at once; teeth, fix and the overlays,
-    whose pytest-xdist workers each import torch, verl and Trinity, share the cores among them
-    (``PATCHSET_WORKERS`` unless set); the tooling tests' workers import neither, and take every core, as do those
-    of verl 0.9.1, which runs last, when the other steps are ending."""
+    """The steps, in the order they take a free job slot: teeth and the tooling tests first, then fix, the overlays,
+    the longest, and the short steps, so that the last steps running are short ones. ``jobs``: how
+    many run at once; teeth, fix and the overlays, whose pytest-xdist workers each import torch, verl and Trinity,
+    share the cores among them (``PATCHSET_WORKERS`` unless set); the tooling tests' workers import neither, and
+    take every core; verl 0.9.1 and 0.7.1, short suite runs, take one process each."""
     cores = os.cpu_count() or 1
     shared = () if os.environ.get("PATCHSET_WORKERS") else (("PATCHSET_WORKERS", str(max(1, cores // jobs))),)
     # a short suite run beside the others: one process, not a worker per core that each import torch and verl first
-    # (measured for verl 0.7.1's two runs: 19 s of CPU in one process each, 31 s with two workers each)
+    # (measured: verl 0.7.1's two runs, 19 s of CPU in one process each, 31 s with two workers each; the verl 0.9.1
+    # step, 30 s of CPU in one process, 46 s with two workers)
     alone = () if os.environ.get("PATCHSET_WORKERS") else (("PATCHSET_WORKERS", "1"),)
     cache, releases = workspace.cache.root, find_releases(workspace)
     partial, line = releases.partial, releases.line
@@ -360,22 +364,18 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
         step("teeth", f"every check fails on the vanilla trees ({shapes})", env=shared),
         step("tooling", "apply, export, wheels and their faults leave every tree intact"),
         step(
+            "fix",
+            "every check passes on the patched trees" + (f" ({shapes}; no engine runs)" if quick else ", every case"),
+            after=("teeth",) if quick else (),  # --quick: one at a time
+            # beside teeth: the tests that read its record run last, each waiting for it (at most 2/3 of a pytest
+            # run's limit, so that a teeth step that hung fails them, not the whole run)
+            env=(*shared, (BASELINE_WAIT_VARIABLE, f"{scaled(SUITE_LIMIT_S) * 2 / 3:g}")),
+            limit_s=1500,
+        ),
+        step(
             "overlays",
             "on pip-installed releases: parity with the patched trees, import order, guards, Ray",
             env=shared,
-        ),
-        step(
-            "fix",
-            "every check passes on the patched trees" + (f" ({shapes}; no engine runs)" if quick else ", every case"),
-            after=("teeth",) if quick else (),  # --quick: one at a time, and its fix compares with teeth's record too
-            env=shared,
-        ),
-        step(
-            "against teeth",
-            "the patched trees' Trinity metrics, and the deviations of the losses not promised, against teeth's record",
-            after=("teeth",),
-            env=alone,  # a few tests: one process, not a worker per core importing torch first
-            limit_s=600,
         ),
         step(
             "wheels",
@@ -383,11 +383,11 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
             f"{line.version}'s wheels too",
             limit_s=900,
         ),
-        # last, when the other steps are ending: its workers take every core
         step(
             partial.label,
             "a partial target: what upstream has is skipped by content, the rest applies; fix on the patched clone, "
             "teeth of the applied patches on vanilla",
+            env=alone,
             limit_s=900,
         ),
         step(
@@ -398,7 +398,7 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
             limit_s=900,
         ),
     ]
-    quick_steps = ("environment", "pinned trees", "teeth", "fix")  # fix after teeth: it runs the comparisons too
+    quick_steps = ("environment", "pinned trees", "teeth", "fix")
     return [step for step in steps if not quick or step.name in quick_steps]
 
 
@@ -438,8 +438,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--jobs",
         type=int,
-        default=os.cpu_count() or 1,
-        help="steps run at once (default: the cores); 1 runs them one after another, streaming their output",
+        default=(os.cpu_count() or 1) + 1,
+        help="steps run at once (default: the cores plus one, so that a step waiting on a child or a rank leaves no "
+        "core idle); 1 runs them one after another, streaming their output",
     )
     parser.add_argument("--step", help=argparse.SUPPRESS)  # one step, run by the scheduler (its name: see plan)
     args = parser.parse_args(argv)

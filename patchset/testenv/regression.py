@@ -23,6 +23,11 @@ TREE_VARIABLES = {upstream.key: upstream.tree_variable for upstream in UPSTREAMS
 # the variable that says a tree is only there because another's tests import it (``dependency``), by upstream
 ROLE_VARIABLES = {upstream.key: upstream.role_variable for upstream in UPSTREAMS.values() if upstream.role_variable}
 SAMPLE_VARIABLE = "PATCHSET_SAMPLE"
+# the vanilla run's record in PATCHSET_BASELINE_DIR is complete once this file is there (the teeth step writes it as it
+# ends); a patched run started beside it, with BASELINE_WAIT_VARIABLE set to a number of seconds, runs its tests that
+# read the record (marked vanilla_baseline) last, each waiting for the file that long at most
+BASELINE_DONE_FILE = "vanilla-run.done"
+BASELINE_WAIT_VARIABLE = "PATCHSET_BASELINE_WAIT_S"
 # one pytest run of the suite: the whole suite on patched trees takes about 2 minutes on 2 cores; past this it hangs
 SUITE_LIMIT_S = 900
 

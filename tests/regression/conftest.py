@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.append(str(REPO_ROOT))
 
 from patchset.plumbing import running  # noqa: E402
+from patchset.testenv.regression import BASELINE_DONE_FILE, BASELINE_WAIT_VARIABLE  # noqa: E402
 
 EXPECTATIONS = ("fixed", "bug")
 # Parameters that only vary the batch's shape: how it is cut into micro-batches and over how many ranks. With
@@ -132,8 +134,9 @@ def _sample_shapes(config: pytest.Config, items: list[pytest.Item]) -> None:
         items[:] = [item for item in items if id(item) in kept]
 
 
-# the tests that compare the patched trees with what the vanilla run recorded in PATCHSET_BASELINE_DIR: the test
-# command runs them in a step of their own after teeth, so that the rest of the fix run does not wait for teeth
+# the tests that compare the patched trees with what the vanilla run recorded in PATCHSET_BASELINE_DIR: they run last in
+# their session, and where the test command runs the fix run beside teeth (BASELINE_WAIT_VARIABLE), each waits for the
+# record to be complete (BASELINE_DONE_FILE) before it reads it
 VANILLA_BASELINE_MARK = "vanilla_baseline"
 
 
@@ -150,12 +153,39 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # the longest module first: under pytest-xdist (one file per worker) the other worker runs everything else
     # meanwhile, instead of the engine runs starting last on a core left alone; then the other long ones
     items.sort(key=lambda item: FIRST.index(item.path.name) if item.path.name in FIRST else len(FIRST))
+    # the comparisons with the vanilla run's record last: beside teeth, that record is written while this run goes
+    items.sort(key=lambda item: item.get_closest_marker(VANILLA_BASELINE_MARK) is not None)
     if _mode() != "overlay":
         return
     for item in items:
         reason = OVERLAY_NOT_APPLICABLE.get(item.originalname) or OVERLAY_NOT_APPLICABLE.get(item.path.name)
         if reason:
             item.add_marker(pytest.mark.skip(reason=f"overlay mode: {reason}"))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker(VANILLA_BASELINE_MARK) is not None:
+        _wait_for_the_vanilla_record()
+
+
+def _wait_for_the_vanilla_record() -> None:
+    """A patched run beside the vanilla one (the test command's fix step, with ``BASELINE_WAIT_VARIABLE`` set): wait
+    until the vanilla run has marked its record complete, at most that many seconds. Elsewhere the record is read as
+    it is (or is absent, and the comparisons say so)."""
+    wait = os.environ.get(BASELINE_WAIT_VARIABLE)
+    folder = os.environ.get("PATCHSET_BASELINE_DIR")
+    if not wait or not folder or os.environ.get("PATCHSET_EXPECT") != "fixed":
+        return
+    done = Path(folder) / BASELINE_DONE_FILE
+    deadline = time.monotonic() + (0 if _RECORD_LATE else float(wait))  # waited once in vain: not again per test
+    while not done.exists():
+        if time.monotonic() > deadline:
+            _RECORD_LATE.append(done)
+            pytest.fail(f"the vanilla run's record in {folder} is not complete after {float(wait):g} s ({done.name})")
+        time.sleep(0.5)
+
+
+_RECORD_LATE: list[Path] = []
 
 
 def _assert_overlay_state(overlay_name: str, expect: str, tree: Path) -> None:

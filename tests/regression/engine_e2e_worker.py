@@ -131,7 +131,9 @@ def _worker(
     try:
         import torch
 
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+        # OMP_NUM_THREADS where set (the test command sets 1: the ranks and the steps running beside them are the
+        # parallelism), else the cores shared among the ranks
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or max(1, (os.cpu_count() or 1) // world_size)))
         torch.distributed.init_process_group(
             "gloo", init_method=f"file://{workdir}/rendezvous", rank=rank, world_size=world_size
         )

@@ -110,6 +110,7 @@ def test_switch_on_gives_the_globally_normalized_engine_gradient(expect, loss_ag
         assert ratio == pytest.approx(SPLIT.num_micro_batches, rel=BUG_RATIO_TOLERANCE), f"ratio {ratio:.3f}"
 
 
+@pytest.mark.vanilla_baseline
 @pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
 def test_switch_off_is_upstreams_engine_loss(expect, baseline_dir, loss_agg_mode):
     """The same on both trees: with the switch off each micro-batch's loss is its unscaled combined loss, so the

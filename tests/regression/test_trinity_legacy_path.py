@@ -152,6 +152,7 @@ def test_loss_scale_switch_default_is_exact_for_token_mean(expect, split):
     torch.testing.assert_close(default, switch_on if expect == "fixed" else switch_off, rtol=0, atol=0)
 
 
+@pytest.mark.vanilla_baseline
 @pytest.mark.parametrize("split", [Split(4), Split(4, dynamic=True)], ids=str)
 @pytest.mark.parametrize("loss_agg_mode", ["seq-mean-token-mean", "seq-mean-token-sum-norm"])
 def test_loss_scale_switch_off_is_upstreams_rule(expect, baseline_dir, loss_agg_mode, split):

@@ -144,7 +144,6 @@ def test_loss_without_engine_batch_info_is_unscaled_with_the_switch_off(expect, 
     assert loss.item() == pytest.approx(metrics["final_loss"], rel=1e-6)
 
 
-@pytest.mark.vanilla_baseline
 @pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
 def test_switch_on_reads_the_engine_batch_info_strictly(expect, loss_agg_mode):
     """With ``fix_actor_microbatch_loss_scale`` on, a micro-batch without the engine's batch info is an error that
@@ -167,6 +166,7 @@ def test_switch_on_reads_the_engine_batch_info_strictly(expect, loss_agg_mode):
             assert loss.item() == pytest.approx(metrics["final_loss"], rel=1e-6)
 
 
+@pytest.mark.vanilla_baseline
 @pytest.mark.parametrize("loss_agg_mode", LOSS_AGG_MODES)
 def test_metrics_equal_vanilla_metrics(expect, baseline_dir, loss_agg_mode):
     """The vanilla run records its metrics; the patched run must log exactly the same ones."""

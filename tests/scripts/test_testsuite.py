@@ -11,14 +11,17 @@ from pathlib import Path
 
 import pytest
 
+from patchset.plumbing.limits import scaled
 from patchset.testcommand import testsuite
 from patchset.testcommand.scheduler import Step
+from patchset.testenv.regression import BASELINE_WAIT_VARIABLE, SUITE_LIMIT_S
 from patchset.upstreams.workspace import resolve_workspace
 
 # the steps as the test command's docstring lists them ("- name: what it does", or "- name, what it is"), in the
-# order they take a free job slot (see ``plan``): teeth and the tooling tests first, the overlays, then the rest
+# order they take a free job slot (see ``plan``): teeth and the tooling tests first, fix (after teeth), the overlays,
+# then the rest
 DOCUMENTED = re.findall(r"^- ([a-z0-9. ]+?)[:,] ", testsuite.__doc__ or "", re.MULTILINE)
-SLOT_ORDER = ["environment", "pinned trees", "lint", "teeth", "tooling", "overlays", "fix", "against teeth", "wheels"]
+SLOT_ORDER = ["environment", "pinned trees", "lint", "teeth", "tooling", "fix", "overlays", "wheels"]
 EVERY_STEP = sorted(DOCUMENTED, key=lambda name: SLOT_ORDER.index(name) if name in SLOT_ORDER else len(SLOT_ORDER))
 QUICK_STEPS = ["environment", "pinned trees", "teeth", "fix"]
 
@@ -66,10 +69,10 @@ def _step_argv(step: Step) -> list[str]:
 @pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
 def test_each_planned_step_runs_its_own_body(recorded, tmp_path, quick):
     steps = testsuite.plan(_workspace(tmp_path), quick)
-    assert len(EVERY_STEP) == 11 and [step.name for step in steps] == (QUICK_STEPS if quick else EVERY_STEP)
+    assert len(EVERY_STEP) == 10 and [step.name for step in steps] == (QUICK_STEPS if quick else EVERY_STEP)
     e2e = ["--ignore", str(testsuite.REPO_ROOT / "tests" / "regression" / "test_engine_e2e.py")]
-    # the fix run leaves the comparisons with teeth's record to the step after teeth, unless quick (after teeth too)
-    selected = {"teeth": [], "fix": ["-m", "not vanilla_baseline"], "against teeth": ["-m", "vanilla_baseline"]}
+    # one run per tree set: the fix run, after teeth, includes the comparisons with teeth's record
+    selected = {"teeth": [], "fix": []}
     for step in steps:
         recorded.clear()
         assert testsuite.main(_step_argv(step)) == 0
@@ -84,11 +87,12 @@ def test_each_planned_step_runs_its_own_body(recorded, tmp_path, quick):
             assert recorded == ([] if step.name == "environment" else [(step.name,)])
 
 
-def test_only_the_comparisons_wait_for_teeth_and_nothing_runs_without_the_environment_and_the_pinned_trees(tmp_path):
+def test_no_step_waits_for_teeth_but_fix_reads_its_record_when_complete_and_nothing_runs_without_the_pins(tmp_path):
     steps = {step.name: step for step in testsuite.plan(_workspace(tmp_path), quick=False)}
-    assert steps["fix"].after == () and steps["against teeth"].after == ("teeth",)
+    assert not any(step.after for step in steps.values())
+    assert dict(steps["fix"].env)[BASELINE_WAIT_VARIABLE] == f"{scaled(SUITE_LIMIT_S) * 2 / 3:g}"
     quick = {step.name: step for step in testsuite.plan(_workspace(tmp_path), quick=True)}
-    assert quick["fix"].after == ("teeth",)  # --quick's fix runs the comparisons too
+    assert quick["fix"].after == ("teeth",)  # --quick: one at a time
     assert steps["environment"].stream and steps["environment"].needs == steps["pinned trees"].needs == ()
     assert steps["lint"].needs == ("environment",)
     for name in EVERY_STEP[3:]:
@@ -98,18 +102,20 @@ def test_only_the_comparisons_wait_for_teeth_and_nothing_runs_without_the_enviro
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_steps_running_at_once_share_the_cores_among_their_workers(monkeypatch, tmp_path, jobs):
     """Regression and overlay steps (workers that import torch, verl and Trinity) get the cores divided by the
-    steps running at once; the tooling tests, the wheels and verl 0.9.1 (the last) keep their own default, verl 0.7.1
-    runs one process; PATCHSET_WORKERS wins."""
+    steps running at once; the tooling tests and the wheels keep their own default, verl 0.9.1 and 0.7.1 run one
+    process each; PATCHSET_WORKERS wins."""
     monkeypatch.delenv("PATCHSET_WORKERS", raising=False)
     monkeypatch.setattr(testsuite.os, "cpu_count", lambda: 4)
     steps = {step.name: dict(step.env) for step in testsuite.plan(_workspace(tmp_path), quick=False, jobs=jobs)}
-    alone = {"verl 0.7.1", "against teeth"}  # one process each: short runs beside the other steps
-    shared = {name for name, env in steps.items() if env and name not in alone}
+    alone = {"verl 0.9.1", "verl 0.7.1"}  # one process each: short runs beside the other steps
+    workers = {name: env.get("PATCHSET_WORKERS") for name, env in steps.items()}
+    shared = {name for name, count in workers.items() if count and name not in alone}
     assert shared == {"teeth", "overlays", "fix"}
-    assert all(steps[name] == {"PATCHSET_WORKERS": str(4 // jobs)} for name in shared)
-    assert all(steps[name] == {"PATCHSET_WORKERS": "1"} for name in alone)
+    assert all(workers[name] == str(4 // jobs) for name in shared)
+    assert all(workers[name] == "1" for name in alone)
     monkeypatch.setenv("PATCHSET_WORKERS", "3")
-    assert not any(step.env for step in testsuite.plan(_workspace(tmp_path), quick=False, jobs=jobs))
+    plan = testsuite.plan(_workspace(tmp_path), quick=False, jobs=jobs)
+    assert not any("PATCHSET_WORKERS" in dict(step.env) for step in plan)
 
 
 def test_quick_help_names_exactly_what_it_runs(capsys):
