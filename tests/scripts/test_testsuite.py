@@ -14,7 +14,7 @@ import pytest
 from patchset.plumbing.limits import scaled
 from patchset.testcommand import testsuite
 from patchset.testcommand.scheduler import Step
-from patchset.testenv.regression import BASELINE_WAIT_VARIABLE, SUITE_LIMIT_S
+from patchset.testenv.regression import BASELINE_DONE_FILE, BASELINE_WAIT_VARIABLE, SUITE_LIMIT_S
 from patchset.upstreams.workspace import resolve_workspace
 
 # the steps as the test command's docstring lists them ("- name: what it does", or "- name, what it is"), in the
@@ -97,6 +97,17 @@ def test_no_step_waits_for_teeth_but_fix_reads_its_record_when_complete_and_noth
     assert steps["lint"].needs == ("environment",)
     for name in EVERY_STEP[3:]:
         assert set(steps[name].needs) == {"environment", "pinned trees"}, name
+
+
+@pytest.mark.parametrize("verdict", [0, 1], ids=["passed", "failed"])
+def test_teeth_marks_its_record_complete_as_it_ends_passed_or_not(recorded, monkeypatch, tmp_path, verdict):
+    """fix's comparisons wait for this file: a teeth step that failed must not leave them waiting to their limit."""
+    monkeypatch.setattr(testsuite, "run_regression_tests", lambda trees, run, workspace, console=None: verdict)
+    teeth = next(step for step in testsuite.plan(_workspace(tmp_path), quick=False) if step.name == "teeth")
+    done = (tmp_path / "cache").resolve() / "results" / BASELINE_DONE_FILE
+
+    assert testsuite.main(_step_argv(teeth)) == verdict
+    assert done.exists()
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
