@@ -14,8 +14,8 @@ mode), as the proof behind the audit table:
 - ``clip_cov`` and ``kl_cov`` normalize globally, but called on each micro-batch alone they pick the tokens they clip
   or penalize from its own statistics (covariance ranking, ``clip_cov`` at random), so no normalization makes them
   split-invariant. Pinned, on every tree: the gradient norm stays within 5 % of one micro-batch's (the scale is
-  right), the gradient differs. (Patch verl 0004 has the engine worker choose ``kl_cov``'s tokens over the mini-batch
-  before the split: `test_verl_kl_cov_selection.py`; called as here, without its mask, the loss chooses per call.)
+  right), the gradient differs. (Patch verl 0004 has the engine worker choose their tokens over the mini-batch before
+  the split: `test_verl_cov_selection.py`; called as here, without its mask, a loss chooses per call.)
 - `sft_loss` (the SFT trainer's engine loss) divides a masked sum by ``batch_num_tokens`` times ``dp_size``:
   summed over micro-batches it equals one micro-batch.
 """
