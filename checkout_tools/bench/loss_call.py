@@ -1,13 +1,14 @@
 """What the patches cost at run time: loss-call time and host synchronisations, patched against vanilla.
 
-For verl's critic `value_loss` and Trinity's `TrinityPolicyLoss`, every ``loss_agg_mode`` and several
-micro-batch shapes, the loss is called the way verl 0.8's engine calls it (a no-padding micro-batch with
-the engine's ``dp_size`` / ``batch_num_tokens`` / ``global_batch_size``) many times, and the median time
-of one call is compared between the patched and the vanilla trees. A process can hold only one verl, so
-each tree pair is measured in its own child process. The children stay up for the whole run and take
-turns, a block of calls each, so both see the same machine load; each call is timed in CPU time of the
-calling thread (torch runs on one thread), so time the OS gives to other processes is not counted. A
-second vanilla child gives the noise floor (vanilla / vanilla) next to the patched / vanilla ratio.
+For verl's critic `value_loss` and Trinity's `TrinityPolicyLoss`, every ``loss_agg_mode`` and several micro-batch
+shapes, the loss is called the way verl 0.8's engine calls it (a no-padding micro-batch with the engine's
+``dp_size`` / ``batch_num_tokens`` / ``global_batch_size``) many times (for KL-Cov and Clip-Cov, one mini-batch with
+its selection: `checkout_tools.bench.selection`), and the median time of one call is compared between the patched
+and the vanilla trees. A process can hold only one verl, so each tree pair is measured in its own child process. The
+children stay up for the whole run and take turns, a block of calls each, so both see the same machine load; each
+call is timed in CPU time of the calling thread (torch runs on one thread), so time the OS gives to other processes
+is not counted. A second vanilla child gives the noise floor (vanilla / vanilla) next to the patched / vanilla
+ratio.
 
 During one more call per case, `torch.Tensor.item`, ``.cpu()``, ``.tolist()``, ``__bool__``, ``__float__``
 and ``__int__`` are counted: on an accelerator each one is a device-to-host synchronisation. The patch
@@ -46,8 +47,9 @@ from patchset.upstreams.workspace import resolve_workspace
 ENTRY = REPO_ROOT / "scripts/bench.py"  # the thin entry of this command: it starts the children too
 CHILD_FLAG = "--child"  # ``scripts/bench.py --child``: a child holding one tree pair (not in --help)
 
-COMPONENTS = ("critic", "actor")
+COMPONENTS = ("critic", "actor", "kl_cov", "clip_cov")  # the last two: one mini-batch (selection.py)
 LOSSES = {"critic": "critic", "actor": "trinity"}  # the harness's loss of each component
+SELECTION_COMPONENTS = ("kl_cov", "clip_cov")  # verl 0004: a mini-batch's selection and loss calls
 SHAPES = (4, 16, 64)  # sequences per micro-batch
 SYNC_METHODS = ("item", "cpu", "tolist", "__bool__", "__float__", "__int__")
 TIME_TARGET = 1.02
@@ -124,11 +126,17 @@ class _CaseRunner:
     """The loss function and inputs of one case, inside a child."""
 
     def __init__(self, component: str, mode: str, sequences: int) -> None:
-        self.loss_function = _loss_function(component, mode)
-        self.model_output, self.data = _micro_batch(component, sequences)
+        if component in SELECTION_COMPONENTS:
+            from checkout_tools.bench.selection import CovSelectionStep
+
+            self._call: Callable[[], None] = CovSelectionStep(component, sequences).call
+            return
+        loss_function = _loss_function(component, mode)
+        model_output, data = _micro_batch(component, sequences)
+        self._call = lambda: loss_function(model_output=model_output, data=data, dp_group=None)
 
     def call(self) -> None:
-        self.loss_function(model_output=self.model_output, data=self.data, dp_group=None)
+        self._call()
 
     def time_calls(self, calls: int) -> list[float]:
         timings = []
@@ -249,7 +257,8 @@ class TreePair:
 def _measure(children: Sequence[_Child], timing: Timing) -> dict[Case, dict[str, dict[str, Any]]]:
     """Per case and child: the median call time and the synchronisation counts."""
     results: dict[Case, dict[str, dict[str, Any]]] = {}
-    cases = [(c, m, s) for c in COMPONENTS for m in LOSS_AGG_MODES for s in SHAPES]
+    # KL-Cov's and Clip-Cov's choice does not depend on the loss_agg_mode: token-mean only
+    cases = [(c, m, s) for c in COMPONENTS for m in _modes(c) for s in SHAPES]
     for number, case in enumerate(cases, 1):
         print(f"* case {number}/{len(cases)}: {' '.join(map(str, case))}", file=sys.stderr, flush=True)
         syncs = {child.name: child.ask(op="setup", case=case, warmup=timing.warmup)["syncs"] for child in children}
@@ -267,6 +276,18 @@ def _measure(children: Sequence[_Child], timing: Timing) -> dict[Case, dict[str,
             for child in children
         }
     return results
+
+
+def _modes(component: str) -> Sequence[str]:
+    return ("token-mean",) if component in SELECTION_COMPONENTS else LOSS_AGG_MODES
+
+
+def _added_syncs(component: str, vanilla: dict[str, int], patched: dict[str, int]) -> int:
+    """Synchronisations the patch adds to one call: per method; for a mini-batch's selection the net count, since its
+    one ``.item()`` (for k) replaces the per-micro-batch host copies and counts of the loss's own choice."""
+    if component in SELECTION_COMPONENTS:
+        return max(0, sum(patched.values()) - sum(vanilla.values()))
+    return sum(max(0, patched[name] - vanilla[name]) for name in SYNC_METHODS)
 
 
 def _geometric_mean(values: Sequence[float]) -> float:
@@ -294,7 +315,7 @@ def _report(results: dict[Case, dict[str, dict[str, Any]]], timing: Timing) -> b
         noise[component].append(floor)
         fastest[component].append(min(patched["times_s"]) / min(vanilla["times_s"]))
         extra_us[component].append((patched["median_s"] - vanilla["median_s"]) * 1e6)
-        added[component] += sum(max(0, patched["syncs"][name] - vanilla["syncs"][name]) for name in SYNC_METHODS)
+        added[component] += _added_syncs(component, vanilla["syncs"], patched["syncs"])
         syncs = f"{sum(vanilla['syncs'].values())}/{sum(patched['syncs'].values())}"
         print(
             f"{component:<9} {mode:<24} {sequences:>4} {vanilla['median_s'] * 1e6:>10.1f}"
@@ -347,7 +368,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="scripts/bench.py",
         description="Compare one loss call of the patched and the vanilla trees: time (median over many calls, "
         "several micro-batch shapes, every loss_agg_mode) and device-to-host synchronisations, for verl's critic "
-        "value_loss and Trinity's TrinityPolicyLoss. Each tree pair runs in its own child process.",
+        "value_loss and Trinity's TrinityPolicyLoss, and one KL-Cov and Clip-Cov mini-batch (selection, loss "
+        "calls). Each tree pair runs in its own child process.",
         epilog="Targets: loss-call time ratio <= 1.02, zero synchronisations added. Exit code 0 (with --strict: 1 "
         "when a target is missed); 2 on bad input.",
     )

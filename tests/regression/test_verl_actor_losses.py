@@ -11,9 +11,11 @@ mode), as the proof behind the audit table:
   and 0.9.1: the gradient grows with the number of micro-batches per rank (ratio K on the vanilla trees), the
   critic's defect. Patch verl 0003 (verl-0.7 0002 on 0.7.1) makes it a share of the global mini-batch: on the
   patched trees the gradient equals one micro-batch's, like the losses above.
-- ``clip_cov`` and ``kl_cov`` normalize globally, but pick the tokens they clip or penalize from the micro-batch's
-  own statistics (covariance ranking, ``clip_cov`` at random), so no normalization makes them split-invariant.
-  Pinned: the gradient norm stays within 5 % of one micro-batch's (the scale is right), the gradient differs.
+- ``clip_cov`` and ``kl_cov`` normalize globally, but called on each micro-batch alone they pick the tokens they clip
+  or penalize from its own statistics (covariance ranking, ``clip_cov`` at random), so no normalization makes them
+  split-invariant. Pinned, on every tree: the gradient norm stays within 5 % of one micro-batch's (the scale is
+  right), the gradient differs. (Patch verl 0004 has the engine worker choose their tokens over the mini-batch before
+  the split: `test_verl_cov_selection.py`; called as here, without its mask, a loss chooses per call.)
 - `sft_loss` (the SFT trainer's engine loss) divides a masked sum by ``batch_num_tokens`` times ``dp_size``:
   summed over micro-batches it equals one micro-batch.
 """

@@ -104,7 +104,7 @@ def test_verl_backports_need_a_clone_with_verls_history(pinned, capsys):
     the sdist has no such history, so export-pr says so, names what to give it, and makes no branch."""
     checkout = pinned("verl")
     before = _state(checkout)
-    patch, distillation_patch, _ = load_series(REPO_ROOT / "patches", "verl").patches
+    patch, distillation_patch, *_ = load_series(REPO_ROOT / "patches", "verl").patches
     backports = ("critic-value-loss-global-normalization", "distillation-loss-global-batch-info")
 
     assert main(["verl", str(checkout), *(arg for name in backports for arg in ("--group", name))]) == 2

@@ -1,0 +1,68 @@
+"""What KL-Cov's and Clip-Cov's mini-batch selection (verl 0004) costs per optimizer step: one mini-batch, as the
+worker trains it.
+
+Patched, the engine worker calls ``compute_kl_cov_mask`` / ``compute_clip_cov_mask`` once on the mini-batch (from
+``old_log_probs``: a step's first update, no forward) and each micro-batch's ``ppo_loss`` applies its rows of the
+mask; vanilla, each micro-batch's loss chooses from its own tokens (Clip-Cov: ``torch.randperm``). One timed call here
+is the whole mini-batch: the selection (where the tree has it) and the ``ppo_loss`` of each of its `MICRO_BATCHES`
+micro-batches, at dp 1 (the collectives are not timed). Not measured: the no-grad forward of a later update, which
+needs a model (about a third of a training step's forward and backward).
+"""
+
+from __future__ import annotations
+
+MICRO_BATCHES = 4  # micro-batches per mini-batch
+LOSS_MODES = ("kl_cov", "clip_cov")
+
+
+class CovSelectionStep:
+    """One mini-batch of ``MICRO_BATCHES`` micro-batches of ``sequences`` rows each, and ``ppo_loss`` with
+    ``loss_mode``."""
+
+    def __init__(self, loss_mode: str, sequences: int) -> None:
+        import torch
+        import verl.trainer.ppo.core_algos as core_algos
+        from verl.utils import tensordict_utils as tu
+        from verl.workers.config import PolicyLossConfig
+        from verl.workers.engine.utils import prepare_micro_batches
+        from verl.workers.utils.losses import ppo_loss
+        from verl.workers.utils.padding import left_right_2_no_padding
+
+        from engine_harness.sim import actor_config, make_rollout_batch, pack_model_output
+
+        rows = MICRO_BATCHES * sequences
+        batch = make_rollout_batch(rows, seed=sequences, extra_fields=("old_log_probs", "advantages"))
+        batch["old_log_probs"] = -batch["old_log_probs"].abs()
+        noise = torch.randn(batch["old_log_probs"].shape, generator=torch.Generator().manual_seed(7))
+        log_probs = batch["old_log_probs"] + 0.1 * noise
+        self.loss_mode = loss_mode
+        self.batch = batch
+        self.select = getattr(core_algos, f"compute_{loss_mode}_mask", None)  # None: the vanilla tree
+        self.config = actor_config("token-mean", policy_loss=PolicyLossConfig(loss_mode=loss_mode))
+        data = left_right_2_no_padding(batch.clone())
+        tokens = int(batch["response_mask"].sum())
+        tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=sequences)
+        tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=tokens, global_batch_size=rows)
+        self.micro_batches, _ = prepare_micro_batches(data=data, dp_group=None, same_micro_num_in_dp=True)
+        self.outputs = [
+            {"log_probs": pack_model_output(mb, log_probs[mb["row_id"]]).requires_grad_(True)}
+            for mb in self.micro_batches
+        ]
+        self.ppo_loss = ppo_loss
+
+    def _mask(self):
+        fields = (self.batch["advantages"], self.batch["old_log_probs"], self.batch["response_mask"])
+        if self.loss_mode == "kl_cov":
+            return self.select(*fields, config=self.config)
+        advantages, log_prob, response_mask = fields
+        return self.select(
+            log_prob, log_prob, advantages, response_mask, config=self.config, row_ids=self.batch["row_id"], seed=0
+        )
+
+    def call(self) -> None:
+        if self.select is not None:
+            mask = self._mask()
+            for micro_batch in self.micro_batches:
+                micro_batch[f"{self.loss_mode}_mask"] = mask[micro_batch["row_id"]]
+        for micro_batch, output in zip(self.micro_batches, self.outputs, strict=True):
+            self.ppo_loss(self.config, output, micro_batch)

@@ -1,0 +1,249 @@
+"""verl's KL-Cov and Clip-Cov (``policy_loss.loss_mode: kl_cov`` / ``clip_cov``, verl 0004): the tokens they
+penalize or clip are chosen over the optimizer mini-batch, across data-parallel ranks, so the split and the number
+of ranks do not change the update.
+
+- Through the real ``ppo_loss`` and verl's no-padding conversion and micro-batch splitter (`engine_harness.sim`),
+  where the tree has the selection functions the harness calls them as the engine worker does, on each rank's
+  mini-batch before the split (at dp 2 in two gloo processes: `engine_harness.cov_selection`). The chosen tokens are
+  read off the gradient: KL-Cov's carry ``ppo_kl_coef x sign(logp - old_logp) / N`` more, Clip-Cov's none at all.
+  - KL-Cov: k = max(1, int(ratio x the mini-batch's tokens)) planted tokens, all in the first rows, whose covariance
+    is about 4 times any other token's: a clear gap at the selection boundary, no near-tie.
+  - Clip-Cov: about one valid token in six is a candidate (covariance inside the clip bounds, far from them; no
+    other token near them; ratios far from PPO's clip), and the pick is seeded: the chosen tokens are the candidates
+    with the smallest keys, which no tie separates.
+- Patched: for K = 1, 2, 4 fixed and a token-budget split, at dp 1 and 2, the chosen tokens are one micro-batch's
+  (KL-Cov: the planted ones; Clip-Cov: as many as one call over the mini-batch draws, all candidates), and the
+  gradient equals one micro-batch's (rtol 1e-5). Vanilla: every micro-batch chooses from its own tokens with its own
+  means (Clip-Cov at random), so the chosen tokens differ.
+- The worker's wiring, on the real ``TrainingWorker`` with a stand-in engine: ``train_mini_batch`` hands the engine
+  each mini-batch with the mask, chosen from ``old_log_probs`` on the first update and from a forward of the current
+  policy (``engine.infer_batch``) after it (Clip-Cov: a fresh seed each). Vanilla sends no mask.
+"""
+
+from __future__ import annotations
+
+import inspect
+from contextlib import nullcontext
+from functools import cache
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from engine_harness.cov_selection import has_mini_batch_selection, worker_masks
+from engine_harness.sim import (
+    RESPONSE_LEN,
+    Split,
+    actor_config,
+    engine_gradient,
+    make_rollout_batch,
+    pack_model_output,
+    use_cpu_unpadding,
+)
+
+BATCH_SIZE = 32
+RATIO = 0.05  # kl_cov_ratio, clip_cov_ratio
+PPO_KL_COEF = 1.0
+LOSS_MODES = ("kl_cov", "clip_cov")
+MASK_KEYS = {"kl_cov": "kl_cov_mask", "clip_cov": "clip_cov_mask"}
+# dp 2 first: a run that keeps one shape a test (PATCHSET_SAMPLE=shapes: teeth, verl 0.9.1) keeps the last, the
+# token-budget split at dp 1, and starts no gloo ranks; the fix run proves dp 2 (the same selection code on 0.9.1)
+SPLITS = [(2, Split(1)), (2, Split(2, dynamic=True)), (1, Split(2)), (1, Split(4)), (1, Split(3, dynamic=True))]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cpu_unpadding(verl_tree: Path, verl_series: str) -> None:
+    if verl_series != "verl":
+        pytest.skip(f"the mini-batch selection is in the verl series only (0.8.0, 0.9.1), not {verl_series}")
+    use_cpu_unpadding()
+
+
+def _inputs(loss_mode: str):
+    """A rollout batch, the current log-probs, and the planted tokens: KL-Cov's k chosen ones (the first valid ones in
+    row order), or Clip-Cov's candidates (every sixth valid token)."""
+    batch = make_rollout_batch(BATCH_SIZE, seed=12, extra_fields=("advantages",))
+    generator = torch.Generator().manual_seed(13)
+    shape = (BATCH_SIZE, RESPONSE_LEN)
+    log_probs = -torch.rand(shape, generator=generator)
+    noise = 0.02 * torch.randn(shape, generator=generator)  # ratios of 0.95 to 1.05: PPO clips none
+    advantages = 0.1 * torch.randn(shape, generator=generator)
+    valid_idx = batch["response_mask"].bool().flatten().nonzero().squeeze(-1)
+    k = max(1, int(len(valid_idx) * RATIO))
+    planted = valid_idx[:k] if loss_mode == "kl_cov" else valid_idx[::6]
+    # a large advantage and a log-prob near 0 (the mean is about -0.5): a covariance far above every other token's,
+    # about 1.5 for Clip-Cov's candidates (bounds 1 and 5), about 4 times any other token's for KL-Cov's
+    advantages.view(-1)[planted] = 4.0 + 0.1 * torch.arange(len(planted)) / len(planted)
+    log_probs.view(-1)[planted] = -0.01 * (1 + torch.arange(len(planted)) / len(planted))
+    batch["advantages"] = advantages
+    batch["old_log_probs"] = log_probs + noise
+    chosen = torch.zeros(shape, dtype=torch.bool)
+    chosen.view(-1)[planted] = True
+    return batch, {"log_probs": log_probs}, chosen
+
+
+def _config(loss_mode: str):
+    from verl.workers.config import PolicyLossConfig
+
+    if loss_mode == "kl_cov":
+        policy_loss = PolicyLossConfig(loss_mode="kl_cov", kl_cov_ratio=RATIO, ppo_kl_coef=PPO_KL_COEF)
+    else:
+        policy_loss = PolicyLossConfig(loss_mode="clip_cov", clip_cov_ratio=RATIO)
+    return actor_config("token-mean", policy_loss=policy_loss)
+
+
+@cache
+def _worker_masks(dp_size: int) -> dict[str, torch.Tensor | None]:
+    """What the worker chooses for each rank, for both losses (the same for every split: it chooses before the split;
+    at dp 2 one pair of gloo ranks computes both)."""
+    requests = {}
+    for loss_mode in LOSS_MODES:
+        batch, outputs, _ = _inputs(loss_mode)
+        requests[loss_mode] = (batch, outputs["log_probs"], _config(loss_mode))
+    return worker_masks(requests, dp_size)
+
+
+def _gradient_and_chosen(loss_mode: str, dp_size: int, split: Split) -> tuple[torch.Tensor, torch.Tensor]:
+    from verl.workers.utils.losses import ppo_loss
+
+    batch, outputs, _ = _inputs(loss_mode)
+    mask = _worker_masks(dp_size)[loss_mode]
+    if mask is not None:
+        batch[MASK_KEYS[loss_mode]] = mask
+    configs = [_config(loss_mode) for _ in range(dp_size)]
+    loss_fns = [lambda model_output, data, config=config: ppo_loss(config, model_output, data) for config in configs]
+    torch.manual_seed(0)  # vanilla's Clip-Cov draws from the global generator
+    gradient, _ = engine_gradient(loss_fns, batch, outputs, split, dp_size=dp_size)
+    valid = batch["response_mask"].bool()
+    per_token = gradient.reshape(valid.shape)
+    if loss_mode == "clip_cov":  # a clipped token's loss is multiplied by 0
+        return gradient, (per_token == 0) & valid
+    # token-mean over the mini-batch's N tokens: -A * ratio / N, plus ppo_kl_coef * sign(logp - old) / N if chosen
+    ratio = torch.exp(outputs["log_probs"] - batch["old_log_probs"])
+    penalty = per_token * valid.sum() + batch["advantages"] * ratio
+    return gradient, (penalty.abs() > PPO_KL_COEF / 2) & valid
+
+
+@pytest.mark.parametrize("loss_mode", LOSS_MODES)
+@pytest.mark.parametrize(("dp_size", "split"), SPLITS, ids=str)
+def test_cov_selection_over_the_mini_batch_against_one_micro_batch(expect, loss_mode, dp_size, split):
+    reference, reference_chosen = _gradient_and_chosen(loss_mode, 1, Split(1))
+    gradient, chosen = _gradient_and_chosen(loss_mode, dp_size, split)
+    batch, _, planted = _inputs(loss_mode)
+
+    k = max(1, int(int(batch["response_mask"].sum()) * RATIO))
+    if loss_mode == "kl_cov":
+        assert torch.equal(reference_chosen, planted), "one micro-batch must penalize the planted tokens"
+    else:
+        assert int(reference_chosen.sum()) == k and not (reference_chosen & ~planted).any(), "k candidates, clipped"
+    if expect == "fixed":
+        hits = int((chosen & reference_chosen).sum())
+        assert torch.equal(chosen, reference_chosen), f"chose {int(chosen.sum())} tokens, {hits} of one micro-batch's"
+        torch.testing.assert_close(gradient, reference, rtol=1e-5, atol=1e-8)
+    else:
+        assert not torch.equal(chosen, reference_chosen), "the vanilla tree chose over the mini-batch: update the audit"
+
+
+class _Engine:
+    """What ``TrainingWorker.train_mini_batch`` and ``train_batch`` ask of the engine, recording each mini-batch it
+    is sent; ``infer_batch`` returns ``log_probs`` (the current policy's) in the engine's no-padding layout."""
+
+    def __init__(self, log_probs: torch.Tensor):
+        self.log_probs = log_probs
+        self.trained: list = []
+        self.inferred = 0
+
+    def train_mode(self, **kwargs):
+        return nullcontext()
+
+    def train_batch(self, data, loss_function):
+        self.trained.append(data)
+        return {}
+
+    def infer_batch(self, data, loss_function=None):
+        self.inferred += 1
+        return {"model_output": {"log_probs": pack_model_output(data, self.log_probs[data["row_id"]])}}
+
+    def get_data_parallel_size(self):
+        return 1
+
+    def get_data_parallel_rank(self):
+        return 0
+
+    def get_data_parallel_group(self):
+        return None
+
+    def is_mp_src_rank_with_outputs(self):
+        return False
+
+    def lr_scheduler_step(self):
+        return 0.0
+
+
+def _expected_mask(loss_mode: str, batch, rows, log_prob, update: int) -> torch.Tensor:
+    """What the worker must choose for the mini-batch of ``rows``, its ``update``-th: the real function's answer."""
+    import verl.trainer.ppo.core_algos as core_algos
+
+    config = _config(loss_mode)
+    if loss_mode == "kl_cov":
+        return core_algos.compute_kl_cov_mask(
+            batch["advantages"][rows], log_prob, batch["response_mask"][rows], config=config
+        )
+    return core_algos.compute_clip_cov_mask(
+        batch["old_log_probs"][rows],
+        log_prob,
+        batch["advantages"][rows],
+        batch["response_mask"][rows],
+        config=config,
+        row_ids=torch.arange(len(rows)),
+        seed=hash((config.data_loader_seed, update)),
+    )
+
+
+@pytest.mark.parametrize("loss_mode", LOSS_MODES)
+def test_cov_selection_worker_sends_the_mini_batch_choice(expect, loss_mode, verl_tree: Path):
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.profiler import DistProfiler
+    from verl.workers.engine_workers import TrainingWorker
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    batch, outputs, _ = _inputs(loss_mode)
+    # the policy after the first update: its log-probs differ from old_log_probs
+    engine = _Engine(outputs["log_probs"])
+    worker = object.__new__(TrainingWorker)  # the methods under test need only these
+    worker.engine = engine
+    worker.loss_fn = lambda *args: None
+    worker.model_config = {}
+    worker.engine_config = SimpleNamespace(
+        forward_only=False,
+        use_dynamic_bsz=False,
+        max_token_len_per_gpu=None,
+        micro_batch_size_per_gpu=4,
+        use_fused_kernels=False,
+    )
+    worker.profiler = DistProfiler(rank=0, config=None)  # disabled; verl 0.9.1 steps it once per mini-batch
+    # what ActorRolloutRefWorker.init_model sets for these losses (its own lines, not run here)
+    worker.cov_selection_config = _config(loss_mode)
+    worker.num_cov_selections = 0
+    data = left_right_2_no_padding(batch)
+    del data["input_ids"]  # its token count is all-gathered for the MFU: not what this test is about
+    tu.assign_non_tensor(data, mini_batch_size=BATCH_SIZE // 2, epochs=1)
+    inspect.unwrap(TrainingWorker.train_mini_batch)(worker, data)
+
+    assert len(engine.trained) == 2
+    if expect == "bug":
+        assert all(MASK_KEYS[loss_mode] not in mini_batch for mini_batch in engine.trained)
+        return
+    assert engine.inferred == 1, "one forward: for the second mini-batch only"
+    for update, mini_batch in enumerate(engine.trained):
+        rows = mini_batch["row_id"]
+        log_prob = (batch["old_log_probs"] if update == 0 else outputs["log_probs"])[rows]
+        expected = _expected_mask(loss_mode, batch, rows, log_prob, update)
+        assert expected.any(), "a choice that chose nothing would prove nothing"
+        assert torch.equal(mini_batch[MASK_KEYS[loss_mode]], expected), f"the mask of update {update}"
+
+
+@pytest.mark.parametrize("loss_mode", LOSS_MODES)
+def test_cov_selection_is_in_the_tree_under_test(expect, loss_mode, verl_tree: Path):
+    """The other tests take the worker's path only where the tree has it: check that it is there when patched."""
+    assert has_mini_batch_selection(loss_mode) == (expect == "fixed")
