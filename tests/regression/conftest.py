@@ -62,6 +62,8 @@ EVERY_VANILLA_CASE = frozenset(
     {
         "test_every_policy_loss_gradient_independent_of_the_split",
         "test_ppo_every_aggregation_with_and_without_its_terms",
+        # sampled, teeth recorded one split of two, and the patched run's other split compared with nothing
+        "test_loss_scale_switch_off_is_upstreams_rule",
     }
 )
 MODES = ("patches", "overlay")
