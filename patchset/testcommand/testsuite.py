@@ -29,8 +29,8 @@ Steps (each timed; the summary lists every step, its time and what it proves):
   verl 0.9.1 step shows them failing on the vanilla release's code).
 
 Each step is a process of its own (``--step NAME``); `patchset.testcommand.scheduler` runs independent steps at
-once (as many as ``--jobs``, default the cores plus one), each step's output printed whole when it ends, and within
-a step independent tests run on every core (pytest-xdist). The overlays, the tooling tests, the wheels and verl 0.9.1
+once (as many as ``--jobs``, default the cores), each step's output printed whole when it ends, and within a step
+independent tests run on every core (pytest-xdist). The overlays, the tooling tests, the wheels and verl 0.9.1
 are independent of each other and of teeth and fix; fix runs beside teeth, and only its tests that read teeth's
 record wait for it, at the end of the same pytest run (not in a step of their own, paying the imports again). Every
 step runs even when another failed (unless it needs that one: nothing runs without the environment and the pinned
@@ -438,9 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--jobs",
         type=int,
-        default=(os.cpu_count() or 1) + 1,
-        help="steps run at once (default: the cores plus one, so that a step waiting on a child or a rank leaves no "
-        "core idle); 1 runs them one after another, streaming their output",
+        default=os.cpu_count() or 1,
+        help="steps run at once (default: the cores); 1 runs them one after another, streaming their output",
     )
     parser.add_argument("--step", help=argparse.SUPPRESS)  # one step, run by the scheduler (its name: see plan)
     args = parser.parse_args(argv)
