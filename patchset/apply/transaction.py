@@ -12,6 +12,9 @@ reverting cleanly.
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,7 +83,10 @@ def _rollback(progress: Sequence[_Progress], console: Console) -> list[str]:
     stuck: list[str] = []
     for item in reversed(progress):
         for step in reversed(item.done):
-            console.step(f"Rolling back {step.patch.name}")
+            try:
+                console.step(f"Rolling back {step.patch.name}")
+            except OSError:  # the output is gone (a pipe whose reader stopped): the trees are restored all the same
+                pass
         failed = item.snapshot.restore()
         if failed:
             kept = item.snapshot.keep()
@@ -92,6 +98,16 @@ def _rollback(progress: Sequence[_Progress], console: Console) -> list[str]:
 
 def _done_count(progress: Sequence[_Progress]) -> int:
     return sum(len(item.done) for item in progress)
+
+
+def _rolled_back(progress: Sequence[_Progress], stuck: list[str]) -> str | None:
+    """What an interrupted run did to the trees, once rolled back; None where it had changed nothing."""
+    if stuck:
+        return f"rolling back failed: {'; '.join(stuck)}; copy those files back from there"
+    done = _done_count(progress)
+    return (
+        f"the {done} patch(es) applied in this run were rolled back and every tree is as it was found" if done else None
+    )
 
 
 def _failed_message(failed: _StepFailed, progress: Sequence[_Progress], stuck: list[str]) -> str:
@@ -128,14 +144,15 @@ def apply_plans(
     except Interrupted as interrupted:
         with guard.critical():
             stuck = _rollback(progress, console)
-        if stuck:
-            interrupted.outcome = f"rolling back failed: {'; '.join(stuck)}; copy those files back from there"
-        elif _done_count(progress):
-            interrupted.outcome = (
-                f"the {_done_count(progress)} patch(es) applied in this run were rolled back and every tree is as "
-                f"it was found"
-            )
+        interrupted.outcome = _rolled_back(progress, stuck) or interrupted.outcome
         raise
+    except BrokenPipeError:  # the output was closed (`apply ... | head`): ended as that signal ends a command
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no more writes to a reader that is gone
+        with guard.critical():
+            stuck = _rollback(progress, console)
+        closed = Interrupted(signal.SIGPIPE)
+        closed.outcome = _rolled_back(progress, stuck) or closed.outcome
+        raise closed from None
     except OSError as exc:
         with guard.critical():
             stuck = _rollback(progress, console)

@@ -49,6 +49,7 @@ exit status:
      keeps the stacks of its processes (printed above it). The trees are as after a test failure
   130, 143, 129  interrupted by SIGINT (Ctrl-C), SIGTERM or SIGHUP: every tree changed in the run was restored
      first (a signal that arrives while a patch is being written waits until it is written)
+  141  its output was closed mid-run (`| head`), ended as SIGPIPE ends a command: every tree changed was restored
 """
 
 APPLY_DESCRIPTION = """\

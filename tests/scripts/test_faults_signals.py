@@ -124,3 +124,40 @@ def test_interrupted_run_restores_every_tree(pinned, fake_series, tmp_path, faul
         assert f"* Rolling back {VERL_PATCH}" in out
     else:
         assert errors == [f"error: interrupted by {name}; nothing was changed"]
+
+
+def test_output_closed_mid_run_rolls_back_like_a_signal(pinned, tmp_path, faults):
+    """``scripts/apply.sh ... | head -2``: the reader stops reading while the first patch is written; the next
+    progress line cannot be written, and the run ends as SIGPIPE ends a command: rolled back, exit 141, one line."""
+    verl = pinned("verl")
+    before = tree_state(verl)
+    marker = tmp_path / "paused"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "FAULT_MARKER": str(marker), "FAULT_PAUSE_ON": VERL_PATCH}
+    env["FAULT_IN_APPLY_OF"] = str(verl)
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOOK, "apply", "--no-test", str(verl)],
+        env=env,
+        stdout=write_end,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(write_end)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.close(read_end)  # the reader is gone before the next line
+    (tmp_path / "signal-sent").touch()
+    err = proc.communicate(timeout=60)[1]
+
+    intact = tree_state(verl) == before
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    faults.record("stdout-closed-inside-git-apply", proc.returncode, intact=intact, message=" ".join(errors))
+    assert marker.exists(), err
+    assert proc.returncode == 128 + signal.SIGPIPE, err
+    assert intact
+    assert errors == [
+        "error: interrupted by SIGPIPE; the 1 patch(es) applied in this run were rolled back and every tree is as it "
+        "was found"
+    ]
+    assert "Traceback" not in err and "Exception ignored" not in err
