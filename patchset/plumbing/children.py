@@ -8,6 +8,11 @@ interpreter, started once per process, that has imported ``preload`` and compute
 fork and what it imports beyond the preload; the server's start costs one import of the preload, once. (A fork
 before any computation, as tests/overlay/warm_parent.py makes on purpose, is a fork server of its own.)
 
+A process that has already imported what its children need, and computed nothing yet, can make its server a fork of
+itself instead (`start_warm_server`: the regression suite does, once its tests are collected and before any runs):
+the server then costs a fork, not a second interpreter importing torch, transformers and verl (4 to 5 s of CPU,
+measured), and imports the first caller's preload beyond what it inherited when that caller asks for it.
+
 Every wait is bounded. Past the limit (``patchset.plumbing.limits``: ``PATCHSET_TIME_SCALE`` raises it) the
 children's stacks are dumped and they are ended, and ``TimedOut`` names them, the limit and the stacks. A child that
 fails ends the others at once: ranks of one process group would otherwise wait for it in a collective until the
@@ -16,13 +21,15 @@ limit.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
+import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from multiprocessing import forkserver
+from multiprocessing import connection, forkserver, resource_tracker
 from multiprocessing.connection import wait
 from multiprocessing.context import BaseContext
 
@@ -34,16 +41,89 @@ START_METHOD = "forkserver"
 
 
 _SERVER_START = threading.Lock()
+# the write end of the pipe on which a warm server (`start_warm_server`) waits for its first caller's preload list
+_warm_preload: int | None = None
+# the fork server's state that `start_warm_server` sets as ``ensure_running`` would (CPython 3.8 to 3.13)
+_SERVER_STATE = ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid")
+
+
+def start_warm_server() -> bool:
+    """Make this process's fork server a fork of this process, now. Call it once this process has imported what its
+    children share and before it computes anything (no parallel op, no process group): the children are then forks
+    of a process that computed nothing, as with a fresh server. The server imports the first `run_children` caller's
+    preload when asked (`server`). Returns False, leaving the fresh server to be started as before, where this
+    process has other threads (a fork copies only the calling one), computes on more than one thread once torch is
+    imported (one parallel op before the fork, and the children would wait for a pool they lack: with one thread
+    there is none), already has a server, or runs a Python whose fork server keeps other state."""
+    global _warm_preload
+    state = forkserver._forkserver
+    torch = sys.modules.get("torch")
+    if threading.active_count() > 1 or (torch is not None and torch.get_num_threads() > 1):
+        return False
+    if _warm_preload is not None or hasattr(state, "_forkserver_authkey"):
+        return False
+    if not all(hasattr(state, name) for name in _SERVER_STATE) or state._forkserver_pid is not None:
+        return False
+    resource_tracker.ensure_running()  # started by this process, shared by its children, as ensure_running does
+    listener = socket.socket(socket.AF_UNIX)
+    address = connection.arbitrary_address("AF_UNIX")
+    listener.bind(address)
+    os.chmod(address, 0o600)
+    listener.listen()
+    alive_r, alive_w = os.pipe()  # every client holds the write end; the server ends when the last one has gone
+    preload_r, preload_w = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the server: never returns into the caller's code
+        code = 0
+        try:
+            os.close(alive_w)
+            os.close(preload_w)
+            with os.fdopen(preload_r, "rb") as asked:
+                preload = json.loads(asked.read() or b"null")
+            if preload is not None:  # None: the caller ended without starting a child
+                _import_preload(preload)
+                forkserver.main(listener.fileno(), alive_r, [])
+        except SystemExit:  # the way forkserver.main ends once every client has gone
+            pass
+        except BaseException:
+            sys.excepthook(*sys.exc_info())
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(alive_r)
+    os.close(preload_r)
+    listener.close()
+    state._forkserver_address, state._forkserver_alive_fd, state._forkserver_pid = address, alive_w, pid
+    _warm_preload = preload_w
+    return True
+
+
+def _import_preload(preload: Sequence[str]) -> None:
+    """Import ``preload`` in the warm server, as a fresh server does: a module that cannot be imported is left to the
+    children (their own import then says why)."""
+    for name in preload:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
 
 
 def server(preload: Sequence[str] = ("torch",)) -> BaseContext:
     """The fork server's context, its server running. ``preload`` takes effect where this process has not started its
     server yet (the first caller's list is the server's; a module it lacks, a child imports itself). The server is
     started with this process's ``sys.path`` as its ``PYTHONPATH``: Python 3.11's forkserver is handed the path but
-    does not use it, so a preload module found through a path the caller added (a test folder) would not be found."""
+    does not use it, so a preload module found through a path the caller added (a test folder) would not be found.
+    A warm server (`start_warm_server`) is handed ``preload`` instead, and imports it before it forks a child."""
+    global _warm_preload
     context = multiprocessing.get_context(START_METHOD)
     context.set_forkserver_preload(list(preload))
     with _SERVER_START:
+        if _warm_preload is not None:
+            with os.fdopen(_warm_preload, "wb") as asking:
+                asking.write(json.dumps(list(preload)).encode())
+            _warm_preload = None
         inherited = os.environ.get("PYTHONPATH")
         os.environ["PYTHONPATH"] = os.pathsep.join(entry for entry in sys.path if entry)
         try:

@@ -45,7 +45,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.append(str(REPO_ROOT))
 
-from patchset.plumbing import running  # noqa: E402
+from patchset.plumbing import children, running  # noqa: E402
 from patchset.testenv.regression import BASELINE_DONE_FILE, BASELINE_WAIT_VARIABLE  # noqa: E402
 
 EXPECTATIONS = ("fixed", "bug")
@@ -164,6 +164,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         reason = OVERLAY_NOT_APPLICABLE.get(item.originalname) or OVERLAY_NOT_APPLICABLE.get(item.path.name)
         if reason:
             item.add_marker(pytest.mark.skip(reason=f"overlay mode: {reason}"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The test modules are imported (torch, transformers, the trees' modules) and no test has computed anything:
+    the moment to fork the fork server of the processes the tests start (ranks, first calls) from this process, rather
+    than start an interpreter that imports all of it again (`patchset.plumbing.children.start_warm_server`; without
+    effect under pytest-xdist, whose workers have threads)."""
+    if session.items and not session.config.option.collectonly:
+        children.start_warm_server()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -165,8 +165,10 @@ def _worker(
 
 def preload_modules(components: Sequence[str]) -> list[str]:
     """What the fork server imports once, before any rank is forked from it: torch and the engine and loss modules.
-    Each rank is then a fresh fork (its own process group, engines and Trinity patch), without importing them again."""
-    return ["torch", "transformers", *engine_modules([LOSSES[component] for component in components])]
+    Each rank is then a fresh fork (its own process group, engines and Trinity patch), without importing them again;
+    last, `engine_harness.fork_server_warmup` (the model classes every engine build imports, the collector frozen)."""
+    modules = engine_modules([LOSSES[component] for component in components])
+    return ["torch", "transformers", *modules, "engine_harness.fork_server_warmup"]
 
 
 def run_world(

@@ -1,7 +1,9 @@
 """Child processes start safely and every wait is bounded (`patchset.plumbing.children`, `bounded`, `running`).
 
 Invariants: a child started after the parent ran a parallel CPU op still runs its own parallel ops (the plain fork
-the tests used before waits forever in OpenMP's barrier: shown here, not assumed); nothing else in the tree starts a
+the tests used before waits forever in OpenMP's barrier: shown here, not assumed); a warm server is a fork of its
+caller made before the caller computed, imports the first preload asked of it, ends with its caller, and is not made
+beside another thread; nothing else in the tree starts a
 Python child; a hung child, a hung pytest run and a hung step of the test command each end within their limit, name
 what hung and keep its stacks, and the run reports exit 124.
 """
@@ -66,6 +68,38 @@ def _sleep_forever() -> None:
 
 def _fail() -> None:
     raise SystemExit(3)
+
+
+def _warm_server(how: str, folder: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    command = [sys.executable, str(HERE / "warm_server.py"), how, str(folder)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_a_warm_server_is_a_fork_of_its_caller_that_imports_the_first_preload_asked(tmp_path):
+    result = _warm_server("used", tmp_path)
+
+    assert result["started"] and result["codes"] == [0, 0]
+    for child in result["children"]:
+        assert child["parent"] == result["server"] != result["pid"]  # forked by the server, not by the caller
+        # the preload asked for was imported in the server; what the caller imported after the fork was not
+        assert child["modules"] == {"wave": True, "colorsys": False}
+
+
+def test_a_warm_server_never_asked_for_a_child_ends_with_its_caller(tmp_path):
+    result = _warm_server("unused", tmp_path)
+
+    assert result["started"]
+    deadline = time.monotonic() + 10
+    while is_running(result["server"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not is_running(result["server"]), "the warm server outlived the process that started it"
+
+
+def test_no_warm_server_beside_another_thread(tmp_path):
+    assert _warm_server("threaded", tmp_path) == {"started": False, "server": None}
 
 
 def test_a_hung_child_ends_within_its_limit_named_with_its_stack(monkeypatch):
