@@ -35,7 +35,7 @@ from engine_harness.sim import (
     actor_config,
     engine_gradient,
     make_rollout_batch,
-    use_cpu_unpadding,
+    verl_series_on_cpu,
 )
 from engine_harness.training_worker import StubEngine, train_mini_batches
 
@@ -51,9 +51,7 @@ SPLITS = [(2, Split(1)), (2, Split(2, dynamic=True)), (1, Split(2)), (1, Split(4
 
 @pytest.fixture(scope="module", autouse=True)
 def _cpu_unpadding(verl_tree: Path, verl_series: str) -> None:
-    if verl_series != "verl":
-        pytest.skip(f"the mini-batch selection is in the verl series only (0.8.0, 0.9.1), not {verl_series}")
-    use_cpu_unpadding()
+    verl_series_on_cpu(verl_series, "the mini-batch selection")
 
 
 def _inputs(loss_mode: str):

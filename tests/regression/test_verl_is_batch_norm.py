@@ -27,14 +27,7 @@ import pytest
 import torch
 
 from engine_harness.is_batch_norm import has_mini_batch_mean, worker_batch_means
-from engine_harness.sim import (
-    RESPONSE_LEN,
-    Split,
-    actor_config,
-    engine_gradient,
-    make_rollout_batch,
-    use_cpu_unpadding,
-)
+from engine_harness.sim import Split, actor_config, engine_gradient, make_rollout_batch, verl_series_on_cpu
 from engine_harness.training_worker import StubEngine, train_mini_batches
 
 BATCH_SIZE = 32
@@ -49,9 +42,7 @@ SPLITS = [(2, Split(2)), (2, Split(2, dynamic=True)), (1, Split(2)), (1, Split(4
 
 @pytest.fixture(scope="module", autouse=True)
 def _cpu_unpadding(verl_tree: Path, verl_series: str) -> None:
-    if verl_series != "verl":
-        pytest.skip(f"the mini-batch IS mean is in the verl series only (0.8.0, 0.9.1), not {verl_series}")
-    use_cpu_unpadding()
+    verl_series_on_cpu(verl_series, "the mini-batch IS mean")
 
 
 @cache
@@ -60,7 +51,7 @@ def _inputs():
     log ratios rising from -1.5 in the first row to 0.8 in the last, with noise."""
     batch = make_rollout_batch(BATCH_SIZE, seed=21, extra_fields=("advantages",))
     generator = torch.Generator().manual_seed(22)
-    shape = (BATCH_SIZE, RESPONSE_LEN)
+    shape = batch["response_mask"].shape
     log_probs = -torch.rand(shape, generator=generator)
     log_ratio = (
         -1.5 + 2.3 * torch.arange(BATCH_SIZE)[:, None] / BATCH_SIZE + 0.2 * torch.randn(shape, generator=generator)
