@@ -4,23 +4,20 @@ the split.
 Where the tree has ``compute_kl_cov_mask`` / ``compute_clip_cov_mask`` (verl 0004), the worker's ``train_batch``
 calls it once per mini-batch with the data-parallel group and puts the mask in the batch (``kl_cov_mask`` /
 ``clip_cov_mask``), which the engine splits with the rest. `worker_masks` does the same for the ranks that
-`engine_harness.sim` deals the batch to: at dp 1 in this process (no group), at dp 2 in two gloo processes (forks of
-the fork server), so that the functions' all-reduce and all-gather are real collectives. Clip-Cov's rows are keyed
-by their place in the whole mini-batch, as the worker keys them. Where the tree lacks the function (vanilla), it
-returns None, and the loss chooses per micro-batch as upstream does.
+`engine_harness.sim` deals the batch to: at dp 1 in this process (no group), at dp 2 in two gloo processes
+(`engine_harness.gloo_ranks`), so that the functions' all-reduce and all-gather are real collectives. Clip-Cov's
+rows are keyed by their place in the whole mini-batch, as the worker keys them. Where the tree lacks the function
+(vanilla), it returns None, and the loss chooses per micro-batch as upstream does.
 """
 
 from __future__ import annotations
 
 import importlib
-import tempfile
-from pathlib import Path
 
 import torch
 
-from patchset.plumbing.children import run_children
+from engine_harness.gloo_ranks import run_on_ranks
 
-RANKS_LIMIT_S = 120  # two forks that import verl's core_algos (if the fork server has not) and run two collectives
 SELECTION_MODULE = "verl.trainer.ppo.core_algos"
 FUNCTIONS = {"kl_cov": "compute_kl_cov_mask", "clip_cov": "compute_clip_cov_mask"}
 SEED = 1234  # Clip-Cov's pick
@@ -39,21 +36,9 @@ def _select(loss_mode: str, inputs: dict, config, dp_group) -> torch.Tensor:
     return function(**inputs, config=config, seed=SEED, dp_group=dp_group)
 
 
-def _rank_masks(rank: int, world_size: int, workdir: str, module_file: str) -> None:
-    """One gloo rank: its rows' masks from the real selection functions with the data-parallel group."""
-    module = importlib.import_module(SELECTION_MODULE)
-    assert module.__file__ == module_file, f"the rank imported {module.__file__}, not {module_file}"
-    torch.set_num_threads(1)
-    torch.distributed.init_process_group(
-        "gloo", init_method=f"file://{workdir}/rendezvous", rank=rank, world_size=world_size
-    )
-    requests = torch.load(Path(workdir) / f"inputs{rank}.pt", weights_only=False)
-    masks = {
-        mode: _select(mode, inputs, config, torch.distributed.group.WORLD)
-        for mode, (inputs, config) in requests.items()
-    }
-    torch.save(masks, Path(workdir) / f"masks{rank}.pt")
-    torch.distributed.destroy_process_group()
+def _rank_masks(requests: dict, dp_group) -> dict[str, torch.Tensor]:
+    """One rank's masks, one per loss mode, from the real selection functions with the data-parallel group."""
+    return {mode: _select(mode, inputs, config, dp_group) for mode, (inputs, config) in requests.items()}
 
 
 def _rank_inputs(batch, log_prob: torch.Tensor, rows: torch.Tensor) -> dict:
@@ -81,13 +66,6 @@ def worker_masks(requests: dict, dp_size: int) -> dict[str, torch.Tensor | None]
         for rows in rank_rows
     ]
     if dp_size == 1:
-        return masks | {mode: _select(mode, inputs, config, None) for mode, (inputs, config) in per_rank[0].items()}
-    with tempfile.TemporaryDirectory(prefix="cov-selection-ranks-") as workdir:
-        for rank, rank_requests in enumerate(per_rank):
-            torch.save(rank_requests, Path(workdir) / f"inputs{rank}.pt")
-        module_file = importlib.import_module(SELECTION_MODULE).__file__
-        ranks = [(rank, dp_size, workdir, module_file) for rank in range(dp_size)]
-        codes = run_children(_rank_masks, ranks, RANKS_LIMIT_S, "cov selection rank", ("torch", SELECTION_MODULE))
-        assert not any(codes), f"the selection's ranks exited with {codes}"
-        results = [torch.load(Path(workdir) / f"masks{rank}.pt") for rank in range(dp_size)]
+        return masks | _rank_masks(per_rank[0], None)
+    results = run_on_ranks(_rank_masks, per_rank, SELECTION_MODULE, "cov selection rank")
     return masks | {mode: torch.cat([result[mode] for result in results]) for mode in todo}

@@ -47,9 +47,9 @@ from patchset.upstreams.workspace import resolve_workspace
 ENTRY = REPO_ROOT / "scripts/bench.py"  # the thin entry of this command: it starts the children too
 CHILD_FLAG = "--child"  # ``scripts/bench.py --child``: a child holding one tree pair (not in --help)
 
-COMPONENTS = ("critic", "actor", "kl_cov", "clip_cov")  # the last two: one mini-batch (selection.py)
+COMPONENTS = ("critic", "actor", "kl_cov", "clip_cov", "is_batch_norm")  # the last three: one mini-batch
 LOSSES = {"critic": "critic", "actor": "trinity"}  # the harness's loss of each component
-SELECTION_COMPONENTS = ("kl_cov", "clip_cov")  # verl 0004: a mini-batch's selection and loss calls
+SELECTION_COMPONENTS = ("kl_cov", "clip_cov", "is_batch_norm")  # verl 0004, 0005: a mini-batch (selection.py)
 SHAPES = (4, 16, 64)  # sequences per micro-batch
 SYNC_METHODS = ("item", "cpu", "tolist", "__bool__", "__float__", "__int__")
 TIME_TARGET = 1.02
@@ -368,8 +368,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="scripts/bench.py",
         description="Compare one loss call of the patched and the vanilla trees: time (median over many calls, "
         "several micro-batch shapes, every loss_agg_mode) and device-to-host synchronisations, for verl's critic "
-        "value_loss and Trinity's TrinityPolicyLoss, and one KL-Cov and Clip-Cov mini-batch (selection, loss "
-        "calls). Each tree pair runs in its own child process.",
+        "value_loss and Trinity's TrinityPolicyLoss, and one KL-Cov, Clip-Cov and bypass IS batch mean mini-batch "
+        "(selection, loss calls). Each tree pair runs in its own child process.",
         epilog="Targets: loss-call time ratio <= 1.02, zero synchronisations added. Exit code 0 (with --strict: 1 "
         "when a target is missed); 2 on bad input.",
     )

@@ -7,12 +7,17 @@ mask; vanilla, each micro-batch's loss chooses from its own tokens (Clip-Cov: ``
 is the whole mini-batch: the selection (where the tree has it) and the ``ppo_loss`` of each of its `MICRO_BATCHES`
 micro-batches, at dp 1 (the collectives are not timed). Not measured: the no-grad forward of a later update, which
 needs a model (about a third of a training step's forward and backward).
+
+The same for bypass mode's IS batch normalization (verl 0005, ``is_batch_norm``): patched, the worker calls
+``compute_rollout_is_batch_mean`` once on the mini-batch and each micro-batch's loss divides by that mean; vanilla,
+each takes its own. Not measured here either: the no-grad forward that gives the worker the current log-probs
+(bypass mode's ``old_log_probs`` are the rollout's, so it runs for every mini-batch).
 """
 
 from __future__ import annotations
 
 MICRO_BATCHES = 4  # micro-batches per mini-batch
-LOSS_MODES = ("kl_cov", "clip_cov")
+LOSS_MODES = ("kl_cov", "clip_cov", "is_batch_norm")
 
 
 class CovSelectionStep:
@@ -22,6 +27,8 @@ class CovSelectionStep:
     def __init__(self, loss_mode: str, sequences: int) -> None:
         import torch
         import verl.trainer.ppo.core_algos as core_algos
+        import verl.trainer.ppo.rollout_corr_helper as rollout_corr_helper
+        from verl.trainer.config.algorithm import RolloutCorrectionConfig
         from verl.utils import tensordict_utils as tu
         from verl.workers.config import PolicyLossConfig
         from verl.workers.engine.utils import prepare_micro_batches
@@ -37,8 +44,17 @@ class CovSelectionStep:
         log_probs = batch["old_log_probs"] + 0.1 * noise
         self.loss_mode = loss_mode
         self.batch = batch
-        self.select = getattr(core_algos, f"compute_{loss_mode}_mask", None)  # None: the vanilla tree
-        self.config = actor_config("token-mean", policy_loss=PolicyLossConfig(loss_mode=loss_mode))
+        if loss_mode == "is_batch_norm":
+            self.select = getattr(rollout_corr_helper, "compute_rollout_is_batch_mean", None)  # None: vanilla
+            rollout_correction = RolloutCorrectionConfig(
+                rollout_is="token", rollout_is_batch_normalize=True, bypass_mode=True, loss_type="reinforce"
+            )
+            policy_loss = PolicyLossConfig(loss_mode="bypass_mode", rollout_correction=rollout_correction)
+        else:
+            self.select = getattr(core_algos, f"compute_{loss_mode}_mask", None)  # None: the vanilla tree
+            policy_loss = PolicyLossConfig(loss_mode=loss_mode)
+        self.config = actor_config("token-mean", policy_loss=policy_loss)
+        self.log_probs = log_probs
         data = left_right_2_no_padding(batch.clone())
         tokens = int(batch["response_mask"].sum())
         tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=sequences)
@@ -60,7 +76,12 @@ class CovSelectionStep:
         )
 
     def call(self) -> None:
-        if self.select is not None:
+        if self.select is not None and self.loss_mode == "is_batch_norm":
+            fields = (self.log_probs, self.batch["old_log_probs"], self.batch["response_mask"])
+            mean = self.select(*fields, rollout_is="token")
+            for micro_batch in self.micro_batches:
+                micro_batch["rollout_is_batch_mean"] = mean.expand(len(micro_batch))
+        elif self.select is not None:
             mask = self._mask()
             for micro_batch in self.micro_batches:
                 micro_batch[f"{self.loss_mode}_mask"] = mask[micro_batch["row_id"]]

@@ -22,11 +22,8 @@ of ranks do not change the update.
 
 from __future__ import annotations
 
-import inspect
-from contextlib import nullcontext
 from functools import cache
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -38,9 +35,9 @@ from engine_harness.sim import (
     actor_config,
     engine_gradient,
     make_rollout_batch,
-    pack_model_output,
-    use_cpu_unpadding,
+    verl_series_on_cpu,
 )
+from engine_harness.training_worker import StubEngine, train_mini_batches
 
 BATCH_SIZE = 32
 RATIO = 0.05  # kl_cov_ratio, clip_cov_ratio
@@ -54,9 +51,7 @@ SPLITS = [(2, Split(1)), (2, Split(2, dynamic=True)), (1, Split(2)), (1, Split(4
 
 @pytest.fixture(scope="module", autouse=True)
 def _cpu_unpadding(verl_tree: Path, verl_series: str) -> None:
-    if verl_series != "verl":
-        pytest.skip(f"the mini-batch selection is in the verl series only (0.8.0, 0.9.1), not {verl_series}")
-    use_cpu_unpadding()
+    verl_series_on_cpu(verl_series, "the mini-batch selection")
 
 
 def _inputs(loss_mode: str):
@@ -144,42 +139,6 @@ def test_cov_selection_over_the_mini_batch_against_one_micro_batch(expect, loss_
         assert not torch.equal(chosen, reference_chosen), "the vanilla tree chose over the mini-batch: update the audit"
 
 
-class _Engine:
-    """What ``TrainingWorker.train_mini_batch`` and ``train_batch`` ask of the engine, recording each mini-batch it
-    is sent; ``infer_batch`` returns ``log_probs`` (the current policy's) in the engine's no-padding layout."""
-
-    def __init__(self, log_probs: torch.Tensor):
-        self.log_probs = log_probs
-        self.trained: list = []
-        self.inferred = 0
-
-    def train_mode(self, **kwargs):
-        return nullcontext()
-
-    def train_batch(self, data, loss_function):
-        self.trained.append(data)
-        return {}
-
-    def infer_batch(self, data, loss_function=None):
-        self.inferred += 1
-        return {"model_output": {"log_probs": pack_model_output(data, self.log_probs[data["row_id"]])}}
-
-    def get_data_parallel_size(self):
-        return 1
-
-    def get_data_parallel_rank(self):
-        return 0
-
-    def get_data_parallel_group(self):
-        return None
-
-    def is_mp_src_rank_with_outputs(self):
-        return False
-
-    def lr_scheduler_step(self):
-        return 0.0
-
-
 def _expected_mask(loss_mode: str, batch, rows, log_prob, update: int) -> torch.Tensor:
     """What the worker must choose for the mini-batch of ``rows``, its ``update``-th: the real function's answer."""
     import verl.trainer.ppo.core_algos as core_algos
@@ -202,33 +161,11 @@ def _expected_mask(loss_mode: str, batch, rows, log_prob, update: int) -> torch.
 
 @pytest.mark.parametrize("loss_mode", LOSS_MODES)
 def test_cov_selection_worker_sends_the_mini_batch_choice(expect, loss_mode, verl_tree: Path):
-    from verl.utils import tensordict_utils as tu
-    from verl.utils.profiler import DistProfiler
-    from verl.workers.engine_workers import TrainingWorker
-    from verl.workers.utils.padding import left_right_2_no_padding
-
     batch, outputs, _ = _inputs(loss_mode)
     # the policy after the first update: its log-probs differ from old_log_probs
-    engine = _Engine(outputs["log_probs"])
-    worker = object.__new__(TrainingWorker)  # the methods under test need only these
-    worker.engine = engine
-    worker.loss_fn = lambda *args: None
-    worker.model_config = {}
-    worker.engine_config = SimpleNamespace(
-        forward_only=False,
-        use_dynamic_bsz=False,
-        max_token_len_per_gpu=None,
-        micro_batch_size_per_gpu=4,
-        use_fused_kernels=False,
-    )
-    worker.profiler = DistProfiler(rank=0, config=None)  # disabled; verl 0.9.1 steps it once per mini-batch
-    # what ActorRolloutRefWorker.init_model sets for these losses (its own lines, not run here)
-    worker.cov_selection_config = _config(loss_mode)
-    worker.num_cov_selections = 0
-    data = left_right_2_no_padding(batch)
-    del data["input_ids"]  # its token count is all-gathered for the MFU: not what this test is about
-    tu.assign_non_tensor(data, mini_batch_size=BATCH_SIZE // 2, epochs=1)
-    inspect.unwrap(TrainingWorker.train_mini_batch)(worker, data)
+    engine = StubEngine(outputs["log_probs"])
+    config = _config(loss_mode)
+    train_mini_batches(engine, batch, BATCH_SIZE // 2, cov_selection_config=config, num_cov_selections=0)
 
     assert len(engine.trained) == 2
     if expect == "bug":

@@ -1,0 +1,59 @@
+"""Bypass mode's IS batch normalization where verl's engine worker computes it: on each rank's mini-batch, before the
+split.
+
+Where the tree has ``compute_rollout_is_batch_mean`` (verl 0005), the worker's ``train_batch`` calls it once per
+mini-batch with the data-parallel group and puts the mean in the batch (``rollout_is_batch_mean``, one copy a row),
+which the engine splits with the rest. `worker_batch_means` does the same for the ranks that `engine_harness.sim`
+deals the batch to: at dp 1 in this process (no group), at dp 2 in two gloo processes (`engine_harness.gloo_ranks`),
+so that the function's all-reduce is a real collective. Where the tree lacks the function (vanilla), it returns
+None, and the loss takes each micro-batch's own mean as upstream does.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from engine_harness.gloo_ranks import run_on_ranks
+
+MEAN_MODULE = "verl.trainer.ppo.rollout_corr_helper"
+FUNCTION = "compute_rollout_is_batch_mean"
+
+
+def has_mini_batch_mean() -> bool:
+    """Whether the verl tree under test normalizes bypass mode's IS weights by the mini-batch's mean (verl 0005)."""
+    return hasattr(importlib.import_module(MEAN_MODULE), FUNCTION)
+
+
+def _rank_means(requests: dict, dp_group) -> dict[str, torch.Tensor]:
+    """One rank's means, one per request, from the real function with the data-parallel group."""
+    function = getattr(importlib.import_module(MEAN_MODULE), FUNCTION)
+    return {key: function(**inputs, dp_group=dp_group) for key, inputs in requests.items()}
+
+
+def worker_batch_means(requests: dict, dp_size: int) -> dict[str, torch.Tensor] | None:
+    """{key: the mean each row carries}, for ``requests`` {key: the keyword arguments of
+    ``compute_rollout_is_batch_mean`` for the whole mini-batch (``log_prob``, ``rollout_log_prob``,
+    ``response_mask``, ``rollout_is``, ``rollout_is_threshold``)}, the rows dealt to ``dp_size`` ranks in contiguous
+    blocks (as `engine_harness.sim.engine_gradient` deals them): one value a row; None on a vanilla tree. At dp 2 one
+    pair of gloo ranks computes every request's."""
+    if not has_mini_batch_mean():
+        return None
+    num_rows = len(next(iter(requests.values()))["log_prob"])
+    rank_rows = torch.arange(num_rows).chunk(dp_size)
+    per_rank = [
+        {
+            key: {name: value[rows] if isinstance(value, torch.Tensor) else value for name, value in inputs.items()}
+            for key, inputs in requests.items()
+        }
+        for rows in rank_rows
+    ]
+    if dp_size == 1:
+        results = [_rank_means(per_rank[0], None)]
+    else:
+        results = run_on_ranks(_rank_means, per_rank, MEAN_MODULE, "IS batch mean rank")
+    return {
+        key: torch.cat([result[key].expand(len(rows)) for result, rows in zip(results, rank_rows, strict=True)])
+        for key in requests
+    }

@@ -1,0 +1,86 @@
+"""verl's real ``TrainingWorker`` with a stand-in engine, for the tests of what the worker does to a mini-batch
+before the engine splits it (verl 0004's selection masks, 0005's IS batch mean).
+
+``TrainingWorker.train_mini_batch`` cuts the batch into mini-batches and sends each to ``train_batch``, which calls
+``engine.train_batch``. `StubEngine` records every mini-batch it is sent and answers ``infer_batch`` with given
+log-probs (the current policy's), so a test reads what the worker added to each mini-batch.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from engine_harness.sim import pack_model_output
+
+
+class StubEngine:
+    """What ``TrainingWorker.train_mini_batch`` and ``train_batch`` ask of the engine, recording each mini-batch it
+    is sent; ``infer_batch`` returns ``log_probs`` (the current policy's) in the engine's no-padding layout."""
+
+    def __init__(self, log_probs: torch.Tensor):
+        self.log_probs = log_probs
+        self.trained: list = []
+        self.inferred = 0
+
+    def train_mode(self, **kwargs):
+        return nullcontext()
+
+    def train_batch(self, data, loss_function):
+        self.trained.append(data)
+        return {}
+
+    def infer_batch(self, data, loss_function=None):
+        self.inferred += 1
+        return {"model_output": {"log_probs": pack_model_output(data, self.log_probs[data["row_id"]])}}
+
+    def get_data_parallel_size(self):
+        return 1
+
+    def get_data_parallel_rank(self):
+        return 0
+
+    def get_data_parallel_group(self):
+        return None
+
+    def is_mp_src_rank_with_outputs(self):
+        return False
+
+    def lr_scheduler_step(self):
+        return 0.0
+
+
+def train_mini_batches(engine: StubEngine, batch, mini_batch_size: int, **worker_fields: Any) -> None:
+    """Run the real ``TrainingWorker.train_mini_batch`` on ``batch`` (left-right padded) in mini-batches of
+    ``mini_batch_size`` rows and micro-batches of 4, against ``engine``; ``worker_fields`` are the attributes
+    ``ActorRolloutRefWorker.init_model`` sets on it for the loss (its own lines, not run here)."""
+    import inspect
+
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.profiler import DistProfiler
+    from verl.workers.engine_workers import TrainingWorker
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    worker = object.__new__(TrainingWorker)  # the methods under test need only these
+    worker.engine = engine
+    worker.loss_fn = lambda *args: None
+    worker.model_config = {}
+    worker.engine_config = SimpleNamespace(
+        forward_only=False,
+        use_dynamic_bsz=False,
+        max_token_len_per_gpu=None,
+        micro_batch_size_per_gpu=4,
+        use_fused_kernels=False,
+    )
+    worker.profiler = DistProfiler(rank=0, config=None)  # disabled; verl 0.9.1 steps it once per mini-batch
+    # what TrainingWorker.__init__ sets for the mini-batch statistics (verl 0004, 0005): none asked for
+    defaults = {"cov_selection_config": None, "num_cov_selections": 0, "is_batch_norm_config": None}
+    for name, value in (defaults | worker_fields).items():
+        setattr(worker, name, value)
+    data = left_right_2_no_padding(batch)
+    del data["input_ids"]  # its token count is all-gathered for the MFU: not what these tests are about
+    tu.assign_non_tensor(data, mini_batch_size=mini_batch_size, epochs=1)
+    inspect.unwrap(TrainingWorker.train_mini_batch)(worker, data)
