@@ -54,7 +54,10 @@ def test_verl_has_one_group_per_patch():
     series = load_series(REPO_ROOT / "patches", "verl")
 
     assert sorted(n for group in groups for n in group.numbers) == list(range(1, len(series.patches) + 1))
-    assert all(len(group.numbers) == 1 and not group.fold and group.after is None for group in groups)
+    assert all(len(group.numbers) == 1 and not group.fold for group in groups)
+    # each PR stands alone but the IS batch mean's, which builds on KL-Cov's (its policy_loss_inputs and pre-pass)
+    after = {group.name: group.after for group in groups if group.after is not None}
+    assert after == {"is-batch-norm-mini-batch-mean": "kl-cov-mini-batch-selection"}
 
 
 def test_without_a_groups_file_each_patch_stacks_on_the_one_before(tmp_path):
