@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import dis
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from types import CodeType, FunctionType, ModuleType
 from typing import Any
 
@@ -41,20 +41,27 @@ def _same_object(theirs: Any, ours: Any) -> bool:
     return isinstance(theirs, ModuleType) and isinstance(ours, ModuleType) and theirs.__name__ == ours.__name__
 
 
-def replace_function_code(target: FunctionType, replacement: FunctionType) -> Undo:
+def _check_globals(namespace: dict[str, Any], replacement: FunctionType, where: str, new: Collection[str] = ()) -> None:
+    """Every global ``replacement`` reads (but ``new``, the names added with it) is in ``namespace`` (or a builtin)
+    and is the very object ``replacement`` was written against."""
+    for name in sorted(_global_names(replacement.__code__) - _MODULE_IDENTITY - set(new)):
+        theirs = namespace.get(name, getattr(builtins, name, _MISSING))
+        ours = replacement.__globals__.get(name, getattr(builtins, name, _MISSING))
+        if theirs is _MISSING or not _same_object(theirs, ours):
+            raise ReplaceError(f"{where}: global {name!r} differs from the overlay's")
+
+
+def replace_function_code(target: FunctionType, replacement: FunctionType, new: Collection[str] = ()) -> Undo:
     """Give ``target`` the code, defaults and docs of ``replacement``, keeping the function object itself.
 
     The code then runs in the upstream module's namespace, as the patched upstream function would. So every global
     it reads must already be there and be the very object ``replacement`` was written against; otherwise nothing
-    is changed.
+    is changed. ``new``: the names exempt, those the same installer adds to the module or gives the mirror's code
+    (a patched function calling another the patch changes).
     """
     if target.__code__.co_freevars or replacement.__code__.co_freevars:
         raise ReplaceError(f"{target.__qualname__}: closures cannot be replaced in place")
-    for name in sorted(_global_names(replacement.__code__) - _MODULE_IDENTITY):
-        theirs = target.__globals__.get(name, getattr(builtins, name, _MISSING))
-        ours = replacement.__globals__.get(name, getattr(builtins, name, _MISSING))
-        if theirs is _MISSING or not _same_object(theirs, ours):
-            raise ReplaceError(f"{target.__module__}.{target.__qualname__}: global {name!r} differs from the overlay's")
+    _check_globals(target.__globals__, replacement, f"{target.__module__}.{target.__qualname__}", new)
     saved = {part: getattr(target, part) for part in _FUNCTION_PARTS}
     for part in _FUNCTION_PARTS:
         value = getattr(replacement, part)
@@ -172,6 +179,21 @@ def add_module_globals(module: ModuleType, names: dict[str, Any]) -> Undo:
                 delattr(module, name)
 
     return undo
+
+
+def bound_to(module: ModuleType, function: FunctionType, new: Collection[str] = (), qualname: str = "") -> FunctionType:
+    """A copy of ``function`` (code, defaults, docs) that runs in ``module``'s namespace, as a function the patched
+    upstream module defines itself would (its ``__module__`` is ``module``'s). Every global it reads must be there
+    already and be the very object ``function`` was written against, but ``new``: the names added beside it.
+    ``qualname``: the copy's (a method's ``Class.name`` in upstream's class), else ``function``'s name."""
+    if function.__code__.co_freevars:
+        raise ReplaceError(f"{function.__qualname__}: a closure cannot be moved to {module.__name__}")
+    _check_globals(vars(module), function, f"{module.__name__}.{function.__name__}", new)
+    copy = FunctionType(function.__code__, vars(module), function.__name__, function.__defaults__)
+    copy.__kwdefaults__, copy.__doc__ = function.__kwdefaults__, function.__doc__
+    copy.__annotations__ = dict(function.__annotations__)
+    copy.__qualname__ = qualname or function.__name__
+    return copy
 
 
 def decorated_function(wrapper: FunctionType, free_name: str = "func") -> FunctionType:

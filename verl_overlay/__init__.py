@@ -5,7 +5,7 @@ piece, saying what goes where. `activate` switches the overlay on in this proces
 `deactivate` undoes it; installing this project does it in every process automatically (see `patchset_overlay`,
 which finds this package through ``patchset_overlay_registry``). verl >= 0.9.0 has the critic and distillation
 fixes, and those pieces stay off there; verl 0.7.1 takes its own critic piece (critic_v0_7, its ``value_loss``);
-the geo_mean piece goes onto all three.
+the geo_mean piece goes onto all three; the mini-batch statistics (0004 and 0005) onto 0.8.0 and 0.9.1, a piece each.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ WATCHED = (
     "verl.workers.config.critic",
     "verl.workers.utils.losses",
     "verl.trainer.distillation.losses",
+    "verl.trainer.ppo.rollout_corr_helper",
+    "verl.workers.config.actor",
+    "verl.workers.engine_workers",
 )
 
 # its spec (`verl_overlay.pieces.OVERLAY`), and the switches users call (``verl_overlay.activate()``)

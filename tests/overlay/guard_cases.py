@@ -21,11 +21,23 @@ def _from_upstream(obj, package: str) -> bool:
     return Path(inspect.getsourcefile(obj)).resolve().is_relative_to(root)
 
 
+def _absent_or_upstreams(module, name: str, package: str) -> bool:
+    """A function a patch adds: not there at all, or the upstream's own (a patched checkout defines it)."""
+    return name not in vars(module) or _from_upstream(vars(module)[name], package)
+
+
+def _own_field(cls, name: str) -> bool:
+    """No dataclass field ``name`` added by an overlay: none at all, or the one upstream's own source declares."""
+    return name not in {f.name for f in dataclasses.fields(cls)} or name in inspect.getsource(cls)
+
+
 def untouched() -> dict[str, bool]:
     """Each replaced object is still the upstream's own code (its source file is in the upstream package); a fix
     names the keys of its piece's objects in ``guard`` of its series' parts.toml (test_fix_completeness.py)."""
     import verl.trainer.distillation.losses as distillation
     import verl.trainer.ppo.core_algos as core_algos
+    import verl.trainer.ppo.rollout_corr_helper as rollout_corr
+    import verl.workers.config.actor as actor
     import verl.workers.config.critic as critic
     import verl.workers.utils.losses as losses
 
@@ -34,10 +46,25 @@ def untouched() -> dict[str, bool]:
         "compute_policy_loss_geo_mean": _from_upstream(core_algos.compute_policy_loss_geo_mean, "verl"),
         "distillation_loss": _from_upstream(distillation.distillation_loss, "verl"),
         "value_loss": _from_upstream(losses.value_loss, "verl"),
-        # no overlay field: either none at all, or the one upstream's own source declares
-        "CriticConfig": "loss_scale_factor" not in {f.name for f in dataclasses.fields(critic.CriticConfig)}
-        or "loss_scale_factor" in inspect.getsource(critic.CriticConfig),
+        "CriticConfig": _own_field(critic.CriticConfig, "loss_scale_factor"),
+        # the mini-batch statistics (verl 0004, 0005)
+        "compute_policy_loss_kl_cov": _from_upstream(core_algos.compute_policy_loss_kl_cov, "verl"),
+        "compute_policy_loss_clip_cov": _from_upstream(core_algos.compute_policy_loss_clip_cov, "verl"),
+        "compute_policy_loss_bypass_mode": _from_upstream(core_algos.compute_policy_loss_bypass_mode, "verl"),
+        "compute_kl_cov_mask": _absent_or_upstreams(core_algos, "compute_kl_cov_mask", "verl"),
+        "compute_rollout_correction_weights": _from_upstream(rollout_corr.compute_rollout_correction_weights, "verl"),
+        "compute_rollout_is_batch_mean": _absent_or_upstreams(rollout_corr, "compute_rollout_is_batch_mean", "verl"),
+        "ppo_loss": _from_upstream(losses.ppo_loss, "verl"),
+        "ActorConfig": _own_field(actor.ActorConfig, "policy_loss_inputs"),
     }
+    engine_workers = sys.modules.get("verl.workers.engine_workers")
+    if engine_workers is not None:
+        worker = engine_workers.TrainingWorker
+        seen["TrainingWorker"] = all(
+            _from_upstream(inspect.unwrap(vars(worker)[name]), "verl") for name in ("train_batch", "train_mini_batch")
+        ) and _absent_or_upstreams(worker, "_assign_cov_selection_mask", "verl")
+        init_model = inspect.unwrap(vars(engine_workers.ActorRolloutRefWorker)["init_model"])
+        seen["ActorRolloutRefWorker.init_model"] = _from_upstream(init_model, "verl")
     trinity_losses = sys.modules.get("trinity.trainer.verl.losses")
     if trinity_losses is not None:
         seen["TrinityPolicyLoss.__call__"] = _from_upstream(trinity_losses.TrinityPolicyLoss.__call__, "trinity")

@@ -24,12 +24,12 @@ def _overlay_code(function) -> bool:  # type: ignore[no-untyped-def]
     return "_overlay" + "/" in Path(function.__code__.co_filename).as_posix()
 
 
-def _critic_config(module) -> bool:  # type: ignore[no-untyped-def]
-    classes = [
-        module.CriticConfig,
-        *(c for c in vars(module).values() if isinstance(c, type) and issubclass(c, module.CriticConfig)),
-    ]
-    return all("loss_scale_factor" in {f.name for f in dataclasses.fields(c)} for c in classes)
+def _field_everywhere(module, class_name: str, name: str) -> bool:  # type: ignore[no-untyped-def]
+    """The dataclass ``class_name`` of ``module`` and each of its subclasses there (FSDP, Megatron, ...) have field
+    ``name``: the critic's ``loss_scale_factor`` (0001), the actor's ``policy_loss_inputs`` (0004)."""
+    base = getattr(module, class_name)
+    classes = [base, *(c for c in vars(module).values() if isinstance(c, type) and issubclass(c, base))]
+    return all(name in {f.name for f in dataclasses.fields(c)} for c in classes)
 
 
 def _dpo(module) -> bool:  # type: ignore[no-untyped-def]
@@ -54,12 +54,31 @@ def _switch_unset(module) -> bool:  # type: ignore[no-untyped-def]
     )
 
 
+def _training_worker(module) -> bool:  # type: ignore[no-untyped-def]
+    """0004, 0005: the worker's methods (under verl's ``register`` wrappers) and the ones the patches add."""
+    members = vars(module.TrainingWorker)
+    replaced = all(_overlay_code(inspect.unwrap(members[name])) for name in ("train_batch", "train_mini_batch"))
+    return replaced and _overlay_code(members["_assign_is_batch_mean"])
+
+
 # target label -> whether the imported module's object carries the fix
 PROBES = {
     "verl.trainer.ppo.core_algos.compute_value_loss": lambda m: _overlay_code(m.compute_value_loss),
-    "verl.workers.config.critic.CriticConfig": _critic_config,
+    "verl.workers.config.critic.CriticConfig": lambda m: _field_everywhere(m, "CriticConfig", "loss_scale_factor"),
     "verl.workers.utils.losses.value_loss": lambda m: _overlay_code(m.value_loss),
     "verl.trainer.distillation.losses.distillation_loss": lambda m: _overlay_code(m.distillation_loss),
+    "verl.trainer.ppo.core_algos.compute_policy_loss_kl_cov": lambda m: _overlay_code(m.compute_policy_loss_kl_cov)
+    and _overlay_code(m.compute_kl_cov_mask),
+    "verl.trainer.ppo.rollout_corr_helper.compute_rollout_correction_weights": lambda m: _overlay_code(
+        m.compute_rollout_correction_weights
+    )
+    and _overlay_code(m.compute_rollout_is_batch_mean),
+    "verl.workers.config.actor.ActorConfig": lambda m: _field_everywhere(m, "ActorConfig", "policy_loss_inputs"),
+    "verl.workers.utils.losses.ppo_loss": lambda m: _overlay_code(m.ppo_loss),
+    "verl.workers.engine_workers.TrainingWorker": _training_worker,
+    "verl.workers.engine_workers.ActorRolloutRefWorker": lambda m: _overlay_code(
+        inspect.unwrap(vars(m.ActorRolloutRefWorker)["init_model"])
+    ),
     "trinity.algorithm.policy_loss_fn.policy_loss_fn.PolicyLossFn": lambda m: {"loss_aggregation", "group_size"}
     <= vars(m.PolicyLossFn).keys(),
     "trinity.algorithm.policy_loss_fn.rec_policy_loss.RECPolicyLossFn": lambda m: "loss_aggregation"

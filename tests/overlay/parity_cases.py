@@ -25,9 +25,12 @@ sys.path.append(str(Path(__file__).resolve().parents[2]))  # engine_harness, aft
 from policy_loss_cases import every_policy_loss_cases  # noqa: E402
 
 from engine_harness import LOSS_AGG_MODES
+from engine_harness.cov_selection import worker_masks  # noqa: E402
+from engine_harness.is_batch_norm import worker_batch_means  # noqa: E402
 from engine_harness.self_normalizing_loss import algorithm_config as self_normalizing_config  # noqa: E402
 from engine_harness.self_normalizing_loss import registered  # noqa: E402
 from engine_harness.sim import Split, actor_config, engine_gradient, make_rollout_batch, use_cpu_unpadding  # noqa: E402
+from engine_harness.training_worker import StubEngine, train_mini_batches  # noqa: E402
 from engine_harness.trinity_configs import (  # noqa: E402
     FLAT,
     NESTED,
@@ -128,6 +131,81 @@ def geo_mean_cases() -> dict[str, dict[str, Any]]:
         loss_fn = lambda model_output, data, config=config: ppo_loss(config, model_output, data)  # noqa: E731
         for dp_size, split in SPLITS:
             cases[f"geo_mean {mode} dp{dp_size} {split}"] = _run(loss_fn, batch, outputs, dp_size, split)
+    return cases
+
+
+def _statistics_config(loss_mode: str, rollout_is: str = "token"):
+    """The actor config of a loss whose statistic the engine worker computes over the mini-batch (verl 0004, 0005)."""
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+    from verl.workers.config import PolicyLossConfig
+
+    if loss_mode == "kl_cov":
+        policy_loss = PolicyLossConfig(loss_mode="kl_cov", kl_cov_ratio=0.05, ppo_kl_coef=1.0)
+    elif loss_mode == "clip_cov":  # about half the tokens are candidates: a draw that can differ
+        policy_loss = PolicyLossConfig(loss_mode="clip_cov", clip_cov_ratio=0.05, clip_cov_lb=0.0, clip_cov_ub=5.0)
+    else:
+        correction = RolloutCorrectionConfig(
+            rollout_is=rollout_is,
+            rollout_is_threshold=2.0,
+            rollout_is_batch_normalize=True,
+            bypass_mode=True,
+            loss_type="reinforce",
+        )
+        policy_loss = PolicyLossConfig(loss_mode="bypass_mode", rollout_correction=correction)
+    return actor_config("token-mean", policy_loss=policy_loss)
+
+
+def mini_batch_statistics_cases() -> dict[str, Any]:
+    """verl's ppo_loss with KL-Cov's and Clip-Cov's tokens chosen over the mini-batch (patch 0004) and bypass mode's
+    IS weights divided by the mini-batch's mean (0005): the mask or mean the worker computes (at dp 1, in this
+    process), each split's losses and gradient with it in the batch, and what the real ``TrainingWorker`` sends a
+    stand-in engine for two mini-batches (the first chosen from ``old_log_probs``, the second from a forward)."""
+    from verl.workers.utils.losses import ppo_loss
+
+    batch = make_rollout_batch(BATCH_SIZE, seed=4, extra_fields=("old_log_probs", "advantages"))
+    batch["old_log_probs"] = -batch["old_log_probs"].abs()
+    noise = torch.randn(batch["old_log_probs"].shape, generator=torch.Generator().manual_seed(17))
+    log_probs = batch["old_log_probs"] + 0.1 * noise
+    requests = {mode: (batch, log_probs, _statistics_config(mode)) for mode in ("kl_cov", "clip_cov")}
+    statistics: dict[str, torch.Tensor | None] = dict(worker_masks(requests, 1))
+    means = worker_batch_means(
+        {
+            level: {
+                "log_prob": log_probs,
+                "rollout_log_prob": batch["old_log_probs"],
+                "response_mask": batch["response_mask"],
+                "rollout_is": level,
+                "rollout_is_threshold": 2.0,
+            }
+            for level in ("token", "sequence")
+        },
+        1,
+    )
+    if means is not None:
+        statistics |= {f"bypass {level}": mean for level, mean in means.items()}
+    cases: dict[str, Any] = {}
+    for name, key, config_args in (
+        ("kl_cov", "kl_cov_mask", ("kl_cov",)),
+        ("clip_cov", "clip_cov_mask", ("clip_cov",)),
+        ("bypass token", "rollout_is_batch_mean", ("bypass_mode", "token")),
+        ("bypass sequence", "rollout_is_batch_mean", ("bypass_mode", "sequence")),
+    ):
+        statistic = statistics.get(name)  # None on vanilla verl: each micro-batch takes its own
+        cases[f"statistics {name} computed"] = statistic
+        with_statistic = batch.clone()
+        if statistic is not None:
+            with_statistic[key] = statistic
+        config = _statistics_config(*config_args)
+        loss_fn = lambda model_output, data, config=config: ppo_loss(config, model_output, data)  # noqa: E731
+        for dp_size, split in SPLITS:
+            torch.manual_seed(0)  # vanilla's Clip-Cov draws from the global generator
+            outputs = {"log_probs": log_probs}
+            cases[f"statistics {name} dp{dp_size} {split}"] = _run(loss_fn, with_statistic, outputs, dp_size, split)
+        engine = StubEngine(log_probs)
+        worker_field = "is_batch_norm_config" if key == "rollout_is_batch_mean" else "cov_selection_config"
+        train_mini_batches(engine, batch.clone(), BATCH_SIZE // 2, **{worker_field: config})
+        sent = [mini_batch.get(key, None) for mini_batch in engine.trained]
+        cases[f"statistics {name} worker"] = {"sent": sent, "forwards": engine.inferred}
     return cases
 
 
@@ -295,6 +373,7 @@ def main(out: str) -> int:
     cases = {
         **critic_cases(),
         **geo_mean_cases(),
+        **mini_batch_statistics_cases(),
         **actor_cases(),
         **self_normalizing_cases(),
         **every_policy_loss_cases(_run, SPLITS, BATCH_SIZE),

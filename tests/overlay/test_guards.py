@@ -19,8 +19,18 @@ import pytest
 from conftest import HERE, Cases
 
 CRITIC_OBJECTS = ("compute_value_loss", "value_loss", "CriticConfig")
+STATISTICS_OBJECTS = (  # verl 0004 and 0005
+    "compute_policy_loss_kl_cov",
+    "compute_policy_loss_clip_cov",
+    "compute_policy_loss_bypass_mode",
+    "compute_kl_cov_mask",
+    "compute_rollout_correction_weights",
+    "compute_rollout_is_batch_mean",
+    "ppo_loss",
+    "ActorConfig",
+)
 UPSTREAM_OBJECTS = {
-    "verl": (*CRITIC_OBJECTS, "distillation_loss", "compute_policy_loss_geo_mean"),
+    "verl": (*CRITIC_OBJECTS, "distillation_loss", "compute_policy_loss_geo_mean", *STATISTICS_OBJECTS),
     "trinity": ("TrinityPolicyLoss.__call__", "TrinityPolicyLoss.__init__", "PolicyLossFn", "DPOLossFn.__call__"),
 }
 POLICY_LOSS = "policy-loss-normalization"
@@ -215,6 +225,8 @@ def test_verl_091_release_keeps_the_fixed_pieces_off_and_puts_geo_mean_on(cases)
         objects=(*CRITIC_OBJECTS, "distillation_loss"),
     )
     assert not result["untouched"]["compute_policy_loss_geo_mean"], "the geo_mean piece did not go onto verl 0.9.1"
+    changed = [name for name in STATISTICS_OBJECTS if not result["untouched"][name]]
+    assert changed == list(STATISTICS_OBJECTS), "the mini-batch statistics did not go onto verl 0.9.1"
     yaml_piece = next(p for p in _pieces(result, "verl_overlay") if p["piece"].startswith("critic.yaml"))
     assert yaml_piece["state"] == "off (upstream has the fix)"
     assert result["critic_yaml_composes_loss_scale_factor"], "upstream's own critic.yaml has the field"

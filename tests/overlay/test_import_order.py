@@ -77,10 +77,11 @@ def test_a_module_imported_alone_is_fixed_at_once(cases, module, fresh):
 
 def test_modules_imported_in_reverse_order_are_all_fixed(cases):
     seen = _probe(cases, "1", tuple(reversed(TARGET_MODULES)))
-    assert len(seen["targets"]) == len(TARGET_MODULES) and all(seen["targets"].values()), seen
+    probed = {label.rsplit(".", 1)[0] for label in seen["targets"]}  # a module has one target or more
+    assert probed == set(TARGET_MODULES) and all(seen["targets"].values()), seen
 
 
-@pytest.mark.parametrize("module", [TARGET_MODULES[0], TARGET_MODULES[4]])
+@pytest.mark.parametrize("module", [TARGET_MODULES[0], TARGET_MODULES[-1]])  # a verl module, a Trinity one
 def test_probe_can_fail_overlays_off_leave_upstream_code(cases, module):
     seen = _probe(cases, "0", (module,))
     assert seen["targets"] and not any(seen["targets"].values()), seen

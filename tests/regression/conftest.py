@@ -72,8 +72,6 @@ OVERLAY_NOT_APPLICABLE = {
     "test_generated_config_critic_section_matches_composition": "the flattened _generated_ppo_*.yaml files are "
     "upstream's installed files, which overlays never edit",
     "test_upstream_lint.py": "lints the patched upstream files; the overlay code is linted with this project",
-    "test_verl_cov_selection.py": "verl 0004 has no overlay piece yet (patches/verl/parts.toml says why)",
-    "test_verl_is_batch_norm.py": "verl 0005 has no overlay piece yet (patches/verl/parts.toml says why)",
 }
 CRITIC_LOSS_FILE = "verl/workers/utils/losses.py"  # the file of the critic's value_loss, which the fix changes
 DPO_STEPS_PATCH = "-trainer-make-one-dpo-training-step-one-optimizer"  # the Trinity patch a user may leave out

@@ -3,7 +3,8 @@
 Pinned here on plain Python objects (no upstream needed): a function's code swapped with its identity kept, and
 refused when a global it reads differs; class attributes set and restored; a dataclass field added to a class and
 to each of its dataclass subclasses (their own fields, defaults and factories intact) and taken away again;
-module globals added without overwriting; the function a decorator wraps found through its closure.
+module globals added without overwriting; a new function bound to the upstream module's namespace (its globals
+checked, but those named new); the function a decorator wraps found through its closure.
 """
 
 from __future__ import annotations
@@ -57,6 +58,24 @@ def test_replaced_code_reads_the_upstream_modules_own_name():
 
     replace.replace_function_code(target, overlay)
     assert target() == "upstream.module"
+
+
+def overlay_helper(x: int) -> int:
+    return upstream_function(x) + SCALE
+
+
+def test_bound_to_runs_a_new_function_in_the_upstream_modules_namespace():
+    module = types.ModuleType("upstream.module")
+    module.SCALE = SCALE
+    with pytest.raises(replace.ReplaceError, match="global 'upstream_function' differs"):
+        replace.bound_to(module, overlay_helper)
+    module.upstream_function = lambda x: -x  # the upstream object, to which the patch gives new code
+    copy = replace.bound_to(module, overlay_helper, new={"upstream_function"}, qualname="Holder.overlay_helper")
+    assert copy is not overlay_helper and copy.__module__ == "upstream.module"
+    assert copy.__qualname__ == "Holder.overlay_helper" and copy(3) == -3 + SCALE
+    module.SCALE = 3
+    with pytest.raises(replace.ReplaceError, match="global 'SCALE' differs"):
+        replace.bound_to(module, overlay_helper, new={"upstream_function"})
 
 
 def test_set_class_attributes_adds_and_restores():
