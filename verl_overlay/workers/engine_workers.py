@@ -62,7 +62,7 @@ ADDED_GLOBALS = {
 }
 # what the patch sets in TrainingWorker.__init__: class attributes here (TrainingWorkerMembers)
 WORKER_DEFAULTS = ("cov_selection_config", "num_cov_selections", "is_batch_norm_config")
-# TrainingWorker's members whose code is replaced (the release's form: see RELEASE_METHODS) and those added
+# TrainingWorker's members whose code is replaced, the same on both releases, and those the patch adds
 REPLACED_METHODS = ("train_batch",)
 ADDED_METHODS = ("_assign_cov_selection_mask", "_current_log_probs", "_assign_is_batch_mean")
 # the methods whose code differs by release, of each class: this module's forms are 0.8.0's
