@@ -1,10 +1,10 @@
 """Never patch blind: decide, once and for the whole piece, whether it fits the upstream on disk.
 
 The order matters: an upstream that already has the fix is reported as such (not as a mismatch, although its
-code differs), a piece written for other releases (another piece covers this one) as that, then an unsupported
-version, then any target whose source is not the one the piece was written
-for. Any of these leaves every target of the piece untouched. Everything is read from the upstream's files
-(`patchset_overlay.source`), so the verdict does not depend on which of its modules are imported yet.
+code differs), a piece written for other releases as that (naming the piece this release takes, if any), then an
+unsupported version, then any target whose source is not the one the piece was written for. Any of these leaves
+every target of the piece untouched. Everything is read from the upstream's files (`patchset_overlay.source`), so
+the verdict does not depend on which of its modules are imported yet.
 """
 
 from __future__ import annotations
@@ -40,6 +40,11 @@ def for_release(piece: Piece, version: str) -> bool:
     return piece.releases is None or version in piece.releases
 
 
+def _same_targets(piece: Piece, other: Piece) -> bool:
+    """Whether two pieces change an upstream object in common: one release's form of the other's fix."""
+    return bool({(t.module, t.name) for t in piece.targets} & {(t.module, t.name) for t in other.targets})
+
+
 def fingerprint_key(module: str, name: str) -> str:
     return f"{module}:{name}"
 
@@ -55,10 +60,12 @@ def judge(overlay: Overlay, piece: Piece, source: UpstreamSource, fingerprints: 
             f"{overlay.name}: {piece.name} stays off: {what} has the fix (upstream since {piece.fixed_since})",
         )
     if version in overlay.supported and not for_release(piece, version):
+        own = [other.name for other in overlay.pieces if for_release(other, version) and _same_targets(other, piece)]
+        covered = f"takes its own piece ({', '.join(own)})" if own else "has no piece of these patches"
         return Verdict(
             PieceState.OTHER_RELEASE,
             f"{overlay.name}: {piece.name} is for {overlay.distribution} {', '.join(piece.releases or ())}; "
-            f"{what} takes its own piece of the same patches",
+            f"{what} {covered}",
         )
     reason = piece.upstream_has_fix(source)
     if reason is not None:

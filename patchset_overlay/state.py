@@ -15,7 +15,7 @@ class PieceState(Enum):
     PENDING = "pending"  # activated, not judged yet (none of the upstream's target modules imported so far)
     ACTIVE = "active"
     UPSTREAM_HAS_FIX = "off (upstream has the fix)"
-    OTHER_RELEASE = "off (another release's piece)"  # a piece written for other releases; another covers this one
+    OTHER_RELEASE = "off (another release's piece)"  # a piece written for other releases (another may cover this one)
     REFUSED = "off (refused)"
     INACTIVE = "off"
 
