@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from patchset.plumbing import stacks, tempdirs
 from patchset.plumbing.errors import TimedOut
@@ -57,15 +58,18 @@ def run_bounded(
     limit: Limit,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
+    output: TextIO | None = None,
 ) -> int:
     """Run ``command`` and return its exit status; past ``limit`` raise ``TimedOut`` naming ``what`` (and the tests
-    it was in, for a pytest run of a suite that registers ``RunningTests``), having ended its whole tree."""
+    it was in, for a pytest run of a suite that registers ``RunningTests``), having ended its whole tree. ``output``:
+    a file that takes the command's standard output and error (default: this process's)."""
     env = dict(os.environ if env is None else env)
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("running")) as own:
         # this run's own folder first; a waiter further up (a step of the test command) keeps seeing its tests too
         running_dir = Path(own)
         env[RUNNING_DIR_VARIABLE] = folders_for(running_dir, env.get(RUNNING_DIR_VARIABLE))
-        process = subprocess.Popen(list(command), cwd=cwd, env=env)
+        to = {} if output is None else {"stdout": output, "stderr": subprocess.STDOUT}
+        process = subprocess.Popen(list(command), cwd=cwd, env=env, **to)  # type: ignore[call-overload]
         try:
             return process.wait(timeout=limit.seconds)
         except subprocess.TimeoutExpired:

@@ -51,7 +51,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TextIO
 
 from patchset.cli.exits import run_reporting_errors
 from patchset.plumbing.errors import EXIT_TIMED_OUT, PatchsetError
@@ -116,17 +118,25 @@ def _teeth_selection(teeth: Mapping[str, str], applied: Sequence[str]) -> str:
 
 
 def _partial_target_teeth(
-    teeth: Mapping[str, str], applied: Sequence[str], vanilla: Path, key: str, workspace: Workspace
+    teeth: Mapping[str, str],
+    applied: Sequence[str],
+    vanilla: Path,
+    key: str,
+    workspace: Workspace,
+    output: TextIO | None = None,
 ) -> bool:
     """The teeth of the patches that apply to a release taking part of the series, on its vanilla tree. A patch that
-    applies there without teeth fails the step: its bug would go unshown."""
+    applies there without teeth fails the step: its bug would go unshown. ``output``: where the run prints."""
     missing = [name for name in applied if name not in teeth]
     for name in missing:
-        print(f"error: {name} applies to {vanilla.name}, but its series' teeth file names no test that shows its bug")
+        print(
+            f"error: {name} applies to {vanilla.name}, but its series' teeth file names no test that shows its bug",
+            file=output or sys.stdout,
+        )
     selected = _teeth_selection(teeth, applied)
     if not selected:
         return not missing
-    run = SuiteRun(expect="bug", sample=True, pytest_args=["-k", selected], companions=False)
+    run = SuiteRun(expect="bug", sample=True, pytest_args=["-k", selected], companions=False, output=output)
     return not missing and run_regression_tests({key: vanilla}, run, workspace) == 0
 
 
@@ -136,8 +146,10 @@ def _upstream_merged_step(workspace: Workspace, env: dict[str, str], pin: Pin) -
     having skipped each patch upstream has (``Applied-Upstream`` at or before the release) with the message that
     names its version and what the tree has (the Upstream-Check lines matched), and applied the others; then the
     regression suite expecting the fix on the patched clone (one batch shape per test, loss and mode: the whole
-    suite ran on the patched default trees), and the teeth of the applied patches on the vanilla tree."""
-    key, patches_dir, cache_root = pin.key, workspace.patches_dir, workspace.cache.root
+    suite ran on the patched default trees), and the teeth of the applied patches on the vanilla tree, beside the rest
+    (the two runs are independent: at the end of the test command this step often runs alone, and one pytest run after
+    the other would leave a core idle); the teeth run's output is printed after the rest's."""
+    key, patches_dir = pin.key, workspace.patches_dir
     vanilla = ensure_upstream(pin, workspace.cache, Console())
     merged, applies = _split_series(pin, patches_dir)
     series = load_series(patches_dir, pin.series)
@@ -145,6 +157,19 @@ def _upstream_merged_step(workspace: Workspace, env: dict[str, str], pin: Pin) -
     expected = [f"* {p.name} skipped: in upstream since {p.upstream_since} ({pin.label} has it: " for p in merged]
     expected += [f"* Applying {p.name} ({patches.index(p) + 1}/{len(patches)})" for p in applies]
     applied = [p.name for p in applies]
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as teeth_output, ThreadPoolExecutor(max_workers=1) as pool:
+        teeth_run = pool.submit(_partial_target_teeth, series.teeth, applied, vanilla, key, workspace, teeth_output)
+        passed = _apply_and_fix(pin, workspace, env, vanilla, expected)
+        teeth = teeth_run.result()
+        teeth_output.seek(0)
+        print(teeth_output.read(), end="", flush=True)
+    return passed and teeth
+
+
+def _apply_and_fix(pin: Pin, workspace: Workspace, env: dict[str, str], vanilla: Path, expected: list[str]) -> bool:
+    """``patchset apply`` on a fresh clone of ``vanilla``, saying each of the ``expected`` lines; then the suite,
+    expecting the fix, on the patched clone."""
+    key, patches_dir, cache_root = pin.key, workspace.patches_dir, workspace.cache.root
     with tempfile.TemporaryDirectory(prefix="patchset-upstream-merged-") as tmp:
         clone = Path(tmp) / pin.dirname
         subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(vanilla), str(clone)], check=True)
@@ -157,8 +182,7 @@ def _upstream_merged_step(workspace: Workspace, env: dict[str, str], pin: Pin) -
         for line in missing:
             print(f"error: the output does not say '{line}...'", file=sys.stderr)
         fixed = run_regression_tests({key: clone}, SuiteRun(expect="fixed", sample=True), workspace) == 0
-    teeth = _partial_target_teeth(series.teeth, applied, vanilla, key, workspace)
-    return result.returncode == 0 and not missing and fixed and teeth
+    return result.returncode == 0 and not missing and fixed
 
 
 def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path], workspace: Workspace) -> bool:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from patchset.plumbing.bounded import Limit, run_bounded
 from patchset.plumbing.limits import RAISE_HINT, scaled
@@ -40,7 +42,8 @@ class SuiteRun:
     suite keeps the metrics the teeth run records for the fix run to compare with; ``junit_dir``: each run writes its
     JUnit XML report there (``run-<n>.xml``), for a caller that counts what passed; ``parallel=False``: one process (a
     few tests cost less than starting a worker per core, each importing torch and the trees); ``limit``: how long one
-    pytest run may take before it is ended as hung (default `suite_limit`)."""
+    pytest run may take before it is ended as hung (default `suite_limit`); ``output``: a file that takes what the
+    runs print (default: this process's standard output), for a run made beside another."""
 
     expect: str = "fixed"
     pytest_args: Sequence[str] = ()
@@ -50,6 +53,7 @@ class SuiteRun:
     junit_dir: Path | None = None
     parallel: bool = True
     limit: Limit | None = None
+    output: TextIO | None = None
 
 
 def suite_limit(seconds: float | None = None) -> Limit:
@@ -198,12 +202,16 @@ def _run_suite(
 ) -> int:
     described = ", ".join(f"{key} at {path}" for key, path in trees.items()) or "no tree"
     shapes = " (one batch shape per test, loss and mode)" if run.sample else ""
-    print(f"* Running the regression tests (expecting {run.expect}){shapes} on {described}", flush=True)
+    print(
+        f"* Running the regression tests (expecting {run.expect}){shapes} on {described}",
+        file=run.output or sys.stdout,
+        flush=True,
+    )
     command = [str(python), "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider", *run.pytest_args]
     command += [*junit, *(parallel_args(python) if parallel else [])]
     env = regression_env(trees, run.expect, run.baseline_dir, dependencies, run.sample)
     what = f"the regression tests (expecting {run.expect}) on {described}"
-    return run_bounded(command, what, run.limit or suite_limit(), cwd=REPO_ROOT, env=env)
+    return run_bounded(command, what, run.limit or suite_limit(), cwd=REPO_ROOT, env=env, output=run.output)
 
 
 def run_regression_tests(
