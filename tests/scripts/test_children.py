@@ -182,6 +182,14 @@ def test_a_hung_pytest_run_names_its_test_ends_its_tree_and_keeps_the_stacks(tmp
     report.unlink()
 
 
+def test_a_bounded_run_given_a_file_writes_its_output_and_errors_there(tmp_path):
+    command = [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"]
+    with (tmp_path / "output.txt").open("w+") as output:
+        assert run_bounded(command, "a run beside another", Limit(60, "-"), output=output) == 0
+        output.seek(0)
+        assert sorted(output.read().split()) == ["err", "out"]
+
+
 def test_a_file_left_by_a_process_that_ended_names_no_running_test(tmp_path):
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (tmp_path / ended.stdout.strip()).write_text("test_gone.py::test_killed\n")
