@@ -100,13 +100,13 @@ def use_cpu_unpadding() -> None:
     attention_utils._get_attention_functions = lambda: functions
 
 
-def verl_series_on_cpu(verl_series: str, what: str) -> None:
-    """For a test of a fix in the verl series only (0.8.0, 0.9.1): skip on another series' tree, saying that
-    ``what`` is not there; else `use_cpu_unpadding`."""
+def verl_series_on_cpu(verl_series: str, what: str, series: Sequence[str] = ("verl",)) -> None:
+    """For a test of a fix in the given series only (by default the verl series: 0.8.0, 0.9.1): skip on another
+    series' tree, saying that ``what`` is not there; else `use_cpu_unpadding`."""
     import pytest
 
-    if verl_series != "verl":
-        pytest.skip(f"{what} is in the verl series only (0.8.0, 0.9.1), not {verl_series}")
+    if verl_series not in series:
+        pytest.skip(f"{what} is in the {' and '.join(series)} series only, not {verl_series}")
     use_cpu_unpadding()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from types import SimpleNamespace
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -53,6 +54,13 @@ class StubEngine:
         return 0.0
 
 
+class _ModelConfig(dict):
+    """The model config's one field ``train_batch`` reads: by ``.get`` (verl 0.8.0 and later) or as an attribute
+    (0.7.x)."""
+
+    use_remove_padding = False
+
+
 def train_mini_batches(engine: StubEngine, batch, mini_batch_size: int, **worker_fields: Any) -> None:
     """Run the real ``TrainingWorker.train_mini_batch`` on ``batch`` (left-right padded) in mini-batches of
     ``mini_batch_size`` rows and micro-batches of 4, against ``engine``; ``worker_fields`` are the attributes
@@ -67,7 +75,7 @@ def train_mini_batches(engine: StubEngine, batch, mini_batch_size: int, **worker
     worker = object.__new__(TrainingWorker)  # the methods under test need only these
     worker.engine = engine
     worker.loss_fn = lambda *args: None
-    worker.model_config = {}
+    worker.model_config = _ModelConfig()
     worker.engine_config = SimpleNamespace(
         forward_only=False,
         use_dynamic_bsz=False,
@@ -81,6 +89,19 @@ def train_mini_batches(engine: StubEngine, batch, mini_batch_size: int, **worker
     for name, value in (defaults | worker_fields).items():
         setattr(worker, name, value)
     data = left_right_2_no_padding(batch)
-    del data["input_ids"]  # its token count is all-gathered for the MFU: not what these tests are about
+    train_mini_batch = inspect.unwrap(TrainingWorker.train_mini_batch)
+    gather = nullcontext()
+    if 'if "input_ids" in' not in inspect.getsource(train_mini_batch):
+        # verl 0.7.x counts every mini-batch's tokens from its input_ids and all-gathers the counts over the
+        # data-parallel group: one rank here, and no process group
+        gather = mock.patch("torch.distributed.all_gather_object", _gather_on_one_rank)
+    else:
+        del data["input_ids"]  # its token count is all-gathered for the MFU: not what these tests are about
     tu.assign_non_tensor(data, mini_batch_size=mini_batch_size, epochs=1)
-    inspect.unwrap(TrainingWorker.train_mini_batch)(worker, data)
+    with gather:
+        train_mini_batch(worker, data)
+
+
+def _gather_on_one_rank(output: list, obj: Any, group=None) -> None:
+    """``torch.distributed.all_gather_object`` on a group of one rank, without a process group."""
+    output[0] = obj

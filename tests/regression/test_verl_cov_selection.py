@@ -51,7 +51,7 @@ SPLITS = [(2, Split(1)), (2, Split(2, dynamic=True)), (1, Split(2)), (1, Split(4
 
 @pytest.fixture(scope="module", autouse=True)
 def _cpu_unpadding(verl_tree: Path, verl_series: str) -> None:
-    verl_series_on_cpu(verl_series, "the mini-batch selection")
+    verl_series_on_cpu(verl_series, "the mini-batch selection", series=("verl", "verl-0.7"))
 
 
 def _inputs(loss_mode: str):
