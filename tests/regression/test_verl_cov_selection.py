@@ -1,6 +1,6 @@
-"""verl's KL-Cov and Clip-Cov (``policy_loss.loss_mode: kl_cov`` / ``clip_cov``, verl 0004): the tokens they
-penalize or clip are chosen over the optimizer mini-batch, across data-parallel ranks, so the split and the number
-of ranks do not change the update.
+"""verl's KL-Cov and Clip-Cov (``policy_loss.loss_mode: kl_cov`` / ``clip_cov``, verl 0004; verl-0.7 0003 on 0.7.1):
+the tokens they penalize or clip are chosen over the optimizer mini-batch, across data-parallel ranks, so the split
+and the number of ranks do not change the update.
 
 - Through the real ``ppo_loss`` and verl's no-padding conversion and micro-batch splitter (`engine_harness.sim`),
   where the tree has the selection functions the harness calls them as the engine worker does, on each rank's

@@ -1,6 +1,6 @@
-"""verl's bypass mode with ``loss_type: reinforce`` and ``rollout_is_batch_normalize`` (verl 0005): the truncated IS
-weights are divided by their mean over the optimizer mini-batch, across data-parallel ranks, so the split and the
-number of ranks do not change the update.
+"""verl's bypass mode with ``loss_type: reinforce`` and ``rollout_is_batch_normalize`` (verl 0005; verl-0.7 0004 on
+0.7.1): the truncated IS weights are divided by their mean over the optimizer mini-batch, across data-parallel ranks,
+so the split and the number of ranks do not change the update.
 
 - Through the real ``ppo_loss``, ``compute_policy_loss_bypass_mode`` and rollout-correction code, and verl's
   no-padding conversion and micro-batch splitter (`engine_harness.sim`), where the tree has
@@ -42,7 +42,7 @@ SPLITS = [(2, Split(2)), (2, Split(2, dynamic=True)), (1, Split(2)), (1, Split(4
 
 @pytest.fixture(scope="module", autouse=True)
 def _cpu_unpadding(verl_tree: Path, verl_series: str) -> None:
-    verl_series_on_cpu(verl_series, "the mini-batch IS mean")
+    verl_series_on_cpu(verl_series, "the mini-batch IS mean", series=("verl", "verl-0.7"))
 
 
 @cache
