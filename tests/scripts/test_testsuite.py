@@ -159,3 +159,18 @@ def test_exit_code_and_summary_follow_the_steps(monkeypatch, capsys, tmp_path, c
     assert verdicts == ["ok" if code == 0 and codes[0] == 0 else "FAIL" for code in codes]
     assert header.split() == ["wall", "cpu", "step"]
     assert total.startswith("  total ") and "s of CPU (up to 2 steps at a time)" in total
+
+
+def test_the_overlay_run_on_a_release_leaves_out_the_patches_no_piece_mirrors_there():
+    """The overlays step runs the teeth of the patches that apply to pip-installed verl 0.9.1 and 0.7.1, with the
+    overlays on: a patch whose parts.toml says no overlay piece mirrors it (verl-0.7's copies of verl 0004 and 0005)
+    would fail there by design, and is left out; every patch of the verl series has its piece."""
+    patches = Path(testsuite.REPO_ROOT) / "patches"
+    line = [patch.name for patch in testsuite.load_series(patches, "verl-0.7").patches]
+    verl = [patch.name for patch in testsuite.load_series(patches, "verl").patches]
+
+    unmirrored = testsuite.without_overlay(patches / "verl-0.7", line)
+
+    assert sorted(unmirrored) == [name for name in line if "cov-tokens" in name or "bypass-is-weights" in name]
+    assert all("no 0.7.1 piece" in reason for reason in unmirrored.values())
+    assert testsuite.without_overlay(patches / "verl", verl) == {}
