@@ -47,22 +47,30 @@ _warm_preload: int | None = None
 _SERVER_STATE = ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid")
 
 
-def start_warm_server() -> bool:
+def start_warm_server(share: Sequence[str] = ()) -> bool:
     """Make this process's fork server a fork of this process, now. Call it once this process has imported what its
     children share and before it computes anything (no parallel op, no process group): the children are then forks
-    of a process that computed nothing, as with a fresh server. The server imports the first `run_children` caller's
-    preload when asked (`server`). Returns False, leaving the fresh server to be started as before, where this
-    process has other threads (a fork copies only the calling one), computes on more than one thread once torch is
-    imported (one parallel op before the fork, and the children would wait for a pool they lack: with one thread
-    there is none), already has a server, or runs a Python whose fork server keeps other state."""
+    of a process that computed nothing, as with a fresh server. ``share``: modules this process and its children
+    both import, imported here first, once for all of them (one that fails to import is left to whoever needs it,
+    whose own import then says why). The server imports the first `run_children` caller's preload when asked
+    (`server`). Returns False, leaving the fresh server to be started as before, where this process has other
+    threads (a fork copies only the calling one; checked after ``share`` too), computes on more than one thread once
+    torch is imported (one parallel op before the fork, and the children would wait for a pool they lack: with one
+    thread there is none), already has a server, or runs a Python whose fork server keeps other state."""
     global _warm_preload
     state = forkserver._forkserver
-    torch = sys.modules.get("torch")
-    if threading.active_count() > 1 or (torch is not None and torch.get_num_threads() > 1):
-        return False
     if _warm_preload is not None or hasattr(state, "_forkserver_authkey"):
         return False
     if not all(hasattr(state, name) for name in _SERVER_STATE) or state._forkserver_pid is not None:
+        return False
+    if not _single_threaded():
+        return False
+    for name in share:
+        try:
+            __import__(name)
+        except Exception:  # noqa: BLE001 - the test that needs it fails on its own import, saying why
+            pass
+    if not _single_threaded():
         return False
     resource_tracker.ensure_running()  # started by this process, shared by its children, as ensure_running does
     listener = socket.socket(socket.AF_UNIX)
@@ -98,6 +106,12 @@ def start_warm_server() -> bool:
     state._forkserver_address, state._forkserver_alive_fd, state._forkserver_pid = address, alive_w, pid
     _warm_preload = preload_w
     return True
+
+
+def _single_threaded() -> bool:
+    """No other thread in this process, and torch (once imported) computing on this one."""
+    torch = sys.modules.get("torch")
+    return threading.active_count() == 1 and (torch is None or torch.get_num_threads() == 1)
 
 
 def _import_preload(preload: Sequence[str]) -> None:

@@ -75,6 +75,14 @@ OVERLAY_NOT_APPLICABLE = {
 }
 CRITIC_LOSS_FILE = "verl/workers/utils/losses.py"  # the file of the critic's value_loss, which the fix changes
 DPO_STEPS_PATCH = "-trainer-make-one-dpo-training-step-one-optimizer"  # the Trinity patch a user may leave out
+# the trees' modules nearly every test imports, and the children of the fork server too (the data-parallel ranks'
+# `engine_harness.gloo_ranks.PRELOAD`, the first calls' `distillation_cases.MODULES`): imported before its fork
+SHARED_WITH_CHILDREN = (
+    "verl",
+    "verl.trainer.ppo.core_algos",
+    "verl.workers.utils.losses",
+    "verl.trainer.distillation.losses",
+)
 UPSTREAM_HAS_FIX = "off (upstream has the fix)"  # an overlay piece's state where the release has its fix
 OTHER_RELEASE = "off (another release's piece)"  # a piece written for other releases (another covers this one)
 
@@ -166,12 +174,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """The test modules are imported (torch, transformers, the trees' modules) and no test has computed anything:
-    the moment to fork the fork server of the processes the tests start (ranks, first calls) from this process, rather
-    than start an interpreter that imports all of it again (`patchset.plumbing.children.start_warm_server`; without
-    effect under pytest-xdist, whose workers have threads)."""
+    """The test modules are imported (torch, transformers) and no test has computed anything: the moment to fork the
+    fork server of the processes the tests start (ranks, first calls) from this process, rather than start an
+    interpreter that imports all of it again (`patchset.plumbing.children.start_warm_server`; without effect under
+    pytest-xdist, whose workers have threads). The trees' modules that nearly every test imports, and the children
+    too, are imported first (`SHARED_WITH_CHILDREN`): once for this process and every child, not again in each."""
     if session.items and not session.config.option.collectonly:
-        children.start_warm_server()
+        children.start_warm_server(share=SHARED_WITH_CHILDREN)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

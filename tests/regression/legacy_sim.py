@@ -35,9 +35,10 @@ from engine_harness.adapt import unpad_helpers
 from engine_harness.sim import PROMPT_LEN, RESPONSE_LEN, Split, make_rollout_batch
 from engine_harness.trinity_configs import default_loss_scale_switch
 
-# what the fork server imports once for the data-parallel ranks (`data_parallel_rank`): Trinity's legacy worker is not
-# among them, as it logs as a Ray actor, which needs the logger the rank names first
-RANK_PRELOAD = ("torch", "transformers", "legacy_sim", "verl")
+# what the fork server imports once for the data-parallel ranks (`data_parallel_rank`); last `legacy_rank_warmup`:
+# Trinity's legacy worker and actor, which log as a Ray actor, after naming the logger as each rank does
+RANK_PRELOAD = ("torch", "transformers", "legacy_sim", "verl", "legacy_rank_warmup")
+RANK_LOGGER = "patchset-regression"
 
 BATCH_SIZE = 48  # rows: 24 DPO pairs (rows 2i, 2i+1)
 NUM_EXPERT = 16  # MIX/MIX_CHORD: the last rows are expert data
@@ -107,7 +108,7 @@ class RecordingOptimizer(torch.optim.SGD):
         self.gradients.append(gradient)
 
 
-def _worker_module():
+def worker_module():
     if "vllm" not in sys.modules:
         try:
             import vllm  # noqa: F401
@@ -195,7 +196,7 @@ def _legacy_worker(
     saved_print = builtins.print  # the worker sends print to its logger
     os.environ.update(env)
     try:
-        worker = _worker_module().ActorRolloutRefWorker(worker_config, role="actor")
+        worker = worker_module().ActorRolloutRefWorker(worker_config, role="actor")
     finally:
         builtins.print = saved_print
         for key, value in saved_env.items():
@@ -382,7 +383,7 @@ def data_parallel_rank(
 
     from trinity.utils.log import get_logger
 
-    get_logger("patchset-regression", in_ray_actor=True)  # Trinity's legacy modules log as a Ray actor
+    get_logger(RANK_LOGGER, in_ray_actor=True)  # Trinity's legacy modules log as a Ray actor
     init_process_group(Path(folder), rank, world_size)
     gradients: dict[str, torch.Tensor | str] = {}
     for name, loss_agg_mode, k, dynamic in json.loads(cases):

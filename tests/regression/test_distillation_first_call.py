@@ -1,7 +1,7 @@
 """verl's distillation loss on a worker's first call, the first of the two situations of `test_distillation_loss.py`
 (whose docstring states the invariant and what the vanilla tree gives): measured in one child of the fork server
-(`patchset.plumbing.children`), a process that imported torch and computed nothing, so nothing of an earlier test
-is around. A module of its own so that, one file per worker, it runs beside the other half."""
+(`patchset.plumbing.children`), a process that imported torch and verl's modules and computed nothing, so nothing of
+an earlier test is around. A module of its own so that, one file per worker, it runs beside the other half."""
 
 from __future__ import annotations
 

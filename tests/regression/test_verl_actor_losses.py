@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine_harness import LOSS_AGG_MODES
+from engine_harness import LOSS_AGG_MODES, sim
 from engine_harness.sim import (
     RESPONSE_LEN,
     Split,
@@ -79,6 +79,36 @@ def test_every_registered_policy_loss_is_audited(verl_tree: Path, verl_version: 
         f"verl {release}'s policy losses differ from the audit (docs/loss-audit.md): registered, not audited "
         f"{sorted(registered - expected)}; audited, not registered {sorted(expected - registered)}"
     )
+
+
+def _same_fields(left, right) -> bool:
+    """Two micro-batches hold the same fields with the same values (nested tensors: values and offsets)."""
+    if sorted(left.keys()) != sorted(right.keys()):
+        return False
+    for name in left.keys():
+        a, b = left[name], right[name]
+        if isinstance(a, torch.Tensor) and a.is_nested:
+            a, b = torch.cat([a.values(), a.offsets()]), torch.cat([b.values(), b.offsets()])
+        if not (torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b):
+            return False
+    return True
+
+
+def test_a_cut_made_again_is_verls_cut_of_the_same_rows_as_a_copy():
+    """The harness keeps verl's cut of rows it has cut before (`engine_harness.sim`, a cut per rows, split and batch
+    info): a cut asked for again is what verl makes afresh, and each micro-batch is a copy, which a loss may change
+    without changing the next case's."""
+    batch, _ = _actor_inputs()
+    info = {"dp_size": 1, "batch_num_tokens": int(batch["response_mask"].sum()), "global_batch_size": len(batch)}
+    first = sim._engine_micro_batches(batch, Split(2, dynamic=True), info)
+    first[0]["advantages"].mul_(2)
+    again = sim._engine_micro_batches(batch, Split(2, dynamic=True), info)
+    fresh = sim._cut(batch, Split(2, dynamic=True), info, 1)
+
+    assert len(again) == len(fresh) == 2
+    assert all(_same_fields(kept, made) for kept, made in zip(again, fresh, strict=True))
+    assert not _same_fields(first[0], fresh[0])
+    assert all(kept is not earlier for kept, earlier in zip(again, first, strict=True))
 
 
 def _actor_inputs():

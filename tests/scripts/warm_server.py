@@ -1,7 +1,8 @@
 """A warm fork server, made on purpose: ``python warm_server.py used|unused|threaded``.
 
-``used``: the process starts its warm server (`patchset.plumbing.children.start_warm_server`), then imports a module
-of its own, then runs two children asking for a preload module nothing had imported. ``unused``: it starts the
+``used``: the process starts its warm server (`patchset.plumbing.children.start_warm_server`), sharing a module and
+one that does not exist, then imports a module of its own, then runs two children asking for a preload module nothing
+had imported. ``unused``: it starts the
 server and ends without a child. ``threaded``: it starts it with another thread running. Prints one JSON line.
 """
 
@@ -18,10 +19,12 @@ from patchset.plumbing.children import run_children
 
 PRELOAD = "wave"  # a standard module that nothing here imports
 AFTER = "colorsys"  # imported by this process after its server was forked
+SHARED = "quopri"  # imported by this process for itself and its children, before the fork
+MISSING = "patchset_no_such_module"  # shared too, but there is no such module
 
 
 def probe(out: str) -> None:
-    names = {PRELOAD, AFTER}
+    names = {PRELOAD, AFTER, SHARED}
     found = {name: name in sys.modules for name in names}
     Path(out).write_text(json.dumps({"pid": os.getpid(), "parent": os.getppid(), "modules": found}))
 
@@ -39,9 +42,9 @@ def main(how: str, folder: str) -> dict:
         stop.set()
         thread.join()
         return {"started": started, "server": _server_pid()}
-    assert PRELOAD not in sys.modules and AFTER not in sys.modules
-    started = children.start_warm_server()
-    result: dict = {"started": started, "server": _server_pid(), "pid": os.getpid()}
+    assert PRELOAD not in sys.modules and AFTER not in sys.modules and SHARED not in sys.modules
+    started = children.start_warm_server(share=(SHARED, MISSING))
+    result: dict = {"started": started, "server": _server_pid(), "pid": os.getpid(), "shared": SHARED in sys.modules}
     if how == "used":
         __import__(AFTER)
         outs = [str(Path(folder) / f"child{n}.json") for n in range(2)]
