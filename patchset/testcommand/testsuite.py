@@ -13,9 +13,9 @@ Steps (each timed; the summary lists every step, its time and what it proves):
   patched trees with what teeth records (Trinity's metrics, the deviations of the losses not promised, the gradients
   the switch-off paths must keep: marked ``vanilla_baseline``) run last, each waiting for teeth's record first;
 - wheels: the patched wheels built, installed into a fresh venv, every installed file equal by sha256 to the patched
-  tree's, versions and manifests as labelled, and a smoke run of the loss tests on the installed packages; verl
-  0.9.1's and verl 0.7.1's wheels too, each installed alone, its files equal to a patched clone's, each patch applied
-  or skipped as labelled;
+  tree's (every file the patches change among them), versions and manifests as labelled, and the installed modules'
+  own versions at runtime; verl 0.9.1's and verl 0.7.1's wheels too, each installed alone, its files equal to a
+  patched clone's, each patch applied or skipped as labelled;
 - verl 0.9.1, a target that takes part of the verl series: applied to a clone, the patches upstream has are skipped
   by content and the others apply; the suite passes on the patched clone, and the tests of the applied patches
   (their teeth, ``patches/verl/teeth``) fail on the vanilla release;
@@ -63,7 +63,7 @@ from patchset.series.model import Patch, load_series
 from patchset.series.parts import without_overlay
 from patchset.testcommand.overlay_env import build_overlay_env
 from patchset.testcommand.releases import find_releases, other_lines, upstream_has
-from patchset.testcommand.scheduler import Scheduler, Step, summary
+from patchset.testcommand.scheduler import Scheduler, Step, duration, summary
 from patchset.testcommand.wheel_checks import check_wheels
 from patchset.testenv.regression import (
     BASELINE_DONE_FILE,
@@ -74,6 +74,7 @@ from patchset.testenv.regression import (
     run_overlay_regression_tests,
     run_regression_tests,
 )
+from patchset.testenv.suite_forks import SOCKET_VARIABLE, SuiteForkServer, module_list_name
 from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin
@@ -95,6 +96,16 @@ PROVEN_BY_THE_WHEELS_STEP = (
 # The steps every run has; the test command adds one per pinned release of a role (`patchset.testcommand.releases`):
 # verl 0.9.1, which has part of the verl series upstream, and verl 0.7.1, of another release line.
 STEP_NAMES = ("environment", "pinned trees", "lint", "teeth", "tooling", "fix", "overlays", "wheels")
+# what the suite fork server imports, to learn the third-party modules the suite's runs import: the trees' loss and
+# engine modules the tests and their children import, and the model classes the engine's fork servers preload
+SUITE_ENTRY_MODULES = (
+    "verl.trainer.ppo.core_algos",
+    "verl.workers.utils.losses",
+    "verl.trainer.distillation.losses",
+    "verl.workers.engine.fsdp.transformer_impl",
+    "trinity.trainer.verl.losses",
+    "engine_harness.fork_server_warmup",
+)
 
 
 def _pinned_trees(workspace: Workspace) -> tuple[dict[str, Path], dict[str, Path]]:
@@ -366,18 +377,20 @@ def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
     return _upstream_merged_step(workspace, env, releases[name])
 
 
-def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
+def plan(workspace: Workspace, quick: bool, jobs: int = 1, suite_forks: str | None = None) -> list[Step]:
     """The steps, in the order they take a free job slot: teeth and the tooling tests first, then fix, the overlays,
     the longest, and the short steps, so that the last steps running are short ones. ``jobs``: how
     many run at once; teeth, fix and the overlays, whose pytest-xdist workers each import torch, verl and Trinity,
     share the cores among them (``PATCHSET_WORKERS`` unless set); the tooling tests' workers import neither, and
-    take every core; verl 0.9.1 and 0.7.1, short suite runs, take one process each."""
+    take every core; verl 0.9.1 and 0.7.1, short suite runs, take one process each. ``suite_forks``: the socket of
+    the suite fork server (`patchset.testenv.suite_forks`) the steps that run the suite start their runs from."""
     cores = os.cpu_count() or 1
     shared = () if os.environ.get("PATCHSET_WORKERS") else (("PATCHSET_WORKERS", str(max(1, cores // jobs))),)
     # a short suite run beside the others: one process, not a worker per core that each import torch and verl first
     # (measured: verl 0.7.1's two runs, 19 s of CPU in one process each, 31 s with two workers each; the verl 0.9.1
     # step, 30 s of CPU in one process, 46 s with two workers)
     alone = () if os.environ.get("PATCHSET_WORKERS") else (("PATCHSET_WORKERS", "1"),)
+    forks = ((SOCKET_VARIABLE, suite_forks),) if suite_forks else ()  # for the steps that run the suite
     cache, releases = workspace.cache.root, find_releases(workspace)
     partial, line = releases.partial, releases.line
 
@@ -391,7 +404,7 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
         step("environment", "the pinned venv of requirements/lock.txt", needs=(), stream=True, limit_s=1800),
         step("pinned trees", "the series applies to the pinned releases", needs=(), limit_s=900),
         step("lint", "ruff, ruff format and shellcheck are clean", needs=("environment",), limit_s=300),
-        step("teeth", f"every check fails on the vanilla trees ({shapes})", env=shared),
+        step("teeth", f"every check fails on the vanilla trees ({shapes})", env=(*shared, *forks)),
         step("tooling", "apply, export, wheels and their faults leave every tree intact"),
         step(
             "fix",
@@ -399,7 +412,7 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
             after=("teeth",) if quick else (),  # --quick: one at a time
             # beside teeth: the tests that read its record run last, each waiting for it (at most 2/3 of a pytest
             # run's limit, so that a teeth step that hung fails them, not the whole run)
-            env=(*shared, (BASELINE_WAIT_VARIABLE, f"{scaled(SUITE_LIMIT_S) * 2 / 3:g}")),
+            env=(*shared, *forks, (BASELINE_WAIT_VARIABLE, f"{scaled(SUITE_LIMIT_S) * 2 / 3:g}")),
             limit_s=1500,
         ),
         step(
@@ -409,7 +422,7 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
         ),
         step(
             "wheels",
-            f"every installed file is the patched tree's (sha256); labels, manifests; smoke run; {partial.label}'s and "
+            f"every installed file is the patched tree's (sha256); labels, manifests; {partial.label}'s and "
             f"{line.version}'s wheels too",
             limit_s=900,
         ),
@@ -417,19 +430,29 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
             partial.label,
             "a partial target: what upstream has is skipped by content, the rest applies; fix on the patched clone, "
             "teeth of the applied patches on vanilla",
-            env=alone,
+            env=(*alone, *forks),
             limit_s=900,
         ),
         step(
             line.label,
             f"another release line: its own series ({line.series}) applies; fix on the patched clone, teeth on "
             f"vanilla ({shapes})",
-            env=alone,
+            env=(*alone, *forks),
             limit_s=900,
         ),
     ]
     quick_steps = ("environment", "pinned trees", "teeth", "fix")
     return [step for step in steps if not quick or step.name in quick_steps]
+
+
+def _suite_fork_server(workspace: Workspace) -> SuiteForkServer:
+    """The suite fork server of this run (`patchset.testenv.suite_forks`), not started yet: it learns what the suite's
+    runs import from the patched default trees (the same third-party modules as the vanilla ones)."""
+    address = os.path.join(tempfile.gettempdir(), f"patchset-suite-forks-{os.getpid()}.sock")
+    folder = workspace.cache.root / "suite-fork-server"
+    listed = folder / module_list_name(REPO_ROOT / "requirements" / "lock.txt", SUITE_ENTRY_MODULES)
+    log = workspace.cache.root / "results" / "suite-fork-server.log"
+    return SuiteForkServer(address, list(_pinned_trees(workspace)[1].values()), SUITE_ENTRY_MODULES, listed, log)
 
 
 def _run(command: Sequence[str], env: dict[str, str] | None = None) -> bool:
@@ -441,7 +464,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="scripts/test.sh",
         description="Run every test of the patchset, proving each deployment mode once: lint, the tooling tests, "
         "the regression suite on the vanilla trees (the teeth: one batch shape per test, loss and mode) and on the "
-        "patched trees (every case), the patched wheels (sha256 of every installed file, smoke run), verl 0.9.1 "
+        "patched trees (every case), the patched wheels (sha256 of every installed file, labels), verl 0.9.1 "
         "(patches skipped by content), verl 0.7.1 (its own series) and the overlays on pip-installed releases "
         "(parity, import order, Ray). "
         "Independent steps run at once, each printed whole when it ends; a summary lists every step and its time.",
@@ -493,13 +516,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     # are the parallelism (threads of several processes spinning on 2 cores cost ~10 % more CPU in all)
     env.setdefault("OMP_NUM_THREADS", "1")
     # --quick runs teeth, then fix, one at a time: each gets every core
-    steps = plan(resolve_workspace(None, str(args.cache), os.environ), args.quick, 1 if args.quick else args.jobs)
-    results = Scheduler(steps, args.jobs, REPO_ROOT, env).run()
+    workspace = resolve_workspace(None, str(args.cache), os.environ)
+    server = _suite_fork_server(workspace)
+    steps = plan(workspace, args.quick, 1 if args.quick else args.jobs, suite_forks=server.address)
+    served = {step.name for step in steps if SOCKET_VARIABLE in dict(step.env)}
+
+    def start_server(step: Step) -> None:  # once the environment step has built the venv it runs in
+        if step.name in served:
+            server.start(ensure_venv(), REPO_ROOT)
+
+    try:
+        results = Scheduler(steps, args.jobs, REPO_ROOT, env, before_start=start_server).run()
+    finally:
+        forked_cpu = server.stop()
     if any(result.name == "fix" for result in results):
         print("\n=== gradient norm relative to one micro-batch on one rank\n" + _ratio_table(args.cache / "results"))
     children = resource.getrusage(resource.RUSAGE_CHILDREN)  # every step, and every process each step waited for
     cpu = children.ru_utime + children.ru_stime
     print("\n=== summary\n" + summary(results, time.monotonic() - started, args.jobs, cpu), flush=True)
+    if forked_cpu is not None:  # the runs of the suite it forked are its children, not their steps'
+        print(
+            f"  (the suite's runs in {', '.join(sorted(served))}: {duration(forked_cpu)} of CPU, forked by the suite "
+            "fork server, in the total, not in their steps' column)",
+            flush=True,
+        )
     hung = [result for result in results if result.timed_out]
     if hung:
         print("\n".join(f"error: {result.note}" for result in hung), file=sys.stderr)

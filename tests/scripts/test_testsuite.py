@@ -144,7 +144,7 @@ def test_quick_help_names_exactly_what_it_runs(capsys):
     ids=["all-pass", "a-step-fails", "no-environment"],
 )
 def test_exit_code_and_summary_follow_the_steps(monkeypatch, capsys, tmp_path, codes, exit_code):
-    def plan(workspace: object, quick: bool, jobs: int) -> list[Step]:
+    def plan(workspace: object, quick: bool, jobs: int, suite_forks: str | None = None) -> list[Step]:
         names = ("environment", "teeth", "fix")
         needs = {"environment": (), "teeth": ("environment",), "fix": ("environment",)}
         return [

@@ -27,7 +27,6 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-from xml.etree import ElementTree
 
 import pytest
 from packaging.specifiers import SpecifierSet
@@ -460,23 +459,37 @@ def test_manifest_command_reads_the_manifest_without_importing(tmp_path: Path, m
     assert "nosuchpkg: not importable" in out
 
 
-def test_skips_that_name_the_labelled_version_are_caught(tmp_path: Path):
-    junit = tmp_path / "report.xml"
-    suite = ElementTree.Element("testsuite")
-    for name, message in [
-        ("test_engine", "the harness is written for verl 0.8.0; verl 0.8.0+patchset.3's engine ..."),
-        ("test_baseline", "no vanilla baseline to compare with"),
-        ("test_passes", None),
-    ]:
-        case = ElementTree.SubElement(suite, "testcase", classname="tests.regression.mod", name=name)
-        if message is not None:
-            ElementTree.SubElement(case, "skipped", message=message)
-    ElementTree.ElementTree(suite).write(junit)
+def _installed(site: Path, tree: Path, files: list[str]) -> None:
+    """``files`` of ``tree`` installed into ``site`` as pip would, with the RECORD that lists them."""
+    for relative in files:
+        (site / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(tree / relative, site / relative)
+    info = site / "verl-0.8.0+patchset.3.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "RECORD").write_text("".join(f"{relative},,\n" for relative in files), encoding="utf-8")
 
-    tripped = wheel_checks._skipped_for_the_label(junit, ["0.8.0+patchset.3", "0.6.0+patchset.3"])
 
-    assert [test for test, _ in tripped] == ["tests.regression.mod::test_engine"]
-    assert wheel_checks._skipped_for_the_label(tmp_path / "missing.xml", ["0.8.0+patchset.3"])
+def test_every_file_the_applied_patches_change_must_be_installed_yaml_included(tmp_path: Path, monkeypatch):
+    tree, site = tmp_path / "patched", tmp_path / "site"
+    changed = ["verl/workers/utils/losses.py", "verl/trainer/config/critic/critic.yaml"]
+    for relative in [*changed, "verl/__init__.py"]:
+        (tree / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tree / relative).write_text(f"# {relative}\n", encoding="utf-8")
+    patch = type("Patch", (), {"name": "0001-fix.patch", "files": changed})()
+    monkeypatch.setattr(wheel_checks, "load_series", lambda patches_dir, series: type("S", (), {"patches": [patch]}))
+    pin = next(pin for pin in load_pins(REPO_ROOT / "patches" / "upstreams.toml").defaults() if pin.key == "verl")
+    manifest = {"patches": [{"name": patch.name, "status": "applied"}]}
+    built = [wheels.Built(pin, "0.8.0+patchset.3", tmp_path / "verl-0.8.0+patchset.3-py3-none-any.whl", manifest)]
+
+    _installed(site, tree, ["verl/__init__.py", "verl/workers/utils/losses.py"])
+    problems = wheel_checks.installed_files_match(site, built, {"verl": tree}, tmp_path, Console(quiet=True))
+    assert problems == [
+        "verl-0.8.0+patchset.3-py3-none-any.whl does not install verl/trainer/config/critic/critic.yaml as the "
+        "patched tree has it"
+    ]
+
+    _installed(site, tree, ["verl/__init__.py", *changed])
+    assert wheel_checks.installed_files_match(site, built, {"verl": tree}, tmp_path, Console(quiet=True)) == []
 
 
 # --- the real pinned releases -------------------------------------------------------------------------------

@@ -1,0 +1,141 @@
+"""The suite fork server (`patchset.testenv.suite_forks`, `patchset.testenv.suite_fork_server`): a run it forks is the
+command a fresh interpreter would run, in the run's folder, environment and streams, with what the server learned
+to import already imported; a hang is ended as any run's; the server ends with the process that started it.
+
+Each test starts a server of this interpreter on a tree of one module, ``tree_entry``, which imports a standard
+module nothing else here imports (``wave``): the server learns it and imports it, so a run finds it imported without
+importing it; the tree's own module it leaves to the run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from patchset.plumbing.bounded import Limit, run_bounded
+from patchset.plumbing.errors import TimedOut
+from patchset.plumbing.stacks import is_running
+from patchset.testenv import suite_forks
+from patchset.testenv.suite_forks import SOCKET_VARIABLE, SuiteForkServer
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PYTHON = Path(sys.executable)
+TEST_FILE = """\
+import json, os, sys
+
+def test_where(tmp_path):
+    found = {"cwd": os.getcwd(), "variable": os.environ.get("SUITE_FORKS_PROBE"), "path": sys.path[:2],
+             "preloaded": "wave" in sys.modules, "tree_module": "tree_entry" in sys.modules, "parent": os.getppid()}
+    with open(os.environ["SUITE_FORKS_OUT"], "w") as out:
+        json.dump(found, out)
+    print("the run's own output")
+
+def test_fails_when_asked():
+    assert not os.environ.get("SUITE_FORKS_FAIL")
+
+def test_hangs_when_asked():
+    import time
+    while os.environ.get("SUITE_FORKS_HANG"):
+        time.sleep(0.1)
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "tree_entry.py").write_text("import wave\n", encoding="utf-8")
+    address = str(tmp_path / "forks.sock")
+    started = SuiteForkServer(address, [tree], ["tree_entry"], tmp_path / "list" / "modules.txt", tmp_path / "log")
+    started.start(PYTHON, REPO_ROOT)
+    yield started
+    started.stop()
+
+
+def _run(server: SuiteForkServer, tmp_path: Path, output, **variables: str) -> tuple[int, dict]:
+    folder = tmp_path / "suite"
+    folder.mkdir(exist_ok=True)
+    (folder / "test_probe.py").write_text(TEST_FILE, encoding="utf-8")
+    extra = tmp_path / "extra"
+    env = {**os.environ, "PYTHONPATH": str(extra), "SUITE_FORKS_PROBE": "set", **variables}
+    env["SUITE_FORKS_OUT"] = str(tmp_path / "found.json")
+    launch = suite_forks.launcher(PYTHON, {SOCKET_VARIABLE: server.address})
+    command = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(folder)]
+    code = run_bounded(command, "the probe", Limit(60, "more"), cwd=folder, env=env, output=output, launch=launch)
+    found = json.loads((tmp_path / "found.json").read_text()) if (tmp_path / "found.json").exists() else {}
+    return code, found
+
+
+def test_a_forked_run_is_the_command_in_its_folder_environment_and_streams(server, tmp_path: Path):
+    with (tmp_path / "out.txt").open("w+") as output:
+        code, found = _run(server, tmp_path, output)
+        output.seek(0)
+        printed = output.read()
+
+    assert code == 0, printed
+    assert found["parent"] == server.process.pid  # a fork of the server, not a fresh interpreter
+    assert found["cwd"] == str(tmp_path / "suite") and found["variable"] == "set"
+    assert found["path"] == [str(tmp_path / "suite"), str(tmp_path / "extra")]  # the folder, then PYTHONPATH
+    assert found["preloaded"] and not found["tree_module"]  # what the tree imports, not the tree's own module
+    assert "3 passed" in printed
+    assert (tmp_path / "list" / "modules.txt").is_file()  # kept for the next server
+
+
+def test_a_forked_run_exits_as_pytest_does(server, tmp_path: Path):
+    with (tmp_path / "out.txt").open("w+") as output:
+        code, _ = _run(server, tmp_path, output, SUITE_FORKS_FAIL="1")
+
+    assert code == 1
+
+
+def test_a_hung_forked_run_is_ended_within_its_limit(server, tmp_path: Path):
+    folder = tmp_path / "suite"
+    folder.mkdir()
+    (folder / "test_probe.py").write_text(TEST_FILE, encoding="utf-8")
+    env = {**os.environ, "SUITE_FORKS_HANG": "1", "SUITE_FORKS_OUT": str(tmp_path / "found.json")}
+    launch = suite_forks.launcher(PYTHON, {SOCKET_VARIABLE: server.address})
+    command = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-k", "hangs"]
+    command.append(str(folder))
+    started = time.monotonic()
+    with (tmp_path / "out.txt").open("w") as output, pytest.raises(TimedOut) as hung:
+        run_bounded(command, "the hanging probe", Limit(3, "more"), cwd=folder, env=env, output=output, launch=launch)
+
+    assert time.monotonic() - started < 30
+    assert "the hanging probe hung" in str(hung.value)
+    assert is_running(server.process.pid)  # the server serves on
+
+
+def test_a_launch_declines_other_commands_and_a_server_that_does_not_answer(tmp_path: Path, monkeypatch):
+    assert suite_forks.launcher(PYTHON, {}) is None
+    monkeypatch.setattr(suite_forks, "READY_LIMIT_S", 0.3)
+    launch = suite_forks.launcher(PYTHON, {SOCKET_VARIABLE: str(tmp_path / "nobody.sock")})
+    assert launch is not None
+    assert launch([str(PYTHON), "-c", "pass"], tmp_path, dict(os.environ), None) is None
+    assert launch([str(PYTHON), "-m", "pytest"], tmp_path, dict(os.environ), None) is None
+
+
+def test_the_server_ends_with_the_process_that_started_it(tmp_path: Path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "tree_entry.py").write_text("import wave\n", encoding="utf-8")
+    owner = subprocess.Popen(["sleep", "60"])
+    address = tmp_path / "forks.sock"
+    command = [str(PYTHON), "-P", "-m", "patchset.testenv.suite_fork_server", str(address), str(owner.pid)]
+    command += [str(tmp_path / "modules.txt"), str(tree), "--", "tree_entry"]
+    server = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    deadline = time.monotonic() + 30
+    while not address.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert address.exists(), "the server never listened"
+
+    owner.kill()
+    owner.wait()
+
+    assert server.wait(timeout=10) == 0
+    assert not address.exists()
