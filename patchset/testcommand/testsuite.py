@@ -9,9 +9,9 @@ Steps (each timed; the summary lists every step, its time and what it proves):
 - tooling: tests/scripts, the real series on copies of the pinned checkouts and the fault suite included;
 - teeth: the regression suite on the vanilla trees, expecting the bug, one batch shape per test, loss and mode
   (every check must fail there once), the engine end-to-end module included;
-- fix: the whole regression suite on the patched trees, expecting the fix, beside teeth; its tests that compare the
-  patched trees with what teeth records (Trinity's metrics, the deviations of the losses not promised, the gradients
-  the switch-off paths must keep: marked ``vanilla_baseline``) run last, each waiting for teeth's record first;
+- fix: the whole regression suite on the patched trees, expecting the fix, after teeth or beside it; its tests that
+  compare the patched trees with what teeth records (Trinity's metrics, the deviations of the losses not promised, the
+  gradients the switch-off paths must keep: marked ``vanilla_baseline``) run last, each waiting for teeth's record;
 - wheels: the patched wheels built, installed into a fresh venv, every installed file equal by sha256 to the patched
   tree's (every file the patches change among them), versions and manifests as labelled, and the installed modules'
   own versions at runtime; verl 0.9.1's and verl 0.7.1's wheels too, each installed alone, its files equal to a
@@ -31,8 +31,9 @@ Steps (each timed; the summary lists every step, its time and what it proves):
 Each step is a process of its own (``--step NAME``); `patchset.testcommand.scheduler` runs independent steps at
 once (as many as ``--jobs``, default the cores), each step's output printed whole when it ends, and within a step
 independent tests run on every core (pytest-xdist). The overlays, the tooling tests, the wheels and verl 0.9.1
-are independent of each other and of teeth and fix; fix runs beside teeth, and only its tests that read teeth's
-record wait for it, at the end of the same pytest run (not in a step of their own, paying the imports again). Every
+are independent of each other and of teeth and fix; fix runs after teeth or beside it (on 2 cores it starts once
+the tooling tests end, after the overlays took the slot teeth left), and only its tests that read teeth's record wait
+for it, at the end of the same pytest run (not in a step of their own, paying the imports again). Every
 step runs even when another failed (unless it needs that one: nothing runs without the environment and the pinned
 trees), so one run reports everything; the exit code is 0 only if all passed.
 ``--quick``, a loop while editing, runs the environment and pinned trees, then teeth and fix one batch shape per
@@ -378,8 +379,9 @@ def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
 
 
 def plan(workspace: Workspace, quick: bool, jobs: int = 1, suite_forks: str | None = None) -> list[Step]:
-    """The steps, in the order they take a free job slot: teeth and the tooling tests first, then fix, the overlays,
-    the longest, and the short steps, so that the last steps running are short ones. ``jobs``: how
+    """The steps, in the order they take a free job slot: teeth and the tooling tests first, then the overlays (after
+    teeth, beside the tooling tests, the longest), fix, and the short steps, so that the last steps running are short
+    ones and neither slot runs two long steps in a row. ``jobs``: how
     many run at once; teeth, fix and the overlays, whose pytest-xdist workers each import torch, verl and Trinity,
     share the cores among them (``PATCHSET_WORKERS`` unless set); the tooling tests' workers import neither, and
     take every core; verl 0.9.1 and 0.7.1, short suite runs, take one process each. ``suite_forks``: the socket of
@@ -407,18 +409,18 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1, suite_forks: str | No
         step("teeth", f"every check fails on the vanilla trees ({shapes})", env=(*shared, *forks)),
         step("tooling", "apply, export, wheels and their faults leave every tree intact"),
         step(
-            "fix",
-            "every check passes on the patched trees" + (f" ({shapes}; no engine runs)" if quick else ", every case"),
-            after=("teeth",) if quick else (),  # --quick: one at a time
-            # beside teeth: the tests that read its record run last, each waiting for it (at most 2/3 of a pytest
-            # run's limit, so that a teeth step that hung fails them, not the whole run)
-            env=(*shared, *forks, (BASELINE_WAIT_VARIABLE, f"{scaled(SUITE_LIMIT_S) * 2 / 3:g}")),
-            limit_s=1500,
-        ),
-        step(
             "overlays",
             "on pip-installed releases: parity with the patched trees, import order, guards, Ray",
             env=shared,
+        ),
+        step(
+            "fix",
+            "every check passes on the patched trees" + (f" ({shapes}; no engine runs)" if quick else ", every case"),
+            after=("teeth",) if quick else (),  # --quick: one at a time
+            # after teeth or beside it: the tests that read its record run last, each waiting for it (at most 2/3 of
+            # a pytest run's limit, so that a teeth step that hung fails them, not the whole run)
+            env=(*shared, *forks, (BASELINE_WAIT_VARIABLE, f"{scaled(SUITE_LIMIT_S) * 2 / 3:g}")),
+            limit_s=1500,
         ),
         step(
             "wheels",

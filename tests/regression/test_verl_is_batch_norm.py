@@ -36,8 +36,10 @@ LEVELS = ("token", "sequence")
 FACTOR = "rollout_corr/rollout_is_batch_norm_factor"
 # dp 2 first: a run that keeps one shape a test (PATCHSET_SAMPLE=shapes: teeth, verl 0.9.1) keeps the last, the
 # token-budget split at dp 1, and starts no gloo ranks; the fix run proves dp 2 (the same code on 0.9.1). At dp 2 two
-# micro-batches a rank: with one, vanilla's all-reduce over the ranks (one micro-batch index) is the mini-batch's mean
-SPLITS = [(2, Split(2)), (2, Split(2, dynamic=True)), (1, Split(2)), (1, Split(4)), (1, Split(3, dynamic=True))]
+# micro-batches a rank or more: with one, vanilla's all-reduce over the ranks (one micro-batch index) is the
+# mini-batch's mean (at dp 2 each split is one more in-process gradient: the ranks take the mean once, before the split)
+SPLITS = [(2, Split(2)), (2, Split(4)), (2, Split(2, dynamic=True))]
+SPLITS += [(1, Split(2)), (1, Split(4)), (1, Split(3, dynamic=True))]
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -18,10 +18,9 @@ from patchset.testenv.regression import BASELINE_DONE_FILE, BASELINE_WAIT_VARIAB
 from patchset.upstreams.workspace import resolve_workspace
 
 # the steps as the test command's docstring lists them ("- name: what it does", or "- name, what it is"), in the
-# order they take a free job slot (see ``plan``): teeth and the tooling tests first, fix (after teeth), the overlays,
-# then the rest
+# order they take a free job slot (see ``plan``): teeth and the tooling tests first, the overlays, fix, then the rest
 DOCUMENTED = re.findall(r"^- ([a-z0-9. ]+?)[:,] ", testsuite.__doc__ or "", re.MULTILINE)
-SLOT_ORDER = ["environment", "pinned trees", "lint", "teeth", "tooling", "fix", "overlays", "wheels"]
+SLOT_ORDER = ["environment", "pinned trees", "lint", "teeth", "tooling", "overlays", "fix", "wheels"]
 EVERY_STEP = sorted(DOCUMENTED, key=lambda name: SLOT_ORDER.index(name) if name in SLOT_ORDER else len(SLOT_ORDER))
 QUICK_STEPS = ["environment", "pinned trees", "teeth", "fix"]
 
