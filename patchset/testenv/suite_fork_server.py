@@ -2,20 +2,18 @@
 imported what every run imports from the pinned venv.
 
 ``python -P -m patchset.testenv.suite_fork_server SOCKET OWNER LIST TREE... -- MODULE...``, with the pinned venv's
-python.
-A fresh ``python -m pytest tests/regression`` spends about 4 to 5 s of CPU importing what the trees under test
+python. A fresh ``python -m pytest tests/regression`` spends about 4 to 5 s of CPU importing what the trees under test
 import from the pinned venv (torch, tensordict, transformers, ray, pandas and the rest) before its first test, and
 the test command starts about eight. This process learns that set in a throwaway fork that puts the ``TREE`` folders
 first on ``sys.path`` and imports each ``MODULE`` (or reads it from the file ``LIST``, where an earlier server wrote
 it: a stale list costs only speed, a module it names that is gone is skipped, one it lacks a run imports), then
-imports all of it except the trees' own modules and
-those a run imports itself (`OWNED`: this project's, the suite's helpers, Hydra's and OmegaConf's; and the pytest
-plugins', which pytest imports itself to rewrite their asserts), computing nothing,
-and freezes it (``gc.freeze``).
-Then it listens on ``SOCKET``. Each run is a fork that becomes ``python -m MODULE ARGS`` as a fresh interpreter would:
-its environment, working folder, ``sys.path`` (the folder, then ``PYTHONPATH``, then the venv's) and standard
-streams (sent with the request) are the run's; the server answers the run's pid at once and its exit status when
-it ends (`patchset.testenv.suite_forks` is the client). It serves until the process ``OWNER`` ends.
+imports all of it except the trees' own modules and those a run imports itself (`OWNED`: this project's, the suite's
+helpers, Hydra's and OmegaConf's; and the pytest plugins', which pytest imports itself to rewrite their asserts),
+computing nothing, and freezes it (``gc.freeze``). It listens on ``SOCKET`` from its start (a run that connects
+meanwhile waits). Each run is a fork that becomes ``python -m MODULE ARGS`` as a fresh interpreter would: its
+environment, working folder, ``sys.path`` (the folder, then ``PYTHONPATH``, then the venv's) and standard streams
+(sent with the request) are the run's; the server answers the run's pid at once and its exit status when it ends
+(`patchset.testenv.suite_forks` is the client). It serves until the process ``OWNER`` ends.
 """
 
 from __future__ import annotations
@@ -138,7 +136,10 @@ def serve(listener: socket.socket, owner: int, base_path: Sequence[str]) -> None
     """Fork a run for each request on ``listener``, answer its pid, then its exit status; return once ``owner`` has
     ended. No thread: a fork copies only the thread that calls it."""
     poller = select.poll()
-    owner_fd = os.pidfd_open(owner)
+    try:
+        owner_fd = os.pidfd_open(owner)
+    except ProcessLookupError:  # it ended while this imported
+        return
     poller.register(owner_fd, select.POLLIN)
     poller.register(listener, select.POLLIN)
     runs: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, the connection that asked for it)
@@ -184,20 +185,22 @@ def main(argv: Sequence[str]) -> int:
     trees, targets = rest[:split], rest[split + 1 :]
     pythonpath = {entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry}
     base_path = [entry for entry in sys.path if entry and entry not in pythonpath]
-    imported = preload(module_list(listed, trees, targets))
-    gc.collect()
-    gc.freeze()  # what every run inherits, out of the collector's view: no run walks it, or writes to its pages
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    staged = f"{address}.{os.getpid()}"
-    listener.bind(staged)
-    listener.listen(16)
-    os.replace(staged, address)  # clients connect once everything is imported
-    print(f"suite fork server: {imported} modules preloaded, serving on {address}", file=sys.stderr, flush=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(address)
     try:
+        # listening at once: a run that connects while this imports waits in the queue, and learns of a server
+        # that died on the way from its connection, not from a limit
+        listener.bind(address)
+        listener.listen(64)
+        imported = preload(module_list(listed, trees, targets))
+        gc.collect()
+        gc.freeze()  # what every run inherits, out of the collector's view: no run walks it, or writes to its pages
+        print(f"suite fork server: {imported} modules preloaded, serving on {address}", file=sys.stderr, flush=True)
         serve(listener, owner, base_path)
     finally:
         listener.close()
-        if os.path.exists(address):
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(address)
     return 0
 

@@ -25,15 +25,15 @@ from patchset.plumbing.bounded import Launch
 from patchset.plumbing.limits import scaled
 
 SOCKET_VARIABLE = "PATCHSET_SUITE_FORKS"
-READY_LIMIT_S = 120  # the server's start: learning and importing what the runs import (about 10 s of CPU)
+SOCKET_LIMIT_S = 30  # the server makes its socket as it starts (the test command starts it before the step)
+READY_LIMIT_S = 300  # then learns and imports what the runs import (about 10 s of CPU) before it forks the first
 
 
 class ForkedRun:
     """A run forked by the suite fork server: what `run_bounded` needs of a `subprocess.Popen`."""
 
-    def __init__(self, connection: socket.socket, command: Sequence[str]) -> None:
-        self.connection, self.args = connection, list(command)
-        self.pid = int(json.loads(connection.recv(4096))["pid"])
+    def __init__(self, connection: socket.socket, command: Sequence[str], pid: int) -> None:
+        self.connection, self.args, self.pid = connection, list(command), pid
         self.returncode: int | None = None
 
     def wait(self, timeout: float | None = None) -> int:
@@ -83,20 +83,35 @@ def launcher(python: Path, environ: Mapping[str, str] | None = None) -> Launch |
     ) -> ForkedRun | None:
         if list(command[:3]) != [str(python), "-m", "pytest"]:
             return None
-        connection = _connect(address, scaled(READY_LIMIT_S))
-        if connection is None:
+        connection = _connect(address, scaled(SOCKET_LIMIT_S))
+        pid = None if connection is None else _started(connection, command, cwd, env, output)
+        if connection is None or pid is None:
             print(f"* the suite fork server at {address} did not answer: a fresh interpreter runs it", flush=True)
+            if connection is not None:
+                connection.close()
             return None
-        streams = [output.fileno()] * 2 if output is not None else [sys.stdout.fileno(), sys.stderr.fileno()]
-        request = {"module": "pytest", "argv": list(command[3:]), "cwd": str(cwd or os.getcwd()), "env": dict(env)}
-        sys.stdout.flush()
-        sys.stderr.flush()
-        if output is not None:
-            output.flush()
-        socket.send_fds(connection, [json.dumps(request).encode()], streams)
-        return ForkedRun(connection, command)
+        return ForkedRun(connection, command, pid)
 
     return launch
+
+
+def _started(
+    connection: socket.socket, command: Sequence[str], cwd: Path | None, env: Mapping[str, str], output: TextIO | None
+) -> int | None:
+    """Ask the server on ``connection`` to fork ``command``; the run's pid, or None where the server ended or did not
+    answer within `READY_LIMIT_S`."""
+    streams = [output.fileno()] * 2 if output is not None else [sys.stdout.fileno(), sys.stderr.fileno()]
+    request = {"module": "pytest", "argv": list(command[3:]), "cwd": str(cwd or os.getcwd()), "env": dict(env)}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if output is not None:
+        output.flush()
+    connection.settimeout(scaled(READY_LIMIT_S))
+    try:
+        socket.send_fds(connection, [json.dumps(request).encode()], streams)
+        return int(json.loads(connection.recv(4096))["pid"])
+    except (OSError, ValueError, KeyError):  # reset, refused, timed out, or closed with nothing said
+        return None
 
 
 class SuiteForkServer:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -113,11 +115,27 @@ def test_a_hung_forked_run_is_ended_within_its_limit(server, tmp_path: Path):
 
 def test_a_launch_declines_other_commands_and_a_server_that_does_not_answer(tmp_path: Path, monkeypatch):
     assert suite_forks.launcher(PYTHON, {}) is None
-    monkeypatch.setattr(suite_forks, "READY_LIMIT_S", 0.3)
+    monkeypatch.setattr(suite_forks, "SOCKET_LIMIT_S", 0.3)
     launch = suite_forks.launcher(PYTHON, {SOCKET_VARIABLE: str(tmp_path / "nobody.sock")})
     assert launch is not None
     assert launch([str(PYTHON), "-c", "pass"], tmp_path, dict(os.environ), None) is None
     assert launch([str(PYTHON), "-m", "pytest"], tmp_path, dict(os.environ), None) is None
+
+
+def test_a_server_that_ends_before_it_forks_leaves_the_run_to_a_fresh_interpreter_at_once(tmp_path: Path):
+    address = str(tmp_path / "dying.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(address)
+    listener.listen(4)  # a server still importing: it has not accepted yet
+    closer = threading.Timer(0.5, listener.close)  # and then it dies
+    closer.start()
+    launch = suite_forks.launcher(PYTHON, {SOCKET_VARIABLE: address})
+    started = time.monotonic()
+    with (tmp_path / "out.txt").open("w") as output:
+        assert launch([str(PYTHON), "-m", "pytest"], tmp_path, dict(os.environ), output) is None
+
+    assert time.monotonic() - started < 10  # not the ready limit (300 s)
+    closer.join()
 
 
 def test_the_server_ends_with_the_process_that_started_it(tmp_path: Path):
