@@ -28,7 +28,7 @@ from patchset.upstreams.workspace import Workspace
 from patchset.wheels.build import MANIFEST_NAME, Built, WheelBuild, build_wheels
 from patchset.wheels.selection import requirement
 
-# --- the check: install the wheels into a fresh environment and test them -------------------------------------
+# --- the check: install the wheels into a fresh environment and check what is installed -----------------------
 
 
 def _child_env() -> dict[str, str]:

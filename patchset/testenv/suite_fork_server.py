@@ -53,7 +53,8 @@ def _owned(name: str, plugins: frozenset[str] = frozenset()) -> bool:
 
 def modules_loaded_by(trees: Sequence[str], targets: Sequence[str]) -> list[str]:
     """The modules importing ``targets`` (from ``trees`` first on the path) loads, in import order, learned in a child
-    that is then thrown away; none where one of them fails to import (the runs import what they need themselves)."""
+    that is then thrown away; a target that fails to import adds what it loaded before it failed (the runs import what
+    they need themselves, and say why one fails)."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -62,7 +63,8 @@ def modules_loaded_by(trees: Sequence[str], targets: Sequence[str]) -> list[str]
         try:
             sys.path[0:0] = list(trees)
             for name in targets:
-                importlib.import_module(name)
+                with contextlib.suppress(Exception):
+                    importlib.import_module(name)
             names = list(sys.modules)
         finally:
             with os.fdopen(write_end, "w") as stream:
@@ -77,10 +79,12 @@ def modules_loaded_by(trees: Sequence[str], targets: Sequence[str]) -> list[str]
 
 def module_list(path: Path, trees: Sequence[str], targets: Sequence[str]) -> list[str]:
     """The modules importing ``targets`` loads: from ``path`` if an earlier server wrote it, else learned now and
-    written there (whole or not at all)."""
+    written there (whole or not at all; not where the probe learned nothing, which the next server learns again)."""
     if path.is_file():
         return path.read_text(encoding="utf-8").split("\n")
     names = modules_loaded_by(trees, targets)
+    if not names:
+        return names
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}")
     partial.write_text("\n".join(names), encoding="utf-8")

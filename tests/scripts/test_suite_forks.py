@@ -4,7 +4,8 @@ to import already imported; a hang is ended as any run's; the server ends with t
 
 Each test starts a server of this interpreter on a tree of one module, ``tree_entry``, which imports a standard
 module nothing else here imports (``wave``): the server learns it and imports it, so a run finds it imported without
-importing it; the tree's own module it leaves to the run.
+importing it (the server is also given a module that does not exist, which it passes over); the tree's own module
+it leaves to the run.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def server(tmp_path: Path):
     tree.mkdir()
     (tree / "tree_entry.py").write_text("import wave\n", encoding="utf-8")
     address = str(tmp_path / "forks.sock")
-    started = SuiteForkServer(address, [tree], ["tree_entry"], tmp_path / "list" / "modules.txt", tmp_path / "log")
+    modules = ["patchset_no_such_module", "tree_entry"]  # one that does not import: the probe learns the other's
+    started = SuiteForkServer(address, [tree], modules, tmp_path / "list" / "modules.txt", tmp_path / "log")
     started.start(PYTHON, REPO_ROOT)
     yield started
     started.stop()
