@@ -525,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def start_server(step: Step) -> None:  # once the environment step has built the venv it runs in
         if step.name in served:
-            server.start(ensure_venv(), REPO_ROOT)
+            server.start(ensure_venv(), REPO_ROOT, env)  # the steps' environment: their runs' thread settings
 
     try:
         results = Scheduler(steps, args.jobs, REPO_ROOT, env, before_start=start_server).run()

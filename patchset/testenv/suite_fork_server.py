@@ -13,7 +13,9 @@ computing nothing, and freezes it (``gc.freeze``). It listens on ``SOCKET`` from
 meanwhile waits). Each run is a fork that becomes ``python -m MODULE ARGS`` as a fresh interpreter would: its
 environment, working folder, ``sys.path`` (the folder, then ``PYTHONPATH``, then the venv's) and standard streams
 (sent with the request) are the run's; the server answers the run's pid at once and its exit status when it ends
-(`patchset.testenv.suite_forks` is the client). It serves until the process ``OWNER`` ends.
+(`patchset.testenv.suite_forks` is the client). Torch reads its thread settings as it is imported, here: a run that
+asks for others (`THREAD_VARIABLES`) is declined, and starts as a fresh interpreter (the test command starts the
+server with its steps' environment). It serves until the process ``OWNER`` ends.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ from pathlib import Path
 OWNED = ("verl", "trinity", "engine_harness", "patchset", "checkout_tools", "hydra", "hydra_plugins", "omegaconf")
 OWNED += ("verl_overlay", "trinity_overlay", "patchset_overlay", "patchset_overlay_registry")
 REQUEST_BYTES = 1 << 20  # one request: its argv, folder and environment, as JSON
+# read once, as torch (OpenMP, MKL) is imported: a run that asks for other values than the server's is declined, since
+# a fork would compute on the server's threads (and, with more than one, could not fork ranks from itself)
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def _pytest_plugins() -> set[str]:
@@ -136,9 +141,21 @@ def _become(request: dict, streams: Sequence[int], base_path: Sequence[str]) -> 
             os._exit(code)
 
 
+def declined(request: dict, threads: dict[str, str | None]) -> str | None:
+    """Why the server does not fork ``request``: it asks for other `THREAD_VARIABLES` than ``threads``, the server's
+    own (None: it forks it)."""
+    asked = {name: request["env"].get(name) for name in THREAD_VARIABLES}
+    if asked == threads:
+        return None
+    differ = [name for name in THREAD_VARIABLES if asked[name] != threads[name]]
+    return ", ".join(f"the run asks for {name}={asked[name]}, the server has {threads[name]}" for name in differ)
+
+
 def serve(listener: socket.socket, owner: int, base_path: Sequence[str]) -> None:
     """Fork a run for each request on ``listener``, answer its pid, then its exit status; return once ``owner`` has
-    ended. No thread: a fork copies only the thread that calls it."""
+    ended. A request whose thread settings are not the server's (`declined`) is answered why, and not forked. No
+    thread: a fork copies only the thread that calls it."""
+    threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
     poller = select.poll()
     try:
         owner_fd = os.pidfd_open(owner)
@@ -154,6 +171,14 @@ def serve(listener: socket.socket, owner: int, base_path: Sequence[str]) -> None
             if fd == listener.fileno():
                 connection, _ = listener.accept()
                 message, streams, _, _ = socket.recv_fds(connection, REQUEST_BYTES, 2)
+                request = json.loads(message)
+                if (why := declined(request, threads)) is not None:
+                    for stream in streams:
+                        os.close(stream)
+                    with contextlib.suppress(OSError):
+                        connection.sendall(json.dumps({"declined": why}).encode())
+                    connection.close()
+                    continue
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()
@@ -164,7 +189,7 @@ def serve(listener: socket.socket, owner: int, base_path: Sequence[str]) -> None
                         other.close()
                     os.close(owner_fd)
                     connection.close()
-                    _become(json.loads(message), streams, base_path)
+                    _become(request, streams, base_path)
                 for stream in streams:
                     os.close(stream)
                 connection.sendall(json.dumps({"pid": pid}).encode())

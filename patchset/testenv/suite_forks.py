@@ -84,22 +84,27 @@ def launcher(python: Path, environ: Mapping[str, str] | None = None) -> Launch |
         if list(command[:3]) != [str(python), "-m", "pytest"]:
             return None
         connection = _connect(address, scaled(SOCKET_LIMIT_S))
-        pid = None if connection is None else _started(connection, command, cwd, env, output)
-        if connection is None or pid is None:
-            print(f"* the suite fork server at {address} did not answer: a fresh interpreter runs it", flush=True)
-            if connection is not None:
-                connection.close()
-            return None
-        return ForkedRun(connection, command, pid)
+        if connection is None:
+            return _fresh(address, "it did not answer")
+        answer = _started(connection, command, cwd, env, output)
+        if isinstance(answer, str):
+            connection.close()
+            return _fresh(address, answer)
+        return ForkedRun(connection, command, answer)
 
     return launch
 
 
+def _fresh(address: str, why: str) -> None:
+    """Say why the server at ``address`` does not fork a run, which a fresh interpreter then runs."""
+    print(f"* the suite fork server at {address}: {why}; a fresh interpreter runs it", flush=True)
+
+
 def _started(
     connection: socket.socket, command: Sequence[str], cwd: Path | None, env: Mapping[str, str], output: TextIO | None
-) -> int | None:
-    """Ask the server on ``connection`` to fork ``command``; the run's pid, or None where the server ended or did not
-    answer within `READY_LIMIT_S`."""
+) -> int | str:
+    """Ask the server on ``connection`` to fork ``command``; the run's pid, or why not: the server declined it (its
+    thread settings differ), ended, or did not answer within `READY_LIMIT_S`."""
     streams = [output.fileno()] * 2 if output is not None else [sys.stdout.fileno(), sys.stderr.fileno()]
     request = {"module": "pytest", "argv": list(command[3:]), "cwd": str(cwd or os.getcwd()), "env": dict(env)}
     sys.stdout.flush()
@@ -109,9 +114,12 @@ def _started(
     connection.settimeout(scaled(READY_LIMIT_S))
     try:
         socket.send_fds(connection, [json.dumps(request).encode()], streams)
-        return int(json.loads(connection.recv(4096))["pid"])
-    except (OSError, ValueError, KeyError):  # reset, refused, timed out, or closed with nothing said
-        return None
+        answer = json.loads(connection.recv(4096))
+    except (OSError, ValueError):  # reset, refused, timed out, or closed with nothing said
+        return "it did not answer"
+    if "declined" in answer:
+        return f"declined ({answer['declined']})"
+    return int(answer["pid"]) if "pid" in answer else "it did not answer"
 
 
 class SuiteForkServer:
@@ -123,13 +131,15 @@ class SuiteForkServer:
         self.address, self.trees, self.modules, self.listed, self.log = address, list(trees), list(modules), listed, log
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, python: Path, repo_root: Path) -> None:
+    def start(self, python: Path, repo_root: Path, environ: Mapping[str, str] | None = None) -> None:
+        """Start the server, in ``environ`` (default: this process's): that of the runs it is to fork, whose thread
+        settings it must share (`suite_fork_server.THREAD_VARIABLES`)."""
         if self.process is not None:
             return
         command = [str(python), "-P", "-m", "patchset.testenv.suite_fork_server", self.address, str(os.getpid())]
         command += [str(self.listed)]
         command += [*(str(tree) for tree in self.trees), "--", *self.modules]
-        env = {**os.environ, "PYTHONPATH": str(repo_root)}
+        env = {**(os.environ if environ is None else environ), "PYTHONPATH": str(repo_root)}
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)

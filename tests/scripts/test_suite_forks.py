@@ -29,6 +29,8 @@ from patchset.testenv.suite_forks import SOCKET_VARIABLE, SuiteForkServer
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PYTHON = Path(sys.executable)
+# the server's environment, and every run's unless a test says otherwise: one thread, as the test command sets
+ENVIRON = {key: value for key, value in os.environ.items() if key != "MKL_NUM_THREADS"} | {"OMP_NUM_THREADS": "1"}
 TEST_FILE = """\
 import json, os, sys
 
@@ -57,7 +59,7 @@ def server(tmp_path: Path):
     address = str(tmp_path / "forks.sock")
     modules = ["patchset_no_such_module", "tree_entry"]  # one that does not import: the probe learns the other's
     started = SuiteForkServer(address, [tree], modules, tmp_path / "list" / "modules.txt", tmp_path / "log")
-    started.start(PYTHON, REPO_ROOT)
+    started.start(PYTHON, REPO_ROOT, ENVIRON)
     yield started
     started.stop()
 
@@ -67,7 +69,7 @@ def _run(server: SuiteForkServer, tmp_path: Path, output, **variables: str) -> t
     folder.mkdir(exist_ok=True)
     (folder / "test_probe.py").write_text(TEST_FILE, encoding="utf-8")
     extra = tmp_path / "extra"
-    env = {**os.environ, "PYTHONPATH": str(extra), "SUITE_FORKS_PROBE": "set", **variables}
+    env = {**ENVIRON, "PYTHONPATH": str(extra), "SUITE_FORKS_PROBE": "set", **variables}
     env["SUITE_FORKS_OUT"] = str(tmp_path / "found.json")
     launch = suite_forks.launcher(PYTHON, {SOCKET_VARIABLE: server.address})
     command = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(folder)]
@@ -98,11 +100,24 @@ def test_a_forked_run_exits_as_pytest_does(server, tmp_path: Path):
     assert code == 1
 
 
+def test_a_run_asking_for_other_threads_than_the_servers_is_left_to_a_fresh_interpreter_saying_why(
+    server, tmp_path: Path, capsys
+):
+    with (tmp_path / "out.txt").open("w+") as output:
+        code, found = _run(server, tmp_path, output, OMP_NUM_THREADS="2")
+
+    assert code == 0
+    assert found["parent"] == os.getpid()  # a fresh interpreter, started here
+    said = capsys.readouterr().out
+    assert "declined (the run asks for OMP_NUM_THREADS=2, the server has 1); a fresh interpreter runs it" in said
+    assert is_running(server.process.pid)  # and it serves on
+
+
 def test_a_hung_forked_run_is_ended_within_its_limit(server, tmp_path: Path):
     folder = tmp_path / "suite"
     folder.mkdir()
     (folder / "test_probe.py").write_text(TEST_FILE, encoding="utf-8")
-    env = {**os.environ, "SUITE_FORKS_HANG": "1", "SUITE_FORKS_OUT": str(tmp_path / "found.json")}
+    env = {**ENVIRON, "SUITE_FORKS_HANG": "1", "SUITE_FORKS_OUT": str(tmp_path / "found.json")}
     launch = suite_forks.launcher(PYTHON, {SOCKET_VARIABLE: server.address})
     command = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-k", "hangs"]
     command.append(str(folder))

@@ -15,6 +15,7 @@ from patchset.plumbing.limits import scaled
 from patchset.testcommand import testsuite
 from patchset.testcommand.scheduler import Step
 from patchset.testenv.regression import BASELINE_DONE_FILE, BASELINE_WAIT_VARIABLE, SUITE_LIMIT_S
+from patchset.testenv.suite_forks import SOCKET_VARIABLE
 from patchset.upstreams.workspace import resolve_workspace
 
 # the steps as the test command's docstring lists them ("- name: what it does", or "- name, what it is"), in the
@@ -158,6 +159,26 @@ def test_exit_code_and_summary_follow_the_steps(monkeypatch, capsys, tmp_path, c
     assert verdicts == ["ok" if code == 0 and codes[0] == 0 else "FAIL" for code in codes]
     assert header.split() == ["wall", "cpu", "step"]
     assert total.startswith("  total ") and "s of CPU (up to 2 steps at a time)" in total
+
+
+def test_the_suite_fork_server_starts_in_the_environment_of_the_steps_it_serves(monkeypatch, tmp_path):
+    """Torch takes its thread count from the environment it is imported in, the server's: started without the steps'
+    ``OMP_NUM_THREADS=1``, every run it forked computed on two threads and forked its ranks from a fresh interpreter
+    (a warm server needs one thread), about 60 s of CPU more per test command."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    given: dict[str, str] = {}
+    monkeypatch.setattr(testsuite, "ensure_venv", lambda: Path(sys.executable))
+    monkeypatch.setattr(
+        testsuite.SuiteForkServer, "start", lambda self, python, root, environ=None: given.update(environ or {})
+    )
+
+    def plan(workspace: object, quick: bool, jobs: int, suite_forks: str | None = None) -> list[Step]:
+        step_threads = "import os; exit(os.environ['OMP_NUM_THREADS'] != '1')"
+        return [Step("teeth", "proves teeth", (sys.executable, "-c", step_threads), (), env=((SOCKET_VARIABLE, "x"),))]
+
+    monkeypatch.setattr(testsuite, "plan", plan)
+    assert testsuite.main(["--cache", str(tmp_path / "cache"), "--jobs", "1"]) == 0
+    assert given.get("OMP_NUM_THREADS") == "1"
 
 
 def test_the_overlay_run_on_a_release_leaves_out_the_patches_no_piece_mirrors_there():
