@@ -25,7 +25,7 @@ from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin, at_least
 from patchset.upstreams.registry import UPSTREAMS
 from patchset.upstreams.workspace import Workspace
-from patchset.wheels.build import MANIFEST_NAME, Built, WheelBuild, build_wheels
+from patchset.wheels.build import MANIFEST_NAME, Built, Label, WheelBuild, build_wheels, patchset_label
 from patchset.wheels.selection import requirement
 
 # --- the check: install the wheels into a fresh environment and check what is installed -----------------------
@@ -160,6 +160,21 @@ def installed_files_match(
     return problems
 
 
+def labels_match(item: Built, label: Label) -> list[str]:
+    """The wheel's file name and version are its pin's release with the patchset's ``label``, and its manifest names
+    the pin's sdist (by sha256) as what it was built from. The problems found."""
+    version = label.version(item.pin.version)
+    name = f"{item.pin.name.replace('-', '_')}-{version}-py3-none-any.whl"
+    problems = []
+    if item.wheel.name != name:
+        problems.append(f"the wheel of {item.pin.label} is named {item.wheel.name}, not {name}")
+    if item.version != version:
+        problems.append(f"the wheel {item.wheel.name} reports version {item.version}, not {version}")
+    if (sdist := item.manifest.get("upstream", {}).get("sdist_sha256")) != item.pin.sdist_sha256:
+        problems.append(f"{item.wheel.name}'s manifest names the sdist {sdist}, not {item.pin.label}'s")
+    return problems
+
+
 def manifest_statuses_match(item: Built, patches_dir: Path) -> list[str]:
     """The wheel's manifest against what each patch's header says of the release: a patch whose ``Applied-Upstream``
     version is at or before the release is ``skipped`` (``in upstream since <version>``), every other one
@@ -256,7 +271,9 @@ def _check_in(
     build = WheelBuild(work / "dist", requested=requested, python=base_python)
     built_all = build_wheels(build, workspace, console, guard)
     built = [item for item in built_all if item.pin.default]
-    problems = [
+    label = patchset_label(workspace.patches_dir)
+    problems = [problem for item in built_all for problem in labels_match(item, label)]
+    problems += [
         problem
         for item in built_all
         if not item.pin.default
