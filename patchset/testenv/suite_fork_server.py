@@ -151,6 +151,26 @@ def declined(request: dict, threads: dict[str, str | None]) -> str | None:
     return ", ".join(f"the run asks for {name}={asked[name]}, the server has {threads[name]}" for name in differ)
 
 
+def _request(listener: socket.socket, threads: dict[str, str | None]) -> tuple[socket.socket, dict, list[int]] | None:
+    """The next request on ``listener``: its connection, the request and the streams sent with it; None where there is
+    nothing to fork: a client gone before it asked (its request empty or cut short), or one `declined` (told why)."""
+    connection, _ = listener.accept()
+    streams: list[int] = []
+    try:
+        message, streams, _, _ = socket.recv_fds(connection, REQUEST_BYTES, 2)
+        request = json.loads(message)
+        why = declined(request, threads)
+        if why is None and len(streams) == 2:
+            return connection, request, streams
+        connection.sendall(json.dumps({"declined": why or "no output streams were sent"}).encode())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    for stream in streams:
+        os.close(stream)
+    connection.close()
+    return None
+
+
 def serve(listener: socket.socket, owner: int, base_path: Sequence[str]) -> None:
     """Fork a run for each request on ``listener``, answer its pid, then its exit status; return once ``owner`` has
     ended. A request whose thread settings are not the server's (`declined`) is answered why, and not forked. No
@@ -169,16 +189,9 @@ def serve(listener: socket.socket, owner: int, base_path: Sequence[str]) -> None
             if fd == owner_fd:
                 return
             if fd == listener.fileno():
-                connection, _ = listener.accept()
-                message, streams, _, _ = socket.recv_fds(connection, REQUEST_BYTES, 2)
-                request = json.loads(message)
-                if (why := declined(request, threads)) is not None:
-                    for stream in streams:
-                        os.close(stream)
-                    with contextlib.suppress(OSError):
-                        connection.sendall(json.dumps({"declined": why}).encode())
-                    connection.close()
+                if (asked := _request(listener, threads)) is None:
                     continue
+                connection, request, streams = asked
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()
@@ -192,7 +205,8 @@ def serve(listener: socket.socket, owner: int, base_path: Sequence[str]) -> None
                     _become(request, streams, base_path)
                 for stream in streams:
                     os.close(stream)
-                connection.sendall(json.dumps({"pid": pid}).encode())
+                with contextlib.suppress(OSError):  # a client gone by now: its run is reaped all the same
+                    connection.sendall(json.dumps({"pid": pid}).encode())
                 pidfd = os.pidfd_open(pid)
                 runs[pidfd] = (pid, connection)
                 poller.register(pidfd, select.POLLIN)

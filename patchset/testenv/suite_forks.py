@@ -10,9 +10,11 @@ another interpreter, a server that did not come up) runs start as before.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from patchset.plumbing import stacks
 from patchset.plumbing.bounded import Launch
 from patchset.plumbing.limits import scaled
 
@@ -45,6 +48,9 @@ class ForkedRun:
         except TimeoutError:
             raise subprocess.TimeoutExpired(self.args, timeout or 0) from None
         self.connection.close()
+        if not answer:  # the server ended while the run went on: its status is lost, and the run is ended with it
+            print(f"* the suite fork server ended during the run (pid {self.pid}), which is ended: exit 1", flush=True)
+            stacks.kill_all(stacks.tree(self.pid))
         self.returncode = int(json.loads(answer)["returncode"]) if answer else 1
         return self.returncode
 
@@ -148,7 +154,8 @@ class SuiteForkServer:
         """End the server; the CPU seconds it and the runs it forked used (None: it was never started)."""
         cpu = None
         if self.process is not None:
-            self.process.terminate()
+            with contextlib.suppress(ProcessLookupError):  # not Popen.terminate, which reaps a server that died
+                os.kill(self.process.pid, signal.SIGTERM)
             _, _, usage = os.wait4(self.process.pid, 0)
             self.process.returncode = 0
             cpu = usage.ru_utime + usage.ru_stime

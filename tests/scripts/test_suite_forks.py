@@ -113,6 +113,39 @@ def test_a_run_asking_for_other_threads_than_the_servers_is_left_to_a_fresh_inte
     assert is_running(server.process.pid)  # and it serves on
 
 
+def test_a_client_gone_before_it_asked_leaves_the_server_serving(server, tmp_path: Path):
+    for message in (b"", b"{not json", json.dumps({"env": {}}).encode()):
+        client = suite_forks._connect(server.address, 30)
+        assert client is not None
+        if message:
+            client.send(message)
+        client.close()
+
+    with (tmp_path / "out.txt").open("w+") as output:
+        code, found = _run(server, tmp_path, output)
+
+    assert code == 0
+    assert found["parent"] == server.process.pid
+
+
+def test_a_run_whose_server_ends_fails_and_is_ended_with_it(server, tmp_path: Path, capsys):
+    folder = tmp_path / "suite"
+    folder.mkdir()
+    (folder / "test_probe.py").write_text(TEST_FILE, encoding="utf-8")
+    env = {**ENVIRON, "SUITE_FORKS_HANG": "1", "SUITE_FORKS_OUT": str(tmp_path / "found.json")}
+    launch = suite_forks.launcher(PYTHON, {SOCKET_VARIABLE: server.address})
+    command = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-k", "hangs"]
+    with (tmp_path / "out.txt").open("w") as output:
+        run = launch([*command, str(folder)], folder, env, output)
+        assert run is not None
+
+        server.process.kill()
+
+        assert run.wait(timeout=30) == 1
+    assert not is_running(run.pid)  # not left to write into the folders of a run that has ended
+    assert f"the suite fork server ended during the run (pid {run.pid})" in capsys.readouterr().out
+
+
 def test_a_hung_forked_run_is_ended_within_its_limit(server, tmp_path: Path):
     folder = tmp_path / "suite"
     folder.mkdir()
