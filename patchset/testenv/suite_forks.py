@@ -111,7 +111,9 @@ def _started(
 ) -> int | str:
     """Ask the server on ``connection`` to fork ``command``; the run's pid, or why not: the server declined it (its
     thread settings differ), ended, or did not answer within `READY_LIMIT_S`."""
-    streams = [output.fileno()] * 2 if output is not None else [sys.stdout.fileno(), sys.stderr.fileno()]
+    # where no output is given, the run writes where a fresh interpreter would: to file descriptors 1 and 2, whatever
+    # sys.stdout is here (pytest's capture has no file descriptor)
+    streams = [output.fileno()] * 2 if output is not None else [1, 2]
     request = {"module": "pytest", "argv": list(command[3:]), "cwd": str(cwd or os.getcwd()), "env": dict(env)}
     sys.stdout.flush()
     sys.stderr.flush()

@@ -93,6 +93,13 @@ def test_a_forked_run_is_the_command_in_its_folder_environment_and_streams(serve
     assert (tmp_path / "list" / "modules.txt").is_file()  # kept for the next server
 
 
+def test_a_run_given_no_output_writes_to_the_file_descriptors_a_fresh_interpreter_would(server, tmp_path, capsys):
+    code, found = _run(server, tmp_path, None)  # capsys: this process's sys.stdout has no file descriptor
+
+    assert code == 0
+    assert found["parent"] == server.process.pid
+
+
 def test_a_forked_run_exits_as_pytest_does(server, tmp_path: Path):
     with (tmp_path / "out.txt").open("w+") as output:
         code, _ = _run(server, tmp_path, output, SUITE_FORKS_FAIL="1")
