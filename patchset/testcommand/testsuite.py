@@ -385,7 +385,8 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1, suite_forks: str | No
     many run at once; teeth, fix and the overlays, whose pytest-xdist workers each import torch, verl and Trinity,
     share the cores among them (``PATCHSET_WORKERS`` unless set); the tooling tests' workers import neither, and
     take every core; verl 0.9.1 and 0.7.1, short suite runs, take one process each. ``suite_forks``: the socket of
-    the suite fork server (`patchset.testenv.suite_forks`) the steps that run the suite start their runs from."""
+    the suite fork server (`patchset.testenv.suite_forks`) the steps that run the suite start their runs from (the
+    tooling tests too: apply runs the suite in some, measured 24 CPU-s fresh against 5 forked)."""
     cores = os.cpu_count() or 1
     shared = () if os.environ.get("PATCHSET_WORKERS") else (("PATCHSET_WORKERS", str(max(1, cores // jobs))),)
     # a short suite run beside the others: one process, not a worker per core that each import torch and verl first
@@ -407,7 +408,7 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1, suite_forks: str | No
         step("pinned trees", "the series applies to the pinned releases", needs=(), limit_s=900),
         step("lint", "ruff, ruff format and shellcheck are clean", needs=("environment",), limit_s=300),
         step("teeth", f"every check fails on the vanilla trees ({shapes})", env=(*shared, *forks)),
-        step("tooling", "apply, export, wheels and their faults leave every tree intact"),
+        step("tooling", "apply, export, wheels and their faults leave every tree intact", env=forks),
         step(
             "overlays",
             "on pip-installed releases: parity with the patched trees, import order, guards, Ray",
