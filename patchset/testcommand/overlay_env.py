@@ -42,6 +42,17 @@ _NOT_PACKAGED = (
 )
 
 
+# what the overlay tests' warm parents (tests/overlay/warm_parent.py) learn to preload: the modules importing these
+# loads, less upstream's, the overlays', Hydra's; and where the test command keeps that list between runs
+WARM_PROBE_MODULES = (
+    "verl.trainer.ppo.core_algos",
+    "verl.workers.utils.losses",
+    "trinity.trainer.verl.trainer",
+    "trinity.algorithm.policy_loss_fn.dpo_loss",
+)
+WARM_LIST_VARIABLE = "PATCHSET_OVERLAY_WARM_LIST"
+
+
 def _sdist(cache_sdists: Path, pin: Pin) -> Path:
     """The cached sdist whose sha256 is the pinned one (the file name does not decide)."""
     for candidate in sorted(cache_sdists.iterdir()) if cache_sdists.is_dir() else ():

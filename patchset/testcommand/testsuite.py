@@ -62,7 +62,7 @@ from patchset.plumbing.limits import TIME_SCALE_VARIABLE, scaled
 from patchset.plumbing.ui import Console
 from patchset.series.model import Patch, load_series
 from patchset.series.parts import without_overlay
-from patchset.testcommand.overlay_env import build_overlay_env
+from patchset.testcommand.overlay_env import WARM_LIST_VARIABLE, WARM_PROBE_MODULES, build_overlay_env
 from patchset.testcommand.releases import find_releases, other_lines, upstream_has
 from patchset.testcommand.scheduler import Scheduler, Step, duration, summary
 from patchset.testcommand.wheel_checks import check_wheels
@@ -223,6 +223,7 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
             "PATCHSET_VANILLA_VERL_TREE": str(vanilla["verl"]),
             "PATCHSET_VANILLA_TRINITY_TREE": str(vanilla["trinity"]),
             "PATCHSET_OVERLAY_RESULTS": str(results_dir),
+            WARM_LIST_VARIABLE: str(_warm_parent_list(workspace, defaults)),
         }
         try:  # the real release with the fix (guards; its own CPU test of the critic fix, run on the overlay)
             env["PATCHSET_FIXED_VERL_TREE"] = str(ensure_upstream(releases.partial, workspace.cache, Console()))
@@ -242,6 +243,14 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
     if guards.exists():
         print("* Guards tried, and the message each printed:\n" + guards.read_text(encoding="utf-8"), end="")
     return all(passed.values())
+
+
+def _warm_parent_list(workspace: Workspace, pins: Sequence[Pin]) -> Path:
+    """Where the overlay tests' warm parents keep the modules they learned to preload, for the next run: named by the
+    locked environment, the releases installed (their sdists) and the modules they learn it from."""
+    learned_from = [*WARM_PROBE_MODULES, *(pin.sdist_sha256 for pin in pins)]
+    name = module_list_name(REPO_ROOT / "requirements" / "lock.txt", learned_from)
+    return workspace.cache.root / "overlay-warm-parents" / name
 
 
 def _overlay_partial_target(python: str, workspace: Workspace, venv_dir: Path, pin: Pin) -> bool:

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from patchset.plumbing import running
+from patchset.testcommand.overlay_env import WARM_LIST_VARIABLE, WARM_PROBE_MODULES
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
@@ -176,15 +177,6 @@ class WarmParent:
         self.process.wait()
 
 
-# what the warm parents learn to preload: the modules these import, less upstream's, the overlays', Hydra's
-WARM_PROBE_MODULES = (
-    "verl.trainer.ppo.core_algos",
-    "verl.workers.utils.losses",
-    "trinity.trainer.verl.trainer",
-    "trinity.algorithm.policy_loss_fn.dpo_loss",
-)
-
-
 class Cases:
     """Runs a case script (or ``-m module``) of the overlay venv as ``python -P ARGV`` and returns what it did."""
 
@@ -244,9 +236,13 @@ class Cases:
 
 @pytest.fixture(scope="session")
 def cases(overlay_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cases]:
-    # one list for every pytest-xdist worker (the first parent to start writes it): the root of their temp folders
+    # one list for every pytest-xdist worker (the first parent to start writes it): the root of their temp folders,
+    # or the test command's, kept for the next run (a stale list costs only speed: a module it names that is gone is
+    # skipped, one it lacks a case imports itself)
     shared = tmp_path_factory.getbasetemp()
     shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
-    runner = Cases(overlay_python, tmp_path_factory.mktemp("cases"), shared / "warm-modules.txt")
+    listed = Path(os.environ.get(WARM_LIST_VARIABLE) or shared / "warm-modules.txt")
+    listed.parent.mkdir(parents=True, exist_ok=True)
+    runner = Cases(overlay_python, tmp_path_factory.mktemp("cases"), listed)
     yield runner
     runner.close()
