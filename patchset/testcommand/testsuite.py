@@ -43,6 +43,7 @@ test, loss and mode, without the engine end-to-end module or the legacy-path run
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import resource
@@ -467,6 +468,20 @@ def _suite_fork_server(workspace: Workspace) -> SuiteForkServer:
     return SuiteForkServer(address, list(_pinned_trees(workspace)[1].values()), SUITE_ENTRY_MODULES, listed, log)
 
 
+# this project's own code, which the steps' processes import (git ignores the __pycache__ folders)
+PROJECT_CODE = ("checkout_tools", "engine_harness", "hydra_plugins", "patchset", "patchset_overlay")
+PROJECT_CODE += ("patchset_overlay_registry", "scripts", "tests", "trinity_overlay", "verl_overlay")
+
+
+def _compile_project() -> None:
+    """Byte-compile this project's own modules into their ``__pycache__`` folders, once (0.4 CPU-s): with
+    PYTHONDONTWRITEBYTECODE set, as on CI machines, each of the hundreds of processes the steps start would compile
+    them anew, while a checkout that once ran without it reads what it wrote then. The trees under test and the venv
+    are left as they are (the venv is byte-compiled as it is built)."""
+    for name in PROJECT_CODE:
+        compileall.compile_dir(REPO_ROOT / name, quiet=1, workers=1)
+
+
 def _run(command: Sequence[str], env: dict[str, str] | None = None) -> bool:
     return subprocess.run(list(command), cwd=REPO_ROOT, env=env).returncode == 0
 
@@ -523,6 +538,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     started = time.monotonic()
     shutil.rmtree(args.cache / "results", ignore_errors=True)
+    _compile_project()
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     # every test process computes on one thread: the tensors are tiny, and the steps and workers running at once
     # are the parallelism (threads of several processes spinning on 2 cores cost ~10 % more CPU in all)

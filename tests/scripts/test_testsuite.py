@@ -6,6 +6,7 @@ what the test command itself runs)."""
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from patchset.testcommand import testsuite
 from patchset.testcommand.scheduler import Step
 from patchset.testenv.regression import BASELINE_DONE_FILE, BASELINE_WAIT_VARIABLE, SUITE_LIMIT_S
 from patchset.testenv.suite_forks import SOCKET_VARIABLE
+from patchset.testenv.venv import REPO_ROOT
 from patchset.upstreams.workspace import resolve_workspace
 
 # the steps as the test command's docstring lists them ("- name: what it does", or "- name, what it is"), in the
@@ -179,6 +181,18 @@ def test_the_suite_fork_server_starts_in_the_environment_of_the_steps_it_serves(
     monkeypatch.setattr(testsuite, "plan", plan)
     assert testsuite.main(["--cache", str(tmp_path / "cache"), "--jobs", "1"]) == 0
     assert given.get("OMP_NUM_THREADS") == "1"
+
+
+def test_byte_compiling_the_project_leaves_its_checkout_as_git_sees_it():
+    def status() -> str:
+        command = ["git", "status", "--porcelain", "--untracked-files=all"]
+        return subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
+
+    before = status()
+    testsuite._compile_project()
+
+    assert status() == before
+    assert (REPO_ROOT / "patchset" / "testcommand" / "__pycache__").is_dir()
 
 
 def test_the_overlay_run_on_a_release_leaves_out_the_patches_no_piece_mirrors_there():
