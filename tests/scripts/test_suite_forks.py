@@ -135,15 +135,21 @@ def test_a_client_gone_before_it_asked_leaves_the_server_serving(server, tmp_pat
     assert found["parent"] == server.process.pid
 
 
-def test_a_run_whose_server_ends_fails_and_is_ended_with_it(server, tmp_path: Path, capsys):
+def _hanging_run(server: SuiteForkServer, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The probe's hanging test as a pytest command, its folder, environment and a launch from ``server``."""
     folder = tmp_path / "suite"
     folder.mkdir()
     (folder / "test_probe.py").write_text(TEST_FILE, encoding="utf-8")
     env = {**ENVIRON, "SUITE_FORKS_HANG": "1", "SUITE_FORKS_OUT": str(tmp_path / "found.json")}
     launch = suite_forks.launcher(PYTHON, {SOCKET_VARIABLE: server.address})
     command = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-k", "hangs"]
+    return [*command, str(folder)], folder, env, launch
+
+
+def test_a_run_whose_server_ends_fails_and_is_ended_with_it(server, tmp_path: Path, capsys):
+    command, folder, env, launch = _hanging_run(server, tmp_path)
     with (tmp_path / "out.txt").open("w") as output:
-        run = launch([*command, str(folder)], folder, env, output)
+        run = launch(command, folder, env, output)
         assert run is not None
 
         server.process.kill()
@@ -154,13 +160,7 @@ def test_a_run_whose_server_ends_fails_and_is_ended_with_it(server, tmp_path: Pa
 
 
 def test_a_hung_forked_run_is_ended_within_its_limit(server, tmp_path: Path):
-    folder = tmp_path / "suite"
-    folder.mkdir()
-    (folder / "test_probe.py").write_text(TEST_FILE, encoding="utf-8")
-    env = {**ENVIRON, "SUITE_FORKS_HANG": "1", "SUITE_FORKS_OUT": str(tmp_path / "found.json")}
-    launch = suite_forks.launcher(PYTHON, {SOCKET_VARIABLE: server.address})
-    command = [str(PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", "-k", "hangs"]
-    command.append(str(folder))
+    command, folder, env, launch = _hanging_run(server, tmp_path)
     started = time.monotonic()
     with (tmp_path / "out.txt").open("w") as output, pytest.raises(TimedOut) as hung:
         run_bounded(command, "the hanging probe", Limit(3, "more"), cwd=folder, env=env, output=output, launch=launch)
