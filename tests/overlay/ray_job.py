@@ -1,13 +1,15 @@
 """A real local Ray run: Ray actors build ``TrinityPolicyLoss`` and run a ``partial(value_loss, ...)`` pickled in
-this driver, and each reports what the overlays say in its own process.
+this driver, and each reports what the overlays say in its own process. Prints one JSON line: each worker's
+observations under its name.
 
-``ray_job.py environment``: nothing here activates an overlay. The workers are processes of the same environment,
-so they get the overlays the way users get them, from ``patchset_overlay.pth`` at start-up: the ``inherited``
-worker has this driver's environment; the ``switched-off`` one is started with ``PATCHSET_OVERLAYS=0`` in its
-runtime_env (the teeth: the same observation shows the bug). ``ray_job.py setup-hook``, run with the switch off:
-the job's ``worker_process_setup_hook`` activates the ``setup-hook`` worker instead (docs/overlays.md's variant
-for clusters whose workers use another environment; Ray runs that hook for the job's runtime_env only). Prints one
-JSON line: each worker's observations under its name.
+Nothing here activates an overlay in the driver or in the ``inherited`` worker: the workers are processes of the
+same environment, so they get the overlays the way users get them, from ``patchset_overlay.pth`` at start-up. The
+``setup-hook`` worker is started with ``PATCHSET_OVERLAYS=0`` in its runtime_env, so its automatic activation stands
+down, and the job's ``worker_process_setup_hook`` activates it instead (docs/overlays.md's variant for clusters whose
+workers use another environment). Ray runs that hook in every worker of the job, and only the job's runtime_env can
+set it, so the job's hook is `activate_where_switched_off`: `patchset_overlay.activate_all`, called in the workers
+it is meant for, which leaves the ``inherited`` worker to the ``.pth``. The ``setup-hook`` worker then undoes the
+overlays and observes again (the teeth: the same observations show the bug in that worker).
 """
 
 from __future__ import annotations
@@ -21,15 +23,32 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-
-# per run: each worker's own runtime_env (None: the job's), keyed by what the test calls it
-WORKERS = {
-    "environment": {"inherited": None, "switched-off": {"env_vars": {"PATCHSET_OVERLAYS": "0"}}},
-    "setup-hook": {"setup-hook": None},
-}
+SETUP_HOOK = "ray_job.activate_where_switched_off"
+# each worker's own env_vars, keyed by what the test calls it
+WORKERS = {"inherited": {}, "setup-hook": {"PATCHSET_OVERLAYS": "0"}}
 
 
-def main(argv: list[str]) -> int:
+def activate_where_switched_off() -> None:
+    """The job's ``worker_process_setup_hook``: docs/overlays.md's ``patchset_overlay.activate_all``, in a worker whose
+    automatic activation is switched off."""
+    from patchset_overlay import activate_all, startup
+
+    if startup.switched_off():
+        activate_all()
+
+
+def _observe(critic_loss) -> dict:  # type: ignore[no-untyped-def]
+    """The overlays' state in this process and both losses' gradient ratios, the actor loss built here."""
+    from activation_cases import actor_observation, critic_observation
+
+    from engine_harness.trinity_configs import algorithm_config, installed_actor_loss
+    from patchset_overlay.status import collect
+
+    policy_loss = installed_actor_loss(algorithm_config("grpo", "token-mean"))
+    return {"status": collect(), "critic": critic_observation(critic_loss), "actor": actor_observation(policy_loss)}
+
+
+def main() -> int:
     import ray
     from verl.workers.config import CriticConfig
     from verl.workers.utils.losses import value_loss
@@ -37,41 +56,38 @@ def main(argv: list[str]) -> int:
     critic_cfg = CriticConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, loss_agg_mode="token-mean")
     critic_loss = functools.partial(value_loss, config=critic_cfg)  # as trinity.trainer.verl.trainer builds it
 
-    (run,) = argv
     pythonpath = str(HERE)  # activation_cases, which puts engine_harness after the installed packages
-    runtime_env: dict = {"env_vars": {"PYTHONPATH": pythonpath}}
-    if run == "setup-hook":  # docs/overlays.md's variant for workers without the .pth: activate at worker start
-        runtime_env["worker_process_setup_hook"] = "patchset_overlay.activate_all"
-    variants = WORKERS[run]
-    ray.init(num_cpus=len(variants), include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
+    runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}, "worker_process_setup_hook": SETUP_HOOK}
+    ray.init(num_cpus=len(WORKERS), include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
     try:
 
         @ray.remote(num_cpus=1)
         class LossWorker:
-            def run(self, critic_loss) -> dict:
-                from activation_cases import actor_observation, critic_observation
+            def run(self, critic_loss, undo: bool) -> dict:  # type: ignore[no-untyped-def]
+                import activation_cases  # noqa: F401  (puts engine_harness on the path)
 
                 from engine_harness.sim import use_cpu_unpadding
-                from engine_harness.trinity_configs import algorithm_config, installed_actor_loss
-                from patchset_overlay.status import collect
+                from patchset_overlay import startup
 
                 use_cpu_unpadding()
-                policy_loss = installed_actor_loss(algorithm_config("grpo", "token-mean"))  # built in the worker
-                return {
-                    "pid": os.getpid(),
-                    "python": sys.executable,
-                    "status": collect(),
-                    "critic": critic_observation(critic_loss),
-                    "actor": actor_observation(policy_loss),
-                }
+                report = {"pid": os.getpid(), "python": sys.executable, "start-up": startup.outcome}
+                report.update(_observe(critic_loss))
+                if undo:
+                    from verl.workers.utils import losses
 
-        def start(own: dict | None):  # type: ignore[no-untyped-def]
-            if own is None:
-                return LossWorker.remote()
-            return LossWorker.options(runtime_env={"env_vars": {**own["env_vars"], "PYTHONPATH": pythonpath}}).remote()
+                    from patchset_overlay.runtime import deactivate
 
-        workers = {name: start(own) for name, own in variants.items()}
-        runs = {name: worker.run.remote(critic_loss) for name, worker in workers.items()}
+                    for overlay in startup.overlays():
+                        deactivate(overlay)
+                    # value_loss looked up again, as unpickling it in this process now would
+                    report["undone"] = _observe(functools.partial(losses.value_loss, **critic_loss.keywords))
+                return report
+
+        workers = {
+            name: LossWorker.options(runtime_env={"env_vars": {**own, "PYTHONPATH": pythonpath}}).remote()
+            for name, own in WORKERS.items()
+        }
+        runs = {name: worker.run.remote(critic_loss, name == "setup-hook") for name, worker in workers.items()}
         result = {name: ray.get(run, timeout=400) for name, run in runs.items()}
     finally:
         ray.shutdown()
@@ -82,4 +98,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main())
