@@ -66,6 +66,7 @@ from patchset.series.parts import without_overlay
 from patchset.testcommand.overlay_env import WARM_LIST_VARIABLE, WARM_PROBE_MODULES, build_overlay_env
 from patchset.testcommand.releases import find_releases, other_lines, upstream_has
 from patchset.testcommand.scheduler import Scheduler, Step, duration, summary
+from patchset.testcommand.scratch import Scratch
 from patchset.testcommand.wheel_checks import check_wheels
 from patchset.testenv.regression import (
     BASELINE_DONE_FILE,
@@ -500,7 +501,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "it was in and the file that keeps its stacks, printed above); 70 an internal error (one line says what "
         "failed and where). PATCHSET_WORKERS=N sets the pytest-xdist workers of each step (default: the cores "
         f"divided among the steps running at once; 1: none). {TIME_SCALE_VARIABLE}=F multiplies every time limit "
-        "(steps: 5 to 30 minutes; a regression run: 15), for a slower machine.",
+        "(steps: 5 to 30 minutes; a regression run: 15), for a slower machine. Unless TMPDIR is set, the steps' "
+        "temporary files go to a folder of their own on /dev/shm where it is a tmpfs with 4 GiB free (creating files "
+        "there costs less CPU than on a disk), removed at the end, kept when a step failed.",
     )
     parser.add_argument(
         "--cache",
@@ -536,10 +539,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 1
 
+    scratch = Scratch(os.environ)
+    print(scratch.describe(), flush=True)
+    failed = True
+    try:
+        code = _run_steps(args, scratch.environ())
+        failed = code != 0
+        return code
+    except KeyboardInterrupt:
+        failed = False  # nothing to look into
+        raise
+    finally:
+        if kept := scratch.close(keep=failed):
+            print(kept, file=sys.stderr, flush=True)
+
+
+def _run_steps(args: argparse.Namespace, scratch_env: Mapping[str, str]) -> int:
+    """Every step of the plan, the steps' environment given ``scratch_env`` too; the test command's exit code."""
     started = time.monotonic()
     shutil.rmtree(args.cache / "results", ignore_errors=True)
     _compile_project()
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = {**os.environ, **scratch_env, "PYTHONPATH": str(REPO_ROOT)}
     # every test process computes on one thread: the tensors are tiny, and the steps and workers running at once
     # are the parallelism (threads of several processes spinning on 2 cores cost ~10 % more CPU in all)
     env.setdefault("OMP_NUM_THREADS", "1")

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,11 +55,20 @@ def test_hangs_when_asked():
 
 
 @pytest.fixture
-def server(tmp_path: Path):
+def sockets() -> Iterator[Path]:
+    """A folder for Unix sockets, whose paths may have 107 bytes at most: tmp_path can be longer (under the test
+    command's scratch folder it is)."""
+    folder = Path(tempfile.mkdtemp(prefix="sockets-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def server(tmp_path: Path, sockets: Path):
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "tree_entry.py").write_text("import wave\n", encoding="utf-8")
-    address = str(tmp_path / "forks.sock")
+    address = str(sockets / "forks.sock")
     modules = ["patchset_no_such_module", "tree_entry"]  # one that does not import: the probe learns the other's
     started = SuiteForkServer(address, [tree], modules, tmp_path / "list" / "modules.txt", tmp_path / "log")
     started.start(PYTHON, REPO_ROOT, ENVIRON)
@@ -170,17 +182,19 @@ def test_a_hung_forked_run_is_ended_within_its_limit(server, tmp_path: Path):
     assert is_running(server.process.pid)  # the server serves on
 
 
-def test_a_launch_declines_other_commands_and_a_server_that_does_not_answer(tmp_path: Path, monkeypatch):
+def test_a_launch_declines_other_commands_and_a_server_that_does_not_answer(tmp_path: Path, sockets: Path, monkeypatch):
     assert suite_forks.launcher(PYTHON, {}) is None
     monkeypatch.setattr(suite_forks, "SOCKET_LIMIT_S", 0.3)
-    launch = suite_forks.launcher(PYTHON, {SOCKET_VARIABLE: str(tmp_path / "nobody.sock")})
+    launch = suite_forks.launcher(PYTHON, {SOCKET_VARIABLE: str(sockets / "nobody.sock")})
     assert launch is not None
     assert launch([str(PYTHON), "-c", "pass"], tmp_path, dict(os.environ), None) is None
     assert launch([str(PYTHON), "-m", "pytest"], tmp_path, dict(os.environ), None) is None
 
 
-def test_a_server_that_ends_before_it_forks_leaves_the_run_to_a_fresh_interpreter_at_once(tmp_path: Path):
-    address = str(tmp_path / "dying.sock")
+def test_a_server_that_ends_before_it_forks_leaves_the_run_to_a_fresh_interpreter_at_once(
+    tmp_path: Path, sockets: Path
+):
+    address = str(sockets / "dying.sock")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(address)
     listener.listen(4)  # a server still importing: it has not accepted yet
@@ -195,12 +209,12 @@ def test_a_server_that_ends_before_it_forks_leaves_the_run_to_a_fresh_interprete
     closer.join()
 
 
-def test_the_server_ends_with_the_process_that_started_it(tmp_path: Path):
+def test_the_server_ends_with_the_process_that_started_it(tmp_path: Path, sockets: Path):
     tree = tmp_path / "tree"
     tree.mkdir()
     (tree / "tree_entry.py").write_text("import wave\n", encoding="utf-8")
     owner = subprocess.Popen(["sleep", "60"])
-    address = tmp_path / "forks.sock"
+    address = sockets / "forks.sock"
     command = [str(PYTHON), "-P", "-m", "patchset.testenv.suite_fork_server", str(address), str(owner.pid)]
     command += [str(tmp_path / "modules.txt"), str(tree), "--", "tree_entry"]
     server = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})

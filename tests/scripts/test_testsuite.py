@@ -32,6 +32,13 @@ def _workspace(tmp_path: Path):  # type: ignore[no-untyped-def]
     return resolve_workspace(None, str(tmp_path / "cache"), {})
 
 
+@pytest.fixture(autouse=True)
+def _no_scratch_on_ram(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The runs of the test command here write into the test's own folder, not a scratch folder on /dev/shm
+    (test_scratch.py tests that), which one whose step fails would leave there."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str, ...]]:
     """Every step body passes at once, doing nothing but say what it was asked; regression runs are recorded as
