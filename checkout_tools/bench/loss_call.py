@@ -29,12 +29,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from checkout_tools.bench.syncs import SYNC_METHODS, counting_syncs
 from checkout_tools.errors import CHILD_ERRORS, ChildFailed
 from engine_harness import LOSS_AGG_MODES
 from patchset.cli.startup import run_command
@@ -51,7 +51,6 @@ COMPONENTS = ("critic", "actor", "kl_cov", "clip_cov", "is_batch_norm")  # the l
 LOSSES = {"critic": "critic", "actor": "trinity"}  # the harness's loss of each component
 SELECTION_COMPONENTS = ("kl_cov", "clip_cov", "is_batch_norm")  # verl 0004, 0005: a mini-batch (selection.py)
 SHAPES = (4, 16, 64)  # sequences per micro-batch
-SYNC_METHODS = ("item", "cpu", "tolist", "__bool__", "__float__", "__int__")
 TIME_TARGET = 1.02
 Case = tuple[str, str, int]  # component, mode, sequences
 SIDES = ("vanilla", "patched", "vanilla-again")
@@ -96,32 +95,6 @@ def _micro_batch(component: str, sequences: int) -> tuple[dict[str, Any], Any]:
     return model_output, data
 
 
-@contextmanager
-def _counting_syncs() -> Iterator[dict[str, int]]:
-    """Count calls of the tensor methods that synchronise with the device on an accelerator."""
-    import torch
-
-    counts = dict.fromkeys(SYNC_METHODS, 0)
-    originals = {name: getattr(torch.Tensor, name) for name in SYNC_METHODS}
-
-    def counting(name: str) -> Callable[..., Any]:
-        original = originals[name]
-
-        def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-            counts[name] += 1
-            return original(self, *args, **kwargs)
-
-        return method
-
-    for name in SYNC_METHODS:
-        setattr(torch.Tensor, name, counting(name))
-    try:
-        yield counts
-    finally:
-        for name, original in originals.items():
-            setattr(torch.Tensor, name, original)
-
-
 class _CaseRunner:
     """The loss function and inputs of one case, inside a child."""
 
@@ -147,7 +120,7 @@ class _CaseRunner:
         return timings
 
     def count_syncs(self) -> dict[str, int]:
-        with _counting_syncs() as counts:
+        with counting_syncs() as counts:
             self.call()
         return dict(counts)
 
@@ -399,11 +372,33 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, help="also write the measurements to this file")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument(
+        "--pre-pass",
+        action="store_true",
+        help="measure instead the no-grad forward the patched worker runs before a later update (verl 0004, 0005: "
+        "KL-Cov, Clip-Cov, bypass IS batch mean) against the training step it precedes, on verl's FSDP2 engine with "
+        "the patched verl tree (tiny and small random models, 16 sequences, 1 and 4 micro-batches; --blocks "
+        "alternating calls of each)",
+    )
+    parser.add_argument(
         "--overlay-python",
         type=Path,
         help="also measure the overlays' start-up cost with this python of an overlay venv (see bench_startup.py)",
     )
     return parser
+
+
+def _run_pre_pass(verl_tree: Path, repeats: int, json_path: Path | None) -> int:
+    from checkout_tools.bench.pre_pass import SHAPES, measure, report
+
+    print(f"* the pre-pass: verl {verl_tree}; median CPU time of {repeats} alternating calls each", flush=True)
+    costs = []
+    for shape in SHAPES:
+        costs += measure(verl_tree, shape, sequences=16, splits=[1, 4], repeats=repeats)
+        print(f"* measured the {shape} model", flush=True)
+    print(report(costs))
+    if json_path is not None:
+        json_path.write_text(json.dumps([{**asdict(cost), "ratio": cost.ratio} for cost in costs], indent=1) + "\n")
+    return 0
 
 
 def _run(args: argparse.Namespace, console: Console, guard: Guard) -> int:
@@ -412,6 +407,8 @@ def _run(args: argparse.Namespace, console: Console, guard: Guard) -> int:
 
         print("* overlay start-up cost (median wall time of a fresh process):")
         print(report(measure(args.overlay_python)), flush=True)
+    if args.pre_pass:
+        return _run_pre_pass(args.verl_patched, args.blocks, args.json)
     timing = Timing(args.blocks, args.calls_per_block, args.warmup)
     vanilla = TreePair(args.verl_vanilla, args.trinity_vanilla)
     patched = TreePair(args.verl_patched, args.trinity_patched)

@@ -5,13 +5,13 @@ Patched, the engine worker calls ``compute_kl_cov_mask`` / ``compute_clip_cov_ma
 ``old_log_probs``: a step's first update, no forward) and each micro-batch's ``ppo_loss`` applies its rows of the
 mask; vanilla, each micro-batch's loss chooses from its own tokens (Clip-Cov: ``torch.randperm``). One timed call here
 is the whole mini-batch: the selection (where the tree has it) and the ``ppo_loss`` of each of its `MICRO_BATCHES`
-micro-batches, at dp 1 (the collectives are not timed). Not measured: the no-grad forward of a later update, which
-needs a model (about a third of a training step's forward and backward).
+micro-batches, at dp 1 (the collectives are not timed). The no-grad forward of a later update, which needs a model,
+is timed by `checkout_tools.bench.pre_pass` (``scripts/bench.py --pre-pass``).
 
 The same for bypass mode's IS batch normalization (verl 0005, ``is_batch_norm``): patched, the worker calls
 ``compute_rollout_is_batch_mean`` once on the mini-batch and each micro-batch's loss divides by that mean; vanilla,
-each takes its own. Not measured here either: the no-grad forward that gives the worker the current log-probs
-(bypass mode's ``old_log_probs`` are the rollout's, so it runs for every mini-batch).
+each takes its own. The no-grad forward that gives the worker the current log-probs (bypass mode's
+``old_log_probs`` are the rollout's, so it runs for every mini-batch) is `checkout_tools.bench.pre_pass`'s too.
 """
 
 from __future__ import annotations
