@@ -2,7 +2,8 @@
 
 - `gpu_proof` (``scripts/gpu_proof.py``): verl's real FSDP2 engine trains each fixed loss, vanilla against patched,
   on the user's GPUs (or CPU);
-- `bench.loss_call` (``scripts/bench.py``): what the patches cost in one loss call, patched against vanilla;
+- `bench.loss_call` (``scripts/bench.py``): what the patches cost in one loss call, patched against vanilla, and
+  (``--pre-pass``, `bench.pre_pass`) the no-grad forward before a later update;
 - `bench.startup` (``scripts/bench_startup.py``): what the overlays cost at interpreter start;
 - `e2e_plot` (``scripts/plot.py``): the end-to-end engine test's grad_norm figure;
 - `lock` (``scripts/lock.py``): regenerates requirements/lock.txt.

@@ -143,7 +143,9 @@ def lock(output: Path, tools: Path, check: bool, workdir: Path | None = None) ->
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="scripts/lock.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument(
         "--output", type=Path, default=REPO_ROOT / "requirements" / "lock.txt", help="lock file to write"
     )

@@ -102,3 +102,18 @@ def test_every_way_of_changing_the_path_is_seen(source):
 
 def test_reading_the_path_is_no_change():
     assert list(path_changes("import os, sys\nprint(sys.path[0], os.pathsep.join(sys.path))\n")) == []
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda path: path.name)
+def test_each_python_script_answers_help_with_its_usage_and_exit_0(entry, capsys):
+    tree = ast.parse(entry.read_text(encoding="utf-8"))
+    (imported,) = (node for node in tree.body if isinstance(node, ast.ImportFrom) and node.module != "pathlib")
+    main = importlib.import_module(imported.module or "").main
+
+    try:
+        code = main(["--help"])
+    except SystemExit as exit_:
+        code = exit_.code
+
+    assert code in (0, None)
+    assert capsys.readouterr().out.startswith(f"usage: scripts/{entry.name}")
