@@ -47,6 +47,15 @@ _warm_preload: int | None = None
 _SERVER_STATE = ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid")
 
 
+# why the last `start_warm_server` call left the fresh server to be started (None: it started one, or none was asked)
+_refusal: str | None = None
+
+
+def warm_server_refusal() -> str | None:
+    """Why this process's last `start_warm_server` started no server (None: it did, or it was never called)."""
+    return _refusal
+
+
 def start_warm_server(share: Sequence[str] = ()) -> bool:
     """Make this process's fork server a fork of this process, now. Call it once this process has imported what its
     children share and before it computes anything (no parallel op, no process group): the children are then forks
@@ -56,21 +65,24 @@ def start_warm_server(share: Sequence[str] = ()) -> bool:
     (`server`). Returns False, leaving the fresh server to be started as before, where this process has other
     threads (a fork copies only the calling one; checked after ``share`` too), computes on more than one thread once
     torch is imported (one parallel op before the fork, and the children would wait for a pool they lack: with one
-    thread there is none), already has a server, or runs a Python whose fork server keeps other state."""
-    global _warm_preload
+    thread there is none), already has a server, or runs a Python whose fork server keeps other state
+    (`warm_server_refusal` then says which)."""
+    global _warm_preload, _refusal
     state = forkserver._forkserver
-    if _warm_preload is not None or hasattr(state, "_forkserver_authkey"):
+    if hasattr(state, "_forkserver_authkey") or not all(hasattr(state, name) for name in _SERVER_STATE):
+        _refusal = f"Python {sys.version.split()[0]}'s fork server keeps other state"
         return False
-    if not all(hasattr(state, name) for name in _SERVER_STATE) or state._forkserver_pid is not None:
+    if _warm_preload is not None or state._forkserver_pid is not None:
+        _refusal = "this process has a fork server already"
         return False
-    if not _single_threaded():
+    if _refusal := _threads_problem():
         return False
     for name in share:
         try:
             __import__(name)
         except Exception:  # noqa: BLE001 - the test that needs it fails on its own import, saying why
             pass
-    if not _single_threaded():
+    if _refusal := _threads_problem():
         return False
     resource_tracker.ensure_running()  # started by this process, shared by its children, as ensure_running does
     listener = socket.socket(socket.AF_UNIX)
@@ -104,14 +116,19 @@ def start_warm_server(share: Sequence[str] = ()) -> bool:
     os.close(preload_r)
     listener.close()
     state._forkserver_address, state._forkserver_alive_fd, state._forkserver_pid = address, alive_w, pid
-    _warm_preload = preload_w
+    _warm_preload, _refusal = preload_w, None
     return True
 
 
-def _single_threaded() -> bool:
-    """No other thread in this process, and torch (once imported) computing on this one."""
+def _threads_problem() -> str | None:
+    """Why this process is not single-threaded (None: no other thread, and torch, once imported, computes on this
+    one)."""
+    if (count := threading.active_count()) > 1:
+        return f"{count - 1} other thread(s) run in this process"
     torch = sys.modules.get("torch")
-    return threading.active_count() == 1 and (torch is None or torch.get_num_threads() == 1)
+    if torch is not None and (threads := torch.get_num_threads()) != 1:
+        return f"torch computes on {threads} threads (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')})"
+    return None
 
 
 def _import_preload(preload: Sequence[str]) -> None:

@@ -72,6 +72,7 @@ from patchset.testenv.regression import (
     BASELINE_DONE_FILE,
     BASELINE_WAIT_VARIABLE,
     SUITE_LIMIT_S,
+    WARM_SERVER_VARIABLE,
     SuiteRun,
     parallel_args,
     run_overlay_regression_tests,
@@ -563,6 +564,8 @@ def _run_steps(args: argparse.Namespace, scratch_env: Mapping[str, str]) -> int:
     # every test process computes on one thread: the tensors are tiny, and the steps and workers running at once
     # are the parallelism (threads of several processes spinning on 2 cores cost ~10 % more CPU in all)
     env.setdefault("OMP_NUM_THREADS", "1")
+    if env["OMP_NUM_THREADS"] == "1":  # a warm fork server needs one thread: with more, runs fork from fresh ones
+        env[WARM_SERVER_VARIABLE] = "required"
     # --quick runs teeth, then fix, one at a time: each gets every core
     workspace = resolve_workspace(None, str(args.cache), os.environ)
     server = _suite_fork_server(workspace)

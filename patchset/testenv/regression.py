@@ -65,6 +65,13 @@ def suite_limit(seconds: float | None = None) -> Limit:
     return Limit(scaled(SUITE_LIMIT_S), f"apply's --test-timeout SECONDS, or {RAISE_HINT}")
 
 
+# set to "required" by the test command, whose suite runs compute on one thread: a run not under pytest-xdist then
+# fails at once if its ranks and first calls could not fork from it (`children.start_warm_server`), instead of
+# forking them from a fresh interpreter that imports torch, transformers and verl again (one such regression went
+# unseen for three commits, about 57 CPU-s a test command)
+WARM_SERVER_VARIABLE = "PATCHSET_WARM_SERVER"
+
+
 def parallel_args(python: Path, dist: str = "loadfile") -> list[str]:
     """pytest-xdist options that run tests on every core (``PATCHSET_WORKERS`` overrides; 1: none); none without
     xdist. ``loadfile`` (the regression suite): one file per worker, so that a module's fixtures (the engine

@@ -46,7 +46,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.append(str(REPO_ROOT))
 
 from patchset.plumbing import children, running  # noqa: E402
-from patchset.testenv.regression import BASELINE_DONE_FILE, BASELINE_WAIT_VARIABLE  # noqa: E402
+from patchset.testenv.regression import BASELINE_DONE_FILE, BASELINE_WAIT_VARIABLE, WARM_SERVER_VARIABLE  # noqa: E402
 
 EXPECTATIONS = ("fixed", "bug")
 # Parameters that only vary the batch's shape: how it is cut into micro-batches and over how many ranks. With
@@ -179,8 +179,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     interpreter that imports all of it again (`patchset.plumbing.children.start_warm_server`; without effect under
     pytest-xdist, whose workers have threads). The trees' modules that nearly every test imports, and the children
     too, are imported first (`SHARED_WITH_CHILDREN`): once for this process and every child, not again in each."""
-    if session.items and not session.config.option.collectonly:
-        children.start_warm_server(share=SHARED_WITH_CHILDREN)
+    if not session.items or session.config.option.collectonly:
+        return
+    started = children.start_warm_server(share=SHARED_WITH_CHILDREN)
+    required = os.environ.get(WARM_SERVER_VARIABLE) == "required" and not hasattr(session.config, "workerinput")
+    if required and not started:
+        reason = children.warm_server_refusal()
+        pytest.exit(f"no warm fork server for the ranks and first calls: {reason} ({WARM_SERVER_VARIABLE}=required)", 1)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

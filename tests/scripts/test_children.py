@@ -84,7 +84,7 @@ def test_a_warm_server_is_a_fork_of_its_caller_that_imports_the_first_preload_as
     result = _warm_server("used", tmp_path)
 
     # the modules shared were imported by the caller itself before the fork (one that does not exist, left alone)
-    assert result["started"] and result["shared"] and result["codes"] == [0, 0]
+    assert result["started"] and result["shared"] and result["codes"] == [0, 0] and result["refusal"] is None
     for child in result["children"]:
         assert child["parent"] == result["server"] != result["pid"]  # forked by the server, not by the caller
         # the preload asked for was imported in the server; what the caller imported after the fork was not
@@ -102,7 +102,11 @@ def test_a_warm_server_never_asked_for_a_child_ends_with_its_caller(tmp_path):
 
 
 def test_no_warm_server_beside_another_thread(tmp_path):
-    assert _warm_server("threaded", tmp_path) == {"started": False, "server": None}
+    assert _warm_server("threaded", tmp_path) == {
+        "started": False,
+        "server": None,
+        "refusal": "1 other thread(s) run in this process",
+    }
 
 
 def test_a_hung_child_ends_within_its_limit_named_with_its_stack(monkeypatch):

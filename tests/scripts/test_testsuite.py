@@ -15,7 +15,7 @@ import pytest
 from patchset.plumbing.limits import scaled
 from patchset.testcommand import testsuite
 from patchset.testcommand.scheduler import Step
-from patchset.testenv.regression import BASELINE_DONE_FILE, BASELINE_WAIT_VARIABLE, SUITE_LIMIT_S
+from patchset.testenv.regression import BASELINE_DONE_FILE, BASELINE_WAIT_VARIABLE, SUITE_LIMIT_S, WARM_SERVER_VARIABLE
 from patchset.testenv.suite_forks import SOCKET_VARIABLE
 from patchset.testenv.venv import REPO_ROOT
 from patchset.upstreams.workspace import resolve_workspace
@@ -188,6 +188,26 @@ def test_the_suite_fork_server_starts_in_the_environment_of_the_steps_it_serves(
     monkeypatch.setattr(testsuite, "plan", plan)
     assert testsuite.main(["--cache", str(tmp_path / "cache"), "--jobs", "1"]) == 0
     assert given.get("OMP_NUM_THREADS") == "1"
+
+
+@pytest.mark.parametrize(("threads", "required"), [(None, "required"), ("4", "")], ids=["default", "users-threads"])
+def test_the_steps_require_a_warm_fork_server_where_they_compute_on_one_thread(
+    monkeypatch, tmp_path, threads, required
+):
+    """On one thread (the test command's default) a suite run that cannot fork its ranks from itself fails, saying
+    why (tests/regression/conftest.py); with the threads a user asked for, the fresh fork server is legitimate."""
+    if threads is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", threads)
+    monkeypatch.delenv(WARM_SERVER_VARIABLE, raising=False)
+    check = f"import os; exit(os.environ.get({WARM_SERVER_VARIABLE!r}, '') != {required!r})"
+
+    def plan(workspace: object, quick: bool, jobs: int, suite_forks: str | None = None) -> list[Step]:
+        return [Step("teeth", "proves teeth", (sys.executable, "-c", check), ())]
+
+    monkeypatch.setattr(testsuite, "plan", plan)
+    assert testsuite.main(["--cache", str(tmp_path / "cache"), "--jobs", "1"]) == 0
 
 
 def test_byte_compiling_the_project_leaves_its_checkout_as_git_sees_it():

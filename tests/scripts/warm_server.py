@@ -41,10 +41,11 @@ def main(how: str, folder: str) -> dict:
         started = children.start_warm_server()
         stop.set()
         thread.join()
-        return {"started": started, "server": _server_pid()}
+        return {"started": started, "server": _server_pid(), "refusal": children.warm_server_refusal()}
     assert PRELOAD not in sys.modules and AFTER not in sys.modules and SHARED not in sys.modules
     started = children.start_warm_server(share=(SHARED, MISSING))
     result: dict = {"started": started, "server": _server_pid(), "pid": os.getpid(), "shared": SHARED in sys.modules}
+    result["refusal"] = children.warm_server_refusal()
     if how == "used":
         __import__(AFTER)
         outs = [str(Path(folder) / f"child{n}.json") for n in range(2)]
