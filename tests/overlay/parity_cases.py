@@ -1,7 +1,7 @@
 """Compute every loss case the overlay/patch parity test compares, in whichever process runs this file.
 
-``python parity_cases.py OUT.pt`` runs the real verl critic ``value_loss``, verl's ``ppo_loss`` with GMPO, and
-Trinity's ``TrinityPolicyLoss``
+``python parity_cases.py OUT.pt`` runs the real verl critic ``value_loss``, verl's ``ppo_loss`` with GMPO, its
+``distillation_ppo_loss``, and Trinity's ``TrinityPolicyLoss``
 through verl's engine steps (engine_harness/sim.py) for every ``loss_agg_mode`` and algorithm, and for
 every registered policy loss (`policy_loss_cases.py`: REC, MIX, MIX_CHORD, DPO's pair grouping, ...) and a loss
 that normalizes itself (engine_harness/self_normalizing_loss.py), several splits and data-parallel sizes, and
@@ -29,7 +29,15 @@ from engine_harness.cov_selection import worker_masks  # noqa: E402
 from engine_harness.is_batch_norm import worker_batch_means  # noqa: E402
 from engine_harness.self_normalizing_loss import algorithm_config as self_normalizing_config  # noqa: E402
 from engine_harness.self_normalizing_loss import registered  # noqa: E402
-from engine_harness.sim import Split, actor_config, engine_gradient, make_rollout_batch, use_cpu_unpadding  # noqa: E402
+from engine_harness.sim import (  # noqa: E402
+    PROMPT_LEN,
+    RESPONSE_LEN,
+    Split,
+    actor_config,
+    engine_gradient,
+    make_rollout_batch,
+    use_cpu_unpadding,
+)
 from engine_harness.training_worker import StubEngine, train_mini_batches  # noqa: E402
 from engine_harness.trinity_configs import (  # noqa: E402
     FLAT,
@@ -131,6 +139,31 @@ def geo_mean_cases() -> dict[str, dict[str, Any]]:
         loss_fn = lambda model_output, data, config=config: ppo_loss(config, model_output, data)  # noqa: E731
         for dp_size, split in SPLITS:
             cases[f"geo_mean {mode} dp{dp_size} {split}"] = _run(loss_fn, batch, outputs, dp_size, split)
+    return cases
+
+
+def distillation_cases() -> dict[str, dict[str, Any]]:
+    """verl's on-policy distillation loss (patch 0002): supervised k3, task rewards off, the teacher's log-probs given
+    with the batch; each split a fresh worker's first call (fresh configs), every ``loss_agg_mode``."""
+    from engine_harness.losses import loss_function
+
+    batch = make_rollout_batch(BATCH_SIZE, seed=3, extra_fields=("advantages",))
+    generator = torch.Generator().manual_seed(17)
+    shape = (BATCH_SIZE, RESPONSE_LEN)
+    student = -torch.rand(shape, generator=generator) * 2
+    batch["old_log_probs"] = student + 0.05 * torch.randn(shape, generator=generator)
+    # the teacher's log-prob of response token t sits at the position before it, as the model's own output does
+    teacher = torch.zeros(BATCH_SIZE, PROMPT_LEN + RESPONSE_LEN, 1)
+    teacher[:, PROMPT_LEN - 1 : PROMPT_LEN - 1 + RESPONSE_LEN, 0] = -torch.rand(shape, generator=generator) * 2
+    batch["teacher_logprobs"] = teacher
+    batch["teacher_ids"] = torch.zeros(teacher.shape, dtype=torch.long)
+    outputs = {"log_probs": student}
+    cases = {}
+    for mode in LOSS_AGG_MODES:
+        for dp_size, split in SPLITS:
+            loss = loss_function("distillation", mode, strategy="fsdp")
+            loss_fn = lambda model_output, data, loss=loss: loss(model_output=model_output, data=data)  # noqa: E731
+            cases[f"distillation {mode} dp{dp_size} {split}"] = _run(loss_fn, batch, outputs, dp_size, split)
     return cases
 
 
@@ -373,6 +406,7 @@ def main(out: str) -> int:
     cases = {
         **critic_cases(),
         **geo_mean_cases(),
+        **distillation_cases(),
         **mini_batch_statistics_cases(),
         **actor_cases(),
         **self_normalizing_cases(),

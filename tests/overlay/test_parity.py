@@ -1,9 +1,9 @@
 """Overlay / patch parity: for the same inputs the overlays give exactly what the patched checkouts give.
 
-Every loss case of `parity_cases.py` (the verl critic and Trinity's policy loss, every ``loss_agg_mode``, PPO,
-GRPO and DPO, and every policy loss Trinity registers with the grouping its trainer asks for, with and without
-entropy and KL, several splits and dp 2, inside and outside the engine): the micro-batch losses, the gradient and
-the metrics are bit-for-bit equal, as are the start-up warnings and DPO's micro-batch rows, and so are
+Every loss case of `parity_cases.py` (the verl critic, its distillation loss and Trinity's policy loss, every
+``loss_agg_mode``, PPO, GRPO and DPO, and every policy loss Trinity registers with the grouping its trainer asks for,
+with and without entropy and KL, several splits and dp 2, inside and outside the engine): the micro-batch losses, the
+gradient and the metrics are bit-for-bit equal, as are the start-up warnings and DPO's micro-batch rows, and so are
 ``CriticConfig``'s fields, repr and docstring and the Hydra-composed critic section. The comparison is against
 whatever the patched checkouts do, and every patch of each series must have its overlay piece, so a patch added
 without its overlay mirror fails here loudly. The same comparison against the overlays switched off must find
@@ -82,6 +82,15 @@ def test_comparison_can_fail_vanilla_differs_from_patched(runs):
     different = [name for name in patched if not _equal(vanilla.get(name), patched[name])]
     assert len(different) > len(patched) // 2, f"only {len(different)} of {len(patched)} vanilla cases differ"
     assert not _equal(runs["vanilla"]["config"], runs["patched"]["config"])
+
+
+def test_distillation_cases_differ_on_vanilla_wherever_a_rank_has_more_than_one_micro_batch(runs):
+    """verl 0002's cases have teeth of their own: vanilla 0.8.0 normalizes each rank's first micro-batch of a first
+    call by its own counts, right only for one micro-batch on one rank."""
+    patched, vanilla = runs["patched"]["cases"], runs["vanilla"]["cases"]
+    names = [name for name in patched if name.startswith("distillation ")]
+    differ = {name for name in names if not _equal(vanilla[name], patched[name])}
+    assert names and differ == {name for name in names if not name.endswith(" dp1 fixed-size-K1")}
 
 
 @pytest.mark.parametrize(("series", "release"), [("verl", "0.8.0"), ("verl-0.7", "0.7.1"), ("trinity", "0.6.0")])
