@@ -79,6 +79,18 @@ def untouched() -> dict[str, bool]:
     validators = sys.modules.get("trinity.common.config_validator")
     if validators is not None:
         seen["TrainerConfigValidator.validate"] = _from_upstream(validators.TrainerConfigValidator.validate, "trinity")
+        # the validators list, where the patches add PolicyLossGroupValidator after TrainerConfigValidator: none there,
+        # or the upstream's own (a patched checkout)
+        listed = validators.validators
+        seen["TrainerConfigValidator.validators"] = all(_from_upstream(type(item), "trinity") for item in listed)
+    algorithms = sys.modules.get("trinity.algorithm.algorithm")
+    if algorithms is not None:
+        check_config = vars(algorithms.DPOAlgorithm)["check_config"].__func__
+        seen["DPOAlgorithm.check_config"] = _from_upstream(check_config, "trinity")
+    trainer = sys.modules.get("trinity.trainer.verl.trainer")
+    if trainer is not None:
+        update_actor = inspect.unwrap(vars(trainer.VERLTrainer)["_update_actor"])
+        seen["VERLTrainer._update_actor"] = _from_upstream(update_actor, "trinity")
     return seen
 
 
@@ -95,8 +107,11 @@ def main(case: str, upstreams: str) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if "trinity" in upstreams.split(","):  # Trinity's import is the slow one: only where the case needs it
+            import trinity.algorithm.algorithm  # noqa: F401
             import trinity.algorithm.policy_loss_fn.dpo_loss  # noqa: F401  (the registry imports it lazily)
+            import trinity.common.config_validator  # noqa: F401
             import trinity.trainer.verl.losses  # noqa: F401
+            import trinity.trainer.verl.trainer  # noqa: F401
         import verl.workers.utils.losses  # noqa: F401
 
         composes = critic_yaml_composes_loss_scale_factor()

@@ -31,7 +31,15 @@ STATISTICS_OBJECTS = (  # verl 0004 and 0005
 )
 UPSTREAM_OBJECTS = {
     "verl": (*CRITIC_OBJECTS, "distillation_loss", "compute_policy_loss_geo_mean", *STATISTICS_OBJECTS),
-    "trinity": ("TrinityPolicyLoss.__call__", "TrinityPolicyLoss.__init__", "PolicyLossFn", "DPOLossFn.__call__"),
+    "trinity": (
+        "TrinityPolicyLoss.__call__",
+        "TrinityPolicyLoss.__init__",
+        "PolicyLossFn",
+        "DPOLossFn.__call__",
+        "DPOAlgorithm.check_config",
+        "VERLTrainer._update_actor",
+        "TrainerConfigValidator.validators",
+    ),
 }
 POLICY_LOSS = "policy-loss-normalization"
 DPO_PAIRS = "dpo-pairs-and-steps"
