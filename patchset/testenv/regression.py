@@ -67,8 +67,8 @@ def suite_limit(seconds: float | None = None) -> Limit:
 
 # set to "required" by the test command, whose suite runs compute on one thread: a run not under pytest-xdist then
 # fails at once if its ranks and first calls could not fork from it (`children.start_warm_server`), instead of
-# forking them from a fresh interpreter that imports torch, transformers and verl again (one such regression went
-# unseen for three commits, about 57 CPU-s a test command)
+# forking them from a fresh interpreter that imports torch, transformers and verl again (about 57 CPU-s a test
+# command, and nothing else shows it)
 WARM_SERVER_VARIABLE = "PATCHSET_WARM_SERVER"
 
 
