@@ -14,11 +14,14 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
+from patchset.plumbing import tempdirs
+
 RAM_FOLDER = Path("/dev/shm")
 MOUNTS = Path("/proc/mounts")
 # about three times the most a test command's run has held there at once (docs/testing.md)
 NEEDED_BYTES = 4 << 30
-PREFIX = "patchset-test-"
+KIND = "test"  # the scratch folder's name: patchset-test-<pid>-..., swept once that process is gone
+KEPT = "patchset-test-kept-"  # a kept one's
 
 
 def _is_tmpfs(folder: Path, mounts: Path) -> bool:
@@ -36,13 +39,14 @@ def free_bytes(folder: Path) -> int:
 
 def unusable(folder: Path, environ: Mapping[str, str], needed: int = NEEDED_BYTES, mounts: Path = MOUNTS) -> str | None:
     """Why ``folder`` is not taken for the scratch (None: it is): the user's TMPDIR stands, and the folder must be a
-    writable tmpfs with ``needed`` bytes free."""
+    writable tmpfs with ``needed`` bytes free once the scratch folders of runs that are gone are removed."""
     if environ.get("TMPDIR"):
         return f"TMPDIR is set ({environ['TMPDIR']})"
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
         return f"{folder} is not a writable folder"
     if not _is_tmpfs(folder, mounts):
         return f"{folder} is not a tmpfs"
+    tempdirs.sweep(folder)  # a run killed with SIGKILL leaves its folder in RAM: named by its process, removed here
     if (free := free_bytes(folder)) < needed:
         return f"{folder} has {free / (1 << 30):.1f} GiB free, {needed / (1 << 30):.0f} GiB needed"
     return None
@@ -55,7 +59,7 @@ class Scratch:
         self, environ: Mapping[str, str], folder: Path = RAM_FOLDER, needed: int = NEEDED_BYTES, mounts: Path = MOUNTS
     ) -> None:
         self.reason = unusable(folder, environ, needed, mounts)
-        self.path = None if self.reason else Path(tempfile.mkdtemp(prefix=PREFIX, dir=folder))
+        self.path = None if self.reason else Path(tempfile.mkdtemp(prefix=tempdirs.prefix(KIND), dir=folder))
 
     def environ(self) -> dict[str, str]:
         """What the steps' environment gets: TMPDIR, when there is a scratch folder."""
@@ -70,7 +74,9 @@ class Scratch:
         """Remove the folder, or with ``keep`` leave it for the user; a line to print when it is kept."""
         if self.path is None:
             return None
-        if keep:
+        if keep:  # out of the sweep's reach: its name loses this process's id
+            kept = self.path.with_name(KEPT + self.path.name.removeprefix(tempdirs.prefix(KIND)))
+            self.path = self.path.rename(kept)
             return f"* The temporary files of this run are kept in {self.path} (RAM: remove it when done)"
         shutil.rmtree(self.path, ignore_errors=True)
         return None

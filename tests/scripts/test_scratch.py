@@ -5,6 +5,8 @@ The tmpfs is a folder of the test's own, declared one in a mounts file of the te
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 
 from patchset.testcommand import testsuite
 from patchset.testcommand.scheduler import Step
-from patchset.testcommand.scratch import PREFIX, Scratch
+from patchset.testcommand.scratch import KEPT, Scratch
 
 
 def _ram(tmp_path: Path, kind: str = "tmpfs") -> tuple[Path, Path]:
@@ -60,7 +62,22 @@ def test_the_steps_write_into_the_scratch_which_a_passing_run_removes_and_a_fail
     (scratch,) = folder.iterdir() if kept else [None]
     captured = capsys.readouterr()
     if kept:
-        assert scratch.name.startswith(PREFIX) and len(list(scratch.glob("*/made"))) == 1
+        assert scratch.name.startswith(KEPT) and len(list(scratch.glob("*/made"))) == 1
         assert f"The temporary files of this run are kept in {scratch}" in captured.err
     assert list(folder.iterdir()) == ([scratch] if kept else [])
-    assert f"* Temporary files: {folder}/{PREFIX}" in captured.out
+    assert f"* Temporary files: {folder}/patchset-test-{os.getpid()}-" in captured.out
+
+
+def test_a_new_scratch_removes_those_of_runs_that_are_gone_and_leaves_kept_and_live_ones(tmp_path):
+    folder, mounts = _ram(tmp_path)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = {
+        name: folder / name
+        for name in (f"patchset-test-{gone.stdout.strip()}-x", f"{KEPT}y", f"patchset-test-{os.getppid()}-z")
+    }
+    for path in left.values():
+        (path / "inside").mkdir(parents=True)
+
+    scratch = Scratch({}, folder, 0, mounts)
+
+    assert sorted(folder.iterdir()) == sorted([scratch.path, *list(left.values())[1:]])
