@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from checkout_tools.errors import ChildFailed
-from engine_harness.model import ModelShape
+from engine_harness.model import TINY, ModelShape
 from patchset.plumbing.paths import REPO_ROOT
 
 # the regression tests' model, and one where the model's arithmetic outweighs the engine's bookkeeping on a CPU
-SHAPES = {"tiny": ModelShape(2, 64, 128, 4, 2, 128), "small": ModelShape(4, 256, 704, 8, 4, 2048)}
+SHAPES = {"tiny": TINY, "small": ModelShape(4, 256, 704, 8, 4, 2048)}
 LOSS = "ppo"
 
 
