@@ -47,6 +47,19 @@ def isolated_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
 
 
+@pytest.fixture
+def test_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., int]:
+    """``scripts/test.sh`` (`testsuite.main`) run on a plan of the steps given, with a cache of this test's own: its
+    exit code."""
+    from patchset.testcommand import testsuite
+
+    def run(*steps: object, jobs: int = 1) -> int:
+        monkeypatch.setattr(testsuite, "plan", lambda workspace, quick, jobs, suite_forks=None: list(steps))
+        return testsuite.main(["--cache", str(tmp_path / "cache"), "--jobs", str(jobs)])
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def world_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One world built per session (it takes a few dozen git calls); ``world`` copies it for each test."""

@@ -46,18 +46,14 @@ def test_a_scratch_is_not_made_where_the_user_chose_or_where_it_would_not_fit(tm
 
 @pytest.mark.parametrize(("code", "kept"), [(0, False), (1, True)], ids=["passed", "failed"])
 def test_the_steps_write_into_the_scratch_which_a_passing_run_removes_and_a_failing_one_keeps(
-    monkeypatch, capsys, tmp_path, code, kept
+    monkeypatch, capsys, tmp_path, test_command, code, kept
 ):
     folder, mounts = _ram(tmp_path)
     monkeypatch.delenv("TMPDIR", raising=False)
     monkeypatch.setattr(testsuite, "Scratch", lambda environ: Scratch(environ, folder, 0, mounts))
     writes = f"import os, pathlib, tempfile; pathlib.Path(tempfile.mkdtemp()).joinpath('made').touch(); exit({code})"
 
-    def plan(workspace: object, quick: bool, jobs: int, suite_forks: str | None = None) -> list[Step]:
-        return [Step("environment", "proves it", (sys.executable, "-c", writes), ())]
-
-    monkeypatch.setattr(testsuite, "plan", plan)
-    assert testsuite.main(["--cache", str(tmp_path / "cache"), "--jobs", "1"]) == (2 if code else 0)
+    assert test_command(Step("environment", "proves it", (sys.executable, "-c", writes), ())) == (2 if code else 0)
 
     (scratch,) = folder.iterdir() if kept else [None]
     captured = capsys.readouterr()
@@ -71,13 +67,13 @@ def test_the_steps_write_into_the_scratch_which_a_passing_run_removes_and_a_fail
 def test_a_new_scratch_removes_those_of_runs_that_are_gone_and_leaves_kept_and_live_ones(tmp_path):
     folder, mounts = _ram(tmp_path)
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    left = {
-        name: folder / name
+    dead, kept, live = (
+        folder / name
         for name in (f"patchset-test-{gone.stdout.strip()}-x", f"{KEPT}y", f"patchset-test-{os.getppid()}-z")
-    }
-    for path in left.values():
+    )
+    for path in (dead, kept, live):
         (path / "inside").mkdir(parents=True)
 
     scratch = Scratch({}, folder, 0, mounts)
 
-    assert sorted(folder.iterdir()) == sorted([scratch.path, *list(left.values())[1:]])
+    assert sorted(folder.iterdir()) == sorted([scratch.path, kept, live])

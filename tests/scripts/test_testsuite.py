@@ -152,17 +152,15 @@ def test_quick_help_names_exactly_what_it_runs(capsys):
     [((0, 0, 0), 0), ((0, 1, 0), 1), ((2, 0, 0), 2)],
     ids=["all-pass", "a-step-fails", "no-environment"],
 )
-def test_exit_code_and_summary_follow_the_steps(monkeypatch, capsys, tmp_path, codes, exit_code):
-    def plan(workspace: object, quick: bool, jobs: int, suite_forks: str | None = None) -> list[Step]:
-        names = ("environment", "teeth", "fix")
-        needs = {"environment": (), "teeth": ("environment",), "fix": ("environment",)}
-        return [
-            Step(name, f"proves {name}", (sys.executable, "-c", f"exit({code})"), needs[name])
-            for name, code in zip(names, codes, strict=False)
-        ]
+def test_exit_code_and_summary_follow_the_steps(test_command, capsys, codes, exit_code):
+    names = ("environment", "teeth", "fix")
+    needs = {"environment": (), "teeth": ("environment",), "fix": ("environment",)}
+    steps = [
+        Step(name, f"proves {name}", (sys.executable, "-c", f"exit({code})"), needs[name])
+        for name, code in zip(names, codes, strict=False)
+    ]
 
-    monkeypatch.setattr(testsuite, "plan", plan)
-    assert testsuite.main(["--cache", str(tmp_path / "cache"), "--jobs", "2"]) == exit_code
+    assert test_command(*steps, jobs=2) == exit_code
     header, *rows, total = capsys.readouterr().out.split("=== summary\n", 1)[1].splitlines()
     verdicts = [line.split()[0] for line in rows]
     assert verdicts == ["ok" if code == 0 and codes[0] == 0 else "FAIL" for code in codes]
@@ -170,7 +168,7 @@ def test_exit_code_and_summary_follow_the_steps(monkeypatch, capsys, tmp_path, c
     assert total.startswith("  total ") and "s of CPU (up to 2 steps at a time)" in total
 
 
-def test_the_suite_fork_server_starts_in_the_environment_of_the_steps_it_serves(monkeypatch, tmp_path):
+def test_the_suite_fork_server_starts_in_the_environment_of_the_steps_it_serves(monkeypatch, test_command):
     """Torch takes its thread count from the environment it is imported in, the server's: started without the steps'
     ``OMP_NUM_THREADS=1``, every run it forked computed on two threads and forked its ranks from a fresh interpreter
     (a warm server needs one thread), about 60 s of CPU more per test command."""
@@ -181,19 +179,15 @@ def test_the_suite_fork_server_starts_in_the_environment_of_the_steps_it_serves(
         testsuite.SuiteForkServer, "start", lambda self, python, root, environ=None: given.update(environ or {})
     )
 
-    def plan(workspace: object, quick: bool, jobs: int, suite_forks: str | None = None) -> list[Step]:
-        step_threads = "import os; exit(os.environ['OMP_NUM_THREADS'] != '1')"
-        return [Step("teeth", "proves teeth", (sys.executable, "-c", step_threads), (), env=((SOCKET_VARIABLE, "x"),))]
+    step_threads = "import os; exit(os.environ['OMP_NUM_THREADS'] != '1')"
+    teeth = Step("teeth", "proves teeth", (sys.executable, "-c", step_threads), (), env=((SOCKET_VARIABLE, "x"),))
 
-    monkeypatch.setattr(testsuite, "plan", plan)
-    assert testsuite.main(["--cache", str(tmp_path / "cache"), "--jobs", "1"]) == 0
+    assert test_command(teeth) == 0
     assert given.get("OMP_NUM_THREADS") == "1"
 
 
 @pytest.mark.parametrize(("threads", "required"), [(None, "required"), ("4", "")], ids=["default", "users-threads"])
-def test_the_steps_require_a_warm_fork_server_where_they_compute_on_one_thread(
-    monkeypatch, tmp_path, threads, required
-):
+def test_the_steps_require_a_warm_fork_server_on_one_thread(monkeypatch, test_command, threads, required):
     """On one thread (the test command's default) a suite run that cannot fork its ranks from itself fails, saying
     why (tests/regression/conftest.py); with the threads a user asked for, the fresh fork server is legitimate."""
     if threads is None:
@@ -203,11 +197,7 @@ def test_the_steps_require_a_warm_fork_server_where_they_compute_on_one_thread(
     monkeypatch.delenv(WARM_SERVER_VARIABLE, raising=False)
     check = f"import os; exit(os.environ.get({WARM_SERVER_VARIABLE!r}, '') != {required!r})"
 
-    def plan(workspace: object, quick: bool, jobs: int, suite_forks: str | None = None) -> list[Step]:
-        return [Step("teeth", "proves teeth", (sys.executable, "-c", check), ())]
-
-    monkeypatch.setattr(testsuite, "plan", plan)
-    assert testsuite.main(["--cache", str(tmp_path / "cache"), "--jobs", "1"]) == 0
+    assert test_command(Step("teeth", "proves teeth", (sys.executable, "-c", check), ())) == 0
 
 
 def test_byte_compiling_the_project_leaves_its_checkout_as_git_sees_it():
