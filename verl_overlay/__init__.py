@@ -5,7 +5,7 @@ piece, saying what goes where. `activate` switches the overlay on in this proces
 `deactivate` undoes it; installing this project does it in every process automatically (see `patchset_overlay`,
 which finds this package through ``patchset_overlay_registry``). verl >= 0.9.0 has the critic and distillation
 fixes, and those pieces stay off there; verl 0.7.1 takes its own critic piece (critic_v0_7, its ``value_loss``);
-the geo_mean piece goes onto all three; the mini-batch statistics (0004 and 0005) onto 0.8.0 and 0.9.1, a piece each.
+the geo_mean piece goes onto all three; the mini-batch statistics (0004 and 0005) too, a piece for each release.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def _reasons(version: str) -> dict[str, str]:
     [
         ("0.7.1", "0001-trainer-critic-value-loss-global-normalization", "takes its own piece (verl-0.7-0001-"),
         ("0.9.1", "mini-batch-statistics", "takes its own piece (mini-batch-statistics-v0.9)"),
-        ("0.7.1", "mini-batch-statistics", "verl 0.7.1 has no piece of these patches"),
+        ("0.7.1", "mini-batch-statistics", "takes its own piece (mini-batch-statistics-v0.7)"),
         ("0.7.1", "0002-algo-micro-batch-normalization-distillation-loss", "verl 0.7.1 has no piece of these patches"),
     ],
 )

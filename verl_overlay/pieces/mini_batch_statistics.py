@@ -18,9 +18,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 from patchset_overlay.source import SourceError, UpstreamSource
-from patchset_overlay.spec import Piece, Target
+from patchset_overlay.spec import Installer, Piece, Target
 
 CORE_ALGOS = "verl.trainer.ppo.core_algos"
 ROLLOUT_CORR = "verl.trainer.ppo.rollout_corr_helper"
@@ -49,29 +50,42 @@ def upstream_has_fix(source: UpstreamSource) -> str | None:
     return None
 
 
-def _replace_and_add(module: ModuleType, mirror_name: str, replaced: tuple[str, ...], undo: Undo) -> None:
-    """The functions the patch adds to ``module`` (the mirror's ``ADDED_FUNCTIONS``), bound to its namespace (where
+def _first_defining(mirrors: list[ModuleType], name: str) -> Any:
+    """``name`` of the first mirror that defines it: a release's mirror holds what differs on that release, the
+    common mirror (last) the rest."""
+    return next(vars(mirror)[name] for mirror in mirrors if name in vars(mirror))
+
+
+def _replace_and_add(module: ModuleType, mirror_names: tuple[str, ...], replaced: tuple[str, ...], undo: Undo) -> None:
+    """The functions the patch adds to ``module`` (the mirrors' ``ADDED_FUNCTIONS``), bound to its namespace (where
     the functions they call, added or changed, are upstream's objects with the mirror's code), then the patched code
-    of those it changes."""
+    of those it changes; each from the first of the mirrors that defines it."""
     from patchset_overlay.replace import add_module_globals, bound_to, replace_function_code
 
-    mirror = importlib.import_module(mirror_name)
-    added = mirror.ADDED_FUNCTIONS
+    mirrors = [importlib.import_module(name) for name in mirror_names]
+    added = _first_defining(mirrors, "ADDED_FUNCTIONS")
     patched = (*added, *replaced)
-    functions = {name: bound_to(module, getattr(mirror, name), new=patched) for name in added}
+    functions = {name: bound_to(module, _first_defining(mirrors, name), new=patched) for name in added}
     undo.append(add_module_globals(module, functions))
     for name in replaced:
-        undo.append(replace_function_code(getattr(module, name), getattr(mirror, name), new=patched))
+        undo.append(replace_function_code(getattr(module, name), _first_defining(mirrors, name), new=patched))
 
 
 def install_core_algos(module: ModuleType, undo: Undo) -> None:
-    """compute_kl_cov_mask, compute_clip_cov_mask (and their helpers), and the three losses that take their part."""
-    _replace_and_add(module, "verl_overlay.trainer.ppo.core_algos", CHANGED_LOSSES, undo)
+    """compute_kl_cov_mask, compute_clip_cov_mask (and their helpers), and the three losses that take their part (the
+    same code on 0.7.1, 0.8.0 and 0.9.1)."""
+    _replace_and_add(module, ("verl_overlay.trainer.ppo.core_algos",), CHANGED_LOSSES, undo)
 
 
-def install_rollout_corr(module: ModuleType, undo: Undo) -> None:
-    """compute_rollout_is_batch_mean, and the IS weights that take it."""
-    _replace_and_add(module, "verl_overlay.trainer.ppo.rollout_corr_helper", CHANGED_IS_HELPERS, undo)
+def rollout_corr_installer(release_mirror: str) -> Installer:
+    """The installer of compute_rollout_is_batch_mean and the IS weights that take it, each from the release's mirror
+    (``verl_overlay.trainer.ppo.<release_mirror>``) where it has it, else from the common one (0.8.0's)."""
+    names = (f"verl_overlay.trainer.ppo.{release_mirror}", "verl_overlay.trainer.ppo.rollout_corr_helper")
+
+    def install_rollout_corr(module: ModuleType, undo: Undo) -> None:
+        _replace_and_add(module, names, CHANGED_IS_HELPERS, undo)
+
+    return install_rollout_corr
 
 
 def install_policy_loss_inputs(module: ModuleType, undo: Undo) -> None:
@@ -83,24 +97,30 @@ def install_policy_loss_inputs(module: ModuleType, undo: Undo) -> None:
     undo.append(add_dataclass_field(module.ActorConfig, actor.FIELD_NAME, actor.FIELD_TYPE, field, actor.FIELD_AFTER))
 
 
-def install_ppo_loss(module: ModuleType, undo: Undo) -> None:
-    """The patched ppo_loss fills ``config.policy_loss_inputs``: refuse (the whole piece comes out) rather than assume
-    that the ActorConfig its module holds has the field yet."""
-    import dataclasses
+def ppo_loss_installer(mirror: str) -> Installer:
+    """The installer of ``ppo_loss`` with the code of ``verl_overlay.workers.utils.<mirror>``'s. The patched ppo_loss
+    fills ``config.policy_loss_inputs``: refuse (the whole piece comes out) rather than assume that the ActorConfig
+    its module holds has the field yet."""
 
-    from patchset_overlay.replace import ReplaceError, replace_function_code
-    from verl_overlay.workers.config import actor
-    from verl_overlay.workers.utils import losses
+    def install_ppo_loss(module: ModuleType, undo: Undo) -> None:
+        import dataclasses
 
-    if actor.FIELD_NAME not in {field.name for field in dataclasses.fields(module.ActorConfig)}:
-        raise ReplaceError(f"{module.__name__}.ActorConfig has no field {actor.FIELD_NAME!r}")
-    undo.append(replace_function_code(module.ppo_loss, losses.ppo_loss))
+        from patchset_overlay.replace import ReplaceError, replace_function_code
+        from verl_overlay.workers.config import actor
+
+        if actor.FIELD_NAME not in {field.name for field in dataclasses.fields(module.ActorConfig)}:
+            raise ReplaceError(f"{module.__name__}.ActorConfig has no field {actor.FIELD_NAME!r}")
+        losses = importlib.import_module(f"verl_overlay.workers.utils.{mirror}")
+        undo.append(replace_function_code(module.ppo_loss, losses.ppo_loss))
+
+    return install_ppo_loss
 
 
-def engine_workers_installer(release_mirror: str) -> Callable[[ModuleType, Undo], None]:
-    """The installer of the engine worker's members, with ``train_mini_batch`` and ``init_model`` from the release's
-    mirror (``verl_overlay.workers.<release_mirror>``). The common mirror imports the selection functions and the
-    IS mean from verl's modules: it fails to import (and the whole piece comes out) where they are not there."""
+def engine_workers_installer(release_mirror: str) -> Installer:
+    """The installer of the engine worker's members, each from the release's mirror
+    (``verl_overlay.workers.<release_mirror>``) where it has it, else from the common one
+    (`verl_overlay.workers.engine_workers`, 0.8.0's). The mirrors import the selection functions and the IS mean
+    from verl's modules: they fail to import (and the whole piece comes out) where those are not there."""
 
     def install_engine_workers(module: ModuleType, undo: Undo) -> None:
         import inspect
@@ -109,21 +129,24 @@ def engine_workers_installer(release_mirror: str) -> Callable[[ModuleType, Undo]
         from verl_overlay.workers import engine_workers as common
 
         release = importlib.import_module(f"verl_overlay.workers.{release_mirror}")
+
+        def member(class_name: str, name: str) -> Any:
+            classes = [vars(mirror)[f"{class_name}Members"] for mirror in (release, common)]
+            return next(vars(members)[name] for members in classes if name in vars(members))
+
         undo.append(add_module_globals(module, common.ADDED_GLOBALS))
-        worker, members = module.TrainingWorker, vars(common.TrainingWorkerMembers)
-        defaults = {name: members[name] for name in common.WORKER_DEFAULTS}
+        defaults = {name: member("TrainingWorker", name) for name in common.WORKER_DEFAULTS}
         added = {
-            name: bound_to(module, members[name], new=common.ADDED_METHODS, qualname=f"TrainingWorker.{name}")
+            name: bound_to(
+                module, member("TrainingWorker", name), new=common.ADDED_METHODS, qualname=f"TrainingWorker.{name}"
+            )
             for name in common.ADDED_METHODS
         }
-        undo.append(set_class_attributes(worker, {**defaults, **added}))
-        for name in common.REPLACED_METHODS:
-            undo.append(replace_function_code(inspect.unwrap(vars(worker)[name]), members[name]))
-        for class_name, names in common.RELEASE_METHODS.items():
-            mirror_members = vars(getattr(release, f"{class_name}Members"))
+        undo.append(set_class_attributes(module.TrainingWorker, {**defaults, **added}))
+        for class_name, names in common.REPLACED_METHODS.items():
             for name in names:
                 target = inspect.unwrap(vars(getattr(module, class_name))[name])
-                undo.append(replace_function_code(target, mirror_members[name]))
+                undo.append(replace_function_code(target, member(class_name, name)))
 
     return install_engine_workers
 
@@ -144,11 +167,11 @@ PIECE = Piece(
     ),
     installers={
         CORE_ALGOS: install_core_algos,
-        ROLLOUT_CORR: install_rollout_corr,
+        ROLLOUT_CORR: rollout_corr_installer("rollout_corr_helper"),
         ACTOR_CONFIG: install_policy_loss_inputs,
-        LOSSES: install_ppo_loss,
+        LOSSES: ppo_loss_installer("losses"),
         ENGINE_WORKERS: engine_workers_installer("engine_workers"),
     },
     upstream_has_fix=upstream_has_fix,
-    releases=("0.8.0",),  # verl 0.9.1: mini_batch_statistics_v0_9; 0.7.1: not in its series
+    releases=("0.8.0",),  # verl 0.9.1: mini_batch_statistics_v0_9; 0.7.1: mini_batch_statistics_v0_7
 )

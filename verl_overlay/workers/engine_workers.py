@@ -7,15 +7,16 @@ mini-batch, across data-parallel ranks, before the engine splits it.
 ``TrainingWorker``). ``train_batch`` and the new ``_assign_cov_selection_mask``, ``_current_log_probs`` and
 ``_assign_is_batch_mean`` are the same on both releases; ``train_mini_batch`` (marks the first update of a call:
 ``old_log_probs_are_current``) and ``init_model`` (tells the actor which statistic its loss needs) are 0.8.0's here
-and 0.9.1's in `verl_overlay.workers.engine_workers_v0_9`. The three attributes the patch sets in
+and 0.9.1's in `verl_overlay.workers.engine_workers_v0_9`. On verl 0.7.1 (the verl-0.7 series' 0003 and 0004) only
+``_current_log_probs`` and the attributes are these; its other members are in
+`verl_overlay.workers.engine_workers_v0_7`, and this module imports there too. The three attributes the patch sets in
 ``TrainingWorker.__init__`` (whose code differs by release and gains nothing else) are class attributes here, the
 same values for every worker until ``init_model`` sets them.
 
 Every method's code replaces that of upstream's function (under verl's ``register`` / ``DistProfiler.annotate``
 wrappers, which stay) or is added, bound to upstream's module, so it runs in ``verl.workers.engine_workers``'s
 namespace: the globals below are that module's own objects, and those the patch imports there
-(``compute_kl_cov_mask``, ``compute_clip_cov_mask``, ``compute_rollout_is_batch_mean``, ``get_device_id``,
-``no_padding_2_padding``) are added to it.
+(``ADDED_GLOBALS``) are added to it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from omegaconf import open_dict
 from tensordict import NonTensorData, TensorDict
 from torch.distributed.device_mesh import init_device_mesh
 from verl.checkpoint_engine import CheckpointEngineRegistry
-from verl.trainer.distillation import distillation_ppo_loss
 from verl.trainer.ppo.core_algos import compute_clip_cov_mask, compute_kl_cov_mask
 from verl.trainer.ppo.rollout_corr_helper import compute_rollout_is_batch_mean
 from verl.utils import tensordict_utils as tu
@@ -48,25 +48,32 @@ from verl.workers.rollout.base import get_rollout_class
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import no_padding_2_padding
 
+try:  # read by 0.8.0's init_model only
+    from verl.trainer.distillation import distillation_ppo_loss
+except ImportError:  # verl 0.7.1, which has no distillation: its piece takes engine_workers_v0_7's init_model
+    pass
+
 if TYPE_CHECKING:  # the annotations of local variables, never evaluated
     from verl.workers.config import ActorConfig, DistillationConfig, HFModelConfig, RolloutConfig
     from verl.workers.rollout.base import BaseRollout
 
-# what the patch imports into verl.workers.engine_workers, for the installer to add there
+# what the patch imports into verl.workers.engine_workers, for the installer to add there (a name the release's module
+# has already, as get_torch_device on 0.8.0 and 0.9.1, stays as it is)
 ADDED_GLOBALS = {
     "compute_clip_cov_mask": compute_clip_cov_mask,
     "compute_kl_cov_mask": compute_kl_cov_mask,
     "compute_rollout_is_batch_mean": compute_rollout_is_batch_mean,
     "get_device_id": get_device_id,
+    "get_torch_device": get_torch_device,
     "no_padding_2_padding": no_padding_2_padding,
 }
 # what the patch sets in TrainingWorker.__init__: class attributes here (TrainingWorkerMembers)
 WORKER_DEFAULTS = ("cov_selection_config", "num_cov_selections", "is_batch_norm_config")
-# TrainingWorker's members whose code is replaced, the same on both releases, and those the patch adds
-REPLACED_METHODS = ("train_batch",)
+# the methods the patch adds to TrainingWorker, and those whose code it replaces, of each class; the installer takes
+# each from the release's mirror where that has it (0.9.1: train_mini_batch and init_model; 0.7.1: all but
+# _current_log_probs), else from this module
 ADDED_METHODS = ("_assign_cov_selection_mask", "_current_log_probs", "_assign_is_batch_mean")
-# the methods whose code differs by release, of each class: this module's forms are 0.8.0's
-RELEASE_METHODS = {"TrainingWorker": ("train_mini_batch",), "ActorRolloutRefWorker": ("init_model",)}
+REPLACED_METHODS = {"TrainingWorker": ("train_mini_batch", "train_batch"), "ActorRolloutRefWorker": ("init_model",)}
 
 
 class TrainingWorkerMembers:

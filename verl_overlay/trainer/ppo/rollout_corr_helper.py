@@ -1,5 +1,7 @@
 """Mirror of ``verl.trainer.ppo.rollout_corr_helper``: the IS weights normalized by the optimizer mini-batch's mean
-(patch 0005), and ``compute_rollout_is_batch_mean``, which computes that mean across data-parallel ranks.
+(patch 0005), and ``compute_rollout_is_batch_mean``, which computes that mean across data-parallel ranks. On verl
+0.7.1 (the verl-0.7 series' 0004) the last two are the same code, and ``compute_rollout_correction_weights`` is
+0.7.1's own (`verl_overlay.trainer.ppo.rollout_corr_helper_v0_7`): so this module imports there too.
 
 Installed by replacing the upstream functions' code in place (`patchset_overlay.replace`), so they run in
 ``verl.trainer.ppo.rollout_corr_helper``'s own namespace: every global below must be the very object that module
@@ -13,11 +15,15 @@ import verl.utils.torch_functional as verl_F
 from verl.protocol import DataProto
 from verl.trainer.ppo.rollout_corr_helper import (
     SAFETY_BOUND,
-    _parse_rollout_is_threshold,
     compute_is_metrics,
     compute_offpolicy_metrics,
     compute_rollout_rejection_mask,
 )
+
+try:  # read by 0.8.0's compute_rollout_correction_weights only; verl 0.7.1 has no IcePop thresholds
+    from verl.trainer.ppo.rollout_corr_helper import _parse_rollout_is_threshold
+except ImportError:  # verl 0.7.1: its piece takes rollout_corr_helper_v0_7's compute_rollout_correction_weights
+    pass
 
 # the function patch 0005 adds to the module
 ADDED_FUNCTIONS = ("compute_rollout_is_batch_mean",)

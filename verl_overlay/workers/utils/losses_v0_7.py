@@ -1,20 +1,23 @@
-"""``value_loss`` of ``verl.workers.utils.losses`` as the verl-0.7 series' critic patch leaves it on verl 0.7.1
-(piece `verl_overlay.pieces.critic_v0_7`).
+"""``value_loss`` and ``ppo_loss`` of ``verl.workers.utils.losses`` as the verl-0.7 series leaves them on verl 0.7.1:
+its critic patch (0001, piece `verl_overlay.pieces.critic_v0_7`) and its mini-batch statistics (0003 and 0004, piece
+`verl_overlay.pieces.mini_batch_statistics_v0_7`).
 
-verl 0.7.1's ``value_loss`` is not 0.8.0's (it slices the model output with ``_slice_response_from_unpad_output`` and
-reads the TensorDict without ``select()``), so its patched code is a file of its own beside the 0.8.0 mirror
-(``losses.py``); both change the same upstream function. Installed by replacing the upstream function's code in
-place, so it runs in ``verl.workers.utils.losses``'s namespace: every global below is that module's own object.
+verl 0.7.1's ``value_loss`` and ``ppo_loss`` are not 0.8.0's (``value_loss`` slices the model output with
+``_slice_response_from_unpad_output``; both read the TensorDict without ``select()``), so their patched code is a
+file of its own beside the 0.8.0 mirror (``losses.py``); both change the same upstream functions. Installed by
+replacing the upstream function's code in place, so it runs in ``verl.workers.utils.losses``'s namespace: every
+global below is that module's own object.
 """
 
 from __future__ import annotations
 
 from tensordict import TensorDict
-from verl.trainer.ppo.core_algos import compute_value_loss
+from verl.trainer.ppo.core_algos import agg_loss, compute_value_loss, get_policy_loss_fn, kl_penalty
 from verl.utils.metric import AggregationType, Metric
 from verl.utils.torch_functional import masked_mean
-from verl.workers.config import CriticConfig
+from verl.workers.config import ActorConfig, CriticConfig
 from verl.workers.utils.losses import _slice_response_from_unpad_output
+from verl.workers.utils.padding import no_padding_2_padding
 
 
 def value_loss(config: CriticConfig, model_output, data: TensorDict, dp_group=None):
@@ -62,3 +65,91 @@ def value_loss(config: CriticConfig, model_output, data: TensorDict, dp_group=No
         "critic/vpred_mean": masked_mean(vpreds, response_mask).detach().item(),
     }
     return vf_loss, metrics
+
+
+def ppo_loss(config: ActorConfig, model_output, data: TensorDict, dp_group=None):
+    """Computes ppo loss from model output (log_prob, entropy, values, etc. ) and old_log_probs from data; the
+    mini-batch's selection masks and IS mean the engine worker added to ``data`` reach the policy loss through
+    ``config.policy_loss_inputs`` (None where absent: the loss chooses within this micro-batch)."""
+    log_prob = no_padding_2_padding(model_output["log_probs"], data)
+    entropy = model_output.get("entropy", None)
+    if entropy is not None:
+        entropy = no_padding_2_padding(entropy, data)
+
+    # global batch info for loss aggregation
+    config.global_batch_info["dp_size"] = data["dp_size"]
+    config.global_batch_info["batch_num_tokens"] = data["batch_num_tokens"]
+    config.global_batch_info["global_batch_size"] = data["global_batch_size"]
+    config.global_batch_info["loss_scale_factor"] = config.loss_scale_factor
+
+    # assumes that if any of the global batch info is set, the policy_loss_fn will
+    # normalize using dp_size/global_bsz/global_token; in this case, metric aggregation should be SUM
+    # to reflect the mean loss over the global batch
+    if (
+        data["dp_size"] > 1
+        or data["batch_num_tokens"] is not None
+        or data["global_batch_size"] is not None
+        or config.loss_scale_factor is not None
+    ):
+        metric_aggregation = AggregationType.SUM
+    else:
+        metric_aggregation = AggregationType.MEAN
+
+    metrics = {}
+
+    response_mask = data["response_mask"].to(bool)
+    for key in ("kl_cov_mask", "clip_cov_mask", "rollout_is_batch_mean"):
+        # KL-Cov's and Clip-Cov's tokens and the IS weights' mean (bypass mode), over the whole mini-batch by the
+        # engine worker; None: the loss chooses (or takes the mean) within this micro-batch
+        config.policy_loss_inputs[key] = data.get(key, None)
+    # compute policy loss
+    old_log_prob = data["old_log_probs"]
+    advantages = data["advantages"]
+    rollout_is_weights = data.get("rollout_is_weights", None)
+
+    loss_agg_mode = config.loss_agg_mode
+
+    loss_mode = config.policy_loss.get("loss_mode", "vanilla")
+
+    policy_loss_fn = get_policy_loss_fn(loss_mode)
+    pg_loss, pg_metrics = policy_loss_fn(
+        old_log_prob=old_log_prob,
+        log_prob=log_prob,
+        advantages=advantages,
+        response_mask=response_mask,
+        loss_agg_mode=loss_agg_mode,
+        config=config,
+        rollout_is_weights=rollout_is_weights,
+    )
+
+    # AggregationType.MEAN for pg metrics: assumes policy_loss_fn normalizes by local_bsz/local_tokens
+    # Ex: in compute_policy_loss_vanilla, pg_metrics are pg_clipfrac, ppo_kl, pg_clipfrac_lower
+    pg_metrics = Metric.from_dict(pg_metrics, aggregation=AggregationType.MEAN)
+
+    metrics.update(pg_metrics)
+    metrics["actor/pg_loss"] = Metric(value=pg_loss, aggregation=metric_aggregation)
+    policy_loss = pg_loss
+
+    # add entropy loss
+    if entropy is not None:
+        entropy_loss = agg_loss(
+            loss_mat=entropy, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **config.global_batch_info
+        )
+        entropy_coeff = config.entropy_coeff
+        policy_loss -= entropy_coeff * entropy_loss
+        metrics["actor/entropy_loss"] = Metric(value=entropy_loss, aggregation=metric_aggregation)
+
+    # add kl loss
+    if config.use_kl_loss:
+        ref_log_prob = data["ref_log_prob"]
+        # compute kl loss
+        kld = kl_penalty(logprob=log_prob, ref_logprob=ref_log_prob, kl_penalty=config.kl_loss_type)
+        kl_loss = agg_loss(
+            loss_mat=kld, loss_mask=response_mask, loss_agg_mode=config.loss_agg_mode, **config.global_batch_info
+        )
+
+        policy_loss += kl_loss * config.kl_loss_coef
+        metrics["kl_loss"] = Metric(value=kl_loss, aggregation=metric_aggregation)
+        metrics["kl_coef"] = config.kl_loss_coef
+
+    return policy_loss, metrics
