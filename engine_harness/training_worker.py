@@ -64,7 +64,7 @@ class _ModelConfig(dict):
 def train_mini_batches(engine: StubEngine, batch, mini_batch_size: int, **worker_fields: Any) -> None:
     """Run the real ``TrainingWorker.train_mini_batch`` on ``batch`` (left-right padded) in mini-batches of
     ``mini_batch_size`` rows and micro-batches of 4, against ``engine``; ``worker_fields`` are the attributes
-    ``ActorRolloutRefWorker.init_model`` sets on it for the loss (its own lines, not run here)."""
+    ``ActorRolloutRefWorker.init_model`` sets on it for the loss (which `engine_harness.actor_init` checks it does)."""
     import inspect
 
     from verl.utils import tensordict_utils as tu

@@ -15,6 +15,8 @@ and the number of ranks do not change the update.
   (KL-Cov: the planted ones; Clip-Cov: as many as one call over the mini-batch draws, all candidates), and the
   gradient equals one micro-batch's (rtol 1e-5). Vanilla: every micro-batch chooses from its own tokens with its own
   means (Clip-Cov at random), so the chosen tokens differ.
+- The user's config switches it on: verl's own ``ppo_trainer.yaml`` with the loss mode set, through the real
+  ``ActorRolloutRefWorker.init_model`` (`engine_harness.actor_init`). Vanilla asks for nothing.
 - The worker's wiring, on the real ``TrainingWorker`` with a stand-in engine: ``train_mini_batch`` hands the engine
   each mini-batch with the mask, chosen from ``old_log_probs`` on the first update and from a forward of the current
   policy (``engine.infer_batch``) after it (Clip-Cov: a fresh seed each). Vanilla sends no mask.
@@ -28,6 +30,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine_harness.actor_init import init_actor
 from engine_harness.cov_selection import has_mini_batch_selection, worker_masks
 from engine_harness.sim import (
     RESPONSE_LEN,
@@ -180,6 +183,21 @@ def test_cov_selection_worker_sends_the_mini_batch_choice(expect, loss_mode, ver
         expected = _expected_mask(loss_mode, batch, rows, log_prob, update)
         assert expected.any(), "a choice that chose nothing would prove nothing"
         assert torch.equal(mini_batch[MASK_KEYS[loss_mode]], expected), f"the mask of update {update}"
+
+
+@pytest.mark.parametrize("loss_mode", LOSS_MODES)
+def test_cov_selection_worker_is_asked_for_by_verls_own_config(expect, loss_mode, verl_tree: Path, tmp_path: Path):
+    """A user's run (verl's ppo_trainer.yaml, its FSDP actor, the loss mode set on the command line) through the real
+    ``init_model``: the actor is asked to choose the tokens over each mini-batch, with the config its loss reads, and
+    not for bypass mode's IS mean. Vanilla asks for nothing."""
+    actor = init_actor(verl_tree, tmp_path, [f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}"])
+
+    assert actor.is_batch_norm_config is None
+    if expect == "bug":
+        assert actor.cov_selection_config is None
+        return
+    assert actor.cov_selection_config is actor.loss_fn.keywords["config"]
+    assert actor.cov_selection_config.policy_loss.loss_mode == loss_mode
 
 
 @pytest.mark.parametrize("loss_mode", LOSS_MODES)

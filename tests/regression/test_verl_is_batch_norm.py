@@ -14,6 +14,10 @@ so the split and the number of ranks do not change the update.
   own mean, so both differ. (At dp 2 the simulated ranks share this process and no process group, so vanilla's mean
   is each rank's micro-batch's; on a real group it is the mean over one micro-batch index of every rank, also not
   the mini-batch's with two micro-batches a rank.)
+- The user's config switches it on: verl's own ``ppo_trainer.yaml`` with the rollout correction its example sets
+  (``algorithm.rollout_correction``) and the actor settings its docs ask for, through the real
+  ``ActorRolloutRefWorker.init_model`` (`engine_harness.actor_init`); bypass PPO-clip, whose weights only feed
+  metrics, pays no forward. Vanilla asks for nothing.
 - The worker's wiring, on the real ``TrainingWorker`` with a stand-in engine: ``train_mini_batch`` hands the engine
   each mini-batch with the mean, from a forward of the current policy (``engine.infer_batch``). Vanilla sends none.
 """
@@ -26,6 +30,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from engine_harness.actor_init import init_actor
 from engine_harness.is_batch_norm import has_mini_batch_mean, worker_batch_means
 from engine_harness.sim import Split, actor_config, engine_gradient, make_rollout_batch, verl_series_on_cpu
 from engine_harness.training_worker import StubEngine, train_mini_batches
@@ -40,6 +45,15 @@ FACTOR = "rollout_corr/rollout_is_batch_norm_factor"
 # mini-batch's mean (at dp 2 each split is one more in-process gradient: the ranks take the mean once, before the split)
 SPLITS = [(2, Split(2)), (2, Split(4)), (2, Split(2, dynamic=True))]
 SPLITS += [(1, Split(2)), (1, Split(4)), (1, Split(3, dynamic=True))]
+# bypass mode as verl's examples/rollout_correction sets it (algorithm.rollout_correction), with what
+# docs/algo/rollout_corr.md asks of the actor: the loss mode, and the rollout correction in its policy_loss
+BYPASS_MODE = [
+    "algorithm.rollout_correction.rollout_is=sequence",
+    "algorithm.rollout_correction.rollout_is_batch_normalize=true",
+    "algorithm.rollout_correction.bypass_mode=true",
+    "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode",
+    "+actor_rollout_ref.actor.policy_loss.rollout_correction=${algorithm.rollout_correction}",
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -159,6 +173,21 @@ def test_is_batch_norm_worker_sends_the_mini_batch_mean(expect, rollout_is, verl
         mean = _defined_mean(rollout_is, rows)
         sent = mini_batch["rollout_is_batch_mean"]
         torch.testing.assert_close(sent, torch.full_like(sent, mean), rtol=1e-6, atol=0)
+
+
+def test_is_batch_norm_worker_is_asked_for_by_verls_own_config(expect, verl_tree: Path, tmp_path: Path):
+    """A user's bypass-mode run through the real ``init_model``: with REINFORCE the actor is asked for the
+    mini-batch's IS mean, with the config its loss reads, and not for KL-Cov's tokens; with PPO-clip for nothing."""
+    reinforce = init_actor(verl_tree, tmp_path, [*BYPASS_MODE, "algorithm.rollout_correction.loss_type=reinforce"])
+    ppo_clip = init_actor(verl_tree, tmp_path, [*BYPASS_MODE, "algorithm.rollout_correction.loss_type=ppo_clip"])
+
+    assert ppo_clip.is_batch_norm_config is None
+    assert reinforce.cov_selection_config is None
+    if expect == "bug":
+        assert reinforce.is_batch_norm_config is None
+        return
+    assert reinforce.is_batch_norm_config is reinforce.loss_fn.keywords["config"]
+    assert reinforce.is_batch_norm_config.policy_loss.rollout_correction.get("loss_type") == "reinforce"
 
 
 def test_is_batch_norm_is_in_the_tree_under_test(expect, verl_tree: Path):
