@@ -315,11 +315,21 @@ def grad_ratio(gradient: torch.Tensor, reference: torch.Tensor) -> float:
 
 def record_ratio(baseline_dir: Path | None, expect: str, component: str, case: str, ratio: float) -> None:
     """Append one measured ratio to ``ratios-<expect>.jsonl`` for the test command's table (no-op without a dir)."""
+    _record(baseline_dir, expect, {"component": component, "case": case, "ratio": ratio})
+
+
+def record_relative_error(baseline_dir: Path | None, expect: str, component: str, case: str, error: float) -> None:
+    """Append one gradient's relative error to one micro-batch's (0 where exact) beside the ratios: the test command
+    reports these apart from them (no-op without a dir)."""
+    _record(baseline_dir, expect, {"component": component, "case": case, "relative_error": error})
+
+
+def _record(baseline_dir: Path | None, expect: str, row: dict) -> None:
     if baseline_dir is None:
         return
     baseline_dir.mkdir(parents=True, exist_ok=True)
     with (baseline_dir / f"ratios-{expect}.jsonl").open("a") as stream:
-        stream.write(json.dumps({"component": component, "case": case, "ratio": ratio}) + "\n")
+        stream.write(json.dumps(row) + "\n")
 
 
 def same_as_vanilla(baseline_dir: Path | None, expect: str, name: str, gradient: torch.Tensor) -> None:

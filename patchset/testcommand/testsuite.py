@@ -283,15 +283,20 @@ def _overlay_partial_target(python: str, workspace: Workspace, venv_dir: Path, p
 
 def _ratio_table(results_dir: Path) -> str:
     """Gradient-norm ratio to one micro-batch on one rank, per case measured on both sides: vanilla next to patched;
-    then how far from 1 the cases measured on the patched trees only (the teeth run samples the shapes) came."""
+    then how far from 1 the cases measured on the patched trees only (the teeth run samples the shapes) came; then
+    the largest relative error of the gradients measured so (0 where exact), on each side."""
     ratios: dict[tuple[str, str], dict[str, float]] = {}
+    errors: dict[str, list[float]] = {"bug": [], "fixed": []}
     for expect in ("bug", "fixed"):
         path = results_dir / f"ratios-{expect}.jsonl"
         if not path.exists():
             continue
         for line in path.read_text().splitlines():
             row = json.loads(line)
-            ratios.setdefault((row["component"], row["case"]), {})[expect] = row["ratio"]
+            if "relative_error" in row:
+                errors[expect].append(row["relative_error"])
+            else:
+                ratios.setdefault((row["component"], row["case"]), {})[expect] = row["ratio"]
     lines = [f"{'component':<9} {'case':<58} {'vanilla':>8} {'patched':>8}"]
     patched_only: list[float] = []
     for (component, case), values in sorted(ratios.items()):
@@ -305,6 +310,13 @@ def _ratio_table(results_dir: Path) -> str:
         lines.append(
             f"(+{len(patched_only)} cases measured on the patched trees only; largest |ratio - 1|: {worst:.1e})"
         )
+    measured = [
+        f"{label} {max(errors[expect]):.1e} ({len(errors[expect])} cases)"
+        for expect, label in (("bug", "vanilla"), ("fixed", "patched"))
+        if errors[expect]
+    ]
+    if measured:
+        lines.append(f"(largest relative error of a gradient to one micro-batch's: {', '.join(measured)})")
     return "\n".join(lines)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from distillation_cases import Case, Measurement
 
-from engine_harness.sim import grad_ratio, record_ratio
+from engine_harness.sim import grad_ratio, record_ratio, record_relative_error
 
 RTOL, ATOL = 1e-5, 1e-8
 
@@ -47,4 +47,4 @@ def check_measurement(expect: str, case: Case, measured: Measurement) -> None:
 def record_measurement(baseline_dir: Path | None, expect: str, case: Case, measured: Measurement) -> None:
     record_ratio(baseline_dir, expect, "distill", str(case), grad_ratio(measured.gradient, measured.reference))
     error = relative_error(measured.gradient, measured.reference)
-    record_ratio(baseline_dir, expect, "distill-e", f"{case} (relative error)", error)
+    record_relative_error(baseline_dir, expect, "distill", str(case), error)

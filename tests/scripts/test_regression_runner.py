@@ -48,6 +48,23 @@ def test_ratio_table_puts_vanilla_next_to_patched(tmp_path: Path):
     assert table[1].split() == ["critic", "token-mean", "fixed-size-K2", "2.010", "1.000000"]
 
 
+def test_ratio_table_reports_relative_errors_apart_from_the_ratios(tmp_path: Path):
+    """A relative error of 0 is exact, not a ratio 1 away from 1."""
+    rows = {"bug": [("K2", 2.0, 0.5), ("K4", 4.0, 0.75)], "fixed": [("K2", 1.0, 0.0), ("K4", 1.0, 1e-7)]}
+    for expect, cases in rows.items():
+        lines = []
+        for case, ratio, error in cases:
+            lines.append(json.dumps({"component": "distill", "case": case, "ratio": ratio}))
+            lines.append(json.dumps({"component": "distill", "case": case, "relative_error": error}))
+        (tmp_path / f"ratios-{expect}.jsonl").write_text("\n".join(lines) + "\n")
+
+    table = _ratio_table(tmp_path).splitlines()
+
+    assert [line.split()[:2] for line in table[1:3]] == [["distill", "K2"], ["distill", "K4"]]
+    assert table[3].endswith("micro-batch's: vanilla 7.5e-01 (2 cases), patched 1.0e-07 (2 cases))")
+    assert len(table) == 4
+
+
 def test_verl_given_only_as_trinitys_dependency_is_marked_so(tmp_path: Path):
     trees = {"trinity": tmp_path / "trinity", "verl": tmp_path / "verl"}
 
