@@ -8,8 +8,16 @@ from typing import Any
 
 # verl's critic, its GRPO actor (vanilla policy loss), GMPO, its on-policy distillation (k3, first call), and
 # Trinity's TrinityPolicyLoss (its engine-path actor loss); a fix names the key of its loss in `harness` of its
-# series' parts.toml (tests/scripts/test_fix_completeness.py)
-LOSSES = ("critic", "ppo", "geo_mean", "distillation", "trinity")
+# series' parts.toml (tests/scripts/test_fix_completeness.py). KL-Cov and bypass mode's REINFORCE with
+# batch-normalized IS weights choose tokens or take a mean over the mini-batch in the worker, before the split: a run
+# of them prepares each mini-batch with `engine_harness.worker_statistics.before_split` first. (Not Clip-Cov: its
+# pick is keyed by each row's place in the mini-batch, so a training run's shuffled-rows floor would draw other
+# tokens rather than only reassociate; the CPU tests check its chosen tokens.)
+LOSSES = ("critic", "ppo", "geo_mean", "distillation", "trinity", "kl_cov", "is_norm")
+# KL-Cov's share of the tokens it penalizes and its penalty's weight, as the regression tests take them: with verl's
+# defaults (0.0002, 0.1) one token of the tiny preset's 1,500 a mini-batch is penalized, and a split moves the step's
+# grad_norm by less than fp32's tolerance (measured: 0.99984 to 1.00000)
+KL_COV_RATIO, PPO_KL_COEF = 0.05, 1.0
 
 
 def loss_function(loss: str, mode: str, strategy: str = "fsdp2") -> Any:
@@ -41,6 +49,10 @@ def loss_function(loss: str, mode: str, strategy: str = "fsdp2") -> Any:
         policy_loss = PolicyLossConfig(loss_mode="vanilla" if loss == "ppo" else "geo_mean")
         config = actor_config(mode, strategy=strategy, policy_loss=policy_loss, use_kl_loss=True, entropy_coeff=0.01)
         return partial(ppo_loss, config)
+    if loss in ("kl_cov", "is_norm"):
+        from verl.workers.utils.losses import ppo_loss
+
+        return partial(ppo_loss, actor_config(mode, strategy=strategy, policy_loss=_worker_statistics_policy(loss)))
     if loss == "distillation":
         from verl.trainer.distillation.losses import distillation_ppo_loss
         from verl.workers.config import DistillationConfig, DistillationLossConfig
@@ -62,6 +74,25 @@ def loss_function(loss: str, mode: str, strategy: str = "fsdp2") -> Any:
     return TrinityPolicyLoss(config)  # upstream's default (False)
 
 
+def _worker_statistics_policy(loss: str) -> Any:
+    """KL-Cov's policy loss (`KL_COV_RATIO`, `PPO_KL_COEF`), or bypass mode's REINFORCE with token-level IS weights
+    truncated at 2 and normalized by their mean (the set-up of verl's examples/rollout_correction, token level)."""
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+    from verl.workers.config import PolicyLossConfig
+
+    if loss == "kl_cov":
+        return PolicyLossConfig(loss_mode="kl_cov", kl_cov_ratio=KL_COV_RATIO, ppo_kl_coef=PPO_KL_COEF)
+    rollout_correction = RolloutCorrectionConfig(
+        rollout_is="token",
+        rollout_is_threshold=2.0,
+        rollout_is_batch_normalize=True,
+        rollout_rs=None,
+        bypass_mode=True,
+        loss_type="reinforce",
+    )
+    return PolicyLossConfig(loss_mode="bypass_mode", rollout_correction=rollout_correction)
+
+
 def engine_modules(losses: Sequence[str]) -> list[str]:
     """The engine and loss modules a rank training ``losses`` imports from the trees under test."""
     names = ["verl", "verl.workers.engine.fsdp.transformer_impl", "verl.workers.utils.losses"]
@@ -70,4 +101,6 @@ def engine_modules(losses: Sequence[str]) -> list[str]:
         names += ["verl.trainer.distillation.losses"]
     if "trinity" in losses:
         names += ["trinity", "trinity.trainer.verl.losses", "trinity.trainer.verl.monkey_patch"]
+    if {"kl_cov", "is_norm"} & set(losses):
+        names += ["verl.workers.engine_workers", "verl.trainer.ppo.rollout_corr_helper"]
     return names

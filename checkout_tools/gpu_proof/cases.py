@@ -24,6 +24,7 @@ class Expect(Enum):
     INVARIANT = "the same at every split"
     GROWS = "grows about K times with K micro-batches"
     DIFFERS = "differs from one micro-batch's"
+    CHOOSES = "differs from one micro-batch's: another choice of tokens or another mean"
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,22 @@ CASES: dict[str, Case] = {
         ),
         # each step a fresh worker's first call: vanilla normalizes it with the info of no mini-batch (verl#7200)
         Case("distillation", "verl distillation_ppo_loss (k3, first call)", "lm", Expect.DIFFERS, patch="verl 0002"),
+        # the worker chooses over the mini-batch before the split (engine_harness.worker_statistics); vanilla's loss
+        # chooses within each micro-batch: another choice, not another scale
+        Case(
+            "kl_cov",
+            "verl actor ppo_loss, policy_loss.loss_mode=kl_cov (KL-Cov)",
+            "lm",
+            Expect.CHOOSES,
+            patch="verl 0004",
+        ),
+        Case(
+            "is_norm",
+            "verl actor ppo_loss, bypass mode, REINFORCE, rollout_is_batch_normalize",
+            "lm",
+            Expect.CHOOSES,
+            patch="verl 0005",
+        ),
         Case(
             "trinity",
             "Trinity-RFT TrinityPolicyLoss (GRPO)",

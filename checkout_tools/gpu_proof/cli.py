@@ -35,11 +35,12 @@ from checkout_tools.gpu_proof.trajectory import (
     Run,
     TrajectoryVerdict,
     judge_trajectories,
+    run_judges,
     trajectory_table,
     trajectory_verdict_lines,
 )
 from checkout_tools.gpu_proof.trees import DefaultTrees, Source, source
-from checkout_tools.gpu_proof.verdict import Measurement, Verdict, judge
+from checkout_tools.gpu_proof.verdict import Measurement, Verdict, judge, one_step_judges
 from engine_harness.adapt import ULYSSES_SDPA_ATTENTION as ULYSSES_SDPA  # imports no torch
 from patchset.cli.startup import run_command
 from patchset.plumbing.errors import EXIT_TIMED_OUT, BadInput
@@ -404,13 +405,15 @@ def prove(request: Request, defaults: DefaultTrees) -> int:
 
         draw(results, cases, precisions, f"scripts/gpu_proof.py, model {settings.model}, {machine}", request.plot)
         print(f"* plot: {request.plot}")
-    judged = [*(v.passed for v in verdicts), *(v.passed for v in trajectory_verdicts if v.passed is not None)]
-    expected = len(sides) * len(cases) * len(precisions)
+    judged = [v.passed for v in (*verdicts, *trajectory_verdicts) if v.passed is not None]
+    expected = sum(one_step_judges(side, CASES[case], p) for side in sides for case in cases for p in precisions)
     if settings.steps > 1:
-        expected += (
-            sum(side == "patched" or clip is not None for side in sides for clip in settings.clips)
-            * len(cases)
-            * len(precisions)
+        expected += sum(
+            run_judges(side, CASES[case], p, clip)
+            for side in sides
+            for clip in settings.clips
+            for case in cases
+            for p in precisions
         )
     failed = judged.count(False)
     ok = not failed and not problems and len(judged) == expected

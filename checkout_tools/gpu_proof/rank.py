@@ -54,6 +54,7 @@ from engine_harness.trajectory import (
     shuffled_rows,
     weights,
 )
+from engine_harness.worker_statistics import before_split
 
 LOSS_AGG_MODE = "token-mean"
 
@@ -76,6 +77,7 @@ def _run_case(
         data = step_data(global_batch, rank, world_size, cut, case.name, sequence_parallel=sp)
         # a fresh loss each step: distillation's first call
         loss = loss_function(case.name, LOSS_AGG_MODE)
+        before_split(case.name, engine, data, loss, update=0)  # each split the same mini-batch's first update
         return train_step(engine, data, loss, on_gpu=settings.device == "cuda")
 
     step("fixed", 1)  # warm-up, not recorded (allocations, kernel selection)
@@ -138,12 +140,14 @@ def _run_trajectories(
         pool = [with_teacher(batch, model.shape.vocab_size) for batch in pool]
     on_gpu = settings.device == "cuda"
 
-    def step(batch, split: str, micro_batches: int, budget: int | None, engine=engine) -> StepResult:
+    def step(batch, split: str, micro_batches: int, budget: int | None, update: int, engine=engine) -> StepResult:
         cut = Split(micro_batches, split == "dynamic")
         data = step_data(batch, rank, world_size, cut, case.name, budget, sequence_parallel=sp)
-        return train_step(engine, data, loss_function(case.name, LOSS_AGG_MODE), on_gpu=on_gpu)
+        loss = loss_function(case.name, LOSS_AGG_MODE)
+        before_split(case.name, engine, data, loss, update)  # step i of every run: the same Clip-Cov draw
+        return train_step(engine, data, loss, on_gpu=on_gpu)
 
-    step(pool[0], "fixed", 1, None)  # warm-up, not recorded (allocations, kernel selection); its update is undone
+    step(pool[0], "fixed", 1, None, 0)  # warm-up, not recorded (allocations, kernel selection); its update is undone
     runs, single = [], []
     for clip in clips:
         engine.optimizer_config.clip_grad = math.inf if clip is None else clip
@@ -156,7 +160,7 @@ def _run_trajectories(
             for index in range(steps):
                 batch = pool[index % len(pool)]
                 batch = shuffled_rows(batch, dp) if split == "shuffled" else batch
-                results.append(step(batch, "dynamic" if split == "dynamic" else "fixed", micro_batches, budget))
+                results.append(step(batch, "dynamic" if split == "dynamic" else "fixed", micro_batches, budget, index))
             end = weights(engine)
             reference = end if reference is None else reference
             distance = 0.0 if end is reference else relative_distance(end, reference, start.weights)

@@ -44,10 +44,13 @@ def table(results: Mapping[str, Sequence[Measurement]], cases: Sequence[str], pr
     ]
 
 
+MARKS = {True: "PASS", False: "FAIL", None: "INFO"}
+
+
 def verdict_lines(verdicts: Sequence[Verdict]) -> list[str]:
     width = max((len(CASES[v.case].title) for v in verdicts), default=0)
     return [
-        f"{'PASS' if v.passed else 'FAIL'}  {v.side:<7}  {v.precision:<4}  {CASES[v.case].title:<{width}}  {v.detail}"
+        f"{MARKS[v.passed]}  {v.side:<7}  {v.precision:<4}  {CASES[v.case].title:<{width}}  {v.detail}"
         for v in verdicts
     ]
 

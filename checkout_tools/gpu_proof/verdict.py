@@ -51,8 +51,15 @@ class Verdict:
     side: str
     case: str
     precision: str
-    passed: bool
+    passed: bool | None  # None: reported, not judged (`one_step_judges`)
     detail: str
+
+
+def one_step_judges(side: str, case: Case, precision: str) -> bool:
+    """Whether one step's grad_norm can show what ``side`` should: not vanilla's other choice (`Expect.CHOOSES`) in
+    bf16, whose tolerance (3.9e-3) is above what another choice of tokens or mean moves one step's grad_norm (0.1 % to
+    2 % measured); a training run (``--steps``) judges it in fp32, against its floor."""
+    return not (expectation(side, case) is Expect.CHOOSES and precision == "bf16")
 
 
 def relative(rows: Iterable[Measurement], case: str, precision: str) -> dict[tuple[str, int], float]:
@@ -70,7 +77,7 @@ def judge(side: str, case: Case, precision: str, rows: Sequence[Measurement]) ->
     split = {key: value for key, value in ratios.items() if key[1] > 1}
     expect = expectation(side, case)
 
-    def verdict(passed: bool, detail: str) -> Verdict:
+    def verdict(passed: bool | None, detail: str) -> Verdict:
         return Verdict(side, case.name, precision, passed, detail)
 
     if not split:
@@ -96,6 +103,17 @@ def judge(side: str, case: Case, precision: str, rows: Sequence[Measurement]) ->
         off = {key: value for key, value in split.items() if abs(value / key[1] - 1.0) > BUG_RATIO_TOLERANCE}
         shown = ", ".join(f"x{value:.2f} at {s} K={k}" for (s, k), value in sorted(split.items()))
         return verdict(not off, f"{'shows' if not off else 'does not show'} the bug, grad_norm {expect.value}: {shown}")
+    if expect is Expect.CHOOSES:  # another choice moves the gradient by a little: beyond reassociation is enough
+        tolerance = TOLERANCE[precision]
+        same = {key: value for key, value in split.items() if abs(value - 1.0) <= tolerance}
+        shown = ", ".join(f"x{value:.5f} at {s} K={k}" for (s, k), value in sorted(split.items()))
+        if not one_step_judges(side, case, precision):
+            return verdict(None, f"reported, not judged (under the {precision} tolerance; --steps judges it): {shown}")
+        return verdict(
+            not same,
+            f"{'shows' if not same else 'does not show'} the bug (beyond {tolerance:.1e} at every split), "
+            f"grad_norm {expect.value}: {shown}",
+        )
     close = {key: value for key, value in split.items() if abs(value - 1.0) <= DIFFERS_AT_LEAST}
     shown = ", ".join(f"x{value:.3f} at {s} K={k}" for (s, k), value in sorted(split.items()))
     return verdict(not close, f"{'shows' if not close else 'does not show'} the bug, grad_norm {expect.value}: {shown}")

@@ -1,0 +1,40 @@
+"""What the tree's ``TrainingWorker.train_batch`` does to a mini-batch before the engine splits it, for the harness's
+runs of verl's real engine: a patched tree (verl 0004, 0005) chooses KL-Cov's and Clip-Cov's tokens, or takes bypass
+mode's IS mean, over the whole mini-batch, with its own ``_assign_cov_selection_mask`` / ``_assign_is_batch_mean``
+on a ``TrainingWorker`` that holds the engine (their pre-pass, ``engine.infer_batch``, runs on it in train mode); a
+vanilla tree has neither, and its loss chooses within each micro-batch.
+
+The harness calls the engine's ``train_batch`` itself (`engine_harness.engine.train_step`), so this stands where the
+worker's own ``train_batch`` calls them; that the worker does call them, and ``init_model`` asks for them, the
+regression tests check on the real classes (``test_verl_cov_selection.py``, ``test_verl_is_batch_norm.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# the harness loss, and the worker's method and attribute that prepare its mini-batch
+WORKER_STEPS = {
+    "kl_cov": ("_assign_cov_selection_mask", "cov_selection_config"),
+    "is_norm": ("_assign_is_batch_mean", "is_batch_norm_config"),
+}
+
+
+def before_split(loss: str, engine: Any, data: Any, loss_function: Any, update: int) -> bool:
+    """Prepare ``data`` (this rank's mini-batch, no-padding) for ``loss`` as the tree's worker does, as its
+    ``update``-th mini-batch (the worker's count, which Clip-Cov's draw reads); ``loss_function`` is the harness's
+    ``partial(ppo_loss, config)``, whose config the worker is given. Returns whether the tree's worker did anything
+    (False: vanilla, or a loss the worker leaves alone)."""
+    from verl.workers.engine_workers import TrainingWorker
+
+    step = WORKER_STEPS.get(loss)
+    if step is None or not hasattr(TrainingWorker, step[0]):
+        return False
+    method, attribute = step
+    worker = object.__new__(TrainingWorker)  # what the two methods read of it
+    worker.engine = engine
+    worker.num_cov_selections = update
+    setattr(worker, attribute, loss_function.args[0])
+    with engine.train_mode():
+        getattr(worker, method)(data)
+    return True
