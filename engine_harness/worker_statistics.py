@@ -20,16 +20,18 @@ WORKER_STEPS = {
 }
 
 
-def before_split(loss: str, engine: Any, data: Any, loss_function: Any, update: int) -> bool:
+def before_split(loss: str, engine: Any, data: Any, loss_function: Any, update: int) -> None:
     """Prepare ``data`` (this rank's mini-batch, no-padding) for ``loss`` as the tree's worker does, as its
     ``update``-th mini-batch (the worker's count, which Clip-Cov's draw reads); ``loss_function`` is the harness's
-    ``partial(ppo_loss, config)``, whose config the worker is given. Returns whether the tree's worker did anything
-    (False: vanilla, or a loss the worker leaves alone)."""
+    ``partial(ppo_loss, config)``, whose config the worker is given. Nothing happens on a vanilla tree, or for a loss
+    the worker leaves alone."""
+    step = WORKER_STEPS.get(loss)
+    if step is None:  # no import of verl's workers for the other losses
+        return
     from verl.workers.engine_workers import TrainingWorker
 
-    step = WORKER_STEPS.get(loss)
-    if step is None or not hasattr(TrainingWorker, step[0]):
-        return False
+    if not hasattr(TrainingWorker, step[0]):
+        return
     method, attribute = step
     worker = object.__new__(TrainingWorker)  # what the two methods read of it
     worker.engine = engine
@@ -37,4 +39,3 @@ def before_split(loss: str, engine: Any, data: Any, loss_function: Any, update: 
     setattr(worker, attribute, loss_function.args[0])
     with engine.train_mode():
         getattr(worker, method)(data)
-    return True

@@ -50,9 +50,9 @@ def upstream_has_fix(source: UpstreamSource) -> str | None:
     return None
 
 
-def _first_defining(mirrors: list[ModuleType], name: str) -> Any:
-    """``name`` of the first mirror that defines it: a release's mirror holds what differs on that release, the
-    common mirror (last) the rest."""
+def _first_defining(mirrors: list[Any], name: str) -> Any:
+    """``name`` of the first of ``mirrors`` (modules, or their ``...Members`` classes) that defines it: a release's
+    mirror holds what differs on that release, the common mirror (last) the rest."""
     return next(vars(mirror)[name] for mirror in mirrors if name in vars(mirror))
 
 
@@ -131,8 +131,7 @@ def engine_workers_installer(release_mirror: str) -> Installer:
         release = importlib.import_module(f"verl_overlay.workers.{release_mirror}")
 
         def member(class_name: str, name: str) -> Any:
-            classes = [vars(mirror)[f"{class_name}Members"] for mirror in (release, common)]
-            return next(vars(members)[name] for members in classes if name in vars(members))
+            return _first_defining([getattr(mirror, f"{class_name}Members") for mirror in (release, common)], name)
 
         undo.append(add_module_globals(module, common.ADDED_GLOBALS))
         defaults = {name: member("TrainingWorker", name) for name in common.WORKER_DEFAULTS}
