@@ -58,7 +58,7 @@ class Verdict:
 def one_step_judges(side: str, case: Case, precision: str) -> bool:
     """Whether one step's grad_norm can show what ``side`` should: not vanilla's other choice (`Expect.CHOOSES`) in
     bf16, whose tolerance (3.9e-3) is above what another choice of tokens or mean moves one step's grad_norm (0.1 % to
-    2 % measured); a training run (``--steps``) judges it in fp32, against its floor."""
+    2 % measured); fp32 judges it, one step and a training run (`checkout_tools.gpu_proof.trajectory.run_judges`)."""
     return not (expectation(side, case) is Expect.CHOOSES and precision == "bf16")
 
 
@@ -108,7 +108,7 @@ def judge(side: str, case: Case, precision: str, rows: Sequence[Measurement]) ->
         same = {key: value for key, value in split.items() if abs(value - 1.0) <= tolerance}
         shown = ", ".join(f"x{value:.5f} at {s} K={k}" for (s, k), value in sorted(split.items()))
         if not one_step_judges(side, case, precision):
-            return verdict(None, f"reported, not judged (under the {precision} tolerance; --steps judges it): {shown}")
+            return verdict(None, f"reported, not judged ({precision}'s tolerance is its size; fp32 judges it): {shown}")
         return verdict(
             not same,
             f"{'shows' if not same else 'does not show'} the bug (beyond {tolerance:.1e} at every split), "
