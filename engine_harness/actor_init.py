@@ -18,6 +18,7 @@ from typing import Any
 from unittest import mock
 
 from engine_harness.model import TINY, save_model_config
+from engine_harness.training_worker import UNASKED
 
 # the batch sizes every verl run sets (verl's examples do); init_model checks they are there
 REQUIRED = (
@@ -32,12 +33,10 @@ class StubTrainingWorker:
     """What ``init_model`` asks of the actor's ``TrainingWorker``; the attributes the patches set on it for the loss
     start as ``TrainingWorker.__init__`` leaves them: none asked for."""
 
-    cov_selection_config = None
-    is_batch_norm_config = None
-
     def __init__(self, config: Any) -> None:
         self.config = config
         self.loss_fn = None
+        vars(self).update(UNASKED)
 
     def reset(self) -> None:
         pass

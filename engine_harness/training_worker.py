@@ -61,6 +61,22 @@ class _ModelConfig(dict):
     use_remove_padding = False
 
 
+# what TrainingWorker.__init__ sets for the mini-batch statistics (verl 0004, 0005): none asked for
+UNASKED = {"cov_selection_config": None, "num_cov_selections": 0, "is_batch_norm_config": None}
+
+
+def worker_on(engine: Any, **fields: Any) -> Any:
+    """verl's real ``TrainingWorker``, not initialized, holding ``engine``: the mini-batch statistics' attributes as
+    ``__init__`` leaves them but for ``fields``. Enough for the worker's own methods that prepare a mini-batch."""
+    from verl.workers.engine_workers import TrainingWorker
+
+    worker = object.__new__(TrainingWorker)
+    worker.engine = engine
+    for name, value in (UNASKED | fields).items():
+        setattr(worker, name, value)
+    return worker
+
+
 def train_mini_batches(engine: StubEngine, batch, mini_batch_size: int, **worker_fields: Any) -> None:
     """Run the real ``TrainingWorker.train_mini_batch`` on ``batch`` (left-right padded) in mini-batches of
     ``mini_batch_size`` rows and micro-batches of 4, against ``engine``; ``worker_fields`` are the attributes
@@ -72,8 +88,7 @@ def train_mini_batches(engine: StubEngine, batch, mini_batch_size: int, **worker
     from verl.workers.engine_workers import TrainingWorker
     from verl.workers.utils.padding import left_right_2_no_padding
 
-    worker = object.__new__(TrainingWorker)  # the methods under test need only these
-    worker.engine = engine
+    worker = worker_on(engine, **worker_fields)  # the methods under test need only these and the below
     worker.loss_fn = lambda *args: None
     worker.model_config = _ModelConfig()
     worker.engine_config = SimpleNamespace(
@@ -84,10 +99,6 @@ def train_mini_batches(engine: StubEngine, batch, mini_batch_size: int, **worker
         use_fused_kernels=False,
     )
     worker.profiler = DistProfiler(rank=0, config=None)  # disabled; verl 0.9.1 steps it once per mini-batch
-    # what TrainingWorker.__init__ sets for the mini-batch statistics (verl 0004, 0005): none asked for
-    defaults = {"cov_selection_config": None, "num_cov_selections": 0, "is_batch_norm_config": None}
-    for name, value in (defaults | worker_fields).items():
-        setattr(worker, name, value)
     data = left_right_2_no_padding(batch)
     train_mini_batch = inspect.unwrap(TrainingWorker.train_mini_batch)
     gather = nullcontext()

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine_harness.training_worker import worker_on
+
 # the harness loss, and the worker's method and attribute that prepare its mini-batch
 WORKER_STEPS = {
     "kl_cov": ("_assign_cov_selection_mask", "cov_selection_config"),
@@ -33,9 +35,6 @@ def before_split(loss: str, engine: Any, data: Any, loss_function: Any, update: 
     if not hasattr(TrainingWorker, step[0]):
         return
     method, attribute = step
-    worker = object.__new__(TrainingWorker)  # what the two methods read of it
-    worker.engine = engine
-    worker.num_cov_selections = update
-    setattr(worker, attribute, loss_function.args[0])
+    worker = worker_on(engine, num_cov_selections=update, **{attribute: loss_function.args[0]})
     with engine.train_mode():
         getattr(worker, method)(data)
