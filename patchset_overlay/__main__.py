@@ -1,11 +1,14 @@
 """``python -m patchset_overlay``: what the overlays do in this process, and their fingerprints.
 
 - ``status [--json]``: each overlay, each piece, its state and the reason (imports the upstreams to judge them);
+- ``show [FILE]``: the files the overlays derive on the installed releases, or the text of one (a module such as
+  ``verl.workers.utils.losses``, or a path such as ``verl/trainer/config/critic/critic.yaml``): what runs here;
 - ``fingerprints --root UPSTREAM=PATH [--root ...] [--write | --check]``: the sha256 of every target's source in the
   unpatched release whose package folder is PATH, UPSTREAM the import name of a registered overlay's upstream (e.g.
   ``verl``; see `patchset_overlay.fingerprints`).
 
-Exit codes: 0 done; 1 ``--check`` found stale fingerprints; 2 bad arguments (a root that is not a package folder).
+Exit codes: 0 done; 1 ``--check`` found stale fingerprints; 2 bad arguments (a root that is not a package folder, a
+file no overlay derives here).
 """
 
 from __future__ import annotations
@@ -22,6 +25,31 @@ def _status(as_json: bool) -> int:
 
     report = collect()
     print(json.dumps(report, indent=2) if as_json else render(report))
+    return 0
+
+
+def _show(wanted: str | None) -> int:
+    """List the derived files (their pieces' patches applied on the installed release), or print one of them."""
+    from patchset_overlay.runtime import verdicts
+    from patchset_overlay.startup import overlays
+
+    found = {}
+    for overlay in overlays():
+        plan, _ = verdicts(overlay)
+        for path, derived in (plan.derived if plan is not None else {}).items():
+            found[path] = derived
+            found[path.removesuffix(".py").replace("/", ".")] = derived
+    if wanted is None:
+        for derived in dict.fromkeys(found.values()):
+            print(f"{derived.path}  ({derived.filename})")
+        return 0
+    if wanted not in found:
+        print(
+            f"error: show {wanted}: no overlay derives it here (python -m patchset_overlay show lists them)",
+            file=sys.stderr,
+        )
+        return 2
+    print(found[wanted].text, end="")
     return 0
 
 
@@ -72,6 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     status_parser = commands.add_parser("status", help="what is active in this process, and why")
     status_parser.add_argument("--json", action="store_true", help="machine-readable output")
+    show_parser = commands.add_parser("show", help="the files the overlays derive here, or the text of one")
+    show_parser.add_argument("file", nargs="?", help="a module (verl.workers.utils.losses) or a path in the tree")
     prints = commands.add_parser("fingerprints", help="sha256 of every target's source in an unpatched release")
     prints.add_argument(
         "--root",
@@ -86,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "status":
         return _status(args.json)
+    if args.command == "show":
+        return _show(args.file)
     return _fingerprints(args.root, args.write, args.check)
 
 

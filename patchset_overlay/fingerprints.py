@@ -1,11 +1,10 @@
 """The fingerprints each overlay checks before it changes anything: made from an upstream's files, never by hand.
 
 ``python -m patchset_overlay fingerprints --root verl=PATH [--root verl=PATH2] --root trinity=PATH`` prints, for each
-release given (the package folder of a supported, unpatched release), the sha256 of the source segment of every
-target of the pieces that release lacks and that are written for it (a piece whose fix the release has, or written for
-other releases, is never installed there, so it has none);
-``--write`` stores them in each overlay's fingerprints file under the release's version, ``--check`` exits 1 when a
-stored one differs. The file holds ``{release: {"module:name": sha256}}``: one set per supported release.
+release given (the package folder of a supported, unpatched release: the pinned sdist's), the sha256 of every file the
+overlay derives there (each file its series' patches change that the release lacks); ``--write`` stores them in each
+overlay's fingerprints file under the release's version, ``--check`` exits 1 when a stored one differs. The file holds
+``{release: {"path in the tree": sha256}}``: one set per supported release.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import importlib
 import json
 from pathlib import Path
 
-from patchset_overlay.guard import fingerprint_key, fixed_in, for_release
+from patchset_overlay.derive import Plan, sha256
 from patchset_overlay.source import UpstreamSource
 from patchset_overlay.spec import Overlay
 
@@ -22,15 +21,9 @@ Fingerprints = dict[str, dict[str, str]]  # release -> {"module:name": sha256}
 
 
 def compute(overlay: Overlay, source: UpstreamSource) -> dict[str, str]:
-    """{"module:name": sha256} for every target of the pieces the release in ``source`` lacks, read from it."""
-    version = source.version()
-    found = {}
-    for piece in overlay.pieces:
-        if fixed_in(piece, version) or not for_release(piece, version):
-            continue
-        for target in piece.targets:
-            found[fingerprint_key(target.module, target.name)] = source.fingerprint(target.module, target.name)
-    return dict(sorted(found.items()))
+    """{"path in the tree": sha256} of every file the overlay derives on the release in ``source``, read from it."""
+    plan = Plan.make(overlay, source)
+    return {path: sha256(plan.installed_text(path)) for path in sorted(plan.files(plan.patches))}
 
 
 def fingerprints_path(overlay: Overlay) -> Path:

@@ -1,97 +1,90 @@
 """Never patch blind: decide, once and for the whole piece, whether it fits the upstream on disk.
 
-The order matters: an upstream that already has the fix is reported as such (not as a mismatch, although its
-code differs), a piece written for other releases as that (naming the piece this release takes, if any), then an
-unsupported version, then any target whose source is not the one the piece was written for. Any of these leaves
-every target of the piece untouched. Everything is read from the upstream's files (`patchset_overlay.source`), so
-the verdict does not depend on which of its modules are imported yet.
+The order matters: a release that has the piece's patches upstream is reported as such, a release whose series has
+none of them as that, a tree that already carries them (a patched checkout or wheel) as having the fix (not as a
+mismatch, although its files differ), then an unsupported version, a piece that does not fit its environment, and
+any file the piece would change that is not the pinned sdist's, by sha256. Any of these leaves every file of the
+piece untouched. Everything is read from the upstream's files, so the verdict does not depend on which of its modules
+are imported yet.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
-from patchset_overlay.source import SourceError, UpstreamSource
-from patchset_overlay.spec import Overlay, Piece
+from patchset_overlay.derive import Plan, sha256
+from patchset_overlay.hunks import HunkError, apply_hunks
+from patchset_overlay.spec import Piece
 from patchset_overlay.state import PieceState, Verdict
 
 
-def version_tuple(version: str) -> tuple[int, ...]:
-    """Leading numeric release parts of a version ("0.9.1rc1" -> (0, 9, 1)); enough to compare releases."""
-    parts = []
-    for part in version.split("."):
-        match = re.match(r"\d+", part)
-        if match is None:
-            break
-        parts.append(int(match.group()))
-        if match.end() != len(part):
-            break
-    return tuple(parts)
+def _carries(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> bool:
+    """Whether every file the piece changes already holds the series (a patched tree): taking the series' patches
+    back off it, last first, gives the pinned sdist's file (or, for a release with none recorded, takes back)."""
+    patches = plan.pieces_patches(piece)
+    files = plan.files(patches)
+    if not files:
+        return False
+    for path in files:
+        try:
+            text = plan.installed_text(path)
+            for patch in reversed(plan.patches):
+                if path in patch.files:
+                    text = apply_hunks(text, patch.files[path], reverse=True, where=path)
+        except (OSError, HunkError):
+            return False
+        if path in recorded and sha256(text) != recorded[path]:
+            return False
+    return True
 
 
-def fixed_in(piece: Piece, version: str) -> bool:
-    """Whether the upstream release ``version`` has the piece's fix (it is at or past ``fixed_since``)."""
-    return piece.fixed_since is not None and version_tuple(version) >= version_tuple(piece.fixed_since)
-
-
-def for_release(piece: Piece, version: str) -> bool:
-    """Whether ``piece`` is written for release ``version`` (every release, unless it names its own)."""
-    return piece.releases is None or version in piece.releases
-
-
-def _same_targets(piece: Piece, other: Piece) -> bool:
-    """Whether two pieces change an upstream object in common: one release's form of the other's fix."""
-    return bool({(t.module, t.name) for t in piece.targets} & {(t.module, t.name) for t in other.targets})
-
-
-def fingerprint_key(module: str, name: str) -> str:
-    return f"{module}:{name}"
-
-
-def judge(overlay: Overlay, piece: Piece, source: UpstreamSource, fingerprints: Mapping[str, str]) -> Verdict:
-    """Whether ``piece`` may be installed on the upstream in ``source``, and why not if it may not;
-    ``fingerprints``: those recorded for the release ``source`` declares."""
-    version = source.version()
-    what = f"{overlay.distribution} {version}"
-    if fixed_in(piece, version):
+def judge(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> Verdict:
+    """Whether ``piece`` may go onto the release in ``plan``, and why not if it may not; ``recorded``: the sha256 of
+    that release's files (empty for a release the overlay does not support)."""
+    overlay = plan.overlay
+    what = f"{overlay.distribution} {plan.version}"
+    upstream = [patch for patch in plan.upstream if patch.slug in piece.patches]
+    if upstream and not plan.pieces_patches(piece):  # by the release: also one the overlays do not support
+        since = upstream[0].applied_upstream
         return Verdict(
             PieceState.UPSTREAM_HAS_FIX,
-            f"{overlay.name}: {piece.name} stays off: {what} has the fix (upstream since {piece.fixed_since})",
+            f"{overlay.name}: {piece.name} stays off: {what} has the fix (upstream since {since})",
         )
-    if version in overlay.supported and not for_release(piece, version):
-        own = [other.name for other in overlay.pieces if for_release(other, version) and _same_targets(other, piece)]
-        covered = f"takes its own piece ({', '.join(own)})" if own else "has no piece of these patches"
+    if plan.series is not None and not plan.pieces_patches(piece):
         return Verdict(
             PieceState.OTHER_RELEASE,
-            f"{overlay.name}: {piece.name} is for {overlay.distribution} {', '.join(piece.releases or ())}; "
-            f"{what} {covered}",
+            f"{overlay.name}: {piece.name}: {what}'s series ({plan.series}) has none of its patches",
         )
-    reason = piece.upstream_has_fix(source)
-    if reason is not None:
-        return Verdict(PieceState.UPSTREAM_HAS_FIX, f"{overlay.name}: {piece.name} stays off: {what} {reason}")
-    if version not in overlay.supported:
+    if _carries(plan, piece, recorded):
+        return Verdict(
+            PieceState.UPSTREAM_HAS_FIX,
+            f"{overlay.name}: {piece.name} stays off: {what} already has the patches of this piece "
+            "(a patched tree or wheel)",
+        )
+    if plan.series is None or not recorded:
+        from patchset_overlay.derive import release_series
+
+        supported = ", ".join(release_series(overlay.distribution))
         return Verdict(
             PieceState.REFUSED,
-            f"{overlay.name}: {piece.name} not applied: {what} is not a supported version (supported: "
-            f"{', '.join(overlay.supported)}); {overlay.upstream} left untouched",
+            f"{overlay.name}: {piece.name} not applied: {what} is not a supported version (supported: {supported}); "
+            f"{overlay.upstream} left untouched",
         )
-    unfit = piece.unfit(source) if piece.unfit is not None else None
+    unfit = piece.unfit(plan.source) if piece.unfit is not None else None
     if unfit is not None:
         return Verdict(
             PieceState.REFUSED, f"{overlay.name}: {piece.name} not applied: {unfit}; {overlay.upstream} left untouched"
         )
-    for target in piece.targets:
-        expected = fingerprints.get(fingerprint_key(target.module, target.name), "none recorded")
+    for path in plan.files(plan.pieces_patches(piece)):
+        expected = recorded.get(path, "none recorded")
         try:
-            found = source.fingerprint(target.module, target.name)
-        except SourceError as error:
+            found = sha256(plan.installed_text(path))
+        except OSError as error:
             found = f"unreadable ({error})"
         if found != expected:
             return Verdict(
                 PieceState.REFUSED,
-                f"{overlay.name}: {piece.name} not applied: {target.label} in {what} is not the code this overlay "
-                f"was written for (source sha256 {found[:16]}, expected {expected[:16]}); "
-                f"{overlay.upstream} left untouched",
+                f"{overlay.name}: {piece.name} not applied: {path} in {what} is not the file this overlay was made "
+                f"for (sha256 {found[:16]}, expected {expected[:16]}); {overlay.upstream} left untouched",
             )
     return Verdict(PieceState.ACTIVE, f"fits {what}")

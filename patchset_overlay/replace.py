@@ -51,15 +51,20 @@ def _check_globals(namespace: dict[str, Any], replacement: FunctionType, where: 
             raise ReplaceError(f"{where}: global {name!r} differs from the overlay's")
 
 
-def replace_function_code(target: FunctionType, replacement: FunctionType, new: Collection[str] = ()) -> Undo:
+def replace_function_code(
+    target: FunctionType, replacement: FunctionType, new: Collection[str] = (), closures: bool = False
+) -> Undo:
     """Give ``target`` the code, defaults and docs of ``replacement``, keeping the function object itself.
 
     The code then runs in the upstream module's namespace, as the patched upstream function would. So every global
     it reads must already be there and be the very object ``replacement`` was written against; otherwise nothing
-    is changed. ``new``: the names exempt, those the same installer adds to the module or gives the mirror's code
-    (a patched function calling another the patch changes).
+    is changed. ``new``: the names exempt, those the patched module binds that are not there yet. ``closures``: the
+    replacement may close over the same names as ``target`` (a method's ``__class__``), and keeps ``target``'s cells.
     """
-    if target.__code__.co_freevars or replacement.__code__.co_freevars:
+    if closures:
+        if target.__code__.co_freevars != replacement.__code__.co_freevars:
+            raise ReplaceError(f"{target.__qualname__}: the patched code closes over other names")
+    elif target.__code__.co_freevars or replacement.__code__.co_freevars:
         raise ReplaceError(f"{target.__qualname__}: closures cannot be replaced in place")
     _check_globals(target.__globals__, replacement, f"{target.__module__}.{target.__qualname__}", new)
     saved = {part: getattr(target, part) for part in _FUNCTION_PARTS}
@@ -70,6 +75,29 @@ def replace_function_code(target: FunctionType, replacement: FunctionType, new: 
     def undo() -> None:
         for part, value in saved.items():
             setattr(target, part, value)
+
+    return undo
+
+
+def set_module_value(module: ModuleType, name: str, value: Any) -> Undo:
+    """Give module global ``name`` a new value; a list keeps its identity (its items are replaced), so that every
+    holder of it sees the new items (Trinity's ``validators``)."""
+    current = module.__dict__.get(name, _MISSING)
+    if isinstance(current, list) and isinstance(value, list):
+        saved = list(current)
+        current[:] = value
+
+        def undo_items() -> None:
+            current[:] = saved
+
+        return undo_items
+    setattr(module, name, value)
+
+    def undo() -> None:
+        if current is _MISSING:
+            delattr(module, name)
+        else:
+            setattr(module, name, current)
 
     return undo
 
@@ -119,32 +147,26 @@ def _regenerate_dataclass(cls: type) -> None:
     dataclasses.dataclass(cls, **options)
 
 
-def add_dataclass_field(cls: type, name: str, annotation: Any, default: Any, after: str, doc_line: str = "") -> Undo:
-    """Add a defaulted field to dataclass ``cls`` right after field ``after``, and to its dataclass subclasses.
+def set_dataclass_field(cls: type, name: str, annotation: Any, default: Any, after: str | None) -> Undo:
+    """Give dataclass ``cls`` the field ``name`` (its annotation and default; a `dataclasses.Field` for a factory), in
+    place or, when it has none, right after field ``after``; its dataclass subclasses follow.
 
     Each class's generated ``__init__``, ``__repr__`` and ``__eq__`` are made again by ``dataclasses`` itself, so
-    the class behaves as if it had been written with the field. ``doc_line`` goes into the docstring after the
-    line that documents ``after``.
+    the class behaves as if it had been written with the field.
     """
-    if not dataclasses.is_dataclass(cls) or after not in cls.__dict__.get("__annotations__", {}):
+    own = cls.__dict__.get("__annotations__", {})
+    if not dataclasses.is_dataclass(cls) or (name not in own and after is not None and after not in own):
         raise ReplaceError(f"{cls.__qualname__} has no own dataclass field {after!r} to add {name!r} after")
     classes = _subclasses_parents_first(cls)
     saved = {klass: dict(klass.__dict__) for klass in classes}
 
-    annotations = {}
-    for key, value in cls.__dict__["__annotations__"].items():
-        annotations[key] = value
-        if key == after:
+    annotations = {} if name in own or after is not None else {name: annotation}
+    for key, value in own.items():
+        annotations[key] = annotation if key == name else value
+        if key == after and name not in own:
             annotations[name] = annotation
     cls.__annotations__ = annotations
     setattr(cls, name, default)
-    if doc_line and cls.__doc__:
-        lines = cls.__doc__.splitlines(keepends=True)
-        for index, line in enumerate(lines):
-            if line.strip().startswith(f"{after} ("):
-                lines.insert(index + 1, doc_line)
-                break
-        cls.__doc__ = "".join(lines)
     for klass in classes:
         _regenerate_dataclass(klass)
 
@@ -179,30 +201,3 @@ def add_module_globals(module: ModuleType, names: dict[str, Any]) -> Undo:
                 delattr(module, name)
 
     return undo
-
-
-def bound_to(module: ModuleType, function: FunctionType, new: Collection[str] = (), qualname: str = "") -> FunctionType:
-    """A copy of ``function`` (code, defaults, docs) that runs in ``module``'s namespace, as a function the patched
-    upstream module defines itself would (its ``__module__`` is ``module``'s). Every global it reads must be there
-    already and be the very object ``function`` was written against, but ``new``: the names added beside it.
-    ``qualname``: the copy's (a method's ``Class.name`` in upstream's class), else ``function``'s name."""
-    if function.__code__.co_freevars:
-        raise ReplaceError(f"{function.__qualname__}: a closure cannot be moved to {module.__name__}")
-    _check_globals(vars(module), function, f"{module.__name__}.{function.__name__}", new)
-    copy = FunctionType(function.__code__, vars(module), function.__name__, function.__defaults__)
-    copy.__kwdefaults__, copy.__doc__ = function.__kwdefaults__, function.__doc__
-    copy.__annotations__ = dict(function.__annotations__)
-    copy.__qualname__ = qualname or function.__name__
-    return copy
-
-
-def decorated_function(wrapper: FunctionType, free_name: str = "func") -> FunctionType:
-    """The function a decorator's ``wrapper`` closes over as ``free_name`` (Trinity's PolicyLossFnMeta wraps every
-    ``__call__``): its code can be replaced in place while the wrapper stays as it is."""
-    code = wrapper.__code__
-    if free_name not in code.co_freevars or wrapper.__closure__ is None:
-        raise ReplaceError(f"{wrapper.__qualname__} does not wrap a function called {free_name!r}")
-    inner = wrapper.__closure__[code.co_freevars.index(free_name)].cell_contents
-    if not isinstance(inner, FunctionType):
-        raise ReplaceError(f"{wrapper.__qualname__} wraps {inner!r}, not a function")
-    return inner

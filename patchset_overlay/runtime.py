@@ -2,9 +2,10 @@
 
 `activate` puts a `patchset_overlay.finder.PostImportFinder` on ``sys.meta_path`` for the overlay's modules and
 handles those imported already. When the first of them is imported, every piece of the overlay is judged from the
-upstream's files (`patchset_overlay.guard`), once, for all of its targets; then, for an active piece, the
-installer of that module runs, and the installer of each other module runs when that module is imported. An
-installer that fails takes the whole piece back out (every module it had changed), and the piece is refused.
+upstream's files (`patchset_overlay.guard`), once, for all of its files, and the active pieces' patches are derived
+on them (`patchset_overlay.derive`); then an active piece's changes to that module are made
+(`patchset_overlay.install`), and those to each other module when it is imported. A change that fails takes the
+whole piece back out (every module it had changed), and the piece is refused.
 `dispatch` is the finder's callback once the overlays are on; whether the start-up switched them on is
 `patchset_overlay.startup.outcome`, which `switched_on` reads.
 """
@@ -17,9 +18,11 @@ from collections.abc import Mapping
 from types import ModuleType
 
 from patchset_overlay import startup
+from patchset_overlay.derive import Plan
 from patchset_overlay.finder import already_imported, install
 from patchset_overlay.fingerprints import recorded
 from patchset_overlay.guard import judge
+from patchset_overlay.install import apply_change
 from patchset_overlay.source import UpstreamSource
 from patchset_overlay.spec import Overlay, Piece
 from patchset_overlay.state import OverlayRecord, PieceRecord, PieceState, Verdict, record_for
@@ -35,32 +38,42 @@ def _warn_once(record: OverlayRecord, message: str) -> None:
         warnings.warn(message, OverlayWarning, stacklevel=3)
 
 
-def _verdicts(overlay: Overlay) -> dict[str, Verdict]:
-    """Each piece's verdict; a check that cannot be made refuses (this often runs inside someone's import, which
-    it must never break)."""
+def verdicts(overlay: Overlay) -> tuple[Plan | None, dict[str, Verdict]]:
+    """The plan of the installed release and each piece's verdict, its patches derived for the active ones; a check
+    that cannot be made refuses (this often runs inside someone's import, which it must never break)."""
     try:
         source = UpstreamSource.find(overlay.upstream)
-        fingerprints = recorded(overlay).get(source.version(), {}) if source is not None else {}
+        if source is None:
+            missing = Verdict(PieceState.REFUSED, f"{overlay.name}: {overlay.distribution} is not installed")
+            return None, {piece.name: missing for piece in overlay.pieces}
+        plan = Plan.make(overlay, source)
+        fingerprints = recorded(overlay).get(plan.version, {})
     except Exception as error:
         failed = Verdict(
             PieceState.REFUSED,
             f"{overlay.name}: not applied: could not read what to check ({error!r}); {overlay.upstream} left untouched",
         )
-        return {piece.name: failed for piece in overlay.pieces}
-    if source is None:
-        missing = Verdict(PieceState.REFUSED, f"{overlay.name}: {overlay.distribution} is not installed")
-        return {piece.name: missing for piece in overlay.pieces}
-    verdicts = {}
+        return None, {piece.name: failed for piece in overlay.pieces}
+    found = {}
     for piece in overlay.pieces:
         try:
-            verdicts[piece.name] = judge(overlay, piece, source, fingerprints)
+            found[piece.name] = judge(plan, piece, fingerprints)
         except Exception as error:
-            verdicts[piece.name] = Verdict(
+            found[piece.name] = Verdict(
                 PieceState.REFUSED,
                 f"{overlay.name}: {piece.name} not applied: could not check {overlay.upstream} ({error!r}); "
                 f"{overlay.upstream} left untouched",
             )
-    return verdicts
+    active = [piece for piece in overlay.pieces if found[piece.name].state is PieceState.ACTIVE]
+    try:
+        failures = plan.derive(active)
+    except Exception as error:
+        failures = {piece.name: f"could not derive its patches ({error!r})" for piece in active}
+    for name, why in failures.items():
+        found[name] = Verdict(
+            PieceState.REFUSED, f"{overlay.name}: {name} not applied: {why}; {overlay.upstream} left untouched"
+        )
+    return plan, found
 
 
 def judge_pieces(overlay: Overlay) -> None:
@@ -69,7 +82,8 @@ def judge_pieces(overlay: Overlay) -> None:
     if not record.enabled or record.judged:
         return
     record.judged = True
-    for name, verdict in _verdicts(overlay).items():
+    record.plan, judged = verdicts(overlay)
+    for name, verdict in judged.items():
         record.pieces[name] = PieceRecord(verdict.state, verdict.reason)
         if verdict.state not in (PieceState.ACTIVE, PieceState.OTHER_RELEASE):  # the latter: nothing to warn of
             _warn_once(record, verdict.reason)
@@ -88,7 +102,9 @@ def _install(overlay: Overlay, piece: Piece, module: ModuleType) -> None:
         return
     steps: list = []
     try:
-        piece.installers[module.__name__](module, steps)
+        derived = record.plan.derived[record.plan.module_path(module.__name__)]
+        for change in record.plan.piece_changes(piece, module.__name__):
+            steps.append(apply_change(module, derived, change))
     except Exception as error:  # never half-done: the piece comes out of every module it had changed
         for step in reversed(steps):
             step()
@@ -104,8 +120,9 @@ def _module_imported(overlay: Overlay, module: ModuleType) -> None:
     if not record_for(overlay.name).enabled:
         return
     judge_pieces(overlay)
+    plan = record_for(overlay.name).plan
     for piece in overlay.pieces:
-        if module.__name__ in piece.installers:
+        if plan is not None and module.__name__ in plan.piece_modules(piece):
             _install(overlay, piece, module)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 
 class PieceState(Enum):
@@ -43,6 +44,7 @@ class OverlayRecord:
     pieces: dict[str, PieceRecord] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)
     how: str = ""  # how it was activated: "explicit" or "automatic (...)"
+    plan: Any = None  # the `patchset_overlay.derive.Plan` of the installed release, once judged
 
 
 RECORDS: dict[str, OverlayRecord] = {}

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from patchset_overlay import startup
+from patchset_overlay.derive import Plan
 from patchset_overlay.runtime import judge_pieces, piece_states
-from patchset_overlay.spec import Overlay
+from patchset_overlay.spec import Overlay, Piece
 from patchset_overlay.state import PieceState, record_for
 
 
@@ -45,6 +46,13 @@ def carried_series() -> dict[str, Any]:
     return {"revision": data.get("revision"), "series": data.get("series", {})}
 
 
+def _patch_names(plan: Plan | None, piece: Piece) -> list[str]:
+    """The piece's patch files in the installed release's series (``0001-...``), else its slugs."""
+    if plan is None or plan.series is None:
+        return list(piece.patches)
+    return [patch.path.stem for patch in plan.patches + plan.upstream if patch.slug in piece.patches]
+
+
 def _how(overlay: Overlay) -> str:
     record = record_for(overlay.name)
     if record.how:
@@ -70,14 +78,24 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
                 continue  # written for other releases: this one has its own piece of the same patches
             reason = state.reason
             if state.state is PieceState.ACTIVE:
-                changed = [target.label for target in piece.targets if target.module in state.undo]
-                waiting = [target.label for target in piece.targets if target.module not in state.undo]
+                plan = record.plan
+                labels = {
+                    module: [f"{module}.{change.label}" for change in plan.piece_changes(piece, module)]
+                    for module in plan.piece_modules(piece)
+                }
+                changed = [label for module, items in labels.items() if module in state.undo for label in items]
+                waiting = [label for module, items in labels.items() if module not in state.undo for label in items]
                 reason += f"; changed {', '.join(changed)}" if changed else ""
                 reason += f"; changes {', '.join(waiting)} when imported" if waiting else ""
             elif not record.enabled and state.state is PieceState.INACTIVE:
                 reason = _how(overlay)
             pieces.append(
-                {"piece": piece.name, "patches": list(piece.patches), "state": state.state.value, "reason": reason}
+                {
+                    "piece": piece.name,
+                    "patches": _patch_names(record.plan, piece),
+                    "state": state.state.value,
+                    "reason": reason,
+                }
             )
         for name, verdict in (overlay.other_parts(overlay) if overlay.other_parts else {}).items():
             pieces.append({"piece": name, "patches": [], "state": verdict.state.value, "reason": verdict.reason})

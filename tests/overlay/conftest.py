@@ -52,18 +52,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _every_piece() -> int:
     """How many entries `status` lists when everything is active on the default pins (the releases these tests
-    install): each code piece written for that release (`status` leaves out another release's), and verl's critic
-    YAML."""
+    install): each piece with a patch in that release's series, and verl's critic YAML."""
     from patchset.upstreams.pins import load_pins
     from patchset_overlay import overlays
+    from patchset_overlay.derive import read_series, release_series
 
     defaults = {pin.name: pin.version for pin in load_pins(REPO_ROOT / "patches" / "upstreams.toml").defaults()}
-    return 1 + sum(
-        1
-        for overlay in overlays()
-        for piece in overlay.pieces
-        if piece.releases is None or defaults[overlay.distribution] in piece.releases
-    )
+    count = 1
+    for overlay in overlays():
+        series = release_series(overlay.distribution, REPO_ROOT / "patches")[defaults[overlay.distribution]]
+        slugs = {patch.slug for patch in read_series(REPO_ROOT / "patches" / series)}
+        count += sum(1 for piece in overlay.pieces if slugs & set(piece.patches))
+    return count
 
 
 EVERY_PIECE = _every_piece()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 
 def _overlay_code(function) -> bool:  # type: ignore[no-untyped-def]
-    """The function runs the overlay's code: its code object was compiled from a file of an overlay package."""
+    """The function runs the overlay's code: its code object was compiled from a file the overlays derived."""
     return "_overlay" + "/" in Path(function.__code__.co_filename).as_posix()
 
 
@@ -89,6 +89,7 @@ PROBES = {
     in vars(m.MIXCHORDPolicyLossFn),
     "trinity.algorithm.policy_loss_fn.dpo_loss.DPOLossFn": _dpo,
     "trinity.trainer.verl.losses.TrinityPolicyLoss": _trinity_policy_loss,
+    "trinity.trainer.verl.config.group_micro_batch_size": lambda m: _overlay_code(m.group_micro_batch_size),
     "trinity.trainer.verl.trainer.VERLTrainer": lambda m: _overlay_code(vars(m.VERLTrainer)["_update_actor"]),
     # veRL's register decorator wraps it: the overlay replaces the code of the function it wraps
     "trinity.trainer.verl.workers.TrinityActorRolloutRefWorker": lambda m: _overlay_code(

@@ -2,7 +2,7 @@
 
 `python -m patchset_overlay fingerprints --check` against the vanilla pinned checkouts (and verl 0.9.1 and 0.7.1,
 the other releases the verl overlay accepts) must find nothing stale, and must find a fingerprint stale as soon as one
-target's source differs (a one-character edit of a copy).
+file the overlay derives differs (a one-character edit of a copy).
 """
 
 from __future__ import annotations
@@ -38,13 +38,8 @@ def test_stored_fingerprints_match_the_pinned_releases(vanilla_trees):
 @pytest.mark.parametrize(
     ("package", "relative", "old", "stale"),
     [
-        ("verl", "workers/utils/losses.py", "def value_loss(", "verl.workers.utils.losses:value_loss"),
-        (
-            "trinity",
-            "trainer/verl/losses.py",
-            "class TrinityPolicyLoss",
-            "trinity.trainer.verl.losses:TrinityPolicyLoss",
-        ),
+        ("verl", "workers/utils/losses.py", "def value_loss(", "verl/workers/utils/losses.py"),
+        ("trinity", "trainer/verl/losses.py", "class TrinityPolicyLoss", "trinity/trainer/verl/losses.py"),
     ],
 )
 def test_check_reports_a_changed_target_as_stale(tmp_path, vanilla_trees, package, relative, old, stale):

@@ -43,6 +43,7 @@ UPSTREAM_OBJECTS = {
 }
 POLICY_LOSS = "policy-loss-normalization"
 DPO_PAIRS = "dpo-pairs-and-steps"
+SWITCH = "loss-scale-switch-default"
 
 
 def _changed_copy(tmp_path: Path, site: Path, package: str, relative: str, old: str, new: str) -> Path:
@@ -117,7 +118,10 @@ def test_unsupported_version_leaves_upstream_untouched(
     _check(result, f"{off} {new}", off, "off (refused)", expected)
 
 
-def test_changed_verl_function_leaves_all_of_the_critic_fix_out(tmp_path, cases, overlay_site):
+def test_changed_verl_file_leaves_every_piece_that_changes_it_out(tmp_path, cases, overlay_site):
+    """A file is recognised whole, by its sha256 in the pinned sdist: one changed line of core_algos.py keeps out
+    every piece whose patches change that file (the critic, geo_mean, the mini-batch statistics); the distillation
+    piece, which does not, goes on."""
     changed = _changed_copy(
         tmp_path,
         overlay_site,
@@ -127,10 +131,9 @@ def test_changed_verl_function_leaves_all_of_the_critic_fix_out(tmp_path, cases,
         "vf_loss = 0.50 * agg_loss(",
     )
     result = _guard(cases, "changed", "verl", [changed])
-    expected = (
-        "verl.trainer.ppo.core_algos.compute_value_loss in verl 0.8.0 is not the code this overlay was written for"
-    )
-    _check(result, "changed verl compute_value_loss", "verl", "off (refused)", expected, CRITIC_OBJECTS)
+    expected = "verl/trainer/ppo/core_algos.py in verl 0.8.0 is not the file this overlay was made for"
+    objects = (*CRITIC_OBJECTS, "compute_policy_loss_geo_mean", *STATISTICS_OBJECTS)
+    _check(result, "changed verl core_algos.py", "verl", "off (refused)", expected, objects)
 
 
 def _check_trinity_pieces(result: dict, case: str, expected: dict[str, tuple[str, str]], untouched: set[str]) -> None:
@@ -146,45 +149,46 @@ def _check_trinity_pieces(result: dict, case: str, expected: dict[str, tuple[str
 
 
 @pytest.mark.parametrize(
-    ("relative", "old", "new", "changed_class", "pieces", "untouched"),
+    ("relative", "old", "new", "pieces", "untouched"),
     [
-        # TrinityPolicyLoss changed: the piece that changes it stays out; the DPO fix, which does not, goes on
+        # TrinityPolicyLoss's file changed: the piece that changes it stays out; the DPO fix, which does not, goes on
         (
             "trainer/verl/losses.py",
             "return policy_loss, metrics",
             "return policy_loss * 1, metrics",
-            "trinity.trainer.verl.losses.TrinityPolicyLoss",
-            {POLICY_LOSS: "refused", DPO_PAIRS: "active"},
-            {"TrinityPolicyLoss.__call__", "TrinityPolicyLoss.__init__"},
+            {POLICY_LOSS: "refused", DPO_PAIRS: "active", SWITCH: "builds on it"},
+            {"TrinityPolicyLoss.__call__", "TrinityPolicyLoss.__init__", "TrainerConfigValidator.validators"},
         ),
-        # DPOLossFn changed: both pieces change it (its aggregation; its logits and pairs), so both stay out whole
+        # DPOLossFn's file changed: both pieces change it (its aggregation; its logits and pairs): both stay out whole
         (
             "algorithm/policy_loss_fn/dpo_loss.py",
             '"dpo_loss": loss.detach().item(),',
             '"dpo_loss": float(loss.detach()),',
-            "trinity.algorithm.policy_loss_fn.dpo_loss.DPOLossFn",
-            {POLICY_LOSS: "refused", DPO_PAIRS: "refused"},
+            {POLICY_LOSS: "refused", DPO_PAIRS: "refused", SWITCH: "builds on it"},
             set(UPSTREAM_OBJECTS["trinity"]),
         ),
     ],
     ids=["TrinityPolicyLoss", "DPOLossFn"],
 )
-def test_changed_trinity_class_leaves_every_piece_that_changes_it_out(
-    tmp_path, cases, overlay_site, relative, old, new, changed_class, pieces, untouched
+def test_changed_trinity_file_leaves_every_piece_that_changes_it_out(
+    tmp_path, cases, overlay_site, relative, old, new, pieces, untouched
 ):
     changed = _changed_copy(tmp_path, overlay_site, "trinity", relative, old, new)
     result = _guard(cases, "changed", "trinity", [changed])
     states = {
-        "refused": ("off (refused)", f"{changed_class} in trinity-rft 0.6.0 is not the code this overlay was"),
+        "refused": ("off (refused)", f"trinity/{relative} in trinity-rft 0.6.0 is not the file this overlay was"),
         "active": ("active", "fits trinity-rft 0.6.0"),
+        # 0010's change of VERLTrainer.prepare is made on 0001's: it cannot be derived without it
+        "builds on it": ("off (refused)", "(it may build on 0001"),
     }
-    name = changed_class.rpartition(".")[2]
+    name = Path(relative).name
     _check_trinity_pieces(
         result, f"changed {name}", {piece: states[state] for piece, state in pieces.items()}, untouched
     )
 
 
-def test_changed_critic_yaml_is_not_put_on_hydras_search_path(tmp_path, cases, overlay_site):
+def test_changed_critic_yaml_keeps_the_critic_piece_out(tmp_path, cases, overlay_site):
+    """The critic YAML is one of the critic patch's files: a changed one keeps the whole piece out, code and YAML."""
     changed = _changed_copy(
         tmp_path,
         overlay_site,
@@ -196,11 +200,9 @@ def test_changed_critic_yaml_is_not_put_on_hydras_search_path(tmp_path, cases, o
     result = _guard(cases, "changed", "verl", [changed])
     _record("changed critic.yaml", result["warnings"])
     assert not result["critic_yaml_composes_loss_scale_factor"]
-    assert [
-        m
-        for m in result["warnings"]
-        if "critic.yaml not used: verl 0.8.0's trainer/config/critic/critic.yaml is not the file" in m
-    ]
+    expected = "critic not applied: verl/trainer/config/critic/critic.yaml in verl 0.8.0 is not the file"
+    assert [m for m in result["warnings"] if expected in m], result["warnings"]
+    assert all(result["untouched"][name] for name in CRITIC_OBJECTS), result["untouched"]
     yaml_piece = next(p for p in _pieces(result, "verl_overlay") if p["piece"].startswith("critic.yaml"))
     assert yaml_piece["state"] == "off (refused)"
 

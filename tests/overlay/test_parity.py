@@ -93,32 +93,63 @@ def test_distillation_cases_differ_on_vanilla_wherever_a_rank_has_more_than_one_
     assert names and differ == {name for name in names if not name.endswith(" dp1 fixed-size-K1")}
 
 
-@pytest.mark.parametrize(("series", "release"), [("verl", "0.8.0"), ("verl-0.7", "0.7.1"), ("trinity", "0.6.0")])
-def test_every_patch_of_the_series_is_mirrored_by_exactly_one_piece(series, release):
-    """On each release the overlay accepts, the pieces written for it mirror its series, patch for patch (by slug:
-    verl-0.7's 0002 is verl's 0003, copied), but a patch whose ``parts.toml`` gives a reason for its missing overlay
-    piece (verl 0004)."""
+@pytest.mark.parametrize("series", ["verl", "verl-0.7", "trinity"])
+def test_every_patch_of_the_series_goes_on_with_exactly_one_piece(series):
+    """Each overlay's pieces name every patch of each series it derives, once (by slug: verl-0.7's 0002 is verl's
+    0003, copied), and nothing else."""
     import importlib
 
     from patchset.series.model import load_series
-    from patchset.series.parts import read_parts
 
-    parts = read_parts(REPO_ROOT / "patches" / series)
-    patches = [
-        slug
-        for slug in (Path(patch.name).stem[5:] for patch in load_series(REPO_ROOT / "patches", series).patches)
-        if "overlay" not in parts.get(slug, {}).get("missing", {})
-    ]
+    slugs = sorted(Path(patch.name).stem[5:] for patch in load_series(REPO_ROOT / "patches", series).patches)
     overlay = importlib.import_module(f"{series.split('-')[0]}_overlay.pieces").OVERLAY
-    pieces = [piece for piece in overlay.pieces if piece.releases is None or release in piece.releases]
-    mirrored = [patch[5:] for piece in pieces for patch in piece.patches]
-    assert sorted(mirrored) == sorted(patches), (
-        f"patches/{series}/series lists {patches}, but {series}_overlay's pieces mirror {mirrored}: every patch "
-        "needs exactly one overlay piece (see the overlay's pieces/)"
-    )
+    named = [slug for piece in overlay.pieces for slug in piece.patches if slug in slugs]
+    assert sorted(named) == slugs, f"patches/{series}/series lists {slugs}, but {overlay.name}'s pieces name {named}"
 
 
-def test_overlay_critic_yaml_is_the_patched_file(patched_trees):
-    ours = REPO_ROOT / "verl_overlay" / "trainer" / "config" / "critic" / "critic.yaml"
-    theirs = patched_trees["verl"] / "verl" / "trainer" / "config" / "critic" / "critic.yaml"
-    assert ours.read_bytes() == theirs.read_bytes()
+def test_every_derived_file_is_the_patched_checkouts_file(vanilla_trees, patched_trees):
+    """What the overlays run is what ``scripts/apply.sh`` makes: each file derived from the series on the vanilla
+    release is byte for byte the patched checkout's (the critic YAML among them)."""
+    from patchset_overlay import overlays
+    from patchset_overlay.derive import Plan
+    from patchset_overlay.source import UpstreamSource
+
+    checked = []
+    for overlay in overlays():
+        plan = Plan.make(overlay, UpstreamSource(overlay.upstream, vanilla_trees[overlay.upstream] / overlay.upstream))
+        assert plan.derive(list(overlay.pieces)) == {}
+        for path, derived in plan.derived.items():
+            assert derived.text == (patched_trees[overlay.upstream] / path).read_text(encoding="utf-8"), path
+            checked.append(path)
+    assert "verl/trainer/config/critic/critic.yaml" in checked and len(checked) >= 15, checked
+
+
+def _definitions(path: Path) -> dict[str, str]:
+    """{name: the AST dump of its body} of every function and class in a Python file, at any depth."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return {node.name: ast.dump(ast.Module(node.body, [])) for node in ast.walk(tree) if isinstance(node, kinds)}
+
+
+def test_no_upstream_code_is_kept_in_the_overlay_packages(vanilla_trees, patched_trees):
+    """The overlays derive what they run from the patches: no function or class of an upstream module they change,
+    as released or as patched, is in ``verl_overlay/`` or ``trinity_overlay/``, under any name."""
+    from patchset_overlay import overlays
+
+    upstream = set()
+    for overlay in overlays():
+        for tree in (vanilla_trees[overlay.upstream], patched_trees[overlay.upstream]):
+            for module in overlay.modules:
+                path = tree / (module.replace(".", "/") + ".py")
+                if path.is_file():
+                    upstream.update(_definitions(path).values())
+    assert len(upstream) > 200, "the upstream modules were not read"
+    ours = {
+        f"{path.relative_to(REPO_ROOT)}:{name}": body
+        for package in ("verl_overlay", "trinity_overlay")
+        for path in (REPO_ROOT / package).rglob("*.py")
+        for name, body in _definitions(path).items()
+    }
+    assert not [where for where, body in ours.items() if body in upstream]

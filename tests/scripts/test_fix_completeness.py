@@ -5,11 +5,9 @@ A fix's parts (a new loss fix touches about 18 files; nothing else checks the se
 
 - ``group``: a line of ``patches/<series>/groups`` lists it; ``pr``: that group's PR body, ``pr/<group>.md``;
 - ``teeth``: its entry in ``teeth``, whose ``-k`` expression names only tests that exist in tests/regression;
-- ``overlay``: a piece of its upstream's overlay (``verl_overlay/pieces``, ``trinity_overlay/pieces``), written for a
-  release the series is pinned to, that names the patch (by its slug, as ``teeth`` does: a patch made again for
-  another release line keeps it); ``mirror``: that piece's mirror module of every target module; ``fingerprints``:
-  the piece's targets in the overlay's ``fingerprints.json``, for every release of the series the overlay installs
-  the piece on;
+- ``overlay``: a piece of its upstream's overlay (``verl_overlay/pieces.py``, ``trinity_overlay/pieces.py``) names
+  the patch (by its slug, as ``teeth`` does: a patch made again for another release line keeps it), where a release
+  the series is pinned to is one the overlays support (its code is derived from the patch itself);
 - ``harness``: the key its loss is trained under by the engine harness (``harness`` in parts.toml): one of
   ``LOSSES`` in ``engine_harness/losses.py`` that ``loss_function`` has a branch for, and the name of its GPU proof
   case where it has one (the proof trains ``loss_function(case.name)``);
@@ -37,7 +35,6 @@ but ``git apply --numstat`` on each patch (`patchset.series.model.read_patch`, t
 from __future__ import annotations
 
 import ast
-import json
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -51,9 +48,8 @@ from patchset.series.model import Patch, Series, load_series
 from patchset.series.parts import PARTS_FILE, read_parts
 from patchset.series.teeth import slug_of
 from patchset.upstreams.pins import Pins, load_pins
-from patchset_overlay.fingerprints import Fingerprints
-from patchset_overlay.guard import fingerprint_key, fixed_in, for_release
-from patchset_overlay.spec import Overlay, Piece, Target
+from patchset_overlay.derive import release_series
+from patchset_overlay.spec import Overlay, Piece
 from patchset_overlay.startup import overlays
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -62,8 +58,6 @@ PARTS = (
     "pr",
     "teeth",
     "overlay",
-    "mirror",
-    "fingerprints",
     "harness",
     "parity",
     "guard",
@@ -149,32 +143,21 @@ def fixes_of(tree: Tree) -> list[Fix]:
     return found
 
 
-def piece_releases(overlay: Overlay, piece: Piece, releases: tuple[str, ...]) -> list[str]:
-    """The releases among ``releases`` that the overlay supports and ``piece`` is written for."""
-    return [release for release in releases if release in overlay.supported and for_release(piece, release)]
+def overlay_releases(tree: Tree, overlay: Overlay, releases: tuple[str, ...]) -> list[str]:
+    """The releases among ``releases`` that the overlay supports (``overlay = true`` in upstreams.toml)."""
+    supported = release_series(overlay.distribution, tree.patches)
+    return [release for release in releases if release in supported]
 
 
 def pieces_of(tree: Tree, fix: Fix) -> list[tuple[Overlay, Path, Piece]]:
-    """The pieces that mirror ``fix``: of its upstream's overlay, for a release of its series, naming its slug."""
+    """The pieces that carry ``fix``: of its upstream's overlay, where it supports a release of its series."""
     return [
         (overlay, folder, piece)
         for overlay, folder in tree.overlays
-        if overlay.upstream == fix.upstream
+        if overlay.upstream == fix.upstream and overlay_releases(tree, overlay, fix.releases)
         for piece in overlay.pieces
-        if piece_releases(overlay, piece, fix.releases) and fix.slug in {slug_of(name) for name in piece.patches}
+        if fix.slug in piece.patches
     ]
-
-
-def mirror_file(folder: Path, target: Target) -> Path:
-    """The overlay module that mirrors ``target``'s upstream module (the overlay keeps the upstream's layout)."""
-    base = folder.joinpath(*target.module.split(".")[1:])
-    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
-
-
-def recorded(folder: Path, overlay: Overlay) -> Fingerprints:
-    """The overlay's stored fingerprints, read from its folder (`patchset_overlay.fingerprints` imports it)."""
-    path = folder / overlay.fingerprints_file
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 @cache
@@ -322,18 +305,6 @@ def missing_parts(tree: Tree, fix: Fix) -> dict[str, str]:
     pieces = pieces_of(tree, fix)
     if not pieces:
         missing["overlay"] = f"no piece of a {fix.upstream} overlay, for {', '.join(fix.releases)}, names {fix.slug}"
-    for overlay, overlay_folder, piece in pieces:
-        absent = [
-            str(mirror_file(overlay_folder, t)) for t in piece.targets if not mirror_file(overlay_folder, t).is_file()
-        ]
-        if absent:
-            missing["mirror"] = f"{piece.name}: no mirror module {', '.join(absent)}"
-        stored = recorded(overlay_folder, overlay)
-        for release in piece_releases(overlay, piece, fix.releases):
-            keys = [fingerprint_key(t.module, t.name) for t in piece.targets]
-            lacking = [key for key in keys if not fixed_in(piece, release) and key not in stored.get(release, {})]
-            if lacking:
-                missing["fingerprints"] = f"{piece.name}: none for {', '.join(lacking)} on {release}"
     number = f"{fix.number:04d}"
     cases = gpuproof_patches(tree.text("checkout_tools/gpu_proof/cases.py"))
     case = next((name for patch, name in cases.items() if patch.lower().split() == [fix.series.name, number]), None)
@@ -344,12 +315,7 @@ def missing_parts(tree: Tree, fix: Fix) -> dict[str, str]:
     uncalled = sorted(set(fix.parity) - parity_functions(tree.text(PARITY_CASES)))
     if not fix.parity or uncalled:
         missing["parity"] = f"main of {PARITY_CASES} calls no {', '.join(uncalled) or 'function named in parts.toml'}"
-    replaced = {target.name for _, _, piece in pieces for target in piece.targets}
-    unguarded = sorted(
-        name
-        for name in fix.guard
-        if name not in guarded_objects(tree.text(GUARD_CASES)) or name.split(".")[0] not in replaced
-    )
+    unguarded = sorted(name for name in fix.guard if not pieces or name not in guarded_objects(tree.text(GUARD_CASES)))
     if not fix.guard or unguarded:
         missing["guard"] = (
             f"untouched() of {GUARD_CASES} checks no object of its piece named "
@@ -464,42 +430,6 @@ def test_a_fixs_choice_tests_are_tests_of_the_suite_and_none_of_its_teeth(fix: F
     assert not choices & selected(fix.series.teeth[fix.patch.name], tests), f"{fix}: a choice test is a tooth"
 
 
-def piece_problems(fixes: list[Fix], overlay: Overlay, piece: Piece) -> list[str]:
-    """What ``piece`` says that its patches do not: a piece that names no patch, a patch missing from the series of a
-    release it is written for, a ``fixed_since`` other than the patch's ``Applied-Upstream``."""
-    if not piece.patches:
-        return [f"{piece.name} names no patch"]
-    found = []
-    by_series: dict[str, list[Fix]] = {}
-    for fix in fixes:
-        if fix.upstream == overlay.upstream and piece_releases(overlay, piece, fix.releases):
-            by_series.setdefault(fix.series.name, []).append(fix)
-    if not by_series:
-        return [f"{piece.name}: no series of {overlay.upstream} is pinned to a release it is written for"]
-    for series, series_fixes in by_series.items():
-        for name in piece.patches:
-            mirrored = [fix.patch for fix in series_fixes if fix.slug == slug_of(name)]
-            if not mirrored:
-                found.append(f"{piece.name} names {name}, no patch of patches/{series}")
-            elif piece.fixed_since != mirrored[0].upstream_since:
-                found.append(
-                    f"{piece.name}: fixed_since={piece.fixed_since!r}, but patches/{series}/{mirrored[0].name} says "
-                    f"Applied-Upstream: {mirrored[0].upstream_since}"
-                )
-    return found
-
-
-@pytest.mark.parametrize(
-    ("overlay", "piece"),
-    [(overlay, piece) for overlay, _ in TREE.overlays for piece in overlay.pieces],
-    ids=lambda item: item.name,
-)
-def test_each_piece_says_what_its_patches_headers_say(overlay: Overlay, piece: Piece):
-    """A piece names its patches, and they exist in the series of every release it is written for; its
-    ``fixed_since`` (the overlay ships without the patches, so it keeps its own) is their ``Applied-Upstream``."""
-    assert piece_problems(FIXES, overlay, piece) == []
-
-
 # --- the test's own teeth: a fake series of one complete fix, then each part taken away ----------------------------
 
 FAKE_PATCH = "0001-algo-micro-batch-normalization-distillation-loss.patch"  # verl/0002, as the fake series' one patch
@@ -513,20 +443,16 @@ repository = "https://example.invalid/third"
 tag = "v0.8.0"
 series = "third"
 default = true
+overlay = true
 """.format(sha="0" * 64)
 FAKE_TESTS = "def test_the_loss_is_global():\n    pass\n\n\ndef test_elsewhere():\n    pass\n"
 
 
-def _fake_overlay(patches: tuple[str, ...] = (FAKE_PATCH.removesuffix(".patch"),)) -> Overlay:
-    piece = Piece(
-        name="loss",
-        patches=patches,
-        targets=(Target("third.trainer.losses", "the_loss"),),
-        installers={},
-        upstream_has_fix=lambda source: None,
-        fixed_since="0.9.0",
+def _fake_overlay(patches: tuple[str, ...] = (FAKE_SLUG,)) -> Overlay:
+    piece = Piece(name="loss", patches=patches)
+    return Overlay(
+        name="third_overlay", upstream="third", distribution="third", modules=("third.trainer.losses",), pieces=(piece,)
     )
-    return Overlay(name="third_overlay", upstream="third", distribution="third", supported=("0.8.0",), pieces=(piece,))
 
 
 def _fake_tree(root: Path) -> Tree:
@@ -540,8 +466,6 @@ def _fake_tree(root: Path) -> Tree:
         "patches/third/parts.toml": f'[{FAKE_SLUG}]\naudit = ["`the_loss`"]\nharness = "the_loss"\n'
         'parity = ["loss_cases"]\nguard = ["the_loss"]\n',
         "tests/regression/test_the_loss.py": FAKE_TESTS,
-        "third_overlay/trainer/losses.py": "def the_loss():\n    pass\n",
-        "third_overlay/fingerprints.json": '{"0.8.0": {"third.trainer.losses:the_loss": "0"}}\n',
         HARNESS_LOSSES: 'LOSSES = ("the_loss",)\n\n\ndef loss_function(loss, mode):\n    if loss == "the_loss":\n'
         "        return None\n",
         PARITY_CASES: "def loss_cases():\n    return {}\n\n\ndef main(out):\n    return {**loss_cases()}\n",
@@ -584,11 +508,9 @@ TAKEN_AWAY: dict[str, tuple[Callable[[Tree], Tree], set[str]]] = {
     "pr": (_remove("patches/third/pr/loss-fix.md"), {"pr"}),
     "teeth": (_rewrite("patches/third/teeth", "elsewhere", "nowhere"), {"teeth"}),
     "overlay": (
-        lambda tree: replace(tree, overlays=((_fake_overlay(("0001-another-fix",)), tree.root),)),
+        lambda tree: replace(tree, overlays=((_fake_overlay(("another-fix",)), tree.root),)),
         {"overlay", "guard"},  # the objects guarded are its piece's
     ),
-    "mirror": (_remove("third_overlay/trainer/losses.py"), {"mirror"}),
-    "fingerprints": (_rewrite("third_overlay/fingerprints.json", "the_loss", "other"), {"fingerprints"}),
     "harness": (_rewrite(HARNESS_LOSSES, 'LOSSES = ("the_loss",)', 'LOSSES = ("other",)'), {"harness"}),
     "parity": (_rewrite(PARITY_CASES, "**loss_cases()", ""), {"parity"}),
     "guard": (_rewrite(GUARD_CASES, '"the_loss"', '"other"'), {"guard"}),
@@ -626,15 +548,8 @@ def test_a_fix_missing_a_part_fails_until_a_reason_is_given(tmp_path: Path, part
     [
         ("harness", [("checkout_tools/gpu_proof/cases.py", 'Case("the_loss"', 'Case("other"')]),
         ("parity", [("patches/third/parts.toml", '"loss_cases"', '"loss_cases", "other_cases"')]),
-        (
-            "guard",
-            [
-                (GUARD_CASES, '"the_loss": True', '"the_loss": True, "other": True'),
-                ("patches/third/parts.toml", '"the_loss"]', '"other"]'),
-            ],
-        ),
     ],
-    ids=["gpuproof-case-of-another-key", "a-function-main-does-not-call", "an-object-of-no-piece-of-its"],
+    ids=["gpuproof-case-of-another-key", "a-function-main-does-not-call"],
 )
 def test_a_declared_part_its_file_does_not_match_fails(tmp_path: Path, part: str, changes: list[tuple[str, str, str]]):
     tree = _fake_tree(tmp_path)
@@ -673,22 +588,3 @@ def test_a_reason_for_a_part_that_is_there_fails(tmp_path: Path):
         f"patches/third/{PARTS_FILE} [{FAKE_SLUG}.missing] bench: there is no such part",
         f"patches/third/{PARTS_FILE} [{FAKE_SLUG}.missing] gpuproof: the part is there; drop the reason",
     ]
-
-
-@pytest.mark.parametrize(
-    ("change", "expected"),
-    [
-        ({"fixed_since": None}, f"loss: fixed_since=None, but patches/third/{FAKE_PATCH} says Applied-Upstream: 0.9.0"),
-        ({"fixed_since": "0.9.1"}, "loss: fixed_since='0.9.1', but patches/third/"),
-        ({"patches": ()}, "loss names no patch"),
-        ({"patches": ("0001-another-fix",)}, "loss names 0001-another-fix, no patch of patches/third"),
-        ({"releases": ("0.7.1",)}, "loss: no series of third is pinned to a release it is written for"),
-    ],
-    ids=["no-fixed-since", "another-fixed-since", "no-patch", "unknown-patch", "no-release"],
-)
-def test_a_piece_that_disagrees_with_its_patch_fails(tmp_path: Path, change: dict, expected: str):
-    tree = _fake_tree(tmp_path)
-    ((overlay, _),) = tree.overlays
-    assert piece_problems(fixes_of(tree), overlay, overlay.pieces[0]) == []
-    (problem,) = piece_problems(fixes_of(tree), overlay, replace(overlay.pieces[0], **change))
-    assert problem.startswith(expected)

@@ -1,0 +1,238 @@
+"""An installed release's patched modules, derived from the series' own patch files: the one source of each fix.
+
+The release's series is the one ``patches/upstreams.toml`` pins for it. Each patch the release lacks (not in it
+upstream by its DEP-3 ``Applied-Upstream`` release) is applied, in series order, to the installed file it touches,
+recognised by its sha256 in the pinned sdist (`patchset_overlay.fingerprints`); each patch's changes are read from the
+module's text before and after it (`patchset_overlay.changes`), so each piece changes exactly what its patches change.
+Only the patches of pieces judged active are applied: a piece that stays off leaves its hunks out of every module.
+
+The patch files travel with the overlays: a wheel ships them inside this package (``setup.py``), a checkout reads its
+own ``patches/``.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import linecache
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from patchset_overlay.cache import cache_root, folder_for, verified
+from patchset_overlay.changes import Change, Parsed, UnsupportedChange, bound_names, module_changes
+from patchset_overlay.hunks import HunkError, Patch, apply_hunks, read_patch
+from patchset_overlay.source import UpstreamSource
+from patchset_overlay.spec import Overlay, Piece
+
+PINS_FILE = "upstreams.toml"
+
+
+def patches_root() -> Path:
+    """The series folders: those shipped inside this package (a wheel), else the checkout's ``patches/``."""
+    shipped = Path(__file__).resolve().parent / "patches"
+    return shipped if shipped.is_dir() else Path(__file__).resolve().parents[1] / "patches"
+
+
+def release_series(distribution: str, root: Path | None = None) -> dict[str, str]:
+    """{release: series folder} of ``distribution``'s pins that the overlays support (``overlay = true``)."""
+    import tomllib
+
+    pins = tomllib.loads(((root or patches_root()) / PINS_FILE).read_text(encoding="utf-8"))["upstream"]
+    return {pin["version"]: pin["series"] for pin in pins if pin["name"] == distribution and pin.get("overlay")}
+
+
+def read_series(folder: Path) -> list[Patch]:
+    """The patches a ``series`` file lists, in order (one name a line; ``#`` starts a comment)."""
+    names = [line.split("#", 1)[0].strip() for line in (folder / "series").read_text(encoding="utf-8").splitlines()]
+    return [read_patch(folder / name) for name in names if name]
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """Leading numeric release parts of a version ("0.9.1rc1" -> (0, 9, 1)); enough to compare releases."""
+    parts = []
+    for part in version.split("."):
+        match = re.match(r"\d+", part)
+        if match is None:
+            break
+        parts.append(int(match.group()))
+        if match.end() != len(part):
+            break
+    return tuple(parts)
+
+
+def upstream_has(patch: Patch, version: str) -> bool:
+    """Whether release ``version`` has ``patch``'s change upstream (at or past its ``Applied-Upstream`` release)."""
+    return patch.applied_upstream is not None and version_tuple(version) >= version_tuple(patch.applied_upstream)
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class Derived:
+    """One upstream file as the active patches leave it."""
+
+    path: str  # in the tree, e.g. verl/workers/utils/losses.py
+    text: str
+    filename: str = ""  # what its code objects name as their file (the cache's copy, or a name linecache knows)
+    parsed: Parsed | None = None  # a module's, once derived
+    changes: dict[str, list[Change]] = field(default_factory=dict)  # patch slug -> what it changes here
+
+
+@dataclass
+class Plan:
+    """What the overlay can do on one installed release: its series, and the files the active pieces derive."""
+
+    overlay: Overlay
+    source: UpstreamSource
+    version: str
+    series: str | None
+    patches: list[Patch] = field(default_factory=list)  # the series' patches the release lacks, in order
+    upstream: list[Patch] = field(default_factory=list)  # the series' patches the release has upstream
+    derived: dict[str, Derived] = field(default_factory=dict)  # path -> derived file (active pieces only)
+
+    @classmethod
+    def make(cls, overlay: Overlay, source: UpstreamSource) -> Plan:
+        """The plan for the release in ``source``: its series if the overlays support it; for a release they do not,
+        the series of the newest supported release before it is read (to say which fixes it has upstream), and
+        ``series`` stays None."""
+        version = source.version()
+        supported = release_series(overlay.distribution)
+        plan = cls(overlay, source, version, supported.get(version))
+        earlier = [release for release in supported if version_tuple(release) <= version_tuple(version)]
+        folder = plan.series or (supported[max(earlier, key=version_tuple)] if earlier else None)
+        if folder is not None:
+            for patch in read_series(patches_root() / folder):
+                (plan.upstream if upstream_has(patch, version) else plan.patches).append(patch)
+        return plan
+
+    def in_scope(self, path: str) -> bool:
+        """Whether the overlay derives this file: a watched module, or a config file Hydra reads by search path."""
+        if path.endswith(".py"):
+            return path[: -len(".py")].replace("/", ".").removesuffix(".__init__") in self.overlay.modules
+        config = self.overlay.config_dir
+        return bool(config) and path.startswith(f"{config}/") and not Path(path).name.startswith("_generated")
+
+    def pieces_patches(self, piece: Piece, patches: list[Patch] | None = None) -> list[Patch]:
+        return [patch for patch in (self.patches if patches is None else patches) if patch.slug in piece.patches]
+
+    def files(self, patches: list[Patch]) -> list[str]:
+        """The files in scope that ``patches`` touch, in the order they first do."""
+        paths = [path for patch in patches for path in patch.files if path not in patch.new_files]
+        return [path for path in dict.fromkeys(paths) if self.in_scope(path)]
+
+    def installed(self, path: str) -> Path:
+        return self.source.root.parent / path
+
+    def installed_text(self, path: str) -> str:
+        return self.installed(path).read_text(encoding="utf-8")
+
+    def module_path(self, module: str) -> str:
+        return next((path for path in self.derived if self.in_scope(path) and _module_of(path) == module), "")
+
+    def derive(self, active: list[Piece]) -> dict[str, str]:
+        """Derive every file the ``active`` pieces' patches touch; {piece name: why it cannot be derived} for those
+        whose hunks do not apply or whose changes the overlay cannot make (left out, and the rest derived again)."""
+        failed: dict[str, str] = {}
+        collecting = gc.isenabled()
+        gc.disable()  # the syntax trees are many small objects: each collection would walk all of torch's
+        try:
+            return self._derive_all(active, failed)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _derive_all(self, active: list[Piece], failed: dict[str, str]) -> dict[str, str]:
+        while True:
+            pieces = [piece for piece in active if piece.name not in failed]
+            owner = {slug: piece for piece in pieces for slug in piece.patches}
+            patches = [patch for patch in self.patches if patch.slug in owner]
+            found = self._derive_files(patches, owner)
+            if not found:
+                return failed
+            failed.update(found)
+
+    def _derive_files(self, patches: list[Patch], owner: dict[str, Piece]) -> dict[str, str]:
+        self.derived = {}
+        failures: dict[str, str] = {}
+        for path in self.files(patches):
+            text = self.installed_text(path)
+            derived = Derived(path, text)
+            parsed = Parsed(text) if path.endswith(".py") else None
+            for patch in patches:
+                if path not in patch.files:
+                    continue
+                try:
+                    derived.text = apply_hunks(derived.text, patch.files[path], where=path)
+                    if parsed is not None:
+                        after = Parsed(derived.text)
+                        derived.changes[patch.slug] = module_changes(parsed, after)
+                        parsed = after
+                except (HunkError, SyntaxError, UnsupportedChange) as error:
+                    earlier = self.patches[: self.patches.index(patch)]
+                    left_out = [p.path.name[:4] for p in earlier if p not in patches and path in p.files]
+                    builds_on = (
+                        f" (it may build on {', '.join(left_out)}, of a piece that stays off)" if left_out else ""
+                    )
+                    failures.setdefault(
+                        owner[patch.slug].name, f"{patch.path.name} cannot be derived: {error}{builds_on}"
+                    )
+                    break
+            derived.parsed = parsed
+            if parsed is not None:
+                derived.changes = {slug: _as_in_final(changes, parsed) for slug, changes in derived.changes.items()}
+                parsed.keep_only({change.name for changes in derived.changes.values() for change in changes})
+            self.derived[path] = derived
+        if not failures:
+            self._name_files()
+        return failures
+
+    def _name_files(self) -> None:
+        """Give each derived file the name its code reports: the cache's verified copy, or a name in linecache."""
+        root = cache_root()
+        key = "\n".join(f"{path}\0{sha256(item.text)}" for path, item in sorted(self.derived.items()))
+        folder = folder_for(f"{self.overlay.distribution} {self.version}\n{key}", root)
+        for path, item in self.derived.items():
+            copy = folder / path if folder is not None else None
+            if copy is not None and verified(copy, item.text):
+                item.filename = str(copy)
+            else:
+                item.filename = f"<patchset_overlay {path}>"
+                lines = item.text.splitlines(keepends=True)
+                linecache.cache[item.filename] = (len(item.text), None, lines, item.filename)
+
+    def piece_changes(self, piece: Piece, module: str) -> list[Change]:
+        """What ``piece``'s patches change in ``module``: additions first, then in the derived file's order."""
+        item = self.derived.get(self.module_path(module))
+        if item is None:
+            return []
+        found = {change for slug in piece.patches for change in item.changes.get(slug, ())}
+        order = {change: index for index, change in enumerate(c for changes in item.changes.values() for c in changes)}
+        return sorted(found, key=lambda change: (change.kind != "statement", order[change]))
+
+    def piece_modules(self, piece: Piece) -> list[str]:
+        return [_module_of(path) for path in self.files(self.pieces_patches(piece)) if path.endswith(".py")]
+
+
+def _as_in_final(changes: list[Change], final: Parsed) -> list[Change]:
+    """A patch's changes as the final text holds them: a statement a later patch rewrote (an import that grew) is
+    the final statement that binds the same names."""
+    keys = {final.key(node): node for node in final.tree.body}
+    found: list[Change] = []
+    for change in changes:
+        if change.kind != "statement" or change.name in keys:
+            found.append(change)
+            continue
+        names = set(change.names)
+        found.extend(
+            Change("statement", key, names=bound_names(node))
+            for key, node in keys.items()
+            if names & set(bound_names(node))
+        )
+    return list(dict.fromkeys(found))
+
+
+def _module_of(path: str) -> str:
+    return path[: -len(".py")].replace("/", ".").removesuffix(".__init__")

@@ -1,0 +1,84 @@
+"""Config files a piece's patches change, for Hydra: derived like the modules, and put on Hydra's search path.
+
+Hydra reads verl's configs by search path, and a folder earlier on that path wins for the files it holds. So the
+derived files (verl's ``critic/critic.yaml`` with ``loss_scale_factor``) go into a folder of their own, under the
+config folder's layout: the overlay's cache, each file verified against the derived text before Hydra is pointed at
+it, or a private temporary folder where no cache can be had (`patchset_overlay.cache`). A config file belongs to the
+piece whose patch changes it, and is used exactly when that piece is active. The Hydra plugin
+(``hydra_plugins.patchset_overlay_searchpath``) asks `config_folder`; `status` lists each file (`config_status`). This
+runs inside Hydra's plugin discovery, so it reads the upstream's files without importing it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from patchset_overlay.cache import cache_root, folder_for, private_folder, verified
+from patchset_overlay.derive import Plan, sha256
+from patchset_overlay.runtime import judge_pieces, switched_on
+from patchset_overlay.spec import Overlay
+from patchset_overlay.state import PieceState, Verdict, record_for
+
+_folders: dict[str, Path] = {}  # the derived set's digest -> its folder, in this process
+
+
+def _config_files(plan: Plan) -> dict[str, str]:
+    """{config file in the tree: the piece whose patches change it} for the release's whole series."""
+    found = {}
+    for piece in plan.overlay.pieces:
+        patches = [patch for patch in plan.patches + plan.upstream if patch.slug in piece.patches]
+        for path in plan.files(patches):
+            if not path.endswith(".py"):
+                found[path] = piece.name
+    return found
+
+
+def _plan(overlay: Overlay) -> Plan | None:
+    on, _ = switched_on(overlay)
+    if not on:
+        return None
+    judge_pieces(overlay)
+    return record_for(overlay.name).plan
+
+
+def config_folder(overlay: Overlay) -> Path | None:
+    """The folder to put first on Hydra's search path, holding every derived config file; None when there is none."""
+    plan = _plan(overlay)
+    derived = {path: item for path, item in plan.derived.items() if not path.endswith(".py")} if plan else {}
+    if not derived:
+        return None
+    key = "\n".join(f"{path}\0{sha256(item.text)}" for path, item in sorted(derived.items()))
+    if key not in _folders:
+        folder = folder_for(f"hydra {key}", cache_root())
+        folder = folder / "config" if folder is not None else None
+        if folder is None or not all(verified(folder / _relative(plan, p), i.text) for p, i in derived.items()):
+            folder = private_folder()
+            for path, item in derived.items():
+                verified(folder / _relative(plan, path), item.text)
+        _folders[key] = folder
+    return _folders[key]
+
+
+def _relative(plan: Plan, path: str) -> str:
+    return path.removeprefix(f"{plan.overlay.config_dir}/")
+
+
+def config_status(overlay: Overlay) -> dict[str, Verdict]:
+    """The overlay's ``other_parts`` hook: each config file its series changes, and whether Hydra finds it derived."""
+    on, how = switched_on(overlay)
+    plan = _plan(overlay) if on else None
+    if plan is None:
+        return {"config files (Hydra search path)": Verdict(PieceState.INACTIVE, how)}
+    report = {}
+    for path, piece in _config_files(plan).items():
+        name = f"{Path(path).name} (Hydra search path)"
+        if path in plan.derived:
+            folder = config_folder(overlay)
+            report[name] = Verdict(
+                PieceState.ACTIVE,
+                f"Hydra finds {_relative(plan, path)} in {folder} before {plan.installed(path).parent}",
+            )
+        else:
+            record = record_for(overlay.name).pieces[piece]
+            report[name] = Verdict(record.state, record.reason)
+    return report

@@ -1,1 +1,0 @@
-"""Mirror of the trinity package of the same path: only the patched symbols."""
