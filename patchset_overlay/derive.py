@@ -48,6 +48,20 @@ def read_series(folder: Path) -> list[Patch]:
     return [read_patch(folder / name) for name in names if name]
 
 
+def with_own_pieces(distribution: str, grouped: tuple[Piece, ...]) -> tuple[Piece, ...]:
+    """``grouped``, then a piece of its own (named by its slug) for each patch of a series the overlays derive for
+    ``distribution`` that no piece of ``grouped`` names: a new fix needs no overlay declaration unless it goes on
+    with others or has an activation rule."""
+    named = {slug for piece in grouped for slug in piece.patches}
+    root = patches_root()
+    slugs = [
+        patch.slug
+        for series in dict.fromkeys(release_series(distribution, root).values())
+        for patch in read_series(root / series)
+    ]
+    return grouped + tuple(Piece(slug, (slug,)) for slug in dict.fromkeys(slugs) if slug not in named)
+
+
 def version_tuple(version: str) -> tuple[int, ...]:
     """Leading numeric release parts of a version ("0.9.1rc1" -> (0, 9, 1)); enough to compare releases."""
     parts = []

@@ -2,7 +2,7 @@
 
 A patch that neither applies nor is recognised in upstream by content (``Applied-Upstream`` / ``Upstream-Check``)
 is a conflict, unless upstream fixed the bug in a form our text does not know. The patch's teeth decide it (the
-regression tests that show its bug, named in ``patches/<series>/teeth``): they run on the tree as shipped,
+regression tests that show its bug, named in ``patches/<series>/parts.toml``): they run on the tree as shipped,
 unpatched, expecting the fix (``run_regression_tests`` with ``SuiteRun(expect="fixed")``). Then:
 
 - they ran, at least one passed and none failed: upstream fixed the bug, so the step becomes a SKIP (``fixed
@@ -32,7 +32,7 @@ from patchset.apply.plan import Action, Behaviour, Settle, Step, Verdict, confli
 from patchset.apply.target import TreeToPatch
 from patchset.plumbing import files, tempdirs
 from patchset.plumbing.ui import Console
-from patchset.series.teeth import TEETH_FILE
+from patchset.series.parts import PARTS_FILE
 from patchset.testenv import regression
 from patchset.testenv.junit import Counts, junit_counts
 from patchset.testenv.venv import VenvError
@@ -116,7 +116,7 @@ def settler(runner: TeethRunner | None, no_test_reason: str = "--no-test") -> Se
                 continue
             selection = target.series.teeth.get(step.patch.name)
             if selection is None:
-                teeth_file = target.series.path.parent / TEETH_FILE
+                teeth_file = target.series.path.parent / PARTS_FILE
                 behaviour = _untested(target, None, f"{teeth_file} names no tests for it")
             elif runner is None:
                 behaviour = _untested(target, selection, f"its tests were not run ({no_test_reason})")

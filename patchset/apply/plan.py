@@ -44,7 +44,7 @@ A patch with ``Applied-Upstream`` but no check is skipped at or past that versio
 
 Behaviour. Upstream may fix a bug its own way, in code the patch's text does not recognise: the patch then neither
 applies nor is in upstream by content. ``plan_target`` hands such steps to ``settle`` (``behaviour.py``), which runs
-the patch's own teeth (the regression tests that show its bug, ``patches/<series>/teeth``) on the tree as shipped:
+the patch's own teeth (the regression tests that show its bug, ``patches/<series>/parts.toml``) on the tree as shipped:
 if they pass, the step becomes a SKIP (``fixed upstream``); if not, it stays a FAIL, with what its teeth said.
 
 A tree's ``Plan`` (``plan_target``): its steps, and its uncommitted changes, those in the way and the others.

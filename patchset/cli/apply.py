@@ -70,7 +70,7 @@ interrupted half-way, every tree is restored as it was. A patch is never reverse
 reverts is reported as already applied, and --reverse is the only way to take patches out.
 
 A patch upstream already has is skipped: by its header (Applied-Upstream, Upstream-Check: the tree's content), or,
-when it neither applies nor is recognised so, by behaviour: its own regression tests (patches/<series>/teeth) run
+when it neither applies nor is recognised so, by behaviour: its own regression tests (patches/<series>/parts.toml) run
 on the tree as shipped, and if they pass, upstream fixed the bug its own way ("fixed upstream (its tests pass on
 verl X as shipped)"); if they fail, the conflict stands (exit 3). They run only for such a patch, never otherwise.
 

@@ -19,8 +19,8 @@ holds a ``series`` file or ``*.patch`` files):
   of the series is in exactly one group, ``after=`` names a group above, every group has its ``pr/<name>.md``
   description (each group goes upstream as one pull request, and that file is its body), and every ``pr/*.md``
   belongs to a group and starts with a title in the upstream's PR-title form;
-- the ``teeth`` file beside ``series`` (``patchset.series.teeth``): every line parses, every patch of the series has
-  its entry (the regression tests that show its bug), and every entry names a patch of the series;
+- the teeth in ``parts.toml`` beside ``series`` (``patchset.series.teeth``): every entry parses, every patch of the
+  series has its entry (the regression tests that show its bug), and every entry names a patch of the series;
 - every ``pr/<group>.upstream-tests.patch`` (a group's change to upstream tests the sdist lacks) belongs to a group,
   parses, has a Subject and an ``Upstream-Commit: <hash>`` line, modifies only existing files under ``tests/``
   (a new test belongs in the series) and adds no line ending in a space or a tab;
@@ -53,7 +53,8 @@ from patchset.series.groups import (
     read_description,
 )
 from patchset.series.model import PATCH_NAME, parse_series, read_patch, subject_of
-from patchset.series.teeth import TEETH_FILE, check_teeth, parse_teeth
+from patchset.series.parts import PARTS_FILE, read_parts
+from patchset.series.teeth import check_teeth, parse_teeth
 from patchset.upstreams.pins import load_pins
 from patchset.upstreams.pr_template import body_problems
 from patchset.upstreams.registry import ANY_SUBJECT_FORM, UPSTREAMS
@@ -316,14 +317,16 @@ def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
 
 
 def lint_teeth(folder: Path, patch_names: list[str]) -> list[Problem]:
-    """Problems of the folder's ``teeth`` file: missing, a malformed line, a patch without its entry, an entry for
-    no patch."""
-    teeth_file = folder / TEETH_FILE
-    if not teeth_file.is_file():
-        return [Problem(teeth_file, "missing; name the regression tests that show each patch's bug, one patch a line")]
-    entries, problems = parse_teeth(teeth_file.read_text(encoding="utf-8"))
-    problems += check_teeth(entries, patch_names)
-    return [Problem(teeth_file, message, line) for line, message in problems]
+    """Problems of the teeth the folder's ``parts.toml`` declares: the file missing or not TOML, a malformed entry, a
+    patch without teeth, teeth for no patch."""
+    parts_file = folder / PARTS_FILE
+    if not parts_file.is_file():
+        return [Problem(parts_file, "missing; give each patch a table with its teeth (the tests that show its bug)")]
+    try:
+        entries, problems = parse_teeth(read_parts(folder))
+    except BadInput as error:
+        return [Problem(parts_file, str(error).removeprefix(f"{parts_file}: "))]
+    return [Problem(parts_file, message) for message in problems + check_teeth(entries, patch_names)]
 
 
 def lint_folder(folder: Path) -> list[Problem]:

@@ -1,4 +1,5 @@
-"""What a series' ``parts.toml`` declares of each fix that the tooling acts on: its ``choices``.
+"""What a series' ``parts.toml`` declares of each fix that the tooling acts on: its ``choices`` (its ``teeth``:
+`patchset.series.teeth`).
 
 A fix's regression tests are of two kinds. Its teeth (``teeth``) show the bug: they fail on the unpatched upstream
 and pass on any correct fix. Its ``choices`` pin how this series fixed it (geo_mean's mean over every row outside the
@@ -16,9 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from patchset.plumbing.errors import BadInput
-from patchset.series.teeth import slug_of
 
 PARTS_FILE = "parts.toml"
+
+
+def slug_of(patch_name: str) -> str:
+    """``0003-algo-normalize-x.patch`` -> ``algo-normalize-x``: the name without its number and extension."""
+    stem = patch_name.removesuffix(".patch")
+    number, dash, rest = stem.partition("-")
+    return rest if dash and number.isdigit() else stem
 
 
 def read_parts(folder: Path) -> dict[str, dict]:

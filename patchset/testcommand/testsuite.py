@@ -18,7 +18,7 @@ Steps (each timed; the summary lists every step, its time and what it proves):
   patched clone's, each patch applied or skipped as labelled;
 - verl 0.9.1, a target that takes part of the verl series: applied to a clone, the patches upstream has are skipped
   by content and the others apply; the suite passes on the patched clone, and the tests of the applied patches
-  (their teeth, ``patches/verl/teeth``) fail on the vanilla release;
+  (their teeth, in ``patches/verl/parts.toml``) fail on the vanilla release;
 - verl 0.7.1, a release of another line with a series of its own (patches/verl-0.7, its critic backport and geo_mean):
   the same three checks, on its engine path (Trinity's legacy path is tested beside the vanilla 0.7.1 by teeth and
   fix, as before);
@@ -146,7 +146,7 @@ def _partial_target_teeth(
     missing = [name for name in applied if name not in teeth]
     for name in missing:
         print(
-            f"error: {name} applies to {vanilla.name}, but its series' teeth file names no test that shows its bug",
+            f"error: {name} applies to {vanilla.name}, but its series' parts.toml names no teeth that shows its bug",
             file=output or sys.stdout,
         )
     selected = _teeth_selection(teeth, applied)

@@ -176,10 +176,10 @@ def test_new_commit_is_exported_as_the_next_numbered_patch(real_checkout, tmp_pa
     # the new concern still needs its PR body and its teeth: the lint names what to write (or the patch joins a group)
     pr_body, teeth = lint_patches_dir(copy)[1]
     assert pr_body.path == folder / "groups" and "docs-add-note-maintainers has no" in pr_body.message
-    assert teeth.path == folder / "teeth" and f"{new_name} has no entry" in teeth.message
+    assert teeth.path == folder / "parts.toml" and f"{new_name} has no teeth" in teeth.message
     (folder / "pr" / "docs-add-note-maintainers.md").write_text(f"{subject}\n\nA note for maintainers.\n")
-    with (folder / "teeth").open("a") as teeth_file:
-        teeth_file.write("docs-add-note-maintainers  test_note\n")
+    with (folder / "parts.toml").open("a") as parts_file:
+        parts_file.write('\n[docs-add-note-maintainers]\nteeth = "test_note"\n')
     assert lint_patches_dir(copy)[1] == []
     assert main(["export", key, str(checkout), "--dry-run", "--patches-dir", str(copy)]) == 0
 
@@ -243,7 +243,9 @@ def test_export_then_checkout_round_trips_on_a_fake_upstream(tmp_path, capsys):
 
     names = ["0001-trainer-spell-out-line-three.patch", "0002-trainer-spell-out-line-15-too.patch"]
     assert (patches / "verl" / "series").read_text() == "# the order\n" + "".join(f"{n}\n" for n in names)
-    (patches / "verl" / "teeth").write_text("trainer-spell-out-line-three  three\ntrainer-spell-out-line-15-too  15\n")
+    (patches / "verl" / "parts.toml").write_text(
+        '[trainer-spell-out-line-three]\nteeth = "three"\n[trainer-spell-out-line-15-too]\nteeth = "15"\n'
+    )
     assert lint_patches_dir(patches)[1] == []
     assert _git(second, "log", "--format=%an <%ae> %ad|%cn <%ce> %cd", "v0.8.0..patches").splitlines() == [
         "Test <test@example.invalid> " + date + "|Test <test@example.invalid> " + date

@@ -462,8 +462,8 @@ def _fake_tree(root: Path) -> Tree:
         "patches/third/series": f"{FAKE_PATCH}\n",
         "patches/third/groups": "loss-fix 0001\n",
         "patches/third/pr/loss-fix.md": "[algo] fix: the loss\n",
-        "patches/third/teeth": f"{FAKE_SLUG}  the_loss and not elsewhere\n",
-        "patches/third/parts.toml": f'[{FAKE_SLUG}]\naudit = ["`the_loss`"]\nharness = "the_loss"\n'
+        "patches/third/parts.toml": f'[{FAKE_SLUG}]\nteeth = "the_loss and not elsewhere"\n'
+        'audit = ["`the_loss`"]\nharness = "the_loss"\n'
         'parity = ["loss_cases"]\nguard = ["the_loss"]\n',
         "tests/regression/test_the_loss.py": FAKE_TESTS,
         HARNESS_LOSSES: 'LOSSES = ("the_loss",)\n\n\ndef loss_function(loss, mode):\n    if loss == "the_loss":\n'
@@ -506,7 +506,7 @@ def _rewrite(relative: str, old: str, new: str) -> Callable[[Tree], Tree]:
 TAKEN_AWAY: dict[str, tuple[Callable[[Tree], Tree], set[str]]] = {
     "group": (_remove("patches/third/groups"), {"group", "pr"}),
     "pr": (_remove("patches/third/pr/loss-fix.md"), {"pr"}),
-    "teeth": (_rewrite("patches/third/teeth", "elsewhere", "nowhere"), {"teeth"}),
+    "teeth": (_rewrite("patches/third/parts.toml", "elsewhere", "nowhere"), {"teeth"}),
     "overlay": (
         lambda tree: replace(tree, overlays=((_fake_overlay(("another-fix",)), tree.root),)),
         {"overlay", "guard"},  # the objects guarded are its piece's

@@ -1,7 +1,7 @@
 """A patch is retired by behaviour: upstream fixed its bug its own way, and the patch's own tests show it.
 
-Invariants. When a patch neither applies nor is in upstream by content, its teeth (``patches/<series>/teeth``) run
-on the tree as shipped, expecting the fix:
+Invariants. When a patch neither applies nor is in upstream by content, its teeth (``teeth`` in
+``patches/<series>/parts.toml``) run on the tree as shipped, expecting the fix:
 
 - they pass: the patch is skipped as ``fixed upstream (its tests pass on <release> as shipped: ...)``, by apply and
   by ``--check``, exit 0, and the tree is left exactly as it was (upstream's code is not ours to change);
@@ -76,7 +76,8 @@ FORMS = {"verl#5614": PR_5614_END, "verl#7916": PR_7916_END}
 def teeth_runs(monkeypatch: pytest.MonkeyPatch, world) -> dict[str, str]:
     """The fake world's verl series with teeth, and a stand-in for the teeth run: {selection: verdict} to set, and
     ``calls`` the selections it was asked."""
-    (world.patches / "verl" / "teeth").write_text("".join(f"{name[5:-6]}  {tests}\n" for name, tests in TEETH.items()))
+    tables = "".join(f'[{name[5:-6]}]\nteeth = "{tests}"\n' for name, tests in TEETH.items())
+    (world.patches / "verl" / "parts.toml").write_text(tables)
     verdicts: dict[str, str] = {"calls": ""}
 
     def run(self: behaviour.TeethRunner, target: TreeToPatch, selection: str) -> Behaviour:

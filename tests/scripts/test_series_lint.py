@@ -83,7 +83,7 @@ def _patches_dir(tmp_path: Path, patches: dict[str, str], series: list[str] | No
     entries = list(patches) if series is None else series
     (folder / "series").write_text("# the order\n" + "".join(f"{entry}\n" for entry in entries))
     teeth = dict.fromkeys(slug_of(entry) for entry in entries if entry in patches)
-    (folder / "teeth").write_text("# patch tests\n" + "".join(f"{slug} test_{slug[-4:]}\n" for slug in teeth))
+    (folder / "parts.toml").write_text("".join(f'[{slug}]\nteeth = "test_{slug[-4:]}"\n' for slug in teeth))
     return tmp_path / "patches"
 
 
@@ -145,9 +145,9 @@ def _grouped(tmp: Path, groups: str, descriptions: dict[str, str] | None = None,
 
 
 def _teeth(tmp: Path, text: str | None) -> Path:
-    """Two well-formed patches, with the ``teeth`` file ``text`` (None: no teeth file)."""
+    """Two well-formed patches, with the ``parts.toml`` ``text`` (None: no such file)."""
     patches = _patches_dir(tmp, {NAME: _patch(), "0002-trainer-more.patch": _patch()})
-    teeth = patches / "verl" / "teeth"
+    teeth = patches / "verl" / "parts.toml"
     teeth.unlink()
     if text is not None:
         teeth.write_text(text)
@@ -305,23 +305,25 @@ CASES: dict[str, tuple[Setup, str]] = {
         "patches/verl/pr/one.md:1: PR title 'Scale the loss' is not in the upstream's PR-title form [module] type: "
         "description, [BREAKING] first when it breaks a caller (verl: e.g. [trainer] fix: ...)",
     ),
-    "teeth: no teeth file": (
+    "teeth: no parts.toml": (
         lambda tmp: _teeth(tmp, None),
-        "patches/verl/teeth: missing; name the regression tests that show each patch's bug, one patch a line",
+        "patches/verl/parts.toml: missing; give each patch a table with its teeth (the tests that show its bug)",
     ),
     "teeth: a patch without its entry": (
-        lambda tmp: _teeth(tmp, "trainer-scale-loss  test_scale\n"),
-        "patches/verl/teeth: 0002-trainer-more.patch has no entry; name the regression tests that show its bug "
+        lambda tmp: _teeth(tmp, '[trainer-scale-loss]\nteeth = "test_scale"\n'),
+        "patches/verl/parts.toml: 0002-trainer-more.patch has no teeth; name the regression tests that show its bug "
         "(a pytest -k expression)",
     ),
     "teeth: an entry for no patch": (
-        lambda tmp: _teeth(tmp, "trainer-scale-loss  test_scale\ntrainer-more  test_more\ntrainer-gone  x\n"),
-        "patches/verl/teeth:3: trainer-gone is no patch of the series (renamed? its slug is its file name without "
-        "NNNN-)",
+        lambda tmp: _teeth(
+            tmp, '[trainer-scale-loss]\nteeth = "a"\n[trainer-more]\nteeth = "b"\n[trainer-gone]\nteeth = "x"\n'
+        ),
+        "patches/verl/parts.toml: [trainer-gone] is no patch of the series (renamed? its slug is its file name "
+        "without NNNN-)",
     ),
     "teeth: an entry without tests": (
-        lambda tmp: _teeth(tmp, "trainer-scale-loss  test_scale\ntrainer-more\n"),
-        "patches/verl/teeth:2: trainer-more: names no tests; give a pytest -k expression of tests/regression",
+        lambda tmp: _teeth(tmp, '[trainer-scale-loss]\nteeth = "test_scale"\n[trainer-more]\nteeth = ""\n'),
+        "patches/verl/parts.toml: [trainer-more] teeth names no tests; give a pytest -k expression of tests/regression",
     ),
     "upstream-tests patch of no group": (
         lambda tmp: _with_tests_patch(tmp, _upstream_tests_patch(), group="other"),
