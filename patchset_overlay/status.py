@@ -37,7 +37,7 @@ SERIES_FILE = Path(__file__).with_name("series.json")  # written with patches/hi
 
 
 def carried_series() -> dict[str, Any]:
-    """Which series of the patchset these overlays mirror: its revision (the ``+patchset.N`` of the wheels and of
+    """Which series of the patchset these overlays derive from: its revision (the ``+patchset.N`` of the wheels and of
     ``patches/history.json``; None: a series not released yet) and each series folder's id there."""
     try:
         data = json.loads(SERIES_FILE.read_text(encoding="utf-8"))

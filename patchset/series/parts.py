@@ -58,7 +58,7 @@ def load_choices(folder: Path, patch_names: Sequence[str]) -> dict[str, str]:
 
 
 def without_overlay(folder: Path, patch_names: Sequence[str]) -> dict[str, str]:
-    """{patch file name: why no overlay piece mirrors it}, for the patches whose table in the folder's ``parts.toml``
+    """{patch file name: why the overlays do not carry it}, for the patches whose table in the folder's ``parts.toml``
     gives a reason for a missing ``overlay`` (verl-0.7.0's, a release the overlay does not support; every patch of the
     verl and verl-0.7 series has its piece)."""
     tables = read_parts(folder)

@@ -259,8 +259,8 @@ def _warm_parent_list(workspace: Workspace, pins: Sequence[Pin]) -> Path:
 def _overlay_partial_target(python: str, workspace: Workspace, venv_dir: Path, pin: Pin) -> bool:
     """The overlay on pip-installed verl 0.9.1 (alone: pip cannot install trinity-rft 0.6.0 beside it), a release
     that has some of the fixes, or verl 0.7.1 (alone), whose critic piece is its own: the suite, in overlay mode, on
-    the patches that apply there and an overlay piece mirrors (their teeth; a patch that parts.toml says no piece
-    mirrors is left out, saying so), with the overlays on. The pieces 0.9.1 has stay off, and on
+    the patches that apply there and the overlay carries (their teeth; a patch whose parts.toml says the overlay does
+    not carry it is left out, saying so), with the overlays on. The pieces 0.9.1 has stay off, and on
     0.7.1 those written for other releases, which the suite's overlay check allows only for those; the rest must be
     active. With the overlays off the installed files are the vanilla release's, whose failing of the same tests the
     verl 0.9.1 and 0.7.1 steps show (their teeth), so that run is not made twice."""
@@ -271,12 +271,12 @@ def _overlay_partial_target(python: str, workspace: Workspace, venv_dir: Path, p
         return False
     print(f"* Installed {pin.label} and this project into {site}", flush=True)
     applies = [p.name for p in _split_series(pin, workspace.patches_dir)[1]]
-    # a patch no overlay piece mirrors on this release (its parts.toml says why) has nothing to show here
-    unmirrored = without_overlay(workspace.patches_dir / pin.series, applies)
-    for name in unmirrored:
-        print(f"* Leaving out {name}'s tests: no overlay piece mirrors it on {pin.label} (its parts.toml says why)")
-    mirrored = [name for name in applies if name not in unmirrored]
-    selected = _teeth_selection(load_series(workspace.patches_dir, pin.series).teeth, mirrored)
+    # a patch the overlay does not carry on this release (its parts.toml says why) has nothing to show here
+    uncarried = without_overlay(workspace.patches_dir / pin.series, applies)
+    for name in uncarried:
+        print(f"* Leaving out {name}'s tests: the overlay does not carry it on {pin.label} (its parts.toml says why)")
+    carried = [name for name in applies if name not in uncarried]
+    selected = _teeth_selection(load_series(workspace.patches_dir, pin.series).teeth, carried)
     args = ["-k", selected]
     return run_overlay_regression_tests(overlay_python, site, "fixed", None, args, sample=True, parallel=False) == 0
 

@@ -5,8 +5,8 @@ Every loss case of `parity_cases.py` (the verl critic, its distillation loss and
 with and without entropy and KL, several splits and dp 2, inside and outside the engine): the micro-batch losses, the
 gradient and the metrics are bit-for-bit equal, as are the start-up warnings and DPO's micro-batch rows, and so are
 ``CriticConfig``'s fields, repr and docstring and the Hydra-composed critic section. The comparison is against
-whatever the patched checkouts do, and every patch of each series must have its overlay piece, so a patch added
-without its overlay mirror fails here loudly. The same comparison against the overlays switched off must find
+whatever the patched checkouts do; every file the overlays derive is the patched checkout's, byte for byte, and no
+upstream code is kept in the overlay packages. The same comparison against the overlays switched off must find
 differences: it can fail.
 """
 
