@@ -18,6 +18,7 @@ import linecache
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from patchset_overlay.cache import cache_root, folder_for, verified
 from patchset_overlay.changes import Change, Parsed, UnsupportedChange, bound_names, module_changes
@@ -48,18 +49,19 @@ def read_series(folder: Path) -> list[Patch]:
     return [read_patch(folder / name) for name in names if name]
 
 
-def with_own_pieces(distribution: str, grouped: tuple[Piece, ...]) -> tuple[Piece, ...]:
-    """``grouped``, then a piece of its own (named by its slug) for each patch of a series the overlays derive for
-    ``distribution`` that no piece of ``grouped`` names: a new fix needs no overlay declaration unless it goes on
-    with others or has an activation rule."""
+def overlay_spec(
+    name: str, upstream: str, distribution: str, modules: tuple[str, ...], grouped: tuple[Piece, ...], **parts: Any
+) -> Overlay:
+    """An overlay package's spec: the pieces it declares (patches that go on together, or with an activation rule),
+    then a piece of its own (named by its slug) for each patch of a series it derives that none of those names, so a
+    new fix needs no overlay declaration. ``parts``: the rest of `Overlay` (its config folder, what it cannot
+    change)."""
     named = {slug for piece in grouped for slug in piece.patches}
     root = patches_root()
-    slugs = [
-        patch.slug
-        for series in dict.fromkeys(release_series(distribution, root).values())
-        for patch in read_series(root / series)
-    ]
-    return grouped + tuple(Piece(slug, (slug,)) for slug in dict.fromkeys(slugs) if slug not in named)
+    series = dict.fromkeys(release_series(distribution, root).values())
+    slugs = dict.fromkeys(patch.slug for folder in series for patch in read_series(root / folder))
+    pieces = grouped + tuple(Piece(slug, (slug,)) for slug in slugs if slug not in named)
+    return Overlay(name, upstream, distribution, modules, pieces, **parts)
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

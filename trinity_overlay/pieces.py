@@ -11,9 +11,9 @@ verl < 0.8) are not among its modules, so beside verl < 0.8 the two pieces that 
 
 from __future__ import annotations
 
-from patchset_overlay.derive import version_tuple, with_own_pieces
+from patchset_overlay.derive import overlay_spec, version_tuple
 from patchset_overlay.source import UpstreamSource
-from patchset_overlay.spec import Overlay, Piece
+from patchset_overlay.spec import Piece
 from trinity_overlay import WATCHED
 
 
@@ -31,36 +31,33 @@ def beside_legacy_verl(source: UpstreamSource) -> str | None:
     return None
 
 
-OVERLAY = Overlay(
-    name="trinity_overlay",
-    upstream="trinity",
-    distribution="trinity-rft",
-    modules=WATCHED,
-    pieces=with_own_pieces(
-        "trinity-rft",
-        (
-            Piece(
-                "policy-loss-normalization",
-                (
-                    "trainer-policy-loss-global-normalization",
-                    "trainer-weight-each-trinitypolicyloss-term-its-own",
-                    "trainer-warn-start-up-that-mix-mix-chord-depend",
-                    "trainer-policy-loss-runtime-keys",
-                ),
+OVERLAY = overlay_spec(
+    "trinity_overlay",
+    "trinity",
+    "trinity-rft",
+    WATCHED,
+    (
+        Piece(
+            "policy-loss-normalization",
+            (
+                "trainer-policy-loss-global-normalization",
+                "trainer-weight-each-trinitypolicyloss-term-its-own",
+                "trainer-warn-start-up-that-mix-mix-chord-depend",
+                "trainer-policy-loss-runtime-keys",
             ),
-            Piece(
-                "dpo-pairs-and-steps",
-                (
-                    "algorithm-fix-dpo-compute-one-logit-per-chosen",
-                    "trainer-keep-dpo-pairs-one-micro-batch-under-verl",
-                    "trainer-keep-dpo-pairs-whole-legacy-actors",
-                    "trainer-make-one-dpo-training-step-one-optimizer",
-                    "trainer-weight-each-legacy-micro-batch-loss-term",
-                ),
-                unfit=beside_legacy_verl,
-            ),
-            Piece("loss-scale-switch-default", ("config-loss-scale-switch-on-by-default",), unfit=beside_legacy_verl),
         ),
+        Piece(
+            "dpo-pairs-and-steps",
+            (
+                "algorithm-fix-dpo-compute-one-logit-per-chosen",
+                "trainer-keep-dpo-pairs-one-micro-batch-under-verl",
+                "trainer-keep-dpo-pairs-whole-legacy-actors",
+                "trainer-make-one-dpo-training-step-one-optimizer",
+                "trainer-weight-each-legacy-micro-batch-loss-term",
+            ),
+            unfit=beside_legacy_verl,
+        ),
+        Piece("loss-scale-switch-default", ("config-loss-scale-switch-on-by-default",), unfit=beside_legacy_verl),
     ),
     cannot_change=(
         "Trinity's legacy actors (trinity/trainer/verl_legacy/), used beside verl < 0.8: their changes are in the "

@@ -8,26 +8,23 @@ no distillation patch (verl 0.7 has no on-policy distillation). 0004 and 0005 ar
 
 from __future__ import annotations
 
-from patchset_overlay.derive import with_own_pieces
+from patchset_overlay.derive import overlay_spec
 from patchset_overlay.searchpath import config_status
-from patchset_overlay.spec import Overlay, Piece
+from patchset_overlay.spec import Piece
 from verl_overlay import WATCHED
 
-OVERLAY = Overlay(
-    name="verl_overlay",
-    upstream="verl",
-    distribution="verl",
-    modules=WATCHED,
-    pieces=with_own_pieces(
-        "verl",
-        (
-            Piece("critic", ("trainer-critic-value-loss-global-normalization",)),
-            Piece("distillation", ("algo-micro-batch-normalization-distillation-loss",)),
-            Piece("geo-mean", ("algo-normalize-geo-mean-policy-loss-global-mini",)),
-            Piece(
-                "mini-batch-statistics",
-                ("algo-select-kl-cov-tokens-over-optimizer-mini", "algo-normalize-bypass-is-weights-optimizer-mini"),
-            ),
+OVERLAY = overlay_spec(
+    "verl_overlay",
+    "verl",
+    "verl",
+    WATCHED,
+    (
+        Piece("critic", ("trainer-critic-value-loss-global-normalization",)),
+        Piece("distillation", ("algo-micro-batch-normalization-distillation-loss",)),
+        Piece("geo-mean", ("algo-normalize-geo-mean-policy-loss-global-mini",)),
+        Piece(
+            "mini-batch-statistics",
+            ("algo-select-kl-cov-tokens-over-optimizer-mini", "algo-normalize-bypass-is-weights-optimizer-mini"),
         ),
     ),
     config_dir="verl/trainer/config",
