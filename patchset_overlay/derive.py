@@ -22,7 +22,7 @@ from typing import Any
 
 from patchset_overlay.cache import cache_root, folder_for, verified
 from patchset_overlay.changes import Change, Parsed, UnsupportedChange, bound_names, module_changes
-from patchset_overlay.hunks import HunkError, Patch, apply_hunks, read_patch
+from patchset_overlay.hunks import HunkError, Patch, apply_hunks, read_patch, slug_of
 from patchset_overlay.source import UpstreamSource
 from patchset_overlay.spec import Overlay, Piece
 
@@ -43,10 +43,15 @@ def release_series(distribution: str, root: Path | None = None) -> dict[str, str
     return {pin["version"]: pin["series"] for pin in pins if pin["name"] == distribution and pin.get("overlay")}
 
 
-def read_series(folder: Path) -> list[Patch]:
-    """The patches a ``series`` file lists, in order (one name a line; ``#`` starts a comment)."""
+def series_names(folder: Path) -> list[str]:
+    """The patch file names a ``series`` file lists, in order (one name a line; ``#`` starts a comment)."""
     names = [line.split("#", 1)[0].strip() for line in (folder / "series").read_text(encoding="utf-8").splitlines()]
-    return [read_patch(folder / name) for name in names if name]
+    return [name for name in names if name]
+
+
+def read_series(folder: Path) -> list[Patch]:
+    """The patches a ``series`` file lists, in order, read."""
+    return [read_patch(folder / name) for name in series_names(folder)]
 
 
 def overlay_spec(
@@ -59,7 +64,7 @@ def overlay_spec(
     named = {slug for piece in grouped for slug in piece.patches}
     root = patches_root()
     series = dict.fromkeys(release_series(distribution, root).values())
-    slugs = dict.fromkeys(patch.slug for folder in series for patch in read_series(root / folder))
+    slugs = dict.fromkeys(slug_of(name) for folder in series for name in series_names(root / folder))
     pieces = grouped + tuple(Piece(slug, (slug,)) for slug in slugs if slug not in named)
     return Overlay(name, upstream, distribution, modules, pieces, **parts)
 
@@ -127,7 +132,7 @@ class Plan:
     def in_scope(self, path: str) -> bool:
         """Whether the overlay derives this file: a watched module, or a config file Hydra reads by search path."""
         if path.endswith(".py"):
-            return path[: -len(".py")].replace("/", ".").removesuffix(".__init__") in self.overlay.modules
+            return _module_of(path) in self.overlay.modules
         config = self.overlay.config_dir
         return bool(config) and path.startswith(f"{config}/") and not Path(path).name.startswith("_generated")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from patchset_overlay.derive import Plan, sha256
+from patchset_overlay.derive import Plan, release_series, sha256
 from patchset_overlay.hunks import HunkError, apply_hunks
 from patchset_overlay.spec import Piece
 from patchset_overlay.state import PieceState, Verdict
@@ -62,8 +62,6 @@ def judge(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> Verdict:
             "(a patched tree or wheel)",
         )
     if plan.series is None or not recorded:
-        from patchset_overlay.derive import release_series
-
         supported = ", ".join(release_series(overlay.distribution))
         return Verdict(
             PieceState.REFUSED,

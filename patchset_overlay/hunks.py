@@ -39,13 +39,18 @@ class Patch:
 
     @property
     def slug(self) -> str:
-        return self.path.stem.split("-", 1)[1]
+        return slug_of(self.path.name)
 
     @property
     def applied_upstream(self) -> str | None:
         """The first upstream release that has this change (DEP-3 ``Applied-Upstream: 0.9.0, <url>``), or None."""
         value = self.fields.get("Applied-Upstream")
         return value.split(",", 1)[0].strip() if value else None
+
+
+def slug_of(patch_name: str) -> str:
+    """``0003-algo-x.patch`` -> ``algo-x``: the name without its number and extension, the same in every series."""
+    return patch_name.removesuffix(".patch").split("-", 1)[1]
 
 
 def split_lines(text: str) -> list[str]:

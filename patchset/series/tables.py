@@ -19,7 +19,7 @@ from pathlib import Path
 
 from patchset.series.model import Patch, load_series
 from patchset.series.parts import read_parts, slug_of
-from patchset.upstreams.pins import load_pins
+from patchset.upstreams.pins import at_least, load_pins, release_key
 
 START = "<!-- patch table: made by `python -m patchset.series.tables --write`; edit parts.toml, not this -->"
 END = "<!-- end of patch table -->"
@@ -44,10 +44,6 @@ def _upstream(patch: Patch, name: str) -> str:
     return "not fixed" + (f" ({_link(bug)})" if bug else "")
 
 
-def _release_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", version))
-
-
 def patch_table(patches_dir: Path) -> str:
     """The table, as markdown lines between the markers."""
     pins = load_pins(patches_dir / "upstreams.toml")
@@ -60,8 +56,7 @@ def patch_table(patches_dir: Path) -> str:
         for number, patch in enumerate(series.patches, start=1):
             since = patch.upstream_since
             releases = sorted(
-                (pin.version for pin in pinned if not since or _release_key(pin.version) < _release_key(since)),
-                key=_release_key,
+                (pin.version for pin in pinned if not since or not at_least(pin.version, since)), key=release_key
             )
             summary = declared.get(slug_of(patch.name), {}).get("summary", "")
             link = f"[{label} {number:04d}](patches/{series_name}/{patch.name})"
