@@ -1,7 +1,7 @@
 """Concern groups: the ``groups`` file says which patches make one upstream PR, and in what order PRs stack.
 
-Invariants: the repository's series load into the groups docs/maintaining.md names (Trinity: the DPO group holds 0002
-and 0004, the normalization group folds 0001, 0003 and 0005 and stacks on it; verl: one group per patch);
+Invariants: the repository's series load into the groups docs/maintaining.md names (Trinity: the DPO logit group holds
+0002, the normalization group folds 0001, 0003 and 0005 and stacks on it; verl: one group per patch);
 without a ``groups`` file every patch is its own group, each after the one before; ``chain`` lists a group's
 bases first; a description splits into its title, the commit message and the PR-only sections; a folded group
 without a description, or any problem the lint reports, is refused by ``load_groups`` naming the file and line;
@@ -25,22 +25,22 @@ def _groups(name: str):
     return load_groups(series.path.parent, len(series.patches))
 
 
-def test_trinity_groups_split_the_normalization_from_its_api_and_keep_the_carried_ones():
-    """The switch's extension, the per-term API and the legacy actors are PRs of their own, stacked on what each
-    needs; #616's runtime keys and the switch's default stay carried, with their reasons."""
+def test_trinity_groups_are_one_concern_each_stacked_only_where_code_or_tests_need_it():
+    """The DPO logit fix alone; normalization and per-term weighting folded into one PR after it (its test weighs
+    DPO's pairs); pair keeping alone; the optimizer-step option on pair keeping; the legacy actors on the
+    normalization (its loss_aggregation); #616's runtime keys and the defaults stay carried, with their reasons."""
     groups = {group.name: group for group in _groups("trinity")}
     normalization = groups["policy-loss-normalization"]
 
-    assert groups["dpo-pairs"].numbers == (2, 4, 6) and groups["dpo-pairs"].after is None
-    assert normalization.numbers == (1,) and not normalization.fold and normalization.after == "dpo-pairs"
-    assert groups["policy-loss-aggregation"].numbers == (3, 5)
-    assert groups["policy-loss-aggregation"].after == normalization.name
-    assert groups["legacy-normalization"].after == "policy-loss-aggregation"
+    assert groups["dpo-logit"].numbers == (2,) and groups["dpo-logit"].after is None
+    assert groups["dpo-logit"].upstream_tests is not None
+    assert normalization.numbers == (1, 3, 5) and normalization.fold and normalization.after == "dpo-logit"
+    assert groups["dpo-pairs"].numbers == (4, 6) and groups["dpo-pairs"].after is None
     assert groups["dpo-optimizer-step"].numbers == (7,) and groups["dpo-optimizer-step"].after == "dpo-pairs"
+    assert groups["legacy-normalization"].numbers == (8,)
     assert [g.name for g in chain(tuple(groups.values()), "legacy-normalization")] == [
-        "dpo-pairs",
+        "dpo-logit",
         normalization.name,
-        "policy-loss-aggregation",
         "legacy-normalization",
     ]
     carried = {name: group.carried for name, group in groups.items() if group.carried}

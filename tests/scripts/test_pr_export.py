@@ -69,9 +69,9 @@ def _state(tree: Path) -> tuple[str, str, str, str]:
 
 
 TRINITY_PRS = (
-    "dpo-pairs",
+    "dpo-logit",
     "policy-loss-normalization",
-    "policy-loss-aggregation",
+    "dpo-pairs",
     "dpo-optimizer-step",
     "legacy-normalization",
 )
@@ -167,43 +167,38 @@ def _final_state(pinned, numbers: list[int], path: str, tmp_path: Path) -> str:
 
 
 def test_trinity_export_stacks_each_group_on_what_it_needs(pinned, capsys, tmp_path):
-    """One commit per patch, each group on the group it is ``after``; the carried groups (#616's runtime keys, the
-    switch's default) make no branch and are named with their reasons."""
+    """One commit per patch, or one for a folded group, each group on the group it is ``after``; the carried groups
+    (#616's runtime keys, the defaults) make no branch and are named with their reasons."""
     checkout = pinned("trinity")
     before = _state(checkout)
     patches = load_series(REPO_ROOT / "patches", "trinity").patches
     branch = {name: f"patchset/trinity-{name}" for name in TRINITY_PRS}
-    dpo, normalization, aggregation = (
-        branch["dpo-pairs"],
-        branch["policy-loss-normalization"],
-        branch["policy-loss-aggregation"],
-    )
+    logit, normalization, pairs = branch["dpo-logit"], branch["policy-loss-normalization"], branch["dpo-pairs"]
 
     assert main(["trinity", str(checkout)]) == 0
 
     out = capsys.readouterr().out
     assert _state(checkout) == before
-    dpo_commits = git(checkout, "rev-list", "--reverse", f"v0.6.0..{dpo}").split()
-    for commit, patch in zip(dpo_commits, patches[1:7:2], strict=True):  # 0002, 0004 and 0006, one commit each
+    (logit_commit,) = git(checkout, "rev-list", f"v0.6.0..{logit}").split()  # 0002
+    _check_commit(checkout, logit_commit, patches[1].subject)
+    (folded,) = git(checkout, "rev-list", f"{logit}..{normalization}").split()  # 0001, 0003 and 0005 as one
+    title = (REPO_ROOT / "patches/trinity/pr/policy-loss-normalization.md").read_text().split("\n", 1)[0]
+    _check_commit(checkout, folded, title)
+    pair_commits = git(checkout, "rev-list", "--reverse", f"v0.6.0..{pairs}").split()
+    for commit, patch in zip(pair_commits, (patches[3], patches[5]), strict=True):  # 0004 and 0006, on the release
         _check_commit(checkout, commit, patch.subject)
-    (normalization_commit,) = git(checkout, "rev-list", f"{dpo}..{normalization}").split()  # 0001
-    _check_commit(checkout, normalization_commit, patches[0].subject)
-    aggregation_commits = git(checkout, "rev-list", "--reverse", f"{normalization}..{aggregation}").split()
-    for commit, patch in zip(aggregation_commits, (patches[2], patches[4]), strict=True):  # 0003, 0005
-        _check_commit(checkout, commit, patch.subject)
-    (steps_commit,) = git(checkout, "rev-list", f"{dpo}..{branch['dpo-optimizer-step']}").split()  # 0007
+    (steps_commit,) = git(checkout, "rev-list", f"{pairs}..{branch['dpo-optimizer-step']}").split()  # 0007
     _check_commit(checkout, steps_commit, patches[6].subject)
-    (legacy_commit,) = git(checkout, "rev-list", f"{aggregation}..{branch['legacy-normalization']}").split()  # 0008
+    (legacy_commit,) = git(checkout, "rev-list", f"{normalization}..{branch['legacy-normalization']}").split()  # 0008
     _check_commit(checkout, legacy_commit, patches[7].subject)
     for carried in ("policy-loss-runtime-keys", "loss-scale-switch-default"):
         assert f"trinity: group {carried} stays a carried patch, no PR: " in out
         assert not git(checkout, "branch", "--list", f"patchset/trinity-{carried}").strip()
     assert out.count("upstream lint: passed (6 passed, 0 failed") == len(TRINITY_PRS)  # check-yaml: no YAML changed
     assert out.count("upstream CPU tests: passed (") == len(TRINITY_PRS)
-    title = (REPO_ROOT / "patches/trinity/pr/policy-loss-normalization.md").read_text().split("\n", 1)[0]
     assert f"----- PR title -----\n{title}\n" in out
-    dpo_title = (REPO_ROOT / "patches/trinity/pr/dpo-pairs.md").read_text().split("\n", 1)[0]
-    assert f'Depends on the PR "{dpo_title}"' in out
+    logit_title = (REPO_ROOT / "patches/trinity/pr/dpo-logit.md").read_text().split("\n", 1)[0]
+    assert f'Depends on the PR "{logit_title}"' in out
     assert "## Description" in out and "## Checklist" in out and "Made against the Trinity-RFT v0.6.0 release." in out
     _check_every_group_has_its_body("trinity", out, TRINITY_PRS)
 
