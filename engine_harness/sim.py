@@ -374,11 +374,17 @@ def sent_by_update_actor(
         tu.assign_non_tensor(output, metrics={})
         return output
 
+    from trinity.common.config import TrainerConfig
+
+    # the tree's default trainer config: the carried series counts DPO's mini-batch in experiences by default
+    trainer_defaults = TrainerConfig()
     trainer = SimpleNamespace(
         algorithm_config=SimpleNamespace(policy_loss_fn=policy_loss_fn, entropy_loss_fn=entropy_loss_fn),
         config=SimpleNamespace(actor=actor_config),
         global_config=SimpleNamespace(
-            model=SimpleNamespace(temperature=1.0), cluster=SimpleNamespace(trainer_gpu_num=trainer_gpus)
+            model=SimpleNamespace(temperature=1.0),
+            cluster=SimpleNamespace(trainer_gpu_num=trainer_gpus),
+            trainer=trainer_defaults,
         ),
         actor_rollout_wg=SimpleNamespace(update_actor=update_actor),
     )
