@@ -19,6 +19,10 @@ output names it with the reason. On a checkout made from an sdist (no history) s
 output says so and what to give instead. Commits made from patches carry the user's git identity (``--author``
 overrides it) and no field meant for this project.
 
+A group's ``pr/<group>.upstream.patch`` (its PR rebased onto upstream's newest files read, each at a named commit
+whose branch is not confirmed) is named in the output with those revisions; ``patchset.export.upstream_prs`` checks
+that it applies to them.
+
 A group's ``pr/<group>.upstream-tests.patch`` (its change to upstream test files the release sdist lacks) is
 committed after the group's commits, as a commit of its own, when the checkout has those files; when it lacks
 them the branch is made without it and the summary says so.
@@ -41,7 +45,7 @@ from dataclasses import dataclass
 from email.utils import parseaddr
 from pathlib import Path
 
-from patchset.export import targets
+from patchset.export import targets, upstream_prs
 from patchset.export.branch_gates import Gating
 from patchset.export.branches import Branch, BranchJob, make_branches
 from patchset.export.pr_gates import Gates
@@ -208,10 +212,13 @@ def _author(checkout: Path, given: str | None) -> str:
     return f"{match[1]} <{match[2]}>"
 
 
-def _carried(series: str, groups: Sequence[Group], only: Sequence[str], console: Console) -> None:
+def _carried(series: str, groups: Sequence[Group], only: Sequence[str], console: Console, folder: Path) -> None:
+    """Name the carried groups with their reasons, and the upstream revisions each rebased PR was made against."""
     for group in groups:
         if group.carried and (not only or group.name in only):
             console.summary(f"{series}: group {group.name} stays a carried patch, no PR: {group.carried}")
+    for line in upstream_prs.summary(folder, [g for g in groups if not g.carried and (not only or g.name in only)]):
+        console.summary(line)
 
 
 def _finish(made: list[tuple[Pin, Branch, Gates]], checkout: Path, console: Console) -> int:
@@ -240,7 +247,7 @@ def _export_history(request: ExportRequest, workspace: Workspace, author: str, c
     known = set()
     for series, groups in targets.series_groups(key, workspace.pins, workspace.patches_dir):
         known |= {group.name for group in groups}
-        _carried(series.name, groups, only, console)
+        _carried(series.name, groups, only, console, series.path.parent)
         by_onto: dict[str, list[Group]] = {}
         for group in _wanted(groups, only):
             if group.onto:
@@ -303,7 +310,7 @@ def export_pr(request: ExportRequest, workspace: Workspace, console: Console) ->
     groups = load_groups(series.path.parent, len(series.patches))
     only = request.only_groups
     wanted = list(groups) if not only else [chain(groups, name)[-1] for name in dict.fromkeys(only)]
-    _carried(pin.series, wanted, (), console)
+    _carried(pin.series, wanted, (), console, series.path.parent)
     chosen = _select_patches(series.patches, pin, console)
     sendable = []
     for group in wanted:

@@ -34,6 +34,9 @@ that the release sdist does not ship (Trinity-RFT's sdist has no ``tests/``), so
 upstream revision of those files it was made against. ``export-pr`` commits it on the group's branch when the
 checkout has those files (see ``patchset.export.pr_export``).
 
+``patches/<series>/pr/<name>.upstream.patch``, where a group has one, is its PR rebased onto the newest revision
+read of each upstream file it touches, each named in its message (see ``patchset.export.upstream_prs``).
+
 ``patches/<series>/pr/<name>.resolution.patch``, where a cherry-pick of upstream's commit does not apply cleanly to
 the branch that takes it, is a ``git diff`` of the conflicted files from that branch's version to their resolved
 state; export-pr applies it in place of git's conflicted merge.
@@ -52,6 +55,7 @@ from patchset.plumbing.errors import BadInput
 GROUPS_FILE = "groups"
 DESCRIPTIONS_DIR = "pr"
 UPSTREAM_TESTS_SUFFIX = ".upstream-tests.patch"
+UPSTREAM_PATCH_SUFFIX = ".upstream.patch"  # the PR against upstream's newest files read (export.upstream_prs)
 RESOLUTION_SUFFIX = ".resolution.patch"  # resolves a cherry-pick's conflicts on the branch that takes it
 GROUP_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _NUMBER = re.compile(r"^\d{4}$")

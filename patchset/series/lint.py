@@ -47,6 +47,7 @@ from patchset.series.groups import (
     GROUPS_FILE,
     RESOLUTION_SUFFIX,
     UPSTREAM_COMMIT,
+    UPSTREAM_PATCH_SUFFIX,
     UPSTREAM_TESTS_SUFFIX,
     check_groups,
     parse_groups,
@@ -309,6 +310,9 @@ def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
         problems += [Problem(path, f"PR body: {why}") for why in body_problems(path.read_text(encoding="utf-8"))]
     for path in sorted(descriptions.glob(f"*{UPSTREAM_TESTS_SUFFIX}")):
         problems += lint_upstream_tests(path, names)
+    for path in sorted(descriptions.glob(f"*{UPSTREAM_PATCH_SUFFIX}")):
+        if path.name.removesuffix(UPSTREAM_PATCH_SUFFIX) not in names:
+            problems.append(Problem(path, f"no group of this name in {display_path(groups_file)}; rename or delete it"))
     onto = {group.name for group in parsed.groups if group.onto}
     for path in sorted(descriptions.glob(f"*{RESOLUTION_SUFFIX}")):
         if path.name.removesuffix(RESOLUTION_SUFFIX) not in onto:
@@ -344,8 +348,9 @@ def lint_folder(folder: Path) -> list[Problem]:
         problems += _lint_name(path, entry.name, position, series_file)
         problems += lint_patch(path, folder.name)
     for path in sorted(folder.rglob("*.patch")):
-        if path.parent == folder / DESCRIPTIONS_DIR and path.name.endswith((UPSTREAM_TESTS_SUFFIX, RESOLUTION_SUFFIX)):
-            continue  # a group's change to upstream's tests or its cherry-pick's resolution (lint_groups)
+        kept_beside = (UPSTREAM_TESTS_SUFFIX, RESOLUTION_SUFFIX, UPSTREAM_PATCH_SUFFIX)
+        if path.parent == folder / DESCRIPTIONS_DIR and path.name.endswith(kept_beside):
+            continue  # a group's change to upstream's tests, its cherry-pick's resolution, its rebased PR (lint_groups)
         if path.relative_to(folder).as_posix() not in listed:
             problems.append(Problem(path, f"not listed in {display_path(series_file)}; list it or delete it"))
     names = [PurePosixPath(entry.name).name for entry in entries]

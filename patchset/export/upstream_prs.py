@@ -1,0 +1,222 @@
+"""A group's PR as a patch against upstream's newest files: ``patches/<series>/pr/<group>.upstream.patch``.
+
+Trinity-RFT's repository cannot be cloned here, but single files of it can be read, each at a named commit. Such a
+group keeps, beside its series patches (made against the pinned release), its PR rebased onto the newest revision
+read of every file it touches, named one ``Upstream-File: <path> <where>`` line each in the patch message:
+``<owner>/<repo>@<commit>`` (that file at that commit; the branch the commit is on is not confirmed), ``v<version>``
+(the release's own file, where no newer revision could be read) or ``new``. A group ``after`` another applies on
+top of that group's patch.
+
+``check`` applies each group's patch, after those it comes after, to those files: a release's from the cache's
+pinned tree, a commit's from ``<cache>/upstream-revisions/<owner>+<repo>/<commit>/<path>`` (``--fetch`` fills it
+from raw.githubusercontent.com where the network allows; a file copied there by hand counts the same). Upstream
+source is never committed: that folder is in the ignored cache, and a group whose files are absent is skipped,
+naming them.
+
+``python -m patchset.export.upstream_prs [SERIES] [--fetch] [--cache DIR]``: one line per group; exit 1 when a
+patch does not apply, 0 otherwise (skips included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import tempfile
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from patchset.plumbing import gitops
+from patchset.plumbing.paths import REPO_ROOT
+from patchset.series.groups import UPSTREAM_PATCH_SUFFIX, Group, chain, load_groups
+from patchset.series.model import load_series
+from patchset.upstreams.fetch import resolve_cache
+from patchset.upstreams.pins import Pins, load_pins
+
+REVISIONS_DIR = "upstream-revisions"
+RAW_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"
+_UPSTREAM_FILE = re.compile(r"^Upstream-File:[ \t]+(?P<path>\S+)[ \t]+(?P<where>\S+)[ \t]*$", re.MULTILINE)
+_AT_COMMIT = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)@(?P<commit>[0-9a-f]{40})$")
+_RELEASE = re.compile(r"^v\d+(?:\.\d+)+$")
+_TOUCHED = re.compile(r"^diff --git a/(?P<path>\S+) b/", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Revision:
+    """The upstream text a file of the PR was made against: ``where`` is ``owner/repo@commit``, ``vX.Y.Z`` or
+    ``new``."""
+
+    path: str
+    where: str
+
+    @property
+    def commit(self) -> tuple[str, str] | None:
+        """(repository, commit) when read at a commit."""
+        match = _AT_COMMIT.match(self.where)
+        return (match["repo"], match["commit"]) if match else None
+
+    def problem(self) -> str | None:
+        if self.where == "new" or _RELEASE.match(self.where) or self.commit:
+            return None
+        return f"{self.path}: {self.where!r} is not 'new', 'vX.Y.Z' or '<owner>/<repo>@<40-hex commit>'"
+
+
+def revisions(patch: Path) -> tuple[Revision, ...]:
+    """The ``Upstream-File`` lines of ``patch``'s message, in order."""
+    message = patch.read_text(encoding="utf-8").split("\ndiff --git ", 1)[0]
+    return tuple(Revision(m["path"], m["where"]) for m in _UPSTREAM_FILE.finditer(message))
+
+
+def problems(patch: Path) -> list[str]:
+    """Why ``patch`` does not name each file it touches exactly once, each with a well-formed revision."""
+    named = [revision.path for revision in revisions(patch)]
+    touched = [m["path"] for m in _TOUCHED.finditer(patch.read_text(encoding="utf-8"))]
+    found = [why for revision in revisions(patch) if (why := revision.problem())]
+    found += [f"{path}: touched, but no Upstream-File line names it" for path in touched if path not in named]
+    found += [f"{path}: named by Upstream-File but not touched" for path in named if path not in touched]
+    found += [f"{path}: named more than once" for path in sorted({p for p in named if named.count(p) > 1})]
+    return found
+
+
+def revision_path(cache_root: Path, repo: str, commit: str, path: str) -> Path:
+    return cache_root / REVISIONS_DIR / repo.replace("/", "+") / commit / path
+
+
+def fetch(cache_root: Path, revision: Revision, timeout: float = 20.0) -> str | None:
+    """Download a commit's file into the revisions folder; None when it is there, else why not."""
+    repo, commit = revision.commit or ("", "")
+    dest = revision_path(cache_root, repo, commit, revision.path)
+    if dest.is_file():
+        return None
+    url = RAW_URL.format(repo=repo, commit=commit, path=revision.path)
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (a fixed https host)
+            data = response.read()
+    except OSError as error:
+        return f"{url}: {error}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(data)
+    return None
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What ``check`` found for one group: ``applied`` None when skipped (``missing`` says which files)."""
+
+    group: str
+    patches: tuple[Path, ...]
+    applied: bool | None
+    missing: tuple[str, ...] = ()
+    error: str = ""
+
+    def line(self) -> str:
+        names = " + ".join(patch.name for patch in self.patches)
+        if self.applied is None:
+            return f"{self.group}: skipped, the upstream files are absent: {', '.join(self.missing)} ({names})"
+        if self.applied:
+            return f"{self.group}: applies to the upstream files it names ({names})"
+        return f"{self.group}: does NOT apply ({names}): {self.error}"
+
+
+def upstream_patch(folder: Path, group: str) -> Path | None:
+    path = folder / "pr" / f"{group}{UPSTREAM_PATCH_SUFFIX}"
+    return path if path.is_file() else None
+
+
+def _source(revision: Revision, cache_root: Path, pins: Pins, series: str) -> Path | None:
+    """Where the upstream text of ``revision`` is on this machine (None: absent)."""
+    if revision.commit:
+        repo, commit = revision.commit
+        found = revision_path(cache_root, repo, commit, revision.path)
+    else:
+        pin = next((p for p in pins.pins if p.series == series and p.tag == revision.where), None)
+        if pin is None:
+            return None
+        found = cache_root / "upstreams" / pin.dirname / revision.path
+    return found if found.is_file() else None
+
+
+def check_group(
+    folder: Path, groups: Sequence[Group], name: str, cache_root: Path, pins: Pins, *, download: bool = False
+) -> Checked | None:
+    """Apply ``name``'s upstream patch, after those of the groups it comes after, to the upstream files they name;
+    None when the group has no upstream patch."""
+    if upstream_patch(folder, name) is None:
+        return None
+    patches = tuple(p for g in chain(tuple(groups), name) if (p := upstream_patch(folder, g.name)) is not None)
+    needed: dict[str, Revision] = {}
+    for patch in patches:
+        for revision in revisions(patch):
+            needed.setdefault(revision.path, revision)  # a later patch applies on the earlier ones' result
+    sources: dict[str, Path] = {}
+    missing = []
+    for path, revision in needed.items():
+        if revision.where == "new":
+            continue
+        if download and revision.commit:
+            fetch(cache_root, revision)
+        source = _source(revision, cache_root, pins, folder.name)
+        if source is None:
+            missing.append(f"{path} at {revision.where}")
+        else:
+            sources[path] = source
+    if missing:
+        return Checked(name, patches, None, tuple(missing))
+    with tempfile.TemporaryDirectory(prefix="upstream-pr-") as scratch:
+        tree = Path(scratch)
+        gitops.init_scratch(tree)
+        for path, source in sources.items():
+            (tree / path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, tree / path)
+        for patch in patches:
+            result = gitops.apply_patch(tree, patch)
+            if not result.ok:
+                return Checked(name, patches, False, error=f"{patch.name}: {result.stderr.splitlines()[0]}")
+    return Checked(name, patches, True)
+
+
+def summary(folder: Path, groups: Sequence[Group]) -> list[str]:
+    """One line per group with an upstream patch, for export-pr's output: the file revisions it was made against."""
+    lines = []
+    for group in groups:
+        patch = upstream_patch(folder, group.name)
+        if patch is None:
+            continue
+        read = [f"{r.path} at {r.where}" for r in revisions(patch) if r.where != "new"]
+        lines.append(
+            f"{folder.name}: group {group.name} is also {patch.relative_to(folder.parent.parent)}, made against "
+            f"upstream's newest files read ({'; '.join(read)}); the branch those commits are on is not confirmed; "
+            f"check it with python -m patchset.export.upstream_prs {folder.name}"
+        )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m patchset.export.upstream_prs", description=__doc__)
+    parser.add_argument("series", nargs="?", default="trinity", help="series folder of patches/ (default: trinity)")
+    parser.add_argument("--fetch", action="store_true", help="download the commits' files that are absent")
+    parser.add_argument("--cache", metavar="DIR", help="the cache (default: $PATCHSET_CACHE, else <repo>/.cache)")
+    args = parser.parse_args(argv)
+    patches_dir = REPO_ROOT / "patches"
+    series = load_series(patches_dir, args.series)
+    folder = series.path.parent
+    groups = load_groups(folder, len(series.patches))
+    cache_root = resolve_cache(args.cache, os.environ, REPO_ROOT).root
+    pins = load_pins(patches_dir / "upstreams.toml")
+    failed = False
+    for group in groups:
+        for why in problems(p) if (p := upstream_patch(folder, group.name)) else ():
+            print(f"{group.name}: {why}")
+            failed = True
+        checked = check_group(folder, groups, group.name, cache_root, pins, download=args.fetch)
+        if checked is not None:
+            print(checked.line())
+            failed = failed or checked.applied is False
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
