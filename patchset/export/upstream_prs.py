@@ -10,8 +10,8 @@ top of that group's patch.
 ``check`` applies each group's patch, after those it comes after, to those files: a release's from the cache's
 pinned tree, a commit's from ``<cache>/upstream-revisions/<owner>+<repo>/<commit>/<path>`` (``--fetch`` fills it
 from raw.githubusercontent.com where the network allows; a file copied there by hand counts the same). Upstream
-source is never committed: that folder is in the ignored cache, and a group whose files are absent is skipped,
-naming them.
+source is never committed: that folder is in the ignored cache. The hunks of an absent file are not checked, and
+the result names it; a group none of whose files are present is skipped.
 
 ``python -m patchset.export.upstream_prs [SERIES] [--fetch] [--cache DIR]``: one line per group; exit 1 when a
 patch does not apply, 0 otherwise (skips included).
@@ -104,20 +104,22 @@ def fetch(cache_root: Path, revision: Revision, timeout: float = 20.0) -> str | 
 
 @dataclass(frozen=True)
 class Checked:
-    """What ``check`` found for one group: ``applied`` None when skipped (``missing`` says which files)."""
+    """What ``check`` found for one group: ``applied`` None when skipped; ``missing``: the files not checked."""
 
     group: str
     patches: tuple[Path, ...]
     applied: bool | None
     missing: tuple[str, ...] = ()
     error: str = ""
+    checked: int = 0  # upstream files the hunks were applied to
 
     def line(self) -> str:
         names = " + ".join(patch.name for patch in self.patches)
+        absent = f"; absent, so not checked: {', '.join(self.missing)}" if self.missing else ""
         if self.applied is None:
             return f"{self.group}: skipped, the upstream files are absent: {', '.join(self.missing)} ({names})"
         if self.applied:
-            return f"{self.group}: applies to the upstream files it names ({names})"
+            return f"{self.group}: applies to the {self.checked} upstream file(s) present ({names}){absent}"
         return f"{self.group}: does NOT apply ({names}): {self.error}"
 
 
@@ -163,8 +165,9 @@ def check_group(
             missing.append(f"{path} at {revision.where}")
         else:
             sources[path] = source
-    if missing:
+    if missing and not sources:
         return Checked(name, patches, None, tuple(missing))
+    present = [path for path, revision in needed.items() if path in sources or revision.where == "new"]
     with tempfile.TemporaryDirectory(prefix="upstream-pr-") as scratch:
         tree = Path(scratch)
         gitops.init_scratch(tree)
@@ -172,10 +175,11 @@ def check_group(
             (tree / path).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, tree / path)
         for patch in patches:
-            result = gitops.apply_patch(tree, patch)
+            result = gitops.apply_patch(tree, patch, include=present)
             if not result.ok:
-                return Checked(name, patches, False, error=f"{patch.name}: {result.stderr.splitlines()[0]}")
-    return Checked(name, patches, True)
+                error = f"{patch.name}: {result.stderr.splitlines()[0]}"
+                return Checked(name, patches, False, tuple(missing), error, len(sources))
+    return Checked(name, patches, True, tuple(missing), checked=len(sources))
 
 
 def summary(folder: Path, groups: Sequence[Group]) -> list[str]:

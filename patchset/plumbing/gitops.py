@@ -307,12 +307,19 @@ class ApplyResult:
 
 
 def apply_patch(
-    cwd: Path, patch: Path, *, reverse: bool = False, check: bool = False, directory: str = ""
+    cwd: Path,
+    patch: Path,
+    *,
+    reverse: bool = False,
+    check: bool = False,
+    directory: str = "",
+    include: Sequence[str] = (),
 ) -> ApplyResult:
     """``git apply [--check] [--reverse] PATCH`` on the work tree at ``cwd`` (never the index).
 
     ``directory`` is prepended to the patch's paths (``--directory``), for a tree below the top of its work tree;
-    run from the top level then. ``--whitespace=nowarn`` keeps a user's ``apply.whitespace=fix`` from rewriting
+    run from the top level then. ``include`` limits it to those paths (``--include``; default: every file).
+    ``--whitespace=nowarn`` keeps a user's ``apply.whitespace=fix`` from rewriting
     what the patch adds, which would make reversing it inexact. git apply is atomic per patch: on any failed
     hunk it changes nothing.
     """
@@ -323,6 +330,7 @@ def apply_patch(
         args.append("--reverse")
     if directory:
         args.append(f"--directory={directory.rstrip('/')}")
+    args += [f"--include={path}" for path in include]
     args.append(str(patch.resolve()))
     proc = run_git(args, cwd=cwd, check=False)
     return ApplyResult(ok=proc.returncode == 0, stderr=proc.stderr.strip())

@@ -4,8 +4,8 @@ Invariants: each such patch names every file it touches exactly once, with a wel
 agentscope-ai/Trinity-RFT, the release, or ``new``); its group's PR body names each commit and says that their
 branch is not confirmed; the patches apply, each after those of the groups it comes after, to the files they name
 when those are in the cache (skipped, naming them, when not: upstream source is never committed); a patch that does
-not apply is reported as such, and a group whose files are absent is skipped with the files named; export-pr's
-summary names the revisions.
+not apply is reported as such, an absent file is named and its hunks left unchecked, and a group none of whose
+files are present is skipped; export-pr's summary names the revisions.
 """
 
 from __future__ import annotations
