@@ -164,7 +164,7 @@ def _check_trinity_pieces(result: dict, case: str, expected: dict[str, tuple[str
             "algorithm/policy_loss_fn/dpo_loss.py",
             '"dpo_loss": loss.detach().item(),',
             '"dpo_loss": float(loss.detach()),',
-            {POLICY_LOSS: "refused", DPO_PAIRS: "refused", SWITCH: "builds on it"},
+            {POLICY_LOSS: "refused", DPO_PAIRS: "refused", SWITCH: "builds on 0007"},
             set(UPSTREAM_OBJECTS["trinity"]),
         ),
     ],
@@ -180,6 +180,8 @@ def test_changed_trinity_file_leaves_every_piece_that_changes_it_out(
         "active": ("active", "fits trinity-rft 0.6.0"),
         # 0010's change of VERLTrainer.prepare is made on 0001's: it cannot be derived without it
         "builds on it": ("off (refused)", "(it may build on 0001"),
+        # and its config.py hunk, the option's default, on 0007's field: the first hunk that fails names it
+        "builds on 0007": ("off (refused)", "(it may build on 0007"),
     }
     name = Path(relative).name
     _check_trinity_pieces(
