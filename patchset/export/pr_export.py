@@ -217,7 +217,7 @@ def _carried(series: str, groups: Sequence[Group], only: Sequence[str], console:
     for group in groups:
         if group.carried and (not only or group.name in only):
             console.summary(f"{series}: group {group.name} stays a carried patch, no PR: {group.carried}")
-    for line in upstream_prs.summary(folder, [g for g in groups if not g.carried and (not only or g.name in only)]):
+    for line in upstream_prs.summary(folder, [g for g in groups if not only or g.name in only]):
         console.summary(line)
 
 

@@ -183,17 +183,25 @@ def check_group(
 
 
 def summary(folder: Path, groups: Sequence[Group]) -> list[str]:
-    """One line per group with an upstream patch, for export-pr's output: the file revisions it was made against."""
+    """One line per group that makes a PR, for export-pr's output: the file revisions its upstream patch was made
+    against, or that it has none (its PR is made against the release alone)."""
     lines = []
-    for group in groups:
+    for group in (g for g in groups if not g.carried):
         patch = upstream_patch(folder, group.name)
         if patch is None:
+            lines.append(
+                f"{folder.name}: group {group.name} has no pr/{group.name}{UPSTREAM_PATCH_SUFFIX}: its PR is made "
+                "against the release only, not rebased onto upstream's newer files"
+            )
             continue
         read = [f"{r.path} at {r.where}" for r in revisions(patch) if r.where != "new"]
+        unconfirmed = (
+            "; the branch those commits are on is not confirmed" if any(r.commit for r in revisions(patch)) else ""
+        )
         lines.append(
             f"{folder.name}: group {group.name} is also {patch.relative_to(folder.parent.parent)}, made against "
-            f"upstream's newest files read ({'; '.join(read)}); the branch those commits are on is not confirmed; "
-            f"check it with python -m patchset.export.upstream_prs {folder.name}"
+            f"upstream's newest files read ({'; '.join(read)}){unconfirmed}; check it with python -m "
+            f"patchset.export.upstream_prs {folder.name}"
         )
     return lines
 

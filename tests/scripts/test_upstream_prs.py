@@ -100,10 +100,12 @@ def test_a_patch_that_applies_or_not_and_absent_files_are_told_apart(tmp_path):
     assert upstream_prs.check_group(folder, groups, "none", cache, PINS) is None
 
 
-def test_export_pr_summary_names_the_revisions_and_the_unconfirmed_branch():
+def test_export_pr_summary_names_the_revisions_and_the_unconfirmed_branch_or_that_there_are_none():
     lines = upstream_prs.summary(FOLDER, GROUPS)
 
-    assert len(lines) == len(REBASED)
+    prs = [group for group in GROUPS if not group.carried]
+    assert len(lines) == len(prs)
+    assert sum("made against the release only" in line for line in lines) == len(prs) - len(REBASED)
     normalization = next(line for line in lines if "group policy-loss-normalization" in line)
     assert "trinity/trainer/verl/losses.py at agentscope-ai/Trinity-RFT@139d1c43" in normalization
     assert "not confirmed" in normalization
