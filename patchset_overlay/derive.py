@@ -59,12 +59,17 @@ def overlay_spec(
 ) -> Overlay:
     """An overlay package's spec: the pieces it declares (patches that go on together, or with an activation rule),
     then a piece of its own (named by its slug) for each patch of a series it derives that none of those names, so a
-    new fix needs no overlay declaration. ``parts``: the rest of `Overlay` (its config folder, what it cannot
-    change)."""
+    new fix needs no overlay declaration; a patch that changes only upstream's ``tests/`` installs nothing, so it
+    has no piece. ``parts``: the rest of `Overlay` (its config folder, what it cannot change)."""
     named = {slug for piece in grouped for slug in piece.patches}
     root = patches_root()
     series = dict.fromkeys(release_series(distribution, root).values())
-    slugs = dict.fromkeys(slug_of(name) for folder in series for name in series_names(root / folder))
+    slugs = dict.fromkeys(
+        slug_of(name)
+        for folder in series
+        for name in series_names(root / folder)
+        if not all(path.startswith("tests/") for path in read_patch(root / folder / name).files)
+    )
     pieces = grouped + tuple(Piece(slug, (slug,)) for slug in slugs if slug not in named)
     return Overlay(name, upstream, distribution, modules, pieces, **parts)
 

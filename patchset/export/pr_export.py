@@ -50,11 +50,12 @@ from patchset.export.branch_gates import Gating
 from patchset.export.branches import Branch, BranchJob, make_branches
 from patchset.export.pr_gates import Gates
 from patchset.export.pr_text import pr_body, pr_title
+from patchset.export.routes import comment_text, route
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import EXIT_OK, BadInput
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.groups import Group, chain, load_groups
-from patchset.series.model import Patch, load_series
+from patchset.series.model import Patch, Series, load_series
 from patchset.testenv.venv import ensure_venv
 from patchset.upstreams.detect import detect
 from patchset.upstreams.pins import Pin, Pins, at_least
@@ -165,6 +166,10 @@ def _print_pr(pin: Pin, branch: Branch, gates: Gates, shown: str, console: Conso
         where = display_path(source.path) if source is not None else "the patches' messages"
         console.warn(f"the PR body of {branch.name}: {problem}; shorten {where}")
     print(f"\n----- PR title -----\n{title}\n----- PR body -----\n{body}----- end -----", flush=True)
+    console.summary(
+        f"{branch.name}: before you open its PR, fill in the declarations only you can make, left unticked in "
+        "its body: AI assistance, and that you reviewed every line and ran the tests"
+    )
     if not gates.passed:
         print(
             f"error: {' and '.join(gates.failures())} failed on branch {branch.name}; the branch is kept in {shown}: "
@@ -212,13 +217,18 @@ def _author(checkout: Path, given: str | None) -> str:
     return f"{match[1]} <{match[2]}>"
 
 
-def _carried(series: str, groups: Sequence[Group], only: Sequence[str], console: Console, folder: Path) -> None:
-    """Name the carried groups with their reasons, and the upstream revisions each rebased PR was made against."""
+def _routes(series: Series, groups: Sequence[Group], only: Sequence[str], repository: str, console: Console) -> None:
+    """One line per group: what export-pr makes of it and why; the text of each comment on an open PR."""
     for group in groups:
-        if group.carried and (not only or group.name in only):
-            console.summary(f"{series}: group {group.name} stays a carried patch, no PR: {group.carried}")
-    for line in upstream_prs.summary(folder, [g for g in groups if not only or g.name in only]):
-        console.summary(line)
+        if only and group.name not in only:
+            continue
+        kind, why = route(group)
+        console.summary(f"{series.name}: {group.name}: {kind}: {why}")
+        if kind == "comment":
+            patches = [series.patches[n - 1] for n in group.numbers]
+            print(comment_text(group, patches, repository), flush=True)
+    for line in upstream_prs.summary(series.path.parent, [g for g in groups if not only or g.name in only]):
+        console.summary(line)  # the upstream revisions each PR was rebased onto, or that it was not
 
 
 def _finish(made: list[tuple[Pin, Branch, Gates]], checkout: Path, console: Console) -> int:
@@ -229,10 +239,18 @@ def _finish(made: list[tuple[Pin, Branch, Gates]], checkout: Path, console: Cons
         _summarise(pin, branch, gates, console)
     if not all(gates.passed for _, _, gates in made):
         return EXIT_GATE_FAILED
-    names = " ".join(branch.name for _, branch, _ in made)
+    for _, branch, _ in made:
+        if branch.group.held:
+            console.summary(f"HELD, do not open its PR yet: {branch.name}: {branch.group.held}")
+    names = " ".join(branch.name for _, branch, _ in made if not branch.group.held)
     if names:
         console.summary(f"Your checked-out branch is unchanged. Push with: git -C {shown} push <your-fork> {names}")
     return EXIT_OK
+
+
+def series_repository(pins: Pins, key: str) -> str:
+    """The upstream repository's URL, as ``upstreams.toml`` names it."""
+    return next(pin.repository for pin in pins.for_key(key))
 
 
 def _wanted(groups: Sequence[Group], only: Sequence[str]) -> list[Group]:
@@ -247,12 +265,12 @@ def _export_history(request: ExportRequest, workspace: Workspace, author: str, c
     known = set()
     for series, groups in targets.series_groups(key, workspace.pins, workspace.patches_dir):
         known |= {group.name for group in groups}
-        _carried(series.name, groups, only, console, series.path.parent)
+        _routes(series, groups, only, series_repository(workspace.pins, key), console)
         by_onto: dict[str, list[Group]] = {}
         for group in _wanted(groups, only):
             if group.onto:
                 by_onto.setdefault(group.onto, []).append(group)
-            elif not group.carried:
+            elif not group.carried and not group.comment:
                 console.warn(f"{series.name}: group {group.name} names no branch that takes it (onto=); not made")
         for onto, members in by_onto.items():
             found = targets.find_branch(checkout, onto)
@@ -310,23 +328,25 @@ def export_pr(request: ExportRequest, workspace: Workspace, console: Console) ->
     groups = load_groups(series.path.parent, len(series.patches))
     only = request.only_groups
     wanted = list(groups) if not only else [chain(groups, name)[-1] for name in dict.fromkeys(only)]
-    _carried(pin.series, wanted, (), console, series.path.parent)
+    _routes(series, wanted, (), pin.repository, console)
     chosen = _select_patches(series.patches, pin, console)
     sendable = []
     for group in wanted:
         patches = [chosen[n] for n in group.numbers if n in chosen]
-        commit = targets.upstream_commit(patches) if patches and not group.carried else None
+        if group.carried or group.comment:
+            continue
+        commit = targets.upstream_commit(patches) if patches else None
         if commit:
             console.warn(
                 f"group {group.name}: its PR is upstream's commit {commit} cherry-picked onto {group.onto}, which "
                 f"needs {pin.name}'s history; {display_path(checkout)} has none (a checkout made from an sdist). Give "
                 f"export-pr a git clone of {pin.repository} instead; it makes that PR there"
             )
-        elif not group.carried:
+        else:
             sendable.append(group)
     if not sendable:
-        if all(group.carried for group in wanted):
-            raise BadInput(f"every group of the {pin.series} series stays a carried patch (see above): nothing to send")
+        if all(group.carried or group.comment for group in wanted):
+            raise BadInput(f"no group of the {pin.series} series goes upstream as a PR (see above): nothing to send")
         raise BadInput(
             f"no group of the {pin.series} series can be sent from {display_path(checkout)} (see above); pass a git "
             f"clone of {pin.repository}"

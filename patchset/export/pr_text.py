@@ -35,8 +35,22 @@ def _where(key: str, base: str, group: Group | None, patches: Sequence[Patch], c
     return [f"Made against the {title} {base} release" + (f"; it is meant for `{onto}`." if onto else ".")]
 
 
-def _fixes(patches: Sequence[Patch]) -> list[str]:
-    lines = [f"Fixes {value}" for p in patches for name, value in p.fields.items() if name.split("-")[0] == "Bug"]
+_ISSUE_NUMBER = re.compile(r"/(?:issues|pull)/(?P<number>\d+)")
+
+
+def _fixes(patches: Sequence[Patch], cherry_pick: str | None, group: Group | None) -> list[str]:
+    """ "Fixes <bug>" for each ``Bug:`` the PR closes: none for a backport (upstream's own PR closed it), nor for a
+    bug the description already names (it says how the PR relates to it, e.g. "Part of #7829")."""
+    if cherry_pick:
+        return []
+    said = ""
+    if group is not None and group.description is not None:
+        said = "\n".join((*group.description.message, group.description.sections))
+    lines = []
+    for value in (v for p in patches for name, v in p.fields.items() if name.split("-")[0] == "Bug"):
+        number = _ISSUE_NUMBER.search(value)
+        if number is None or not re.search(rf"#{number['number']}\b", said):
+            lines.append(f"Fixes {value}")
     return list(dict.fromkeys(lines))
 
 
@@ -93,7 +107,11 @@ def pr_body(
     overview = list(description.message) if description is not None else [p.subject for p in patches]
     parts = PrParts(
         overview=overview,
-        related=[*_where(key, base, group, patches, cherry_pick), *_depends(group, groups), *_fixes(patches)],
+        related=[
+            *_where(key, base, group, patches, cherry_pick),
+            *_depends(group, groups),
+            *_fixes(patches, cherry_pick, group),
+        ],
         tests=_test_lines(gates),
         sections=split_sections(description.sections) if description is not None else {},
         passed=gates.passed,

@@ -183,10 +183,11 @@ def check_group(
 
 
 def summary(folder: Path, groups: Sequence[Group]) -> list[str]:
-    """One line per group that makes a PR, for export-pr's output: the file revisions its upstream patch was made
-    against, or that it has none (its PR is made against the release alone)."""
+    """One line per group that makes a PR from the release (not carried, commented, held or onto= a branch of
+    upstream's history), for export-pr's output: the file revisions its upstream patch was made against, or that it
+    has none (its PR is made against the release alone)."""
     lines = []
-    for group in (g for g in groups if not g.carried):
+    for group in (g for g in groups if not (g.carried or g.comment or g.held or g.onto)):
         patch = upstream_patch(folder, group.name)
         if patch is None:
             lines.append(

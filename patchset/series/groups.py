@@ -20,6 +20,12 @@ patches make up each concern, one group a line (``#`` comments and blank lines i
   upstream's commit (``Origin: backport, .../commit/<full hash>``) is sent as ``git cherry-pick -x`` of it.
 - ``carried=<reason>``: the group stays a carried patch and no PR is made; the rest of the line is the reason,
   which export-pr prints.
+- ``comment=<PR>[,<issue>...]``: an open upstream PR already makes this fix (upstream's ``AGENTS.md``: do not open
+  another), so the group goes upstream as a comment on that PR, copied to the issues named after it: its
+  ``pr/<name>.md`` (what ours adds and why) with the tests of its patches. No branch is made; the patch stays
+  carried until upstream merges a fix.
+- ``held=<reason>``: the group's branch is made and gated, but its PR waits (a design not yet agreed in the issue);
+  the rest of the line is the reason, which export-pr prints instead of the push command.
 
 ``patches/<series>/pr/<name>.md`` is the group's PR description, which every group needs (the lint says so; the
 export itself needs it only for a folded group, and fills another group's body from its patch messages): its first
@@ -64,6 +70,9 @@ UPSTREAM_COMMIT = re.compile(r"^Upstream-Commit:[ \t]*(?P<commit>[0-9a-f]{7,40})
 _AFTER = "after="
 _ONTO = "onto="
 _CARRIED = "carried="
+_HELD = "held="
+_COMMENT = "comment="
+_ISSUE = re.compile(r"^\d+$")
 FOLD = "fold"
 
 
@@ -88,6 +97,8 @@ class Group:
     line: int = 0
     onto: str | None = None  # the upstream branch that takes its PR
     carried: str | None = None  # why it stays a carried patch (no PR), when it does
+    held: str | None = None  # why its branch is made but its PR waits, when it does
+    comment: tuple[int, ...] = ()  # the open PR (then issues) it goes to as a comment, instead of a PR
     description: Description | None = field(default=None, compare=False)
     upstream_tests: Path | None = field(default=None, compare=False)  # its pr/<name>.upstream-tests.patch
 
@@ -122,8 +133,12 @@ def parse_groups(text: str) -> GroupFile:
     groups: list[Group] = []
     problems: list[tuple[int, str]] = []
     for number, line in enumerate(text.splitlines(), start=1):
-        code, said, carried = line.split("#", 1)[0].partition(f" {_CARRIED}")
-        tokens = code.split()
+        if line.lstrip().startswith("#"):
+            continue
+        # a reason runs to the end of the line and may name an upstream issue (#7829): only the options lose comments
+        code, said, carried = line.partition(f" {_CARRIED}")
+        code, held_said, held = code.partition(f" {_HELD}")
+        tokens = code.split("#", 1)[0].split()
         if not tokens:
             continue
         name, rest = tokens[0], tokens[1:]
@@ -132,6 +147,7 @@ def parse_groups(text: str) -> GroupFile:
             continue
         numbers: list[int] = []
         fold, after, onto = False, None, None
+        comment: tuple[int, ...] = ()
         for token in rest:
             if _NUMBER.match(token):
                 numbers.append(int(token))
@@ -141,19 +157,25 @@ def parse_groups(text: str) -> GroupFile:
                 after = token[len(_AFTER) :]
             elif token.startswith(_ONTO) and token[len(_ONTO) :]:
                 onto = token[len(_ONTO) :]
+            elif token.startswith(_COMMENT) and all(_ISSUE.match(n) for n in token[len(_COMMENT) :].split(",")):
+                comment = tuple(int(n) for n in token[len(_COMMENT) :].split(","))
             else:  # reported; the rest of the line still counts, so one typo is one problem
-                problems.append(
-                    (number, f"{name}: {token!r} is not a patch number (NNNN), 'fold', 'after=', 'onto=' or 'carried='")
-                )
+                options = "'fold', 'after=', 'onto=', 'comment=<PR>[,<issue>]', 'held=' or 'carried='"
+                problems.append((number, f"{name}: {token!r} is not a patch number (NNNN), {options}"))
         if not numbers:
             problems.append((number, f"{name}: lists no patch; give the NNNN numbers of its patches in series"))
             continue
         reason = carried.strip() or None
+        waits = held.strip() or None
         if said and not reason:
             problems.append((number, f"{name}: carried= gives no reason; say why it stays a carried patch"))
-        if reason and onto:
-            problems.append((number, f"{name}: a carried group has no PR, so no onto= branch"))
-        groups.append(Group(name, tuple(numbers), fold, after, number, onto, reason))
+        if held_said and not waits:
+            problems.append((number, f"{name}: held= gives no reason; say what its PR waits for"))
+        if reason and (onto or comment or waits):
+            problems.append((number, f"{name}: a carried group goes nowhere upstream: no onto=, comment= or held="))
+        if comment and (onto or waits):
+            problems.append((number, f"{name}: a comment= group makes no branch: no onto= or held="))
+        groups.append(Group(name, tuple(numbers), fold, after, number, onto, reason, waits, comment))
     return GroupFile(groups=tuple(groups), problems=tuple(problems))
 
 
@@ -223,6 +245,8 @@ def load_groups(folder: Path, patch_count: int) -> tuple[Group, ...]:
                 group.line,
                 group.onto,
                 group.carried,
+                group.held,
+                group.comment,
                 description,
                 tests_patch if tests_patch.is_file() else None,
             )

@@ -15,6 +15,8 @@ holds a ``series`` file or ``*.patch`` files):
   change is upstream (it mentions "upstream" together with fixed, applied, merged or included);
   ``Last-Update:`` (YYYY-MM-DD);
 - no added (``+``) line ends in a space or a tab;
+- every message that goes upstream keeps to 72 columns (``patchset.series.columns``): each patch's subject and
+  message, each ``pr/*.md`` title and body, each upstream-tests patch's message; DEP-3 fields and URLs exempt;
 - the ``groups`` file beside ``series``, when there is one (``patchset.series.groups``): every line parses, every patch
   of the series is in exactly one group, ``after=`` names a group above, every group has its ``pr/<name>.md``
   description (each group goes upstream as one pull request, and that file is its body), and every ``pr/*.md``
@@ -41,6 +43,7 @@ from pathlib import Path, PurePosixPath
 from patchset.plumbing import gitops, patchtext
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import display_path
+from patchset.series import columns
 from patchset.series.copies import check_copies
 from patchset.series.groups import (
     DESCRIPTIONS_DIR,
@@ -57,7 +60,7 @@ from patchset.series.model import PATCH_NAME, parse_series, read_patch, subject_
 from patchset.series.parts import PARTS_FILE, read_parts
 from patchset.series.teeth import check_teeth, parse_teeth
 from patchset.upstreams.pins import load_pins
-from patchset.upstreams.pr_template import body_problems
+from patchset.upstreams.pr_template import NOT_DUPLICATE, body_problems
 from patchset.upstreams.registry import ANY_SUBJECT_FORM, UPSTREAMS
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -182,6 +185,9 @@ def _lint_header(path: Path, series: str) -> list[Problem]:
         problems.append(Problem(path, "no Subject (the commit's first line); export it with git format-patch"))
     elif (why := subject_problem(series, subject)) is not None:
         problems.append(Problem(path, why))
+    elif (why := columns.subject_problem(subject)) is not None:
+        problems.append(Problem(path, why))
+    problems += _message_width(path)
     patch = read_patch(path)
     fields = patch.fields
     if "Origin" not in fields and "Author" not in fields:
@@ -211,6 +217,13 @@ def _lint_header(path: Path, series: str) -> list[Problem]:
     elif forwarded is not None and _forwarded_upstream(forwarded):
         problems.append(Problem(path, "Forwarded: says it is upstream, but the header lacks Applied-Upstream:"))
     return problems
+
+
+def _message_width(path: Path) -> list[Problem]:
+    """Message lines over 72 columns (``patchset.series.columns``; DEP-3 fields and URLs exempt)."""
+    text = path.read_bytes().decode("utf-8", "surrogateescape")
+    lines = columns.patch_message_lines(text)
+    return [Problem(path, message, number) for number, message in columns.long_lines(lines)]
 
 
 def _lint_added_lines(path: Path) -> list[Problem]:
@@ -260,8 +273,11 @@ def lint_upstream_tests(path: Path, groups: set[str]) -> list[Problem]:
         return [*problems, Problem(path, f"does not parse as a patch ({error}); make it with git format-patch")]
     text = path.read_bytes().decode("utf-8", "surrogateescape")
     header = email.parser.BytesHeaderParser(policy=email.policy.default).parsebytes(path.read_bytes())
-    if not subject_of(str(header.get("Subject", ""))):
+    if not (subject := subject_of(str(header.get("Subject", "")))):
         problems.append(Problem(path, "no Subject (what the change to upstream's tests is); use git format-patch"))
+    elif (why := columns.subject_problem(subject)) is not None:
+        problems.append(Problem(path, why))
+    problems += _message_width(path)
     if not UPSTREAM_COMMIT.search(text.partition("\ndiff --git ")[0]):
         problems.append(
             Problem(path, "header lacks Upstream-Commit: <hash> (<where read>), the revision of the tests it changes")
@@ -307,7 +323,15 @@ def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
             continue
         if (why := subject_problem(folder.name, title)) is not None:
             problems.append(Problem(path, why.replace("Subject", "PR title", 1), 1))
+        elif (why := columns.subject_problem(title, "PR title")) is not None:
+            problems.append(Problem(path, why, 1))
+        lines = list(enumerate(path.read_text(encoding="utf-8").splitlines(), start=1))[1:]
+        problems += [Problem(path, message, number) for number, message in columns.long_lines(lines, markdown=True)]
         problems += [Problem(path, f"PR body: {why}") for why in body_problems(path.read_text(encoding="utf-8"))]
+        group = next(group for group in parsed.groups if group.name == path.stem)
+        opens_pr = not (group.carried or group.comment)
+        if opens_pr and f"\n## {NOT_DUPLICATE}\n" not in path.read_text(encoding="utf-8"):
+            problems.append(Problem(path, f"no '## {NOT_DUPLICATE}' section: upstream asks it of every PR"))
     for path in sorted(descriptions.glob(f"*{UPSTREAM_TESTS_SUFFIX}")):
         problems += lint_upstream_tests(path, names)
     for path in sorted(descriptions.glob(f"*{UPSTREAM_PATCH_SUFFIX}")):

@@ -39,6 +39,14 @@ FORBIDDEN = (
     "not run again",
 )
 _SHA256 = re.compile(r"\b[0-9a-f]{64}\b")
+# the description's section that says why the PR duplicates no open one (verl's AGENTS.md asks it of every PR)
+NOT_DUPLICATE = "Why this is not a duplicate"
+# what only the person who sends the PR can declare (verl's AGENTS.md): left unticked in every body, named in the
+# output of export-pr
+DECLARATIONS = (
+    "- [ ] AI assistance: say whether and how it was used, and add its `Co-authored-by:` trailer to the commits.",
+    "- [ ] I reviewed every changed line, can defend the change, and ran the tests above myself.",
+)
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,19 @@ class PrParts:
     sections: dict[str, str] = field(default_factory=dict)  # the description's "## " sections, by heading
     passed: bool = True  # every gate passed
     new_tests: bool = False  # the branch adds or changes tests
+
+    def declarations(self, level: str) -> list[str]:
+        """Why the PR is not a duplicate, then the declarations left to its sender, under headings of ``level``."""
+        return [
+            f"{level} {NOT_DUPLICATE}",
+            "",
+            *self.section(NOT_DUPLICATE, "No open PR or issue makes this change."),
+            "",
+            f"{level} Declarations (for the person sending this PR)",
+            "",
+            *DECLARATIONS,
+            "",
+        ]
 
     def section(self, heading: str, default: str = "") -> list[str]:
         """The lines of the description's section ``heading`` (``default`` when it has none)."""

@@ -177,7 +177,8 @@ def test_new_commit_is_exported_as_the_next_numbered_patch(real_checkout, tmp_pa
     pr_body, teeth = lint_patches_dir(copy)[1]
     assert pr_body.path == folder / "groups" and "docs-add-note-maintainers has no" in pr_body.message
     assert teeth.path == folder / "parts.toml" and f"{new_name} has no teeth" in teeth.message
-    (folder / "pr" / "docs-add-note-maintainers.md").write_text(f"{subject}\n\nA note for maintainers.\n")
+    body = "A note for maintainers.\n\n## Why this is not a duplicate\n\nNo PR adds one.\n"
+    (folder / "pr" / "docs-add-note-maintainers.md").write_text(f"{subject}\n\n{body}")
     with (folder / "parts.toml").open("a") as parts_file:
         parts_file.write('\n[docs-add-note-maintainers]\nteeth = "test_note"\n')
     assert lint_patches_dir(copy)[1] == []

@@ -83,6 +83,10 @@ def test_every_pr_body_follows_its_template_and_stays_short(series_name: str, ke
     assert body_problems(body) == [], body
     headings = [line for line in body.splitlines() if line in HEADINGS[key] or line.startswith("## ")]
     assert headings == HEADINGS[key]
+    if commit:  # upstream's own PR closed the issue: a backport closes none
+        assert "Fixes" not in body
+    if group.carried or group.comment:
+        return  # no PR is opened: the body is not sent
     assert "CPU" in body  # the measurements say where they ran
     if key == "verl":  # and on what model, and the command that reproduces them in upstream's tree
         assert "tiny random Qwen2" in body or "no model" in body
@@ -137,7 +141,7 @@ def test_the_lint_names_a_pr_description_that_holds_our_words(tmp_path: Path) ->
     description.write_text(text)
     line = len(text.splitlines())
 
-    problems = [p.message for p in lint_groups(folder, 3) if p.path == description]
+    problems = [p.message for p in lint_groups(folder, 6) if p.path == description]
 
     assert problems == [
         f"PR body: line {line}: 'branch unknown' means nothing upstream",

@@ -121,9 +121,9 @@ def test_verl_backports_need_a_clone_with_verls_history(pinned, capsys):
     assert git(checkout, "branch", "--list", "patchset/*") == ""
 
 
-def test_verl_geo_mean_group_exports_onto_verl_0_9_1_with_every_gate(tmp_path, capsys):
-    """The geo_mean fix is open upstream: its PR goes onto the newest release, where the groups upstream has are
-    skipped, and upstream's gates (ruff, mypy, the generated configs, the CPU tests) pass there."""
+def test_verl_test_group_exports_onto_verl_0_9_1_with_every_gate(tmp_path, capsys):
+    """A group goes onto the newest release, where the groups upstream has are skipped, and upstream's gates (ruff,
+    mypy, the license header, the CPU tests) pass there: the distillation test, which 0.9.1's fix passes."""
     pin = load_pins(REPO_ROOT / "patches/upstreams.toml").find("verl", "0.9.1")
     vanilla = CACHE.upstreams / pin.dirname
     if not (vanilla / ".git").exists():
@@ -131,30 +131,21 @@ def test_verl_geo_mean_group_exports_onto_verl_0_9_1_with_every_gate(tmp_path, c
     checkout = tmp_path / pin.dirname
     git(tmp_path, "clone", "-q", "--no-hardlinks", str(vanilla), str(checkout))
     before = _state(checkout)
-    geo_mean_patch = load_series(REPO_ROOT / "patches", "verl").patches[2]
+    test_patch = load_series(REPO_ROOT / "patches", "verl").patches[5]
 
-    assert main(["verl", str(checkout)]) == 0
+    assert main(["verl", str(checkout), "--group", "distillation-loss-test"]) == 0
 
     out = capsys.readouterr().out
     assert _state(checkout) == before
-    assert "Skipping group critic-value-loss-global-normalization: upstream 0.9.1 has all its patches" in out
-    assert "Skipping group distillation-loss-global-batch-info: upstream 0.9.1 has all its patches" in out
-    (commit,) = git(checkout, "rev-list", "v0.9.1..patchset/verl-geo-mean-policy-loss-global-normalization").split()
-    _check_commit(checkout, commit, geo_mean_patch.subject)
+    (commit,) = git(checkout, "rev-list", "v0.9.1..patchset/verl-distillation-loss-test").split()
+    _check_commit(checkout, commit, test_patch.subject)
     assert "lint mypy v1.17.0 (verl's pyproject): Passed" in out
     assert "upstream lint: passed (" in out and "upstream CPU tests: passed (" in out
-    assert "tests/trainer/ppo/test_geo_mean_policy_loss_on_cpu.py" in out
-    # upstream's tests of core_algos chosen by what they import; a GPU test and one that needs a module the test
-    # venv lacks (on vanilla 0.9.1 too) are named as not run
-    assert "upstream test run: tests/trainer/ppo/test_loss_aggregation_on_cpu.py (imports verl.trainer.ppo." in out
-    assert "upstream test NOT run: tests/trainer/ppo/test_rollout_corr_integration.py (" in out
-    assert (
-        "_on_cpu.py (imports verl.trainer.ppo.core_algos.AdvantageEstimator): imports transfer_queue (through what "
-        "it imports), which the test venv does not have; it cannot be imported on vanilla verl 0.9.1 either"
-    ) in out
+    assert "tests/workers/test_distillation_loss_global_normalization_on_cpu.py" in out
     assert "Made against the verl v0.9.1 release; it is meant for `main`." in out
-    assert "### API and Usage Example\n\nBreaking for a caller outside the engine" in out
-    _check_every_group_has_its_body("verl", out, ("geo-mean-policy-loss-global-normalization",))
+    assert "### Why this is not a duplicate\n\nNo open PR adds a test of #7225" in out
+    assert "- [ ] AI assistance: say whether and how it was used" in out
+    _check_every_group_has_its_body("verl", out, ("distillation-loss-test",))
 
 
 def _final_state(pinned, numbers: list[int], path: str, tmp_path: Path) -> str:
@@ -192,7 +183,7 @@ def test_trinity_export_stacks_each_group_on_what_it_needs(pinned, capsys, tmp_p
     (legacy_commit,) = git(checkout, "rev-list", f"{normalization}..{branch['legacy-normalization']}").split()  # 0008
     _check_commit(checkout, legacy_commit, patches[7].subject)
     for carried in ("policy-loss-runtime-keys", "loss-scale-switch-default"):
-        assert f"trinity: group {carried} stays a carried patch, no PR: " in out
+        assert f"trinity: {carried}: carried: no PR: " in out
         assert not git(checkout, "branch", "--list", f"patchset/trinity-{carried}").strip()
     assert out.count("upstream lint: passed (6 passed, 0 failed") == len(TRINITY_PRS)  # check-yaml: no YAML changed
     assert out.count("upstream CPU tests: passed (") == len(TRINITY_PRS)
@@ -236,8 +227,7 @@ def test_lint_error_exits_1_naming_the_gate_and_keeps_the_branch(pinned, capsys,
 def test_bad_input_exits_2_and_makes_no_branch(pinned, capsys):
     checkout = pinned("verl")
     git(checkout, "branch", "taken")
-    geo_mean = "geo-mean-policy-loss-global-normalization"
-    assert main(["verl", str(checkout), "--group", geo_mean, "--branch", "taken"]) == 2
+    assert main(["verl", str(checkout), "--group", "distillation-loss-test", "--branch", "taken"]) == 2
     assert "already exists" in capsys.readouterr().err
 
     (checkout / "README.md").write_text("dirty\n")

@@ -136,7 +136,7 @@ def test_each_pr_goes_on_the_branch_that_takes_it(world, capsys):
     assert _export(clone, patches) == 0
 
     out = capsys.readouterr().out
-    assert "verl-0.7: group log stays a carried patch, no PR: main has not taken it yet" in out
+    assert "verl-0.7: log: carried: no PR: main has not taken it yet" in out
     # upstream's commit adds no test: the carried patch's test follows it on the branch, as the user's commit
     test_commit = git(clone, "log", "-1", "--format=%an <%ae>|%s%n%b", "patchset/verl-scale").strip()
     added = f"Adds {TEST_FILE}: a CPU test of the fix cherry-picked above."
@@ -159,6 +159,23 @@ def test_each_pr_goes_on_the_branch_that_takes_it(world, capsys):
     assert "patchset/verl-0.7-log" not in git(clone, "branch", "--list")
     assert gated == ["[algo] test: scale by two", "[algo] fix: log the scale", "[algo] fix: scale by two (#1)"]
     assert git(clone, "status", "--porcelain") == "" and git(clone, "symbolic-ref", "HEAD").strip() == "refs/heads/main"
+
+
+def test_a_held_design_is_made_but_not_pushed_and_an_open_pr_s_fix_is_a_comment(world, capsys):
+    clone, patches, _, _ = world
+    (patches / "verl/groups").write_text("scale 0001 onto=release/v0.8.0\nlog 0002 onto=main held=waits for #9\n")
+    (patches / "verl-0.7/groups").write_text("scale 0001 onto=release/v0.7.1\nlog 0002 comment=9,8\n")
+
+    assert _export(clone, patches) == 0
+
+    out = capsys.readouterr().out
+    assert "verl: log: held: branch made and gated, PR not opened yet: waits for #9" in out
+    assert "HELD, do not open its PR yet: patchset/verl-log: waits for #9" in out
+    push = next(line for line in out.splitlines() if "Push with" in line)
+    assert "patchset/verl-log" not in push and "patchset/verl-scale" in push
+    assert "verl-0.7: log: comment: a comment on open PR #9, copied to #8, not a PR" in out
+    assert "----- comment on https://example.invalid/verl/pull/9 -----\n**[algo] fix: log the scale**" in out
+    assert "patchset/verl-0.7-log" not in git(clone, "branch", "--list")
 
 
 def test_a_conflict_the_resolution_does_not_cover_makes_no_branch(world, capsys):

@@ -137,7 +137,8 @@ def _grouped(tmp: Path, groups: str, descriptions: dict[str, str] | None = None,
     patches = _patches_dir(tmp, {NAME: _patch(), "0002-trainer-more.patch": _patch()})
     (patches / "verl" / "groups").write_text("# name patches options\n" + groups)
     named = [line.split()[0] for line in groups.splitlines() if line.strip()]
-    every = {name: "[trainer] fix: scale the loss\n\nWhy.\n" for name in named if name not in without}
+    well_formed = "[trainer] fix: scale the loss\n\nWhy.\n\n## Why this is not a duplicate\n\nNo PR does it.\n"
+    every = {name: well_formed for name in named if name not in without}
     for name, text in (every | (descriptions or {})).items():
         (patches / "verl" / "pr").mkdir(exist_ok=True)
         (patches / "verl" / "pr" / f"{name}.md").write_text(text)
@@ -196,6 +197,22 @@ CASES: dict[str, tuple[Setup, str]] = {
     "listed twice": (
         lambda tmp: _patches_dir(tmp, {NAME: _patch()}, [NAME, NAME]),
         f"patches/verl/series:3: {NAME} is listed twice (first on line 2)",
+    ),
+    "message line over 72 columns": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(fields=HEADER | {"Text": "seventy-three " + "x" * 59})}),
+        f"patches/verl/{NAME}:12: message line of 73 columns; wrap it at 72",
+    ),
+    "subject over 72 columns": (
+        lambda tmp: _patches_dir(tmp, {NAME: _patch(subject="[PATCH] [trainer] fix: " + "scale " * 10)}),
+        f"patches/verl/{NAME}: Subject of 74 columns; upstream's history keeps it within 72: move detail to the body",
+    ),
+    "PR description that does not say why it is no duplicate": (
+        lambda tmp: _grouped(tmp, "one 0001 0002\n", {"one": "[trainer] fix: scale the loss\n\nWhy.\n"}),
+        "patches/verl/pr/one.md: no '## Why this is not a duplicate' section: upstream asks it of every PR",
+    ),
+    "a comment group with a branch": (
+        lambda tmp: _grouped(tmp, "one 0001 0002 comment=7916,7913 onto=main\n"),
+        "patches/verl/groups:2: one: a comment= group makes no branch: no onto= or held=",
     ),
     "name not NNNN-area-slug": (
         lambda tmp: _patches_dir(tmp, {"0001-Trainer_Scale.patch": _patch()}),
@@ -285,7 +302,8 @@ CASES: dict[str, tuple[Setup, str]] = {
     ),
     "groups: an unknown option": (
         lambda tmp: _grouped(tmp, "one 0001 0002 squash\n"),
-        "patches/verl/groups:2: one: 'squash' is not a patch number (NNNN), 'fold', 'after=', 'onto=' or 'carried='",
+        "patches/verl/groups:2: one: 'squash' is not a patch number (NNNN), 'fold', 'after=', 'onto=', "
+        "'comment=<PR>[,<issue>]', 'held=' or 'carried='",
     ),
     "groups: fold without a description": (
         lambda tmp: _grouped(tmp, "one 0001 0002 fold\n", without=("one",)),
@@ -301,7 +319,9 @@ CASES: dict[str, tuple[Setup, str]] = {
         "patches/verl/pr/other.md: no group other in patches/verl/groups; add it or delete this",
     ),
     "groups: a description whose title is not a PR title": (
-        lambda tmp: _grouped(tmp, "one 0001 0002 fold\n", {"one": "Scale the loss\n"}),
+        lambda tmp: _grouped(
+            tmp, "one 0001 0002 fold\n", {"one": "Scale the loss\n\n## Why this is not a duplicate\n\nNone.\n"}
+        ),
         "patches/verl/pr/one.md:1: PR title 'Scale the loss' is not in the upstream's PR-title form [module] type: "
         "description, [BREAKING] first when it breaks a caller (verl: e.g. [trainer] fix: ...)",
     ),
@@ -384,7 +404,9 @@ def test_each_problem_is_one_line_naming_the_file(tmp_path, capsys, case):
 
 
 def test_well_formed_groups_are_clean(tmp_path, capsys):
-    description = "[trainer] fix: scale the loss\n\nWhy.\n\n## Numbers\n\nx2.\n"
+    description = (
+        "[trainer] fix: scale the loss\n\nWhy.\n\n## Numbers\n\nx2.\n\n## Why this is not a duplicate\n\nNone.\n"
+    )
     patches = _grouped(tmp_path, "one 0001 fold\ntwo 0002 after=one\n", {"one": description})
     (patches / "verl" / "pr" / "two.upstream-tests.patch").write_text(_upstream_tests_patch())
 

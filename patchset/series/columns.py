@@ -1,0 +1,74 @@
+"""The 72-column rule of the messages that go upstream: git's convention, and verl's and Trinity-RFT's history.
+
+A commit subject and every line of a commit message fit in 72 columns, so that ``git log`` and mailed patches read
+without wrapping. Exempt, because none of them can be cut: DEP-3 fields and other ``Name: value`` trailers with
+their indented continuation lines (a field is one logical line, and the lint reads them whole); a line holding a
+URL; a line that is one word or one code span (a path, a command in backticks); and, in a PR description
+(markdown), a table row and a fenced code block.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+WIDTH = 72
+_URL = re.compile(r"https?://")
+_FIELD = re.compile(r"^[A-Za-z][A-Za-z0-9-]*:\s")
+
+
+def _field_block(lines: list[str]) -> bool:
+    return bool(lines) and all(_FIELD.match(ln) or (i and ln[:1].isspace()) for i, ln in enumerate(lines))
+
+
+def _paragraphs(lines: list[tuple[int, str]]) -> Iterable[list[tuple[int, str]]]:
+    block: list[tuple[int, str]] = []
+    for number, line in lines:
+        if line.strip():
+            block.append((number, line))
+        elif block:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def long_lines(lines: list[tuple[int, str]], markdown: bool = False) -> list[tuple[int, str]]:
+    """(line number, problem) for each line of a message over ``WIDTH`` columns that is not exempt."""
+    problems: list[tuple[int, str]] = []
+    fenced = False
+    for paragraph in _paragraphs(lines):
+        if _field_block([line for _, line in paragraph]):
+            continue
+        for number, line in paragraph:
+            if markdown and line.lstrip().startswith("```"):
+                fenced = not fenced
+                continue
+            bare = line.strip()
+            one_span = bare.startswith("`") and bare.endswith("`") and bare.count("`") == 2
+            unbreakable = _URL.search(line) or " " not in bare or one_span
+            exempt = unbreakable or (markdown and (fenced or line.lstrip().startswith("|")))
+            if len(line) > WIDTH and not exempt:
+                problems.append((number, f"message line of {len(line)} columns; wrap it at {WIDTH}"))
+    return problems
+
+
+def subject_problem(subject: str, what: str = "Subject") -> str | None:
+    """Why ``subject`` is too long for upstream's history (None when it fits)."""
+    if len(subject) <= WIDTH:
+        return None
+    return f"{what} of {len(subject)} columns; upstream's history keeps it within {WIDTH}: move detail to the body"
+
+
+def patch_message_lines(text: str) -> list[tuple[int, str]]:
+    """The message lines of a ``git format-patch`` file, numbered as in the file: after the mail headers, up to
+    ``---`` or the first ``diff --git``."""
+    lines = text.split("\n")
+    start = next((i for i, line in enumerate(lines) if not line.strip()), len(lines)) + 1
+    found: list[tuple[int, str]] = []
+    for index in range(start, len(lines)):
+        line = lines[index]
+        if line == "---" or line.startswith("diff --git "):
+            break
+        found.append((index + 1, line))
+    return found
