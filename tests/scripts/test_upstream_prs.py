@@ -47,7 +47,7 @@ def test_each_rebased_pr_names_every_file_it_touches_and_its_revision(group):
 
 @pytest.mark.parametrize("group", REBASED)
 def test_the_pr_body_names_each_commit_and_that_its_branch_is_unconfirmed(group):
-    body = (FOLDER / "pr" / f"{group}.md").read_text()
+    body = " ".join((FOLDER / "pr" / f"{group}.md").read_text().split())  # wrapped at 72 columns
     commits = {r.commit[1] for r in upstream_prs.revisions(upstream_prs.upstream_patch(FOLDER, group)) if r.commit}
 
     for commit in commits:
