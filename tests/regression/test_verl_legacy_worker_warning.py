@@ -15,7 +15,10 @@ there (docs/loss-audit.md, verl 0.7.x's engine path, says why they are left so);
 
 from __future__ import annotations
 
+import copy
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,11 +51,21 @@ def legacy_tree(verl_tree: Path) -> Path:
     return verl_tree
 
 
-def _start_up_warnings(tree: Path, overrides: list[str], capsys: pytest.CaptureFixture[str]) -> list[str]:
-    """The warning lines ``validate_config`` prints for verl's trainer config with ``overrides``."""
+@cache
+def _composed(tree: Path, overrides: tuple[str, ...]) -> Any:
+    return compose_trainer_config(tree, [*REQUIRED, *overrides])
+
+
+def _start_up_warnings(
+    tree: Path, overrides: list[str], capsys: pytest.CaptureFixture[str], impl: str | None = None
+) -> list[str]:
+    """The warning lines ``validate_config`` prints for verl's trainer config with ``overrides`` and, unless None,
+    ``trainer.use_legacy_worker_impl=impl`` (set on a copy of the composed config: Hydra composes each setting once)."""
     from verl.utils.config import validate_config
 
-    config = compose_trainer_config(tree, [*REQUIRED, *overrides])
+    config = copy.deepcopy(_composed(tree, tuple(overrides)))
+    if impl is not None:
+        config.trainer.use_legacy_worker_impl = impl
     capsys.readouterr()
     validate_config(config, use_reference_policy=False, use_critic=False)
     return [line for line in capsys.readouterr().out.splitlines() if line.startswith(WARNING)]
@@ -62,7 +75,7 @@ def _start_up_warnings(tree: Path, overrides: list[str], capsys: pytest.CaptureF
 @pytest.mark.parametrize("setting", list(PER_MICRO_BATCH))
 def test_legacy_workers_warn_once_at_start_up(expect, legacy_tree: Path, capsys, setting: str, impl: str):
     overrides, named = PER_MICRO_BATCH[setting]
-    warnings = _start_up_warnings(legacy_tree, [*overrides, f"trainer.use_legacy_worker_impl={impl}"], capsys)
+    warnings = _start_up_warnings(legacy_tree, overrides, capsys, impl)
     if expect == "bug":
         assert warnings == [], "the vanilla tree is silent"
         return
@@ -76,7 +89,7 @@ def test_legacy_workers_warn_once_at_start_up(expect, legacy_tree: Path, capsys,
 @pytest.mark.parametrize("setting", list(PER_MICRO_BATCH))
 def test_legacy_warning_not_on_the_engine_workers(legacy_tree: Path, capsys, setting: str):
     overrides, _ = PER_MICRO_BATCH[setting]
-    assert _start_up_warnings(legacy_tree, [*overrides, "trainer.use_legacy_worker_impl=disable"], capsys) == []
+    assert _start_up_warnings(legacy_tree, overrides, capsys, "disable") == []
 
 
 @pytest.mark.parametrize("setting", list(NOTHING_PER_MICRO_BATCH))
