@@ -10,7 +10,7 @@ import contextlib
 import importlib
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,11 +44,13 @@ class OptimizerSettings:
 @dataclass(frozen=True)
 class StepResult:
     """One `train_batch`: the pre-clip grad_norm (NaN on a rank that does not report it), each micro-batch's loss,
-    and the step's time (`step_clock`)."""
+    and the step's time (`step_clock`), what the worker does to the mini-batch before it included (``pre_pass``: that
+    part of it)."""
 
     grad_norm: float
     losses: tuple[float, ...]
     seconds: float
+    pre_pass: float = 0.0
 
     @property
     def micro_batches(self) -> int:
@@ -121,22 +123,32 @@ def step_clock(device: str) -> str:
     return "wall" if device == "cuda" else "process CPU"
 
 
-def train_step(engine: Any, data: Any, loss_function: Any, on_gpu: bool = False) -> StepResult:
-    """One `train_batch` in train mode, timed by `step_clock`."""
+def train_step(
+    engine: Any, data: Any, loss_function: Any, on_gpu: bool = False, before: Callable[[], None] | None = None
+) -> StepResult:
+    """One `train_batch` in train mode, timed by `step_clock`. ``before``: what the worker does to the mini-batch
+    before the engine splits it (a patched worker's pre-pass forward, `engine_harness.worker_statistics`), run in the
+    same train mode, as the worker runs both, and timed as part of the step: it is part of what an update costs."""
     import torch
 
     clock = time.perf_counter if on_gpu else time.process_time
+    pre_pass = 0.0
     with engine.train_mode():
         if on_gpu:
             torch.cuda.synchronize()
         started = clock()
+        if before is not None:
+            before()
+            if on_gpu:
+                torch.cuda.synchronize()
+            pre_pass = clock() - started
         output = engine.train_batch(data, loss_function=loss_function)
         # only the first rank of each Ulysses group reports (`is_mp_src_rank_with_outputs`); the others get NaN
         grad_norm = float(output["metrics"].get("grad_norm", math.nan))
         if on_gpu:
             torch.cuda.synchronize()
         seconds = clock() - started
-    return StepResult(grad_norm, tuple(float(loss) for loss in output["loss"]), seconds)
+    return StepResult(grad_norm, tuple(float(loss) for loss in output["loss"]), seconds, pre_pass)
 
 
 def module_files(losses: Sequence[str]) -> dict[str, str]:

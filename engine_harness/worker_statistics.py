@@ -2,7 +2,7 @@
 runs of verl's real engine: a patched tree (verl 0004, 0005) chooses KL-Cov's and Clip-Cov's tokens, or takes bypass
 mode's IS mean, over the whole mini-batch, with its own ``_assign_cov_selection_mask`` / ``_assign_is_batch_mean``
 on a ``TrainingWorker`` that holds the engine (their pre-pass, ``engine.infer_batch``, runs on it in train mode); a
-vanilla tree has neither, and its loss chooses within each micro-batch.
+vanilla tree has neither, and its loss chooses within each micro-batch. The step's time includes the pre-pass.
 
 The harness calls the engine's ``train_batch`` itself (`engine_harness.engine.train_step`), so this stands where the
 worker's own ``train_batch`` calls them; that the worker does call them, and ``init_model`` asks for them, the
@@ -26,7 +26,8 @@ def before_split(loss: str, engine: Any, data: Any, loss_function: Any, update: 
     """Prepare ``data`` (this rank's mini-batch, no-padding) for ``loss`` as the tree's worker does, as its
     ``update``-th mini-batch (the worker's count, which Clip-Cov's draw reads); ``loss_function`` is the harness's
     ``partial(ppo_loss, config)``, whose config the worker is given. Nothing happens on a vanilla tree, or for a loss
-    the worker leaves alone."""
+    the worker leaves alone. Call it in the engine's train mode, as the worker does (`engine_harness.engine.train_step`
+    runs it there, as its ``before``, and times it with the step)."""
     step = WORKER_STEPS.get(loss)
     if step is None:  # no import of verl's workers for the other losses
         return
@@ -36,5 +37,4 @@ def before_split(loss: str, engine: Any, data: Any, loss_function: Any, update: 
         return
     method, attribute = step
     worker = worker_on(engine, num_cov_selections=update, **{attribute: loss_function.args[0]})
-    with engine.train_mode():
-        getattr(worker, method)(data)
+    getattr(worker, method)(data)

@@ -19,6 +19,7 @@ WATCHED = (
     "verl.trainer.ppo.rollout_corr_helper",
     "verl.workers.config.actor",
     "verl.workers.engine_workers",
+    "verl.utils.config",
 )
 
 # its spec (`verl_overlay.pieces.OVERLAY`), and the switches users call (``verl_overlay.activate()``)

@@ -5,7 +5,8 @@ the critic, `FSDPEngineWithLMHead` for the actor losses), and runs one complete 
 (zero_grad, the engine's micro-batch loop with ``loss.backward()`` per micro-batch, the FSDP gradient reduction,
 `optimizer_step`) per split of the same mini-batch: one micro-batch, then 2 and 4 per rank, cut to a fixed size
 (``micro_batch_size_per_gpu``) and by a token budget (``use_dynamic_bsz``). It records the pre-clip ``grad_norm``
-that `optimizer_step` returns and the time of each step. The learning rate is 0, so every step sees the same
+that `optimizer_step` returns and the time of each step, with what a patched worker does before the split (its
+pre-pass forward, `engine_harness.worker_statistics`). The learning rate is 0, so every step sees the same
 weights and only the split differs.
 
 Adaptations, none on the loss path (the losses, the micro-batch loop, backward, the reduction and `optimizer_step`
@@ -36,6 +37,7 @@ import os
 import platform
 import sys
 import traceback
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +79,9 @@ def _run_case(
         data = step_data(global_batch, rank, world_size, cut, case.name, sequence_parallel=sp)
         # a fresh loss each step: distillation's first call
         loss = loss_function(case.name, LOSS_AGG_MODE)
-        before_split(case.name, engine, data, loss, update=0)  # each split the same mini-batch's first update
-        return train_step(engine, data, loss, on_gpu=settings.device == "cuda")
+        # each split the same mini-batch's first update; the worker's pre-pass timed with the step
+        before = partial(before_split, case.name, engine, data, loss, 0)
+        return train_step(engine, data, loss, on_gpu=settings.device == "cuda", before=before)
 
     step("fixed", 1)  # warm-up, not recorded (allocations, kernel selection)
     rows = []
@@ -94,7 +97,8 @@ def _measurement(case: Case, precision: str, split: str, micro_batches: int, run
     """The single-step proof's row of one split: the first step's grad_norm and micro-batches, every step's time."""
     first = runs[0]
     row = {"case": case.name, "precision": precision, "split": split, "micro_batches": micro_batches}
-    return {**row, "grad_norm": first.grad_norm, "made": first.micro_batches, "seconds": [r.seconds for r in runs]}
+    times = {"seconds": [r.seconds for r in runs], "pre_pass": [r.pre_pass for r in runs]}
+    return {**row, "grad_norm": first.grad_norm, "made": first.micro_batches, **times}
 
 
 def _release_engine() -> None:
@@ -144,8 +148,8 @@ def _run_trajectories(
         cut = Split(micro_batches, split == "dynamic")
         data = step_data(batch, rank, world_size, cut, case.name, budget, sequence_parallel=sp)
         loss = loss_function(case.name, LOSS_AGG_MODE)
-        before_split(case.name, engine, data, loss, update)  # step i of every run: the same Clip-Cov draw
-        return train_step(engine, data, loss, on_gpu=on_gpu)
+        before = partial(before_split, case.name, engine, data, loss, update)  # step i of every run: one draw
+        return train_step(engine, data, loss, on_gpu=on_gpu, before=before)
 
     step(pool[0], "fixed", 1, None, 0)  # warm-up, not recorded (allocations, kernel selection); its update is undone
     runs, single = [], []

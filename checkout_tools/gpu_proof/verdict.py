@@ -31,7 +31,8 @@ DIFFERS_AT_LEAST = 0.1
 
 @dataclass(frozen=True)
 class Measurement:
-    """One engine configuration: the grad_norm `optimizer_step` returned and the time of each timed step."""
+    """One engine configuration: the grad_norm `optimizer_step` returned and the time of each timed step, the
+    worker's pre-pass included (``pre_pass``: that part of each)."""
 
     case: str
     precision: str
@@ -40,10 +41,11 @@ class Measurement:
     grad_norm: float
     made: int  # micro-batches the engine made, per rank
     seconds: tuple[float, ...]
+    pre_pass: tuple[float, ...] = ()
 
     @classmethod
     def from_dict(cls, row: dict) -> Measurement:
-        return cls(**{**row, "seconds": tuple(row["seconds"])})
+        return cls(**{**row, "seconds": tuple(row["seconds"]), "pre_pass": tuple(row.get("pre_pass", ()))})
 
 
 @dataclass(frozen=True)
@@ -119,9 +121,17 @@ def judge(side: str, case: Case, precision: str, rows: Sequence[Measurement]) ->
     return verdict(not close, f"{'shows' if not close else 'does not show'} the bug, grad_norm {expect.value}: {shown}")
 
 
-def median_step_seconds(rows: Iterable[Measurement], case: str, precision: str) -> float | None:
-    """The median time of one timed `train_batch` step over every split of the case."""
-    seconds = sorted(s for row in rows if row.case == case and row.precision == precision for s in row.seconds)
+def median_step_seconds(
+    rows: Iterable[Measurement], case: str, precision: str, pre_pass_only: bool = False
+) -> float | None:
+    """The median time of one timed step over every split of the case: the worker's pre-pass and `train_batch`
+    (``pre_pass_only``: of the pre-pass alone)."""
+    seconds = sorted(
+        s
+        for row in rows
+        if row.case == case and row.precision == precision
+        for s in (row.pre_pass if pre_pass_only else row.seconds)
+    )
     if not seconds:
         return None
     middle = len(seconds) // 2

@@ -12,6 +12,8 @@ and ``-q`` holds there too.
 from __future__ import annotations
 
 import sys
+import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -23,7 +25,7 @@ from patchset.apply.locking import locked, refuse_if_held
 from patchset.apply.plan import Action, Plan, plan_target
 from patchset.apply.record import read_record, remove_record, write_record
 from patchset.apply.refusals import refuse, refuse_duplicates
-from patchset.apply.report import report_plan
+from patchset.apply.report import report_plan, summary_line
 from patchset.apply.target import TreeToPatch, cached_targets, target_for_path
 from patchset.apply.transaction import apply_plans
 from patchset.apply.upgrade import run_upgrade
@@ -32,8 +34,11 @@ from patchset.plumbing.errors import EXIT_EARLIER_SERIES, EXIT_OK, EXIT_TESTS_FA
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.history import History, load_history, recover_texts
 from patchset.testenv import regression
+from patchset.testenv.junit_summary import read_outcome
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.workspace import Workspace
+
+NEXT_DOC = "docs/apply.md"
 
 
 @dataclass(frozen=True)
@@ -81,22 +86,32 @@ def choice_tests_left_out(plans: Sequence[Plan], console: Console) -> list[str]:
     return left_out
 
 
+_SHOWN_FAILURES = 3
+
+
 def _regression(
     trees: Mapping[str, Path], workspace: Workspace, console: Console, timeout: float | None, left_out: Sequence[str]
-) -> int:
+) -> tuple[int, list[str]]:
+    """Run the regression tests on ``trees``, their output into a log file of the cache; (exit status, the lines
+    that say what they found and where the log is)."""
     shown = ", ".join(f"{key} at {display_path(path)}" for key, path in trees.items())
-    console.step(f"Running the regression tests on {shown}")
+    log = workspace.cache.root / "logs" / f"apply-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    console.step(f"Running the regression tests on {shown} (a few minutes; their output: {display_path(log)})")
     deselect = ["-k", "not (" + " or ".join(f"({choices})" for choices in left_out) + ")"] if left_out else []
-    run = regression.SuiteRun(expect="fixed", pytest_args=deselect, limit=regression.suite_limit(timeout))
-    returncode = regression.run_regression_tests(trees, run, workspace, console)
+    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("junit")) as junit, log.open("w") as output:
+        limit = regression.suite_limit(timeout)
+        run = regression.SuiteRun("fixed", deselect, junit_dir=Path(junit), limit=limit, output=output)
+        returncode = regression.run_regression_tests(trees, run, workspace, console)
+        outcome = read_outcome(sorted(Path(junit).glob("*.xml")))
+    counts, *reasons = outcome.lines()
+    lines = [f"Regression tests {'passed' if returncode == 0 else 'FAILED'}: {counts}", *reasons]
+    lines.append(f"Full output: {display_path(log)}")
     if returncode != 0:
-        print(
-            f"error: the regression tests failed (exit status {returncode}) on {shown}; see their output above",
-            file=sys.stderr,
-        )
-        return EXIT_TESTS_FAILED
-    console.summary("Regression tests passed")
-    return EXIT_OK
+        failed = ", ".join(outcome.failures[:_SHOWN_FAILURES]) or f"pytest exit status {returncode}"
+        print(f"error: the regression tests failed on {shown}: {failed}; see {display_path(log)}", file=sys.stderr)
+        return EXIT_TESTS_FAILED, lines
+    return EXIT_OK, lines
 
 
 def _earlier(targets: Sequence[TreeToPatch], homes: Mapping[Path, Path], history: History) -> dict[Path, Held | None]:
@@ -179,6 +194,7 @@ class Applied:
 
     status: int
     plans: tuple[Plan, ...] = ()
+    tests: tuple[str, ...] = ()  # what the regression tests found, and where their output is
 
 
 def apply_series(
@@ -232,7 +248,8 @@ def apply_series(
             return Applied(EXIT_OK, plans)
         trees = {target.key: target.root for target in targets}
         left_out = choice_tests_left_out(plans, console)
-        return Applied(_regression(trees, workspace, console, options.test_timeout, left_out), plans)
+        status, lines = _regression(trees, workspace, console, options.test_timeout, left_out)
+        return Applied(status, plans, tuple(lines))
 
 
 def run_apply(
@@ -265,4 +282,17 @@ def run_apply(
         targets = cached_targets(workspace, console, reverse=options.reverse, check=options.check, held=held)
     with held:
         applied = apply_series(targets, workspace, options, console=console, guard=guard, command_line=command_line)
+    if applied.plans and not options.check and not options.reverse:
+        _result(applied, console)
     return applied.status
+
+
+def _result(applied: Applied, console: Console) -> None:
+    """The last lines of a run: what was applied where, what the tests found, the next command."""
+    console.summary("--- result")
+    for plan in applied.plans:
+        console.summary(summary_line(plan, check=False))
+    for line in applied.tests:
+        console.summary(line)
+    if applied.status == EXIT_OK:
+        console.summary(f"Next: scripts/test.sh runs every test; {NEXT_DOC} says how to use the patched trees")

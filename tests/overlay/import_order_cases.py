@@ -1,8 +1,9 @@
 """Import-order cases, each run in a fresh process of the overlay venv; prints one JSON line of observations.
 
 - ``probe MODULE...``: import the given upstream modules in that order and nothing else, then look at every target
-  whose module is now imported: does it run the overlay's code (the fix) or upstream's? Also returns what
-  ``status`` says of each piece, judged from what this process has imported, without importing more.
+  whose module is now imported: does it run the overlay's code (the fix) or upstream's? (A target of a piece only
+  another release has, such as verl 0.7.1's ``validate_config``, is listed apart.) Also returns what ``status`` says
+  of each piece, judged from what this process has imported, without importing more.
 - ``loaded``: what this process has imported before the case imports anything: every module of upstream's, the
   overlays', Hydra's and OmegaConf's, and whether torch is in (a warm parent's fork has it; a fresh process not).
 - ``compose CONFIG MODEL_DIR``: first thing in the process, compose verl's Hydra config ``CONFIG`` and build the
@@ -61,6 +62,16 @@ def _training_worker(module) -> bool:  # type: ignore[no-untyped-def]
     return replaced and _overlay_code(members["_assign_is_batch_mean"])
 
 
+def _legacy_warning(module) -> bool | None:  # type: ignore[no-untyped-def]
+    """verl-0.7 0005: ``validate_config`` runs the overlay's code; None (no target) where verl has no legacy workers
+    (0.8.0 and later, whose series have no such patch)."""
+    import importlib.util
+
+    if importlib.util.find_spec("verl.workers.fsdp_workers") is None:
+        return None
+    return _overlay_code(module.validate_config)
+
+
 # target label -> whether the imported module's object carries the fix
 PROBES = {
     "verl.trainer.ppo.core_algos.compute_value_loss": lambda m: _overlay_code(m.compute_value_loss),
@@ -79,6 +90,7 @@ PROBES = {
     "verl.workers.engine_workers.ActorRolloutRefWorker": lambda m: _overlay_code(
         inspect.unwrap(vars(m.ActorRolloutRefWorker)["init_model"])
     ),
+    "verl.utils.config.validate_config": _legacy_warning,
     "trinity.algorithm.policy_loss_fn.policy_loss_fn.PolicyLossFn": lambda m: {"loss_aggregation", "group_size"}
     <= vars(m.PolicyLossFn).keys(),
     "trinity.algorithm.policy_loss_fn.rec_policy_loss.RECPolicyLossFn": lambda m: "loss_aggregation"
@@ -107,17 +119,23 @@ PROBES = {
 
 
 def probe(*modules: str) -> dict:
+    """What the overlays did to the targets of the imported modules (``targets``), the targets this release has no
+    piece for (``elsewhere``: a check that says None), and each piece's state."""
     for name in modules:
         importlib.import_module(name)
-    seen = {}
+    seen, elsewhere = {}, []
     for label, check in PROBES.items():
         module_name = label.rsplit(".", 1)[0]
         if module_name in sys.modules:
-            seen[label] = bool(check(sys.modules[module_name]))
+            fixed = check(sys.modules[module_name])
+            if fixed is None:
+                elsewhere.append(label)
+            else:
+                seen[label] = bool(fixed)
     from patchset_overlay.status import collect
 
     states = {piece["piece"]: piece["state"] for entry in collect(import_upstreams=False) for piece in entry["pieces"]}
-    return {"targets": seen, "pieces": states}
+    return {"targets": seen, "elsewhere": elsewhere, "pieces": states}
 
 
 def loaded() -> dict:

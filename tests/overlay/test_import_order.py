@@ -69,6 +69,8 @@ def test_overlay_watches_exactly_the_target_modules():
 def test_a_module_imported_alone_is_fixed_at_once(cases, module, fresh):
     seen = _probe(cases, "1", (module,), fresh)
     own = [label for label in seen["targets"] if label.rsplit(".", 1)[0] == module]
+    if not own and module in {label.rsplit(".", 1)[0] for label in seen["elsewhere"]}:
+        pytest.skip(f"{module}: only another release's series changes it (import_order_cases.PROBES)")
     assert own, f"no target of {module} was probed: {seen}"
     assert all(seen["targets"].values()), f"importing {module} alone left targets on upstream's code: {seen}"
     code_pieces = {name: state for name, state in seen["pieces"].items() if not name.startswith("critic.yaml")}
@@ -77,7 +79,7 @@ def test_a_module_imported_alone_is_fixed_at_once(cases, module, fresh):
 
 def test_modules_imported_in_reverse_order_are_all_fixed(cases):
     seen = _probe(cases, "1", tuple(reversed(TARGET_MODULES)))
-    probed = {label.rsplit(".", 1)[0] for label in seen["targets"]}  # a module has one target or more
+    probed = {label.rsplit(".", 1)[0] for label in [*seen["targets"], *seen["elsewhere"]]}  # one target or more
     assert probed == set(TARGET_MODULES) and all(seen["targets"].values()), seen
 
 

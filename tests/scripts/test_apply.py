@@ -426,8 +426,37 @@ def test_failing_regression_tests_exit_1(capsys, world, monkeypatch):
 
     code = main(world.args(str(world.verl)))
 
+    captured = capsys.readouterr()
     assert code == 1
-    assert "regression tests failed (exit status 5)" in capsys.readouterr().err
+    assert "regression tests failed on verl at " in captured.err and "pytest exit status 5; see " in captured.err
+    last = captured.out.splitlines()[-3:]
+    assert last[0].endswith(" applied, 0 already applied") and last[1].startswith("Regression tests FAILED: ")
+    assert last[-1].startswith("Full output: ") and "apply-" in last[-1]
+
+
+def test_the_run_ends_with_what_was_applied_what_the_tests_found_and_the_next_command(capsys, world, monkeypatch):
+    """The result a user wants in the last ten lines: pytest's own output goes to the log file named there."""
+    from patchset.testenv import regression
+
+    def passing(trees, run, workspace, console=None):  # type: ignore[no-untyped-def]
+        run.output.write("pytest's own output\n")
+        (run.junit_dir / "run-0.xml").write_text(
+            '<testsuite><testcase classname="t" name="a"/><testcase classname="t" name="b">'
+            '<skipped message="only a dependency"/></testcase></testsuite>'
+        )
+        return 0
+
+    monkeypatch.setattr(regression, "run_regression_tests", passing)
+
+    assert main(world.args(str(world.verl))) == 0
+
+    last = capsys.readouterr().out.splitlines()
+    result = last[last.index("--- result") :]
+    assert len(result) <= 10 and "pytest's own output" not in "\n".join(last)
+    assert result[2:4] == ["Regression tests passed: 1 passed, 0 failed, 1 skipped", "  1 skipped: only a dependency"]
+    log = Path(result[4].removeprefix("Full output: "))
+    assert log.read_text() == "pytest's own output\n"
+    assert result[5].startswith("Next: scripts/test.sh")
 
 
 @pytest.mark.parametrize("flags", [("--no-test",), ("--check",), ("--reverse",)])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -98,6 +99,53 @@ def test_report_prints_ratios_verdicts_and_the_step_time_ratio():
     ]
     verdict = judge("patched", CASES["critic"], "fp32", results["patched"])
     assert verdict_lines([verdict])[0].startswith("PASS  patched  fp32  verl critic value_loss")
+
+
+def test_step_time_ratio_counts_the_patched_workers_pre_pass():
+    """A patched worker's pre-pass forward is part of every update it runs: the ratio users read includes it."""
+    vanilla = [Measurement("kl_cov", "fp32", "fixed", k, 0.5, k, (2.0,)) for k in (1, 2)]
+    patched = [Measurement("kl_cov", "fp32", "fixed", k, 0.5, k, (2.4,), (0.4,)) for k in (1, 2)]
+    assert step_time_lines({"vanilla": vanilla, "patched": patched}, ["kl_cov"], ["fp32"]) == [
+        "step time patched / vanilla: kl_cov fp32: 1.200 (2.400 s / 2.000 s, median of every timed step; patched: "
+        "the worker's pre-pass included, median 0.400 s of it)"
+    ]
+    row = {"case": "kl_cov", "precision": "fp32", "split": "fixed", "micro_batches": 1, "grad_norm": 0.5, "made": 1}
+    assert Measurement.from_dict({**row, "seconds": [2.4], "pre_pass": [0.4]}) == patched[0]
+
+
+def test_train_step_times_the_pre_pass_in_train_mode():
+    """`train_step` runs ``before`` (the worker's pre-pass) in the engine's train mode, before ``train_batch``, and
+    counts its time in the step's."""
+    from contextlib import contextmanager
+
+    from engine_harness.engine import train_step
+
+    calls = []
+
+    class Engine:
+        mode = None
+
+        @contextmanager
+        def train_mode(self):
+            self.mode = "train"
+            yield
+            self.mode = None
+
+        def train_batch(self, data, loss_function):
+            calls.append(("train_batch", self.mode))
+            return {"metrics": {"grad_norm": 1.0}, "loss": [0.5]}
+
+    def before():
+        calls.append(("before", engine.mode))
+        started = time.process_time()
+        while time.process_time() - started < 0.02:  # CPU time, as `step_clock` counts on CPU
+            pass
+
+    engine = Engine()
+    step = train_step(engine, {}, None, before=before)
+    assert calls == [("before", "train"), ("train_batch", "train")]
+    assert step.seconds >= step.pre_pass >= 0.02
+    assert train_step(engine, {}, None).pre_pass == 0.0
 
 
 def test_global_batch_cuts_evenly_on_every_rank():
