@@ -224,7 +224,7 @@ def _routes(series: Series, groups: Sequence[Group], only: Sequence[str], reposi
             continue
         kind, why = route(group)
         console.summary(f"{series.name}: {group.name}: {kind}: {why}")
-        if kind == "comment":
+        if group.comment:
             patches = [series.patches[n - 1] for n in group.numbers]
             print(comment_text(group, patches, repository), flush=True)
     for line in upstream_prs.summary(series.path.parent, [g for g in groups if not only or g.name in only]):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from patchset.series.groups import Group
+from patchset.series.groups import COMMENT_SUFFIX, Group
 from patchset.series.model import Patch
 
 _DIFF = re.compile(r"^diff --git a/(?P<path>\S+) ", re.MULTILINE)
@@ -21,6 +21,9 @@ def route(group: Group) -> tuple[str, str]:
     """(what export-pr makes of ``group``, why): "PR", "comment", "held" or "carried"."""
     if group.carried:
         return "carried", f"no PR: {group.carried}"
+    if group.held:
+        design = f"; its design goes to #{group.comment[0]} as a comment first (below)" if group.comment else ""
+        return "held", f"branch made and gated, PR not opened yet: {group.held}{design}"
     if group.comment:
         target, *copies = group.comment
         also = f", copied to {', '.join(f'#{n}' for n in copies)}" if copies else ""
@@ -28,8 +31,6 @@ def route(group: Group) -> tuple[str, str]:
             f"a comment on open PR #{target}{also}, not a PR: that PR already makes this fix, and upstream asks for "
             "no second PR (its AGENTS.md); the patch stays carried until upstream merges a fix"
         )
-    if group.held:
-        return "held", f"branch made and gated, PR not opened yet: {group.held}"
     return "PR", f"a PR onto {group.onto}" if group.onto else "a PR"
 
 
@@ -50,10 +51,15 @@ def _test_diffs(patches: Sequence[Patch]) -> list[str]:
 
 def comment_text(group: Group, patches: Sequence[Patch], repository: str) -> str:
     """The comment for the open PR ``group.comment`` names: its description (what ours adds and why), then the tests
-    of its patches as a diff, so that a maintainer can run them on that PR's branch."""
+    of its patches as a diff, so that a maintainer can run them on that PR's branch. For a held group: its
+    ``pr/<name>.comment.md``, the design set out for the issue."""
     description = group.description
     if description is None:
         raise ValueError(f"group {group.name} has no pr/{group.name}.md")
+    if group.held:  # the design, argued in the issue before the held branch becomes a PR
+        design = description.path.with_name(f"{group.name}{COMMENT_SUFFIX}").read_text(encoding="utf-8")
+        target = f"{repository.rstrip('/')}/issues/{group.comment[0]}"
+        return "\n".join([f"----- comment on {target} -----", design.rstrip("\n"), "----- end -----"])
     lines = [f"**{description.title}**", ""]
     lines += [line for paragraph in description.message for line in (paragraph, "")]
     if description.sections:

@@ -25,7 +25,8 @@ patches make up each concern, one group a line (``#`` comments and blank lines i
   ``pr/<name>.md`` (what ours adds and why) with the tests of its patches. No branch is made; the patch stays
   carried until upstream merges a fix.
 - ``held=<reason>``: the group's branch is made and gated, but its PR waits (a design not yet agreed in the issue);
-  the rest of the line is the reason, which export-pr prints instead of the push command.
+  the rest of the line is the reason, which export-pr prints instead of the push command. With ``comment=<issue>``
+  too, export-pr prints ``pr/<name>.comment.md``, the design set out for that issue, as the comment to post first.
 
 ``patches/<series>/pr/<name>.md`` is the group's PR description, which every group needs (the lint says so; the
 export itself needs it only for a folded group, and fills another group's body from its patch messages): its first
@@ -61,6 +62,7 @@ from patchset.plumbing.errors import BadInput
 GROUPS_FILE = "groups"
 DESCRIPTIONS_DIR = "pr"
 UPSTREAM_TESTS_SUFFIX = ".upstream-tests.patch"
+COMMENT_SUFFIX = ".comment.md"  # a held group's design, set out for the issue before its PR
 UPSTREAM_PATCH_SUFFIX = ".upstream.patch"  # the PR against upstream's newest files read (export.upstream_prs)
 RESOLUTION_SUFFIX = ".resolution.patch"  # resolves a cherry-pick's conflicts on the branch that takes it
 GROUP_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -173,8 +175,8 @@ def parse_groups(text: str) -> GroupFile:
             problems.append((number, f"{name}: held= gives no reason; say what its PR waits for"))
         if reason and (onto or comment or waits):
             problems.append((number, f"{name}: a carried group goes nowhere upstream: no onto=, comment= or held="))
-        if comment and (onto or waits):
-            problems.append((number, f"{name}: a comment= group makes no branch: no onto= or held="))
+        if comment and onto and not waits:
+            problems.append((number, f"{name}: a comment= group makes no branch unless held=: no onto= alone"))
         groups.append(Group(name, tuple(numbers), fold, after, number, onto, reason, waits, comment))
     return GroupFile(groups=tuple(groups), problems=tuple(problems))
 

@@ -46,6 +46,7 @@ from patchset.plumbing.ui import display_path
 from patchset.series import columns
 from patchset.series.copies import check_copies
 from patchset.series.groups import (
+    COMMENT_SUFFIX,
     DESCRIPTIONS_DIR,
     GROUPS_FILE,
     RESOLUTION_SUFFIX,
@@ -310,7 +311,19 @@ def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
             shown = display_path(description)
             why = "its patches are folded into one commit" if group.fold else "every group is a pull request"
             problems.append(Problem(groups_file, f"{group.name} has no {shown}, its PR body ({why})", group.line))
-    for path in sorted(descriptions.glob("*.md")):
+    for group in parsed.groups:
+        design = descriptions / f"{group.name}{COMMENT_SUFFIX}"
+        if group.held and group.comment and not design.is_file():
+            shown = display_path(design)
+            problems.append(Problem(groups_file, f"{group.name} is held for #{group.comment[0]} but has no {shown}"))
+    for path in sorted(descriptions.glob(f"*{COMMENT_SUFFIX}")):
+        group = next((g for g in parsed.groups if f"{g.name}{COMMENT_SUFFIX}" == path.name), None)
+        if group is None or not (group.held and group.comment):
+            problems.append(Problem(path, f"no group with held= and comment= of this name in {GROUPS_FILE}"))
+        lines = list(enumerate(path.read_text(encoding="utf-8").splitlines(), start=1))
+        problems += [Problem(path, message, number) for number, message in columns.long_lines(lines, markdown=True)]
+        problems += [Problem(path, f"comment: {why}") for why in body_problems(path.read_text(encoding="utf-8"))]
+    for path in sorted(p for p in descriptions.glob("*.md") if not p.name.endswith(COMMENT_SUFFIX)):
         if path.stem not in names:
             problems.append(
                 Problem(path, f"no group {path.stem} in {display_path(groups_file)}; add it or delete this")
@@ -329,7 +342,7 @@ def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
         problems += [Problem(path, message, number) for number, message in columns.long_lines(lines, markdown=True)]
         problems += [Problem(path, f"PR body: {why}") for why in body_problems(path.read_text(encoding="utf-8"))]
         group = next(group for group in parsed.groups if group.name == path.stem)
-        opens_pr = not (group.carried or group.comment)
+        opens_pr = not group.carried and (not group.comment or bool(group.held))
         if opens_pr and f"\n## {NOT_DUPLICATE}\n" not in path.read_text(encoding="utf-8"):
             problems.append(Problem(path, f"no '## {NOT_DUPLICATE}' section: upstream asks it of every PR"))
     for path in sorted(descriptions.glob(f"*{UPSTREAM_TESTS_SUFFIX}")):

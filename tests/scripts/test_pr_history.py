@@ -163,13 +163,17 @@ def test_each_pr_goes_on_the_branch_that_takes_it(world, capsys):
 
 def test_a_held_design_is_made_but_not_pushed_and_an_open_pr_s_fix_is_a_comment(world, capsys):
     clone, patches, _, _ = world
-    (patches / "verl/groups").write_text("scale 0001 onto=release/v0.8.0\nlog 0002 onto=main held=waits for #9\n")
+    (patches / "verl/groups").write_text(
+        "scale 0001 onto=release/v0.8.0\nlog 0002 onto=main comment=9 held=waits for #9\n"
+    )
+    (patches / "verl/pr/log.comment.md").write_text("Two designs, measured.\n")
     (patches / "verl-0.7/groups").write_text("scale 0001 onto=release/v0.7.1\nlog 0002 comment=9,8\n")
 
     assert _export(clone, patches) == 0
 
     out = capsys.readouterr().out
-    assert "verl: log: held: branch made and gated, PR not opened yet: waits for #9" in out
+    assert "verl: log: held: branch made and gated, PR not opened yet: waits for #9; its design goes to #9" in out
+    assert "----- comment on https://example.invalid/verl/issues/9 -----\nTwo designs, measured.\n----- end" in out
     assert "HELD, do not open its PR yet: patchset/verl-log: waits for #9" in out
     push = next(line for line in out.splitlines() if "Push with" in line)
     assert "patchset/verl-log" not in push and "patchset/verl-scale" in push

@@ -212,7 +212,11 @@ CASES: dict[str, tuple[Setup, str]] = {
     ),
     "a comment group with a branch": (
         lambda tmp: _grouped(tmp, "one 0001 0002 comment=7916,7913 onto=main\n"),
-        "patches/verl/groups:2: one: a comment= group makes no branch: no onto= or held=",
+        "patches/verl/groups:2: one: a comment= group makes no branch unless held=: no onto= alone",
+    ),
+    "a held design without its comment": (
+        lambda tmp: _grouped(tmp, "one 0001 0002 onto=main comment=7829 held=design first\n"),
+        "patches/verl/groups: one is held for #7829 but has no patches/verl/pr/one.comment.md",
     ),
     "name not NNNN-area-slug": (
         lambda tmp: _patches_dir(tmp, {"0001-Trainer_Scale.patch": _patch()}),
