@@ -7,7 +7,7 @@ micro_batches, grad_norm) and draws one panel per loss and ``loss_agg_mode``: cr
 world size.
 
 Usage: ``python scripts/plot.py`` (reads .cache/results, where scripts/test.sh leaves them, and writes
-docs/grad_norm.png), or ``python scripts/plot.py --vanilla A.jsonl --patched B.jsonl -o out.png``;
+docs/evidence/grad_norm.png), or ``python scripts/plot.py --vanilla A.jsonl --patched B.jsonl -o out.png``;
 ``--markdown`` also prints the figures as the README's table.
 """
 
@@ -136,7 +136,7 @@ def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "-o",
         "--output",
         type=Path,
-        default=REPO_ROOT / "docs" / "grad_norm.png",
+        default=REPO_ROOT / "docs" / "evidence" / "grad_norm.png",
         help="PNG to write (default %(default)s)",
     )
     parser.add_argument("--markdown", action="store_true", help="also print the figures as a Markdown table")

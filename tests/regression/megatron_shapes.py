@@ -2,7 +2,7 @@
 
 megatron-core 0.16.1 (the release verl 0.8.0's Docker images and trinity-rft 0.6.0's ``megatron`` extra pin) imports
 on this CPU, and its parallel state initializes on gloo for tensor, pipeline and context parallel sizes 1 and 2, but
-its schedules, its DDP and its model forward allocate on CUDA unconditionally (docs/evidence.md, "Process shapes"), so
+its schedules, its DDP and its model forward allocate on CUDA unconditionally (docs/evidence/2026-12-05-megatron.md), so
 no Megatron step runs here. What a step does to a loss, read in megatron-core 0.16.1 and verl 0.8.0 / 0.7.1, and
 followed here rank by rank:
 

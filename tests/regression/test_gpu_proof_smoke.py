@@ -33,7 +33,7 @@ GPU_PROOF_VERL_VERSIONS = ("0.8.0",)
 SIDE = {"fixed": "patched", "bug": "vanilla"}
 SIDE_DEADLINE_S = 300  # the side takes about 15 s of CPU
 SIDE_PRELOAD = ("torch", "transformers", "verl.workers.engine.fsdp")  # what the fork server imports once
-SMOKE_STEPS = 3  # a short training run (`--steps`): the same runs and verdict as the figures in docs/evidence.md
+SMOKE_STEPS = 3  # a short training run (`--steps`): the same runs and verdict as the figures in docs/evidence/
 SMOKE_CLIP = 1.0  # verl's default clip_grad
 
 

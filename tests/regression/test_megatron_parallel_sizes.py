@@ -8,7 +8,7 @@ measurement deviates at K = 2: the critic in every mode, the legacy actor for th
 normalized token sum (its division by K is right for the sequence means).
 
 megatron-core does not run a step on this CPU (its schedules, DDP and model forward allocate on CUDA:
-docs/evidence.md, "Process shapes"), so ``megatron_shapes.py`` follows each rank of a shape with the rules read in
+docs/evidence/2026-12-05-megatron.md), so ``megatron_shapes.py`` follows each rank of a shape with the rules read in
 megatron-core 0.16.1, the release verl 0.8.0's images and Trinity 0.6.0's ``megatron`` extra pin (its docstring
 cites each by file and line): the rank layout and groups, the context parallel gather, the schedule's ``x cp /
 num_microbatches`` and DDP's ``1 / (dp x cp)``. The losses are the trees' own: verl's ``value_loss`` on micro-batches

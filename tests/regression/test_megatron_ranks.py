@@ -1,8 +1,8 @@
 """Megatron's parallel state on real gloo ranks: the sizes the loss weights read, as megatron-core defines them.
 
 Runs only where megatron-core is installed. The test environment (requirements/lock.txt) leaves it out: its schedules,
-DDP and model forward need CUDA, so it runs no training step here, and this check is run by hand (docs/evidence.md,
-"Process shapes", gives the command: a venv linked to the test environment plus ``megatron-core==0.16.1``).
+DDP and model forward need CUDA, so it runs no training step here, and this check is run by hand (docs/evidence/
+2026-12-05-megatron.md gives the command: a venv linked to the test environment plus ``megatron-core==0.16.1``).
 
 Four gloo ranks initialize megatron-core 0.16.1's parallel state (``initialize_model_parallel``) in each shape of
 ``megatron_ranks.RANK_SHAPES`` (tensor, pipeline and context parallel 1, 2 and 4, the rest data parallel), and each
