@@ -155,9 +155,11 @@ def _upgrade(
         return ensure_upstream(pin, workspace.cache, console) if pin is not None else None
 
     def test() -> int:
-        return _regression(
-            {target.key: target.root for target in targets}, workspace, console, options.test_timeout, []
-        )
+        trees = {target.key: target.root for target in targets}
+        status, lines = _regression(trees, workspace, console, options.test_timeout, [])
+        for line in lines:
+            console.summary(line)
+        return status
 
     plans = [(target, earlier[target.root], today_series(target, history)) for target in targets]
     return run_upgrade(

@@ -119,7 +119,7 @@ def test_upgrade_refuses_a_change_of_the_users_own_in_a_file_the_earlier_series_
 def test_failing_tests_put_the_earlier_series_back(world, earlier, capsys, monkeypatch):
     from patchset.apply import job
 
-    monkeypatch.setattr(job, "_regression", lambda *args: 1)
+    monkeypatch.setattr(job, "_regression", lambda *args: (1, ["Regression tests FAILED: 0 passed, 1 failed"]))
     before = tree_state(world.verl)
 
     assert main(world.args("--upgrade", str(world.verl))) == 1
