@@ -20,7 +20,6 @@ WATCHED = (
     "verl.workers.config.actor",
     "verl.workers.engine_workers",
     "verl.trainer.config.algorithm",
-    "verl.trainer.ppo.ray_trainer",
 )
 
 # its spec (`verl_overlay.pieces.OVERLAY`), and the switches users call (``verl_overlay.activate()``)

@@ -4,9 +4,8 @@ Each release takes the series ``patches/upstreams.toml`` pins for it, less the p
 has the critic's and the distillation loss's): 0.8.0 and 0.9.1 the verl series, 0.7.1 the verl-0.7 series, which has
 no distillation patch (verl 0.7 has no on-policy distillation). The mini-batch statistics are one piece: the verl
 series' 0004 (the worker's hook before each mini-batch) and its hooks 0005 (Clip-Cov), 0006 (KL-Cov), 0007 (the IS
-weights' mean) with 0008 (that option's default); the verl-0.7 series' 0003 (KL-Cov and Clip-Cov) and 0004 (the IS
-mean, on 0003's ``policy_loss_inputs`` and pre-pass). 0001's critic YAML is derived too, for Hydra
-(`patchset_overlay.searchpath`).
+weights' mean) with 0008 (that option's default); verl-0.7's 0003 to 0007, the same patches made against v0.7.1.
+0001's critic YAML is derived too, for Hydra (`patchset_overlay.searchpath`), and 0007's rollout_correction.yaml.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ OVERLAY = overlay_spec(
                 "algo-select-kl-cov-tokens-over-optimizer-mini",
                 "algo-optionally-normalize-bypass-is-weights-per",
                 "cfg-normalize-bypass-is-weights-per-mini-batch",
-                "algo-normalize-bypass-is-weights-optimizer-mini",
             ),
         ),
     ),

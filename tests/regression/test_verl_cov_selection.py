@@ -230,18 +230,15 @@ def test_cov_selection_is_in_the_tree_under_test(expect, loss_mode, verl_tree: P
     assert has_mini_batch_selection(loss_mode) == (expect == "fixed")
 
 
-def test_clip_cov_seed_is_the_same_in_every_process(expect, verl_tree: Path, verl_series: str):
+def test_clip_cov_seed_is_the_same_in_every_process(expect, verl_tree: Path):
     """Clip-Cov's draw must not depend on the process: its seed from a null data_loader_seed, the step and the
-    mini-batch's index, under two PYTHONHASHSEEDs (Python's hash(None) differs between processes before 3.12). The
-    verl-0.7 series still seeds with Python's hash (not made again there yet): skipped there."""
+    mini-batch's index, under two PYTHONHASHSEEDs (Python's hash(None) differs between processes before 3.12)."""
     import os
     import subprocess
     import sys
 
     import verl.trainer.ppo.core_algos as core_algos
 
-    if expect == "fixed" and verl_series == "verl-0.7":
-        pytest.skip("the verl-0.7 series seeds Clip-Cov with Python's hash (verl 0005 not made again for 0.7.1)")
     if expect == "bug":
         assert not hasattr(core_algos, "clip_cov_seed"), "the vanilla tree has no seed of its own: update the audit"
         return

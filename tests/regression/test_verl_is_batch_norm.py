@@ -211,14 +211,11 @@ def test_is_batch_norm_is_in_the_tree_under_test(expect, verl_tree: Path):
     assert has_mini_batch_mean() == (expect == "fixed")
 
 
-def test_is_batch_norm_default_takes_the_mini_batch_mean(expect, verl_tree: Path, verl_series: str):
+def test_is_batch_norm_default_takes_the_mini_batch_mean(expect, verl_tree: Path):
     """The option that takes the mean over the mini-batch is on by default (verl 0008): in ``RolloutCorrectionConfig``
-    and in verl's own ``ppo_trainer.yaml`` as Hydra composes it. The verl-0.7 series has no option (its worker takes
-    the mini-batch's mean whenever the loss normalizes)."""
+    and in verl's own ``ppo_trainer.yaml`` as Hydra composes it (verl-0.7 0007 on 0.7.1)."""
     from verl.trainer.config.algorithm import RolloutCorrectionConfig
 
-    if expect == "fixed" and verl_series == "verl-0.7":
-        pytest.skip("the verl-0.7 series takes the mini-batch's mean with no option")
     composed = compose_trainer_config(verl_tree, []).algorithm.rollout_correction
     if expect == "bug":
         assert not hasattr(RolloutCorrectionConfig(), "rollout_is_batch_normalize_mini_batch")

@@ -9,7 +9,7 @@ before the engine splits it, and checks rather than assumes that old_log_probs a
   when the trainer's log-probs are not the worker's (bypass mode's are the rollout's), and after the first update.
 - On the Megatron engine the hook of a KL-Cov, Clip-Cov or bypass-mode IS batch-mean config is not run, and one
   warning at start-up says so, decided from the actor config alone.
-- Vanilla has no hook. The verl-0.7 series has none either (its worker computes the statistics itself): skipped there.
+- Vanilla has no hook (0.7.1's: verl-0.7 0003, the same change).
 """
 
 from __future__ import annotations
@@ -27,10 +27,8 @@ BATCH_SIZE = 16
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _hook_tree(expect: str, verl_tree: Path, verl_series: str) -> None:
+def _hook_tree(verl_tree: Path, verl_series: str) -> None:
     verl_series_on_cpu(verl_series, "the mini-batch hook", series=("verl", "verl-0.7"))
-    if expect == "fixed" and verl_series == "verl-0.7":
-        pytest.skip("the verl-0.7 series has no mini-batch hook: its worker computes the statistics itself")
 
 
 class _Hook:
