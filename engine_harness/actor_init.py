@@ -1,6 +1,7 @@
 """verl's real ``ActorRolloutRefWorker.init_model`` on the config verl's trainer composes, with a stand-in for the
-actor's ``TrainingWorker``: what the worker asks of the actor for its loss (verl 0004's ``cov_selection_config``,
-0005's ``is_batch_norm_config``), read from the user's settings as ``main_ppo`` hands them over.
+actor's ``TrainingWorker``: what the worker asks of the actor for its loss (verl 0004's mini-batch hook; on the
+verl-0.7 series 0003's ``cov_selection_config``, 0004's ``is_batch_norm_config``), read from the user's settings as
+``main_ppo`` hands them over.
 
 The config is verl's own ``ppo_trainer.yaml``, composed by Hydra as ``python -m verl.trainer.main_ppo`` composes it,
 with the user's overrides; the worker is built by its real ``__init__`` (role ``actor``) and ``init_model`` runs
@@ -18,7 +19,7 @@ from typing import Any
 from unittest import mock
 
 from engine_harness.model import TINY, save_model_config
-from engine_harness.training_worker import UNASKED
+from engine_harness.training_worker import unasked
 
 # the batch sizes every verl run sets (verl's examples do); init_model checks they are there
 REQUIRED = (
@@ -36,7 +37,7 @@ class StubTrainingWorker:
     def __init__(self, config: Any) -> None:
         self.config = config
         self.loss_fn = None
-        vars(self).update(UNASKED)
+        vars(self).update(unasked())
 
     def reset(self) -> None:
         pass

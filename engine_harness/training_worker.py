@@ -1,9 +1,11 @@
 """verl's real ``TrainingWorker`` with a stand-in engine, for the tests of what the worker does to a mini-batch
-before the engine splits it (verl 0004's selection masks, 0005's IS batch mean).
+before the engine splits it: verl 0004's mini-batch hooks (0005's and 0006's selection masks, 0007's IS batch mean);
+verl-0.7 0003's and 0004's worker methods on a tree of that series, which has no hook.
 
 ``TrainingWorker.train_mini_batch`` cuts the batch into mini-batches and sends each to ``train_batch``, which calls
 ``engine.train_batch``. `StubEngine` records every mini-batch it is sent and answers ``infer_batch`` with given
-log-probs (the current policy's), so a test reads what the worker added to each mini-batch.
+log-probs (the current policy's; before the first update, the old policy's where given), so a test reads what the
+worker added to each mini-batch.
 """
 
 from __future__ import annotations
@@ -22,21 +24,26 @@ class StubEngine:
     """What ``TrainingWorker.train_mini_batch`` and ``train_batch`` ask of the engine, recording each mini-batch it
     is sent; ``infer_batch`` returns ``log_probs`` (the current policy's) in the engine's no-padding layout."""
 
-    def __init__(self, log_probs: torch.Tensor):
+    def __init__(self, log_probs: torch.Tensor, before_update: torch.Tensor | None = None):
         self.log_probs = log_probs
+        self.before_update = before_update  # the policy's log-probs until the first train_batch, where given
         self.trained: list = []
         self.inferred = 0
 
     def train_mode(self, **kwargs):
         return nullcontext()
 
+    eval_mode = train_mode
+
     def train_batch(self, data, loss_function):
         self.trained.append(data)
+        self.before_update = None
         return {}
 
     def infer_batch(self, data, loss_function=None):
         self.inferred += 1
-        return {"model_output": {"log_probs": pack_model_output(data, self.log_probs[data["row_id"]])}}
+        log_probs = self.log_probs if self.before_update is None else self.before_update
+        return {"model_output": {"log_probs": pack_model_output(data, log_probs[data["row_id"]])}}
 
     def get_data_parallel_size(self):
         return 1
@@ -61,8 +68,45 @@ class _ModelConfig(dict):
     use_remove_padding = False
 
 
-# what TrainingWorker.__init__ sets for the mini-batch statistics (verl 0004, 0005): none asked for
-UNASKED = {"cov_selection_config": None, "num_cov_selections": 0, "is_batch_norm_config": None}
+def unasked() -> dict[str, Any]:
+    """What TrainingWorker.__init__ sets for the mini-batch statistics, none asked for: verl 0004's hooks and its record
+    of the log-probs it computed; on a tree of the verl-0.7 series, 0003's and 0004's attributes."""
+    return {
+        "mini_batch_hooks": [],
+        "num_updates": 0,
+        "log_probs_record": None,
+        "cov_selection_config": None,
+        "num_cov_selections": 0,
+        "is_batch_norm_config": None,
+    }
+
+
+def has_mini_batch_hooks() -> bool:
+    """Whether the verl tree under test runs a policy loss's hook before each mini-batch (verl 0004)."""
+    import verl.trainer.ppo.core_algos as core_algos
+
+    return hasattr(core_algos, "get_mini_batch_hook")
+
+
+def asked_for(config: Any) -> dict[str, Any]:
+    """The attributes ``ActorRolloutRefWorker.init_model`` sets on the actor's ``TrainingWorker`` for the loss of the
+    actor ``config``: the loss's mini-batch hook (verl 0004), or on a tree without hooks the config under the attribute
+    the worker reads for that loss (verl-0.7 0003, 0004; a vanilla tree reads neither)."""
+    if has_mini_batch_hooks():
+        from verl.trainer.ppo.core_algos import get_mini_batch_hook
+
+        hook = get_mini_batch_hook(config)
+        return {"mini_batch_hooks": [] if hook is None else [hook]}
+    if config.policy_loss.loss_mode == "bypass_mode":
+        return {"is_batch_norm_config": config}
+    return {"cov_selection_config": config}
+
+
+def hooks_asked(worker: Any) -> list[str]:
+    """The losses whose mini-batch statistics the actor's ``TrainingWorker`` (or `engine_harness.actor_init`'s stand-in)
+    was asked for, by the name of the hook's factory (verl 0004) or of the attribute set (verl-0.7 0003, 0004)."""
+    names = [hook.__qualname__.split(".")[0] for hook in getattr(worker, "mini_batch_hooks", [])]
+    return names + [name for name in ("cov_selection_config", "is_batch_norm_config") if getattr(worker, name, None)]
 
 
 def worker_on(engine: Any, **fields: Any) -> Any:
@@ -72,15 +116,19 @@ def worker_on(engine: Any, **fields: Any) -> Any:
 
     worker = object.__new__(TrainingWorker)
     worker.engine = engine
-    for name, value in (UNASKED | fields).items():
+    for name, value in (unasked() | fields).items():
         setattr(worker, name, value)
     return worker
 
 
-def train_mini_batches(engine: StubEngine, batch, mini_batch_size: int, **worker_fields: Any) -> None:
+def train_mini_batches(
+    engine: StubEngine, batch, mini_batch_size: int, infer_first: bool = False, **worker_fields: Any
+) -> None:
     """Run the real ``TrainingWorker.train_mini_batch`` on ``batch`` (left-right padded) in mini-batches of
     ``mini_batch_size`` rows and micro-batches of 4, against ``engine``; ``worker_fields`` are the attributes
-    ``ActorRolloutRefWorker.init_model`` sets on it for the loss (which `engine_harness.actor_init` checks it does)."""
+    ``ActorRolloutRefWorker.init_model`` sets on it for the loss (which `engine_harness.actor_init` checks it does).
+    ``infer_first``: the worker's real ``infer_batch`` computes the batch's log-probs first, as the trainer's
+    ``compute_log_prob`` does before the update."""
     import inspect
 
     from verl.utils import tensordict_utils as tu
@@ -100,6 +148,12 @@ def train_mini_batches(engine: StubEngine, batch, mini_batch_size: int, **worker
     )
     worker.profiler = DistProfiler(rank=0, config=None)  # disabled; verl 0.9.1 steps it once per mini-batch
     data = left_right_2_no_padding(batch)
+    if infer_first:
+        worker.engine_config.infer_micro_batch_size_per_gpu = 4
+        worker.engine_config.infer_max_token_len_per_gpu = None
+        inferred = data.clone()
+        tu.assign_non_tensor(inferred, global_token_num=None)
+        inspect.unwrap(TrainingWorker.infer_batch)(worker, inferred)
     train_mini_batch = inspect.unwrap(TrainingWorker.train_mini_batch)
     gather = nullcontext()
     if 'if "input_ids" in' not in inspect.getsource(train_mini_batch):
@@ -116,3 +170,16 @@ def train_mini_batches(engine: StubEngine, batch, mini_batch_size: int, **worker
 def _gather_on_one_rank(output: list, obj: Any, group=None) -> None:
     """``torch.distributed.all_gather_object`` on a group of one rank, without a process group."""
     output[0] = obj
+
+
+def add_loss_input(batch: Any, key: str, value: torch.Tensor) -> None:
+    """Put ``value`` in ``batch`` as the worker does for the loss's statistic ``key`` (per row): named in the batch's
+    ``policy_loss_input_keys`` on a tree with mini-batch hooks (verl 0004), which ``ppo_loss`` reads; a tree of the
+    verl-0.7 series reads the fixed keys."""
+    batch[key] = value
+    if has_mini_batch_hooks():
+        from tensordict import NonTensorData
+        from verl.utils import tensordict_utils as tu
+
+        keys = tuple(tu.get(batch, "policy_loss_input_keys", default=None) or ())
+        tu.assign_non_tensor(batch, policy_loss_input_keys=NonTensorData((*keys, key)))

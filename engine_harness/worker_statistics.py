@@ -1,8 +1,10 @@
 """What the tree's ``TrainingWorker.train_batch`` does to a mini-batch before the engine splits it, for the harness's
-runs of verl's real engine: a patched tree (verl 0004, 0005) chooses KL-Cov's and Clip-Cov's tokens, or takes bypass
-mode's IS mean, over the whole mini-batch, with its own ``_assign_cov_selection_mask`` / ``_assign_is_batch_mean``
-on a ``TrainingWorker`` that holds the engine (their pre-pass, ``engine.infer_batch``, runs on it in train mode); a
-vanilla tree has neither, and its loss chooses within each micro-batch. The step's time includes the pre-pass.
+runs of verl's real engine: a patched tree chooses KL-Cov's and Clip-Cov's tokens, or takes bypass mode's IS mean,
+over the whole mini-batch, on a ``TrainingWorker`` that holds the engine (the forward the statistic needs,
+``engine.infer_batch``, runs on it in train mode): with the loss's mini-batch hook and the worker's own hook runner
+(verl 0004 to 0007), or on a tree of the verl-0.7 series with its ``_assign_cov_selection_mask`` /
+``_assign_is_batch_mean``; a vanilla tree has neither, and its loss chooses within each micro-batch. The step's time
+includes the forward.
 
 The harness calls the engine's ``train_batch`` itself (`engine_harness.engine.train_step`), so this stands where the
 worker's own ``train_batch`` calls them; that the worker does call them, and ``init_model`` asks for them, the
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine_harness.training_worker import worker_on
+from engine_harness.training_worker import asked_for, has_mini_batch_hooks, worker_on
 
 # the harness loss, and the worker's method and attribute that prepare its mini-batch
 WORKER_STEPS = {
@@ -33,6 +35,14 @@ def before_split(loss: str, engine: Any, data: Any, loss_function: Any, update: 
         return
     from verl.workers.engine_workers import TrainingWorker
 
+    if has_mini_batch_hooks():
+        from verl.utils import tensordict_utils as tu
+
+        worker = worker_on(engine, **asked_for(loss_function.args[0]))
+        tu.assign_non_tensor(data, global_steps=0, mini_batch_index=update)
+        with engine.train_mode():
+            worker._run_mini_batch_hooks(data)
+        return
     if not hasattr(TrainingWorker, step[0]):
         return
     method, attribute = step

@@ -20,6 +20,7 @@ WATCHED = (
     "verl.workers.config.actor",
     "verl.workers.engine_workers",
     "verl.utils.config",
+    "verl.trainer.config.algorithm",
 )
 
 # its spec (`verl_overlay.pieces.OVERLAY`), and the switches users call (``verl_overlay.activate()``)

@@ -2,8 +2,10 @@
 
 Each release takes the series ``patches/upstreams.toml`` pins for it, less the patches it has upstream (verl >= 0.9.0
 has the critic's and the distillation loss's): 0.8.0 and 0.9.1 the verl series, 0.7.1 the verl-0.7 series, which has
-no distillation patch (verl 0.7 has no on-policy distillation). 0004 and 0005 are one piece: 0005 builds on 0004's
-``policy_loss_inputs`` and pre-pass. 0001's critic YAML is derived too, for Hydra (`patchset_overlay.searchpath`).
+no distillation patch (verl 0.7 has no on-policy distillation). The mini-batch statistics are one piece: the verl
+series' 0004 (the worker's hook before each mini-batch) and its hooks 0005 (Clip-Cov), 0006 (KL-Cov), 0007 (the IS
+weights' mean) with 0008 (that option's default); verl-0.7's 0003 to 0007, the same patches made against v0.7.1.
+0001's critic YAML is derived too, for Hydra (`patchset_overlay.searchpath`), and 0007's rollout_correction.yaml.
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ OVERLAY = overlay_spec(
         Piece("geo-mean", ("algo-normalize-geo-mean-policy-loss-global-mini",)),
         Piece(
             "mini-batch-statistics",
-            ("algo-select-kl-cov-tokens-over-optimizer-mini", "algo-normalize-bypass-is-weights-optimizer-mini"),
+            (
+                "worker-run-policy-loss-hooks-before-each-optimizer",
+                "algo-select-clip-cov-tokens-over-optimizer-mini",
+                "algo-select-kl-cov-tokens-over-optimizer-mini",
+                "algo-optionally-normalize-bypass-is-weights-per",
+                "cfg-normalize-bypass-is-weights-per-mini-batch",
+            ),
         ),
     ),
     config_dir="verl/trainer/config",

@@ -62,14 +62,14 @@ CASES: dict[str, Case] = {
             "verl actor ppo_loss, policy_loss.loss_mode=kl_cov (KL-Cov)",
             "lm",
             Expect.CHOOSES,
-            patch="verl 0004",
+            patch="verl 0006",
         ),
         Case(
             "is_norm",
             "verl actor ppo_loss, bypass mode, REINFORCE, rollout_is_batch_normalize",
             "lm",
             Expect.CHOOSES,
-            patch="verl 0005",
+            patch="verl 0007",
         ),
         Case(
             "trinity",

@@ -52,13 +52,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _every_piece() -> int:
     """How many entries `status` lists when everything is active on the default pins (the releases these tests
-    install): each piece with a patch in that release's series, and verl's critic YAML."""
+    install): each piece with a patch in that release's series, and the verl YAML files served on Hydra's search path
+    (the critic's, 0001; rollout_correction.yaml, 0007 and 0008)."""
     from patchset.upstreams.pins import load_pins
     from patchset_overlay import overlays
     from patchset_overlay.derive import read_series, release_series
 
     defaults = {pin.name: pin.version for pin in load_pins(REPO_ROOT / "patches" / "upstreams.toml").defaults()}
-    count = 1
+    count = 2
     for overlay in overlays():
         series = release_series(overlay.distribution, REPO_ROOT / "patches")[defaults[overlay.distribution]]
         slugs = {patch.slug for patch in read_series(REPO_ROOT / "patches" / series)}

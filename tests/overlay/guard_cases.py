@@ -34,6 +34,7 @@ def _own_field(cls, name: str) -> bool:
 def untouched() -> dict[str, bool]:
     """Each replaced object is still the upstream's own code (its source file is in the upstream package); a fix
     names the keys of its piece's objects in ``guard`` of its series' parts.toml (test_fix_completeness.py)."""
+    import verl.trainer.config.algorithm as algorithm
     import verl.trainer.distillation.losses as distillation
     import verl.trainer.ppo.core_algos as core_algos
     import verl.trainer.ppo.rollout_corr_helper as rollout_corr
@@ -47,7 +48,12 @@ def untouched() -> dict[str, bool]:
         "distillation_loss": _from_upstream(distillation.distillation_loss, "verl"),
         "value_loss": _from_upstream(losses.value_loss, "verl"),
         "CriticConfig": _own_field(critic.CriticConfig, "loss_scale_factor"),
-        # the mini-batch statistics (verl 0004, 0005)
+        # the mini-batch statistics (verl 0004 to 0008; verl-0.7 0003, 0004)
+        "get_mini_batch_hook": _absent_or_upstreams(core_algos, "get_mini_batch_hook", "verl"),
+        "compute_clip_cov_mask": _absent_or_upstreams(core_algos, "compute_clip_cov_mask", "verl"),
+        "RolloutCorrectionConfig": _own_field(
+            algorithm.RolloutCorrectionConfig, "rollout_is_batch_normalize_mini_batch"
+        ),
         "compute_policy_loss_kl_cov": _from_upstream(core_algos.compute_policy_loss_kl_cov, "verl"),
         "compute_policy_loss_clip_cov": _from_upstream(core_algos.compute_policy_loss_clip_cov, "verl"),
         "compute_policy_loss_bypass_mode": _from_upstream(core_algos.compute_policy_loss_bypass_mode, "verl"),
@@ -62,7 +68,10 @@ def untouched() -> dict[str, bool]:
         worker = engine_workers.TrainingWorker
         seen["TrainingWorker"] = all(
             _from_upstream(inspect.unwrap(vars(worker)[name]), "verl") for name in ("train_batch", "train_mini_batch")
-        ) and _absent_or_upstreams(worker, "_assign_cov_selection_mask", "verl")
+        ) and all(
+            _absent_or_upstreams(worker, name, "verl")
+            for name in ("_assign_cov_selection_mask", "_run_mini_batch_hooks")
+        )
         init_model = inspect.unwrap(vars(engine_workers.ActorRolloutRefWorker)["init_model"])
         seen["ActorRolloutRefWorker.init_model"] = _from_upstream(init_model, "verl")
     trinity_losses = sys.modules.get("trinity.trainer.verl.losses")

@@ -56,10 +56,10 @@ def _switch_unset(module) -> bool:  # type: ignore[no-untyped-def]
 
 
 def _training_worker(module) -> bool:  # type: ignore[no-untyped-def]
-    """0004, 0005: the worker's methods (under verl's ``register`` wrappers) and the ones the patches add."""
+    """verl 0004: the worker's methods (under verl's ``register`` wrappers) and the ones the patch adds."""
     members = vars(module.TrainingWorker)
     replaced = all(_overlay_code(inspect.unwrap(members[name])) for name in ("train_batch", "train_mini_batch"))
-    return replaced and _overlay_code(members["_assign_is_batch_mean"])
+    return replaced and _overlay_code(members["_run_mini_batch_hooks"])
 
 
 def _legacy_warning(module) -> bool | None:  # type: ignore[no-untyped-def]
@@ -85,6 +85,11 @@ PROBES = {
     )
     and _overlay_code(m.compute_rollout_is_batch_mean),
     "verl.workers.config.actor.ActorConfig": lambda m: _field_everywhere(m, "ActorConfig", "policy_loss_inputs"),
+    # verl 0007 and 0008: the option, on by default
+    "verl.trainer.config.algorithm.RolloutCorrectionConfig": lambda m: _field_everywhere(
+        m, "RolloutCorrectionConfig", "rollout_is_batch_normalize_mini_batch"
+    )
+    and m.RolloutCorrectionConfig().rollout_is_batch_normalize_mini_batch is True,
     "verl.workers.utils.losses.ppo_loss": lambda m: _overlay_code(m.ppo_loss),
     "verl.workers.engine_workers.TrainingWorker": _training_worker,
     "verl.workers.engine_workers.ActorRolloutRefWorker": lambda m: _overlay_code(

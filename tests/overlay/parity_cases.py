@@ -38,7 +38,7 @@ from engine_harness.sim import (  # noqa: E402
     make_rollout_batch,
     use_cpu_unpadding,
 )
-from engine_harness.training_worker import StubEngine, train_mini_batches  # noqa: E402
+from engine_harness.training_worker import StubEngine, add_loss_input, asked_for, train_mini_batches  # noqa: E402
 from engine_harness.trinity_configs import (  # noqa: E402
     FLAT,
     NESTED,
@@ -189,10 +189,11 @@ def _statistics_config(loss_mode: str, rollout_is: str = "token"):
 
 
 def mini_batch_statistics_cases() -> dict[str, Any]:
-    """verl's ppo_loss with KL-Cov's and Clip-Cov's tokens chosen over the mini-batch (patch 0004) and bypass mode's
-    IS weights divided by the mini-batch's mean (0005): the mask or mean the worker computes (at dp 1, in this
-    process), each split's losses and gradient with it in the batch, and what the real ``TrainingWorker`` sends a
-    stand-in engine for two mini-batches (the first chosen from ``old_log_probs``, the second from a forward)."""
+    """verl's ppo_loss with KL-Cov's and Clip-Cov's tokens chosen over the mini-batch (verl 0006, 0005 on 0004's hook;
+    verl-0.7 0003) and bypass mode's IS weights divided by the mini-batch's mean (verl 0007, 0008; verl-0.7 0004): the
+    mask or mean the worker computes (at dp 1, in this process), each split's losses and gradient with it in the
+    batch, and what the real ``TrainingWorker`` sends a stand-in engine for two mini-batches (the first chosen from
+    ``old_log_probs``, which the worker computed first, the second from a forward)."""
     from verl.workers.utils.losses import ppo_loss
 
     batch = make_rollout_batch(BATCH_SIZE, seed=4, extra_fields=("old_log_probs", "advantages"))
@@ -227,16 +228,15 @@ def mini_batch_statistics_cases() -> dict[str, Any]:
         cases[f"statistics {name} computed"] = statistic
         with_statistic = batch.clone()
         if statistic is not None:
-            with_statistic[key] = statistic
+            add_loss_input(with_statistic, key, statistic)
         config = _statistics_config(*config_args)
         loss_fn = lambda model_output, data, config=config: ppo_loss(config, model_output, data)  # noqa: E731
         for dp_size, split in SPLITS:
             torch.manual_seed(0)  # vanilla's Clip-Cov draws from the global generator
             outputs = {"log_probs": log_probs}
             cases[f"statistics {name} dp{dp_size} {split}"] = _run(loss_fn, with_statistic, outputs, dp_size, split)
-        engine = StubEngine(log_probs)
-        worker_field = "is_batch_norm_config" if key == "rollout_is_batch_mean" else "cov_selection_config"
-        train_mini_batches(engine, batch.clone(), BATCH_SIZE // 2, **{worker_field: config})
+        engine = StubEngine(log_probs, before_update=batch["old_log_probs"])
+        train_mini_batches(engine, batch.clone(), BATCH_SIZE // 2, infer_first=True, **asked_for(config))
         sent = [mini_batch.get(key, None) for mini_batch in engine.trained]
         cases[f"statistics {name} worker"] = {"sent": sent, "forwards": engine.inferred}
     return cases

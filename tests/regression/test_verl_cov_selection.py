@@ -1,6 +1,6 @@
-"""verl's KL-Cov and Clip-Cov (``policy_loss.loss_mode: kl_cov`` / ``clip_cov``, verl 0004; verl-0.7 0003 on 0.7.1):
-the tokens they penalize or clip are chosen over the optimizer mini-batch, across data-parallel ranks, so the split
-and the number of ranks do not change the update.
+"""verl's KL-Cov and Clip-Cov (``policy_loss.loss_mode: kl_cov`` / ``clip_cov``, verl 0006 / 0005 on verl 0004's
+mini-batch hook; verl-0.7 0003 on 0.7.1): the tokens they penalize or clip are chosen over the optimizer mini-batch,
+across data-parallel ranks, so the split and the number of ranks do not change the update.
 
 - Through the real ``ppo_loss`` and verl's no-padding conversion and micro-batch splitter (`engine_harness.sim`),
   where the tree has the selection functions the harness calls them as the engine worker does, on each rank's
@@ -18,8 +18,11 @@ and the number of ranks do not change the update.
 - The user's config switches it on: verl's own ``ppo_trainer.yaml`` with the loss mode set, through the real
   ``ActorRolloutRefWorker.init_model`` (`engine_harness.actor_init`). Vanilla asks for nothing.
 - The worker's wiring, on the real ``TrainingWorker`` with a stand-in engine: ``train_mini_batch`` hands the engine
-  each mini-batch with the mask, chosen from ``old_log_probs`` on the first update and from a forward of the current
-  policy (``engine.infer_batch``) after it (Clip-Cov: a fresh seed each). Vanilla sends no mask.
+  each mini-batch with the mask, chosen from ``old_log_probs`` on the first update (the worker computed them: its
+  ``infer_batch`` ran first) and from a forward of the current policy (``engine.infer_batch``) after it (Clip-Cov: a
+  fresh seed each, from the step and the mini-batch's index). Vanilla sends no mask.
+- Clip-Cov's seed (verl 0005): the same in two processes with different ``PYTHONHASHSEED`` and a null
+  ``data_loader_seed``, and a fresh one for each (step, mini-batch).
 """
 
 from __future__ import annotations
@@ -40,7 +43,14 @@ from engine_harness.sim import (
     make_rollout_batch,
     verl_series_on_cpu,
 )
-from engine_harness.training_worker import StubEngine, train_mini_batches
+from engine_harness.training_worker import (
+    StubEngine,
+    add_loss_input,
+    asked_for,
+    has_mini_batch_hooks,
+    hooks_asked,
+    train_mini_batches,
+)
 
 BATCH_SIZE = 32
 RATIO = 0.05  # kl_cov_ratio, clip_cov_ratio
@@ -109,7 +119,7 @@ def _gradient_and_chosen(loss_mode: str, dp_size: int, split: Split) -> tuple[to
     batch, outputs, _ = _inputs(loss_mode)
     mask = _worker_masks(dp_size)[loss_mode]
     if mask is not None:
-        batch[MASK_KEYS[loss_mode]] = mask
+        add_loss_input(batch, MASK_KEYS[loss_mode], mask)
     configs = [_config(loss_mode) for _ in range(dp_size)]
     loss_fns = [lambda model_output, data, config=config: ppo_loss(config, model_output, data) for config in configs]
     torch.manual_seed(0)  # vanilla's Clip-Cov draws from the global generator
@@ -160,23 +170,34 @@ def _expected_mask(loss_mode: str, batch, rows, log_prob, update: int) -> torch.
         batch["response_mask"][rows],
         config=config,
         row_ids=torch.arange(len(rows)),
-        seed=hash((config.data_loader_seed, update)),
+        seed=_clip_cov_seed(config, update),
     )
+
+
+def _clip_cov_seed(config, update: int) -> int:
+    """The seed the worker draws the ``update``-th mini-batch of a step with: from the step (the worker's count of
+    updates, 0, where the trainer sends none) and the mini-batch's index (verl 0005); on a tree of the verl-0.7 series,
+    Python's hash of the data_loader_seed and the worker's count of mini-batches."""
+    import verl.trainer.ppo.core_algos as core_algos
+
+    if hasattr(core_algos, "clip_cov_seed"):
+        return core_algos.clip_cov_seed(config.data_loader_seed, 0, update)
+    return hash((config.data_loader_seed, update))
 
 
 @pytest.mark.parametrize("loss_mode", LOSS_MODES)
 def test_cov_selection_worker_sends_the_mini_batch_choice(expect, loss_mode, verl_tree: Path):
     batch, outputs, _ = _inputs(loss_mode)
-    # the policy after the first update: its log-probs differ from old_log_probs
-    engine = StubEngine(outputs["log_probs"])
+    # old_log_probs are the policy's until the first update, whose log-probs then differ
+    engine = StubEngine(outputs["log_probs"], before_update=batch["old_log_probs"])
     config = _config(loss_mode)
-    train_mini_batches(engine, batch, BATCH_SIZE // 2, cov_selection_config=config, num_cov_selections=0)
+    train_mini_batches(engine, batch, BATCH_SIZE // 2, infer_first=True, **asked_for(config))
 
     assert len(engine.trained) == 2
     if expect == "bug":
         assert all(MASK_KEYS[loss_mode] not in mini_batch for mini_batch in engine.trained)
         return
-    assert engine.inferred == 1, "one forward: for the second mini-batch only"
+    assert engine.inferred == 2, "the trainer's forward, then one for the second mini-batch only"
     for update, mini_batch in enumerate(engine.trained):
         rows = mini_batch["row_id"]
         log_prob = (batch["old_log_probs"] if update == 0 else outputs["log_probs"])[rows]
@@ -192,10 +213,13 @@ def test_cov_selection_worker_is_asked_for_by_verls_own_config(expect, loss_mode
     not for bypass mode's IS mean. Vanilla asks for nothing."""
     actor = init_actor(verl_tree, tmp_path, [f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}"])
 
-    assert actor.is_batch_norm_config is None
     if expect == "bug":
-        assert actor.cov_selection_config is None
+        assert hooks_asked(actor) == []
         return
+    if has_mini_batch_hooks():
+        assert hooks_asked(actor) == [f"{loss_mode}_mini_batch_hook"]
+        return
+    assert hooks_asked(actor) == ["cov_selection_config"]
     assert actor.cov_selection_config is actor.loss_fn.keywords["config"]
     assert actor.cov_selection_config.policy_loss.loss_mode == loss_mode
 
@@ -204,3 +228,43 @@ def test_cov_selection_worker_is_asked_for_by_verls_own_config(expect, loss_mode
 def test_cov_selection_is_in_the_tree_under_test(expect, loss_mode, verl_tree: Path):
     """The other tests take the worker's path only where the tree has it: check that it is there when patched."""
     assert has_mini_batch_selection(loss_mode) == (expect == "fixed")
+
+
+def test_clip_cov_seed_is_the_same_in_every_process(expect, verl_tree: Path):
+    """Clip-Cov's draw must not depend on the process: its seed from a null data_loader_seed, the step and the
+    mini-batch's index, under two PYTHONHASHSEEDs (Python's hash(None) differs between processes before 3.12)."""
+    import os
+    import subprocess
+    import sys
+
+    import verl.trainer.ppo.core_algos as core_algos
+
+    if expect == "bug":
+        assert not hasattr(core_algos, "clip_cov_seed"), "the vanilla tree has no seed of its own: update the audit"
+        return
+    code = "from verl.trainer.ppo.core_algos import clip_cov_seed as s; print(s(None, 3, 1), s(None, 4, 1))"
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONHASHSEED"}
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", code], env=env | {"PYTHONHASHSEED": seed}, capture_output=True, text=True, check=True
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert outputs == {f"{core_algos.clip_cov_seed(None, 3, 1)} {core_algos.clip_cov_seed(None, 4, 1)}\n"}
+    seeds = {core_algos.clip_cov_seed(None, step, index) for step in range(4) for index in range(4)}
+    assert len(seeds) == 16, "a fresh draw for each mini-batch of each step"
+
+
+def test_kl_cov_mask_is_the_mini_batch_top_k(expect, verl_tree: Path):
+    """KL-Cov's choice over the whole mini-batch (verl 0006; verl-0.7 0003): exactly the planted tokens, whose
+    covariance is far above every other token's. Vanilla has no such choice: each micro-batch chooses its own."""
+    import verl.trainer.ppo.core_algos as core_algos
+
+    if expect == "bug":
+        assert not hasattr(core_algos, "compute_kl_cov_mask"), "the vanilla tree chooses over the mini-batch"
+        return
+    batch, outputs, planted = _inputs("kl_cov")
+    mask = core_algos.compute_kl_cov_mask(
+        batch["advantages"], outputs["log_probs"], batch["response_mask"], config=_config("kl_cov")
+    )
+    assert torch.equal(mask, planted)

@@ -1,6 +1,7 @@
-"""verl's bypass mode with ``loss_type: reinforce`` and ``rollout_is_batch_normalize`` (verl 0005; verl-0.7 0004 on
-0.7.1): the truncated IS weights are divided by their mean over the optimizer mini-batch, across data-parallel ranks,
-so the split and the number of ranks do not change the update.
+"""verl's bypass mode with ``loss_type: reinforce`` and ``rollout_is_batch_normalize`` (verl 0007 on verl 0004's
+mini-batch hook, its option on by default with 0008; verl-0.7 0004 on 0.7.1): the truncated IS weights are divided by
+their mean over the optimizer mini-batch, across data-parallel ranks, so the split and the number of ranks do not
+change the update.
 
 - Through the real ``ppo_loss``, ``compute_policy_loss_bypass_mode`` and rollout-correction code, and verl's
   no-padding conversion and micro-batch splitter (`engine_harness.sim`), where the tree has
@@ -19,7 +20,11 @@ so the split and the number of ranks do not change the update.
   ``ActorRolloutRefWorker.init_model`` (`engine_harness.actor_init`); bypass PPO-clip, whose weights only feed
   metrics, pays no forward. Vanilla asks for nothing.
 - The worker's wiring, on the real ``TrainingWorker`` with a stand-in engine: ``train_mini_batch`` hands the engine
-  each mini-batch with the mean, from a forward of the current policy (``engine.infer_batch``). Vanilla sends none.
+  each mini-batch with the mean, from a forward of the current policy (``engine.infer_batch``): the worker computed
+  log-probs first, but ``old_log_probs`` are the rollout's, so it does not take them for the current ones. Vanilla
+  sends none.
+- The default (verl 0008): ``rollout_is_batch_normalize_mini_batch`` is on in the dataclass and in the composed
+  ``ppo_trainer.yaml``. Vanilla has no such option.
 """
 
 from __future__ import annotations
@@ -30,10 +35,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine_harness.actor_init import init_actor
+from engine_harness.actor_init import compose_trainer_config, init_actor
 from engine_harness.is_batch_norm import has_mini_batch_mean, worker_batch_means
 from engine_harness.sim import Split, actor_config, engine_gradient, make_rollout_batch, verl_series_on_cpu
-from engine_harness.training_worker import StubEngine, train_mini_batches
+from engine_harness.training_worker import (
+    StubEngine,
+    add_loss_input,
+    asked_for,
+    has_mini_batch_hooks,
+    hooks_asked,
+    train_mini_batches,
+)
 
 BATCH_SIZE = 32
 THRESHOLD = 2.0
@@ -129,7 +141,7 @@ def _gradient_and_factors(rollout_is: str, dp_size: int, split: Split, worker_me
     batch = batch.clone()
     means = _worker_means(dp_size) if worker_mean else None
     if means is not None:
-        batch["rollout_is_batch_mean"] = means[rollout_is]
+        add_loss_input(batch, "rollout_is_batch_mean", means[rollout_is])
     configs = [_config(rollout_is) for _ in range(dp_size)]
     loss_fns = [lambda model_output, data, config=config: ppo_loss(config, model_output, data) for config in configs]
     gradient, metrics = engine_gradient(loss_fns, batch, outputs, split, dp_size=dp_size)
@@ -159,15 +171,16 @@ def test_is_batch_norm_over_the_mini_batch_against_one_micro_batch(expect, rollo
 @pytest.mark.parametrize("rollout_is", LEVELS[:1])
 def test_is_batch_norm_worker_sends_the_mini_batch_mean(expect, rollout_is, verl_tree: Path):
     batch, outputs = _inputs()
-    # the current policy: bypass mode's old_log_probs are the rollout's, so the worker must ask the engine
+    # the current policy: bypass mode's old_log_probs are the rollout's, so the worker must ask the engine, although
+    # it computed log-probs before the update
     engine = StubEngine(outputs["log_probs"])
-    train_mini_batches(engine, batch.clone(), BATCH_SIZE // 2, is_batch_norm_config=_config(rollout_is))
+    train_mini_batches(engine, batch.clone(), BATCH_SIZE // 2, infer_first=True, **asked_for(_config(rollout_is)))
 
     assert len(engine.trained) == 2
     if expect == "bug":
         assert all("rollout_is_batch_mean" not in mini_batch for mini_batch in engine.trained)
         return
-    assert engine.inferred == 2, "one forward a mini-batch"
+    assert engine.inferred == 3, "the trainer's forward, then one a mini-batch"
     for mini_batch in engine.trained:
         rows = mini_batch["row_id"]
         mean = _defined_mean(rollout_is, rows)
@@ -181,11 +194,14 @@ def test_is_batch_norm_worker_is_asked_for_by_verls_own_config(expect, verl_tree
     reinforce = init_actor(verl_tree, tmp_path, [*BYPASS_MODE, "algorithm.rollout_correction.loss_type=reinforce"])
     ppo_clip = init_actor(verl_tree, tmp_path, [*BYPASS_MODE, "algorithm.rollout_correction.loss_type=ppo_clip"])
 
-    assert ppo_clip.is_batch_norm_config is None
-    assert reinforce.cov_selection_config is None
+    assert hooks_asked(ppo_clip) == []
     if expect == "bug":
-        assert reinforce.is_batch_norm_config is None
+        assert hooks_asked(reinforce) == []
         return
+    if has_mini_batch_hooks():
+        assert hooks_asked(reinforce) == ["rollout_is_batch_mean_hook"]
+        return
+    assert hooks_asked(reinforce) == ["is_batch_norm_config"]
     assert reinforce.is_batch_norm_config is reinforce.loss_fn.keywords["config"]
     assert reinforce.is_batch_norm_config.policy_loss.rollout_correction.get("loss_type") == "reinforce"
 
@@ -193,3 +209,17 @@ def test_is_batch_norm_worker_is_asked_for_by_verls_own_config(expect, verl_tree
 def test_is_batch_norm_is_in_the_tree_under_test(expect, verl_tree: Path):
     """The other tests take the worker's path only where the tree has it: check that it is there when patched."""
     assert has_mini_batch_mean() == (expect == "fixed")
+
+
+def test_is_batch_norm_default_takes_the_mini_batch_mean(expect, verl_tree: Path):
+    """The option that takes the mean over the mini-batch is on by default (verl 0008): in ``RolloutCorrectionConfig``
+    and in verl's own ``ppo_trainer.yaml`` as Hydra composes it (verl-0.7 0007 on 0.7.1)."""
+    from verl.trainer.config.algorithm import RolloutCorrectionConfig
+
+    composed = compose_trainer_config(verl_tree, []).algorithm.rollout_correction
+    if expect == "bug":
+        assert not hasattr(RolloutCorrectionConfig(), "rollout_is_batch_normalize_mini_batch")
+        assert "rollout_is_batch_normalize_mini_batch" not in composed
+        return
+    assert RolloutCorrectionConfig().rollout_is_batch_normalize_mini_batch is True
+    assert composed.rollout_is_batch_normalize_mini_batch is True

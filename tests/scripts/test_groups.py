@@ -55,9 +55,15 @@ def test_verl_has_one_group_per_patch():
 
     assert sorted(n for group in groups for n in group.numbers) == list(range(1, len(series.patches) + 1))
     assert all(len(group.numbers) == 1 and not group.fold for group in groups)
-    # each PR stands alone but the IS batch mean's, which builds on KL-Cov's (its policy_loss_inputs and pre-pass)
+    # each PR stands alone but the mini-batch hook's three, each on the hook's branch and none on another
     after = {group.name: group.after for group in groups if group.after is not None}
-    assert after == {"is-batch-norm-mini-batch-mean": "kl-cov-mini-batch-selection"}
+    assert after == {
+        "clip-cov-mini-batch-selection": "mini-batch-hook",
+        "kl-cov-mini-batch-selection": "mini-batch-hook",
+        "is-batch-norm-mini-batch-mean": "mini-batch-hook",
+    }
+    # the patchset's own default for the IS option is carried, not sent
+    assert {group.name for group in groups if group.carried} == {"is-batch-norm-default"}
 
 
 def test_without_a_groups_file_each_patch_stacks_on_the_one_before(tmp_path):

@@ -361,7 +361,8 @@ CASES: dict[str, tuple[Setup, str]] = {
     ),
     "upstream-tests patch outside tests/": (
         lambda tmp: _with_tests_patch(tmp, _upstream_tests_patch(path="trinity/x.py")),
-        "patches/verl/pr/one.upstream-tests.patch: touches trinity/x.py: an upstream-tests patch changes only tests/",
+        "patches/verl/pr/one.upstream-tests.patch: touches trinity/x.py: an upstream-tests patch changes only tests/ "
+        "and docs/",
     ),
     "upstream-tests patch creating a file": (
         lambda tmp: _with_tests_patch(tmp, _upstream_tests_patch(path="tests/new_test.py", new=True)),

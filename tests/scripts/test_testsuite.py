@@ -215,8 +215,8 @@ def test_byte_compiling_the_project_leaves_its_checkout_as_git_sees_it():
 def test_the_overlay_run_on_a_release_leaves_out_the_patches_no_piece_mirrors_there(tmp_path: Path):
     """The overlays step runs the teeth of the patches that apply to pip-installed verl 0.9.1 and 0.7.1, with the
     overlays on: a patch whose parts.toml says no overlay piece mirrors it would fail there by design, and is left
-    out; every patch of the verl and verl-0.7 series has its piece (verl-0.7 0003 and 0004: mini_batch_statistics_v0_7)
-    but verl 0006, a test only.
+    out; every patch of the verl and verl-0.7 series has its piece (verl-0.7 0003 to 0007: mini-batch-statistics)
+    but verl 0009, a test only.
     """
     patches = Path(testsuite.REPO_ROOT) / "patches"
     line = [patch.name for patch in testsuite.load_series(patches, "verl-0.7").patches]
@@ -231,4 +231,4 @@ def test_the_overlay_run_on_a_release_leaves_out_the_patches_no_piece_mirrors_th
     assert testsuite.without_overlay(folder, line) == {unmirrored: "no piece here"}
     assert testsuite.without_overlay(patches / "verl-0.7", line) == {}
     # but a patch that only adds an upstream test: it installs nothing
-    assert set(testsuite.without_overlay(patches / "verl", verl)) == {verl[5]}
+    assert set(testsuite.without_overlay(patches / "verl", verl)) == {verl[8]}
