@@ -59,7 +59,7 @@ from patchset.series.model import Patch, Series, load_series
 from patchset.testenv.venv import ensure_venv
 from patchset.upstreams.detect import detect
 from patchset.upstreams.pins import Pin, Pins, at_least
-from patchset.upstreams.pr_template import body_problems
+from patchset.upstreams.pr_template import ISSUE_FIRST, body_problems, split_sections
 from patchset.upstreams.registry import UPSTREAMS
 from patchset.upstreams.workspace import Workspace
 
@@ -165,6 +165,9 @@ def _print_pr(pin: Pin, branch: Branch, gates: Gates, shown: str, console: Conso
     for problem in body_problems(body):
         where = display_path(source.path) if source is not None else "the patches' messages"
         console.warn(f"the PR body of {branch.name}: {problem}; shorten {where}")
+    issue = split_sections(source.sections).get(ISSUE_FIRST) if source is not None else None
+    if issue:
+        print(f"\n----- issue to open first, then name it in the PR -----\n{issue}\n----- end -----", flush=True)
     print(f"\n----- PR title -----\n{title}\n----- PR body -----\n{body}----- end -----", flush=True)
     console.summary(
         f"{branch.name}: before you open its PR, fill in the declarations only you can make, left unticked in "

@@ -39,6 +39,9 @@ FORBIDDEN = (
     "not run again",
 )
 _SHA256 = re.compile(r"\b[0-9a-f]{64}\b")
+# the description's section that is an issue to open before the PR (a fix with no issue of its own): export-pr prints
+# it apart, and the body leaves it out
+ISSUE_FIRST = "Issue to open first"
 # the description's section that says why the PR duplicates no open one (verl's AGENTS.md asks it of every PR)
 NOT_DUPLICATE = "Why this is not a duplicate"
 # what only the person who sends the PR can declare (verl's AGENTS.md): left unticked in every body, named in the

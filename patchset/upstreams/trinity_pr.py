@@ -4,7 +4,7 @@ pinned release, as run here). Named by its entry in ``registry.UPSTREAMS``."""
 from __future__ import annotations
 
 from patchset.upstreams.lint_hooks import check_ast, check_yaml, end_of_file, hook, own_hook, python_tool
-from patchset.upstreams.pr_template import NOT_DUPLICATE, PrParts
+from patchset.upstreams.pr_template import ISSUE_FIRST, NOT_DUPLICATE, PrParts
 
 # Trinity's flake8 hook arguments (its .pre-commit-config.yaml).
 FLAKE8_ARGS = [
@@ -42,7 +42,7 @@ def pr_template(parts: PrParts) -> str:
             *(line for paragraph in parts.overview for line in (paragraph, "")),
             *parts.related,
             "",
-            *parts.other_sections((NOT_DUPLICATE,), "###"),
+            *parts.other_sections((NOT_DUPLICATE, ISSUE_FIRST), "###"),
             "Tests run:",
             *parts.tests,
             "",

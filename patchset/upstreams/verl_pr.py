@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from patchset.upstreams.lint_hooks import hook, own_hook, python_tool
-from patchset.upstreams.pr_template import NOT_DUPLICATE, PrParts
+from patchset.upstreams.pr_template import ISSUE_FIRST, NOT_DUPLICATE, PrParts
 
 # verl's mypy hook: pre-commit/mirrors-mypy v1.17.0 with that hook's default arguments (verl sets none).
 MYPY_ARGS = ("--ignore-missing-imports", "--scripts-are-modules")
@@ -70,7 +70,7 @@ def pr_template(parts: PrParts) -> str:
             "",
             *parts.section("Design & Code Changes", "See the diff."),
             "",
-            *parts.other_sections((*SECTIONS, "Checklist Before Starting", NOT_DUPLICATE)),
+            *parts.other_sections((*SECTIONS, "Checklist Before Starting", NOT_DUPLICATE, ISSUE_FIRST)),
             *parts.declarations("###"),
             "### Checklist Before Submitting",
             "",

@@ -63,7 +63,7 @@ def _training_worker(module) -> bool:  # type: ignore[no-untyped-def]
 
 
 def _legacy_warning(module) -> bool | None:  # type: ignore[no-untyped-def]
-    """verl-0.7 0005: ``validate_config`` runs the overlay's code; None (no target) where verl has no legacy workers
+    """verl-0.7 0008: ``validate_config`` runs the overlay's code; None (no target) where verl has no legacy workers
     (0.8.0 and later, whose series have no such patch)."""
     import importlib.util
 

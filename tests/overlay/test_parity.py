@@ -101,7 +101,9 @@ def test_every_patch_of_the_series_goes_on_with_exactly_one_piece(series):
 
     from patchset.series.model import load_series
 
-    slugs = sorted(Path(patch.name).stem[5:] for patch in load_series(REPO_ROOT / "patches", series).patches)
+    patches = load_series(REPO_ROOT / "patches", series).patches
+    # a patch that changes only upstream's tests/ installs nothing: no piece (patchset_overlay.derive.overlay_spec)
+    slugs = sorted(Path(p.name).stem[5:] for p in patches if not all(f.startswith("tests/") for f in p.files))
     overlay = importlib.import_module(f"{series.split('-')[0]}_overlay.pieces").OVERLAY
     named = [slug for piece in overlay.pieces for slug in piece.patches if slug in slugs]
     assert sorted(named) == slugs, f"patches/{series}/series lists {slugs}, but {overlay.name}'s pieces name {named}"

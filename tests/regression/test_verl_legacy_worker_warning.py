@@ -1,6 +1,6 @@
 """verl 0.7.x's legacy workers (its default, ``trainer.use_legacy_worker_impl: auto``) call the policy loss once per
 micro-batch, so KL-Cov's and Clip-Cov's tokens and bypass mode's IS batch mean stay chosen within each micro-batch
-there (docs/loss-audit.md, verl 0.7.x's engine path, says why they are left so); verl-0.7 0005 says so at start-up.
+there (docs/loss-audit.md, verl 0.7.x's engine path, says why they are left so); verl-0.7 0008 says so at start-up.
 
 - verl's own ``ppo_trainer.yaml`` composed with the user's settings (`engine_harness.actor_init`), through the real
   ``validate_config``, which ``main_ppo``'s ``TaskRunner.run`` calls once at start-up, before any worker is built.

@@ -131,7 +131,7 @@ def test_verl_test_group_exports_onto_verl_0_9_1_with_every_gate(tmp_path, capsy
     checkout = tmp_path / pin.dirname
     git(tmp_path, "clone", "-q", "--no-hardlinks", str(vanilla), str(checkout))
     before = _state(checkout)
-    test_patch = load_series(REPO_ROOT / "patches", "verl").patches[5]
+    test_patch = load_series(REPO_ROOT / "patches", "verl").patches[8]
 
     assert main(["verl", str(checkout), "--group", "distillation-loss-test"]) == 0
 
