@@ -34,7 +34,7 @@ from patchset.plumbing.errors import EXIT_EARLIER_SERIES, EXIT_OK, EXIT_TESTS_FA
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.history import History, load_history, recover_texts
 from patchset.testenv import regression
-from patchset.testenv.junit_summary import read_outcome
+from patchset.testenv.junit import junit_counts
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.workspace import Workspace
 
@@ -103,12 +103,11 @@ def _regression(
         limit = regression.suite_limit(timeout)
         run = regression.SuiteRun("fixed", deselect, junit_dir=Path(junit), limit=limit, output=output)
         returncode = regression.run_regression_tests(trees, run, workspace, console)
-        outcome = read_outcome(sorted(Path(junit).glob("*.xml")))
-    counts, *reasons = outcome.lines()
-    lines = [f"Regression tests {'passed' if returncode == 0 else 'FAILED'}: {counts}", *reasons]
+        counts = junit_counts(returncode, Path(junit))
+    lines = [f"Regression tests {'passed' if returncode == 0 else 'FAILED'}: {counts}", *counts.reason_lines()]
     lines.append(f"Full output: {display_path(log)}")
     if returncode != 0:
-        failed = ", ".join(outcome.failures[:_SHOWN_FAILURES]) or f"pytest exit status {returncode}"
+        failed = ", ".join(counts.failures[:_SHOWN_FAILURES]) or f"pytest exit status {returncode}"
         print(f"error: the regression tests failed on {shown}: {failed}; see {display_path(log)}", file=sys.stderr)
         return EXIT_TESTS_FAILED, lines
     return EXIT_OK, lines

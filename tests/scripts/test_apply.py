@@ -441,8 +441,9 @@ def test_the_run_ends_with_what_was_applied_what_the_tests_found_and_the_next_co
     def passing(trees, run, workspace, console=None):  # type: ignore[no-untyped-def]
         run.output.write("pytest's own output\n")
         (run.junit_dir / "run-0.xml").write_text(
-            '<testsuite><testcase classname="t" name="a"/><testcase classname="t" name="b">'
-            '<skipped message="only a dependency"/></testcase></testsuite>'
+            '<testsuites><testsuite tests="2" skipped="1" failures="0" errors="0"><testcase classname="t" name="a"/>'
+            '<testcase classname="t" name="b">'
+            '<skipped message="only a dependency"/></testcase></testsuite></testsuites>'
         )
         return 0
 
