@@ -7,6 +7,7 @@ import re
 
 from patchset.export.series_export import TRAILER
 from patchset.plumbing.errors import BadInput
+from patchset.series import columns
 from patchset.series.model import Patch
 
 # DEP-3 fields and this project's own (``Upstream-Check:``; ``Patch-Filename:``, the trailer of a maintainer
@@ -16,7 +17,6 @@ _DEP3_LINE = re.compile(
     rf"|Upstream-Check|Upstream-Commit|{TRAILER}):\s",
     re.IGNORECASE,
 )
-_TRAILER_LINE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*:\s")
 _PROJECT_PARAGRAPH = re.compile(r"^(Why this patch\b|Drop (it|this patch)\b)", re.IGNORECASE)
 
 
@@ -27,8 +27,7 @@ def _paragraphs(text: str) -> list[str]:
 def _field_block(paragraph: str) -> bool:
     """True for a paragraph of ``Name: value`` lines (continuations indented) holding a DEP-3 field."""
     lines = paragraph.splitlines()
-    fields = all(_TRAILER_LINE.match(ln) or (i and ln[:1].isspace()) for i, ln in enumerate(lines))
-    return fields and any(_DEP3_LINE.match(ln) for ln in lines)
+    return columns.field_block(lines) and any(_DEP3_LINE.match(ln) for ln in lines)
 
 
 def upstream_paragraphs(body: str) -> list[str]:

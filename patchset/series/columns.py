@@ -17,7 +17,8 @@ _URL = re.compile(r"https?://")
 _FIELD = re.compile(r"^[A-Za-z][A-Za-z0-9-]*:\s")
 
 
-def _field_block(lines: list[str]) -> bool:
+def field_block(lines: list[str]) -> bool:
+    """True for a paragraph of ``Name: value`` lines, continuation lines indented (DEP-3 fields, trailers)."""
     return bool(lines) and all(_FIELD.match(ln) or (i and ln[:1].isspace()) for i, ln in enumerate(lines))
 
 
@@ -38,7 +39,7 @@ def long_lines(lines: list[tuple[int, str]], markdown: bool = False) -> list[tup
     problems: list[tuple[int, str]] = []
     fenced = False
     for paragraph in _paragraphs(lines):
-        if _field_block([line for _, line in paragraph]):
+        if field_block([line for _, line in paragraph]):
             continue
         for number, line in paragraph:
             if markdown and line.lstrip().startswith("```"):

@@ -323,9 +323,10 @@ def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
         group = next((g for g in parsed.groups if f"{g.name}{COMMENT_SUFFIX}" == path.name), None)
         if group is None or not (group.held and group.comment):
             problems.append(Problem(path, f"no group with held= and comment= of this name in {GROUPS_FILE}"))
-        lines = list(enumerate(path.read_text(encoding="utf-8").splitlines(), start=1))
+        text = path.read_text(encoding="utf-8")
+        lines = list(enumerate(text.splitlines(), start=1))
         problems += [Problem(path, message, number) for number, message in columns.long_lines(lines, markdown=True)]
-        problems += [Problem(path, f"comment: {why}") for why in body_problems(path.read_text(encoding="utf-8"))]
+        problems += [Problem(path, f"comment: {why}") for why in body_problems(text)]
     for path in sorted(p for p in descriptions.glob("*.md") if not p.name.endswith(COMMENT_SUFFIX)):
         if path.stem not in names:
             problems.append(
@@ -341,12 +342,13 @@ def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
             problems.append(Problem(path, why.replace("Subject", "PR title", 1), 1))
         elif (why := columns.subject_problem(title, "PR title")) is not None:
             problems.append(Problem(path, why, 1))
-        lines = list(enumerate(path.read_text(encoding="utf-8").splitlines(), start=1))[1:]
+        text = path.read_text(encoding="utf-8")
+        lines = list(enumerate(text.splitlines(), start=1))[1:]
         problems += [Problem(path, message, number) for number, message in columns.long_lines(lines, markdown=True)]
-        problems += [Problem(path, f"PR body: {why}") for why in body_problems(path.read_text(encoding="utf-8"))]
+        problems += [Problem(path, f"PR body: {why}") for why in body_problems(text)]
         group = next(group for group in parsed.groups if group.name == path.stem)
         opens_pr = not group.carried and (not group.comment or bool(group.held))
-        if opens_pr and f"\n## {NOT_DUPLICATE}\n" not in path.read_text(encoding="utf-8"):
+        if opens_pr and f"\n## {NOT_DUPLICATE}\n" not in text:
             problems.append(Problem(path, f"no '## {NOT_DUPLICATE}' section: upstream asks it of every PR"))
     for path in sorted(descriptions.glob(f"*{UPSTREAM_TESTS_SUFFIX}")):
         problems += lint_upstream_tests(path, names)
