@@ -1,7 +1,6 @@
 """verl's real ``ActorRolloutRefWorker.init_model`` on the config verl's trainer composes, with a stand-in for the
-actor's ``TrainingWorker``: what the worker asks of the actor for its loss (verl 0004's mini-batch hook; on the
-verl-0.7 series 0003's ``cov_selection_config``, 0004's ``is_batch_norm_config``), read from the user's settings as
-``main_ppo`` hands them over.
+actor's ``TrainingWorker``: what the worker asks of the actor for its loss (verl 0004's mini-batch hook, verl-0.7
+0003's), read from the user's settings as ``main_ppo`` hands them over.
 
 The config is verl's own ``ppo_trainer.yaml``, composed by Hydra as ``python -m verl.trainer.main_ppo`` composes it,
 with the user's overrides; the worker is built by its real ``__init__`` (role ``actor``) and ``init_model`` runs

@@ -69,16 +69,9 @@ class _ModelConfig(dict):
 
 
 def unasked() -> dict[str, Any]:
-    """What TrainingWorker.__init__ sets for the mini-batch statistics, none asked for: verl 0004's hooks and its record
-    of the log-probs it computed; on a tree of the verl-0.7 series, 0003's and 0004's attributes."""
-    return {
-        "mini_batch_hooks": [],
-        "num_updates": 0,
-        "log_probs_record": None,
-        "cov_selection_config": None,
-        "num_cov_selections": 0,
-        "is_batch_norm_config": None,
-    }
+    """What TrainingWorker.__init__ sets for the mini-batch statistics, none asked for: verl 0004's hooks (verl-0.7
+    0003's) and its record of the log-probs it computed."""
+    return {"mini_batch_hooks": [], "num_updates": 0, "log_probs_record": None}
 
 
 def has_mini_batch_hooks() -> bool:
@@ -90,23 +83,19 @@ def has_mini_batch_hooks() -> bool:
 
 def asked_for(config: Any) -> dict[str, Any]:
     """The attributes ``ActorRolloutRefWorker.init_model`` sets on the actor's ``TrainingWorker`` for the loss of the
-    actor ``config``: the loss's mini-batch hook (verl 0004), or on a tree without hooks the config under the attribute
-    the worker reads for that loss (verl-0.7 0003, 0004; a vanilla tree reads neither)."""
-    if has_mini_batch_hooks():
-        from verl.trainer.ppo.core_algos import get_mini_batch_hook
+    actor ``config``: the loss's mini-batch hook (verl 0004); nothing on a vanilla tree, which has no hooks."""
+    if not has_mini_batch_hooks():
+        return {}
+    from verl.trainer.ppo.core_algos import get_mini_batch_hook
 
-        hook = get_mini_batch_hook(config)
-        return {"mini_batch_hooks": [] if hook is None else [hook]}
-    if config.policy_loss.loss_mode == "bypass_mode":
-        return {"is_batch_norm_config": config}
-    return {"cov_selection_config": config}
+    hook = get_mini_batch_hook(config)
+    return {"mini_batch_hooks": [] if hook is None else [hook]}
 
 
 def hooks_asked(worker: Any) -> list[str]:
     """The losses whose mini-batch statistics the actor's ``TrainingWorker`` (or `engine_harness.actor_init`'s stand-in)
-    was asked for, by the name of the hook's factory (verl 0004) or of the attribute set (verl-0.7 0003, 0004)."""
-    names = [hook.__qualname__.split(".")[0] for hook in getattr(worker, "mini_batch_hooks", [])]
-    return names + [name for name in ("cov_selection_config", "is_batch_norm_config") if getattr(worker, name, None)]
+    was asked for, by the name of the hook's factory (verl 0004)."""
+    return [hook.__qualname__.split(".")[0] for hook in getattr(worker, "mini_batch_hooks", [])]
 
 
 def worker_on(engine: Any, **fields: Any) -> Any:

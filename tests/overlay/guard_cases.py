@@ -68,10 +68,7 @@ def untouched() -> dict[str, bool]:
         worker = engine_workers.TrainingWorker
         seen["TrainingWorker"] = all(
             _from_upstream(inspect.unwrap(vars(worker)[name]), "verl") for name in ("train_batch", "train_mini_batch")
-        ) and all(
-            _absent_or_upstreams(worker, name, "verl")
-            for name in ("_assign_cov_selection_mask", "_run_mini_batch_hooks")
-        )
+        ) and _absent_or_upstreams(worker, "_run_mini_batch_hooks", "verl")
         init_model = inspect.unwrap(vars(engine_workers.ActorRolloutRefWorker)["init_model"])
         seen["ActorRolloutRefWorker.init_model"] = _from_upstream(init_model, "verl")
     trinity_losses = sys.modules.get("trinity.trainer.verl.losses")

@@ -47,7 +47,6 @@ from engine_harness.training_worker import (
     StubEngine,
     add_loss_input,
     asked_for,
-    has_mini_batch_hooks,
     hooks_asked,
     train_mini_batches,
 )
@@ -216,12 +215,7 @@ def test_cov_selection_worker_is_asked_for_by_verls_own_config(expect, loss_mode
     if expect == "bug":
         assert hooks_asked(actor) == []
         return
-    if has_mini_batch_hooks():
-        assert hooks_asked(actor) == [f"{loss_mode}_mini_batch_hook"]
-        return
-    assert hooks_asked(actor) == ["cov_selection_config"]
-    assert actor.cov_selection_config is actor.loss_fn.keywords["config"]
-    assert actor.cov_selection_config.policy_loss.loss_mode == loss_mode
+    assert hooks_asked(actor) == [f"{loss_mode}_mini_batch_hook"]
 
 
 @pytest.mark.parametrize("loss_mode", LOSS_MODES)

@@ -42,7 +42,6 @@ from engine_harness.training_worker import (
     StubEngine,
     add_loss_input,
     asked_for,
-    has_mini_batch_hooks,
     hooks_asked,
     train_mini_batches,
 )
@@ -198,12 +197,7 @@ def test_is_batch_norm_worker_is_asked_for_by_verls_own_config(expect, verl_tree
     if expect == "bug":
         assert hooks_asked(reinforce) == []
         return
-    if has_mini_batch_hooks():
-        assert hooks_asked(reinforce) == ["rollout_is_batch_mean_hook"]
-        return
-    assert hooks_asked(reinforce) == ["is_batch_norm_config"]
-    assert reinforce.is_batch_norm_config is reinforce.loss_fn.keywords["config"]
-    assert reinforce.is_batch_norm_config.policy_loss.rollout_correction.get("loss_type") == "reinforce"
+    assert hooks_asked(reinforce) == ["rollout_is_batch_mean_hook"]
 
 
 def test_is_batch_norm_is_in_the_tree_under_test(expect, verl_tree: Path):
