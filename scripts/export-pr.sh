@@ -1,8 +1,5 @@
 #!/usr/bin/env bash
-# Send a series upstream: make a PR branch (one commit per patch) in your checkout, run the upstream's own lint
-# gates and CPU tests on it, print the PR title and body. All logic lives in the patchset package; see --help.
+# Send a series upstream: one gated PR branch per concern in your checkout. See --help.
 set -euo pipefail
-
-repo_root="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)"
-export PYTHONPATH="${repo_root}${PYTHONPATH:+:${PYTHONPATH}}"
-exec python3 -P -m patchset export-pr "$@"
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+exec python3 -m patchset -C "$OLDPWD" export-pr "$@"

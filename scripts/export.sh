@@ -1,8 +1,5 @@
 #!/usr/bin/env bash
-# Edit and check the patch series: make a maintainer checkout, export it back (--dry-run: fail on any change),
-# lint the series. All logic lives in the patchset package; run with --help for commands and exit codes.
+# Edit and check the patch series: check out, export back, lint. See --help.
 set -euo pipefail
-
-repo_root="$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd -P)"
-export PYTHONPATH="${repo_root}${PYTHONPATH:+:${PYTHONPATH}}"
-exec python3 -P -m patchset export "$@"
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+exec python3 -m patchset -C "$OLDPWD" export "$@"

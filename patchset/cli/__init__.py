@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ COMMANDS = {
     "export": Command("patchset.cli.export", "check out, refresh, export and lint the series (scripts/export.sh)"),
     "export-pr": Command("patchset.cli.export_pr", "one upstream branch per concern, gated (scripts/export-pr.sh)"),
     "wheels": Command("patchset.cli.wheels", "build patched wheels, or print an installed one's manifest"),
+    "lint-hook": Command("patchset.cli.lint_hook", "one lint hook of this project's own, as export-pr's gates run it"),
 }
 
 
@@ -58,6 +60,7 @@ def _parser(chosen: str | None) -> tuple[argparse.ArgumentParser, Run | None]:
         epilog=_top_epilog() if chosen is None else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("-C", metavar="DIR", dest="directory", help="run as if started in DIR (as git -C does)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     run = None
     for name, command in COMMANDS.items():
@@ -76,9 +79,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     tempdirs.sweep()  # what runs killed before (SIGKILL: no cleanup ran) left in the temp folder
 
     line = list(sys.argv[1:] if argv is None else argv)
+    directory, line = _leading_directory(line)
     chosen = line[0] if line and line[0] in COMMANDS else None
 
     def parse() -> tuple[argparse.Namespace, Run]:
+        if directory is not None:
+            _change_directory(directory)
         parser, run = _parser(chosen)
         if run is None:  # no command first on the line: the help, or a usage error, and the parser exits
             needs_command(parser, parser.parse_args(line))
@@ -88,3 +94,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args, run
 
     return run_parsed(parse)
+
+
+def _leading_directory(line: list[str]) -> tuple[str | None, list[str]]:
+    """``-C DIR`` (or ``-CDIR``) first on ``line``: DIR and the rest of the line; else None and the line."""
+    if line[:1] == ["-C"] and len(line) > 1:
+        return line[1], line[2:]
+    if line and line[0].startswith("-C") and len(line[0]) > 2:
+        return line[0][2:], line[1:]
+    return None, line
+
+
+def _change_directory(directory: str) -> None:
+    """Go to ``directory``, so relative paths on the line mean what they meant where the user typed them."""
+    from patchset.plumbing.errors import BadInput
+
+    try:
+        os.chdir(directory)
+    except OSError as exc:
+        raise BadInput(f"-C {directory}: {exc.strerror}") from None

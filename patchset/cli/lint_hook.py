@@ -1,4 +1,4 @@
-"""Command line: ``python -m patchset.cli.lint_hook UPSTREAM ID [FILES...]``, one lint hook of this project's own.
+"""Command line: ``python -m patchset lint-hook UPSTREAM ID [FILES...]``, one lint hook of this project's own.
 
 pre-commit runs it, in the tree under test, for each hook of an upstream's lint gates that is a check written here
 (``patchset.upstreams.lint_hooks``: the config export-pr generates names this command line); it prints one line per
@@ -8,13 +8,11 @@ problem found in FILES.
 from __future__ import annotations
 
 import argparse
-import sys
-from collections.abc import Sequence
 
 from patchset.cli.exits import INTERNAL_HELP
-from patchset.cli.startup import run_command
+from patchset.cli.startup import Run
 from patchset.plumbing import signals
-from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_OK
+from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput
 from patchset.plumbing.ui import Console
 from patchset.upstreams.lint_hooks import Check
 from patchset.upstreams.registry import UPSTREAMS
@@ -39,9 +37,20 @@ def own_checks() -> dict[str, dict[str, Check]]:
     return found
 
 
-def build_parser(checks: dict[str, dict[str, Check]]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m patchset.cli.lint_hook",
+def _checks_of(checks: dict[str, dict[str, Check]], args: argparse.Namespace) -> dict[str, Check]:
+    """The upstream's own checks, once ``args.hook`` is known to be one of them (else a usage error)."""
+    if args.hook not in checks[args.upstream]:
+        known = ", ".join(checks[args.upstream])
+        raise BadInput(f"argument ID: {args.upstream} has no hook {args.hook!r} of its own (choose from {known})")
+    return checks[args.upstream]
+
+
+def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
+    """Add ``lint-hook``'s parser to the top-level ``commands``."""
+    checks = own_checks()
+    parser = commands.add_parser(
+        name,
+        help=help,
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -50,30 +59,11 @@ def build_parser(checks: dict[str, dict[str, Check]]) -> argparse.ArgumentParser
     parser.add_argument("upstream", choices=tuple(checks), help="whose lint gates the hook is one of")
     parser.add_argument("hook", metavar="ID", help=f"the hook's id: {', '.join(ids)}")
     parser.add_argument("files", metavar="FILES", nargs="*", help="the files to check, relative to the tree")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the hook of ``argv`` (default: ``sys.argv[1:]``) on its files; return the exit status."""
-    checks = own_checks()
-    parser = build_parser(checks)
-    line = list(sys.argv[1:] if argv is None else argv)
-
-    def parse() -> argparse.Namespace:
-        args = parser.parse_args(line)
-        if args.hook not in checks[args.upstream]:
-            known = ", ".join(checks[args.upstream])
-            parser.error(f"argument ID: {args.upstream} has no hook {args.hook!r} of its own (choose from {known})")
-        return args
 
     def run(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
-        problems = checks[args.upstream][args.hook](args.files)
+        problems = _checks_of(checks, args)[args.hook](args.files)
         for problem in problems:
             print(problem)
         return EXIT_PROBLEMS if problems else EXIT_OK
 
-    return run_command(parse, run, handle_signals=False, interrupted="")
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return Run(run, handle_signals=False, interrupted="")

@@ -48,7 +48,7 @@ def _entry(key: str, hook: LintHook, python: Path) -> str:
     if hook.language == "pygrep":
         return hook.command[0]
     if not hook.command:
-        return shlex.join([str(python), "-m", lint_hooks.RUNNER, key, hook.id])
+        return shlex.join([str(python), "-m", *lint_hooks.RUNNER, key, hook.id])
     tool, *args = hook.command
     return shlex.join([str(python if tool == "python" else python.parent / tool), *args])
 
@@ -132,7 +132,7 @@ GATE_CODE = (
     Path(__file__),
     Path(gate_record.__file__),
     *sorted(Path(registry.__file__).parent.glob("*.py")),
-    REPO_ROOT.joinpath(*lint_hooks.RUNNER.split(".")).with_suffix(".py"),
+    REPO_ROOT / "patchset" / "cli" / "lint_hook.py",
 )
 
 

@@ -3,7 +3,7 @@ configs run them.
 
 pre-commit cannot clone hook repositories here (no network but PyPI), so each hook is a ``repo: local`` one: a tool
 of the test venv, a ``pygrep`` expression, or a check of this project's own (``check``), which pre-commit runs as
-``python -m patchset.cli.lint_hook UPSTREAM ID FILES...`` in the tree under test.
+``python -m patchset lint-hook UPSTREAM ID FILES...`` in the tree under test.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# the module that runs a hook's own ``check`` (``python -m RUNNER UPSTREAM ID FILES...``): patchset.cli.lint_hook
-RUNNER = "patchset.cli.lint_hook"
+# what runs a hook's own ``check``: ``python -m patchset lint-hook UPSTREAM ID FILES...`` (patchset/cli/lint_hook.py)
+RUNNER = ("patchset", "lint-hook")
 
 # a check of this project's own: the files pre-commit passes (relative to the tree, the working folder) -> one
 # problem a line, none when they pass

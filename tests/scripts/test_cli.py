@@ -91,6 +91,27 @@ def test_apply_sh_help_runs_end_to_end_from_another_directory(tmp_path):
     assert "exit status:" in proc.stdout
 
 
+def test_apply_sh_reads_relative_paths_from_where_it_was_started(tmp_path):
+    """The wrapper runs from the repository root, and ``-C`` takes the line back to the user's folder."""
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "apply.sh"), "--check", "empty"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "error: empty is not a verl or Trinity-RFT checkout (no verl/version/version or trinity/__init__.py)"
+    )
+
+
+def test_a_missing_c_directory_is_one_error_line_exit_2(capsys, tmp_path):
+    assert main(["-C", str(tmp_path / "absent"), "apply", "--help"]) == 2
+    assert capsys.readouterr().err == f"error: -C {tmp_path / 'absent'}: No such file or directory\n"
+
+
 def test_python_m_patchset_exits_with_main_status(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "patchset", "apply", "--check", "--patches-dir", str(tmp_path), str(tmp_path)],

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from patchset import cli
 from patchset.cli import export_pr, lint_hook
 from patchset.export import pr_gates, pr_text
 from patchset.series.lint import subject_problem
@@ -103,19 +104,18 @@ def test_an_own_hook_runs_by_the_command_line_its_generated_config_names(
 ) -> None:
     """pre-commit runs a check of this project's own by the entry the generated config gives it, in the tree."""
     hooks = pr_gates.precommit_config(key, Path("/venv/bin/python"))["repos"][0]["hooks"]  # type: ignore[index]
-    python, flag, module, *argv = shlex.split(next(hook["entry"] for hook in hooks if hook["id"] == hook_id))
-    assert (python, flag, module, argv) == ("/venv/bin/python", "-m", RUNNER, [key, hook_id])
-    assert module == lint_hook.__name__
+    python, flag, *argv = shlex.split(next(hook["entry"] for hook in hooks if hook["id"] == hook_id))
+    assert (python, flag, argv) == ("/venv/bin/python", "-m", [*RUNNER, key, hook_id])
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a.py").write_text(text)
 
-    assert lint_hook.main([*argv, "a.py"]) == lint_hook.EXIT_PROBLEMS
+    assert cli.main([*argv[1:], "a.py"]) == lint_hook.EXIT_PROBLEMS
 
     assert problem in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv", [["verl", "check-ast"], ["trinity", "nosuch"], ["third-party", "check-ast"]])
 def test_a_hook_that_is_not_the_upstreams_own_check_is_a_usage_error_exit_2(argv: list[str], capsys) -> None:
-    assert lint_hook.main(argv) == 2
+    assert cli.main(["lint-hook", *argv]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("usage: python -m patchset.cli.lint_hook") and "error: argument" in err
+    assert "error: argument" in err and "Traceback" not in err
