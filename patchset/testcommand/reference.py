@@ -17,10 +17,14 @@ from patchset.testcommand import testsuite
 DOC = "docs/troubleshooting.md"
 START = "<!-- exit codes: made by `python -m patchset.testcommand.reference --write` from each --help; edit those -->"
 END = "<!-- end of exit codes -->"
+# scripts/test.sh's exit codes are one sentence in its --help: laid out as the others' lines are
+TEST_CODES = textwrap.fill(
+    testsuite.EXIT_CODES.removeprefix("Exit codes: "), 116, initial_indent="  ", subsequent_indent="  "
+)
 # each command as its user runs it, and the exit codes its --help ends with
 COMMANDS = (
     ("scripts/apply.sh", apply.EXIT_CODES),
-    ("scripts/test.sh", "\n".join(textwrap.wrap(testsuite.EXIT_CODES, 116))),
+    ("scripts/test.sh", TEST_CODES),
     ("scripts/build-wheels.sh", wheels.EXIT_CODES),
     ("scripts/export.sh", export.EXIT_CODES),
     ("scripts/export-pr.sh", export_pr.EXIT_CODES),
@@ -28,11 +32,12 @@ COMMANDS = (
 
 
 def exit_codes() -> str:
-    """Every command's exit codes, as markdown between the markers."""
-    lines = [START, ""]
+    """Every command's exit codes, in one code block between the markers."""
+    blocks = []
     for command, text in COMMANDS:
-        lines += [f"`{command}`:", "", "```", text.removeprefix("exit status:\n").rstrip(), "```", ""]
-    return "\n".join([*lines, END])
+        codes = text.removeprefix("exit status:").strip("\n")
+        blocks.append(f"{command}\n{codes}")
+    return "\n".join([START, "", "```", "\n\n".join(blocks), "```", "", END])
 
 
 def _block(text: str) -> tuple[int, int]:
