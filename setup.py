@@ -2,7 +2,7 @@
 
 - ``patchset_overlay.pth`` at the top of the wheel, so pip puts it straight into site-packages: Python runs its
   ``import`` line at start-up in every process of the environment (Ray workers included), which is how the overlays
-  switch themselves on. Editable installs do not get it (activate explicitly there, see docs/overlays.md).
+  switch themselves on. Editable installs do not get it (activate explicitly there, see docs/guide.md).
 - The series (``patches/upstreams.toml``, each series folder's ``series`` and patch files) inside
   ``patchset_overlay/patches``: the overlays derive each fix from its patch file on the installed release
   (`patchset_overlay.derive`), so a wheel carries the very patches ``scripts/apply.sh`` applies.

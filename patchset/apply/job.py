@@ -38,7 +38,7 @@ from patchset.testenv.junit import junit_counts
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.workspace import Workspace
 
-NEXT_DOC = "docs/apply.md"
+NEXT_DOC = "docs/guide.md"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from patchset.plumbing import tempdirs
 
 RAM_FOLDER = Path("/dev/shm")
 MOUNTS = Path("/proc/mounts")
-# about three times the most a test command's run has held there at once (docs/testing.md)
+# about three times the most a test command's run has held there at once (1.2 GB:
+# docs/evidence/2026-12-06-test-command-timings.md)
 NEEDED_BYTES = 4 << 30
 KIND = "test"  # the scratch folder's name: patchset-test-<pid>-..., swept once that process is gone
 KEPT = "patchset-test-kept-"  # a kept one's

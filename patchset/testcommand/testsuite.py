@@ -84,6 +84,13 @@ from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin
 from patchset.upstreams.workspace import Workspace, resolve_workspace
 
+# the end of --help that docs/troubleshooting.md's exit codes are made from (patchset.testcommand.reference)
+EXIT_CODES = (
+    "Exit codes: 0 all passed; 1 a step failed (its output says which); 2 the environment could not be built; "
+    f"{EXIT_TIMED_OUT} a step hung past its time limit and was ended (the last line names it, the test it was in and "
+    "the file that keeps its stacks, printed above); 70 an internal error (one line says what failed and where)."
+)
+
 SHELL_SCRIPTS = (
     "scripts/apply.sh",
     "scripts/build-wheels.sh",
@@ -509,10 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(patches skipped by content), verl 0.7.1 (its own series) and the overlays on pip-installed releases "
         "(parity, import order, Ray). "
         "Independent steps run at once, each printed whole when it ends; a summary lists every step and its time.",
-        epilog="Exit codes: 0 all passed; 1 a step failed (its output says which); 2 the environment could not "
-        f"be built; {EXIT_TIMED_OUT} a step hung past its time limit and was ended (the last line names it, the test "
-        "it was in and the file that keeps its stacks, printed above); 70 an internal error (one line says what "
-        "failed and where). PATCHSET_WORKERS=N sets the pytest-xdist workers of each step (default: the cores "
+        epilog=EXIT_CODES + " PATCHSET_WORKERS=N sets the pytest-xdist workers of each step (default: the cores "
         f"divided among the steps running at once; 1: none). {TIME_SCALE_VARIABLE}=F multiplies every time limit "
         "(steps: 5 to 30 minutes; a regression run: 15), for a slower machine. Unless TMPDIR is set, the steps' "
         "temporary files go to a folder of their own on /dev/shm where it is a tmpfs with 4 GiB free (creating files "

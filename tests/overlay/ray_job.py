@@ -5,7 +5,7 @@ observations under its name.
 Nothing here activates an overlay in the driver or in the ``inherited`` worker: the workers are processes of the
 same environment, so they get the overlays the way users get them, from ``patchset_overlay.pth`` at start-up. The
 ``setup-hook`` worker is started with ``PATCHSET_OVERLAYS=0`` in its runtime_env, so its automatic activation stands
-down, and the job's ``worker_process_setup_hook`` activates it instead (docs/overlays.md's variant for clusters whose
+down, and the job's ``worker_process_setup_hook`` activates it instead (docs/guide.md's variant for clusters whose
 workers use another environment). Ray runs that hook in every worker of the job, and only the job's runtime_env can
 set it, so the job's hook is `activate_where_switched_off`: `patchset_overlay.activate_all`, called in the workers
 it is meant for, which leaves the ``inherited`` worker to the ``.pth``. The ``setup-hook`` worker then undoes the
@@ -29,7 +29,7 @@ WORKERS = {"inherited": {}, "setup-hook": {"PATCHSET_OVERLAYS": "0"}}
 
 
 def activate_where_switched_off() -> None:
-    """The job's ``worker_process_setup_hook``: docs/overlays.md's ``patchset_overlay.activate_all``, in a worker whose
+    """The job's ``worker_process_setup_hook``: docs/guide.md's ``patchset_overlay.activate_all``, in a worker whose
     automatic activation is switched off."""
     from patchset_overlay import activate_all, startup
 

@@ -5,7 +5,7 @@ starts, build ``TrinityPolicyLoss`` and run a ``partial(value_loss, config=criti
 the overlays on (the ``.pth`` start-up hook, the mechanism users get from installing this project), a worker that
 inherits the driver's environment reports both overlays active, switched on by the ``.pth``, and both losses
 invariant to the micro-batch count. One started with ``PATCHSET_OVERLAYS=0`` in its runtime_env is activated by the
-job's ``worker_process_setup_hook`` instead (docs/overlays.md's variant for workers in another environment); undoing
+job's ``worker_process_setup_hook`` instead (docs/guide.md's variant for workers in another environment); undoing
 the overlays there shows the bug in the same observations (the teeth). One cluster serves both workers.
 """
 

@@ -1,0 +1,91 @@
+"""docs/troubleshooting.md's exit codes, made from each command's own ``--help``, never by hand.
+
+``python -m patchset.testcommand.reference --write`` puts them between the markers; ``--check`` exits 1 when they
+differ. It lives beside the test command, the one part that may import every command's module."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+
+from patchset.cli import apply, export, export_pr, wheels
+from patchset.testcommand import testsuite
+
+DOC = "docs/troubleshooting.md"
+START = "<!-- exit codes: made by `python -m patchset.testcommand.reference --write` from each --help; edit those -->"
+END = "<!-- end of exit codes -->"
+# scripts/test.sh's exit codes are one sentence in its --help: laid out as the others' lines are
+TEST_CODES = textwrap.fill(
+    testsuite.EXIT_CODES.removeprefix("Exit codes: "), 116, initial_indent="  ", subsequent_indent="  "
+)
+# each command as its user runs it, and the exit codes its --help ends with
+COMMANDS = (
+    ("scripts/apply.sh", apply.EXIT_CODES),
+    ("scripts/test.sh", TEST_CODES),
+    ("scripts/build-wheels.sh", wheels.EXIT_CODES),
+    ("scripts/export.sh", export.EXIT_CODES),
+    ("scripts/export-pr.sh", export_pr.EXIT_CODES),
+)
+
+
+def exit_codes() -> str:
+    """Every command's exit codes, in one code block between the markers."""
+    blocks = []
+    for command, text in COMMANDS:
+        codes = text.removeprefix("exit status:").strip("\n")
+        blocks.append(f"{command}\n{codes}")
+    return "\n".join([START, "", "```", "\n\n".join(blocks), "```", "", END])
+
+
+def _block(text: str) -> tuple[int, int]:
+    start, end = text.find(START), text.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"{DOC} has no exit-code markers ({START!r} ... {END!r})")
+    return start, end + len(END)
+
+
+def drifted(root: Path) -> bool:
+    text = (root / DOC).read_text(encoding="utf-8")
+    start, end = _block(text)
+    return text[start:end] != exit_codes()
+
+
+def write(root: Path) -> None:
+    path = root / DOC
+    text = path.read_text(encoding="utf-8")
+    start, end = _block(text)
+    path.write_text(text[:start] + exit_codes() + text[end:], encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m patchset.testcommand.reference",
+        description=f"Print every command's exit codes as {DOC} holds them.",
+        epilog=f"Exit codes: 0 done; 1 --check found {DOC} out of date; 2 bad input.",
+    )
+    parser.add_argument("--write", action="store_true", help=f"put them into {DOC}, between the markers")
+    parser.add_argument("--check", action="store_true", help=f"exit 1 when {DOC}'s differ")
+    args = parser.parse_args(argv)
+    root = Path(__file__).resolve().parents[2]
+    try:
+        if args.check:
+            if drifted(root):
+                print(f"{DOC}: the exit codes are out of date (run: python -m patchset.testcommand.reference --write)")
+                return 1
+            return 0
+        if args.write:
+            write(root)
+            print(f"* Wrote the exit codes into {DOC}")
+            return 0
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(exit_codes())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
