@@ -40,7 +40,7 @@ def _show(wanted: str | None) -> int:
             found[path] = derived
             found[path.removesuffix(".py").replace("/", ".")] = derived
     if wanted is None:
-        for derived in dict.fromkeys(found.values()):
+        for derived in {derived.path: derived for derived in found.values()}.values():
             print(f"{derived.path}  ({derived.filename})")
         return 0
     if wanted not in found:
