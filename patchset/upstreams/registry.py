@@ -140,7 +140,7 @@ UPSTREAMS = {
         pr_template=verl_pr.pr_template,
         lint_hooks=verl_pr.LINT_HOOKS,
         lint_not_run=verl_pr.LINT_NOT_RUN,
-        # verl's tests/README.md (volcengine/verl fb3b9a70): "By default tests are run with GPU available, except
+        # verl's tests/README.md (verl-project/verl fb3b9a70): "By default tests are run with GPU available, except
         # for the ones under special_npu, and any test script whose name ends with on_cpu.py"
         gpu_unless_suffix=True,
         gpu_naming_source="tests/README.md: only test scripts named *on_cpu.py run on CPU",
