@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -38,6 +39,12 @@ COMMANDS = {
     "export": Command("patchset.cli.export", "check out, refresh, export and lint the series (scripts/export.sh)"),
     "export-pr": Command("patchset.cli.export_pr", "one upstream branch per concern, gated (scripts/export-pr.sh)"),
     "wheels": Command("patchset.cli.wheels", "build patched wheels, or print an installed one's manifest"),
+    "proof": Command(
+        "patchset.cli.proof", "the proof on your own GPUs, vanilla against patched (scripts/gpu_proof.py)"
+    ),
+    "bench": Command("patchset.cli.bench", "what the patches cost: a loss call, the pre-pass, the overlays' start"),
+    "plot": Command("patchset.cli.plot", "draw the end-to-end engine test's grad_norm figure"),
+    "lock": Command("patchset.cli.lock", "regenerate requirements/lock.txt, the pinned test environment"),
 }
 
 
@@ -72,13 +79,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``python -m patchset`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
     from patchset.cli.startup import needs_command, run_parsed
     from patchset.plumbing import tempdirs
+    from patchset.plumbing.errors import BadInput
 
     tempdirs.sweep()  # what runs killed before (SIGKILL: no cleanup ran) left in the temp folder
 
     line = list(sys.argv[1:] if argv is None else argv)
+    folder = None
+    if line[:1] == ["-C"] and len(line) > 1:  # git's -C DIR: run as if started in DIR
+        folder, line = line[1], line[2:]
     chosen = line[0] if line and line[0] in COMMANDS else None
 
     def parse() -> tuple[argparse.Namespace, Run]:
+        if folder is not None:
+            try:
+                os.chdir(folder)
+            except OSError as error:
+                raise BadInput(f"-C {folder}: {error.strerror}") from error
         parser, run = _parser(chosen)
         if run is None:  # no command first on the line: the help, or a usage error, and the parser exits
             needs_command(parser, parser.parse_args(line))

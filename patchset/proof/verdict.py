@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from checkout_tools.gpu_proof.cases import Case, Expect, expectation
+from patchset.proof.cases import Case, Expect, expectation
 
 TOLERANCE = {"fp32": 1e-4, "bf16": 2.0**-8}
 BUG_RATIO_TOLERANCE = 0.15
@@ -60,7 +60,7 @@ class Verdict:
 def one_step_judges(side: str, case: Case, precision: str) -> bool:
     """Whether one step's grad_norm can show what ``side`` should: not vanilla's other choice (`Expect.CHOOSES`) in
     bf16, whose tolerance (3.9e-3) is above what another choice of tokens or mean moves one step's grad_norm (0.1 % to
-    2 % measured); fp32 judges it, one step and a training run (`checkout_tools.gpu_proof.trajectory.run_judges`)."""
+    2 % measured); fp32 judges it, one step and a training run (`patchset.proof.trajectory.run_judges`)."""
     return not (expectation(side, case) is Expect.CHOOSES and precision == "bf16")
 
 

@@ -8,7 +8,7 @@ relative to one micro-batch, a PASS/FAIL line per case and tree, and the step ti
 
 The model is a random Qwen2 built from a config in code (``--model tiny``: 2 layers; ``large``: 8 layers, hidden
 1024, vocab 32000, 64 sequences of up to 980 tokens): nothing is downloaded. Each tree runs in a process of its own
-(`checkout_tools.gpu_proof.side`), one rank per GPU (NCCL; FSDP over every GPU given, so data parallelism is covered;
+(`patchset.proof.side`), one rank per GPU (NCCL; FSDP over every GPU given, so data parallelism is covered;
 ``--sp N`` makes groups of N ranks that share their rows and split each sequence, verl's Ulysses), and every rank
 checks that verl and Trinity came from the tree claimed. Without a GPU it runs on CPU, on gloo, in fp32. Usage and
 exit codes: ``--help``.
@@ -16,21 +16,20 @@ exit codes: ``--help``.
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
 import json
-import os
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from checkout_tools.gpu_proof.cases import CASES, MICRO_BATCHES, MODELS, PRECISIONS, SIDES, SPLIT_KINDS, Model
-from checkout_tools.gpu_proof.launch import SIDE_FLAG, measure
-from checkout_tools.gpu_proof.report import step_time_lines, table, tolerance_note, verdict_lines
-from checkout_tools.gpu_proof.settings import Settings
-from checkout_tools.gpu_proof.trajectory import (
+from engine_harness.adapt import ULYSSES_SDPA_ATTENTION as ULYSSES_SDPA  # imports no torch
+from patchset.plumbing.errors import EXIT_TIMED_OUT, BadInput
+from patchset.proof.cases import CASES, MODELS, PRECISIONS, Model
+from patchset.proof.launch import measure
+from patchset.proof.report import step_time_lines, table, tolerance_note, verdict_lines
+from patchset.proof.settings import Settings
+from patchset.proof.trajectory import (
     CLIP_OFF,
     Run,
     TrajectoryVerdict,
@@ -39,17 +38,11 @@ from checkout_tools.gpu_proof.trajectory import (
     trajectory_table,
     trajectory_verdict_lines,
 )
-from checkout_tools.gpu_proof.trees import DefaultTrees, Source, source
-from checkout_tools.gpu_proof.verdict import Measurement, Verdict, judge, one_step_judges
-from engine_harness.adapt import ULYSSES_SDPA_ATTENTION as ULYSSES_SDPA  # imports no torch
-from patchset.cli.startup import run_command
-from patchset.plumbing.errors import EXIT_TIMED_OUT, BadInput
-from patchset.plumbing.signals import Guard
-from patchset.plumbing.ui import Console
-from patchset.upstreams.pins import Pin
+from patchset.proof.trees import DefaultTrees, Source
+from patchset.proof.verdict import Measurement, Verdict, judge, one_step_judges
 
 
-def _csv(value: str, allowed: Sequence[str], what: str) -> list[str]:
+def choices(value: str, allowed: Sequence[str], what: str) -> list[str]:
     items = [item.strip() for item in value.split(",") if item.strip()]
     unknown = [item for item in items if item not in allowed]
     if unknown or not items:
@@ -57,7 +50,7 @@ def _csv(value: str, allowed: Sequence[str], what: str) -> list[str]:
     return items
 
 
-def _device(requested: str, world_size: int | None) -> tuple[str, int]:
+def device_and_ranks(requested: str, world_size: int | None) -> tuple[str, int]:
     import torch
 
     if requested == "cuda" and not torch.cuda.is_available():
@@ -71,100 +64,7 @@ def _device(requested: str, world_size: int | None) -> tuple[str, int]:
     return device, world_size
 
 
-def _parser(pins: Mapping[str, Pin]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="scripts/gpu_proof.py",
-        description=__doc__.split("\n\n")[0] + " Measures the vanilla and the patched trees, each in its own process.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=(
-            "cases:\n"
-            + "".join(f"  {case.name:<13} {case.title}\n" for case in CASES.values())
-            + "\nmodels (random Qwen2 built in code, nothing downloaded):\n"
-            + "".join(
-                f"  {m.name:<6} {m.shape.num_hidden_layers} layers, hidden {m.shape.hidden_size}, "
-                f"vocab {m.shape.vocab_size}, {m.sequences} sequences of up to {m.prompt_len + m.response_len} tokens\n"
-                for m in MODELS.values()
-            )
-            + "\nexpected: on the patched tree every case's grad_norm is the same at every split (fp32 within 1e-4,\n"
-            "bf16 within 2**-8 = 3.9e-3 of one micro-batch's); on the vanilla tree critic, geo_mean and trinity\n"
-            "grow about K times with K micro-batches, distillation differs, ppo does not change (already right).\n"
-            "A tree is a source checkout (put first on the path) or 'installed' (the packages this python imports).\n"
-            "Trees default to the ones scripts/apply.sh --no-test makes under $PATCHSET_CACHE (.cache).\n\n"
-            "training runs (--steps N, N > 1): each case trains N AdamW steps (verl's optimizer, its defaults\n"
-            "but --lr) from the same start on the same pool of mini-batches of different lengths, once per split:\n"
-            "K=1 (the reference), K=1 with each rank's rows shuffled (the floor reassociation alone makes), fixed K\n"
-            "and dynamic K (one token budget for the run, so K changes from step to step), with each --clip.\n"
-            "Printed: each run's final distance from K=1 relative to how far K=1 moved, the share of clipped steps,\n"
-            "PASS/FAIL: patched within 10x the shuffled floor; vanilla, with clipping, beyond it (without: reported\n"
-            "only). --repeats does not apply: every step of a run is timed.\n\n"
-            "examples:\n"
-            "  scripts/apply.sh --no-test && python scripts/gpu_proof.py              # every GPU, fp32 and bf16\n"
-            f"  python scripts/gpu_proof.py --vanilla ~/src/{pins['verl'].dirname} --patched installed"
-            " --cases critic,ppo\n"
-            "  python scripts/gpu_proof.py --model large --precision bf16 --world-size 8\n"
-            "  python scripts/gpu_proof.py --world-size 4 --sp 2 --cases critic,trinity    # Ulysses: 2 groups of 2\n"
-            "  python scripts/gpu_proof.py --steps 20 --cases critic,geo_mean,trinity --plot runs.png\n\n"
-            "exit codes: 0 every case as expected; 1 a case failed or a run broke; 2 bad input; "
-            f"{EXIT_TIMED_OUT} a tree's run hung past --timeout (ended; its processes' stacks printed)"
-        ),
-    )
-    parser.add_argument("--vanilla", "--verl-vanilla", help=f"vanilla verl {pins['verl'].version} tree, or 'installed'")
-    parser.add_argument("--patched", "--verl-patched", help="patched verl tree, or 'installed'")
-    parser.add_argument("--trinity-vanilla", help=f"vanilla Trinity-RFT {pins['trinity'].version} tree, or 'installed'")
-    parser.add_argument("--trinity-patched", help="patched Trinity-RFT tree, or 'installed'")
-    parser.add_argument("--sides", default="vanilla,patched", help="trees to measure (default %(default)s)")
-    parser.add_argument(
-        "--cases", help=f"comma-separated, from {','.join(CASES)} (default: all; trinity when its trees are there)"
-    )
-    parser.add_argument("--precision", help="fp32, bf16 or both (default: fp32,bf16 on GPU, fp32 on CPU)")
-    parser.add_argument("--model", default="tiny", choices=sorted(MODELS), help="model preset (default %(default)s)")
-    parser.add_argument(
-        "--micro-batches", default=",".join(map(str, MICRO_BATCHES)), help="per rank, with 1 (default %(default)s)"
-    )
-    parser.add_argument("--splits", default=",".join(SPLIT_KINDS), help="fixed, dynamic or both (default %(default)s)")
-    parser.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"), help="default: cuda if seen")
-    parser.add_argument("--world-size", type=int, help="ranks (default: every GPU torch sees; 1 on CPU)")
-    parser.add_argument(
-        "--sp",
-        type=int,
-        default=1,
-        help="Ulysses sequence-parallel size (verl's ulysses_sequence_parallel_size): the ranks form world-size / SP "
-        "data-parallel groups of SP ranks that share their rows and split each sequence; the world size must divide "
-        "by it, and the model's attention heads too (default %(default)s)",
-    )
-    parser.add_argument("--repeats", type=int, default=3, help="timed steps per split (default %(default)s)")
-    parser.add_argument(
-        "--attention",
-        help=f"the model's attn_implementation (default: sdpa; with --sp above 1, {ULYSSES_SDPA}: verl's Ulysses "
-        "all-to-all around a pure-torch varlen kernel; flash_attention_2 runs in bf16 only)",
-    )
-    parser.add_argument(
-        "--timeout", type=float, default=3600, help="seconds one tree's run may take (default %(default)s)"
-    )
-    parser.add_argument(
-        "--steps",
-        type=int,
-        default=1,
-        help="optimizer steps per run; above 1, each split trains that many steps (see 'training runs' below) "
-        "(default %(default)s: the single-step proof)",
-    )
-    parser.add_argument(
-        "--clip", default=f"1.0,{CLIP_OFF}", help="with --steps: clip_grad values, or 'off' (default %(default)s)"
-    )
-    parser.add_argument(
-        "--lr", type=float, help="with --steps: the learning rate (default: verl's FSDPOptimizerConfig default)"
-    )
-    parser.add_argument("--json", type=Path, help="also write every measurement and the machine to this file")
-    parser.add_argument(
-        "--plot",
-        type=Path,
-        help="also draw grad_norm / K=1's against K to this PNG (matplotlib); with --steps, loss and grad_norm "
-        "per step",
-    )
-    return parser
-
-
-def _clips(value: str) -> tuple[float | None, ...]:
+def clip_values(value: str) -> tuple[float | None, ...]:
     """``--clip``: each a positive max norm, or 'off' (None)."""
     clips: list[float | None] = []
     for item in (item.strip() for item in value.split(",") if item.strip()):
@@ -180,7 +80,7 @@ def _clips(value: str) -> tuple[float | None, ...]:
     return tuple(dict.fromkeys(clips))
 
 
-def _sequence_parallel(sp: int, world_size: int | None, model: Model, attention: str | None) -> str:
+def sequence_parallel(sp: int, world_size: int | None, model: Model, attention: str | None) -> str:
     """Refuse a Ulysses size the ranks or the model cannot take (before any process starts); the attention to use."""
     if sp < 1:
         raise BadInput(f"--sp {sp}: at least 1")
@@ -225,68 +125,14 @@ class Request:
     plot: Path | None
 
 
-def _request(args: argparse.Namespace, defaults: DefaultTrees) -> Request:
-    """The parsed line as a `Request`; ``BadInput`` names the first flag whose value cannot be used."""
-    sides = _csv(args.sides, SIDES, "sides")
-    asked = _csv(args.cases, list(CASES), "cases") if args.cases else None
-    sources: dict[str, list[Source]] = {}
-    for side in sides:
-        verl = source("verl", side, getattr(args, side), explicit=True, defaults=defaults)
-        trinity_value = getattr(args, f"trinity_{side}")
-        explicit = trinity_value is not None or (asked is not None and "trinity" in asked)
-        trinity = source("trinity", side, trinity_value, explicit=explicit, defaults=defaults)
-        sources[side] = [found for found in (verl, trinity) if found is not None]
-    with_trinity = all(any(s.package == "trinity" for s in sources[side]) for side in sides)
-    cases = [name for name in CASES if (asked is None or name in asked) and (with_trinity or name != "trinity")]
-    try:
-        counts = sorted({int(item) for item in args.micro_batches.split(",") if item.strip()})
-    except ValueError:
-        counts = []
-    if not counts or counts[0] != 1 or len(counts) < 2:
-        raise BadInput(f"--micro-batches {args.micro_batches!r}: positive integers, 1 and at least one more")
-    splits = _csv(args.splits, SPLIT_KINDS, "splits")
-    if args.precision is not None:
-        _csv(args.precision, PRECISIONS, "precision")
-    if args.repeats < 1:
-        raise BadInput(f"--repeats {args.repeats}: at least 1")
-    if args.steps < 1:
-        raise BadInput(f"--steps {args.steps}: at least 1")
-    if args.lr is not None and not args.lr > 0:
-        raise BadInput(f"--lr {args.lr}: a positive learning rate")
-    clips = _clips(args.clip)
-    _sequence_parallel(args.sp, args.world_size, MODELS[args.model], args.attention)
-    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
-        raise BadInput(f"--plot {args.plot}: matplotlib is not installed in this Python ({sys.executable})")
-    return Request(
-        sources=sources,
-        cases=cases,
-        trinity_left_out="trinity" not in cases and args.cases is None,
-        splits=splits,
-        counts=counts,
-        precision=args.precision,
-        model=args.model,
-        device=args.device,
-        world_size=args.world_size,
-        sp=args.sp,
-        attention=args.attention,
-        repeats=args.repeats,
-        steps=args.steps,
-        clips=clips,
-        lr=args.lr,
-        timeout=args.timeout,
-        json=args.json,
-        plot=args.plot,
-    )
-
-
-def _settings(request: Request, model_path: Path) -> Settings:
+def settings_of(request: Request, model_path: Path) -> Settings:
     """The run's `Settings`: the request, with the device, the ranks, the attention and the precisions settled."""
-    device, world_size = _device(request.device, request.world_size)
-    attention = _sequence_parallel(request.sp, world_size, MODELS[request.model], request.attention)
+    device, world_size = device_and_ranks(request.device, request.world_size)
+    attention = sequence_parallel(request.sp, world_size, MODELS[request.model], request.attention)
     default_precisions = "fp32,bf16" if device == "cuda" else "fp32"
     return Settings(
         cases=tuple(request.cases),
-        precisions=tuple(_csv(request.precision or default_precisions, PRECISIONS, "precision")),
+        precisions=tuple(choices(request.precision or default_precisions, PRECISIONS, "precision")),
         model=request.model,
         model_path=model_path,
         world_size=world_size,
@@ -328,7 +174,7 @@ def _trajectory_report(runs: dict[str, list[Run]], settings: Settings) -> list[T
 def prove(request: Request, defaults: DefaultTrees) -> int:
     """Measure each side of ``request``, print the report; the exit status (0 every case as expected)."""
     with tempfile.TemporaryDirectory(prefix="gpu-proof-") as workdir:
-        settings = _settings(request, Path(workdir) / "model")
+        settings = settings_of(request, Path(workdir) / "model")
         cases, precisions, world_size = settings.cases, settings.precisions, settings.world_size
         if request.trinity_left_out:
             print(
@@ -395,13 +241,13 @@ def prove(request: Request, defaults: DefaultTrees) -> int:
         )
     machine = f"{environment.get('device', '?')} x{world_size}" if environment else f"{settings.device} x{world_size}"
     if request.plot and settings.steps > 1 and any(runs.values()):
-        from checkout_tools.gpu_proof.trajectory_plot import draw_trajectories
+        from patchset.proof.trajectory_plot import draw_trajectories
 
         title = f"scripts/gpu_proof.py --steps {settings.steps}, model {settings.model}, {machine}"
         draw_trajectories(runs, cases, precisions, title, request.plot)
         print(f"* plot: {request.plot}")
     elif request.plot and any(results.values()):
-        from checkout_tools.gpu_proof.split_plot import draw
+        from patchset.proof.split_plot import draw
 
         draw(results, cases, precisions, f"scripts/gpu_proof.py, model {settings.model}, {machine}", request.plot)
         print(f"* plot: {request.plot}")
@@ -422,19 +268,3 @@ def prove(request: Request, defaults: DefaultTrees) -> int:
         print("\n".join(f"error: {line}" for line in hung), file=sys.stderr)
         return EXIT_TIMED_OUT
     return 0 if ok else 1
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``scripts/gpu_proof.py`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
-    line = list(sys.argv[1:] if argv is None else argv)
-    if line[:1] == [SIDE_FLAG]:  # one tree's process, which `launch` starts: its errors go to its log whole
-        from checkout_tools.gpu_proof.side import run_side_files
-
-        settings_file, result_file = line[1:]
-        return run_side_files(Path(settings_file), Path(result_file))
-    defaults = DefaultTrees.from_workspace(os.environ)
-
-    def run(args: argparse.Namespace, console: Console, guard: Guard) -> int:
-        return prove(_request(args, defaults), defaults)
-
-    return run_command(lambda: _parser(defaults.pins).parse_args(line), run, interrupted="")

@@ -41,8 +41,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from checkout_tools.gpu_proof.cases import CASES, MODELS, Case, Model, global_batch_size
-from checkout_tools.gpu_proof.settings import Settings
 from engine_harness.adapt import ULYSSES_SDPA_ATTENTION, freeze_collector, ulysses_sdpa_attention, unpad_helpers
 from engine_harness.data import ragged_global_batch, step_data, with_teacher
 from engine_harness.engine import OptimizerSettings, StepResult, build_engine, module_files, step_clock, train_step
@@ -57,6 +55,8 @@ from engine_harness.trajectory import (
     weights,
 )
 from engine_harness.worker_statistics import before_split
+from patchset.proof.cases import CASES, MODELS, Case, Model, global_batch_size
+from patchset.proof.settings import Settings
 
 LOSS_AGG_MODE = "token-mean"
 
