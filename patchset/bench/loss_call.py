@@ -1,21 +1,12 @@
 """What the patches cost at run time: loss-call time and host synchronisations, patched against vanilla.
 
 For verl's critic `value_loss` and Trinity's `TrinityPolicyLoss`, every ``loss_agg_mode`` and several micro-batch
-shapes, the loss is called the way verl 0.8's engine calls it (a no-padding micro-batch with the engine's
-``dp_size`` / ``batch_num_tokens`` / ``global_batch_size``) many times (for KL-Cov and Clip-Cov, one mini-batch with
-its selection: `patchset.bench.selection`), and the median time of one call is compared between the patched
-and the vanilla trees. A process can hold only one verl, so each tree pair is measured in its own child process. The
-children stay up for the whole run and take turns, a block of calls each, so both see the same machine load; each
-call is timed in CPU time of the calling thread (torch runs on one thread), so time the OS gives to other processes
-is not counted. A second vanilla child gives the noise floor (vanilla / vanilla) next to the patched / vanilla
-ratio.
-
-During one more call per case, `torch.Tensor.item`, ``.cpu()``, ``.tolist()``, ``__bool__``, ``__float__``
-and ``__int__`` are counted: on an accelerator each one is a device-to-host synchronisation. The patch
-must add none.
-
-Usage: ``python -m patchset bench`` (in the project's venv; trees default to the ones `patchset apply` lays out in
-.cache).
+shapes, the loss is called as verl 0.8's engine calls it (for KL-Cov, Clip-Cov and the IS batch mean, one mini-batch
+with its selection: `selection`), and the median time of one call, in CPU time of the calling thread (torch runs on
+one), is compared between the trees. Each tree pair is a child process (a process holds one verl); the children take
+turns, a block of calls each, so all see the same machine load, and a second vanilla child gives the noise floor.
+One more call per case counts the tensor methods that synchronise with an accelerator (`syncs`): the patch must add
+none.
 """
 
 from __future__ import annotations
@@ -47,38 +38,20 @@ Case = tuple[str, str, int]  # component, mode, sequences
 SIDES = ("vanilla", "patched", "vanilla-again")
 
 
-# ---------------------------------------------------------------------------------------------------------
-# child: one tree pair
-# ---------------------------------------------------------------------------------------------------------
-
-
-def _loss_function(component: str, mode: str) -> Callable[..., Any]:
-    from engine_harness.losses import loss_function
-
-    return loss_function(LOSSES[component], mode, strategy="fsdp")
-
-
 def _micro_batch(component: str, sequences: int) -> tuple[dict[str, Any], Any]:
     """(model_output, data) as the engine hands them to the loss: one micro-batch of four on dp 2."""
     import torch
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
-    from engine_harness.sim import make_rollout_batch, pack_model_output
+    from engine_harness.sim import actor_inputs, make_rollout_batch, pack_model_output
 
-    fields = ("values", "returns") if component == "critic" else ("old_log_probs", "ref_log_prob", "advantages")
-    batch = make_rollout_batch(sequences, seed=sequences, extra_fields=fields, holes_in_mask=component == "actor")
-    generator = torch.Generator().manual_seed(7)
     if component == "critic":
-        outputs = {"values": batch["values"] + 0.3 * torch.randn(batch["values"].shape, generator=generator)}
+        batch = make_rollout_batch(sequences, seed=sequences, extra_fields=("values", "returns"))
+        noise = torch.randn(batch["values"].shape, generator=torch.Generator().manual_seed(7))
+        outputs = {"values": batch["values"] + 0.3 * noise}
     else:
-        batch["old_log_probs"] = -batch["old_log_probs"].abs()
-        batch["ref_log_prob"] = -batch["ref_log_prob"].abs()
-        noise = 0.1 * torch.randn(batch["old_log_probs"].shape, generator=generator)
-        outputs = {
-            "log_probs": batch["old_log_probs"] + noise,
-            "entropy": torch.rand(batch["old_log_probs"].shape, generator=generator),
-        }
+        batch, outputs = actor_inputs(sequences, seed=sequences, noise_seed=7)
     data = left_right_2_no_padding(batch.clone())
     tokens = int(batch["response_mask"].sum())
     tu.assign_non_tensor(data, dp_size=2, batch_num_tokens=8 * tokens, global_batch_size=8 * sequences)
@@ -86,34 +59,26 @@ def _micro_batch(component: str, sequences: int) -> tuple[dict[str, Any], Any]:
     return model_output, data
 
 
-class _CaseRunner:
-    """The loss function and inputs of one case, inside a child."""
+def _case_call(component: str, mode: str, sequences: int) -> Callable[[], Any]:
+    """One call of the case's loss (or mini-batch selection) on its inputs, inside a child."""
+    if component in SELECTION_COMPONENTS:
+        from patchset.bench.selection import CovSelectionStep
 
-    def __init__(self, component: str, mode: str, sequences: int) -> None:
-        if component in SELECTION_COMPONENTS:
-            from patchset.bench.selection import CovSelectionStep
+        return CovSelectionStep(component, sequences).call
+    from engine_harness.losses import loss_function
 
-            self._call: Callable[[], None] = CovSelectionStep(component, sequences).call
-            return
-        loss_function = _loss_function(component, mode)
-        model_output, data = _micro_batch(component, sequences)
-        self._call = lambda: loss_function(model_output=model_output, data=data, dp_group=None)
+    loss = loss_function(LOSSES[component], mode, strategy="fsdp")
+    model_output, data = _micro_batch(component, sequences)
+    return lambda: loss(model_output=model_output, data=data, dp_group=None)
 
-    def call(self) -> None:
-        self._call()
 
-    def time_calls(self, calls: int) -> list[float]:
-        timings = []
-        for _ in range(calls):
-            started = time.thread_time()
-            self.call()
-            timings.append(time.thread_time() - started)
-        return timings
-
-    def count_syncs(self) -> dict[str, int]:
-        with counting_syncs() as counts:
-            self.call()
-        return dict(counts)
+def _time_calls(call: Callable[[], Any], calls: int) -> list[float]:
+    timings = []
+    for _ in range(calls):
+        started = time.thread_time()
+        call()
+        timings.append(time.thread_time() - started)
+    return timings
 
 
 def _child() -> int:
@@ -138,24 +103,21 @@ def _child() -> int:
         protocol.flush()
 
     reply({"trees": trees, "torch": torch.__version__})
-    runner: _CaseRunner | None = None
+    call: Callable[[], Any] | None = None
     for line in sys.stdin:
         request = json.loads(line)
         if request["op"] == "setup":
-            runner = _CaseRunner(*request["case"])
-            runner.time_calls(request["warmup"])
-            reply({"syncs": runner.count_syncs()})
+            call = _case_call(*request["case"])
+            _time_calls(call, request["warmup"])
+            with counting_syncs() as counts:
+                call()
+            reply({"syncs": dict(counts)})
         elif request["op"] == "time":
-            assert runner is not None, "time before setup"
-            reply({"times": runner.time_calls(request["calls"])})
+            assert call is not None, "time before setup"
+            reply({"times": _time_calls(call, request["calls"])})
         else:
             break
     return 0
-
-
-# ---------------------------------------------------------------------------------------------------------
-# parent: the children take turns
-# ---------------------------------------------------------------------------------------------------------
 
 
 class _Child:

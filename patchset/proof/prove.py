@@ -1,17 +1,5 @@
-"""The proof on your own GPUs: verl's real FSDP2 engine trains each fixed loss, vanilla against patched.
-
-For every case (verl's critic ``value_loss``, verl's GRPO actor ``ppo_loss``, GMPO ``geo_mean``, verl's on-policy
-distillation loss, Trinity-RFT's ``TrinityPolicyLoss``) and precision (fp32; bf16 mixed precision with fp32
-reduction), each tree runs complete ``train_batch`` steps of verl 0.8's FSDP2 engine on the same mini-batch cut into
-1, 2 and 4 micro-batches per rank (fixed size and by token budget) and records the grad_norm; the script prints it
-relative to one micro-batch, a PASS/FAIL line per case and tree, and the step time patched / vanilla.
-
-The model is a random Qwen2 built from a config in code (``--model tiny``: 2 layers; ``large``: 8 layers, hidden
-1024, vocab 32000, 64 sequences of up to 980 tokens): nothing is downloaded. Each tree runs in a process of its own
-(`patchset.proof.side`), one rank per GPU (NCCL; FSDP over every GPU given, so data parallelism is covered;
-``--sp N`` makes groups of N ranks that share their rows and split each sequence, verl's Ulysses), and every rank
-checks that verl and Trinity came from the tree claimed. Without a GPU it runs on CPU, on gloo, in fp32. Usage and
-exit codes: ``--help``.
+"""The proof's run: the checked `Request` of ``python -m patchset proof``, each tree measured in a process of its own
+(`launch`), the verdicts and the report. What it measures and why: docs/gpu-proof.md; usage: ``--help``.
 """
 
 from __future__ import annotations

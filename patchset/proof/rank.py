@@ -9,24 +9,9 @@ that `optimizer_step` returns and the time of each step, with what a patched wor
 pre-pass forward, `engine_harness.worker_statistics`). The learning rate is 0, so every step sees the same
 weights and only the split differs.
 
-Adaptations, none on the loss path (the losses, the micro-batch loop, backward, the reduction and `optimizer_step`
-run as the trees ship them):
-
-1. Without flash_attn (always on CPU), verl's unpad helpers point at the pure-torch ones verl ships
-   (`verl.utils.npu_flash_attn_utils`); with flash_attn installed, verl's own are used.
-2. The model config asks for ``--attention`` (sdpa by default); verl's `load_valuehead_model` hard-codes
-   flash_attention_2 (which refuses fp32), so it is replaced by the same `AutoModelForTokenClassification` call with
-   the config's attention.
-3. While Trinity's `_build_module` builds the actor engine, `torch.cuda.get_device_capability` reports (0, 0): every
-   rank loads the checkpoint itself (Trinity's non-Hopper path), with the config's attention.
-4. The engine classes are built directly and `train_batch` gets the non-tensor fields verl's `TrainingWorker` and
-   trainer would attach (``use_dynamic_bsz``, ``max_token_len_per_gpu`` or ``micro_batch_size_per_gpu``,
-   ``global_batch_size``, ``temperature``, ...).
-5. Once an engine is built, `gc.freeze()`: the engine's ``to()`` runs ``gc.collect()`` twice a step.
-6. ``--sp`` above 1 (verl's ``ulysses_sequence_parallel_size``): every rank of a data-parallel group gets its group's
-   rows, and the token budget per rank is the group's over sp (the engine cuts by budget x sp). With the attention
-   `engine_harness.adapt.ULYSSES_SDPA_ATTENTION` (the default then), verl's Ulysses all-to-all runs around a
-   pure-torch varlen kernel instead of flash_attn's; ``--attention flash_attention_2`` keeps flash_attn's (bf16).
+The adaptations, none on the loss path, are listed in docs/gpu-proof.md; ``--sp`` above 1 (verl's
+``ulysses_sequence_parallel_size``) gives every rank of a data-parallel group its group's rows, and the token budget
+per rank is the group's over sp (the engine cuts by budget x sp).
 """
 
 from __future__ import annotations
@@ -186,11 +171,6 @@ def _run_trajectories(
     del step, engine, start
     _release_engine()
     return runs, single
-
-
-# ---------------------------------------------------------------------------------------------------------
-# the rank
-# ---------------------------------------------------------------------------------------------------------
 
 
 def _environment(device: str, world_size: int, sp: int, backend: str, unpad: str, attention: str) -> dict[str, Any]:
