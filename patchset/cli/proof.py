@@ -18,6 +18,7 @@ from patchset.plumbing.signals import Guard
 from patchset.plumbing.ui import Console
 from patchset.proof.cases import CASES, MICRO_BATCHES, MODELS, PRECISIONS, SIDES, SPLIT_KINDS
 from patchset.proof.prove import ULYSSES_SDPA, Request, choices, clip_values, prove, sequence_parallel
+from patchset.proof.settings import Settings
 from patchset.proof.trajectory import CLIP_OFF
 from patchset.proof.trees import DefaultTrees, Source, source
 from patchset.upstreams.pins import Pin
@@ -121,16 +122,16 @@ def _add_parser(commands: argparse._SubParsersAction, name: str, help: str, pins
 def _request(args: argparse.Namespace, defaults: DefaultTrees) -> Request:
     """The parsed line as a `Request`; ``BadInput`` names the first flag whose value cannot be used."""
     sides = choices(args.sides, SIDES, "sides")
-    asked = choices(args.cases, list(CASES), "cases") if args.cases else None
+    named = choices(args.cases, list(CASES), "cases") if args.cases else None
     sources: dict[str, list[Source]] = {}
     for side in sides:
         verl = source("verl", side, getattr(args, side), explicit=True, defaults=defaults)
         trinity_value = getattr(args, f"trinity_{side}")
-        explicit = trinity_value is not None or (asked is not None and "trinity" in asked)
+        explicit = trinity_value is not None or (named is not None and "trinity" in named)
         trinity = source("trinity", side, trinity_value, explicit=explicit, defaults=defaults)
         sources[side] = [found for found in (verl, trinity) if found is not None]
     with_trinity = all(any(s.package == "trinity" for s in sources[side]) for side in sides)
-    cases = [name for name in CASES if (asked is None or name in asked) and (with_trinity or name != "trinity")]
+    cases = [name for name in CASES if (named is None or name in named) and (with_trinity or name != "trinity")]
     try:
         counts = sorted({int(item) for item in args.micro_batches.split(",") if item.strip()})
     except ValueError:
@@ -138,8 +139,7 @@ def _request(args: argparse.Namespace, defaults: DefaultTrees) -> Request:
     if not counts or counts[0] != 1 or len(counts) < 2:
         raise BadInput(f"--micro-batches {args.micro_batches!r}: positive integers, 1 and at least one more")
     splits = choices(args.splits, SPLIT_KINDS, "splits")
-    if args.precision is not None:
-        choices(args.precision, PRECISIONS, "precision")
+    precisions = choices(args.precision, PRECISIONS, "precision") if args.precision is not None else []
     if args.repeats < 1:
         raise BadInput(f"--repeats {args.repeats}: at least 1")
     if args.steps < 1:
@@ -150,26 +150,25 @@ def _request(args: argparse.Namespace, defaults: DefaultTrees) -> Request:
     sequence_parallel(args.sp, args.world_size, MODELS[args.model], args.attention)
     if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
         raise BadInput(f"--plot {args.plot}: matplotlib is not installed in this Python ({sys.executable})")
-    return Request(
-        sources=sources,
-        cases=cases,
-        trinity_left_out="trinity" not in cases and args.cases is None,
-        splits=splits,
-        counts=counts,
-        precision=args.precision,
+    settings = Settings(
+        cases=tuple(cases),
+        precisions=tuple(precisions),
         model=args.model,
+        model_path=Path(),
+        world_size=args.world_size or 0,
         device=args.device,
-        world_size=args.world_size,
-        sp=args.sp,
-        attention=args.attention,
+        attention=args.attention or "",
+        micro_batches=tuple(counts),
+        splits=tuple(splits),
         repeats=args.repeats,
         steps=args.steps,
         clips=clips,
         lr=args.lr,
-        timeout=args.timeout,
-        json=args.json,
-        plot=args.plot,
+        sp=args.sp,
+        timeout=args.timeout,  # the ranks' limit too: the side's process ends them past it
     )
+    trinity_left_out = "trinity" not in cases and args.cases is None
+    return Request(sources, trinity_left_out, settings, args.json, args.plot)
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:

@@ -8,12 +8,12 @@ import json
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from engine_harness.adapt import ULYSSES_SDPA_ATTENTION as ULYSSES_SDPA  # imports no torch
 from patchset.plumbing.errors import EXIT_TIMED_OUT, BadInput
-from patchset.proof.cases import CASES, MODELS, PRECISIONS, Model
+from patchset.proof.cases import CASES, MODELS, Model
 from patchset.proof.launch import measure
 from patchset.proof.report import step_time_lines, table, tolerance_note, verdict_lines
 from patchset.proof.settings import Settings
@@ -91,49 +91,23 @@ def sequence_parallel(sp: int, world_size: int | None, model: Model, attention: 
 
 @dataclass(frozen=True)
 class Request:
-    """What the command line asks for, checked: the trees of each side, and the run to make on them."""
+    """What the command line asks for, checked: the trees of each side, and the run to make on them (its `Settings`
+    with the device, the ranks, the attention and the precisions left to `settings_of`: "auto", 0, "" and ())."""
 
     sources: Mapping[str, list[Source]]  # side -> where its verl (and Trinity-RFT) come from
-    cases: list[str]
     trinity_left_out: bool  # the trinity case dropped because its default trees are absent (no --cases given)
-    splits: list[str]
-    counts: list[int]  # micro-batches per rank, 1 first
-    precision: str | None  # --precision, None: what the device takes
-    model: str
-    device: str  # --device: auto, cuda or cpu
-    world_size: int | None
-    sp: int
-    attention: str | None
-    repeats: int
-    steps: int
-    clips: tuple[float | None, ...]
-    lr: float | None
-    timeout: float
+    asked: Settings
     json: Path | None
     plot: Path | None
 
 
-def settings_of(request: Request, model_path: Path) -> Settings:
-    """The run's `Settings`: the request, with the device, the ranks, the attention and the precisions settled."""
-    device, world_size = device_and_ranks(request.device, request.world_size)
-    attention = sequence_parallel(request.sp, world_size, MODELS[request.model], request.attention)
-    default_precisions = "fp32,bf16" if device == "cuda" else "fp32"
-    return Settings(
-        cases=tuple(request.cases),
-        precisions=tuple(choices(request.precision or default_precisions, PRECISIONS, "precision")),
-        model=request.model,
-        model_path=model_path,
-        world_size=world_size,
-        device=device,
-        attention=attention,
-        micro_batches=tuple(request.counts),
-        splits=tuple(request.splits),
-        repeats=request.repeats,
-        steps=request.steps,
-        clips=request.clips,
-        lr=request.lr,
-        sp=request.sp,
-        timeout=request.timeout,  # the ranks' limit too: the side's process ends them past it
+def settings_of(asked: Settings, model_path: Path) -> Settings:
+    """The run's `Settings`: those ``asked``, with the device, the ranks, the attention and the precisions settled."""
+    device, world_size = device_and_ranks(asked.device, asked.world_size or None)
+    attention = sequence_parallel(asked.sp, world_size, MODELS[asked.model], asked.attention or None)
+    precisions = asked.precisions or (("fp32", "bf16") if device == "cuda" else ("fp32",))
+    return replace(
+        asked, model_path=model_path, world_size=world_size, device=device, attention=attention, precisions=precisions
     )
 
 
@@ -162,7 +136,7 @@ def _trajectory_report(runs: dict[str, list[Run]], settings: Settings) -> list[T
 def prove(request: Request, defaults: DefaultTrees) -> int:
     """Measure each side of ``request``, print the report; the exit status (0 every case as expected)."""
     with tempfile.TemporaryDirectory(prefix="gpu-proof-") as workdir:
-        settings = settings_of(request, Path(workdir) / "model")
+        settings = settings_of(request.asked, Path(workdir) / "model")
         cases, precisions, world_size = settings.cases, settings.precisions, settings.world_size
         if request.trinity_left_out:
             print(
