@@ -46,6 +46,16 @@ from patchset.proof.settings import Settings
 LOSS_AGG_MODE = "token-mean"
 
 
+def _step(engine, batch, split: Split, case: Case, settings: Settings, rank: int, budget=None, update=0) -> StepResult:
+    """One `train_step` of ``engine`` on this rank's rows of ``batch`` cut by ``split``, as the ``update``-th of a
+    run (``budget``: the run's token budget), with a fresh loss (distillation's is a first call) and the worker's
+    pre-pass timed with the step."""
+    data = step_data(batch, rank, settings.world_size, split, case.name, budget, sequence_parallel=settings.sp)
+    loss = loss_function(case.name, LOSS_AGG_MODE)
+    before = partial(before_split, case.name, engine, data, loss, update)
+    return train_step(engine, data, loss, on_gpu=settings.device == "cuda", before=before)
+
+
 def _run_case(
     case: Case, precision: str, settings: Settings, model: Model, model_path: Path, rank: int, world_size: int
 ) -> list[dict]:
@@ -58,22 +68,13 @@ def _run_case(
     if case.name == "distillation":
         global_batch = with_teacher(global_batch, model.shape.vocab_size)
     splits = [("fixed", 1)] + [(s, k) for s in settings.splits for k in settings.micro_batches if k > 1]
-
-    def step(split: str, micro_batches: int, engine=engine) -> StepResult:
-        cut = Split(micro_batches, split == "dynamic")
-        data = step_data(global_batch, rank, world_size, cut, case.name, sequence_parallel=sp)
-        # a fresh loss each step: distillation's first call
-        loss = loss_function(case.name, LOSS_AGG_MODE)
-        # each split the same mini-batch's first update; the worker's pre-pass timed with the step
-        before = partial(before_split, case.name, engine, data, loss, 0)
-        return train_step(engine, data, loss, on_gpu=settings.device == "cuda", before=before)
-
-    step("fixed", 1)  # warm-up, not recorded (allocations, kernel selection)
+    _step(engine, global_batch, Split(1), case, settings, rank)  # warm-up, not recorded (allocations, kernels)
     rows = []
     for split, micro_batches in splits:
-        runs = [step(split, micro_batches) for _ in range(settings.repeats)]
+        cut = Split(micro_batches, split == "dynamic")
+        runs = [_step(engine, global_batch, cut, case, settings, rank) for _ in range(settings.repeats)]
         rows.append(_measurement(case, precision, split, micro_batches, runs))
-    del step, engine  # the closure holds the engine too
+    del engine
     _release_engine()
     return rows
 
@@ -127,16 +128,7 @@ def _run_trajectories(
     pool = mini_batch_pool(model.shape.vocab_size, sequences, model.prompt_len, model.response_len)
     if case.name == "distillation":
         pool = [with_teacher(batch, model.shape.vocab_size) for batch in pool]
-    on_gpu = settings.device == "cuda"
-
-    def step(batch, split: str, micro_batches: int, budget: int | None, update: int, engine=engine) -> StepResult:
-        cut = Split(micro_batches, split == "dynamic")
-        data = step_data(batch, rank, world_size, cut, case.name, budget, sequence_parallel=sp)
-        loss = loss_function(case.name, LOSS_AGG_MODE)
-        before = partial(before_split, case.name, engine, data, loss, update)  # step i of every run: one draw
-        return train_step(engine, data, loss, on_gpu=on_gpu, before=before)
-
-    step(pool[0], "fixed", 1, None, 0)  # warm-up, not recorded (allocations, kernel selection); its update is undone
+    _step(engine, pool[0], Split(1), case, settings, rank)  # warm-up, not recorded; its update is undone
     runs, single = [], []
     for clip in clips:
         engine.optimizer_config.clip_grad = math.inf if clip is None else clip
@@ -145,11 +137,11 @@ def _run_trajectories(
             start.restore(engine)
             # per rank: the engine cuts a data-parallel group's rows by budget x sp
             budget = -(-pool_budget(pool, dp, micro_batches) // sp) if split == "dynamic" else None
-            results = []
-            for index in range(steps):
+            cut, results = Split(micro_batches, split == "dynamic"), []
+            for index in range(steps):  # step i of every run: one draw (Clip-Cov's)
                 batch = pool[index % len(pool)]
                 batch = shuffled_rows(batch, dp) if split == "shuffled" else batch
-                results.append(step(batch, "dynamic" if split == "dynamic" else "fixed", micro_batches, budget, index))
+                results.append(_step(engine, batch, cut, case, settings, rank, budget, index))
             end = weights(engine)
             reference = end if reference is None else reference
             distance = 0.0 if end is reference else relative_distance(end, reference, start.weights)
@@ -168,7 +160,7 @@ def _run_trajectories(
             if clip == clips[0] and split != "shuffled":
                 single.append(_measurement(case, precision, split, micro_batches, results))
     start.restore(engine)
-    del step, engine, start
+    del engine, start
     _release_engine()
     return runs, single
 
