@@ -1,13 +1,13 @@
 """Regenerate requirements/lock.txt, the fully pinned CPU test environment of this patchset.
 
-The lock holds torch (CPU build), every transitive dependency of verl and trinity-rft, and the
-test/lint tools of requirements/tools.txt, but not verl and trinity-rft themselves: the tests
-import those from source trees put on PYTHONPATH.
+The lock holds torch (CPU build), every transitive dependency of verl and trinity-rft, and the test/lint tools of
+requirements/tools.txt, but not verl and trinity-rft themselves: the tests import those from source trees put on
+PYTHONPATH.
 
-Steps: create a temporary venv, pip install everything (plus CONSTRAINTS below), fail unless
-``pip check`` is clean, ``pip freeze``, drop verl/trinity-rft/pip and anything not from an index,
-and write the lock. With ``--verify`` the written lock is then installed with ``--no-deps`` into
-two fresh venvs (alone, and together with verl and trinity-rft) and ``pip check`` must pass in both.
+Steps: create a temporary venv, pip install everything (plus CONSTRAINTS below), fail unless ``pip check`` is clean,
+``pip freeze``, drop verl/trinity-rft/pip and anything not from an index, and write the lock. With ``--verify`` the
+written lock is then installed with ``--no-deps`` into two fresh venvs (alone, and together with verl and
+trinity-rft) and ``pip check`` must pass in both.
 """
 
 from __future__ import annotations
