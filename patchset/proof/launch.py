@@ -37,7 +37,8 @@ def side_env(side: str, sources: Sequence[Source], environ: Mapping[str, str] = 
     """The tree's process's environment: its trees first on ``PYTHONPATH``, and, on the vanilla side, no overlays."""
     env = dict(environ)
     trees = [str(source.tree) for source in sources if source.tree is not None]
-    inherited = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]  # "" would be the cwd
+    # "" would be the cwd; a relative entry is made absolute: the process starts in the repository root
+    inherited = [os.path.abspath(entry) for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
     env["PYTHONPATH"] = os.pathsep.join([*trees, *inherited])
     if side == "vanilla":
         env["PATCHSET_OVERLAYS"] = "0"  # this project's overlays, if installed here, must not fix the vanilla side
