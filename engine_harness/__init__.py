@@ -1,8 +1,9 @@
-"""Drives verl's real engine and losses: for the regression tests (tests/), scripts/gpu_proof.py and scripts/bench.py.
+"""Drives verl's real engine and losses: for the regression tests (tests/), the proof and the benchmarks.
 
-It runs from the checkout (the repository root on ``sys.path``) and is not in the project's wheel: setup.cfg names
-the shipped packages, and tests/overlay/test_installed_files.py checks what lands in site-packages. It imports nothing
-from tests/, scripts/ or checkout_tools/ (tests/scripts/test_layers.py).
+A top-level package beside `patchset`, not in it: it runs inside the processes that import the trees under test (the
+regression suite's, tests/overlay's, the proof's ranks, the benchmarks' children), and of the tooling it needs only
+`patchset.plumbing`. It runs from the checkout and is not in the project's wheel (setup.cfg names the shipped packages).
+It imports nothing from tests/ or scripts/ (tests/scripts/test_layers.py).
 
 - `sim`: a loss fed the way verl 0.8's engine feeds it, without a model;
 - `trinity_configs`: Trinity's algorithm configs as its validator completes them;

@@ -1,12 +1,7 @@
-"""verl's real ``ActorRolloutRefWorker.init_model`` on the config verl's trainer composes, with a stand-in for the
-actor's ``TrainingWorker``: what the worker asks of the actor for its loss (verl 0004's mini-batch hook, verl-0.7
-0003's), read from the user's settings as ``main_ppo`` hands them over.
-
-The config is verl's own ``ppo_trainer.yaml``, composed by Hydra as ``python -m verl.trainer.main_ppo`` composes it,
-with the user's overrides; the worker is built by its real ``__init__`` (role ``actor``) and ``init_model`` runs
-unchanged. Stand-ins, none on the lines that read the actor config: the ``TrainingWorker`` (no engine is built: its
-registry has no CPU entry), the dispatch registration (a worker group's), the checkpoint engine (it asks the rank of
-a process group) and the accelerator's cache.
+"""verl's real ``ActorRolloutRefWorker.init_model`` on verl's own ``ppo_trainer.yaml`` with the user's overrides
+(composed by Hydra as ``main_ppo`` composes it): what the worker asks of the actor's ``TrainingWorker`` for its loss
+(verl 0004's mini-batch hook, verl-0.7 0003's). Stand-ins, none on the lines that read the actor config: the
+``TrainingWorker`` (no CPU engine), the dispatch registration, the checkpoint engine and the accelerator's cache.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""KL-Cov's and Clip-Cov's mini-batch selection where verl's engine worker makes it: on each rank's mini-batch, before
-the split.
-
-Where the tree has ``compute_kl_cov_mask`` / ``compute_clip_cov_mask`` (verl 0004), the worker's ``train_batch``
-calls it once per mini-batch with the data-parallel group and puts the mask in the batch (``kl_cov_mask`` /
-``clip_cov_mask``), which the engine splits with the rest. `worker_masks` does the same for the ranks that
-`engine_harness.sim` deals the batch to: at dp 1 in this process (no group), at dp 2 in two gloo processes
-(`engine_harness.gloo_ranks`), so that the functions' all-reduce and all-gather are real collectives. Clip-Cov's
-rows are keyed by their place in the whole mini-batch, as the worker keys them. Where the tree lacks the function
-(vanilla), it returns None, and the loss chooses per micro-batch as upstream does.
+"""KL-Cov's and Clip-Cov's mini-batch selection where verl's engine worker makes it (verl 0004): once per rank's
+mini-batch, before the split, with the data-parallel group; at dp 2 on two gloo ranks (`engine_harness.gloo_ranks`),
+so that the collectives are real. Clip-Cov's rows are keyed by their place in the whole mini-batch, as the worker keys
+them. A vanilla tree has no such function: its loss chooses per micro-batch.
 """
 
 from __future__ import annotations
@@ -65,7 +59,5 @@ def worker_masks(requests: dict, dp_size: int) -> dict[str, torch.Tensor | None]
         {mode: (_rank_inputs(batch, log_prob, rows), config) for mode, (batch, log_prob, config) in todo.items()}
         for rows in rank_rows
     ]
-    if dp_size == 1:
-        return masks | _rank_masks(per_rank[0], None)
     results = run_on_ranks(_rank_masks, per_rank, SELECTION_MODULE, "cov selection rank")
     return masks | {mode: torch.cat([result[mode] for result in results]) for mode in todo}

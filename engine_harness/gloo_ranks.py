@@ -34,9 +34,11 @@ def _rank(rank: int, world_size: int, workdir: str, compute: Callable, module: s
 
 
 def run_on_ranks(compute: Callable[[Any, Any], Any], per_rank: Sequence[Any], module: str, what: str) -> list[Any]:
-    """``compute(per_rank[rank], group)`` on ``len(per_rank)`` gloo ranks, in rank order. ``compute`` is a module-level
-    function (the forks import it by name); ``module`` is the upstream module it calls, which every rank must import
-    from the tree this process imported it from."""
+    """``compute(per_rank[rank], group)`` on ``len(per_rank)`` gloo ranks, in rank order (one rank: in this process,
+    with no group). ``compute`` is a module-level function (the forks import it by name); ``module`` is the upstream
+    module it calls, which every rank must import from the tree this process imported it from."""
+    if len(per_rank) == 1:
+        return [compute(per_rank[0], None)]
     with tempfile.TemporaryDirectory(prefix="gloo-ranks-") as workdir:
         for rank, inputs in enumerate(per_rank):
             torch.save(inputs, Path(workdir) / f"inputs{rank}.pt")

@@ -1,12 +1,7 @@
-"""Bypass mode's IS batch normalization where verl's engine worker computes it: on each rank's mini-batch, before the
-split.
-
-Where the tree has ``compute_rollout_is_batch_mean`` (verl 0005), the worker's ``train_batch`` calls it once per
-mini-batch with the data-parallel group and puts the mean in the batch (``rollout_is_batch_mean``, one copy a row),
-which the engine splits with the rest. `worker_batch_means` does the same for the ranks that `engine_harness.sim`
-deals the batch to: at dp 1 in this process (no group), at dp 2 in two gloo processes (`engine_harness.gloo_ranks`),
-so that the function's all-reduce is a real collective. Where the tree lacks the function (vanilla), it returns
-None, and the loss takes each micro-batch's own mean as upstream does.
+"""Bypass mode's IS batch mean where verl's engine worker computes it (verl 0005, ``compute_rollout_is_batch_mean``):
+once per rank's mini-batch, before the split, with the data-parallel group; at dp 2 on two gloo ranks
+(`engine_harness.gloo_ranks`), so that the all-reduce is real. A vanilla tree has no such function: its loss takes
+each micro-batch's own mean.
 """
 
 from __future__ import annotations
@@ -49,10 +44,7 @@ def worker_batch_means(requests: dict, dp_size: int) -> dict[str, torch.Tensor] 
         }
         for rows in rank_rows
     ]
-    if dp_size == 1:
-        results = [_rank_means(per_rank[0], None)]
-    else:
-        results = run_on_ranks(_rank_means, per_rank, MEAN_MODULE, "IS batch mean rank")
+    results = run_on_ranks(_rank_means, per_rank, MEAN_MODULE, "IS batch mean rank")
     return {
         key: torch.cat([result[key].expand(len(rows)) for result, rows in zip(results, rank_rows, strict=True)])
         for key in requests

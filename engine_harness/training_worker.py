@@ -1,11 +1,6 @@
-"""verl's real ``TrainingWorker`` with a stand-in engine, for the tests of what the worker does to a mini-batch
-before the engine splits it: verl 0004's mini-batch hooks (0005's and 0006's selection masks, 0007's IS batch mean);
-verl-0.7 0003's and 0004's worker methods on a tree of that series, which has no hook.
-
-``TrainingWorker.train_mini_batch`` cuts the batch into mini-batches and sends each to ``train_batch``, which calls
-``engine.train_batch``. `StubEngine` records every mini-batch it is sent and answers ``infer_batch`` with given
-log-probs (the current policy's; before the first update, the old policy's where given), so a test reads what the
-worker added to each mini-batch.
+"""verl's real ``TrainingWorker`` with a stand-in engine (`StubEngine`, which records every mini-batch it is sent),
+for the tests of what the worker does to a mini-batch before the engine splits it: verl 0004's mini-batch hooks
+(0005's and 0006's selection masks, 0007's IS batch mean); verl-0.7 0003's and 0004's worker methods.
 """
 
 from __future__ import annotations

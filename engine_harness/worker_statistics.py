@@ -1,13 +1,8 @@
 """What the tree's ``TrainingWorker.train_batch`` does to a mini-batch before the engine splits it, for the harness's
-runs of verl's real engine: a patched tree chooses KL-Cov's and Clip-Cov's tokens, or takes bypass mode's IS mean,
-over the whole mini-batch, on a ``TrainingWorker`` that holds the engine (the forward the statistic needs,
-``engine.infer_batch``, runs on it in train mode), with the loss's mini-batch hook and the worker's own hook runner
-(verl 0004 to 0007, verl-0.7 0003 to 0006); a vanilla tree has none, and its loss chooses within each micro-batch.
-The step's time includes the forward.
-
-The harness calls the engine's ``train_batch`` itself (`engine_harness.engine.train_step`), so this stands where the
-worker's own ``train_batch`` calls them; that the worker does call them, and ``init_model`` asks for them, the
-regression tests check on the real classes (``test_verl_cov_selection.py``, ``test_verl_is_batch_norm.py``).
+runs of verl's real engine (which call ``engine.train_batch`` themselves): a patched tree runs the loss's mini-batch
+hook (verl 0004 to 0007), KL-Cov's or Clip-Cov's choice or bypass mode's IS mean over the whole mini-batch, with the
+forward it needs; a vanilla tree has none. That the real worker does the same, the regression tests check
+(``test_verl_cov_selection.py``, ``test_verl_is_batch_norm.py``).
 """
 
 from __future__ import annotations

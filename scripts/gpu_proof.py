@@ -1,14 +1,14 @@
-"""`python scripts/gpu_proof.py`: the proof on your own GPUs.
+"""`python scripts/gpu_proof.py`: the proof on your own GPUs, ``python -m patchset proof`` from this checkout.
 
-A thin entry: it appends the checkout to the path and runs `checkout_tools.gpu_proof.cli`.
+A launcher that leaves the import path alone: it runs the command from the repository root, where ``-m`` finds this
+checkout's ``patchset``, as if started in the folder it was started in (``-C``).
 """
 
+import os
 import sys
 from pathlib import Path
 
-sys.path.append(str(Path(__file__).resolve().parents[1]))  # the checkout, after the installed packages
-
-from checkout_tools.gpu_proof.cli import main  # noqa: E402
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    started_in = os.getcwd()
+    os.chdir(Path(__file__).resolve().parents[1])
+    os.execv(sys.executable, [sys.executable, "-m", "patchset", "-C", started_in, "proof", *sys.argv[1:]])

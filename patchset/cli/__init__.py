@@ -40,6 +40,12 @@ COMMANDS = {
     "export-pr": Command("patchset.cli.export_pr", "one upstream branch per concern, gated (scripts/export-pr.sh)"),
     "wheels": Command("patchset.cli.wheels", "build patched wheels, or print an installed one's manifest"),
     "lint-hook": Command("patchset.cli.lint_hook", "one lint hook of this project's own, as export-pr's gates run it"),
+    "proof": Command(
+        "patchset.cli.proof", "the proof on your own GPUs, vanilla against patched (scripts/gpu_proof.py)"
+    ),
+    "bench": Command("patchset.cli.bench", "what the patches cost: a loss call, the pre-pass, the overlays' start"),
+    "plot": Command("patchset.cli.plot", "draw the end-to-end engine test's grad_norm figure"),
+    "lock": Command("patchset.cli.lock", "regenerate requirements/lock.txt, the pinned test environment"),
 }
 
 

@@ -64,8 +64,9 @@ def run_reporting_errors(
 
     ``interrupted`` says what an interruption left behind (default: what the rollback reported, ``outcome``; an
     empty string: nothing is said), or is called for it when the error arrives; ``other_errors`` maps further
-    exception types to their exit status. Any other error is an internal one (``internal_error``)."""
-    extra = dict(other_errors or {})
+    exception types to their exit status (read when an error arrives). Any other error is an internal one
+    (``internal_error``)."""
+    extra = other_errors if other_errors is not None else {}
 
     def left() -> str | None:
         return interrupted() if callable(interrupted) else interrupted

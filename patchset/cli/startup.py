@@ -9,7 +9,7 @@ import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from patchset.cli.exits import run_reporting_errors
 from patchset.cli.options import usage_exit_status
@@ -27,12 +27,14 @@ class Run:
     sections (``signals.handled``) for the whole command (off: they keep their handlers and the guard is inert);
     ``interrupted``: what an interruption left behind, said after ``error: interrupted`` (a text, one computed from the
     arguments, or None: what the rollback reported); ``parse``: how the rest of the line after the command's name is
-    parsed (None: the top-level parser parses the whole line)."""
+    parsed (None: the top-level parser parses the whole line); ``other_errors``: further exception types that end it
+    as one ``error:`` line, and their exit codes."""
 
     handler: Handler
     handle_signals: bool = True
     interrupted: str | Callable[[argparse.Namespace], str] | None = None
     parse: Callable[[Sequence[str]], argparse.Namespace] | None = None
+    other_errors: Mapping[type[Exception], int] = field(default_factory=dict)
 
 
 def needs_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
@@ -43,14 +45,13 @@ def needs_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     return args
 
 
-def run_parsed(
-    parse: Callable[[], tuple[argparse.Namespace, Run]], other_errors: Mapping[type[Exception], int] | None = None
-) -> int:
+def run_parsed(parse: Callable[[], tuple[argparse.Namespace, Run]]) -> int:
     """Parse the line with ``parse``, which also says how the command runs (``--help``: 0; a usage error: its status,
     see `usage_exit_status`), and return the handler's exit status, or that of the error that ended it: every error,
-    from parsing to the end of the handler, is reported once (``run_reporting_errors``, with ``other_errors``: further
-    exception types and their exit codes)."""
+    from parsing to the end of the handler, is reported once (``run_reporting_errors``, with the `Run`'s
+    ``other_errors``)."""
     said: str | None = ""  # what an interruption left: nothing until the command is known
+    errors: dict[type[Exception], int] = {}  # the command's own further errors, once it is known
 
     def call() -> int:
         nonlocal said
@@ -59,6 +60,7 @@ def run_parsed(
         except SystemExit as exc:  # --help (0), a usage error (2), or no command given
             return usage_exit_status(exc, EXIT_BAD_INPUT)
         said = run.interrupted(args) if callable(run.interrupted) else run.interrupted
+        errors.update(run.other_errors)
         console = Console(quiet=getattr(args, "quiet", False))
         guarding: AbstractContextManager[signals.Guard] = (
             signals.handled() if run.handle_signals else nullcontext(signals.Guard())
@@ -66,7 +68,7 @@ def run_parsed(
         with guarding as guard:
             return run.handler(args, console, guard)
 
-    return run_reporting_errors(call, interrupted=lambda: said, other_errors=other_errors)
+    return run_reporting_errors(call, interrupted=lambda: said, other_errors=errors)
 
 
 def run_command(
@@ -75,10 +77,8 @@ def run_command(
     *,
     handle_signals: bool = True,
     interrupted: str | Callable[[argparse.Namespace], str] | None = None,
-    other_errors: Mapping[type[Exception], int] | None = None,
 ) -> int:
-    """`run_parsed` for an entry point with a parser of its own (``python -m patchset.cli.lint_hook``, the checkout's
-    tools under scripts/): ``parse`` parses the line, ``handler`` runs it as `Run` says with ``handle_signals`` and
-    ``interrupted``; ``other_errors``: further exception types and their exit codes."""
+    """`run_parsed` for an entry point with a parser of its own (``python -m patchset.cli.lint_hook``): ``parse``
+    parses the line, ``handler`` runs it as `Run` says with ``handle_signals`` and ``interrupted``."""
     run = Run(handler, handle_signals=handle_signals, interrupted=interrupted)
-    return run_parsed(lambda: (parse(), run), other_errors)
+    return run_parsed(lambda: (parse(), run))

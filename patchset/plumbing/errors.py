@@ -46,3 +46,21 @@ class EarlierSeries(PatchsetError):
     """A tree holds an earlier series of this patchset (nothing was changed); ``--upgrade`` replaces it."""
 
     exit_code = EXIT_EARLIER_SERIES
+
+
+class ChildFailed(PatchsetError):
+    """A process the command started failed: the message names it and ends with what it printed."""
+
+    exit_code = EXIT_TESTS_FAILED
+
+
+def needs_module(name: str, command: str) -> None:
+    """Refuse, as bad input, a ``command`` that needs ``name`` where this Python cannot import it."""
+    import importlib.util
+    import sys
+
+    if importlib.util.find_spec(name) is None:
+        raise BadInput(
+            f"{command} needs {name}, which this Python ({sys.executable}) cannot import: run it with the test "
+            "environment's python (.venv/bin/python, made by scripts/test.sh)"
+        )

@@ -490,7 +490,7 @@ def _suite_fork_server(workspace: Workspace) -> SuiteForkServer:
 
 
 # this project's own code, which the steps' processes import (git ignores the __pycache__ folders)
-PROJECT_CODE = ("checkout_tools", "engine_harness", "hydra_plugins", "patchset", "patchset_overlay")
+PROJECT_CODE = ("engine_harness", "hydra_plugins", "patchset", "patchset_overlay")
 PROJECT_CODE += ("patchset_overlay_registry", "scripts", "tests", "trinity_overlay", "verl_overlay")
 
 

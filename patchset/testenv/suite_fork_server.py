@@ -37,7 +37,7 @@ from pathlib import Path
 
 # modules a run imports itself: the trees', this project's and the suite's helpers, and what Hydra's config
 # composition imports first
-OWNED = ("verl", "trinity", "engine_harness", "patchset", "checkout_tools", "hydra", "hydra_plugins", "omegaconf")
+OWNED = ("verl", "trinity", "engine_harness", "patchset", "hydra", "hydra_plugins", "omegaconf")
 OWNED += ("verl_overlay", "trinity_overlay", "patchset_overlay", "patchset_overlay_registry")
 REQUEST_BYTES = 1 << 20  # one request: its argv, folder and environment, as JSON
 # read once, as torch (OpenMP, MKL) is imported: a run that asks for other values than the server's is declined, since

@@ -71,7 +71,7 @@ loop, backward, the gradient reduction and `optimizer_step` run unchanged from t
 
 The engine, loss and Trinity patch modules are checked to come from the trees under test in every
 rank. With ``baseline_dir`` set, every measurement is written to ``e2e-<expect>.jsonl`` there
-(`scripts/plot.py` draws them), those with sequence parallelism to ``e2e-sp-<expect>.jsonl``.
+(`python -m patchset plot` draws them), those with sequence parallelism to ``e2e-sp-<expect>.jsonl``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The GPU proof's CPU smoke run, so that `scripts/gpu_proof.py` does not rot.
 
-Invariant: the script's own side runner (`checkout_tools.gpu_proof.side`, one gloo rank, fp32, its tiny Qwen2), given
+Invariant: the script's own side runner (`patchset.proof.side`, one gloo rank, fp32, its tiny Qwen2), given
 the tree under test, trains verl's critic through verl 0.8.0's real FSDP2 engine with 1 and 2 micro-batches (fixed and
 token-budget splits), imports the engine and the loss from that tree, and the script's own verdict says what the
 tree should show: patched, the grad_norm is the same at every split; vanilla, it doubles. The same measurement judged
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from checkout_tools.gpu_proof.cases import CASES
-from checkout_tools.gpu_proof.settings import Settings
-from checkout_tools.gpu_proof.trajectory import Run, judge_trajectories
-from checkout_tools.gpu_proof.verdict import Measurement, judge
 from patchset.plumbing.children import run_children
+from patchset.proof.cases import CASES
+from patchset.proof.settings import Settings
+from patchset.proof.trajectory import Run, judge_trajectories
+from patchset.proof.verdict import Measurement, judge
 
 # the engine the script's CPU path is written for (test_engine_e2e also runs verl 0.7.1's, with adaptations the
 # script, made to run on GPUs, does not carry)
@@ -38,7 +38,7 @@ SMOKE_CLIP = 1.0  # verl's default clip_grad
 
 
 def _run_side(settings: Settings, result_file: str) -> None:
-    from checkout_tools.gpu_proof.side import run_side
+    from patchset.proof.side import run_side
 
     Path(result_file).write_text(json.dumps(run_side(settings)))
 

@@ -15,7 +15,7 @@ A fix's parts (a new loss fix touches about 18 files; nothing else checks the se
   (``parity`` in parts.toml), each called by that file's ``main``;
 - ``guard``: the objects ``tests/overlay/guard_cases.py`` checks are upstream's own when its piece stays off
   (``guard`` in parts.toml): keys of ``untouched()``, each an object its piece replaces;
-- ``gpuproof``: a case of ``checkout_tools/gpu_proof/cases.py`` that names it (``patch="verl 0001"``: series, number);
+- ``gpuproof``: a case of ``patchset/proof/cases.py`` that names it (``patch="verl 0001"``: series, number);
 - ``fixes``: docs/fixes.md links the patch;
 - ``readme``: a row of README.md's patch table links the patch, and its upstream cell says what the patch's header
   says: ``fixed in <upstream> <version>`` for a patch with ``Applied-Upstream``, ``not fixed`` for one without;
@@ -307,7 +307,7 @@ def missing_parts(tree: Tree, fix: Fix) -> dict[str, str]:
     if not pieces:
         missing["overlay"] = f"no piece of a {fix.upstream} overlay, for {', '.join(fix.releases)}, names {fix.slug}"
     number = f"{fix.number:04d}"
-    cases = gpuproof_patches(tree.text("checkout_tools/gpu_proof/cases.py"))
+    cases = gpuproof_patches(tree.text("patchset/proof/cases.py"))
     case = next((name for patch, name in cases.items() if patch.lower().split() == [fix.series.name, number]), None)
     if fix.harness not in harness_keys(tree.text(HARNESS_LOSSES)):
         missing["harness"] = f"{fix.harness or 'no key'} is no loss of {HARNESS_LOSSES} (LOSSES, loss_function)"
@@ -323,7 +323,7 @@ def missing_parts(tree: Tree, fix: Fix) -> dict[str, str]:
             f"{', '.join(unguarded) or 'in parts.toml'}"
         )
     if case is None:
-        missing["gpuproof"] = f"no case of checkout_tools/gpu_proof/cases.py has patch={fix.series.name} {number}"
+        missing["gpuproof"] = f"no case of patchset/proof/cases.py has patch={fix.series.name} {number}"
     if f"patches/{fix.series.name}/{fix.patch.name}" not in tree.text("docs/fixes.md"):
         missing["fixes"] = "docs/fixes.md does not link it"
     readme = readme_problem(tree.text("README.md"), fix)
@@ -471,8 +471,7 @@ def _fake_tree(root: Path) -> Tree:
         "        return None\n",
         PARITY_CASES: "def loss_cases():\n    return {}\n\n\ndef main(out):\n    return {**loss_cases()}\n",
         GUARD_CASES: 'def untouched():\n    seen = {"the_loss": True}\n    return seen\n',
-        "checkout_tools/gpu_proof/cases.py": 'CASES = (Case("the_loss", "the loss", "lm", Expect.GROWS, '
-        'patch="third 0001"),)\n',
+        "patchset/proof/cases.py": 'CASES = (Case("the_loss", "the loss", "lm", Expect.GROWS, patch="third 0001"),)\n',
         "docs/fixes.md": f"**the loss** ([patch](../patches/third/{FAKE_PATCH})): global.\n",
         "README.md": f"| patch | upstream |\n|---|---|\n| [0001](patches/third/{FAKE_PATCH}) | fixed in third 0.9.0 |\n"
         "| [another](patches/third/0002-another.patch) | not fixed |\n",
@@ -515,7 +514,7 @@ TAKEN_AWAY: dict[str, tuple[Callable[[Tree], Tree], set[str]]] = {
     "harness": (_rewrite(HARNESS_LOSSES, 'LOSSES = ("the_loss",)', 'LOSSES = ("other",)'), {"harness"}),
     "parity": (_rewrite(PARITY_CASES, "**loss_cases()", ""), {"parity"}),
     "guard": (_rewrite(GUARD_CASES, '"the_loss"', '"other"'), {"guard"}),
-    "gpuproof": (_rewrite("checkout_tools/gpu_proof/cases.py", "third 0001", "third 0002"), {"gpuproof"}),
+    "gpuproof": (_rewrite("patchset/proof/cases.py", "third 0001", "third 0002"), {"gpuproof"}),
     "fixes": (_remove("docs/fixes.md"), {"fixes"}),
     "readme": (_rewrite("README.md", "fixed in third 0.9.0", "not fixed"), {"readme"}),
     "audit": (_rewrite("docs/loss-audit.md", "third 0001", "third 0002"), {"audit"}),
@@ -547,7 +546,7 @@ def test_a_fix_missing_a_part_fails_until_a_reason_is_given(tmp_path: Path, part
 @pytest.mark.parametrize(
     ("part", "changes"),
     [
-        ("harness", [("checkout_tools/gpu_proof/cases.py", 'Case("the_loss"', 'Case("other"')]),
+        ("harness", [("patchset/proof/cases.py", 'Case("the_loss"', 'Case("other"')]),
         ("parity", [("patches/third/parts.toml", '"loss_cases"', '"loss_cases", "other_cases"')]),
     ],
     ids=["gpuproof-case-of-another-key", "a-function-main-does-not-call"],

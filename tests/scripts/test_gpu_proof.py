@@ -1,4 +1,4 @@
-"""`scripts/gpu_proof.py` (`checkout_tools.gpu_proof`) without a GPU or an engine: its verdicts, its report and its
+"""`scripts/gpu_proof.py` (`patchset.proof`) without a GPU or an engine: its verdicts, its report and its
 refusals.
 
 Invariants: a patched tree passes only when every split's grad_norm is within the precision's tolerance of one
@@ -17,14 +17,15 @@ import time
 
 import pytest
 
-from checkout_tools.gpu_proof import cli
-from checkout_tools.gpu_proof.cases import CASES, MODELS, global_batch_size
-from checkout_tools.gpu_proof.report import step_time_lines, table, verdict_lines
-from checkout_tools.gpu_proof.settings import Settings
-from checkout_tools.gpu_proof.trajectory import Run, Step, judge_trajectories, trajectory_table
-from checkout_tools.gpu_proof.trees import DefaultTrees, Source, check_modules
-from checkout_tools.gpu_proof.verdict import TOLERANCE, Measurement, judge
+from patchset.cli import main
 from patchset.plumbing.paths import REPO_ROOT
+from patchset.proof import prove
+from patchset.proof.cases import CASES, MODELS, global_batch_size
+from patchset.proof.report import step_time_lines, table, verdict_lines
+from patchset.proof.settings import Settings
+from patchset.proof.trajectory import Run, Step, judge_trajectories, trajectory_table
+from patchset.proof.trees import DefaultTrees, Source, check_modules
+from patchset.proof.verdict import TOLERANCE, Measurement, judge
 
 
 def _rows(case: str, ratios: dict[tuple[str, int], float], precision: str = "fp32", seconds: float = 1.0):
@@ -190,7 +191,7 @@ def test_bad_input_exits_2_with_one_line_naming_the_flag(argv, message, capsys, 
     """Refused before torch is imported or a process starts (an empty cache: no default trees, as on a fresh
     clone)."""
     monkeypatch.setenv("PATCHSET_CACHE", str(tmp_path / "empty-cache"))
-    assert cli.main(argv) == 2
+    assert main(["proof", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and message in err and "\n" not in err, err
 
@@ -224,13 +225,13 @@ def test_the_settings_reach_each_trees_process_as_they_were_planned(tmp_path):
 
 def test_the_main_process_imports_neither_torch_nor_verl():
     """Only the trees' processes do: the main process refuses bad input, and starts them, without either."""
-    check = "import sys, checkout_tools.gpu_proof.cli; print(sorted({'torch', 'verl', 'trinity'} & set(sys.modules)))"
+    check = "import sys, patchset.cli.proof; print(sorted({'torch', 'verl', 'trinity'} & set(sys.modules)))"
     done = subprocess.run([sys.executable, "-c", check], cwd=REPO_ROOT, capture_output=True, text=True)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
 
 
 def test_help_names_every_case_and_the_exit_codes(capsys):
-    assert cli.main(["--help"]) == 0
+    assert main(["proof", "--help"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in CASES) and "exit codes: 0" in out and "--world-size" in out and "--sp" in out
 
@@ -238,9 +239,9 @@ def test_help_names_every_case_and_the_exit_codes(capsys):
 def test_sequence_parallelism_picks_the_attention_ulysses_runs_in():
     """sdpa without sp; with sp, the flash-attention entry around a pure-torch kernel, unless flash_attn is asked."""
     tiny = MODELS["tiny"]
-    assert cli._sequence_parallel(1, None, tiny, None) == "sdpa"
-    assert cli._sequence_parallel(2, 4, tiny, None) == cli.ULYSSES_SDPA == "ulysses_sdpa"
-    assert cli._sequence_parallel(2, None, tiny, "flash_attention_2") == "flash_attention_2"
+    assert prove.sequence_parallel(1, None, tiny, None) == "sdpa"
+    assert prove.sequence_parallel(2, 4, tiny, None) == prove.ULYSSES_SDPA == "ulysses_sdpa"
+    assert prove.sequence_parallel(2, None, tiny, "flash_attention_2") == "flash_attention_2"
 
 
 def test_a_module_from_outside_the_tree_claimed_is_reported(tmp_path):

@@ -1,15 +1,13 @@
 """The import layers: every module imports only its own part or a part on a lower layer.
 
 The tooling (``patchset``) and the overlays stand apart; within each, a part may import only the parts below it.
-The scripts' code (``checkout_tools``) stands on the tooling: it may import any part of it, and nothing imports it
-back. An import inside a function counts as much as one at the top: it is an arrow all the same. Imports of other
+An import inside a function counts as much as one at the top: it is an arrow all the same. Imports of other
 packages (stdlib, torch, verl) are not this test's concern.
 
-Beside them, the code that runs from the checkout: the tooling (``patchset``, the test command included), the
-scripts (``scripts/``, thin entries), their code (``checkout_tools``) and the engine harness (``engine_harness``)
-import no test code, and the tooling, the scripts' code and the harness no script, whether as a package or as a flat
-module from a folder put on ``sys.path``; none of the scripts, their code, the harness nor ``tests/overlay`` names a
-test folder to put on ``sys.path``.
+Beside them, the code that runs from the checkout: the tooling (``patchset``, the test command, the proof and the
+benchmarks included), the scripts (``scripts/``) and the engine harness (``engine_harness``) import no test code, and
+the tooling and the harness no script, whether as a package or as a flat module from a folder put on ``sys.path``;
+none of the scripts, the harness nor ``tests/overlay`` names a test folder to put on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -32,6 +30,8 @@ TOOLING_LAYERS: Mapping[str, int] = {
     "patchset.apply": 3,
     "patchset.export": 3,
     "patchset.wheels": 4,
+    "patchset.proof": 4,  # the proof on your own GPUs (and the end-to-end test's figure)
+    "patchset.bench": 4,  # what the fix costs
     "patchset.cli": 5,
     "patchset.__main__": 6,
     "patchset.testcommand": 6,  # the test command (scripts/test.sh): nothing of the tooling imports it
@@ -43,21 +43,8 @@ OVERLAY_LAYERS: Mapping[str, int] = {
     "patchset_overlay_registry": 2,  # names the overlays (the core reads it by name): imports nothing
     "hydra_plugins": 2,  # Hydra's search-path plugin for the verl overlay's configs
 }
-# the scripts' code: its __init__ (a docstring) and the error they share, then each command, a part of its own
-COMMANDS = ("bench", "e2e_plot", "gpu_proof", "lock")
-CHECKOUT_LAYERS: Mapping[str, int] = {
-    "checkout_tools": 0,
-    "checkout_tools.errors": 0,
-    **{f"checkout_tools.{command}": 1 for command in COMMANDS},
-}
-LAYERS: Mapping[str, Mapping[str, int]] = {
-    "tooling": TOOLING_LAYERS,
-    "overlays": OVERLAY_LAYERS,
-    "checkout": CHECKOUT_LAYERS,
-}
-# family -> the families it stands on: it may import any of their parts
-STANDS_ON: Mapping[str, tuple[str, ...]] = {"checkout": ("tooling",)}
-SPLIT_PACKAGES = ("patchset", "checkout_tools")  # packages whose subpackages (and modules) are parts of their own
+LAYERS: Mapping[str, Mapping[str, int]] = {"tooling": TOOLING_LAYERS, "overlays": OVERLAY_LAYERS}
+SPLIT_PACKAGES = ("patchset",)  # packages whose subpackages (and modules) are parts of their own
 
 
 def part_of(module: str) -> str | None:
@@ -90,11 +77,9 @@ def imported_modules(path: Path, name: str) -> Iterator[str]:
                 yield from (f"{module}.{alias.name}" for alias in node.names)
 
 
-def upward_imports(root: Path, packages: Mapping[str, int], below: Sequence[Mapping[str, int]] = ()) -> list[str]:
-    """``importer -> imported`` for each import of a part not below the importer's, nor its own, nor of a family
-    ``below`` (which the importer's stands on)."""
-    every_layer = {**TOOLING_LAYERS, **OVERLAY_LAYERS, **CHECKOUT_LAYERS}
-    beneath = {part for family in below for part in family}
+def upward_imports(root: Path, packages: Mapping[str, int]) -> list[str]:
+    """``importer -> imported`` for each import of a part not below the importer's, nor its own."""
+    every_layer = {**TOOLING_LAYERS, **OVERLAY_LAYERS}
     found = []
     tops = {part.split(".")[0] for part in packages}
     for top in sorted(tops):
@@ -105,7 +90,7 @@ def upward_imports(root: Path, packages: Mapping[str, int], below: Sequence[Mapp
                 continue
             for imported in imported_modules(path, name):
                 target = part_of(imported)
-                if target is None or target == own or target in beneath:
+                if target is None or target == own:
                     continue
                 if target in SPLIT_PACKAGES and imported != target:  # ``from patchset import cli``: the subpackage
                     continue
@@ -116,25 +101,25 @@ def upward_imports(root: Path, packages: Mapping[str, int], below: Sequence[Mapp
 
 @pytest.mark.parametrize("family", sorted(LAYERS))
 def test_no_module_imports_a_part_on_its_own_layer_or_above(family):
-    below = [LAYERS[lower] for lower in STANDS_ON.get(family, ())]
-    assert upward_imports(REPO_ROOT, LAYERS[family], below) == []
+    assert upward_imports(REPO_ROOT, LAYERS[family]) == []
 
 
-@pytest.mark.parametrize(("top", "family"), [("patchset", "tooling"), ("checkout_tools", "checkout")])
-def test_every_part_of_a_split_package_has_a_layer(top, family):
-    parts = {part_of(module_name(REPO_ROOT, path)) for path in (REPO_ROOT / top).rglob("*.py")}
-    assert parts <= set(LAYERS[family]), sorted(parts - set(LAYERS[family]))
+def test_every_part_of_the_tooling_has_a_layer():
+    parts = {part_of(module_name(REPO_ROOT, path)) for path in (REPO_ROOT / "patchset").rglob("*.py")}
+    assert parts <= set(TOOLING_LAYERS), sorted(parts - set(TOOLING_LAYERS))
 
 
-def test_the_tooling_does_not_import_the_scripts_code_that_stands_on_it(tmp_path):
+def test_the_tooling_does_not_import_the_commands_that_stand_on_it(tmp_path):
     (tmp_path / "patchset" / "series").mkdir(parents=True)
+    (tmp_path / "patchset" / "proof").mkdir()
     (tmp_path / "patchset" / "__init__.py").write_text("")
-    (tmp_path / "patchset" / "series" / "__init__.py").write_text("from checkout_tools.gpu_proof import cases\n")
-    (tmp_path / "checkout_tools" / "lock.py").parent.mkdir()
-    (tmp_path / "checkout_tools" / "lock.py").write_text("from patchset.cli import startup\nfrom . import bench\n")
-    assert upward_imports(tmp_path, TOOLING_LAYERS) == ["patchset.series -> checkout_tools.gpu_proof"]
-    assert upward_imports(tmp_path, CHECKOUT_LAYERS, [TOOLING_LAYERS]) == [
-        "checkout_tools.lock -> checkout_tools.bench"
+    (tmp_path / "patchset" / "series" / "__init__.py").write_text("from patchset.proof import cases\n")
+    (tmp_path / "patchset" / "proof" / "lock.py").write_text(
+        "from patchset.upstreams import pins\nfrom .. import bench\n"
+    )
+    assert upward_imports(tmp_path, TOOLING_LAYERS) == [
+        "patchset.proof.lock -> patchset.bench",
+        "patchset.series -> patchset.proof",
     ]
 
 
@@ -238,8 +223,7 @@ def test_a_module_importing_its_packages_init_that_imports_it_back_is_a_cycle(tm
 NO_TEST_CODE: Mapping[str, tuple[str, ...]] = {
     "patchset": ("tests", "scripts"),
     "scripts": ("tests",),
-    "checkout_tools": ("tests", "scripts"),
-    "engine_harness": ("tests", "scripts", "checkout_tools"),
+    "engine_harness": ("tests", "scripts"),
 }
 
 
@@ -277,7 +261,7 @@ def _test_folders() -> list[str]:
 
 
 # folder -> the test folders its code must not name (tests/overlay: the regression suite's, its former sys.path entry)
-PATH_REACHES = {"scripts": None, "checkout_tools": None, "engine_harness": None, "tests/overlay": ("regression",)}
+PATH_REACHES = {"scripts": None, "engine_harness": None, "tests/overlay": ("regression",)}
 
 
 @pytest.mark.parametrize("folder", sorted(PATH_REACHES))

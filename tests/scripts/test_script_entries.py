@@ -1,33 +1,25 @@
-"""The Python scripts are thin entries over `checkout_tools`, and they alone touch ``sys.path``.
+"""No module or script changes its own import path.
 
-Invariants: every ``scripts/*.py`` is a docstring, one line that appends the checkout to ``sys.path`` (what running a
-file needs: Python puts only the script's own folder there), one import of a ``main`` from `checkout_tools`, and
-``raise SystemExit(main())``; nothing else. No other Python file under ``scripts/`` or ``checkout_tools/`` changes
-``sys.path`` (an ``append``, ``insert`` or any other change of the list, an assignment to it or to an item of it,
-``site.addsitedir``). Each entry's module is there and has its ``main``.
+Invariants: no Python file under ``scripts/``, ``patchset/`` or ``engine_harness/`` changes ``sys.path`` (an
+``append``, ``insert`` or any other change of the list, an assignment to it or to an item of it,
+``site.addsitedir``), but for the suite's fork server, whose forked children stand for fresh processes: it sets their
+path as their ``PYTHONPATH`` would. ``scripts/gpu_proof.py`` runs ``python -m patchset proof`` from the repository
+root instead.
+A command that needs torch says so in one ``error:`` line (exit 2) where this Python cannot import it.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from patchset.cli import main
 from patchset.plumbing.paths import REPO_ROOT
 
-ENTRIES = sorted((REPO_ROOT / "scripts").glob("*.py"))
-# the statements of a thin entry, in order, as ast.dump would start them
-THIN_ENTRY = (
-    "Expr(value=Constant(",  # the docstring
-    "Import(names=[alias(name='sys')",
-    "ImportFrom(module='pathlib', names=[alias(name='Path')",
-    "Expr(value=Call(func=Attribute(value=Attribute(value=Name(id='sys'",  # sys.path.append(<the checkout>)
-    "ImportFrom(module='checkout_tools.",  # from checkout_tools.X import main
-    "If(test=Compare(left=Name(id='__name__'",  # if __name__ == "__main__": raise SystemExit(main())
-)
 PATH_METHODS = {"append", "insert", "extend", "remove", "pop", "clear", "reverse", "sort", "__setitem__", "__iadd__"}
 
 
@@ -54,31 +46,18 @@ def path_changes(source: str) -> Iterator[int]:
                 yield node.lineno
 
 
+FORK_SERVER = REPO_ROOT / "patchset" / "testenv" / "suite_fork_server.py"
+
+
 def _python_files() -> list[Path]:
-    return sorted({*(REPO_ROOT / "scripts").rglob("*.py"), *(REPO_ROOT / "checkout_tools").rglob("*.py")})
+    folders = ("scripts", "patchset", "engine_harness")
+    return sorted(path for folder in folders for path in (REPO_ROOT / folder).rglob("*.py") if path != FORK_SERVER)
 
 
-def test_there_are_entries():
-    assert {path.name for path in ENTRIES} >= {"bench.py", "gpu_proof.py", "lock.py", "plot.py"}
-
-
-@pytest.mark.parametrize("entry", ENTRIES, ids=lambda path: path.name)
-def test_each_python_script_is_a_thin_entry(entry):
-    tree = ast.parse(entry.read_text(encoding="utf-8"))
-    statements = [ast.dump(node) for node in tree.body]
-    assert len(statements) == len(THIN_ENTRY), [line[:60] for line in statements]
-    assert all(dumped.startswith(start) for dumped, start in zip(statements, THIN_ENTRY, strict=True)), statements
-    assert len(list(path_changes(entry.read_text(encoding="utf-8")))) == 1
-    (imported,) = (node for node in tree.body if isinstance(node, ast.ImportFrom) and node.module != "pathlib")
-    assert [alias.name for alias in imported.names] == ["main"]
-    assert callable(importlib.import_module(imported.module).main)
-
-
-def test_outside_the_thin_entries_nothing_changes_sys_path():
+def test_nothing_changes_sys_path():
     changes = [
         f"{path.relative_to(REPO_ROOT)}:{line}"
         for path in _python_files()
-        if path.parent != REPO_ROOT / "scripts"
         for line in path_changes(path.read_text(encoding="utf-8"))
     ]
     assert changes == []
@@ -104,16 +83,14 @@ def test_reading_the_path_is_no_change():
     assert list(path_changes("import os, sys\nprint(sys.path[0], os.pathsep.join(sys.path))\n")) == []
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=lambda path: path.name)
-def test_each_python_script_answers_help_with_its_usage_and_exit_0(entry, capsys):
-    tree = ast.parse(entry.read_text(encoding="utf-8"))
-    (imported,) = (node for node in tree.body if isinstance(node, ast.ImportFrom) and node.module != "pathlib")
-    main = importlib.import_module(imported.module or "").main
+@pytest.mark.parametrize(
+    "line", [["proof", "--vanilla", "installed", "--patched", "installed"], ["bench"], ["bench", "--pre-pass"]]
+)
+def test_a_command_that_needs_torch_says_so_in_one_line(line, monkeypatch, capsys):
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else found(name, *a))
 
-    try:
-        code = main(["--help"])
-    except SystemExit as exit_:
-        code = exit_.code
+    assert main(line) == 2
 
-    assert code in (0, None)
-    assert capsys.readouterr().out.startswith(f"usage: scripts/{entry.name}")
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "needs torch" in err and len(err.strip().splitlines()) == 1, err

@@ -3,8 +3,8 @@
 ``python3 -m`` puts the working directory first on ``sys.path``, so a script started from inside another checkout
 of this project used to import that checkout's ``patchset`` and act on that checkout's patches. Two ways in:
 
-- every script's ``--help`` (the shell scripts', and the Python entries' over ``checkout_tools``) from a folder whose
-  ``patchset`` (and overlay and ``checkout_tools`` packages) refuse to be imported;
+- every script's ``--help`` (the shell scripts', and ``scripts/gpu_proof.py``'s) from a folder whose ``patchset`` (and
+  overlay packages) refuse to be imported;
 - the case it was seen in: a copy of this project whose verl patch is cut to its header, linted with the copy's
   own ``scripts/export.sh lint`` from inside this (intact) checkout, must report the copy's broken patch.
 """
@@ -21,8 +21,8 @@ import pytest
 from patchset.plumbing.paths import REPO_ROOT
 
 SCRIPTS = ("apply.sh", "build-wheels.sh", "export-pr.sh", "export.sh", "test.sh")
-PYTHON_SCRIPTS = ("bench.py", "gpu_proof.py", "lock.py", "plot.py")
-DECOY_PACKAGES = ("patchset", "patchset_overlay", "verl_overlay", "trinity_overlay", "tests", "checkout_tools")
+PYTHON_SCRIPTS = ("gpu_proof.py",)
+DECOY_PACKAGES = ("patchset", "patchset_overlay", "verl_overlay", "trinity_overlay", "tests")
 
 
 @pytest.fixture

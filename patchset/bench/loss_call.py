@@ -1,26 +1,16 @@
 """What the patches cost at run time: loss-call time and host synchronisations, patched against vanilla.
 
 For verl's critic `value_loss` and Trinity's `TrinityPolicyLoss`, every ``loss_agg_mode`` and several micro-batch
-shapes, the loss is called the way verl 0.8's engine calls it (a no-padding micro-batch with the engine's
-``dp_size`` / ``batch_num_tokens`` / ``global_batch_size``) many times (for KL-Cov and Clip-Cov, one mini-batch with
-its selection: `checkout_tools.bench.selection`), and the median time of one call is compared between the patched
-and the vanilla trees. A process can hold only one verl, so each tree pair is measured in its own child process. The
-children stay up for the whole run and take turns, a block of calls each, so both see the same machine load; each
-call is timed in CPU time of the calling thread (torch runs on one thread), so time the OS gives to other processes
-is not counted. A second vanilla child gives the noise floor (vanilla / vanilla) next to the patched / vanilla
-ratio.
-
-During one more call per case, `torch.Tensor.item`, ``.cpu()``, ``.tolist()``, ``__bool__``, ``__float__``
-and ``__int__`` are counted: on an accelerator each one is a device-to-host synchronisation. The patch
-must add none.
-
-Usage: ``python scripts/bench.py`` (in the project's venv; trees default to the ones `patchset apply`
-lays out in .cache). Exit code 0; with ``--strict``, 1 when a target is missed; 2 on bad input.
+shapes, the loss is called as verl 0.8's engine calls it (for KL-Cov, Clip-Cov and the IS batch mean, one mini-batch
+with its selection: `selection`), and the median time of one call, in CPU time of the calling thread (torch runs on
+one), is compared between the trees. Each tree pair is a child process (a process holds one verl); the children take
+turns, a block of calls each, so all see the same machine load, and a second vanilla child gives the noise floor.
+One more call per case counts the tensor methods that synchronise with an accelerator (`syncs`): the patch must add
+none.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -30,22 +20,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from checkout_tools.bench.syncs import SYNC_METHODS, counting_syncs
-from checkout_tools.errors import CHILD_ERRORS, ChildFailed
 from engine_harness import LOSS_AGG_MODES
-from patchset.cli.startup import run_command
-from patchset.plumbing.errors import BadInput
+from patchset.bench.syncs import SYNC_METHODS, counting_syncs
+from patchset.plumbing.errors import BadInput, ChildFailed
 from patchset.plumbing.paths import REPO_ROOT
-from patchset.plumbing.signals import Guard
-from patchset.plumbing.ui import Console
-from patchset.upstreams.workspace import resolve_workspace
-
-ENTRY = REPO_ROOT / "scripts/bench.py"  # the thin entry of this command: it starts the children too
-CHILD_FLAG = "--child"  # ``scripts/bench.py --child``: a child holding one tree pair (not in --help)
 
 COMPONENTS = ("critic", "actor", "kl_cov", "clip_cov", "is_batch_norm")  # the last three: one mini-batch
 LOSSES = {"critic": "critic", "actor": "trinity"}  # the harness's loss of each component
@@ -56,38 +38,20 @@ Case = tuple[str, str, int]  # component, mode, sequences
 SIDES = ("vanilla", "patched", "vanilla-again")
 
 
-# ---------------------------------------------------------------------------------------------------------
-# child: one tree pair
-# ---------------------------------------------------------------------------------------------------------
-
-
-def _loss_function(component: str, mode: str) -> Callable[..., Any]:
-    from engine_harness.losses import loss_function
-
-    return loss_function(LOSSES[component], mode, strategy="fsdp")
-
-
 def _micro_batch(component: str, sequences: int) -> tuple[dict[str, Any], Any]:
     """(model_output, data) as the engine hands them to the loss: one micro-batch of four on dp 2."""
     import torch
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 
-    from engine_harness.sim import make_rollout_batch, pack_model_output
+    from engine_harness.sim import actor_inputs, make_rollout_batch, pack_model_output
 
-    fields = ("values", "returns") if component == "critic" else ("old_log_probs", "ref_log_prob", "advantages")
-    batch = make_rollout_batch(sequences, seed=sequences, extra_fields=fields, holes_in_mask=component == "actor")
-    generator = torch.Generator().manual_seed(7)
     if component == "critic":
-        outputs = {"values": batch["values"] + 0.3 * torch.randn(batch["values"].shape, generator=generator)}
+        batch = make_rollout_batch(sequences, seed=sequences, extra_fields=("values", "returns"))
+        noise = torch.randn(batch["values"].shape, generator=torch.Generator().manual_seed(7))
+        outputs = {"values": batch["values"] + 0.3 * noise}
     else:
-        batch["old_log_probs"] = -batch["old_log_probs"].abs()
-        batch["ref_log_prob"] = -batch["ref_log_prob"].abs()
-        noise = 0.1 * torch.randn(batch["old_log_probs"].shape, generator=generator)
-        outputs = {
-            "log_probs": batch["old_log_probs"] + noise,
-            "entropy": torch.rand(batch["old_log_probs"].shape, generator=generator),
-        }
+        batch, outputs = actor_inputs(sequences, seed=sequences, noise_seed=7)
     data = left_right_2_no_padding(batch.clone())
     tokens = int(batch["response_mask"].sum())
     tu.assign_non_tensor(data, dp_size=2, batch_num_tokens=8 * tokens, global_batch_size=8 * sequences)
@@ -95,34 +59,26 @@ def _micro_batch(component: str, sequences: int) -> tuple[dict[str, Any], Any]:
     return model_output, data
 
 
-class _CaseRunner:
-    """The loss function and inputs of one case, inside a child."""
+def _case_call(component: str, mode: str, sequences: int) -> Callable[[], Any]:
+    """One call of the case's loss (or mini-batch selection) on its inputs, inside a child."""
+    if component in SELECTION_COMPONENTS:
+        from patchset.bench.selection import CovSelectionStep
 
-    def __init__(self, component: str, mode: str, sequences: int) -> None:
-        if component in SELECTION_COMPONENTS:
-            from checkout_tools.bench.selection import CovSelectionStep
+        return CovSelectionStep(component, sequences).call
+    from engine_harness.losses import loss_function
 
-            self._call: Callable[[], None] = CovSelectionStep(component, sequences).call
-            return
-        loss_function = _loss_function(component, mode)
-        model_output, data = _micro_batch(component, sequences)
-        self._call = lambda: loss_function(model_output=model_output, data=data, dp_group=None)
+    loss = loss_function(LOSSES[component], mode, strategy="fsdp")
+    model_output, data = _micro_batch(component, sequences)
+    return lambda: loss(model_output=model_output, data=data, dp_group=None)
 
-    def call(self) -> None:
-        self._call()
 
-    def time_calls(self, calls: int) -> list[float]:
-        timings = []
-        for _ in range(calls):
-            started = time.thread_time()
-            self.call()
-            timings.append(time.thread_time() - started)
-        return timings
-
-    def count_syncs(self) -> dict[str, int]:
-        with counting_syncs() as counts:
-            self.call()
-        return dict(counts)
+def _time_calls(call: Callable[[], Any], calls: int) -> list[float]:
+    timings = []
+    for _ in range(calls):
+        started = time.thread_time()
+        call()
+        timings.append(time.thread_time() - started)
+    return timings
 
 
 def _child() -> int:
@@ -147,24 +103,21 @@ def _child() -> int:
         protocol.flush()
 
     reply({"trees": trees, "torch": torch.__version__})
-    runner: _CaseRunner | None = None
+    call: Callable[[], Any] | None = None
     for line in sys.stdin:
         request = json.loads(line)
         if request["op"] == "setup":
-            runner = _CaseRunner(*request["case"])
-            runner.time_calls(request["warmup"])
-            reply({"syncs": runner.count_syncs()})
+            call = _case_call(*request["case"])
+            _time_calls(call, request["warmup"])
+            with counting_syncs() as counts:
+                call()
+            reply({"syncs": dict(counts)})
         elif request["op"] == "time":
-            assert runner is not None, "time before setup"
-            reply({"times": runner.time_calls(request["calls"])})
+            assert call is not None, "time before setup"
+            reply({"times": _time_calls(call, request["calls"])})
         else:
             break
     return 0
-
-
-# ---------------------------------------------------------------------------------------------------------
-# parent: the children take turns
-# ---------------------------------------------------------------------------------------------------------
 
 
 class _Child:
@@ -176,7 +129,7 @@ class _Child:
         python_path = os.pathsep.join(str(path) for path in (verl_tree, trinity_tree))
         env = {**os.environ, "PYTHONPATH": python_path, "OMP_NUM_THREADS": "1"}
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
-        command = [sys.executable, str(ENTRY), CHILD_FLAG]
+        command = [sys.executable, "-m", __name__]
         # requests on stdin, replies on stdout (one JSON line each); what verl prints goes to the kept stderr
         pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": self._stderr}
         self._process = subprocess.Popen(command, env=env, cwd=REPO_ROOT, text=True, **pipes)
@@ -336,96 +289,18 @@ def measure_trees(vanilla: TreePair, patched: TreePair, timing: Timing) -> tuple
             child.close()
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="scripts/bench.py",
-        description="Compare one loss call of the patched and the vanilla trees: time (median over many calls, "
-        "several micro-batch shapes, every loss_agg_mode) and device-to-host synchronisations, for verl's critic "
-        "value_loss and Trinity's TrinityPolicyLoss, and one KL-Cov, Clip-Cov and bypass IS batch mean mini-batch "
-        "(selection, loss calls). Each tree pair runs in its own child process.",
-        epilog="Targets: loss-call time ratio <= 1.02, zero synchronisations added. Exit code 0 (with --strict: 1 "
-        "when a target is missed); 2 on bad input.",
-    )
-    workspace = resolve_workspace(None, None, os.environ)  # the pins, and $PATCHSET_CACHE or .cache
-    for side, folder in (("patched", workspace.cache.patched), ("vanilla", workspace.cache.upstreams)):
-        for key, label in (("verl", "verl"), ("trinity", "Trinity-RFT")):
-            pin = workspace.pins.default_for(key)
-            parser.add_argument(
-                f"--{key}-{side}",
-                type=Path,
-                default=folder / pin.dirname if pin else None,
-                help=f"{side} {label} tree (default %(default)s)",
-            )
-    default = Timing()
-    parser.add_argument(
-        "--blocks", type=int, default=default.blocks, help="alternating blocks per case and tree (default %(default)s)"
-    )
-    parser.add_argument(
-        "--calls-per-block",
-        type=int,
-        default=default.calls_per_block,
-        help="timed calls per block (default %(default)s)",
-    )
-    parser.add_argument(
-        "--warmup", type=int, default=default.warmup, help="untimed calls per case and tree first (default %(default)s)"
-    )
-    parser.add_argument("--json", type=Path, help="also write the measurements to this file")
-    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
-    parser.add_argument(
-        "--pre-pass",
-        action="store_true",
-        help="measure instead the no-grad forward the patched worker runs before a later update (verl 0004, 0005: "
-        "KL-Cov, Clip-Cov, bypass IS batch mean) against the training step it precedes, on verl's FSDP2 engine with "
-        "the patched verl tree (tiny and small random models, 16 sequences, 1 and 4 micro-batches; --blocks "
-        "alternating calls of each)",
-    )
-    parser.add_argument(
-        "--overlay-python",
-        type=Path,
-        help="also measure the overlays' start-up cost with this python of an overlay venv (see bench_startup.py)",
-    )
-    return parser
-
-
-def _run_pre_pass(verl_tree: Path, repeats: int, json_path: Path | None) -> int:
-    from checkout_tools.bench.pre_pass import SHAPES, measure, report
-
-    print(f"* the pre-pass: verl {verl_tree}; median CPU time of {repeats} alternating calls each", flush=True)
-    costs = []
-    for shape in SHAPES:
-        costs += measure(verl_tree, shape, sequences=16, splits=[1, 4], repeats=repeats)
-        print(f"* measured the {shape} model", flush=True)
-    print(report(costs))
-    if json_path is not None:
-        json_path.write_text(json.dumps([{**asdict(cost), "ratio": cost.ratio} for cost in costs], indent=1) + "\n")
-    return 0
-
-
-def _run(args: argparse.Namespace, console: Console, guard: Guard) -> int:
-    if args.overlay_python is not None:
-        from checkout_tools.bench.startup import measure, report
-
-        print("* overlay start-up cost (median wall time of a fresh process):")
-        print(report(measure(args.overlay_python)), flush=True)
-    if args.pre_pass:
-        return _run_pre_pass(args.verl_patched, args.blocks, args.json)
-    timing = Timing(args.blocks, args.calls_per_block, args.warmup)
-    vanilla = TreePair(args.verl_vanilla, args.trinity_vanilla)
-    patched = TreePair(args.verl_patched, args.trinity_patched)
+def run(vanilla: TreePair, patched: TreePair, timing: Timing, json_path: Path | None) -> bool:
+    """Measure and print every case (and write ``json_path``); whether every target was met."""
     results, torch_version = measure_trees(vanilla, patched, timing)
     print(f"* vanilla: verl {vanilla.verl}, trinity {vanilla.trinity}")
     print(f"* patched: verl {patched.verl}, trinity {patched.trinity}")
     print(f"* torch {torch_version}, {os.cpu_count()} CPUs")
     met = _report(results, timing)
-    if args.json is not None:
+    if json_path is not None:
         rows = [{"case": list(case), **row} for case, row in results.items()]
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
-    return 1 if args.strict and not met else 0
+        json_path.write_text(json.dumps(rows, indent=1) + "\n")
+    return met
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``scripts/bench.py`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
-    line = list(sys.argv[1:] if argv is None else argv)
-    if line == [CHILD_FLAG]:  # a child the parent started: it serves requests on stdin until told to quit
-        return _child()
-    return run_command(lambda: _parser().parse_args(line), _run, interrupted="", other_errors=CHILD_ERRORS)
+if __name__ == "__main__":  # a child `_Child` started: it serves requests on stdin until told to quit
+    raise SystemExit(_child())

@@ -29,7 +29,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from checkout_tools.gpu_proof.cases import Case, Expect, expectation
+from patchset.proof.cases import Case, Expect, expectation
 
 FLOOR_FACTOR = 10.0
 MIN_BOUND = {"fp32": 1e-6, "bf16": 1e-3}

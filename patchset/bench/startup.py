@@ -8,21 +8,13 @@ see the same machine load; each figure is the median wall time of a fresh proces
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
-
-from checkout_tools.errors import CHILD_ERRORS
-from patchset.cli.startup import run_command
-from patchset.plumbing.errors import EXIT_BAD_INPUT
-from patchset.plumbing.signals import Guard
-from patchset.plumbing.ui import Console
 
 IMPORT_CORE_ALGOS = "import verl.trainer.ppo.core_algos"
 # the first watched import judges every piece and derives every file of the series (verl's seven, Hydra's YAML)
@@ -97,35 +89,3 @@ def report(medians: dict[str, float]) -> str:
         f"({(import_fresh - import_off) * 1000:+.0f} ms)",
     ]
     return "\n".join(lines)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="scripts/bench_startup.py",
-        description="Measure what the overlays cost at interpreter start and at the first verl import: the overlay "
-        "venv as installed, the same with PATCHSET_OVERLAYS=0, and a venv without patchset_overlay.pth over the same "
-        "packages, taking turns; the median wall time of a fresh process of each.",
-        epilog="Target: start-up at most +10 ms over no .pth. Exit code 0; 2 on bad input.",
-    )
-    parser.add_argument("overlay_python", type=Path, help="the python of a venv with this project pip-installed")
-    return parser
-
-
-def _parse(argv: Sequence[str]) -> argparse.Namespace:
-    args = _parser().parse_args(argv)
-    if not args.overlay_python.exists():
-        print(f"error: no python at {args.overlay_python}", file=sys.stderr)
-        raise SystemExit(EXIT_BAD_INPUT)
-    return args
-
-
-def _run(args: argparse.Namespace, console: Console, guard: Guard) -> int:
-    print("overlay start-up cost (median wall time of a fresh process):")
-    print(report(measure(args.overlay_python)))
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``scripts/bench_startup.py`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
-    line = list(sys.argv[1:] if argv is None else argv)
-    return run_command(lambda: _parse(line), _run, interrupted="", other_errors=CHILD_ERRORS)

@@ -6,25 +6,18 @@ micro_batches, grad_norm) and draws one panel per loss and ``loss_agg_mode``: cr
 `value_loss`) on the top row, actor (Trinity-RFT 0.6.0 `TrinityPolicyLoss`) below, a line per tree and
 world size.
 
-Usage: ``python scripts/plot.py`` (reads .cache/results, where scripts/test.sh leaves them, and writes
-docs/evidence/grad_norm.png), or ``python scripts/plot.py --vanilla A.jsonl --patched B.jsonl -o out.png``;
+Usage: ``python -m patchset plot`` (reads .cache/results, where scripts/test.sh leaves them, and writes
+docs/evidence/grad_norm.png), or ``python -m patchset plot --vanilla A.jsonl --patched B.jsonl -o out.png``;
 ``--markdown`` also prints the figures as the README's table.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from engine_harness import LOSS_AGG_MODES
-from patchset.cli.startup import run_command
 from patchset.plumbing.errors import BadInput
-from patchset.plumbing.paths import REPO_ROOT
-from patchset.plumbing.signals import Guard
-from patchset.plumbing.ui import Console
 
 COMPONENTS = {
     "critic": "verl 0.8.0 critic value_loss",
@@ -117,32 +110,6 @@ def draw(series: Series, output: Path) -> None:
     plt.close(figure)
 
 
-def _parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="scripts/plot.py",
-        description="Plot grad_norm against the number of micro-batches, vanilla vs patched, critic and actor, "
-        "from the numbers the end-to-end engine test recorded.",
-        epilog="Exit codes: 0 written; 2 a results file is missing or unreadable.",
-    )
-    parser.add_argument(
-        "--results",
-        type=Path,
-        default=Path(environ.get("PATCHSET_CACHE", REPO_ROOT / ".cache")) / "results",
-        help="folder with e2e-bug.jsonl and e2e-fixed.jsonl (default %(default)s, where scripts/test.sh writes them)",
-    )
-    parser.add_argument("--vanilla", type=Path, help="the vanilla run's jsonl (default RESULTS/e2e-bug.jsonl)")
-    parser.add_argument("--patched", type=Path, help="the patched run's jsonl (default RESULTS/e2e-fixed.jsonl)")
-    parser.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        default=REPO_ROOT / "docs" / "evidence" / "grad_norm.png",
-        help="PNG to write (default %(default)s)",
-    )
-    parser.add_argument("--markdown", action="store_true", help="also print the figures as a Markdown table")
-    return parser
-
-
 def plot(vanilla: Path, patched: Path, output: Path, markdown: bool = False) -> None:
     """Draw ``output`` from the two runs' files (and print the Markdown table); a file missing or unreadable is bad
     input."""
@@ -161,14 +128,3 @@ def plot(vanilla: Path, patched: Path, output: Path, markdown: bool = False) -> 
     print(f"* wrote {output} from {vanilla} and {patched}")
     if markdown:
         print(markdown_table(series))
-
-
-def _run(args: argparse.Namespace, console: Console, guard: Guard) -> int:
-    vanilla = args.vanilla or args.results / "e2e-bug.jsonl"
-    plot(vanilla, args.patched or args.results / "e2e-fixed.jsonl", args.output, args.markdown)
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``scripts/plot.py`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
-    return run_command(lambda: _parser(os.environ).parse_args(argv), _run, interrupted="")

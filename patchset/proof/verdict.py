@@ -1,20 +1,8 @@
 """Pass or fail per case, from the grad_norms one tree's ranks measured.
 
-Tolerances, and why:
-
-- ``fp32``: 1e-4 relative to one micro-batch's grad_norm. Splitting changes only the order in which the engine sums
-  the micro-batch gradients (and, on a GPU, which kernels the shapes pick); fp32's unit roundoff is 6e-8, and sums
-  over tens of thousands of tokens in another order stay within about 1e-5 (1.3e-7 measured on CPU, the tiny model).
-  The bug it must catch is a factor of K (or, for a wrong weighting, several per cent): 1e-4 is far from both.
-- ``bf16`` (bf16 parameters and activations, fp32 gradient reduction and master weights, verl's default actor
-  setting): 2**-8 = 3.9e-3, bf16's unit roundoff (8 significant bits). The activations of a micro-batch of another
-  shape are rounded differently, each by up to 2**-8 of its value; the grad_norm, a norm over millions of gradient
-  entries reduced in fp32, moves far less than one rounding of every value in the same direction would. Measured by
-  hand on an H200: within 2.3e-4 of K = 1 (tiny Qwen2) and 3.8e-4 (8 layers, 32k tokens: 12.997 against 12.992); on
-  CPU, 4.0e-4: ten times inside it, and a hundred times below the bug's smallest effect (x1.5, distillation).
-- the bug's ratio, K with K micro-batches per rank, within 15 % (a token-mean loss scales each micro-batch by its own
-  token count, so the ratio is about K, exactly K where the split gives every micro-batch the same sequences).
-- a loss whose bug is not a factor (distillation's first call): the grad_norm is more than 10 % off at every K > 1.
+Tolerances, relative to one micro-batch's grad_norm (why these: docs/gpu-proof.md): fp32 1e-4, where a split changes
+only the order of the sums; bf16 2**-8, bf16's unit roundoff. The bug's ratio, K with K micro-batches per rank, within
+15 %; a loss whose bug is not a factor (distillation's first call) more than 10 % off at every K > 1.
 """
 
 from __future__ import annotations
@@ -22,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from checkout_tools.gpu_proof.cases import Case, Expect, expectation
+from patchset.proof.cases import Case, Expect, expectation
 
 TOLERANCE = {"fp32": 1e-4, "bf16": 2.0**-8}
 BUG_RATIO_TOLERANCE = 0.15
@@ -60,7 +48,7 @@ class Verdict:
 def one_step_judges(side: str, case: Case, precision: str) -> bool:
     """Whether one step's grad_norm can show what ``side`` should: not vanilla's other choice (`Expect.CHOOSES`) in
     bf16, whose tolerance (3.9e-3) is above what another choice of tokens or mean moves one step's grad_norm (0.1 % to
-    2 % measured); fp32 judges it, one step and a training run (`checkout_tools.gpu_proof.trajectory.run_judges`)."""
+    2 % measured); fp32 judges it, one step and a training run (`patchset.proof.trajectory.run_judges`)."""
     return not (expectation(side, case) is Expect.CHOOSES and precision == "bf16")
 
 

@@ -1,7 +1,6 @@
 """The main process's end of one tree's run: start the tree's process (`side`), wait for it, read what its ranks wrote.
 
-The tree's process runs ``scripts/gpu_proof.py --side`` with the tree's packages first on ``PYTHONPATH``; the entry
-appends the checkout (this package, `engine_harness`, `patchset`) after the installed packages, as for the script.
+The tree's process runs ``python -m patchset.proof.side`` from the checkout, with the tree's packages on ``PYTHONPATH``.
 """
 
 from __future__ import annotations
@@ -15,15 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from checkout_tools.gpu_proof.settings import Settings
-from checkout_tools.gpu_proof.trajectory import Run
-from checkout_tools.gpu_proof.trees import DefaultTrees, Source, check_modules
-from checkout_tools.gpu_proof.verdict import Measurement
 from patchset.plumbing.bounded import Limit, hang_report
 from patchset.plumbing.paths import REPO_ROOT
-
-ENTRY = REPO_ROOT / "scripts/gpu_proof.py"  # the thin entry of this command: it starts the trees' processes too
-SIDE_FLAG = "--side"  # ``scripts/gpu_proof.py --side SETTINGS RESULT``: one tree's process (not in --help)
+from patchset.proof.settings import Settings
+from patchset.proof.trajectory import Run
+from patchset.proof.trees import DefaultTrees, Source, check_modules
+from patchset.proof.verdict import Measurement
 
 
 @dataclass
@@ -41,7 +37,8 @@ def side_env(side: str, sources: Sequence[Source], environ: Mapping[str, str] = 
     """The tree's process's environment: its trees first on ``PYTHONPATH``, and, on the vanilla side, no overlays."""
     env = dict(environ)
     trees = [str(source.tree) for source in sources if source.tree is not None]
-    inherited = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]  # "" would be the cwd
+    # "" would be the cwd; a relative entry is made absolute: the process starts in the repository root
+    inherited = [os.path.abspath(entry) for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
     env["PYTHONPATH"] = os.pathsep.join([*trees, *inherited])
     if side == "vanilla":
         env["PATCHSET_OVERLAYS"] = "0"  # this project's overlays, if installed here, must not fix the vanilla side
@@ -56,12 +53,17 @@ def measure(
         workdir / f"{side}.{suffix}" for suffix in ("settings.json", "result.json", "log")
     )
     settings_file.write_text(settings.to_json())
-    command = [sys.executable, str(ENTRY), SIDE_FLAG, str(settings_file), str(result_file)]
+    command = [sys.executable, "-m", "patchset.proof.side", str(settings_file), str(result_file)]
     code: int | str
     with log_file.open("w") as log:
         # a session of its own, so that a timeout ends the ranks it started too
         process = subprocess.Popen(
-            command, env=side_env(side, sources), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            env=side_env(side, sources),
+            cwd=REPO_ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         try:
             code = process.wait(timeout=settings.timeout)

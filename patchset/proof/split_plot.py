@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from checkout_tools.gpu_proof.cases import CASES, SPLIT_KINDS
-from checkout_tools.gpu_proof.verdict import Measurement, relative
+from patchset.proof.cases import CASES, SPLIT_KINDS
+from patchset.proof.verdict import Measurement, relative
 
 # patched drawn first, wide and pale, vanilla thin on top: where they coincide both stay visible
 TREES = {"patched": ("tab:blue", 4.0, 0.55), "vanilla": ("tab:red", 1.5, 1.0)}

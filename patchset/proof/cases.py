@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 from enum import Enum
 
-from engine_harness.model import ModelShape
+from engine_harness.model import TINY, ModelShape
 
 SIDES = ("vanilla", "patched")
 PRECISIONS = ("fp32", "bf16")
@@ -95,9 +95,8 @@ class Model:
 
 
 MODELS: dict[str, Model] = {
-    "tiny": Model("tiny", ModelShape(2, 64, 128, 4, 2, 128), 64, 16, 48),
-    # the test command's smoke run: the tiny model on a quarter of its mini-batch
-    "smoke": Model("smoke", ModelShape(2, 64, 128, 4, 2, 128), 16, 8, 24),
+    "tiny": Model("tiny", TINY, 64, 16, 48),
+    "smoke": Model("smoke", TINY, 16, 8, 24),  # the test command's smoke run: a quarter of tiny's mini-batch
     # the larger run: 64 sequences of up to 980 tokens (about 32k tokens a mini-batch)
     "large": Model("large", ModelShape(8, 1024, 2816, 16, 4, 32000, max_position_embeddings=980), 64, 256, 724),
 }

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from checkout_tools.gpu_proof.cases import CASES, SPLIT_KINDS
-from checkout_tools.gpu_proof.verdict import TOLERANCE, Measurement, Verdict, median_step_seconds, relative
+from patchset.proof.cases import CASES, SPLIT_KINDS
+from patchset.proof.verdict import TOLERANCE, Measurement, Verdict, median_step_seconds, relative
 
 
 def _columns(rows: Sequence[Measurement]) -> list[tuple[str, int]]:
@@ -84,5 +84,5 @@ def tolerance_note(precisions: Sequence[str]) -> str:
     return (
         "tolerance for 'the same at every split': "
         + ", ".join(f"{p} {TOLERANCE[p]:.1e}" for p in precisions)
-        + (" (why: checkout_tools/gpu_proof/verdict.py)")
+        + (" (why: patchset/proof/verdict.py)")
     )

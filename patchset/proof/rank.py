@@ -9,24 +9,9 @@ that `optimizer_step` returns and the time of each step, with what a patched wor
 pre-pass forward, `engine_harness.worker_statistics`). The learning rate is 0, so every step sees the same
 weights and only the split differs.
 
-Adaptations, none on the loss path (the losses, the micro-batch loop, backward, the reduction and `optimizer_step`
-run as the trees ship them):
-
-1. Without flash_attn (always on CPU), verl's unpad helpers point at the pure-torch ones verl ships
-   (`verl.utils.npu_flash_attn_utils`); with flash_attn installed, verl's own are used.
-2. The model config asks for ``--attention`` (sdpa by default); verl's `load_valuehead_model` hard-codes
-   flash_attention_2 (which refuses fp32), so it is replaced by the same `AutoModelForTokenClassification` call with
-   the config's attention.
-3. While Trinity's `_build_module` builds the actor engine, `torch.cuda.get_device_capability` reports (0, 0): every
-   rank loads the checkpoint itself (Trinity's non-Hopper path), with the config's attention.
-4. The engine classes are built directly and `train_batch` gets the non-tensor fields verl's `TrainingWorker` and
-   trainer would attach (``use_dynamic_bsz``, ``max_token_len_per_gpu`` or ``micro_batch_size_per_gpu``,
-   ``global_batch_size``, ``temperature``, ...).
-5. Once an engine is built, `gc.freeze()`: the engine's ``to()`` runs ``gc.collect()`` twice a step.
-6. ``--sp`` above 1 (verl's ``ulysses_sequence_parallel_size``): every rank of a data-parallel group gets its group's
-   rows, and the token budget per rank is the group's over sp (the engine cuts by budget x sp). With the attention
-   `engine_harness.adapt.ULYSSES_SDPA_ATTENTION` (the default then), verl's Ulysses all-to-all runs around a
-   pure-torch varlen kernel instead of flash_attn's; ``--attention flash_attention_2`` keeps flash_attn's (bf16).
+The adaptations, none on the loss path, are listed in docs/gpu-proof.md; ``--sp`` above 1 (verl's
+``ulysses_sequence_parallel_size``) gives every rank of a data-parallel group its group's rows, and the token budget
+per rank is the group's over sp (the engine cuts by budget x sp).
 """
 
 from __future__ import annotations
@@ -41,8 +26,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from checkout_tools.gpu_proof.cases import CASES, MODELS, Case, Model, global_batch_size
-from checkout_tools.gpu_proof.settings import Settings
 from engine_harness.adapt import ULYSSES_SDPA_ATTENTION, freeze_collector, ulysses_sdpa_attention, unpad_helpers
 from engine_harness.data import ragged_global_batch, step_data, with_teacher
 from engine_harness.engine import OptimizerSettings, StepResult, build_engine, module_files, step_clock, train_step
@@ -57,8 +40,20 @@ from engine_harness.trajectory import (
     weights,
 )
 from engine_harness.worker_statistics import before_split
+from patchset.proof.cases import CASES, MODELS, Case, Model, global_batch_size
+from patchset.proof.settings import Settings
 
 LOSS_AGG_MODE = "token-mean"
+
+
+def _step(engine, batch, split: Split, case: Case, settings: Settings, rank: int, budget=None, update=0) -> StepResult:
+    """One `train_step` of ``engine`` on this rank's rows of ``batch`` cut by ``split``, as the ``update``-th of a
+    run (``budget``: the run's token budget), with a fresh loss (distillation's is a first call) and the worker's
+    pre-pass timed with the step."""
+    data = step_data(batch, rank, settings.world_size, split, case.name, budget, sequence_parallel=settings.sp)
+    loss = loss_function(case.name, LOSS_AGG_MODE)
+    before = partial(before_split, case.name, engine, data, loss, update)
+    return train_step(engine, data, loss, on_gpu=settings.device == "cuda", before=before)
 
 
 def _run_case(
@@ -73,22 +68,13 @@ def _run_case(
     if case.name == "distillation":
         global_batch = with_teacher(global_batch, model.shape.vocab_size)
     splits = [("fixed", 1)] + [(s, k) for s in settings.splits for k in settings.micro_batches if k > 1]
-
-    def step(split: str, micro_batches: int, engine=engine) -> StepResult:
-        cut = Split(micro_batches, split == "dynamic")
-        data = step_data(global_batch, rank, world_size, cut, case.name, sequence_parallel=sp)
-        # a fresh loss each step: distillation's first call
-        loss = loss_function(case.name, LOSS_AGG_MODE)
-        # each split the same mini-batch's first update; the worker's pre-pass timed with the step
-        before = partial(before_split, case.name, engine, data, loss, 0)
-        return train_step(engine, data, loss, on_gpu=settings.device == "cuda", before=before)
-
-    step("fixed", 1)  # warm-up, not recorded (allocations, kernel selection)
+    _step(engine, global_batch, Split(1), case, settings, rank)  # warm-up, not recorded (allocations, kernels)
     rows = []
     for split, micro_batches in splits:
-        runs = [step(split, micro_batches) for _ in range(settings.repeats)]
+        cut = Split(micro_batches, split == "dynamic")
+        runs = [_step(engine, global_batch, cut, case, settings, rank) for _ in range(settings.repeats)]
         rows.append(_measurement(case, precision, split, micro_batches, runs))
-    del step, engine  # the closure holds the engine too
+    del engine
     _release_engine()
     return rows
 
@@ -142,16 +128,7 @@ def _run_trajectories(
     pool = mini_batch_pool(model.shape.vocab_size, sequences, model.prompt_len, model.response_len)
     if case.name == "distillation":
         pool = [with_teacher(batch, model.shape.vocab_size) for batch in pool]
-    on_gpu = settings.device == "cuda"
-
-    def step(batch, split: str, micro_batches: int, budget: int | None, update: int, engine=engine) -> StepResult:
-        cut = Split(micro_batches, split == "dynamic")
-        data = step_data(batch, rank, world_size, cut, case.name, budget, sequence_parallel=sp)
-        loss = loss_function(case.name, LOSS_AGG_MODE)
-        before = partial(before_split, case.name, engine, data, loss, update)  # step i of every run: one draw
-        return train_step(engine, data, loss, on_gpu=on_gpu, before=before)
-
-    step(pool[0], "fixed", 1, None, 0)  # warm-up, not recorded (allocations, kernel selection); its update is undone
+    _step(engine, pool[0], Split(1), case, settings, rank)  # warm-up, not recorded; its update is undone
     runs, single = [], []
     for clip in clips:
         engine.optimizer_config.clip_grad = math.inf if clip is None else clip
@@ -160,11 +137,11 @@ def _run_trajectories(
             start.restore(engine)
             # per rank: the engine cuts a data-parallel group's rows by budget x sp
             budget = -(-pool_budget(pool, dp, micro_batches) // sp) if split == "dynamic" else None
-            results = []
-            for index in range(steps):
+            cut, results = Split(micro_batches, split == "dynamic"), []
+            for index in range(steps):  # step i of every run: one draw (Clip-Cov's)
                 batch = pool[index % len(pool)]
                 batch = shuffled_rows(batch, dp) if split == "shuffled" else batch
-                results.append(step(batch, "dynamic" if split == "dynamic" else "fixed", micro_batches, budget, index))
+                results.append(_step(engine, batch, cut, case, settings, rank, budget, index))
             end = weights(engine)
             reference = end if reference is None else reference
             distance = 0.0 if end is reference else relative_distance(end, reference, start.weights)
@@ -183,14 +160,9 @@ def _run_trajectories(
             if clip == clips[0] and split != "shuffled":
                 single.append(_measurement(case, precision, split, micro_batches, results))
     start.restore(engine)
-    del step, engine, start
+    del engine, start
     _release_engine()
     return runs, single
-
-
-# ---------------------------------------------------------------------------------------------------------
-# the rank
-# ---------------------------------------------------------------------------------------------------------
 
 
 def _environment(device: str, world_size: int, sp: int, backend: str, unpad: str, attention: str) -> dict[str, Any]:

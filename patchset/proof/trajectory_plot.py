@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from checkout_tools.gpu_proof.trajectory import REFERENCE, Run, clip_label, columns, runs_of
+from patchset.proof.trajectory import REFERENCE, Run, clip_label, columns, runs_of
 
 TREES = {"patched": ("tab:blue", 4.0, 0.45), "vanilla": ("tab:red", 1.3, 1.0)}
 STYLES = {("fixed", 1): "-", ("fixed", 2): "--", ("fixed", 4): ":", ("dynamic", 2): "-.", ("dynamic", 4): (0, (1, 3))}

@@ -11,7 +11,7 @@ the loss), fp32, a random Qwen2 of ``shape``. Each is timed in process CPU time,
 process's peak resident memory across the pre-passes is read (``ru_maxrss``: 0 when the forward's peak stays under
 the training step's, measured first).
 
-Run as ``python -m checkout_tools.bench.pre_pass SHAPE SEQUENCES K[,K...] REPEATS`` with the verl tree on the path
+Run as ``python -m patchset.bench.pre_pass SHAPE SEQUENCES K[,K...] REPEATS`` with the verl tree on the path
 (`measure` starts it so); prints one JSON line.
 """
 
@@ -29,8 +29,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from checkout_tools.errors import ChildFailed
 from engine_harness.model import TINY, ModelShape
+from patchset.plumbing.errors import ChildFailed
 from patchset.plumbing.paths import REPO_ROOT
 
 # the regression tests' model, and one where the model's arithmetic outweighs the engine's bookkeeping on a CPU
@@ -98,10 +98,10 @@ def _costs(
     engine: Any, batch: Any, loss: Any, shape: str, sequences: int, micro_batches: int, repeats: int
 ) -> PrePassCost:
     """One split's figures, on an engine built and a batch made."""
-    from checkout_tools.bench.syncs import counting_syncs
     from engine_harness.data import step_data
     from engine_harness.engine import train_step
     from engine_harness.sim import Split
+    from patchset.bench.syncs import counting_syncs
 
     def data() -> Any:  # fresh each call: the engine adds its own fields to what it is given
         return step_data(batch, 0, 1, Split(micro_batches), LOSS)
@@ -122,7 +122,7 @@ def _costs(
 
 def measure(verl_tree: Path, shape: str, sequences: int, splits: list[int], repeats: int) -> list[PrePassCost]:
     """`_measure_here` in a child process that imports verl from ``verl_tree`` (checked)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(verl_tree), str(REPO_ROOT))), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(verl_tree), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", __name__, shape, str(sequences), ",".join(map(str, splits)), str(repeats)]
     done = subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -145,6 +145,19 @@ def report(costs: list[PrePassCost]) -> str:
             f"{cost.peak_rss_growth_kib:>13}"
         )
     return "\n".join(lines)
+
+
+def run(verl_tree: Path, repeats: int, json_path: Path | None) -> int:
+    """Measure and print the pre-pass of each of `SHAPES` with the verl of ``verl_tree`` (and write ``json_path``)."""
+    print(f"* the pre-pass: verl {verl_tree}; median CPU time of {repeats} alternating calls each", flush=True)
+    costs = []
+    for shape in SHAPES:
+        costs += measure(verl_tree, shape, sequences=16, splits=[1, 4], repeats=repeats)
+        print(f"* measured the {shape} model", flush=True)
+    print(report(costs))
+    if json_path is not None:
+        json_path.write_text(json.dumps([{**asdict(cost), "ratio": cost.ratio} for cost in costs], indent=1) + "\n")
+    return 0
 
 
 def main(argv: list[str]) -> int:

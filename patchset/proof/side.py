@@ -1,4 +1,4 @@
-"""One tree's process: ``scripts/gpu_proof.py --side SETTINGS RESULT``, with the tree first on ``PYTHONPATH``.
+"""One tree's process: ``python -m patchset.proof.side SETTINGS RESULT``, with the tree on ``PYTHONPATH``.
 
 A process holds one verl, so each tree (vanilla, patched) is measured in a process of its own (`launch` starts it).
 This one builds the model checkpoint if the other side has not (same seed, same weights), starts one rank per device
@@ -16,12 +16,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from checkout_tools.gpu_proof.cases import MODELS
-from checkout_tools.gpu_proof.rank import run_rank
-from checkout_tools.gpu_proof.settings import Settings
 from engine_harness.model import save_model
 from patchset.plumbing.children import run_children
 from patchset.plumbing.errors import TimedOut
+from patchset.proof.cases import MODELS
+from patchset.proof.rank import run_rank
+from patchset.proof.settings import Settings
 
 RANKS_LIMIT_S = 3600.0  # the ranks of one side, where the settings give no --timeout
 
@@ -59,7 +59,6 @@ def run_side(settings: Settings) -> dict:
     return {"ranks": ranks}
 
 
-def run_side_files(settings_file: Path, result_file: Path) -> int:
-    """Run the side the settings file describes, and write every rank's result to ``result_file``."""
+if __name__ == "__main__":  # `launch` starts it; its errors go to the tree's log whole
+    settings_file, result_file = map(Path, sys.argv[1:])
     result_file.write_text(json.dumps(run_side(Settings.from_json(settings_file.read_text()))))
-    return 0
