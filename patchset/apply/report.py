@@ -51,7 +51,7 @@ def failure_detail(plan: Plan, step: Step, *, reverted: bool = False) -> str:
     if step.finding is Finding.AMBIGUOUS:
         return "it applies both forward and in reverse, so whether it is applied is unclear"
     if failure is None:
-        lines = step.refusal.stderr.splitlines() if step.refusal is not None else []
+        lines = step.stderr.splitlines()
         return lines[0].removeprefix("error: ") if lines else "git apply failed"
     if failure.line:
         hunk = patchtext.find_hunk(step.patch.text, failure.path, failure.line, reverse=reverted)
