@@ -1,9 +1,5 @@
 """Command line for maintainers of the series: ``python -m patchset export checkout|export|lint``
-(``scripts/export.sh``).
-
-``checkout`` makes a git checkout holding the series as commits, ``export`` writes those commits back as the
-series (``--dry-run``: only say whether anything would change), ``lint`` checks the series folders.
-"""
+(``scripts/export.sh``)."""
 
 from __future__ import annotations
 
@@ -49,8 +45,6 @@ exit status:
   {EXIT_BAD_INPUT}  bad input: usage; not a maintainer checkout (no tag, no branch {BRANCH}, a rebase in
      progress); unknown upstream; bad series or corrupt patch; failed fetch
   {EXIT_DOES_NOT_APPLY}  checkout: a patch of the series does not apply to the pinned release
-"""
-EXIT_CODES += f"""\
   {EXIT_LOCKED}  checkout: another run is making a checkout into DEST, or kept the pinned release busy in the cache
      past $PATCHSET_CACHE_WAIT seconds (default 600); the message names it; nothing was changed
 """
@@ -79,9 +73,8 @@ examples:
 
 
 def _pin(args: argparse.Namespace, workspace: Workspace) -> Pin:
+    """An upstream key's default pin; for a series folder (verl-0.7), the newest release it targets."""
     pins = workspace.pins
-    # an upstream key names its default pin's series; a series folder (verl-0.7) the newest release it targets,
-    # the one its patches are made against
     of_series = sorted(
         (p for p in pins.pins if p.series == args.upstream and p.target), key=lambda p: release_key(p.version)
     )
@@ -106,7 +99,7 @@ def cmd_checkout(args: argparse.Namespace, console: Console) -> int:
     patches_dir, cache, pin = workspace.patches_dir, workspace.cache, _pin(args, workspace)
     series = load_series(patches_dir, pin.series)
     dest = _checkout_path(workspace, pin, args.dest)
-    # one checkout into DEST at a time: a second one at once is refused (exit 4), naming the first
+    # a second checkout into DEST at once is refused (exit 4), naming the first
     entry = cachelock.entry_for("maintain", dest)
     with cachelock.hold(cache.root, entry, f"the maintainer checkout {display_path(dest)}", console, wait=False):
         refuse_existing(dest, force=args.force)
@@ -172,7 +165,6 @@ def cmd_lint(args: argparse.Namespace, console: Console) -> int:
 def _subcommand(
     commands: argparse._SubParsersAction, name: str, help: str, description: str
 ) -> argparse.ArgumentParser:
-    """The parser of subcommand ``name``: its ``help`` line, its ``description`` (dedented) and the exit codes."""
     return commands.add_parser(
         name,
         help=help,
@@ -183,10 +175,8 @@ def _subcommand(
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
-    """Add ``export``'s parser (``scripts/export.sh``) and those of its subcommands to the top-level ``commands``.
-    Each subcommand's line is parsed by its own parser, so that options may come between the positional arguments
-    (``export verl --dry-run CHECKOUT``). No signal handlers are installed: a Ctrl-C ends it as a
-    ``KeyboardInterrupt``, one ``error: interrupted`` line."""
+    """Add ``export``'s parser and its subcommands' to the top-level ``commands``. Each subcommand parses its own
+    line, so that options may come between the arguments (``export verl --dry-run CHECKOUT``)."""
     formatter = argparse.RawDescriptionHelpFormatter
     parser = commands.add_parser(
         name, prog="scripts/export.sh", help=help, description=DESCRIPTION, epilog=EPILOG, formatter_class=formatter

@@ -1,7 +1,5 @@
-"""Every command's start-up, written once: parse its line, make its console, hold SIGINT, SIGTERM and SIGHUP off the
-trees it changes (``plumbing.signals``), and end whatever stops it as one ``error:`` line and its exit status
-(``exits.run_reporting_errors``, called once per run). A command module supplies its parser and a `Run`: its
-handler and how it runs, nothing more."""
+"""Every command's start-up, written once: parse its line, make its console, hold signals off the trees it changes
+(``plumbing.signals``), and end whatever stops it as one ``error:`` line and its exit status (``exits.py``)."""
 
 from __future__ import annotations
 
@@ -23,11 +21,9 @@ Handler = Callable[[argparse.Namespace, Console, signals.Guard], int]
 
 @dataclass(frozen=True)
 class Run:
-    """How a command runs once registered: its ``handler``; ``handle_signals``: signals are held off critical
-    sections (``signals.handled``) for the whole command (off: they keep their handlers and the guard is inert);
-    ``interrupted``: what an interruption left behind, said after ``error: interrupted`` (a text, one computed from the
-    arguments, or None: what the rollback reported); ``parse``: how the rest of the line after the command's name is
-    parsed (None: the top-level parser parses the whole line)."""
+    """How a registered command runs. ``handle_signals``: hold signals off critical sections (off: the guard is
+    inert); ``interrupted``: what ``error: interrupted`` adds (None: what the rollback reported); ``parse``: parses
+    the line after the command's name (None: the top-level parser parses it all)."""
 
     handler: Handler
     handle_signals: bool = True
@@ -46,10 +42,8 @@ def needs_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 def run_parsed(
     parse: Callable[[], tuple[argparse.Namespace, Run]], other_errors: Mapping[type[Exception], int] | None = None
 ) -> int:
-    """Parse the line with ``parse``, which also says how the command runs (``--help``: 0; a usage error: its status,
-    see `usage_exit_status`), and return the handler's exit status, or that of the error that ended it: every error,
-    from parsing to the end of the handler, is reported once (``run_reporting_errors``, with ``other_errors``: further
-    exception types and their exit codes)."""
+    """Parse the line with ``parse``, which also says how the command runs, and return the handler's exit status, or
+    that of the error that ended it, from parsing on (``other_errors``: further exception types and their codes)."""
     said: str | None = ""  # what an interruption left: nothing until the command is known
 
     def call() -> int:
@@ -77,8 +71,6 @@ def run_command(
     interrupted: str | Callable[[argparse.Namespace], str] | None = None,
     other_errors: Mapping[type[Exception], int] | None = None,
 ) -> int:
-    """`run_parsed` for an entry point with a parser of its own (``python -m patchset.cli.lint_hook``, the checkout's
-    tools under scripts/): ``parse`` parses the line, ``handler`` runs it as `Run` says with ``handle_signals`` and
-    ``interrupted``; ``other_errors``: further exception types and their exit codes."""
+    """`run_parsed` for an entry point with a parser of its own (the checkout's tools under scripts/)."""
     run = Run(handler, handle_signals=handle_signals, interrupted=interrupted)
     return run_parsed(lambda: (parse(), run), other_errors)
