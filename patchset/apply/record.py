@@ -1,12 +1,8 @@
-"""What apply leaves in a tree's git directory, beside its lock: the series it applied (``applied-<key>.json``).
+"""What apply leaves beside a tree's lock: the series it applied (``applied-<key>.json``), like quilt's ``.pc/``.
 
-Like quilt's ``.pc/``, the record says which series is in the tree, each patch by the sha256 of its text and the
-git blob ids it writes (``series/history.py``), and the series' revision (the ``+patchset.N`` its wheels carry),
-so that a later, newer series can recognise and take it out even when this checkout's ``patches/history.json`` never
-knew it (a series of one's own, an unreleased one). It also records the blob of every file the series touches as
-the run left it: a record that no longer describes the tree (the user changed a file, a run was killed between
-writing the tree and the record) is ignored, and the tree is recognised by content instead. The text is the same
-for the same series on the same release, so that running apply again changes nothing.
+It names each patch by its sha256 and the blob ids it writes, so that a newer series can take it out even when
+``patches/history.json`` never knew it, and the blob of every file as the run left it: a record that no longer
+describes the tree is ignored, and the tree recognised by content instead.
 """
 
 from __future__ import annotations
@@ -29,8 +25,7 @@ def record_path(folder: Path, target: TreeToPatch) -> Path:
 
 
 def write_record(folder: Path, target: TreeToPatch, series: KnownSeries) -> str | None:
-    """Record ``series`` as applied to ``target`` (durably, in one rename); why it could not be, else None (the tree
-    is patched all the same: a later run recognises it by content)."""
+    """Record ``series`` as applied to ``target``, durably; why it could not be, else None."""
     paths = sorted({change.path for patch in series.patches for change in patch.changes})
     data: dict[str, Any] = {
         "schema": SCHEMA,

@@ -14,10 +14,8 @@ def where(plan: Plan) -> str:
 
 
 def skip_reason(plan: Plan, step: Step) -> str:
-    """Why a SKIP step is skipped: ``in upstream since 0.9.0`` (by the version alone, when the patch declares no
-    ``Upstream-Check``), ``in upstream since 0.9.0 (verl 0.9.1 has it: <file> matches /<regex>/)``, or, on a tree
-    below that version, ``already upstream (content), verl ... has it: <file> matches /<regex>/``; or ``fixed
-    upstream (its tests pass on verl 0.9.2 as shipped: ...)``, by behaviour (``behaviour.py``)."""
+    """Why a SKIP step is skipped: ``in upstream since 0.9.0`` (with what the tree has that shows it), ``already
+    upstream (content), ...`` below that version, or ``fixed upstream (its tests pass on ... as shipped: ...)``."""
     if step.fixed_upstream and step.behaviour is not None:
         behaviour = step.behaviour
         return (
@@ -34,7 +32,6 @@ def skip_reason(plan: Plan, step: Step) -> str:
 
 
 def _upstream_lacking(plan: Plan, step: Step) -> str:
-    """The version claims the patch's change upstream, the content lacks it: which checks failed."""
     assert step.upstream is not None
     lacks = ", ".join(f"{check.path} {why}" for check, why in step.upstream.missing)
     return (
@@ -62,7 +59,7 @@ def failure_detail(plan: Plan, step: Step, *, reverted: bool = False) -> str:
 
 
 def behaviour_clause(plan: Plan, step: Step) -> str:
-    """What a conflicting patch's teeth said on the tree as shipped, and what it means; "" when they were not asked."""
+    """What a conflicting patch's teeth said on the tree as shipped, and what it means; "" when not asked."""
     behaviour = step.behaviour
     if behaviour is None or behaviour.fixed:
         return ""
@@ -154,8 +151,7 @@ def _merge_advice(plan: Plan, step: Step, file_hint: str) -> str:
 
 
 def failure_message(plan: Plan, step: Step) -> str:
-    """One line: which patch failed on which tree, the file and hunk, whether a 3-way merge would resolve it, and
-    what to do next; with the state of every patch when the series has several."""
+    """One line: which patch failed where, whether a 3-way merge would resolve it, and what to do next."""
     state = f" [series: {series_state(plan)}]" if len(plan.steps) > 1 else ""
     if step.upstream_missing:
         return (
