@@ -28,13 +28,9 @@ from patchset.upstreams.workspace import Workspace
 SUITE = "tests/regression"
 
 
-def decide_command(target: TreeToPatch) -> str:
-    """The command that runs a patch's teeth on ``target`` and reports the verdict (``--check`` changes nothing)."""
-    return f"scripts/apply.sh --check {target.shown}"
-
-
 def _untested(target: TreeToPatch, selection: str | None, why: str) -> Behaviour:
-    return Behaviour(Verdict.UNTESTED, selection, why=why, command=decide_command(target))
+    """Undecided; ``--check`` runs the teeth and changes nothing, so it is the command that decides it."""
+    return Behaviour(Verdict.UNTESTED, selection, why=why, command=f"scripts/apply.sh --check {target.shown}")
 
 
 def verdict(target: TreeToPatch, selection: str, counts: Counts) -> Behaviour:

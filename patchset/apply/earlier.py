@@ -3,21 +3,27 @@ leaves.
 
 Such a tree is neither vanilla nor patched with today's series, and today's teeth may pass on it, which would read as
 "fixed upstream". It is recognised by content: each file a series touches passes through known states (the git blob
-ids of ``patches/history.json``, or of apply's record in the tree, ``record.py``); a file at a state an earlier series
-wrote and today's never does means that series is held. Taking it out puts each of its files back at the release's
-content; a file in no known state is refused by name, unless reverting the series' own texts gives the tree's HEAD
-exactly (a patch merged with ``--3way`` onto committed changes).
+ids of ``patches/history.json``, or of apply's record in the tree); a file at a state an earlier series wrote and
+today's never does means that series is held. Taking it out puts each of its files back at the release's content; a
+file in no known state is refused by name, unless reverting the series' own texts gives the tree's HEAD exactly (a
+patch merged with ``--3way`` onto committed changes).
+
+The record, beside the tree's lock (``applied-<key>.json``, like quilt's ``.pc/``), names each patch applied by its
+sha256 and the blob ids it writes, so that a newer series can take it out even when ``patches/history.json`` never
+knew it, and the blob of every file as the run left it: a record that no longer describes the tree is ignored.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from patchset.apply.plan import scratch_copy
 from patchset.apply.target import TreeToPatch
-from patchset.plumbing import gitops
+from patchset.plumbing import files, gitops, patchtext
 from patchset.series.history import History, KnownPatch, KnownSeries, of_series
 
 
@@ -199,3 +205,66 @@ def peel_unknown(target: TreeToPatch, held: Held, texts: Mapping[str, bytes], sc
         for rel in unknown
         if rel in head and (scratch / rel).is_file() and (scratch / rel).read_bytes() == head[rel].data
     }
+
+
+RECORD_SCHEMA = 1
+
+
+def record_path(folder: Path, target: TreeToPatch) -> Path:
+    """Where ``target``'s record lives in its lock folder ``folder`` (``<git-dir>/patchset``)."""
+    return folder / f"applied-{target.key}.json"
+
+
+def write_record(folder: Path, target: TreeToPatch, series: KnownSeries) -> str | None:
+    """Record ``series`` as applied to ``target``, durably; why it could not be, else None."""
+    paths = sorted({change.path for patch in series.patches for change in patch.changes})
+    data: dict[str, Any] = {
+        "schema": RECORD_SCHEMA,
+        "series": series.folder,
+        "ident": series.ident,
+        "revision": series.revision,
+        "release": target.label,
+        "patches": [
+            {"name": p.name, "sha256": p.sha256, "files": [[c.path, c.before, c.after] for c in p.changes]}
+            for p in series.patches
+        ],
+        "tree": tree_blobs(target.root, paths),
+    }
+    path = record_path(folder, target)
+    staged = path.with_name(f".{path.name}.new")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        files.write_durably(staged, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+        staged.replace(path)
+    except OSError as exc:
+        staged.unlink(missing_ok=True)
+        return f"could not record the series applied to {target.shown} in {path} ({exc.strerror or exc})"
+    return None
+
+
+def read_record(folder: Path, target: TreeToPatch) -> KnownSeries | None:
+    """The series recorded in ``target``, when the record still describes the tree; else None."""
+    try:
+        data = json.loads(record_path(folder, target).read_text(encoding="utf-8"))
+        if data.get("schema") != RECORD_SCHEMA or data.get("series") != target.series.name:
+            return None
+        patches = tuple(
+            KnownPatch(p["name"], p["sha256"], tuple(patchtext.BlobChange(*change) for change in p["files"]))
+            for p in data["patches"]
+        )
+        recorded = data["tree"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if tree_blobs(target.root, recorded) != recorded:
+        return None
+    revision = data.get("revision")
+    return KnownSeries(data["series"], data["ident"], patches, (revision,) if revision is not None else ())
+
+
+def remove_record(folder: Path, target: TreeToPatch) -> str | None:
+    """Forget the series recorded in ``target``; why it could not be, else None."""
+    try:
+        record_path(folder, target).unlink(missing_ok=True)
+    except OSError as exc:
+        return f"could not remove {record_path(folder, target)} ({exc.strerror or exc})"
+    return None

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchset.apply.behaviour import TeethRunner, settler
-from patchset.apply.earlier import Held, describe, held_series, today_series
+from patchset.apply.earlier import Held, describe, held_series, read_record, remove_record, today_series, write_record
 from patchset.apply.locking import locked, refuse_if_held
 from patchset.apply.plan import Action, Plan, plan_target
-from patchset.apply.record import read_record, remove_record, write_record
 from patchset.apply.refusals import refuse, refuse_duplicates
 from patchset.apply.report import report_plan, summary_line
 from patchset.apply.target import TreeToPatch, cached_targets, target_for_path
@@ -26,10 +25,9 @@ from patchset.apply.upgrade import run_upgrade
 from patchset.plumbing import signals, tempdirs
 from patchset.plumbing.errors import EXIT_EARLIER_SERIES, EXIT_OK, EXIT_TESTS_FAILED, BadInput, EarlierSeries
 from patchset.plumbing.ui import Console, display_path
-from patchset.series.history import History, load_history, recover_texts
+from patchset.series.history import History, load_history
 from patchset.testenv import regression
 from patchset.testenv.junit import junit_counts
-from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.workspace import Workspace
 
 NEXT_DOC = "docs/apply.md"
@@ -140,10 +138,6 @@ def _upgrade(
 ) -> int:
     workspace, options, history = context
 
-    def vanilla(target: TreeToPatch) -> Path | None:
-        pin = workspace.pins.find(target.key, target.version)
-        return ensure_upstream(pin, workspace.cache, console) if pin is not None else None
-
     def test() -> int:
         trees = {target.key: target.root for target in targets}
         status, lines = _regression(trees, workspace, console, options.test_timeout, [])
@@ -154,10 +148,9 @@ def _upgrade(
     plans = [(target, earlier[target.root], today_series(target, history)) for target in targets]
     return run_upgrade(
         plans,
+        workspace=workspace,
         homes=homes,
         test=None if options.no_test or options.check else test,
-        vanilla=vanilla,
-        texts=lambda series: recover_texts(series, workspace.patches_dir),
         options=(options.allow_dirty, options.check),
         console=console,
         guard=guard,

@@ -31,20 +31,15 @@ def skip_reason(plan: Plan, step: Step) -> str:
     return f"already upstream (content), {has}"
 
 
-def _upstream_lacking(plan: Plan, step: Step) -> str:
-    assert step.upstream is not None
-    lacks = ", ".join(f"{check.path} {why}" for check, why in step.upstream.missing)
-    return (
-        f"{plan.target.label} is at or past {step.upstream.since}, the upstream version that has this change "
-        f"(Applied-Upstream), but its content lacks it: {lacks}"
-    )
-
-
 def failure_detail(plan: Plan, step: Step, *, reverted: bool = False) -> str:
     """What went wrong, in words; ``reverted`` when git's line numbers are from reverting the patch."""
     failure = step.failure
-    if step.upstream_missing:
-        return _upstream_lacking(plan, step)
+    if step.upstream_missing and step.upstream is not None:
+        lacks = ", ".join(f"{check.path} {why}" for check, why in step.upstream.missing)
+        return (
+            f"{plan.target.label} is at or past {step.upstream.since}, the upstream version that has this change "
+            f"(Applied-Upstream), but its content lacks it: {lacks}"
+        )
     if step.finding is Finding.AMBIGUOUS:
         return "it applies both forward and in reverse, so whether it is applied is unclear"
     if failure is None:

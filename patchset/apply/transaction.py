@@ -135,30 +135,22 @@ def apply_plans(
     try:
         for plan in plans:
             _execute(plan, console, guard, progress, homes.get(plan.target.root))
-    except _StepFailed as failed:
+    except BaseException as exc:
+        if isinstance(exc, BrokenPipeError):  # the output was closed (`apply ... | head`)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no more writes to a reader that is gone
         with guard.critical():
             stuck = _rollback(progress, console)
-        raise DoesNotApply(_failed_message(failed, progress, stuck)) from None
-    except Interrupted as interrupted:
-        with guard.critical():
-            stuck = _rollback(progress, console)
-        interrupted.outcome = _rolled_back(progress, stuck) or interrupted.outcome
-        raise
-    except BrokenPipeError:  # the output was closed (`apply ... | head`): ended as that signal ends a command
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no more writes to a reader that is gone
-        with guard.critical():
-            stuck = _rollback(progress, console)
-        closed = Interrupted(signal.SIGPIPE)
-        closed.outcome = _rolled_back(progress, stuck) or closed.outcome
-        raise closed from None
-    except OSError as exc:
-        with guard.critical():
-            stuck = _rollback(progress, console)
-        restored = f"; rolling back failed too: {'; '.join(stuck)}" if stuck else "; every tree was restored"
-        raise BadInput(f"could not change the tree: {exc}{restored}") from None
-    except BaseException:
-        with guard.critical():
-            _rollback(progress, console)
+        if isinstance(exc, _StepFailed):
+            raise DoesNotApply(_failed_message(exc, progress, stuck)) from None
+        if isinstance(exc, BrokenPipeError):  # ended as that signal ends a command
+            closed = Interrupted(signal.SIGPIPE)
+            closed.outcome = _rolled_back(progress, stuck) or closed.outcome
+            raise closed from None
+        if isinstance(exc, Interrupted):
+            exc.outcome = _rolled_back(progress, stuck) or exc.outcome
+        elif isinstance(exc, OSError):
+            restored = f"; rolling back failed too: {'; '.join(stuck)}" if stuck else "; every tree was restored"
+            raise BadInput(f"could not change the tree: {exc}{restored}") from None
         raise
     for item in progress:
         item.snapshot.discard()

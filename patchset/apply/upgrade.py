@@ -4,21 +4,19 @@ On a scratch copy of the files either series touches, the earlier series is take
 today's applied as ``apply`` plans it; a file with changes of its own, or a patch that does not apply, refuses the
 upgrade by name. Then, under the tree's lock, the scratch files are installed over a snapshot kept beside the lock,
 and the regression tests run: if they fail or the run is interrupted, every tree is restored (the earlier series
-again). Only once they pass is the new series recorded (``record.py``), so that a killed run leaves the earlier
+again). Only once they pass is the new series recorded (``earlier.py``), so that a killed run leaves the earlier
 series, a snapshot the next run restores it from, or today's series: never a mix.
 """
 
 from __future__ import annotations
 
-import functools
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.apply.earlier import Held, peel_unknown, restore_originals
+from patchset.apply.earlier import Held, peel_unknown, restore_originals, write_record
 from patchset.apply.plan import Action, plan_series, scratch_copy, series_files
-from patchset.apply.record import write_record
 from patchset.apply.report import listing
 from patchset.apply.target import TreeToPatch
 from patchset.apply.transaction import restore
@@ -27,7 +25,9 @@ from patchset.plumbing.errors import BadInput, DoesNotApply
 from patchset.plumbing.signals import Guard
 from patchset.plumbing.snapshot import Snapshot
 from patchset.plumbing.ui import Console
-from patchset.series.history import KnownSeries
+from patchset.series.history import KnownSeries, recover_texts
+from patchset.upstreams.fetch import ensure_upstream
+from patchset.upstreams.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -89,18 +89,22 @@ def prepare(
     today: KnownSeries,
     into: Path,
     *,
-    vanilla: Callable[[], Path | None],
-    texts: Callable[[KnownSeries], Mapping[str, bytes]],
+    workspace: Workspace,
     allow_dirty: bool,
     console: Console,
 ) -> Upgrade:
-    """Work out ``target``'s upgrade in the scratch folder ``into`` (the tree is only read); raise for a refusal.
-    ``texts``: the held series' patch texts, by name, asked only for files in no state it wrote."""
+    """Work out ``target``'s upgrade in the scratch folder ``into`` (the tree is only read); raise for a refusal."""
+
+    def vanilla() -> Path | None:  # asked only when the tree's own git objects lack a file's original
+        pin = workspace.pins.find(target.key, target.version)
+        return ensure_upstream(pin, workspace.cache, console) if pin is not None else None
+
     earlier = {c.path for p in held.series.patches for c in p.changes} if held is not None else set()
     paths = tuple(dict.fromkeys([*sorted(earlier), *series_files(target.series.patches)]))
     peeled: Mapping[str, bytes] = {}
     if held is not None and held.unknown:
-        peeled = peel_unknown(target, held, texts(held.series), into.with_name(f"{into.name}-peel"))
+        texts = recover_texts(held.series, workspace.patches_dir)
+        peeled = peel_unknown(target, held, texts, into.with_name(f"{into.name}-peel"))
     if held is not None:
         _refuse_unknown(target, held, peeled)
     others = _refuse_dirty(target, paths, earlier, allow_dirty)
@@ -149,10 +153,9 @@ def _restore(snapshots: Sequence[tuple[Snapshot, str]], guard: Guard) -> list[st
 def run_upgrade(
     plans: Sequence[tuple[TreeToPatch, Held | None, KnownSeries]],
     *,
+    workspace: Workspace,
     homes: Mapping[Path, Path],
     test: Callable[[], int] | None,
-    vanilla: Callable[[TreeToPatch], Path | None],
-    texts: Callable[[KnownSeries], Mapping[str, bytes]],
     options: tuple[bool, bool],
     console: Console,
     guard: Guard,
@@ -160,8 +163,7 @@ def run_upgrade(
     """Upgrade every tree of ``plans`` (``(target, the earlier series it holds, today's series)``), then run ``test``
     (None: not run); return its status (the trees restored when it is not 0), or raise for a refusal. ``options``:
     ``(allow_dirty, dry_run)``; a dry run (``--check --upgrade``) works it out on the scratch copies, says what it
-    would do and changes nothing. ``vanilla``, ``texts``: the pinned release's checkout and the held series' texts,
-    asked for only when the tree's own git objects do not give a file's original."""
+    would do and changes nothing."""
     allow_dirty, dry_run = options
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("upgrade")) as tmp:
         upgrades = [
@@ -170,8 +172,7 @@ def run_upgrade(
                 held,
                 today,
                 Path(tmp) / str(number),
-                vanilla=functools.partial(vanilla, target),
-                texts=texts,
+                workspace=workspace,
                 allow_dirty=allow_dirty,
                 console=console,
             )

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 
 from patchset.apply.job import ApplyOptions, run_apply
+from patchset.cli.exits import INTERNAL_HELP
 from patchset.cli.options import add_common_options, workspace_from
 from patchset.cli.startup import Run
 from patchset.plumbing import signals
@@ -13,7 +14,6 @@ from patchset.plumbing.errors import (
     EXIT_BAD_INPUT,
     EXIT_DOES_NOT_APPLY,
     EXIT_EARLIER_SERIES,
-    EXIT_INTERNAL,
     EXIT_LOCKED,
     EXIT_OK,
     EXIT_TESTS_FAILED,
@@ -42,8 +42,7 @@ exit status:
   {EXIT_EARLIER_SERIES}  a tree holds an earlier series of this patchset (recorded by apply, or recognised by content
      from patches/history.json): the message names it and each patch's state; nothing was changed. --upgrade
      replaces it
-  {EXIT_INTERNAL}  internal error, a bug or a failing system (a full disk): one line says what failed and where
-     (PATCHSET_TRACEBACK=1 shows the traceback); please report it
+{INTERNAL_HELP}\
   {EXIT_TIMED_OUT}  a run of the regression tests hung: still running past its limit (--test-timeout; default
      {SUITE_LIMIT_S} s times ${TIME_SCALE_VARIABLE}), it was ended; one line names the test it was in and the file that
      keeps the stacks of its processes (printed above it). The trees are as after a test failure
@@ -103,11 +102,8 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         "--check",
         action="store_true",
         help="dry run: say for each patch whether it would apply, is already applied, is skipped (in upstream by "
-        "content, or fixed upstream: its tests pass on the tree as shipped) or does not apply, and what to do; change "
-        "nothing; works on a release no pin names too (exit 0 when all would apply, are applied or skipped, 3 when "
-        "one does not apply, 2 for what apply would refuse: uncommitted changes, a series applied out of order, a "
-        "read-only tree; 4 when another run holds the tree; 5 when a tree holds an earlier series of this patchset: "
-        "--upgrade replaces it)",
+        "content, or fixed upstream by behaviour) or does not apply, and what to do; change nothing; works on a "
+        "release no pin names too (exit codes as apply's)",
     )
     apply.add_argument(
         "--reverse",
@@ -118,8 +114,7 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         "--no-test",
         action="store_true",
         help="do not run the regression tests afterwards, nor the tests of a patch that does not apply (which could "
-        "show upstream fixed its bug its own way: it then stays a conflict, exit 3, and the message says what decides "
-        "it)",
+        "show upstream fixed its bug its own way: it stays a conflict, exit 3)",
     )
     apply.add_argument(
         "--test-timeout",

@@ -188,11 +188,10 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         "checkout",
         "make a git checkout holding the series as commits, to edit patches in",
         f"""\
-            Clone the pinned vanilla checkout of UPSTREAM (fetched into the cache if needed) into DEST and commit
-            each patch of its series with git am, in order, on branch {BRANCH} off the release tag. Author, date
-            and message come from the patch, the message ending with the trailer Patch-Filename: <its file> that
-            export names it by; the committer is the author and the commit date the author date, so the same
-            series always gives the same commits. DEST defaults to <cache>/maintain/<name>-<version>.""",
+            Clone the pinned vanilla checkout of UPSTREAM into DEST and commit each patch of its series with git am,
+            in order, on branch {BRANCH} off the release tag; each message ends with the trailer Patch-Filename:
+            <its file>, and the same series always gives the same commits (docs/maintaining.md). DEST defaults to
+            <cache>/maintain/<name>-<version>.""",
     )
     checkout.add_argument("upstream", metavar="UPSTREAM", help=UPSTREAM_HELP)
     checkout.add_argument("dest", nargs="?", metavar="DEST", help="where to make the checkout")
@@ -205,12 +204,10 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         "export",
         "write the series from a maintainer checkout (--dry-run: fail if that would change anything)",
         f"""\
-            Export <tag>..{BRANCH} of CHECKOUT with git format-patch (byte-stable: fixed flags, the user's git
-            config neutralised) into patches/<series>/ and rewrite its series file (comment lines kept). Each commit
-            of a checkout ends with the trailer Patch-Filename: <its patch file>, taken out on export: that patch
-            keeps its name, renumbered to its place; a new commit (no trailer) is named NNNN-<area>-<slug>.patch
-            from its subject. Only committed changes are exported.
-            CHECKOUT defaults to <cache>/maintain/<name>-<version>.""",
+            Export the committed <tag>..{BRANCH} of CHECKOUT with git format-patch (byte-stable) into
+            patches/<series>/ and rewrite its series file (comment lines kept). A commit keeps the name of its
+            Patch-Filename: trailer, renumbered to its place; a new one is named NNNN-<area>-<slug>.patch from its
+            subject. CHECKOUT defaults to <cache>/maintain/<name>-<version>.""",
     )
     export.add_argument("upstream", metavar="UPSTREAM", help=UPSTREAM_HELP)
     export.add_argument("checkout", nargs="?", metavar="CHECKOUT", help="the maintainer checkout to export")
