@@ -81,9 +81,8 @@ class TeethRunner:
         return verdict(target, selection, counts)
 
 
-def settler(runner: TeethRunner | None, no_test_reason: str = "--no-test") -> Settle:
-    """The ``settle`` of ``plan_target``: each conflict judged by its teeth through ``runner`` (None: not run, and
-    each says why, ``no_test_reason``)."""
+def settler(runner: TeethRunner | None) -> Settle:
+    """The ``settle`` of ``plan_target``: each conflict judged by its teeth through ``runner`` (None: ``--no-test``)."""
 
     def settle(target: TreeToPatch, steps: Sequence[Step]) -> list[Step]:
         judged = {id(step) for step in conflicts(steps, reverse=False)}
@@ -97,7 +96,7 @@ def settler(runner: TeethRunner | None, no_test_reason: str = "--no-test") -> Se
                 teeth_file = target.series.path.parent / PARTS_FILE
                 behaviour = _untested(target, None, f"{teeth_file} names no tests for it")
             elif runner is None:
-                behaviour = _untested(target, selection, f"its tests were not run ({no_test_reason})")
+                behaviour = _untested(target, selection, "its tests were not run (--no-test)")
             elif changed := runner.local_changes(target, step.patch.files):
                 behaviour = Behaviour(Verdict.LOCAL, selection, why=", ".join(changed))
             else:

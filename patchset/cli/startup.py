@@ -10,7 +10,6 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from patchset.cli.exits import run_reporting_errors
-from patchset.cli.options import usage_exit_status
 from patchset.plumbing import signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT
 from patchset.plumbing.ui import Console
@@ -50,8 +49,8 @@ def run_parsed(
         nonlocal said
         try:
             args, run = parse()
-        except SystemExit as exc:  # --help (0), a usage error (2), or no command given
-            return usage_exit_status(exc, EXIT_BAD_INPUT)
+        except SystemExit as exc:  # --help (None), a usage error (2), or no command given
+            return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else EXIT_BAD_INPUT
         said = run.interrupted(args) if callable(run.interrupted) else run.interrupted
         console = Console(quiet=getattr(args, "quiet", False))
         guarding: AbstractContextManager[signals.Guard] = (
