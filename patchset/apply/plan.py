@@ -165,9 +165,8 @@ def _forward(
     objects: Path | None,
     no_merge: set[int],
 ) -> tuple[dict[int, str], dict[int, MergeResult]]:
-    """Apply each patch not in ``skip``, first to last; {index: git's error} of those that do not apply, and
-    {index: what a 3-way merge does} for them (a clean merge stays, for the patches after it), except in
-    ``no_merge`` or without ``objects``."""
+    """Apply each patch not in ``skip``, first to last; {index: git's error} and {index: what a 3-way merge does} of
+    those that do not apply (a clean merge stays, for the patches after it)."""
     failed: dict[int, str] = {}
     merges: dict[int, MergeResult] = {}
     for index, patch in patches:

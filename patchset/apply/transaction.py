@@ -127,9 +127,8 @@ def _failed_message(failed: _StepFailed, progress: Sequence[_Progress], stuck: l
 def apply_plans(
     plans: Sequence[Plan], console: Console, guard: Guard, homes: Mapping[Path, Path] | None = None
 ) -> None:
-    """Carry out ``plans`` (none with a refusal, see ``refusals.refusal``), all or nothing: on any failure, or an
-    interrupt, every tree changed so far is restored before the error propagates. ``homes``: where to keep each
-    tree's snapshot ({root: new folder}, beside its lock: see ``locking.py``); else a private temporary folder."""
+    """Carry out ``plans``, none refused, all or nothing. ``homes``: {root: where to keep its snapshot}, beside its
+    lock (else a private temporary folder)."""
     progress: list[_Progress] = []
     homes = homes or {}
     try:

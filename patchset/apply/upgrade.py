@@ -160,10 +160,8 @@ def run_upgrade(
     console: Console,
     guard: Guard,
 ) -> int:
-    """Upgrade every tree of ``plans`` (``(target, the earlier series it holds, today's series)``), then run ``test``
-    (None: not run); return its status (the trees restored when it is not 0), or raise for a refusal. ``options``:
-    ``(allow_dirty, dry_run)``; a dry run (``--check --upgrade``) works it out on the scratch copies, says what it
-    would do and changes nothing."""
+    """Upgrade every tree of ``plans`` (target, held series, today's), then run ``test``; return its status, the trees
+    restored unless 0. ``options``: ``(allow_dirty, dry_run)``; a dry run only says what it would do."""
     allow_dirty, dry_run = options
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("upgrade")) as tmp:
         upgrades = [

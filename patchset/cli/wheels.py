@@ -60,12 +60,10 @@ exit status:
 EXIT_CODES += CACHE_WAIT_HELP + INTERNAL_HELP + "  130, 143, 129  interrupted by SIGINT, SIGTERM or SIGHUP\n"
 
 DESCRIPTION = """\
-Build patched wheels of the pinned releases: for each default pin of patches/upstreams.toml (verl 0.8.0,
-trinity-rft 0.6.0), or each release named with --pin, the verified sdist's checkout from the cache, a fresh clone
-with the series applied (patches upstream has there are skipped, as scripts/apply.sh skips them), version
-<release>+patchset.<N> (N: the commits of this repository that touch patches/), and a manifest
-<package>/_patchset_manifest.json inside, recording each patch as applied or skipped; built with pip wheel (no
-build isolation, no index) by the test environment's python, into DIST (default: <repo>/dist).
+Build patched wheels of the default pins of patches/upstreams.toml (verl 0.8.0, trinity-rft 0.6.0), or of each
+release named with --pin: the series applied as scripts/apply.sh applies it, version <release>+patchset.<N> (N:
+the commits that touch patches/), and a manifest <package>/_patchset_manifest.json inside; built with pip wheel
+by the test environment's python, into DIST (default: <repo>/dist). docs/wheels.md says more.
 
 examples:
   scripts/build-wheels.sh                           verl 0.8.0 and trinity-rft 0.6.0 (the default pins)
