@@ -118,13 +118,6 @@ def series_state(plan: Plan) -> str:
     return ", ".join(f"{s.index}/{total} {s.patch.name} {_state(plan, s)}" for s in ordered)
 
 
-def _partly_applied(plan: Plan) -> bool:
-    applied = Action.CHANGE if plan.reverse else Action.NOTHING
-    return any(s.action is applied for s in plan.steps) and any(
-        s.action not in (applied, Action.SKIP) for s in plan.steps
-    )
-
-
 def _merge_advice(plan: Plan, step: Step, file_hint: str) -> str:
     """Whether a 3-way merge would resolve the step, and so what to do next."""
     refresh = (
@@ -232,7 +225,8 @@ def step_line(plan: Plan, step: Step, *, check: bool) -> str:
 
 def partly_line(plan: Plan, *, check: bool) -> str | None:
     """``... is partly applied (...)`` when some patches are in and some are not, else None."""
-    if not _partly_applied(plan):
+    applied = Action.CHANGE if plan.reverse else Action.NOTHING
+    if not any(s.action is applied for s in plan.steps) or all(s.action in (applied, Action.SKIP) for s in plan.steps):
         return None
     rest = "would revert the applied ones" if plan.reverse else "would apply the rest"
     if not check:

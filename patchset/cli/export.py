@@ -20,7 +20,7 @@ from patchset.export.series_export import (
     refuse_existing,
     write_export,
 )
-from patchset.plumbing import cachelock, signals
+from patchset.plumbing import cachelock
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_LOCKED, EXIT_OK, BadInput
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.copies import checkout_files
@@ -239,8 +239,6 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
             return subcommands[line[0]].parse_intermixed_args(line[1:], argparse.Namespace(command=line[0]))
         return needs_command(parser, parser.parse_args(line))
 
-    return Run(_handle, handle_signals=False, interrupted="", parse=parse)
-
-
-def _handle(args: argparse.Namespace, console: Console, _guard: signals.Guard) -> int:
-    return args.handler(args, console)
+    return Run(
+        lambda args, console, _guard: args.handler(args, console), handle_signals=False, interrupted="", parse=parse
+    )
