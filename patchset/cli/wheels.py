@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from patchset.cli.exits import CACHE_WAIT_HELP, INTERNAL_HELP
 from patchset.cli.options import add_common_options, workspace_from
 from patchset.cli.startup import Run
 from patchset.plumbing import signals
-from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_OK
+from patchset.plumbing.errors import EXIT_OK, BadInput
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
 from patchset.wheels.build import DISTRIBUTIONS, WheelBuild, build_wheels, report_manifests
@@ -28,8 +27,7 @@ def cmd_manifest(args: argparse.Namespace, console: Console) -> int:
         try:
             return subprocess.run([*command, *(["--json"] if args.json else [])], env=env).returncode
         except OSError as error:
-            print(f"error: cannot run --python {args.python}: {error.strerror}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            raise BadInput(f"cannot run --python {args.python}: {error.strerror}") from None
     return report_manifests(args.packages, console, as_json=args.json)
 
 
