@@ -1,24 +1,10 @@
 """Retire a patch by behaviour: upstream fixed the bug its own way, and the patch's own tests show it.
 
-A patch that neither applies nor is recognised in upstream by content (``Applied-Upstream`` / ``Upstream-Check``)
-is a conflict, unless upstream fixed the bug in a form our text does not know. The patch's teeth decide it (the
-regression tests that show its bug, named in ``patches/<series>/parts.toml``): they run on the tree as shipped,
-unpatched, expecting the fix (``run_regression_tests`` with ``SuiteRun(expect="fixed")``). Then:
-
-- they ran, at least one passed and none failed: upstream fixed the bug, so the step becomes a SKIP (``fixed
-  upstream (its tests pass on verl 0.9.2 as shipped)``); nothing of the patch goes into the tree;
-- one failed: the bug is still there and the conflict stands (exit 3), now saying so;
-- they did not run (``--no-test``, no test environment, no teeth named for the patch) or ran none (every test
-  skipped): the conflict stands, and the message says what would decide it;
-- they are not run on a pinned release whose files that the patch changes differ from the release's sdist (verified
-  by sha256, from the cache): a pinned release is immutable, so the difference is a local change or an earlier
-  series of this patchset, not upstream's fix; the conflict stands, naming the files.
-
-Later patches of the series are judged as the planner already judged them, on the tree without the retired patch
-(its forward pass leaves a patch that does not apply out, and goes on): one that applies there is applied, and the
-regression run after applying tests the result; one that does not apply either is judged by its own teeth in turn,
-and if the conflict stands its message names the retired patch it shares files with (it probably builds on it:
-refresh it onto upstream's fix). Nothing runs when every patch applies or is skipped: the cost is zero then.
+A patch that neither applies nor is in upstream by content has its teeth (``patches/<series>/parts.toml``) run on the
+tree as shipped, expecting the fix: if they pass, the step becomes a SKIP (``fixed upstream``); if one fails, or they
+could not decide, the conflict stands and says why. On a pinned release whose files differ from its verified sdist
+they are not run: the difference is a local change or an earlier series, never upstream's fix. Nothing runs when
+every patch applies or is skipped.
 """
 
 from __future__ import annotations
@@ -42,18 +28,13 @@ from patchset.upstreams.workspace import Workspace
 SUITE = "tests/regression"
 
 
-def decide_command(target: TreeToPatch) -> str:
-    """The command that runs a patch's teeth on ``target`` and reports the verdict (``--check`` changes nothing)."""
-    return f"scripts/apply.sh --check {target.shown}"
-
-
 def _untested(target: TreeToPatch, selection: str | None, why: str) -> Behaviour:
-    return Behaviour(Verdict.UNTESTED, selection, why=why, command=decide_command(target))
+    """Undecided; ``--check`` runs the teeth and changes nothing, so it is the command that decides it."""
+    return Behaviour(Verdict.UNTESTED, selection, why=why, command=f"scripts/apply.sh --check {target.shown}")
 
 
 def verdict(target: TreeToPatch, selection: str, counts: Counts) -> Behaviour:
-    """The behaviour a teeth run shows: fixed when at least one test passed and none failed or errored; the bug when
-    one failed; else undecided (tests that error, or none that ran, say nothing about the bug)."""
+    """Fixed when a test passed and none failed or errored; the bug when one failed; else undecided."""
     if counts.failed:
         return Behaviour(Verdict.BUG, selection, counts.passed, counts.failed, why=str(counts))
     if counts.returncode == 0 and counts.passed and not counts.errors:
@@ -66,16 +47,13 @@ def verdict(target: TreeToPatch, selection: str, counts: Counts) -> Behaviour:
 
 
 class TeethRunner:
-    """Runs a patch's teeth on a tree as shipped, in the test environment, with the run's workspace and console
-    (a Trinity tree is tested beside the verl trees ``run_regression_tests`` puts beside it)."""
+    """Runs a patch's teeth on a tree as shipped, with the run's workspace and console."""
 
     def __init__(self, workspace: Workspace, console: Console, timeout: float | None = None) -> None:
         self.workspace, self.console, self.timeout = workspace, console, timeout
 
     def local_changes(self, target: TreeToPatch, paths: Sequence[str]) -> list[str]:
-        """Of ``paths``, those that differ from the sdist of the pinned release ``target`` says it is (fetched and
-        checked by sha256 into the cache, or found there): a pinned release is immutable, so a difference is a local
-        change or an earlier series, never upstream's fix. None on a release no pin names."""
+        """Of ``paths``, those that differ from the verified sdist of ``target``'s pinned release (none unpinned)."""
         pin = self.workspace.pins.find(target.key, target.version)
         if pin is None or not pin.target:
             return []
@@ -103,9 +81,8 @@ class TeethRunner:
         return verdict(target, selection, counts)
 
 
-def settler(runner: TeethRunner | None, no_test_reason: str = "--no-test") -> Settle:
-    """The ``settle`` of ``plan_target``: each conflicting step judged by its teeth through ``runner`` (None: the
-    tests are not run, and each conflict says why, ``no_test_reason``, and what would decide it)."""
+def settler(runner: TeethRunner | None) -> Settle:
+    """The ``settle`` of ``plan_target``: each conflict judged by its teeth through ``runner`` (None: ``--no-test``)."""
 
     def settle(target: TreeToPatch, steps: Sequence[Step]) -> list[Step]:
         judged = {id(step) for step in conflicts(steps, reverse=False)}
@@ -119,7 +96,7 @@ def settler(runner: TeethRunner | None, no_test_reason: str = "--no-test") -> Se
                 teeth_file = target.series.path.parent / PARTS_FILE
                 behaviour = _untested(target, None, f"{teeth_file} names no tests for it")
             elif runner is None:
-                behaviour = _untested(target, selection, f"its tests were not run ({no_test_reason})")
+                behaviour = _untested(target, selection, "its tests were not run (--no-test)")
             elif changed := runner.local_changes(target, step.patch.files):
                 behaviour = Behaviour(Verdict.LOCAL, selection, why=", ".join(changed))
             else:

@@ -1,34 +1,29 @@
 """Recognise a tree that holds an earlier series of this patchset, patch by patch, and work out what taking it out
 leaves.
 
-A tree patched by an earlier ``scripts/apply.sh`` is neither vanilla nor patched with today's series: today's
-patches do not apply to it, and their teeth may pass on it, which would read as "fixed upstream". It is recognised by
-content, file by file, from what each released series wrote (``patches/history.json``, ``series/history.py``: the
-git blob id of every file before and after each patch), or from what apply recorded in the tree's git directory
-(``record.py``), so no patch text or history of this repository is needed:
+Such a tree is neither vanilla nor patched with today's series, and today's teeth may pass on it, which would read as
+"fixed upstream". It is recognised by content: each file a series touches passes through known states (the git blob
+ids of ``patches/history.json``, or of apply's record in the tree); a file at a state an earlier series wrote and
+today's never does means that series is held. Taking it out puts each of its files back at the release's content; a
+file in no known state is refused by name, unless reverting the series' own texts gives the tree's HEAD exactly (a
+patch merged with ``--3way`` onto committed changes).
 
-- each file a series touches is in one of the states the series passes through (the release's, then after each patch
-  that changes it), or in none (a change of the user's own, or a patch merged with ``--3way`` onto drifted code);
-- a patch of that series is *applied* when each of its files is at its state after the patch or later, *not applied*
-  when each is at a state before it (a series applied with 0007 left out), and *differs* otherwise;
-- the tree holds an earlier series when some file is at a state that series wrote and today's series never does.
-  Of several such series, the one that explains the most files wins (the newest on a tie).
-
-Taking it out (``restore_originals``): every file of that series back at the release's content, the state before its
-first patch, read from the tree's own git objects (or the pinned release's verified checkout). A file in no known
-state (a patch merged with ``--3way`` onto code the user changed and committed) is taken out with the series' texts,
-recovered from this repository's history (``peel_unknown``), only when that gives the tree's HEAD exactly; else it
-is refused, by name: it has changes that are not the series', and taking the series out would lose them.
+The record, beside the tree's lock (``applied-<key>.json``, like quilt's ``.pc/``), names each patch applied by its
+sha256 and the blob ids it writes, so that a newer series can take it out even when ``patches/history.json`` never
+knew it, and the blob of every file as the run left it: a record that no longer describes the tree is ignored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import json
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from patchset.apply.plan import scratch_copy
 from patchset.apply.target import TreeToPatch
-from patchset.plumbing import files, gitops
+from patchset.plumbing import files, gitops, patchtext
 from patchset.series.history import History, KnownPatch, KnownSeries, of_series
 
 
@@ -54,8 +49,7 @@ def chains(series: KnownSeries) -> dict[str, list[tuple[int, str | None]]]:
 
 @dataclass(frozen=True)
 class PatchState:
-    """How one patch of a held series stands in the tree: ``applied``, ``not applied`` or ``differs`` (``files``:
-    those in no state of the series, or in one that contradicts the rest)."""
+    """One patch of a held series in the tree: ``applied``, ``not applied`` or ``differs`` (``files`` say where)."""
 
     patch: KnownPatch
     index: int
@@ -65,7 +59,7 @@ class PatchState:
 
 @dataclass(frozen=True)
 class Held:
-    """An earlier series that a tree holds: the series, each patch's state, the files it explains, and today's."""
+    """An earlier series that a tree holds: each patch's state, the files it explains, and today's series."""
 
     series: KnownSeries
     patches: tuple[PatchState, ...]
@@ -105,7 +99,7 @@ def judge(series: KnownSeries, tree: Mapping[str, str | None], today: KnownSerie
     for index, patch in enumerate(series.patches, start=1):
         state = _patch_state(index, patch, tree, states)
         odd = tuple(c.path for c in patch.changes if tree.get(c.path) not in {blob for _, blob in states[c.path]})
-        shown = odd or (tuple(patch_files(patch)) if state == "differs" else ())
+        shown = odd or (tuple(c.path for c in patch.changes) if state == "differs" else ())
         patches.append(PatchState(patch, index, state, shown))
     today_blobs = {blob for chain in chains(today).values() for _, blob in chain}
     explained = tuple(
@@ -117,10 +111,6 @@ def judge(series: KnownSeries, tree: Mapping[str, str | None], today: KnownSerie
     )
     unknown = tuple(sorted(rel for rel, chain in states.items() if tree.get(rel) not in {b for _, b in chain}))
     return Held(series, tuple(patches), explained, today, unknown)
-
-
-def patch_files(patch: KnownPatch) -> list[str]:
-    return [change.path for change in patch.changes]
 
 
 def today_series(target: TreeToPatch, history: History) -> KnownSeries:
@@ -160,18 +150,13 @@ def describe(target: TreeToPatch, held: Held, today_revision: str) -> str:
     )
 
 
-def original_blobs(held: Held) -> dict[str, str | None]:
-    """{file: its blob before the held series' first patch that changes it (None: absent)}."""
-    return {rel: chain[0][1] for rel, chain in chains(held.series).items()}
-
-
 def restore_originals(
     target: TreeToPatch, held: Held, scratch: Path, vanilla: Callable[[], Path | None], peeled: Mapping[str, bytes]
 ) -> list[str]:
-    """Write into ``scratch`` each file of the held series as it was before the series (from the tree's git objects,
-    else the pinned release's verified checkout, ``vanilla()``, asked only then; ``peeled``: the files found so by
-    reverting the series' texts, as they are there); return the files whose original could not be found."""
-    wanted = {rel: blob for rel, blob in original_blobs(held).items() if rel not in peeled}
+    """Write into ``scratch`` each file of the held series as it was before it (``peeled``: those found by reverting
+    its texts; the others from the tree's git objects, else the pinned release, ``vanilla()``); return the files
+    whose original could not be found."""
+    wanted = {rel: chain[0][1] for rel, chain in chains(held.series).items() if rel not in peeled}
     for rel, content in peeled.items():
         (scratch / rel).write_bytes(content)
     found = gitops.read_blobs(target.worktree.toplevel, [blob for blob in wanted.values() if blob is not None])
@@ -199,23 +184,14 @@ def restore_originals(
     return lost
 
 
-def copy_into(target: TreeToPatch, paths: Sequence[str], scratch: Path) -> None:
-    """The tree's current ``paths`` into ``scratch``, a new folder made an empty git repository."""
-    scratch.mkdir()
-    gitops.init_scratch(scratch)
-    files.copy_paths(target.root, scratch, paths)
-
-
 def peel_unknown(target: TreeToPatch, held: Held, texts: Mapping[str, bytes], scratch: Path) -> dict[str, bytes]:
-    """{file: its content without the held series} for each file in no state the series wrote (``held.unknown``: a
-    patch merged with ``--3way`` onto code the tree changed and committed), found by reverting the series' applied
-    patches, last first, with their texts (``texts``, by name) on a copy of those files: only a file that then
-    equals the tree's HEAD, byte for byte, is taken; the others stay unknown (a change of the user's own)."""
+    """{file: its content without the held series} for each of ``held.unknown``, by reverting the series' texts
+    (``texts``, by name) on a copy: only a file that then equals the tree's HEAD, byte for byte, is taken."""
     unknown = held.unknown
     if not unknown or any(state.patch.name not in texts for state in held.patches):
         return {}
     files_of = sorted({c.path for state in held.patches for c in state.patch.changes})
-    copy_into(target, files_of, scratch)
+    scratch_copy(target.root, files_of, scratch)
     for state in reversed(held.patches):
         if state.state == "not applied":
             continue
@@ -229,3 +205,66 @@ def peel_unknown(target: TreeToPatch, held: Held, texts: Mapping[str, bytes], sc
         for rel in unknown
         if rel in head and (scratch / rel).is_file() and (scratch / rel).read_bytes() == head[rel].data
     }
+
+
+RECORD_SCHEMA = 1
+
+
+def record_path(folder: Path, target: TreeToPatch) -> Path:
+    """Where ``target``'s record lives in its lock folder ``folder`` (``<git-dir>/patchset``)."""
+    return folder / f"applied-{target.key}.json"
+
+
+def write_record(folder: Path, target: TreeToPatch, series: KnownSeries) -> str | None:
+    """Record ``series`` as applied to ``target``, durably; why it could not be, else None."""
+    paths = sorted({change.path for patch in series.patches for change in patch.changes})
+    data: dict[str, Any] = {
+        "schema": RECORD_SCHEMA,
+        "series": series.folder,
+        "ident": series.ident,
+        "revision": series.revision,
+        "release": target.label,
+        "patches": [
+            {"name": p.name, "sha256": p.sha256, "files": [[c.path, c.before, c.after] for c in p.changes]}
+            for p in series.patches
+        ],
+        "tree": tree_blobs(target.root, paths),
+    }
+    path = record_path(folder, target)
+    staged = path.with_name(f".{path.name}.new")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        files.write_durably(staged, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+        staged.replace(path)
+    except OSError as exc:
+        staged.unlink(missing_ok=True)
+        return f"could not record the series applied to {target.shown} in {path} ({exc.strerror or exc})"
+    return None
+
+
+def read_record(folder: Path, target: TreeToPatch) -> KnownSeries | None:
+    """The series recorded in ``target``, when the record still describes the tree; else None."""
+    try:
+        data = json.loads(record_path(folder, target).read_text(encoding="utf-8"))
+        if data.get("schema") != RECORD_SCHEMA or data.get("series") != target.series.name:
+            return None
+        patches = tuple(
+            KnownPatch(p["name"], p["sha256"], tuple(patchtext.BlobChange(*change) for change in p["files"]))
+            for p in data["patches"]
+        )
+        recorded = data["tree"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if tree_blobs(target.root, recorded) != recorded:
+        return None
+    revision = data.get("revision")
+    return KnownSeries(data["series"], data["ident"], patches, (revision,) if revision is not None else ())
+
+
+def remove_record(folder: Path, target: TreeToPatch) -> str | None:
+    """Forget the series recorded in ``target``; why it could not be, else None."""
+    try:
+        record_path(folder, target).unlink(missing_ok=True)
+    except OSError as exc:
+        return f"could not remove {record_path(folder, target)} ({exc.strerror or exc})"
+    return None

@@ -1,13 +1,7 @@
-"""One apply run, the whole of it: find the trees, lock them, plan every patch, refuse what is in the way, apply
-all or nothing, then run the regression tests on the trees (or say they are skipped). ``apply_series`` is the one
-entry point that puts the series onto trees: the ``apply`` command calls it through ``run_apply``, which finds the
-trees, and the wheel build calls it on its fresh clones.
-
-Named arguments only, so that the command line is one caller among others: it parses the options, resolves the
-workspace (patches folder, pins, cache) once and calls ``run_apply``. The regression run gets that workspace and
-this run's console, so the verl trees it fetches for Trinity come from the same ``--patches-dir`` and ``--cache``,
-and ``-q`` holds there too.
-"""
+"""One apply run: find the trees, lock them, plan every patch, refuse what is in the way, apply all or nothing,
+then run the regression tests. ``apply_series`` is the one way the series goes onto trees (the ``apply`` command,
+through ``run_apply``, and the wheel build); it takes no ``argparse`` namespace, so the command line is one caller
+among others."""
 
 from __future__ import annotations
 
@@ -20,10 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchset.apply.behaviour import TeethRunner, settler
-from patchset.apply.earlier import Held, describe, held_series, today_series
+from patchset.apply.earlier import Held, describe, held_series, read_record, remove_record, today_series, write_record
 from patchset.apply.locking import locked, refuse_if_held
 from patchset.apply.plan import Action, Plan, plan_target
-from patchset.apply.record import read_record, remove_record, write_record
 from patchset.apply.refusals import refuse, refuse_duplicates
 from patchset.apply.report import report_plan, summary_line
 from patchset.apply.target import TreeToPatch, cached_targets, target_for_path
@@ -32,10 +25,9 @@ from patchset.apply.upgrade import run_upgrade
 from patchset.plumbing import signals, tempdirs
 from patchset.plumbing.errors import EXIT_EARLIER_SERIES, EXIT_OK, EXIT_TESTS_FAILED, BadInput, EarlierSeries
 from patchset.plumbing.ui import Console, display_path
-from patchset.series.history import History, load_history, recover_texts
+from patchset.series.history import History, load_history
 from patchset.testenv import regression
 from patchset.testenv.junit import junit_counts
-from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.workspace import Workspace
 
 NEXT_DOC = "docs/guide.md"
@@ -43,10 +35,8 @@ NEXT_DOC = "docs/guide.md"
 
 @dataclass(frozen=True)
 class ApplyOptions:
-    """``apply``'s options of the same names. ``check``: report and refuse only, change nothing; ``no_test`` also
-    leaves a patch that does not apply undecided (its teeth, which could show upstream fixed the bug its own way, are
-    not run). The fields are named as the command line's options are (``--3way``: ``three_way``); options that cannot
-    go together are refused here, before anything is read."""
+    """``apply``'s options of the same names (``--3way``: ``three_way``); those that cannot go together are refused
+    here, before anything is read."""
 
     check: bool = False
     reverse: bool = False
@@ -71,8 +61,7 @@ class ApplyOptions:
 
 
 def choice_tests_left_out(plans: Sequence[Plan], console: Console) -> list[str]:
-    """The ``-k`` expressions of the choice tests (``parts.toml``'s ``choices``) of every patch retired by behaviour
-    in ``plans``, each said: upstream fixed that bug its own way, and those tests would judge its form by ours."""
+    """The ``-k`` expressions of the choice tests (``parts.toml``) of the patches retired by behaviour, each said."""
     left_out = []
     for plan in plans:
         for step in plan.steps:
@@ -92,8 +81,8 @@ _SHOWN_FAILURES = 3
 def _regression(
     trees: Mapping[str, Path], workspace: Workspace, console: Console, timeout: float | None, left_out: Sequence[str]
 ) -> tuple[int, list[str]]:
-    """Run the regression tests on ``trees``, their output into a log file of the cache; (exit status, the lines
-    that say what they found and where the log is)."""
+    """Run the regression tests on ``trees``, their output into a log file; (exit status, the lines that say what
+    they found and where the log is)."""
     shown = ", ".join(f"{key} at {display_path(path)}" for key, path in trees.items())
     log = workspace.cache.root / "logs" / f"apply-{time.strftime('%Y%m%d-%H%M%S')}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -149,10 +138,6 @@ def _upgrade(
 ) -> int:
     workspace, options, history = context
 
-    def vanilla(target: TreeToPatch) -> Path | None:
-        pin = workspace.pins.find(target.key, target.version)
-        return ensure_upstream(pin, workspace.cache, console) if pin is not None else None
-
     def test() -> int:
         trees = {target.key: target.root for target in targets}
         status, lines = _regression(trees, workspace, console, options.test_timeout, [])
@@ -163,10 +148,9 @@ def _upgrade(
     plans = [(target, earlier[target.root], today_series(target, history)) for target in targets]
     return run_upgrade(
         plans,
+        workspace=workspace,
         homes=homes,
         test=None if options.no_test or options.check else test,
-        vanilla=vanilla,
-        texts=lambda series: recover_texts(series, workspace.patches_dir),
         options=(options.allow_dirty, options.check),
         console=console,
         guard=guard,
@@ -174,8 +158,8 @@ def _upgrade(
 
 
 def _record(plans: Sequence[Plan], homes: Mapping[Path, Path], history: History, console: Console) -> None:
-    """Record today's series in each tree this run patched (``record.py``), forget it in each tree it took the series
-    out of; a tree the run did not change keeps what it has, so that running again changes nothing."""
+    """Record today's series in each tree this run patched, forget it where it took the series out; a tree the run
+    did not change keeps what it has."""
     for plan in plans:
         target, home = plan.target, homes.get(plan.target.root)
         if home is None or not plan.count(Action.CHANGE):
@@ -190,8 +174,7 @@ def _record(plans: Sequence[Plan], homes: Mapping[Path, Path], history: History,
 
 @dataclass(frozen=True)
 class Applied:
-    """What `apply_series` did: the run's exit status, and each tree's plan as carried out (none when the run
-    stopped before planning: a tree holds an earlier series, or ``--upgrade`` replaced it)."""
+    """What `apply_series` did: its exit status, each tree's plan (none when it stopped before planning)."""
 
     status: int
     plans: tuple[Plan, ...] = ()
@@ -208,12 +191,8 @@ def apply_series(
     command_line: str,
     regression: bool = True,
 ) -> Applied:
-    """Apply the series of ``workspace`` to ``targets`` as ``options`` say: the one way the series goes onto a tree
-    (``apply`` and the wheel build both call it). Lock the trees, refuse an earlier series (or replace it,
-    ``--upgrade``), plan every patch (one that does not apply is judged by its teeth, unless ``no_test``), refuse
-    what is in the way, change the trees all or nothing and record the series in them; then, with ``regression``
-    and not ``no_test``, run the regression tests on them. Raise a ``PatchsetError`` for what is refused.
-    ``command_line`` is what the trees' locks say holds them."""
+    """Apply the series of ``workspace`` to ``targets`` as ``options`` say (see the module docstring), then, with
+    ``regression``, test them; raise a ``PatchsetError`` for a refusal. The trees' locks name ``command_line``."""
     check, reverse = options.check, options.reverse
     with locked(targets, command_line, console, guard) as homes:
         history = load_history(workspace.patches_dir)
@@ -262,10 +241,9 @@ def run_apply(
     guard: signals.Guard,
     command_line: str,
 ) -> int:
-    """``apply``: `apply_series` on the trees at ``paths`` (none: fresh patched clones of the default pins in the
-    cache of ``workspace``, held until the run ends); return the exit status, or raise a ``PatchsetError``."""
+    """`apply_series` on the trees at ``paths`` (none: fresh patched clones of the default pins, held for the run)."""
     tempdirs.sweep()  # what runs killed before left in the temp folder
-    held = ExitStack()  # the patched clones of the cache, when no PATH is given: held until the run ends
+    held = ExitStack()
     if paths:
         targets = []
         for path in paths:

@@ -1,14 +1,6 @@
-"""One run per tree: hold every tree of a run from before it is read until the run ends, and first undo what a
-killed run left half-done.
-
-Each tree's lock is ``<git-dir>/patchset/lock`` (``treelock.py``), taken in a fixed order (by that path) before
-any tree is read, so that two runs on the same trees never wait on each other crosswise and a run never plans from
-a tree that another is changing. A dry run (``--check``) takes it too: it would otherwise report a state half-way
-through another run's changes, one that the series never has. The snapshots of the run (``snapshot.py``) are kept
-beside the lock, in ``snapshot-<key>/``, not in the system temp folder: a run killed with SIGKILL, which no handler
-sees, leaves its snapshot there, and the next run restores the tree from it, says so, and only then does what it
-was asked. A git directory that cannot be written (a read-only tree) is not locked: the run says so and goes on.
-"""
+"""One run per tree: hold every tree of a run (``<git-dir>/patchset/lock``, taken in path order before any tree is
+read, ``--check`` too) until the run ends, and first restore what a killed run left half-done from the snapshot it
+kept beside the lock, since SIGKILL runs no handler. A git directory that cannot be written is not locked."""
 
 from __future__ import annotations
 
@@ -37,8 +29,7 @@ def _busy_message(shown: str, busy: treelock.Busy) -> str:
 
 
 def _recover(folder: Path, shown: str, stale: treelock.Holder | None, console: Console) -> None:
-    """Restore the trees from the snapshots that a killed run (or one whose rollback failed) left in ``folder``, and
-    say so."""
+    """Restore the trees from the snapshots a killed run (or a failed rollback) left in ``folder``, and say so."""
     if stale is not None:
         run = f"a run that was killed (pid {stale.pid}, started {stale.started})"
     else:  # its lock was released: the run ended, but could not restore everything from its snapshot
@@ -63,10 +54,8 @@ def _recover(folder: Path, shown: str, stale: treelock.Holder | None, console: C
 
 
 def refuse_if_held(path: Path, shown: str) -> None:
-    """Raise ``TreeLocked`` naming the run that holds the tree at ``path``, if one does. A tree is read (its kind and
-    version) before it can be locked; mid-change, another run's ``git apply`` has removed and not yet rewritten a file
-    that reading needs, so a tree that is not recognised is first checked for a holder: exit 4 naming that run, not
-    "not a checkout"."""
+    """Raise ``TreeLocked`` naming the run that holds the tree at ``path``, if one does: a tree not recognised may be
+    mid-change by that run, and exit 4 naming it says more than "not a checkout"."""
     try:
         tree = gitops.find_worktree(path) if path.is_dir() else None
         folder = gitops.git_dir(tree) / FOLDER if tree is not None else None
@@ -81,7 +70,7 @@ def refuse_if_held(path: Path, shown: str) -> None:
 @contextmanager
 def locked(targets: Sequence[TreeToPatch], command: str, console: Console, guard: Guard) -> Iterator[dict[Path, Path]]:
     """Hold the trees of ``targets`` for ``command`` while the block runs, after restoring what a killed run left;
-    yields where each tree's snapshot is to be kept ({root: folder}; a tree that could not be locked has none)."""
+    yields {root: where its snapshot is kept} (none for a tree that could not be locked)."""
     folders: dict[Path, list[TreeToPatch]] = {}
     for target in targets:
         folders.setdefault(gitops.git_dir(target.worktree) / FOLDER, []).append(target)

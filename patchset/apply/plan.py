@@ -1,53 +1,16 @@
-"""Work out, without touching the tree, what each patch of a series would do to it; and which uncommitted
-changes in the files the patches touch are not explained by the patches themselves.
+"""Work out, reading the tree only, what each patch of a series would do to it, and which uncommitted changes in
+the files the patches touch are not the patches' own.
 
-Sequential checking. Patches of a series may depend on earlier ones (0002 may change lines that 0001 adds), so
-no patch can be judged on its own: on a fully patched tree 0001 neither applies nor reverts, because 0002 changed
-its lines. ``plan_series`` copies every file the series touches (as it is now in the work tree, uncommitted
-changes included) into scratch directories, each its own empty git repository, and runs ``git apply`` there:
+Patches may build on earlier ones (0002 may change lines 0001 adds), so none is judged alone: on scratch copies of
+the files the series touches, a peel pass (last to first) reverts what reverts cleanly, which is what is applied,
+and a forward pass (first to last) applies the rest, exactly as applying to the real tree will. A patch that would
+both revert and apply again is ambiguous and refused rather than applied twice; nothing is reversed to make it fit.
+A patch that does not apply is also tried as a 3-way merge, which only ``--3way`` carries out.
 
-- peel pass, last patch to first: a patch that reverts cleanly (``git apply --reverse --check``) is already
-  applied; it is reverted in the scratch copy, so that the patch before it is judged with it peeled off;
-- forward pass, first to last, on a fresh copy: every patch not already applied is applied in turn (git apply
-  is atomic per patch, so a failed apply is a failed check), each on top of the ones before it.
-
-The forward pass is exactly what applying does to the real tree, and the peel pass exactly what ``--reverse``
-does, so what passes here applies there. The real tree is only read. Should the real tree still refuse a patch
-(it changed in between, or its own git configuration differs), the caller rolls back what it had applied (see
-``transaction.py``). A patch that reverts cleanly but would also apply again is ambiguous and refused, rather
-than risk applying it twice.
-
-3-way. A patch that does not apply in the forward pass is also merged (``git apply --3way``, see
-``patchset.plumbing.merge``) against the blob it was made from, when the tree's repository has it: the step says
-whether that would resolve it, and only ``--3way`` turns a clean merge into a step that changes the tree. Nothing
-is ever reversed to make it fit: a patch that only reverts is reported as already applied.
-
-Dirtiness. Uncommitted changes to a file a patch is about to change are refused (``--allow-dirty`` overrides),
-but changes that are exactly the patches found already applied are ours, not the user's: a tree this tool
-patched differs from HEAD in those files, and re-running or reversing must still work. ``unexplained_changes``
-rebuilds HEAD's version of those files in a scratch directory, applies the already-applied patches to it in
-series order and compares the result with the work tree; only files that still differ count as dirty.
-
-Upstream. A patch whose header says ``Applied-Upstream: <version>`` is in upstream from that release on. When the
-header also says how to recognise the change (``Upstream-Check: <path>: <regex>`` lines, see ``series.py``), the
-tree's content decides, read as it is now, not the version number alone:
-
-- the tree is at or past that version and every check matches: skipped (``in upstream since <version>``), in
-  either direction, whether or not the patch would apply or revert (upstream's code is not ours to change);
-- the tree is at or past that version and a check does not match: FAIL (``upstream_missing``), since the version
-  claims the change but the content lacks it (upstream reworked the code, or the tree dropped the fix);
-- the tree is below that version (or the header has no version), the patch neither applies nor reverts, and
-  every check matches: skipped as already upstream by content (a checkout of upstream's main, say). A patch
-  that applies or reverts is judged as usual, so a backport tree keeps working.
-
-A patch with ``Applied-Upstream`` but no check is skipped at or past that version, by the version only.
-
-Behaviour. Upstream may fix a bug its own way, in code the patch's text does not recognise: the patch then neither
-applies nor is in upstream by content. ``plan_target`` hands such steps to ``settle`` (``behaviour.py``), which runs
-the patch's own teeth (the regression tests that show its bug, ``patches/<series>/parts.toml``) on the tree as shipped:
-if they pass, the step becomes a SKIP (``fixed upstream``); if not, it stays a FAIL, with what its teeth said.
-
-A tree's ``Plan`` (``plan_target``): its steps, and its uncommitted changes, those in the way and the others.
+``Applied-Upstream`` / ``Upstream-Check`` header lines let the tree's content say that upstream has a patch
+(skipped), or that the version claims it and the content lacks it (FAIL). A patch that neither applies nor is
+upstream by content is handed to ``settle`` (``behaviour.py``), which may retire it by its tests. docs/guide.md
+says what the user sees.
 """
 
 from __future__ import annotations
@@ -81,23 +44,9 @@ class Finding(enum.Enum):
 
 
 @dataclass(frozen=True)
-class GitRefusal:
-    """``git apply`` refused a patch: its own words (``stderr``), and the file and hunk line they name, when they
-    name one (``failure``)."""
-
-    stderr: str
-    failure: gitops.Failure | None
-
-    @classmethod
-    def of(cls, stderr: str) -> GitRefusal:
-        return cls(stderr, gitops.parse_failure(stderr))
-
-
-@dataclass(frozen=True)
 class UpstreamState:
-    """What the tree says about a patch's change being upstream: the ``Applied-Upstream`` version (``since``),
-    whether the tree's version is at or past it (``claimed``), and the ``Upstream-Check`` lines that matched and
-    those that did not (with why: ``does not match``, ``does not exist``, ...)."""
+    """A patch's ``Applied-Upstream`` version (``since``), whether the tree is at or past it (``claimed``), and its
+    ``Upstream-Check`` lines that matched and those that did not, with why."""
 
     since: str | None
     claimed: bool
@@ -106,13 +55,10 @@ class UpstreamState:
 
     @property
     def present(self) -> bool:
-        """True when the patch declares checks and every one matches."""
         return bool(self.matched) and not self.missing
 
 
 class Verdict(enum.Enum):
-    """What a patch's teeth showed on the tree as shipped."""
-
     FIXED = "fixed"  # they ran and passed: upstream fixed the bug its own way
     BUG = "bug"  # one failed: the bug is still there
     UNTESTED = "untested"  # they did not run, or ran none: ``Behaviour.why`` says why
@@ -121,9 +67,8 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True)
 class Behaviour:
-    """What a patch's teeth said on the tree as shipped, for a patch that neither applies nor is in upstream by
-    content: the ``verdict`` (``why`` says how it was reached). ``selection``: the pytest -k expression (None: the
-    series names no teeth for the patch); ``command``: what decides it."""
+    """What a patch's teeth said on the tree as shipped. ``selection``: their -k expression (None: the series names
+    none); ``command``: what decides it."""
 
     verdict: Verdict
     selection: str | None
@@ -144,7 +89,7 @@ class Step:
     patch: Patch
     index: int
     action: Action
-    refusal: GitRefusal | None = None  # FAIL: what git apply said
+    stderr: str = ""  # FAIL: what git apply said
     finding: Finding | None = None  # FAIL (ambiguous) or NOTHING (merged before): what the action does not say
     merge: MergeResult | None = None  # FAIL: what a 3-way merge would do; CHANGE: applied by a 3-way merge
     upstream: UpstreamState | None = None  # SKIP, or FAIL when the version claims the change and the content lacks it
@@ -153,30 +98,24 @@ class Step:
     @property
     def failure(self) -> gitops.Failure | None:
         """The file and hunk line git named for a FAIL, if it named one."""
-        return self.refusal.failure if self.refusal is not None else None
+        return gitops.parse_failure(self.stderr) if self.stderr else None
 
     @property
     def fixed_upstream(self) -> bool:
-        """True when this step skips the patch because its teeth pass on the tree as shipped."""
         return self.action is Action.SKIP and self.behaviour is not None and self.behaviour.fixed
 
     @property
     def upstream_missing(self) -> bool:
-        """True when the tree's version claims the change upstream but its content lacks it (a FAIL)."""
+        """The tree's version claims the change upstream, but its content lacks it."""
         return self.action is Action.FAIL and self.upstream is not None and self.upstream.claimed
 
     @property
     def merged(self) -> bool:
-        """True when this step applies the patch with a 3-way merge (``--3way``)."""
         return self.action is Action.CHANGE and self.merge is not None
 
 
 def series_files(patches: Iterable[Patch]) -> list[str]:
-    seen: dict[str, None] = {}
-    for patch in patches:
-        for path in patch.files:
-            seen.setdefault(path, None)
-    return list(seen)
+    return list(dict.fromkeys(path for patch in patches for path in patch.files))
 
 
 def _check(root: Path, check: UpstreamCheck) -> str | None:
@@ -192,26 +131,21 @@ def _check(root: Path, check: UpstreamCheck) -> str | None:
 
 
 def upstream_state(root: Path, patch: Patch, version: str) -> UpstreamState | None:
-    """What the tree at ``root`` (version ``version``) says about ``patch`` being upstream; None when the header
-    declares neither an ``Applied-Upstream`` version nor an ``Upstream-Check``. Reads ``root`` only."""
+    """What the tree at ``root`` says about ``patch`` being upstream; None when its header says nothing of it."""
     since = patch.upstream_since
     if since is None and not patch.upstream_checks:
         return None
-    matched: list[UpstreamCheck] = []
-    missing: list[tuple[UpstreamCheck, str]] = []
-    for check in patch.upstream_checks:
-        why = _check(root, check)
-        if why is None:
-            matched.append(check)
-        else:
-            missing.append((check, why))
-    claimed = since is not None and at_least(version, since)
-    return UpstreamState(since=since, claimed=claimed, matched=tuple(matched), missing=tuple(missing))
+    checked = [(check, _check(root, check)) for check in patch.upstream_checks]
+    return UpstreamState(
+        since=since,
+        claimed=since is not None and at_least(version, since),
+        matched=tuple(check for check, why in checked if why is None),
+        missing=tuple((check, why) for check, why in checked if why is not None),
+    )
 
 
 def _peel(scratch: Path, patches: Sequence[tuple[int, Patch]]) -> tuple[set[int], set[int]]:
-    """Find the applied patches: from the last to the first, revert each patch that reverts cleanly on the scratch
-    tree. Returns the indexes of those, and of the ambiguous ones (they would revert and also apply again)."""
+    """The indexes of the applied patches (reverted here, last first) and of the ambiguous ones."""
     applied: set[int] = set()
     ambiguous: set[int] = set()
     for index, patch in reversed(patches):
@@ -231,10 +165,8 @@ def _forward(
     objects: Path | None,
     no_merge: set[int],
 ) -> tuple[dict[int, str], dict[int, MergeResult]]:
-    """Apply, first to last, each patch not in ``skip`` on the scratch tree; return {index: git's error} for those
-    that do not apply, and {index: what a 3-way merge does} for those (a clean merge stays in the scratch tree, so
-    that the patches after it are judged on top of it). No merge is tried when ``objects`` is None, nor for the
-    patches in ``no_merge`` (their change is upstream already when they do not apply)."""
+    """Apply each patch not in ``skip``, first to last; {index: git's error} and {index: what a 3-way merge does} of
+    those that do not apply (a clean merge stays, for the patches after it)."""
     failed: dict[int, str] = {}
     merges: dict[int, MergeResult] = {}
     for index, patch in patches:
@@ -248,10 +180,11 @@ def _forward(
     return failed, merges
 
 
-def _scratch_copy(root: Path, patches: Sequence[Patch], into: Path) -> Path:
+def scratch_copy(root: Path, paths: Iterable[str], into: Path) -> Path:
+    """``paths`` of the tree at ``root`` copied into ``into``, a new folder made an empty git repository."""
     into.mkdir()
     gitops.init_scratch(into)
-    files.copy_paths(root, into, series_files(patches))
+    files.copy_paths(root, into, paths)
     return into
 
 
@@ -264,29 +197,16 @@ def plan_series(
     objects: Path | None = None,
     merge: bool = False,
 ) -> list[Step]:
-    """The step for each patch of ``patches`` on the tree at ``root``, in the order they would run (last to first
-    when ``reverse``). Reads ``root`` only.
-
-    Two passes, each on its own scratch copy of the tree's current files: the peel pass (last to first, reverting
-    what reverts) finds the patches already applied, even when later patches changed lines that earlier ones
-    added; the forward pass (first to last) applies the others, exactly as applying the series to the real tree
-    will. Reverting the series is exactly the peel pass. Patches whose ``Applied-Upstream`` version is at or below
-    ``version`` take part in neither: they are skipped when their ``Upstream-Check`` lines all match (or they have
-    none), and fail when one does not. A patch whose checks all match on an older tree is skipped when it neither
-    applies nor reverts there (see the module docstring).
-
-    With ``objects`` (the tree's git object store), a patch that does not apply is also tried as a 3-way merge
-    (``merge.py``): the step records whether that would resolve it, and becomes a merged CHANGE when ``merge``
-    (``--3way``) asks for it. A merge that changes nothing means the patch is in already (merged earlier).
-    """
+    """The step for each of ``patches`` on the tree at ``root``, in the order they would run (see the module
+    docstring). ``objects``: the tree's git objects, for trying a 3-way merge; ``merge``: carry a clean one out."""
     numbered = list(enumerate(patches, start=1))
     upstream = {i: state for i, p in numbered if (state := upstream_state(root, p, version)) is not None}
     claimed = {i for i, state in upstream.items() if state.claimed}  # skipped, or FAIL when the content lacks it
     by_content = {i for i, state in upstream.items() if not state.claimed and state.present}
     active = [(i, p) for i, p in numbered if i not in claimed]
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("check")) as tmp:
-        applied, ambiguous = _peel(_scratch_copy(root, patches, Path(tmp) / "peel"), active)
-        scratch = _scratch_copy(root, patches, Path(tmp) / "forward")
+        applied, ambiguous = _peel(scratch_copy(root, series_files(patches), Path(tmp) / "peel"), active)
+        scratch = scratch_copy(root, series_files(patches), Path(tmp) / "forward")
         failed, merges = _forward(scratch, active, applied | ambiguous, None if reverse else objects, by_content)
     steps: list[Step] = []
     for index, patch in reversed(numbered) if reverse else numbered:
@@ -304,7 +224,7 @@ def plan_series(
         elif outcome is not None and outcome.outcome is Merge.RESOLVES and merge:
             steps.append(Step(patch, index, Action.CHANGE, merge=outcome))
         elif index in failed:
-            steps.append(Step(patch, index, Action.FAIL, GitRefusal.of(failed[index]), merge=outcome))
+            steps.append(Step(patch, index, Action.FAIL, failed[index], merge=outcome))
         elif (index in applied) == reverse:
             steps.append(Step(patch, index, Action.CHANGE))
         else:
@@ -344,8 +264,8 @@ def unexplained_changes(tree: gitops.WorkTree, dirty: Iterable[str], applied: Se
 
 @dataclass(frozen=True)
 class Plan:
-    """Every step for one tree, plus its uncommitted changes: ``dirty`` (in files a step will change, and not
-    the series' own doing) and ``others`` (elsewhere, left alone)."""
+    """Every step for one tree, and its uncommitted changes: ``dirty`` (in files a step changes, not the series'
+    own doing) and ``others`` (elsewhere, left alone)."""
 
     target: TreeToPatch
     steps: tuple[Step, ...]
@@ -370,8 +290,7 @@ Settle = Callable[[TreeToPatch, Sequence[Step]], Sequence[Step]]
 
 
 def conflicts(steps: Iterable[Step], *, reverse: bool) -> list[Step]:
-    """The steps whose patch does not apply and is not in upstream by content: those its teeth may settle. Not in
-    reverse (taking a patch out), nor for a patch whose version claims it upstream or that is ambiguous."""
+    """The steps its teeth may settle: FAILs that are neither claimed upstream nor ambiguous, never in reverse."""
     if reverse:
         return []
     return [
@@ -380,9 +299,7 @@ def conflicts(steps: Iterable[Step], *, reverse: bool) -> list[Step]:
 
 
 def plan_target(target: TreeToPatch, *, reverse: bool, merge: bool = False, settle: Settle | None = None) -> Plan:
-    """Plan ``target`` (see the module docstring); reads the tree, changes nothing. ``merge``: apply with a 3-way
-    merge what does not apply as it is (``--3way``); ``settle``: judge the patches that do not apply by their teeth
-    (called only when there is one)."""
+    """Plan ``target``, reading it only. ``merge``: ``--3way``; ``settle``: judges what does not apply, if any."""
     objects = gitops.objects_dir(target.worktree)
     steps = tuple(
         plan_series(

@@ -1,11 +1,6 @@
-"""What is in the way of a run: two trees of one kind, a series applied out of order, uncommitted changes in the
-files the patches change, a patch that does not apply, files that cannot be written.
-
-Atomicity: ``plan_target`` checks every patch of the tree in sequence without touching it (see ``plan.py``), and
-``refusal`` finds anything else in the way; the caller changes nothing unless every step of every tree is possible.
-Changing the trees, with the rollback that leaves them as they were found on any failure or interrupt, is
-``transaction.py``.
-"""
+"""What is in the way of a run, found before any tree is changed: two trees of one kind, a series applied out of
+order, uncommitted changes in the files the patches change, a patch that does not apply, files that cannot be
+written."""
 
 from __future__ import annotations
 
@@ -33,8 +28,7 @@ def refuse_duplicates(targets: Sequence[TreeToPatch]) -> None:
 
 
 def out_of_order(plan: Plan) -> bool:
-    """True when a patch is applied although one before it in the series is not (applying would put the earlier
-    one on top of the later one, an order the series never had)."""
+    """A patch is applied although one before it is not: applying would put the earlier on top of the later."""
     if plan.reverse:
         return False
     missing = [s.index for s in plan.steps if s.action in (Action.CHANGE, Action.FAIL)]
@@ -51,8 +45,7 @@ def _writable(path: Path) -> bool:
 
 
 def unwritable(plan: Plan) -> list[str]:
-    """The paths (relative to the tree) that the changing steps must write but cannot: a file without write
-    permission, or the folder where a file is replaced, created or removed."""
+    """The paths the changing steps must write but cannot: a file, or the folder where one is made or removed."""
     root = plan.target.root
     blocked: dict[str, None] = {}
     for rel in series_files(s.patch for s in plan.changing):
@@ -68,9 +61,8 @@ def unwritable(plan: Plan) -> list[str]:
 
 
 def refusal(plan: Plan, *, allow_dirty: bool) -> PatchsetError | None:
-    """Why the plan must not be carried out, as the error to raise, or None (``--check`` refuses alike). In order:
-    a series applied out of order, uncommitted changes in the files it changes (the likely cause of a patch not
-    applying there), a patch that does not apply, a tree that cannot be written where the patches write."""
+    """Why the plan must not be carried out, as the error to raise, or None. Uncommitted changes come before a
+    patch that does not apply: they are its likely cause."""
     if out_of_order(plan):
         return BadInput(out_of_order_message(plan))
     if plan.dirty and not allow_dirty:
@@ -83,8 +75,7 @@ def refusal(plan: Plan, *, allow_dirty: bool) -> PatchsetError | None:
 
 
 def refuse(plans: Sequence[Plan], *, allow_dirty: bool) -> None:
-    """Raise the refusal of the first plan that has one (see ``refusal``); every plan is checked before any tree
-    is changed."""
+    """Raise the refusal of the first plan that has one."""
     for plan in plans:
         if (error := refusal(plan, allow_dirty=allow_dirty)) is not None:
             raise error

@@ -14,10 +14,8 @@ def where(plan: Plan) -> str:
 
 
 def skip_reason(plan: Plan, step: Step) -> str:
-    """Why a SKIP step is skipped: ``in upstream since 0.9.0`` (by the version alone, when the patch declares no
-    ``Upstream-Check``), ``in upstream since 0.9.0 (verl 0.9.1 has it: <file> matches /<regex>/)``, or, on a tree
-    below that version, ``already upstream (content), verl ... has it: <file> matches /<regex>/``; or ``fixed
-    upstream (its tests pass on verl 0.9.2 as shipped: ...)``, by behaviour (``behaviour.py``)."""
+    """Why a SKIP step is skipped: ``in upstream since 0.9.0`` (with what the tree has that shows it), ``already
+    upstream (content), ...`` below that version, or ``fixed upstream (its tests pass on ... as shipped: ...)``."""
     if step.fixed_upstream and step.behaviour is not None:
         behaviour = step.behaviour
         return (
@@ -33,25 +31,19 @@ def skip_reason(plan: Plan, step: Step) -> str:
     return f"already upstream (content), {has}"
 
 
-def _upstream_lacking(plan: Plan, step: Step) -> str:
-    """The version claims the patch's change upstream, the content lacks it: which checks failed."""
-    assert step.upstream is not None
-    lacks = ", ".join(f"{check.path} {why}" for check, why in step.upstream.missing)
-    return (
-        f"{plan.target.label} is at or past {step.upstream.since}, the upstream version that has this change "
-        f"(Applied-Upstream), but its content lacks it: {lacks}"
-    )
-
-
 def failure_detail(plan: Plan, step: Step, *, reverted: bool = False) -> str:
     """What went wrong, in words; ``reverted`` when git's line numbers are from reverting the patch."""
     failure = step.failure
-    if step.upstream_missing:
-        return _upstream_lacking(plan, step)
+    if step.upstream_missing and step.upstream is not None:
+        lacks = ", ".join(f"{check.path} {why}" for check, why in step.upstream.missing)
+        return (
+            f"{plan.target.label} is at or past {step.upstream.since}, the upstream version that has this change "
+            f"(Applied-Upstream), but its content lacks it: {lacks}"
+        )
     if step.finding is Finding.AMBIGUOUS:
         return "it applies both forward and in reverse, so whether it is applied is unclear"
     if failure is None:
-        lines = step.refusal.stderr.splitlines() if step.refusal is not None else []
+        lines = step.stderr.splitlines()
         return lines[0].removeprefix("error: ") if lines else "git apply failed"
     if failure.line:
         hunk = patchtext.find_hunk(step.patch.text, failure.path, failure.line, reverse=reverted)
@@ -62,7 +54,7 @@ def failure_detail(plan: Plan, step: Step, *, reverted: bool = False) -> str:
 
 
 def behaviour_clause(plan: Plan, step: Step) -> str:
-    """What a conflicting patch's teeth said on the tree as shipped, and what it means; "" when they were not asked."""
+    """What a conflicting patch's teeth said on the tree as shipped, and what it means; "" when not asked."""
     behaviour = step.behaviour
     if behaviour is None or behaviour.fixed:
         return ""
@@ -126,13 +118,6 @@ def series_state(plan: Plan) -> str:
     return ", ".join(f"{s.index}/{total} {s.patch.name} {_state(plan, s)}" for s in ordered)
 
 
-def _partly_applied(plan: Plan) -> bool:
-    applied = Action.CHANGE if plan.reverse else Action.NOTHING
-    return any(s.action is applied for s in plan.steps) and any(
-        s.action not in (applied, Action.SKIP) for s in plan.steps
-    )
-
-
 def _merge_advice(plan: Plan, step: Step, file_hint: str) -> str:
     """Whether a 3-way merge would resolve the step, and so what to do next."""
     refresh = (
@@ -154,8 +139,7 @@ def _merge_advice(plan: Plan, step: Step, file_hint: str) -> str:
 
 
 def failure_message(plan: Plan, step: Step) -> str:
-    """One line: which patch failed on which tree, the file and hunk, whether a 3-way merge would resolve it, and
-    what to do next; with the state of every patch when the series has several."""
+    """One line: which patch failed where, whether a 3-way merge would resolve it, and what to do next."""
     state = f" [series: {series_state(plan)}]" if len(plan.steps) > 1 else ""
     if step.upstream_missing:
         return (
@@ -241,7 +225,8 @@ def step_line(plan: Plan, step: Step, *, check: bool) -> str:
 
 def partly_line(plan: Plan, *, check: bool) -> str | None:
     """``... is partly applied (...)`` when some patches are in and some are not, else None."""
-    if not _partly_applied(plan):
+    applied = Action.CHANGE if plan.reverse else Action.NOTHING
+    if not any(s.action is applied for s in plan.steps) or all(s.action in (applied, Action.SKIP) for s in plan.steps):
         return None
     rest = "would revert the applied ones" if plan.reverse else "would apply the rest"
     if not check:

@@ -1,10 +1,5 @@
-"""The tree to patch (``TreeToPatch``): what it is, which series it takes, and how a tree named on the command line or
-one the tool made from a pin is found to be one.
-
-Only git work trees whose files are tracked are accepted (a subdirectory of one works too): git is what makes
-"the tree as it was" checkable (HEAD, status) and recoverable. A plain directory (an unpacked sdist) is refused
-with a hint to ``git init`` it.
-"""
+"""The tree to patch (``TreeToPatch``), from a path on the command line or a pin. Only git work trees whose files
+are tracked are accepted: git is what makes "the tree as it was" checkable (HEAD, status) and recoverable."""
 
 from __future__ import annotations
 
@@ -64,8 +59,7 @@ def target_for_path(
     shown: str, workspace: Workspace, *, force_version: bool, console: Console, check: bool = False
 ) -> TreeToPatch:
     """The target for a tree named on the command line; raise ``BadInput`` for anything unsupported. A release no pin
-    names takes the series of the default pin of its kind (else the last) with ``force_version``, or to be reported
-    on with ``check``: a dry run changes nothing, so a new release gets its report, patch by patch."""
+    names takes its release line's series, else the default pin's, with ``force_version`` or ``check``."""
     root = Path(shown).expanduser()
     if not root.exists():
         raise BadInput(f"{shown} does not exist; pass the root of a verl or Trinity-RFT checkout")
@@ -141,9 +135,8 @@ def target_for_pin(pin: Pin, root: Path, patches_dir: Path) -> TreeToPatch:
 def cached_targets(
     workspace: Workspace, console: Console, *, reverse: bool, check: bool, held: ExitStack
 ) -> list[TreeToPatch]:
-    """The targets of a run given no PATH: the default pins, fetched into the cache (their vanilla checkouts for
-    ``check``, else fresh patched clones of them, held in ``held`` until the caller closes it: first all of them, so
-    that a run refused because another holds one has done nothing)."""
+    """The targets of a run given no PATH: the default pins' vanilla checkouts (``check``), else fresh patched clones
+    of them, all held in ``held`` before any is made, so that a run refused there has done nothing."""
     if reverse:
         raise BadInput("--reverse needs a PATH: the patched trees in the cache are rebuilt fresh on every run")
     pins, cache = workspace.pins, workspace.cache

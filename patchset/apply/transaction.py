@@ -1,13 +1,9 @@
 """Change the trees: carry out the plans of one run, all or nothing.
 
-Before a tree is changed, every file its patches touch is saved (``snapshot.py``; beside the tree's lock, where
-the next run finds it if this one is killed with SIGKILL: ``locking.py``). The patches are then applied
-one by one (``git apply``, or for a step planned so with ``--3way`` the merge of ``merge.py``), each inside a
-critical section that a signal cannot cut short (``signals.py``). If a patch still fails (the tree changed since
-the check), the run is interrupted (Ctrl-C, SIGTERM, SIGHUP) or anything else goes wrong, every tree changed in
-this run is restored from its snapshot, last first, and so left exactly as it was found; then the error is
-reported. Restoring copies back what was saved rather than reverting the patches, so it does not depend on them
-reverting cleanly.
+Every file a tree's patches touch is saved first (``snapshot.py``, beside the tree's lock, where the next run finds it
+after a SIGKILL: ``locking.py``); each patch is applied in a critical section that a signal cannot cut short. On any
+failure or interrupt every tree changed is restored from its snapshot, last first: copying back what was saved does
+not depend on the patches reverting cleanly.
 """
 
 from __future__ import annotations
@@ -19,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from patchset.apply.plan import Action, GitRefusal, Plan, Step, series_files
+from patchset.apply.plan import Action, Plan, Step, series_files
 from patchset.apply.report import failure_detail, listing, partly_line, step_line, summary_line, where
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput, DoesNotApply
@@ -77,23 +73,25 @@ def _execute(plan: Plan, console: Console, guard: Guard, progress: list[_Progres
     console.summary(summary_line(plan, check=False))
 
 
-def _rollback(progress: Sequence[_Progress], console: Console) -> list[str]:
-    """Restore every tree in ``progress``, last first; return what could not be restored, where its originals
-    are kept."""
+def restore(snapshots: Sequence[tuple[Snapshot, str]]) -> list[str]:
+    """Put each tree (``(snapshot, how it is shown)``) back, last first; what could not be, where its originals are."""
     stuck: list[str] = []
+    for snapshot, shown in reversed(snapshots):
+        if failed := snapshot.restore():
+            stuck.append(f"{', '.join(failed)} in {shown} (the originals are in {snapshot.keep()})")
+        else:
+            snapshot.discard()
+    return stuck
+
+
+def _rollback(progress: Sequence[_Progress], console: Console) -> list[str]:
     for item in reversed(progress):
         for step in reversed(item.done):
             try:
                 console.step(f"Rolling back {step.patch.name}")
             except OSError:  # the output is gone (a pipe whose reader stopped): the trees are restored all the same
                 pass
-        failed = item.snapshot.restore()
-        if failed:
-            kept = item.snapshot.keep()
-            stuck.append(f"{', '.join(failed)} in {item.plan.target.shown} (the originals are in {kept})")
-        else:
-            item.snapshot.discard()
-    return stuck
+    return restore([(item.snapshot, item.plan.target.shown) for item in progress])
 
 
 def _done_count(progress: Sequence[_Progress]) -> int:
@@ -113,7 +111,7 @@ def _rolled_back(progress: Sequence[_Progress], stuck: list[str]) -> str | None:
 def _failed_message(failed: _StepFailed, progress: Sequence[_Progress], stuck: list[str]) -> str:
     plan, step = failed.plan, failed.step
     verb = "revert" if plan.reverse else "apply"
-    as_failure = Step(step.patch, step.index, Action.FAIL, GitRefusal.of(failed.stderr))
+    as_failure = Step(step.patch, step.index, Action.FAIL, failed.stderr)
     detail = failure_detail(plan, as_failure, reverted=plan.reverse)
     head = f"{step.patch.name} failed to {verb} on {where(plan)} after its check passed ({detail})"
     if stuck:
@@ -129,38 +127,29 @@ def _failed_message(failed: _StepFailed, progress: Sequence[_Progress], stuck: l
 def apply_plans(
     plans: Sequence[Plan], console: Console, guard: Guard, homes: Mapping[Path, Path] | None = None
 ) -> None:
-    """Carry out ``plans`` (none with a refusal, see ``refusals.refusal``), all or nothing: on any failure, or an
-    interrupt, every tree changed so far is restored before the error propagates. ``homes``: where to keep each
-    tree's snapshot ({root: new folder}, beside its lock: see ``locking.py``); else a private temporary folder."""
+    """Carry out ``plans``, none refused, all or nothing. ``homes``: {root: where to keep its snapshot}, beside its
+    lock (else a private temporary folder)."""
     progress: list[_Progress] = []
     homes = homes or {}
     try:
         for plan in plans:
             _execute(plan, console, guard, progress, homes.get(plan.target.root))
-    except _StepFailed as failed:
+    except BaseException as exc:
+        if isinstance(exc, BrokenPipeError):  # the output was closed (`apply ... | head`)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no more writes to a reader that is gone
         with guard.critical():
             stuck = _rollback(progress, console)
-        raise DoesNotApply(_failed_message(failed, progress, stuck)) from None
-    except Interrupted as interrupted:
-        with guard.critical():
-            stuck = _rollback(progress, console)
-        interrupted.outcome = _rolled_back(progress, stuck) or interrupted.outcome
-        raise
-    except BrokenPipeError:  # the output was closed (`apply ... | head`): ended as that signal ends a command
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no more writes to a reader that is gone
-        with guard.critical():
-            stuck = _rollback(progress, console)
-        closed = Interrupted(signal.SIGPIPE)
-        closed.outcome = _rolled_back(progress, stuck) or closed.outcome
-        raise closed from None
-    except OSError as exc:
-        with guard.critical():
-            stuck = _rollback(progress, console)
-        restored = f"; rolling back failed too: {'; '.join(stuck)}" if stuck else "; every tree was restored"
-        raise BadInput(f"could not change the tree: {exc}{restored}") from None
-    except BaseException:
-        with guard.critical():
-            _rollback(progress, console)
+        if isinstance(exc, _StepFailed):
+            raise DoesNotApply(_failed_message(exc, progress, stuck)) from None
+        if isinstance(exc, BrokenPipeError):  # ended as that signal ends a command
+            closed = Interrupted(signal.SIGPIPE)
+            closed.outcome = _rolled_back(progress, stuck) or closed.outcome
+            raise closed from None
+        if isinstance(exc, Interrupted):
+            exc.outcome = _rolled_back(progress, stuck) or exc.outcome
+        elif isinstance(exc, OSError):
+            restored = f"; rolling back failed too: {'; '.join(stuck)}" if stuck else "; every tree was restored"
+            raise BadInput(f"could not change the tree: {exc}{restored}") from None
         raise
     for item in progress:
         item.snapshot.discard()

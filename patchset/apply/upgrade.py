@@ -1,41 +1,33 @@
 """``apply --upgrade``: replace the earlier series a tree holds with today's, then test, all or nothing.
 
-For each tree, first on a scratch copy of every file either series touches (the real tree is only read):
-
-1. the earlier series is taken out exactly: each of its files goes back to the release's content (``earlier.py``),
-   which is only done for files in a state the series wrote, or to the tree's HEAD by reverting the series' own
-   texts (a patch merged with ``--3way`` onto committed changes); a file with changes of its own is refused, by name;
-2. today's series is planned and applied there, as ``apply`` plans it (a patch upstream has is skipped; one that does
-   not apply refuses the upgrade, naming it).
-
-Then, under the tree's lock: a snapshot of those files (``snapshot.py``, kept beside the lock), the scratch files
-installed over them, the regression tests on the trees; if they fail, or the run is interrupted, every tree is
-restored from its snapshot (the earlier series again) before the error is reported. Only after the tests pass are
-the snapshots discarded and the new series recorded (``record.py``). A run killed outright (SIGKILL) at any moment
-leaves the earlier series, or a snapshot that the next run restores it from, or today's series: never a mix.
-Uncommitted changes to other files are left alone; in a file today's series changes (and the earlier did not), they
-are refused as ``apply`` refuses them (``--allow-dirty`` to proceed).
+On a scratch copy of the files either series touches, the earlier series is taken out exactly (``earlier.py``) and
+today's applied as ``apply`` plans it; a file with changes of its own, or a patch that does not apply, refuses the
+upgrade by name. Then, under the tree's lock, the scratch files are installed over a snapshot kept beside the lock,
+and the regression tests run: if they fail or the run is interrupted, every tree is restored (the earlier series
+again). Only once they pass is the new series recorded (``earlier.py``), so that a killed run leaves the earlier
+series, a snapshot the next run restores it from, or today's series: never a mix.
 """
 
 from __future__ import annotations
 
-import functools
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.apply.earlier import Held, copy_into, peel_unknown, restore_originals
-from patchset.apply.plan import Action, plan_series, series_files
-from patchset.apply.record import write_record
+from patchset.apply.earlier import Held, peel_unknown, restore_originals, write_record
+from patchset.apply.plan import Action, plan_series, scratch_copy, series_files
 from patchset.apply.report import listing
 from patchset.apply.target import TreeToPatch
+from patchset.apply.transaction import restore
 from patchset.plumbing import files, gitops, tempdirs
 from patchset.plumbing.errors import BadInput, DoesNotApply
 from patchset.plumbing.signals import Guard
 from patchset.plumbing.snapshot import Snapshot
 from patchset.plumbing.ui import Console
-from patchset.series.history import KnownSeries
+from patchset.series.history import KnownSeries, recover_texts
+from patchset.upstreams.fetch import ensure_upstream
+from patchset.upstreams.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -81,7 +73,7 @@ def _apply_today(target: TreeToPatch, scratch: Path, held: Held | None, console:
     for step in plan_series(scratch, target.series.patches, version=target.version):
         result = gitops.apply_patch(scratch, step.patch.path) if step.action is Action.CHANGE else None
         if step.action is Action.FAIL or (result is not None and not result.ok):
-            stderr = result.stderr if result is not None else step.refusal.stderr if step.refusal else ""
+            stderr = result.stderr if result is not None else step.stderr
             why = (stderr.splitlines() or ["it does not apply"])[0].removeprefix("error: ")
             raise DoesNotApply(
                 f"{step.patch.name} does not apply to {target.label} at {target.shown}{after} ({why}); nothing was "
@@ -97,22 +89,26 @@ def prepare(
     today: KnownSeries,
     into: Path,
     *,
-    vanilla: Callable[[], Path | None],
-    texts: Callable[[KnownSeries], Mapping[str, bytes]],
+    workspace: Workspace,
     allow_dirty: bool,
     console: Console,
 ) -> Upgrade:
-    """Work out ``target``'s upgrade in the scratch folder ``into`` (the tree is only read); raise for a refusal.
-    ``texts``: the held series' patch texts, by name, asked only for files in no state it wrote."""
+    """Work out ``target``'s upgrade in the scratch folder ``into`` (the tree is only read); raise for a refusal."""
+
+    def vanilla() -> Path | None:  # asked only when the tree's own git objects lack a file's original
+        pin = workspace.pins.find(target.key, target.version)
+        return ensure_upstream(pin, workspace.cache, console) if pin is not None else None
+
     earlier = {c.path for p in held.series.patches for c in p.changes} if held is not None else set()
     paths = tuple(dict.fromkeys([*sorted(earlier), *series_files(target.series.patches)]))
     peeled: Mapping[str, bytes] = {}
     if held is not None and held.unknown:
-        peeled = peel_unknown(target, held, texts(held.series), into.with_name(f"{into.name}-peel"))
+        texts = recover_texts(held.series, workspace.patches_dir)
+        peeled = peel_unknown(target, held, texts, into.with_name(f"{into.name}-peel"))
     if held is not None:
         _refuse_unknown(target, held, peeled)
     others = _refuse_dirty(target, paths, earlier, allow_dirty)
-    copy_into(target, paths, into)
+    scratch_copy(target.root, paths, into)
     if held is not None:
         console.step(f"Taking {held.series.shown} out of {target.shown} (on a scratch copy)")
         lost = restore_originals(target, held, into, vanilla, peeled)
@@ -129,14 +125,14 @@ def prepare(
     return Upgrade(target, held, today, paths, into)
 
 
-def _install(upgrades: Sequence[Upgrade], homes: Mapping[Path, Path], guard: Guard) -> list[Snapshot]:
+def _install(upgrades: Sequence[Upgrade], homes: Mapping[Path, Path], guard: Guard) -> list[tuple[Snapshot, str]]:
     """Snapshot each tree's files, then install the scratch files over them; all or nothing."""
-    snapshots: list[Snapshot] = []
+    snapshots: list[tuple[Snapshot, str]] = []
     try:
         for item in upgrades:
             with guard.critical():
                 snapshot = Snapshot(item.target.root, item.paths, homes.get(item.target.root))
-                snapshots.append(snapshot)
+                snapshots.append((snapshot, item.target.shown))
                 files.install_paths(item.scratch, item.target.root, item.paths)
             guard.check()
     except OSError as exc:
@@ -149,35 +145,23 @@ def _install(upgrades: Sequence[Upgrade], homes: Mapping[Path, Path], guard: Gua
     return snapshots
 
 
-def _restore(snapshots: Sequence[Snapshot], guard: Guard) -> list[str]:
-    """Put every tree back from its snapshot, last first; return what could not be, where its originals are."""
-    stuck = []
+def _restore(snapshots: Sequence[tuple[Snapshot, str]], guard: Guard) -> list[str]:
     with guard.critical():
-        for snapshot in reversed(snapshots):
-            failed = snapshot.restore()
-            if failed:
-                stuck.append(f"{', '.join(failed)} (the originals are in {snapshot.keep()})")
-            else:
-                snapshot.discard()
-    return stuck
+        return restore(snapshots)
 
 
 def run_upgrade(
     plans: Sequence[tuple[TreeToPatch, Held | None, KnownSeries]],
     *,
+    workspace: Workspace,
     homes: Mapping[Path, Path],
     test: Callable[[], int] | None,
-    vanilla: Callable[[TreeToPatch], Path | None],
-    texts: Callable[[KnownSeries], Mapping[str, bytes]],
     options: tuple[bool, bool],
     console: Console,
     guard: Guard,
 ) -> int:
-    """Upgrade every tree of ``plans`` (``(target, the earlier series it holds, today's series)``), then run ``test``
-    (None: not run); return its status (the trees restored when it is not 0), or raise for a refusal. ``options``:
-    ``(allow_dirty, dry_run)``; a dry run (``--check --upgrade``) works it out on the scratch copies, says what it
-    would do and changes nothing. ``vanilla``, ``texts``: the pinned release's checkout and the held series' texts,
-    asked for only when the tree's own git objects do not give a file's original."""
+    """Upgrade every tree of ``plans`` (target, held series, today's), then run ``test``; return its status, the trees
+    restored unless 0. ``options``: ``(allow_dirty, dry_run)``; a dry run only says what it would do."""
     allow_dirty, dry_run = options
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("upgrade")) as tmp:
         upgrades = [
@@ -186,8 +170,7 @@ def run_upgrade(
                 held,
                 today,
                 Path(tmp) / str(number),
-                vanilla=functools.partial(vanilla, target),
-                texts=texts,
+                workspace=workspace,
                 allow_dirty=allow_dirty,
                 console=console,
             )
@@ -215,7 +198,7 @@ def run_upgrade(
         console.warn(f"the upgrade is undone because the regression tests failed: {restored}")
         return status
     with guard.critical():
-        for snapshot in snapshots:
+        for snapshot, _ in snapshots:
             snapshot.discard()
         for item in upgrades:
             home = homes.get(item.target.root)

@@ -1,11 +1,8 @@
-"""The command line, ``python -m patchset <command>``: one subcommand per user task.
+"""The command line, ``python -m patchset <command>``: one subcommand per user task, listed in ``COMMANDS``.
 
-``COMMANDS`` is the one table of them: each names the module that registers it and its one-line help. ``main``
-makes the one top-level parser (``--help``, usage errors) and has the command named on the line register its own
-parser into it (``register(commands, name, help)``, returning its `startup.Run`), so each keeps its own ``--help``,
-options and exit codes, and only its module is imported. ``scripts/*.sh`` are thin wrappers over these. Whatever
-stops a command (an import that fails, a parser that breaks, any error of its run) ends once as one ``error:`` line
-and its exit status (``cli/startup.py``, ``cli/exits.py``), never a traceback.
+Only the module of the command named on the line is imported; it registers its own parser (``register(commands,
+name, help)``, returning its `startup.Run`). Whatever stops a command ends as one ``error:`` line and its exit
+status (``startup.py``, ``exits.py``), never a traceback.
 """
 
 from __future__ import annotations
@@ -50,16 +47,13 @@ COMMANDS = {
 
 
 def _top_epilog() -> str:
-    """The end of the top-level help: the main command's exit codes."""
     from patchset.cli.apply import EXIT_CODES
 
     return EXIT_CODES + f"\nRun '{PROG} apply --help' for the main command."
 
 
 def _parser(chosen: str | None) -> tuple[argparse.ArgumentParser, Run | None]:
-    """The top-level parser, with the ``chosen`` command registered by its module (the others only named, for
-    ``--help``), and that command's `Run`; None when the line names no command, and only then is the top-level
-    help (which ends with apply's exit codes) ever shown."""
+    """The top-level parser with the ``chosen`` command registered (the others only named), and its `Run`."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Carry fixes for verl and Trinity-RFT as patch series and apply them.",
@@ -112,7 +106,7 @@ def _leading_directory(line: list[str]) -> tuple[str | None, list[str]]:
 
 
 def _change_directory(directory: str) -> None:
-    """Go to ``directory``, so relative paths on the line mean what they meant where the user typed them."""
+    """Go to ``directory``, as ``git -C`` does."""
     from patchset.plumbing.errors import BadInput
 
     try:

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 
 from patchset.apply.job import ApplyOptions, run_apply
+from patchset.cli.exits import INTERNAL_HELP
 from patchset.cli.options import add_common_options, workspace_from
 from patchset.cli.startup import Run
 from patchset.plumbing import signals
@@ -13,7 +14,6 @@ from patchset.plumbing.errors import (
     EXIT_BAD_INPUT,
     EXIT_DOES_NOT_APPLY,
     EXIT_EARLIER_SERIES,
-    EXIT_INTERNAL,
     EXIT_LOCKED,
     EXIT_OK,
     EXIT_TESTS_FAILED,
@@ -42,8 +42,7 @@ exit status:
   {EXIT_EARLIER_SERIES}  a tree holds an earlier series of this patchset (recorded by apply, or recognised by content
      from patches/history.json): the message names it and each patch's state; nothing was changed. --upgrade
      replaces it
-  {EXIT_INTERNAL}  internal error, a bug or a failing system (a full disk): one line says what failed and where
-     (PATCHSET_TRACEBACK=1 shows the traceback); please report it
+{INTERNAL_HELP}\
   {EXIT_TIMED_OUT}  a run of the regression tests hung: still running past its limit (--test-timeout; default
      {SUITE_LIMIT_S} s times ${TIME_SCALE_VARIABLE}), it was ended; one line names the test it was in and the file that
      keeps the stacks of its processes (printed above it). The trees are as after a test failure
@@ -56,37 +55,17 @@ APPLY_DESCRIPTION = """\
 Apply the patch series to verl / Trinity-RFT trees.
 
 Without PATH: fetch the default pinned releases (verl 0.8.0, trinity-rft 0.6.0) from PyPI into the cache
-(verified by sha256, reused afterwards), make fresh patched clones of them under <cache>/patched/, apply the
-series there and run the regression tests on them. The vanilla checkouts under <cache>/upstreams/ are never
-modified.
+(verified by sha256), make fresh patched clones of them under <cache>/patched/, apply the series there and run
+the regression tests on them. The vanilla checkouts under <cache>/upstreams/ are never modified.
 
-With PATHs: each PATH is the root of a verl or Trinity-RFT git checkout; its version is read from the tree,
-and the series for it is applied to the work tree (plain git apply: no commit, no index change), then the
-regression tests run on the given trees.
+With PATHs: each PATH is the root of a verl or Trinity-RFT git checkout; the series for its version is applied to
+the work tree (no commit, no index change), then the regression tests run on the given trees.
 
-Every patch is checked, in order, before any is applied; a patch that is already applied is reported and left
-alone, so running again is safe. If one patch does not apply, nothing is applied; if applying fails or is
-interrupted half-way, every tree is restored as it was. A patch is never reversed to make it fit: one that only
-reverts is reported as already applied, and --reverse is the only way to take patches out.
-
-A patch upstream already has is skipped: by its header (Applied-Upstream, Upstream-Check: the tree's content), or,
-when it neither applies nor is recognised so, by behaviour: its own regression tests (patches/<series>/parts.toml) run
-on the tree as shipped, and if they pass, upstream fixed the bug its own way ("fixed upstream (its tests pass on
-verl X as shipped)"); if they fail, the conflict stands (exit 3). They run only for such a patch, never otherwise.
-
-A release no pin names is refused unless --force-version (apply anyway) or --check (a report, patch by patch:
-applies, in upstream by content, fixed upstream by behaviour, or does not apply and what to do).
-
-One run per tree: every run (--check and --reverse too) locks each tree in its git directory
-(<git-dir>/patchset/lock) until it ends; a second run exits 4 naming the first. The copy taken before the first
-change is kept beside the lock, so a run killed outright (SIGKILL) leaves it there, and the next run restores the
-tree from it, says so, then does what it was asked.
-
-The cache is shared by every run that uses it, one writer at a time for each entry (<cache>/.locks/): a run that
-needs a pinned release another run is fetching waits for it, saying for whom and for how long
-($PATCHSET_CACHE_WAIT seconds, default 600), then reuses it; a run without PATH holds the patched trees
-<cache>/patched/ until it ends, and a second one exits 4 naming it. Entries are built beside their place, then
-renamed into it; what a killed run left is removed by the next.
+Every patch is checked, in order, before any is applied: all or nothing, and running again is safe. A patch
+upstream already has is skipped, by its header (Applied-Upstream, Upstream-Check) or, when it neither applies nor
+is recognised so, by behaviour: its own regression tests pass on the tree as shipped. A release no pin names is
+refused unless --force-version or --check. Each tree is locked for the run (<git-dir>/patchset/lock), and a run
+killed outright is undone by the next. docs/guide.md says more.
 """
 
 APPLY_EPILOG = (
@@ -123,11 +102,8 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         "--check",
         action="store_true",
         help="dry run: say for each patch whether it would apply, is already applied, is skipped (in upstream by "
-        "content, or fixed upstream: its tests pass on the tree as shipped) or does not apply, and what to do; change "
-        "nothing; works on a release no pin names too (exit 0 when all would apply, are applied or skipped, 3 when "
-        "one does not apply, 2 for what apply would refuse: uncommitted changes, a series applied out of order, a "
-        "read-only tree; 4 when another run holds the tree; 5 when a tree holds an earlier series of this patchset: "
-        "--upgrade replaces it)",
+        "content, or fixed upstream by behaviour) or does not apply, and what to do; change nothing; works on a "
+        "release no pin names too (exit codes as apply's)",
     )
     apply.add_argument(
         "--reverse",
@@ -138,8 +114,7 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         "--no-test",
         action="store_true",
         help="do not run the regression tests afterwards, nor the tests of a patch that does not apply (which could "
-        "show upstream fixed its bug its own way: it then stays a conflict, exit 3, and the message says what decides "
-        "it)",
+        "show upstream fixed its bug its own way: it stays a conflict, exit 3)",
     )
     apply.add_argument(
         "--test-timeout",

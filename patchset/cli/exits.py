@@ -1,10 +1,7 @@
-"""One place that turns the tooling's errors into the one-line ``error: ...`` and the documented exit status,
-so that every command (apply, fetch, export, export-pr, wheels) reports a failure the same way.
+"""One place that turns the tooling's errors into one ``error: ...`` line and the documented exit status.
 
-An error nobody foresaw (a bug, a disk that fills up) is no exception: it ends with one line that says what failed
-and where (the innermost frame of this project's code), and its own exit status, ``EXIT_INTERNAL`` (70), so that it
-is never taken for "the tests failed" (1). ``PATCHSET_TRACEBACK=1`` shows the whole traceback instead, for a bug
-report."""
+An error nobody foresaw (a bug, a full disk) says what failed and where, with its own status, ``EXIT_INTERNAL``, so
+that it is never taken for "the tests failed"; ``PATCHSET_TRACEBACK=1`` shows the traceback instead."""
 
 from __future__ import annotations
 
@@ -41,8 +38,7 @@ def _where(exc: BaseException) -> str:
 
 
 def internal_error(exc: BaseException) -> int:
-    """Report an error nobody foresaw on one line (or, with ``PATCHSET_TRACEBACK=1``, as a traceback); return
-    ``EXIT_INTERNAL``."""
+    """Report an error nobody foresaw on one line (and the traceback, if asked for); return ``EXIT_INTERNAL``."""
     if os.environ.get(TRACEBACK_ENV):
         traceback.print_exception(exc)
     detail = " ".join(str(exc).split())[:500] or "(no message)"  # one line, whatever the error carried
@@ -60,12 +56,9 @@ def run_reporting_errors(
     interrupted: str | Callable[[], str | None] | None = None,
     other_errors: Mapping[type[Exception], int] | None = None,
 ) -> int:
-    """Return ``call()``, or print its error on one line and return that error's exit status.
-
-    ``interrupted`` says what an interruption left behind (default: what the rollback reported, ``outcome``; an
-    empty string: nothing is said), or is called for it when the error arrives; ``other_errors`` maps further
-    exception types to their exit status (read when an error arrives). Any other error is an internal one
-    (``internal_error``)."""
+    """Return ``call()``, or print its error on one line and return that error's exit status. ``interrupted``: what
+    an interruption left behind (None: what the rollback reported; "": nothing), or a callable giving it;
+    ``other_errors``: further exception types and their exit status, read when an error arrives."""
     extra = other_errors if other_errors is not None else {}
 
     def left() -> str | None:
@@ -73,12 +66,12 @@ def run_reporting_errors(
 
     try:
         return call()
-    except PatchsetError as exc:
+    except (PatchsetError, gitops.GitError, *extra) as exc:  # a PatchsetError carries its own status
         print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except gitops.GitError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        if isinstance(exc, PatchsetError):
+            return exc.exit_code
+        codes = {gitops.GitError: EXIT_BAD_INPUT, **extra}
+        return next(code for kind, code in codes.items() if isinstance(exc, kind))
     except signals.Interrupted as exc:  # every tree being changed was restored before this arrives here
         outcome = exc.outcome if (said := left()) is None else said
         print(f"error: interrupted by {exc.name}{'; ' + outcome if outcome else ''}", file=sys.stderr)
@@ -87,8 +80,5 @@ def run_reporting_errors(
         outcome = "every tree being changed was restored" if (said := left()) is None else said
         print(f"error: interrupted{'; ' + outcome if outcome else ''}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except tuple(extra) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return next(code for kind, code in extra.items() if isinstance(exc, kind))
     except Exception as exc:
         return internal_error(exc)

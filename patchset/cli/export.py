@@ -1,9 +1,5 @@
 """Command line for maintainers of the series: ``python -m patchset export checkout|export|lint``
-(``scripts/export.sh``).
-
-``checkout`` makes a git checkout holding the series as commits, ``export`` writes those commits back as the
-series (``--dry-run``: only say whether anything would change), ``lint`` checks the series folders.
-"""
+(``scripts/export.sh``)."""
 
 from __future__ import annotations
 
@@ -24,7 +20,7 @@ from patchset.export.series_export import (
     refuse_existing,
     write_export,
 )
-from patchset.plumbing import cachelock, signals
+from patchset.plumbing import cachelock
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_LOCKED, EXIT_OK, BadInput
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.copies import checkout_files
@@ -49,8 +45,6 @@ exit status:
   {EXIT_BAD_INPUT}  bad input: usage; not a maintainer checkout (no tag, no branch {BRANCH}, a rebase in
      progress); unknown upstream; bad series or corrupt patch; failed fetch
   {EXIT_DOES_NOT_APPLY}  checkout: a patch of the series does not apply to the pinned release
-"""
-EXIT_CODES += f"""\
   {EXIT_LOCKED}  checkout: another run is making a checkout into DEST, or kept the pinned release busy in the cache
      past $PATCHSET_CACHE_WAIT seconds (default 600); the message names it; nothing was changed
 """
@@ -79,9 +73,8 @@ examples:
 
 
 def _pin(args: argparse.Namespace, workspace: Workspace) -> Pin:
+    """An upstream key's default pin; for a series folder (verl-0.7), the newest release it targets."""
     pins = workspace.pins
-    # an upstream key names its default pin's series; a series folder (verl-0.7) the newest release it targets,
-    # the one its patches are made against
     of_series = sorted(
         (p for p in pins.pins if p.series == args.upstream and p.target), key=lambda p: release_key(p.version)
     )
@@ -106,7 +99,7 @@ def cmd_checkout(args: argparse.Namespace, console: Console) -> int:
     patches_dir, cache, pin = workspace.patches_dir, workspace.cache, _pin(args, workspace)
     series = load_series(patches_dir, pin.series)
     dest = _checkout_path(workspace, pin, args.dest)
-    # one checkout into DEST at a time: a second one at once is refused (exit 4), naming the first
+    # a second checkout into DEST at once is refused (exit 4), naming the first
     entry = cachelock.entry_for("maintain", dest)
     with cachelock.hold(cache.root, entry, f"the maintainer checkout {display_path(dest)}", console, wait=False):
         refuse_existing(dest, force=args.force)
@@ -172,7 +165,6 @@ def cmd_lint(args: argparse.Namespace, console: Console) -> int:
 def _subcommand(
     commands: argparse._SubParsersAction, name: str, help: str, description: str
 ) -> argparse.ArgumentParser:
-    """The parser of subcommand ``name``: its ``help`` line, its ``description`` (dedented) and the exit codes."""
     return commands.add_parser(
         name,
         help=help,
@@ -183,10 +175,8 @@ def _subcommand(
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
-    """Add ``export``'s parser (``scripts/export.sh``) and those of its subcommands to the top-level ``commands``.
-    Each subcommand's line is parsed by its own parser, so that options may come between the positional arguments
-    (``export verl --dry-run CHECKOUT``). No signal handlers are installed: a Ctrl-C ends it as a
-    ``KeyboardInterrupt``, one ``error: interrupted`` line."""
+    """Add ``export``'s parser and its subcommands' to the top-level ``commands``. Each subcommand parses its own
+    line, so that options may come between the arguments (``export verl --dry-run CHECKOUT``)."""
     formatter = argparse.RawDescriptionHelpFormatter
     parser = commands.add_parser(
         name, prog="scripts/export.sh", help=help, description=DESCRIPTION, epilog=EPILOG, formatter_class=formatter
@@ -198,11 +188,10 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         "checkout",
         "make a git checkout holding the series as commits, to edit patches in",
         f"""\
-            Clone the pinned vanilla checkout of UPSTREAM (fetched into the cache if needed) into DEST and commit
-            each patch of its series with git am, in order, on branch {BRANCH} off the release tag. Author, date
-            and message come from the patch, the message ending with the trailer Patch-Filename: <its file> that
-            export names it by; the committer is the author and the commit date the author date, so the same
-            series always gives the same commits. DEST defaults to <cache>/maintain/<name>-<version>.""",
+            Clone the pinned vanilla checkout of UPSTREAM into DEST and commit each patch of its series with git am,
+            in order, on branch {BRANCH} off the release tag; each message ends with the trailer Patch-Filename:
+            <its file>, and the same series always gives the same commits (docs/maintaining.md). DEST defaults to
+            <cache>/maintain/<name>-<version>.""",
     )
     checkout.add_argument("upstream", metavar="UPSTREAM", help=UPSTREAM_HELP)
     checkout.add_argument("dest", nargs="?", metavar="DEST", help="where to make the checkout")
@@ -215,12 +204,10 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         "export",
         "write the series from a maintainer checkout (--dry-run: fail if that would change anything)",
         f"""\
-            Export <tag>..{BRANCH} of CHECKOUT with git format-patch (byte-stable: fixed flags, the user's git
-            config neutralised) into patches/<series>/ and rewrite its series file (comment lines kept). Each commit
-            of a checkout ends with the trailer Patch-Filename: <its patch file>, taken out on export: that patch
-            keeps its name, renumbered to its place; a new commit (no trailer) is named NNNN-<area>-<slug>.patch
-            from its subject. Only committed changes are exported.
-            CHECKOUT defaults to <cache>/maintain/<name>-<version>.""",
+            Export the committed <tag>..{BRANCH} of CHECKOUT with git format-patch (byte-stable) into
+            patches/<series>/ and rewrite its series file (comment lines kept). A commit keeps the name of its
+            Patch-Filename: trailer, renumbered to its place; a new one is named NNNN-<area>-<slug>.patch from its
+            subject. CHECKOUT defaults to <cache>/maintain/<name>-<version>.""",
     )
     export.add_argument("upstream", metavar="UPSTREAM", help=UPSTREAM_HELP)
     export.add_argument("checkout", nargs="?", metavar="CHECKOUT", help="the maintainer checkout to export")
@@ -252,8 +239,6 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
             return subcommands[line[0]].parse_intermixed_args(line[1:], argparse.Namespace(command=line[0]))
         return needs_command(parser, parser.parse_args(line))
 
-    return Run(_handle, handle_signals=False, interrupted="", parse=parse)
-
-
-def _handle(args: argparse.Namespace, console: Console, _guard: signals.Guard) -> int:
-    return args.handler(args, console)
+    return Run(
+        lambda args, console, _guard: args.handler(args, console), handle_signals=False, interrupted="", parse=parse
+    )

@@ -1,7 +1,5 @@
-"""Command line: ``python -m patchset export-pr verl|trinity CHECKOUT`` (``scripts/export-pr.sh``).
-
-The work is ``patchset.export.pr_export.export_pr``; this module parses the line and reports its errors.
-"""
+"""Command line: ``python -m patchset export-pr verl|trinity CHECKOUT`` (``scripts/export-pr.sh``); the work is
+``patchset.export.pr_export``."""
 
 from __future__ import annotations
 
@@ -9,14 +7,13 @@ import argparse
 from pathlib import Path
 
 from patchset.cli.exits import CACHE_WAIT_HELP, INTERNAL_HELP
-from patchset.cli.options import workspace_from
+from patchset.cli.options import add_common_options, workspace_from
 from patchset.cli.startup import Run
 from patchset.export import pr_export
 from patchset.export.pr_export import EXIT_GATE_FAILED, ExportRequest
 from patchset.plumbing import signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_OK
 from patchset.plumbing.ui import Console
-from patchset.upstreams.fetch import CACHE_ENV
 from patchset.upstreams.registry import UPSTREAMS
 
 EXIT_CODES = f"""\
@@ -33,8 +30,7 @@ EXIT_CODES += CACHE_WAIT_HELP + INTERNAL_HELP
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
-    """Add ``export-pr``'s parser (``scripts/export-pr.sh``) to the top-level ``commands``; it parses its own line.
-    No signal handlers are installed: a Ctrl-C ends it as one ``error: interrupted`` line."""
+    """Add ``export-pr``'s parser to the top-level ``commands``; a Ctrl-C ends it as one ``error: interrupted``."""
     parser = commands.add_parser(
         name,
         prog="scripts/export-pr.sh",
@@ -67,24 +63,13 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         "user.email); a cherry-pick keeps upstream's author, with you as committer",
     )
     parser.add_argument(
-        "--cache",
-        metavar="DIR",
-        help=f"cache folder holding the pinned verl that Trinity's tests import (default: ${CACHE_ENV}, else "
-        "<repo>/.cache)",
-    )
-    parser.add_argument(
-        "--patches-dir",
-        metavar="DIR",
-        help="folder holding upstreams.toml and the series folders (default: the repository's patches/)",
-    )
-    parser.add_argument(
         "--rerun-gates",
         action="store_true",
         help="run every gate, even one that passed on exactly the same content before (default: such a pass, "
         "recorded in <cache>/gates/ by the sha256 of the branch's tree, the trees its tests import, the test venv's "
         "lock and the gate's code and arguments, is reused and said so)",
     )
-    parser.add_argument("-q", "--quiet", action="store_true", help="print only summaries, warnings, errors and the PR")
+    add_common_options(parser)
     return Run(_export, handle_signals=False, interrupted="", parse=parser.parse_args)
 
 

@@ -27,27 +27,12 @@ exit status:
 EXIT_CODES += INTERNAL_HELP
 
 
-def own_checks() -> dict[str, dict[str, Check]]:
-    """{upstream: {hook id: its check}} for every hook of the registry that is a check of this project's own."""
-    found: dict[str, dict[str, Check]] = {}
-    for key, upstream in UPSTREAMS.items():
-        checks = {hook.id: hook.check for hook in upstream.lint_hooks if hook.check is not None}
-        if checks:
-            found[key] = checks
-    return found
-
-
-def _checks_of(checks: dict[str, dict[str, Check]], args: argparse.Namespace) -> dict[str, Check]:
-    """The upstream's own checks, once ``args.hook`` is known to be one of them (else a usage error)."""
-    if args.hook not in checks[args.upstream]:
-        known = ", ".join(checks[args.upstream])
-        raise BadInput(f"argument ID: {args.upstream} has no hook {args.hook!r} of its own (choose from {known})")
-    return checks[args.upstream]
-
-
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     """Add ``lint-hook``'s parser to the top-level ``commands``."""
-    checks = own_checks()
+    checks: dict[str, dict[str, Check]] = {}  # {upstream: {hook id: its check}}, for the hooks written here
+    for key, upstream in UPSTREAMS.items():
+        if own := {hook.id: hook.check for hook in upstream.lint_hooks if hook.check is not None}:
+            checks[key] = own
     parser = commands.add_parser(
         name,
         help=help,
@@ -61,7 +46,11 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     parser.add_argument("files", metavar="FILES", nargs="*", help="the files to check, relative to the tree")
 
     def run(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
-        problems = _checks_of(checks, args)[args.hook](args.files)
+        own = checks[args.upstream]
+        if args.hook not in own:
+            known = ", ".join(own)
+            raise BadInput(f"argument ID: {args.upstream} has no hook {args.hook!r} of its own (choose from {known})")
+        problems = own[args.hook](args.files)
         for problem in problems:
             print(problem)
         return EXIT_PROBLEMS if problems else EXIT_OK

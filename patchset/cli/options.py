@@ -25,13 +25,6 @@ def add_common_options(parser: argparse.ArgumentParser, *, cache: bool = True) -
     parser.add_argument("-q", "--quiet", action="store_true", help="print only summaries, warnings and errors")
 
 
-def usage_exit_status(exc: SystemExit, bad_input: int) -> int:
-    """The exit status for argparse's SystemExit: 0 for --help, else its code (``bad_input`` when not an int)."""
-    if exc.code is None:
-        return 0
-    return exc.code if isinstance(exc.code, int) else bad_input
-
-
 def workspace_from(args: argparse.Namespace) -> Workspace:
     """The run's `Workspace` from ``--patches-dir`` and ``--cache`` (or ``$PATCHSET_CACHE``), resolved once."""
     return resolve_workspace(args.patches_dir, getattr(args, "cache", None), os.environ)

@@ -1,7 +1,5 @@
-"""Every command's start-up, written once: parse its line, make its console, hold SIGINT, SIGTERM and SIGHUP off the
-trees it changes (``plumbing.signals``), and end whatever stops it as one ``error:`` line and its exit status
-(``exits.run_reporting_errors``, called once per run). A command module supplies its parser and a `Run`: its
-handler and how it runs, nothing more."""
+"""Every command's start-up, written once: parse its line, make its console, hold signals off the trees it changes
+(``plumbing.signals``), and end whatever stops it as one ``error:`` line and its exit status (``exits.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +10,6 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 
 from patchset.cli.exits import run_reporting_errors
-from patchset.cli.options import usage_exit_status
 from patchset.plumbing import signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT
 from patchset.plumbing.ui import Console
@@ -23,12 +20,10 @@ Handler = Callable[[argparse.Namespace, Console, signals.Guard], int]
 
 @dataclass(frozen=True)
 class Run:
-    """How a command runs once registered: its ``handler``; ``handle_signals``: signals are held off critical
-    sections (``signals.handled``) for the whole command (off: they keep their handlers and the guard is inert);
-    ``interrupted``: what an interruption left behind, said after ``error: interrupted`` (a text, one computed from the
-    arguments, or None: what the rollback reported); ``parse``: how the rest of the line after the command's name is
-    parsed (None: the top-level parser parses the whole line); ``other_errors``: further exception types that end it
-    as one ``error:`` line, and their exit codes."""
+    """How a registered command runs. ``handle_signals``: hold signals off critical sections (off: the guard is
+    inert); ``interrupted``: what ``error: interrupted`` adds (None: what the rollback reported); ``parse``: parses
+    the line after the command's name (None: the top-level parser parses it all); ``other_errors``: further exception
+    types that end it as one ``error:`` line, and their exit codes."""
 
     handler: Handler
     handle_signals: bool = True
@@ -46,10 +41,8 @@ def needs_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
 
 def run_parsed(parse: Callable[[], tuple[argparse.Namespace, Run]]) -> int:
-    """Parse the line with ``parse``, which also says how the command runs (``--help``: 0; a usage error: its status,
-    see `usage_exit_status`), and return the handler's exit status, or that of the error that ended it: every error,
-    from parsing to the end of the handler, is reported once (``run_reporting_errors``, with the `Run`'s
-    ``other_errors``)."""
+    """Parse the line with ``parse``, which also says how the command runs, and return the handler's exit status, or
+    that of the error that ended it, from parsing on (with the `Run`'s ``other_errors``)."""
     said: str | None = ""  # what an interruption left: nothing until the command is known
     errors: dict[type[Exception], int] = {}  # the command's own further errors, once it is known
 
@@ -57,8 +50,8 @@ def run_parsed(parse: Callable[[], tuple[argparse.Namespace, Run]]) -> int:
         nonlocal said
         try:
             args, run = parse()
-        except SystemExit as exc:  # --help (0), a usage error (2), or no command given
-            return usage_exit_status(exc, EXIT_BAD_INPUT)
+        except SystemExit as exc:  # --help (None), a usage error (2), or no command given
+            return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else EXIT_BAD_INPUT
         said = run.interrupted(args) if callable(run.interrupted) else run.interrupted
         errors.update(run.other_errors)
         console = Console(quiet=getattr(args, "quiet", False))
@@ -69,16 +62,3 @@ def run_parsed(parse: Callable[[], tuple[argparse.Namespace, Run]]) -> int:
             return run.handler(args, console, guard)
 
     return run_reporting_errors(call, interrupted=lambda: said, other_errors=errors)
-
-
-def run_command(
-    parse: Callable[[], argparse.Namespace],
-    handler: Handler,
-    *,
-    handle_signals: bool = True,
-    interrupted: str | Callable[[argparse.Namespace], str] | None = None,
-) -> int:
-    """`run_parsed` for an entry point with a parser of its own (``python -m patchset.cli.lint_hook``): ``parse``
-    parses the line, ``handler`` runs it as `Run` says with ``handle_signals`` and ``interrupted``."""
-    run = Run(handler, handle_signals=handle_signals, interrupted=interrupted)
-    return run_parsed(lambda: (parse(), run))

@@ -1,40 +1,33 @@
-"""Command line: ``python -m patchset wheels [build|manifest]`` (``scripts/build-wheels.sh``).
-
-The work is ``patchset.wheels.build``: ``build_wheels`` and ``report_manifests``; this module parses the line,
-chooses the folders and reports the errors.
-"""
+"""Command line: ``python -m patchset wheels [build|manifest]`` (``scripts/build-wheels.sh``); the work is
+``patchset.wheels.build``."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from patchset.cli.exits import CACHE_WAIT_HELP, INTERNAL_HELP
-from patchset.cli.options import workspace_from
+from patchset.cli.options import add_common_options, workspace_from
 from patchset.cli.startup import Run
 from patchset.plumbing import signals
-from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_OK
+from patchset.plumbing.errors import EXIT_OK, BadInput
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
-from patchset.upstreams.fetch import CACHE_ENV
 from patchset.wheels.build import DISTRIBUTIONS, WheelBuild, build_wheels, report_manifests
 
 
 def cmd_manifest(args: argparse.Namespace, console: Console) -> int:
-    """``manifest``: print the patchset manifest of each installed package; 1 when one has none. ``--python``: of
-    that environment's packages, by running this command there."""
+    """``manifest``: print the manifest of each installed package (``--python``: run there); 1 when one has none."""
     if args.python:  # read that environment: run this same command with its interpreter, from this checkout
         command = [args.python, "-P", "-m", "patchset", "wheels", "manifest", *args.packages]
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
         try:
             return subprocess.run([*command, *(["--json"] if args.json else [])], env=env).returncode
         except OSError as error:
-            print(f"error: cannot run --python {args.python}: {error.strerror}", file=sys.stderr)
-            return EXIT_BAD_INPUT
+            raise BadInput(f"cannot run --python {args.python}: {error.strerror}") from None
     return report_manifests(args.packages, console, as_json=args.json)
 
 
@@ -43,8 +36,7 @@ def _dist_dir(args: argparse.Namespace) -> Path:
 
 
 def cmd_build(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
-    """``build``: the patched wheels of the pins asked for (see ``DESCRIPTION``), each printed once in the dist
-    folder."""
+    """``build``: the patched wheels of the pins asked for, each printed once in the dist folder."""
     build = WheelBuild(_dist_dir(args), requested=args.pin, revision=args.revision)
     for item in build_wheels(build, workspace_from(args), console, guard):
         console.summary(str(item.wheel))
@@ -66,12 +58,10 @@ exit status:
 EXIT_CODES += CACHE_WAIT_HELP + INTERNAL_HELP + "  130, 143, 129  interrupted by SIGINT, SIGTERM or SIGHUP\n"
 
 DESCRIPTION = """\
-Build patched wheels of the pinned releases: for each default pin of patches/upstreams.toml (verl 0.8.0,
-trinity-rft 0.6.0), or each release named with --pin, the verified sdist's checkout from the cache, a fresh clone
-with the series applied (patches upstream has there are skipped, as scripts/apply.sh skips them), version
-<release>+patchset.<N> (N: the commits of this repository that touch patches/), and a manifest
-<package>/_patchset_manifest.json inside, recording each patch as applied or skipped; built with pip wheel (no
-build isolation, no index) by the test environment's python, into DIST (default: <repo>/dist).
+Build patched wheels of the default pins of patches/upstreams.toml (verl 0.8.0, trinity-rft 0.6.0), or of each
+release named with --pin: the series applied as scripts/apply.sh applies it, version <release>+patchset.<N> (N:
+the commits that touch patches/), and a manifest <package>/_patchset_manifest.json inside; built with pip wheel
+by the test environment's python, into DIST (default: <repo>/dist). docs/guide.md says more.
 
 examples:
   scripts/build-wheels.sh                           verl 0.8.0 and trinity-rft 0.6.0 (the default pins)
@@ -81,8 +71,7 @@ examples:
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
-    """Add ``wheels``' parser (``scripts/build-wheels.sh``) and those of ``build`` and ``manifest`` to the top-level
-    ``commands``; it parses its own line, ``build`` when it names neither."""
+    """Add ``wheels``' parser, with ``build`` (the default) and ``manifest``, to the top-level ``commands``."""
     formatter = argparse.RawDescriptionHelpFormatter
     parser = commands.add_parser(
         name,
@@ -108,13 +97,9 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     )
     build.add_argument("--dist-dir", metavar="DIST", help="where the wheels go (default: <repo>/dist)")
     build.add_argument(
-        "--cache", metavar="DIR", help=f"cache for sdists and checkouts (default: ${CACHE_ENV}, else <repo>/.cache)"
-    )
-    build.add_argument("--patches-dir", metavar="DIR", help="folder holding upstreams.toml and the series folders")
-    build.add_argument(
         "--revision", type=int, metavar="N", help="the patchset revision for the label, instead of counting commits"
     )
-    build.add_argument("-q", "--quiet", action="store_true", help="print only the wheels built, warnings and errors")
+    add_common_options(build)
     manifest = commands.add_parser(
         "manifest",
         help="print the patchset manifest of the installed verl and trinity",

@@ -1,43 +1,16 @@
 """Patched wheels of the pinned releases, labelled with this patchset's revision, and the manifest they carry.
 
-``python -m patchset wheels [build]`` (``scripts/build-wheels.sh``) builds, for every default pin of
-``patches/upstreams.toml`` (or the pinned releases named with ``--pin NAME==VERSION``, any that a series targets:
-see ``selection.py``), ``<name>-<version>+patchset.<N>-py3-none-any.whl`` into ``dist/``:
-
-1. the verified vanilla checkout from the cache (``fetch.ensure_upstream``: the sdist, checked by sha256);
-2. a fresh clone of it in a temporary folder, with the series applied by ``patchset apply``'s own entry point,
-   ``apply.job.apply_series`` (every patch checked first; one that does not apply stops the build, exit 3; one that
-   upstream has there, by its ``Applied-Upstream`` and ``Upstream-Check`` header lines, is skipped, as ``patchset
-   apply`` skips it: verl 0.9.x takes 0003 of the verl series only);
-3. the version set to ``<version>+patchset.<N>`` where the upstream's build reads it (verl:
-   ``verl/version/version``; Trinity-RFT: ``__version__`` in ``trinity/__init__.py``), so ``verl.__version__``,
-   ``importlib.metadata`` and ``pip show`` all say the same. Under PEP 440 a local label sorts just above its
-   release (``0.8.0 < 0.8.0+patchset.2 < 0.8.1``), so ordered checks keep working: Trinity's ``is_verl_legacy()``
-   (``parse_version(verl.__version__) < parse_version("0.8.0")``) stays False. Only an exact string comparison
-   (``== "0.8.0"``) would trip, and neither upstream makes one on its own version;
-4. ``<package>/_patchset_manifest.json`` written into the package: the patchset, its revision and commit, the
-   upstream release and sdist sha256, and every patch of the series with its subject, sha256 and status (``applied``,
-   or ``skipped`` with the reason and what the tree has). It is named in ``MANIFEST.in``
-   (Trinity's build ships what that lists) and, for verl, whose ``package-dir {"" = "."}`` makes setuptools ignore
-   it, added to ``[tool.setuptools.package-data]`` of its ``pyproject.toml``, in the build copy only;
-5. the git metadata removed, so setuptools lists the files exactly as it does for the sdist (its ``SOURCES.txt``,
-   not ``git ls-files``), then ``pip wheel --no-deps --no-build-isolation --no-index`` with the test
-   environment's python (setuptools 84: no download, no network);
-6. each wheel checked (its name, the ``Version`` in its METADATA, the manifest inside it) before all of them are
-   moved into ``dist/`` together.
-
-Revision ``N``: the number of commits that touch ``patches/`` (``git rev-list --count HEAD -- patches/``, in the
-history that holds the patches folder used). It grows with every change of a patch, a series or a pin, and with
-nothing else, so the same N always means the same patches on the same sdists. Uncommitted changes under
-``patches/`` make it ``patchset.<N>.dirty`` (with a warning); outside a git history (an export, a shallow clone)
-pass ``--revision N``.
-
-``python -m patchset wheels manifest`` prints the manifest of the verl and Trinity-RFT that ``import`` would load,
-without importing them.
+Each wheel is built from the verified sdist's checkout, on a fresh clone with the series applied by ``apply``'s own
+entry point (``apply_series``), its version set to ``<release>+patchset.<N>`` where the upstream's build reads it (a
+local label sorts just above its release, so ordered version checks keep working), and
+``<package>/_patchset_manifest.json`` written in. ``N`` counts the commits that touch ``patches/``, so the same N
+means the same patches on the same sdists. Every wheel is checked before all of them are moved into ``dist/``
+together. docs/guide.md says how to build and use them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import email.parser
 import hashlib
 import importlib.metadata
@@ -71,9 +44,7 @@ from patchset.wheels.selection import select_pins
 PATCHSET_NAME = "patchset"
 PATCHSET_TITLE = "verl / Trinity-RFT loss-scaling patchset"
 MANIFEST_NAME = "_patchset_manifest.json"
-# 2: each patch also says applied_upstream, reason and upstream_checks; a patch upstream has is "skipped"
-# 3: each patch also says teeth: the tests that showed upstream fixed its bug its own way (a "skipped" reason
-#    "fixed upstream (...)"), else null
+# 2 added each patch's applied_upstream, reason and upstream_checks; 3 its teeth (null unless fixed upstream)
 MANIFEST_SCHEMA = 3
 EXIT_BUILD_FAILED = 1
 
@@ -104,9 +75,8 @@ class Label:
 
 @dataclass(frozen=True)
 class WheelBuild:
-    """What to build and where: the pinned releases ``requested`` (``NAME==VERSION`` each, see ``selection.py``;
-    none: the default pins), into ``dist_dir``, labelled with ``revision`` (None: counted, see `patchset_label`), by
-    ``python`` (None: the test environment's)."""
+    """The pinned releases ``requested`` (``NAME==VERSION``; none: the default pins), built into ``dist_dir`` by
+    ``python`` (None: the test environment's), labelled with ``revision`` (None: counted)."""
 
     dist_dir: Path
     requested: Sequence[str] = ()
@@ -116,7 +86,7 @@ class WheelBuild:
 
 @dataclass(frozen=True)
 class Built:
-    """One wheel built and checked: its pin, its version and where it is."""
+    """One wheel built and checked."""
 
     pin: Pin
     version: str
@@ -131,8 +101,7 @@ def is_valid_version(version: str) -> bool:
 
 
 def patchset_label(patches_dir: Path, revision: int | None = None) -> Label:
-    """The label for the patches folder ``patches_dir``, from the git history that holds it (see the module
-    docstring); ``revision`` overrides the count (for a folder without its history)."""
+    """The label of ``patches_dir``, counted in the history that holds it; ``revision`` overrides the count."""
     commit = gitops.head_commit(patches_dir)
     status = gitops.git_value(patches_dir, "status", "--porcelain", "--untracked-files=all", "--", ".")
     dirty = commit is not None and status is not None
@@ -156,17 +125,9 @@ def patchset_label(patches_dir: Path, revision: int | None = None) -> Label:
     return Label(revision=int(count), dirty=dirty, commit=commit)
 
 
-def _sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def _patch_entry(step: Step, label: str) -> dict[str, Any]:
-    """One patch of the manifest: what it is, and what the build did with it and why. ``applied``: the build applied
-    it; ``skipped``: upstream has it (``reason``: ``in upstream since <version>``, or ``already upstream (content)``
-    below that version; ``upstream_checks``: the header's ``Upstream-Check`` lines the tree matched), or fixed the
-    bug its own way (``reason``: ``fixed upstream (its tests pass on <label> as shipped)``; ``teeth``: those tests and
-    their counts); ``already applied``: the release ships exactly this change. ``applied_upstream``: the patch's
-    ``Applied-Upstream`` version (null: not upstream), whatever the build did."""
+    """One patch of the manifest: what it is, and what the build did with it (``applied``, ``skipped``, ``already
+    applied``) and why (``reason``, ``upstream_checks`` matched, or ``teeth``: the tests that showed upstream's fix)."""
     status = {Action.CHANGE: "applied", Action.SKIP: "skipped", Action.NOTHING: "already applied"}
     state = step.upstream if step.action is Action.SKIP else None
     reason = None
@@ -179,7 +140,7 @@ def _patch_entry(step: Step, label: str) -> dict[str, Any]:
     return {
         "name": step.patch.name,
         "subject": step.patch.subject,
-        "sha256": _sha256_bytes(step.patch.path.read_bytes()),
+        "sha256": hashlib.sha256(step.patch.path.read_bytes()).hexdigest(),
         "status": status.get(step.action, step.action.value),
         "applied_upstream": step.patch.upstream_since,
         "reason": reason,
@@ -212,8 +173,7 @@ def make_manifest(pin: Pin, label: Label, steps: Sequence[Step]) -> dict[str, An
 
 
 def _apply_series(pin: Pin, tree: Path, workspace: Workspace, console: Console, guard: signals.Guard) -> list[Step]:
-    """Apply ``pin``'s series to the fresh clone ``tree`` with ``patchset apply``'s own entry point (a patch that does
-    not apply is judged by its teeth; no regression run: the wheel is built, not tested); the plan's steps."""
+    """Apply ``pin``'s series to the fresh clone ``tree`` as ``apply`` does, without the regression run."""
     target = target_for_pin(pin, tree, workspace.patches_dir)
     command_line = f"python -m patchset wheels (building {pin.label})"
     applied = apply_series(
@@ -240,8 +200,7 @@ def _prepare_tree(pin: Pin, tree: Path, label: Label, manifest: dict[str, Any]) 
 
 
 def _ship(pin: Pin, tree: Path, upstream: Upstream, manifest_rel: str) -> None:
-    """Make setuptools put the manifest into the wheel: listed in MANIFEST.in (include_package_data), and where the
-    build ignores that, added to the package's package data list."""
+    """Make setuptools ship the manifest: in MANIFEST.in, and in the package data where the build ignores that."""
     manifest_in = tree / "MANIFEST.in"
     before = manifest_in.read_text(encoding="utf-8") if manifest_in.exists() else ""
     manifest_in.write_text(before + ("" if before.endswith("\n") or not before else "\n") + f"include {manifest_rel}\n")
@@ -308,9 +267,7 @@ class BuildFailed(PatchsetError):
 
 
 def build_wheels(build: WheelBuild, workspace: Workspace, console: Console, guard: signals.Guard) -> list[Built]:
-    """Build the patched wheels ``build`` asks for from the series, pins and cache of ``workspace`` (see the module
-    docstring); all or none of them land in its ``dist_dir``. Every request is checked before anything is fetched or
-    built."""
+    """Build the wheels ``build`` asks for from ``workspace``; all or none of them land in its ``dist_dir``."""
     patches_dir, dist_dir, python = workspace.patches_dir, build.dist_dir, build.python
     targets = select_pins(workspace.pins, build.requested)
     unknown = [pin.label for pin in targets if pin.key not in UPSTREAMS]
@@ -361,12 +318,9 @@ def build_wheels(build: WheelBuild, workspace: Workspace, console: Console, guar
                 raise BuildFailed(f"{pin.label}: {problem}; nothing was put into {display_path(dist_dir)}")
             console.step(f"Built {wheels[0].name} in {time.monotonic() - started:.0f} s")
             staged.append(Built(pin=pin, version=version, wheel=wheels[0], manifest=manifest))
-        built = []
         for item in staged:
-            dest = dist_dir / item.wheel.name
-            shutil.move(str(item.wheel), dest)
-            built.append(Built(pin=item.pin, version=item.version, wheel=dest, manifest=item.manifest))
-        return built
+            shutil.move(item.wheel, dist_dir / item.wheel.name)
+        return [dataclasses.replace(item, wheel=dist_dir / item.wheel.name) for item in staged]
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -375,8 +329,7 @@ def build_wheels(build: WheelBuild, workspace: Workspace, console: Console, guar
 
 
 def read_manifest(package: str) -> tuple[Path | None, dict[str, Any] | None]:
-    """Where ``import package`` would load it from and its patchset manifest (None when it has none), without
-    importing it; ``(None, None)`` when it cannot be imported at all."""
+    """Where ``import package`` would load it from and its manifest (None: none), without importing it."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return None, None
@@ -395,8 +348,7 @@ def _installed_version(package: str) -> str | None:
 
 
 def report_manifests(packages: Sequence[str], console: Console, *, as_json: bool = False) -> int:
-    """Print the patchset manifest of each of the installed ``packages`` (``as_json``: as JSON, with its location and
-    installed version); 1 when one has none, else 0."""
+    """Print the manifest of each installed one of ``packages``; 1 when one has none, else 0."""
     found: dict[str, Any] = {}
     missing = False
     for package in packages:

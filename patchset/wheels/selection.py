@@ -1,11 +1,7 @@
 """Which pinned releases a wheel build makes: ``--pin NAME==VERSION``, as a pip user writes a requirement.
 
-A pin is buildable when ``patches/upstreams.toml`` pins that release and a series targets it: the default pins
-(verl 0.8.0, trinity-rft 0.6.0) and the other releases of a series (verl 0.9.0 and 0.9.1, which take the part of the
-verl series that upstream does not have; verl 0.7.0 and 0.7.1, which take the series of their line). A
-companion-only pin (``target = false``) is no series' target, so there is nothing to build from it. Every request is
-checked before anything is fetched or built, and a bad one is refused with one line that names it and lists what
-can be built.
+Only a release that ``patches/upstreams.toml`` pins and a series targets can be built (a companion-only pin has no
+series to apply). Every request is checked before anything is fetched or built.
 """
 
 from __future__ import annotations
@@ -41,9 +37,7 @@ def _listing(pins: Pins) -> str:
 
 
 def select_pins(pins: Pins, requested: Sequence[str]) -> tuple[Pin, ...]:
-    """The pins named by ``requested`` (``NAME==VERSION`` each), in the order given, each once; the default pins when
-    ``requested`` is empty. Raises ``BadInput`` for a request that is malformed, carries a local label, names a
-    companion pin or no pin at all."""
+    """The pins ``requested`` names (``NAME==VERSION`` each), in order, each once; none: the default pins."""
     if not requested:
         defaults = pins.defaults()
         if not defaults:
