@@ -25,10 +25,6 @@ sys.path.append(str(Path(__file__).resolve().parents[2]))  # engine_harness, aft
 from policy_loss_cases import every_policy_loss_cases  # noqa: E402
 
 from engine_harness import LOSS_AGG_MODES
-from engine_harness.cov_selection import worker_masks  # noqa: E402
-from engine_harness.is_batch_norm import worker_batch_means  # noqa: E402
-from engine_harness.self_normalizing_loss import algorithm_config as self_normalizing_config  # noqa: E402
-from engine_harness.self_normalizing_loss import registered  # noqa: E402
 from engine_harness.sim import (  # noqa: E402
     PROMPT_LEN,
     RESPONSE_LEN,
@@ -48,6 +44,10 @@ from engine_harness.trinity_configs import (  # noqa: E402
     installed_actor_loss,
     layout,
 )
+from tests.harness.cov_selection import worker_masks  # noqa: E402
+from tests.harness.is_batch_norm import worker_batch_means  # noqa: E402
+from tests.harness.self_normalizing_loss import algorithm_config as self_normalizing_config  # noqa: E402
+from tests.harness.self_normalizing_loss import registered  # noqa: E402
 
 ALGORITHMS = ["ppo", "grpo", "dpo"]
 SPLITS = [(1, Split(1)), (1, Split(2)), (1, Split(3, dynamic=True)), (2, Split(2))]

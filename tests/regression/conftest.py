@@ -77,7 +77,7 @@ OVERLAY_NOT_APPLICABLE = {
 CRITIC_LOSS_FILE = "verl/workers/utils/losses.py"  # the file of the critic's value_loss, which the fix changes
 DPO_STEPS_PATCH = "-trainer-make-one-dpo-training-step-one-optimizer"  # the Trinity patch a user may leave out
 # the trees' modules nearly every test imports, and the children of the fork server too (the data-parallel ranks'
-# `engine_harness.gloo_ranks.PRELOAD`, the first calls' `distillation_cases.MODULES`): imported before its fork
+# `tests.harness.gloo_ranks.PRELOAD`, the first calls' `distillation_cases.MODULES`): imported before its fork
 SHARED_WITH_CHILDREN = (
     "verl",
     "verl.trainer.ppo.core_algos",
