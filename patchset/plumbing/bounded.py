@@ -1,11 +1,5 @@
-"""Run a command within a time limit, and when it hangs, say what hung, keep its stacks, and end it whole.
-
-A wait without a limit turns a hang into a stall that only a person notices. Here, past ``limit_s`` seconds, the
-command's whole process tree (pytest, its xdist workers, the children of a test) is looked at before it is ended:
-the tests its processes were in (``patchset.plumbing.running``: the command's pytest processes write them into a
-folder this module gives them) and every process's stack (``patchset.plumbing.stacks``), written to a file. Then
-each process is killed and ``TimedOut`` (exit 124) says, on one line, what hung, the limit, how to raise it and
-where the stacks are. An interruption (Ctrl-C) ends the tree too, as ``subprocess.run`` ends its child.
+"""Run a command within a time limit; past it, name the tests it was in, keep every process's stack, end it whole and
+raise ``TimedOut`` (exit 124) saying what hung, the limit and how to raise it.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
-"""One writer at a time for each entry of a shared cache (a pinned checkout and its sdist, a patched clone, a wheel
-built from an sdist, a maintainer checkout), which runs in two terminals, or two CI jobs in one workspace, share.
+"""One writer at a time for each entry of a shared cache: a ``treelock`` in ``<cache>/.locks/<entry>/lock``.
 
-An entry's lock is the lock of ``treelock.py`` (``flock``: the kernel frees it however its holder ends, SIGKILL
-included) in ``<cache>/.locks/<entry>/lock``; its record names the holder (pid, when it started, its command). A
-run that finds an entry held does what a user would expect of it, chosen by the caller:
-
-- ``wait=True``, for an entry that the holder is making and this run will then reuse (a fetch, a wheel built once):
-  one line says for whom it waits and for how long ($PATCHSET_CACHE_WAIT seconds, default 600), then it goes on;
-  past that it ends with exit 4, naming the holder.
-- ``wait=False``, for an entry the holder is working in and this run would rebuild under it (``apply``'s patched
-  clones): it ends at once with exit 4 (``TreeLocked``), naming the holder; nothing was changed.
-
-Whoever holds an entry is its only writer, and builds beside it then renames (see ``fetch.py``); on taking it, it
-removes what dead processes left in the given folders (``tempdirs.sweep``), so a killed run leaves nothing that
-stays. A cache that cannot be written (read-only) is used without the lock, saying so: nobody can change it then.
+A run that finds an entry held waits for it (``wait=True``: an entry the holder is making and this run will reuse;
+up to ``$PATCHSET_CACHE_WAIT`` s) or ends at once (``TreeLocked``, exit 4). A cache that cannot be written is used
+without the lock, saying so.
 """
 
 from __future__ import annotations

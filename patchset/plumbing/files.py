@@ -1,5 +1,6 @@
 """Copy, install and compare the files of a tree by relative path: regular files with their mode, symlinks as
-symlinks, absence as absence. Knows nothing about patches or git."""
+symlinks, absence as absence.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,4 @@
-"""Project-agnostic git plumbing: thin subprocess wrappers, and the parsing of what git says (``parse_failure``).
-Reading a patch's own text is `patchset.plumbing.patchtext`.
-
-Nothing here knows about verl or Trinity-RFT. Callers get plain results (``ApplyResult``, dicts of paths) or a
+"""Project-agnostic git plumbing: subprocess wrappers, and the parsing of what git says. Callers get plain results or a
 ``GitError`` carrying git's own message; turning those into user-facing errors is the caller's job.
 """
 
@@ -18,8 +15,7 @@ from pathlib import Path
 
 from patchset.plumbing import patchtext, tempdirs
 
-# Configuration that keeps the user's or a repository's settings (hooks, signing, line endings, encoding) from
-# changing what a git command writes into our trees. The one copy: every caller uses ``NEUTRAL``.
+# keeps the user's or a repository's settings (hooks, signing, line endings, encoding) out of what git writes
 NEUTRAL_CONFIG = {
     "core.hooksPath": "/dev/null",
     "commit.gpgSign": "false",
@@ -98,12 +94,10 @@ def run_git(
     binary: bool = False,
     stdin: str | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run ``git ARGS`` in ``cwd``; raise ``GitError`` on failure when ``check``.
+    """Run ``git ARGS`` in ``cwd``; raise ``GitError`` on failure when ``check``. stdout is ``bytes`` when ``binary``.
 
-    stdout is ``bytes`` when ``binary`` else ``str``; stderr is always ``str``; ``stdin``: text fed to git. git
-    runs in a session of its own,
-    so a Ctrl-C at the terminal reaches only this process, which decides when to stop (see ``signals.py``): a
-    ``git apply`` is never cut off half-way through writing a tree.
+    git runs in a session of its own, so a Ctrl-C reaches only this process, which decides when to stop
+    (``signals.py``): a ``git apply`` is never cut off half-way through writing a tree.
     """
     try:
         proc = subprocess.run(
@@ -126,9 +120,6 @@ def run_git(
     return result
 
 
-# --- work trees -------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class WorkTree:
     """A directory inside a git work tree: ``root`` itself, the work tree's ``toplevel`` and the ``prefix`` of
@@ -140,10 +131,7 @@ class WorkTree:
 
 
 def find_worktree(path: Path) -> WorkTree | None:
-    """The git work tree that holds ``path``, or None when ``path`` is not inside one.
-
-    Raises ``GitError`` when git refuses for another reason (e.g. "dubious ownership").
-    """
+    """The git work tree that holds ``path``, or None; ``GitError`` when git refuses otherwise ("dubious ownership")."""
     args = ["rev-parse", "--show-toplevel", "--show-prefix"]
     proc = run_git(args, cwd=path, check=False)
     if proc.returncode != 0:
@@ -183,11 +171,8 @@ def has_head(tree: WorkTree) -> bool:
 
 
 def status_paths(tree: WorkTree) -> dict[str, str]:
-    """Uncommitted changes below ``tree.root`` (staged, unstaged, untracked; not ignored files).
-
-    Returns {path relative to ``tree.root``: porcelain XY code}; both sides of a rename are listed. Uses
-    ``--no-optional-locks`` so that asking does not rewrite the index.
-    """
+    """{path relative to ``tree.root``: porcelain XY code} of uncommitted changes below it (untracked included, both
+    sides of a rename); ``--no-optional-locks``, so that asking does not rewrite the index."""
     proc = run_git(
         ["--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", "."],
         cwd=tree.root,
@@ -253,9 +238,6 @@ def read_blobs(repo: Path, ids: Iterable[str]) -> dict[str, bytes]:
     return found
 
 
-# --- repositories the tool owns ---------------------------------------------------------------------------
-
-
 def init_commit_tag(path: Path, *, message: str, tag: str, identity: Identity, branch: str = "main") -> None:
     """Make ``path`` a repository holding all its files in one reproducible commit, tagged ``tag``."""
     env = isolated_env(identity)
@@ -297,9 +279,6 @@ def init_scratch(path: Path) -> None:
     run_git([*NEUTRAL, "init", "-q"], cwd=path, env=isolated_env())
 
 
-# --- applying patches -------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class ApplyResult:
     ok: bool
@@ -315,13 +294,11 @@ def apply_patch(
     directory: str = "",
     include: Sequence[str] = (),
 ) -> ApplyResult:
-    """``git apply [--check] [--reverse] PATCH`` on the work tree at ``cwd`` (never the index).
+    """``git apply [--check] [--reverse] PATCH`` on the work tree at ``cwd`` (never the index); atomic per patch.
 
-    ``directory`` is prepended to the patch's paths (``--directory``), for a tree below the top of its work tree;
-    run from the top level then. ``include`` limits it to those paths (``--include``; default: every file).
-    ``--whitespace=nowarn`` keeps a user's ``apply.whitespace=fix`` from rewriting
-    what the patch adds, which would make reversing it inexact. git apply is atomic per patch: on any failed
-    hunk it changes nothing.
+    ``directory``: prepended to the patch's paths, for a tree below the top of its work tree (run from the top then).
+    ``include``: only those paths. ``--whitespace=nowarn`` keeps a user's ``apply.whitespace=fix`` from rewriting what
+    the patch adds, which would make reversing it inexact.
     """
     args = ["apply", "--whitespace=nowarn"]
     if check:
@@ -348,13 +325,9 @@ def merge_apply(scratch: Path, patch: Path, objects: Path) -> subprocess.Complet
 
 
 def patch_parse_error(patch: Path) -> str | None:
-    """Why ``patch`` cannot be used as a patch (corrupt, empty, truncated), else None.
-
-    Runs ``git apply --numstat`` (which reads the patch and touches no file) in an empty directory below a
-    ceiling, so that no enclosing repository or subdirectory filter is involved. git reads a patch cut short in a
-    file header (``diff --git a/ver``) as the files before it and silently drops the rest, so the files git reads
-    are also checked against the patch's text (``patchtext.cut_short``).
-    """
+    """Why ``patch`` cannot be used as a patch (corrupt, empty, truncated), else None: ``git apply --numstat`` in an
+    empty folder below a ceiling (no enclosing repository), then ``patchtext.cut_short``, as git silently drops a
+    file whose header was cut short."""
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("parse")) as tmp:
         env = isolated_env()
         env["GIT_CEILING_DIRECTORIES"] = str(Path(tmp).parent)

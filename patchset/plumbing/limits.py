@@ -1,9 +1,5 @@
-"""Time limits on the waits of this project, and the one knob that raises them all on a slower machine.
-
-Every wait for a child (a regression run, a step of the test command, a test's child processes, a proof's ranks)
-has a limit that fits its work on the 2-core machine the project is measured on. ``PATCHSET_TIME_SCALE`` (a
-number, default 1) multiplies each of them, so a user on a slower or busier machine raises them all at once,
-rather than finding the one that ended their run.
+"""Time limits on this project's waits, and ``PATCHSET_TIME_SCALE``, the one knob that raises them all on a slower
+machine (rather than the user finding the one that ended their run).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """A patch that does not apply as it is, tried as a 3-way merge (``git apply --3way``) on a scratch copy.
 
-The patches are ``git format-patch --full-index`` output, so each names the blob it was made against. When the
-tree's repository has that blob (the release it came from is in its history), git can merge the patch's change
-into the file as it is now. The merge runs in a scratch repository that borrows the tree's objects read-only
-(``GIT_ALTERNATE_OBJECT_DIRECTORIES``), holding copies of the patch's files: the tree, its index and its
-repository are never written. ``install`` then copies the merged files into the tree, which is what ``--3way``
-does; without it the result only says whether a merge would resolve the patch.
+The scratch repository borrows the tree's objects read-only (the patches are ``--full-index``, so each names the blob
+it was made against): the tree, its index and its repository are never written, except by ``install``.
 """
 
 from __future__ import annotations

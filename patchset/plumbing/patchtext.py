@@ -1,9 +1,4 @@
-"""Reading a patch's text (git format-patch output) without git: the paths it touches and the hunk at a line.
-
-Project-agnostic, as gitops is: git's C-style quoting of paths, renames and copies, ``/dev/null`` sides. The series
-model reads a patch's files with it, the lint checks the paths a patch adds, apply's report names the hunk git
-said failed, and gitops checks that git read the whole patch (``cut_short``).
-"""
+"""Reading a patch's text (git format-patch output) without git: the paths it touches, the hunk at a line, its blobs."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
-"""Which test each pytest process is running right now, for whoever waits on the run and must name a hang.
+"""Which test each pytest process is running, so that whoever waits on the run can name a hang.
 
-The waiter (``patchset.plumbing.bounded``, a step of the test command) gives the run a folder of its own, first in
-``PATCHSET_RUNNING_DIR`` (a list: the folders of the waiters further up follow, so a hung step still names the test
-a run inside it was in); each suite's conftest registers ``RunningTests`` (``register``), which writes the node id
-of the test a process starts into a file named by its pid in each folder, and removes it when the test ends (its
-teardown included). A hang past the limit then
-leaves one file per stuck process, naming its test: ``running_tests`` reads them. pytest-xdist's controller only
-reports what its workers run, so it writes nothing; each worker writes its own.
-
-No pytest import here: pytest finds the hooks by name on the registered object.
+A waiter (``bounded``) gives its run a folder, first in ``PATCHSET_RUNNING_DIR`` (a list: the waiters further up
+follow); each suite's conftest calls ``register``, and each test process keeps ``<folder>/<pid>`` naming its test.
 """
 
 from __future__ import annotations

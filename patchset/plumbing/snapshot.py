@@ -1,15 +1,7 @@
-"""Save some files of a tree before changing them, and put them back exactly: bytes, mode, mtime, symlinks, and
-absence (a file that was not there is removed again, with the folders made for it).
+"""Save some files of a tree before changing them, and put them back exactly (bytes, mode, mtime, symlinks, absence).
 
-Restoring from a copy, rather than reverting the patches, does not depend on the patches reverting cleanly, and
-also undoes a change that stopped half-way. Knows nothing about patches or git.
-
-A snapshot kept in a folder of the caller's choosing (beside the tree's lock) also outlives its process: a manifest,
-written last and removed first, records every entry, so that the next run can ``load`` the snapshot of a run that
-was killed (SIGKILL, a power cut of the process) and restore the tree from it. Without the manifest the folder is
-a snapshot still being taken, before any change: there is nothing to restore. Every copy, then the manifest, is
-flushed to disk before the manifest counts (``files.write_durably``), so one that is trusted after a crash of the
-machine holds what it says.
+A copy does not depend on the patches reverting cleanly, and also undoes a change that stopped half-way. A manifest,
+written durably and last, removed first, lets the next run ``load`` the snapshot of a run that was killed.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""What a hung process tree is doing: its processes, and the stack of each, so that a hang explains itself.
-
-``descendants`` reads the process table (Linux's ``/proc``); ``dump_stacks`` asks py-spy (in the test
-environment's lock) for each process's Python stack with the native frames under it: an OpenMP barrier or a gloo
-wait shows as such, not only as the Python line that called into it. Where py-spy is missing or refused (no ptrace
-permission), the dump says so for that process instead of failing the report of the hang.
+"""What a hung process tree is doing: its processes (``/proc``) and each one's Python and native stack (py-spy), so that
+a hang explains itself; a stack that cannot be read is said so, never a failure of the report.
 """
 
 from __future__ import annotations
