@@ -1,18 +1,8 @@
 """Run the patchset's fixes on pip-installed upstream releases, without editing site-packages.
 
-The overlay packages name their pieces (which patches go on together); this package derives each piece's changes from
-the series' patch files on the installed release (`derive`, `changes`, `install`), switches them on (explicitly with
-`activate_all`, or in every process through the ``patchset_overlay.pth`` file the install puts in site-packages),
-guards them, and reports what is active (``python -m patchset_overlay status``). It names no overlay: it is the
-lower layer, and each overlay imports it; the overlays are found through one registration list
-(`patchset_overlay.startup`).
-
-This module is the package's front: it names what users call, and what ``patchset_overlay.pth`` calls at every
-interpreter start (`autoload`); no module of the package imports it, so no import runs back up
-(``tests/scripts/test_layers.py``). Its layers, bottom first: `startup` (the registration list, the switch, what the
-start-up did) and `finder`; `spec`, `state`, `source`, `replace`, `hunks`, `changes`, `cache`; `derive`, `install`;
-`guard`, `fingerprints`; `runtime` (activation and undo); `searchpath` (Hydra), `status` and ``__main__``. At
-start-up it imports only `startup` and the finder; the machinery is imported when one of the watched modules is.
+The front of the overlay core: what users call, and what ``patchset_overlay.pth`` calls at every interpreter start
+(`autoload`). It names no overlay (they are found through `patchset_overlay.startup`), and no module of the package
+imports it. At start-up it imports only `startup` and the finder; the machinery waits for a watched import.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Where derived files are written for readers that need a file: Hydra (the critic YAML), tracebacks and ``show``.
 
-A derived file is code or configuration every training process uses, so nothing found on disk is trusted: the folder
-must belong to this user and be writable by no one else (0700 when made here), and a file is used only after its
-content was compared with what the installed file and the patches give, which the caller has derived in memory
-anyway; one that differs is written again. Where no such folder can be had (a read-only image, a shared home), the
-caller gets None and keeps the derived text in memory, or in a private temporary folder for Hydra.
-
-``PATCHSET_OVERLAY_CACHE`` names the folder (default: ``$XDG_CACHE_HOME/patchset_overlay``, else
-``~/.cache/patchset_overlay``).
+Nothing found on disk is trusted: the folder must be this user's alone (0700), and a file is used only once compared
+with the text derived in memory. Where no such folder can be had, the caller gets None. ``PATCHSET_OVERLAY_CACHE``
+names the folder (default: ``$XDG_CACHE_HOME/patchset_overlay``, else ``~/.cache/patchset_overlay``).
 """
 
 from __future__ import annotations

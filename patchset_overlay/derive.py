@@ -1,13 +1,7 @@
-"""An installed release's patched modules, derived from the series' own patch files: the one source of each fix.
+"""Each piece's changes, derived from the series' own patch files on the installed release: the one source of each fix.
 
-The release's series is the one ``patches/upstreams.toml`` pins for it. Each patch the release lacks (not in it
-upstream by its DEP-3 ``Applied-Upstream`` release) is applied, in series order, to the installed file it touches,
-recognised by its sha256 in the pinned sdist (`patchset_overlay.fingerprints`); each patch's changes are read from the
-module's text before and after it (`patchset_overlay.changes`), so each piece changes exactly what its patches change.
-Only the patches of pieces judged active are applied: a piece that stays off leaves its hunks out of every module.
-
-The patch files travel with the overlays: a wheel ships them inside this package (``setup.py``), a checkout reads its
-own ``patches/``.
+Each patch the release lacks (by its DEP-3 ``Applied-Upstream``) is applied in series order to the installed file,
+for the active pieces only. The patch files ship inside this package in a wheel; a checkout reads its ``patches/``.
 """
 
 from __future__ import annotations
@@ -23,8 +17,7 @@ from typing import Any
 from patchset_overlay.cache import cache_root, folder_for, verified
 from patchset_overlay.changes import Change, Parsed, UnsupportedChange, bound_names, module_changes
 from patchset_overlay.hunks import HunkError, Patch, apply_hunks, read_patch, slug_of
-from patchset_overlay.source import UpstreamSource
-from patchset_overlay.spec import Overlay, Piece
+from patchset_overlay.spec import Overlay, Piece, UpstreamSource
 
 PINS_FILE = "upstreams.toml"
 

@@ -1,10 +1,7 @@
 """A meta-path finder that calls back the moment a watched module has finished executing.
 
-It is imported at every interpreter start (through ``patchset_overlay.pth``), so it imports nothing beyond ``sys``:
-a process that never imports a watched module pays for one set lookup per import. It finds nothing itself: it
-asks the finders after it, and gives the loader of a watched module an ``exec_module`` that runs the upstream's
-own, then the callback. Works for modules imported later; `already_imported` covers those imported before.
-Only annotations name anything else, and they are never evaluated.
+Imported at every interpreter start, so it imports nothing beyond ``sys``; it finds nothing itself, but wraps the
+``exec_module`` of the loader the later finders give a watched module.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """One derived change made on the live upstream module, in place, with its exact undo (`patchset_overlay.replace`).
 
-The code comes from the derived module's text (`patchset_overlay.derive`), compiled under the derived file's name and
-lines, so a traceback points at the patched line. Functions and methods get the new code in place, so every
-reference to them keeps working (``from ... import``, ``functools.partial``, registries, pickles); a decorated one is
-found under its wrappers (``functools.wraps``, or a wrapper that closes over a function of the same name, as Trinity's
-policy-loss metaclass makes). New statements (imports, helpers, classes) run in the module's own namespace. Default
-and field values are evaluated there too, as the patched module would evaluate them.
+The code is compiled under the derived file's name and lines, so a traceback points at the patched line; a decorated
+function is found under its wrappers. New statements and default values are evaluated in the module's namespace.
 """
 
 from __future__ import annotations

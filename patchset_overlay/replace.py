@@ -1,8 +1,5 @@
-"""How a piece changes upstream objects in place, each change with its exact undo.
-
-Objects are changed where they live instead of being swapped for new ones, so every reference keeps working:
-names other modules took with ``from ... import``, ``functools.partial`` objects made earlier, and pickles,
-which refer to functions and classes by their module and name.
+"""Upstream objects changed in place, each change with its exact undo: every reference to them keeps working
+(``from ... import``, ``functools.partial``, pickles).
 """
 
 from __future__ import annotations

@@ -1,31 +1,49 @@
 """Activation: each target is changed the moment its own module has finished importing, in any process and order.
 
-`activate` puts a `patchset_overlay.finder.PostImportFinder` on ``sys.meta_path`` for the overlay's modules and
-handles those imported already. When the first of them is imported, every piece of the overlay is judged from the
-upstream's files (`patchset_overlay.guard`), once, for all of its files, and the active pieces' patches are derived
-on them (`patchset_overlay.derive`); then an active piece's changes to that module are made
-(`patchset_overlay.install`), and those to each other module when it is imported. A change that fails takes the
-whole piece back out (every module it had changed), and the piece is refused.
-`dispatch` is the finder's callback once the overlays are on; whether the start-up switched them on is
-`patchset_overlay.startup.outcome`, which `switched_on` reads.
+When the first watched module is imported, every piece is judged (`guard`) and the active pieces derived; a change
+that fails takes its whole piece back out, and the piece is refused. What each overlay did is recorded per process
+(`record_for`), for `status` and for undo: the one global state overlays need.
 """
 
 from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from types import ModuleType
 
 from patchset_overlay import startup
 from patchset_overlay.derive import Plan
 from patchset_overlay.finder import already_imported, install
-from patchset_overlay.fingerprints import recorded
-from patchset_overlay.guard import judge
+from patchset_overlay.guard import judge, recorded
 from patchset_overlay.install import apply_change
-from patchset_overlay.source import UpstreamSource
-from patchset_overlay.spec import Overlay, Piece
-from patchset_overlay.state import OverlayRecord, PieceRecord, PieceState, Verdict, record_for
+from patchset_overlay.spec import Overlay, Piece, PieceState, UpstreamSource, Verdict
+
+
+@dataclass
+class PieceRecord:
+    state: PieceState = PieceState.INACTIVE
+    reason: str = "not activated in this process"
+    # upstream module -> the undo steps of its installer, for each target module changed so far
+    undo: dict[str, list[Callable[[], None]]] = field(default_factory=dict)
+
+
+@dataclass
+class OverlayRecord:
+    enabled: bool = False
+    judged: bool = False
+    pieces: dict[str, PieceRecord] = field(default_factory=dict)
+    warned: set[str] = field(default_factory=set)
+    how: str = ""  # how it was activated: "explicit" or "automatic (...)"
+    plan: Plan | None = None  # the plan of the installed release, once judged
+
+
+RECORDS: dict[str, OverlayRecord] = {}
+
+
+def record_for(name: str) -> OverlayRecord:
+    return RECORDS.setdefault(name, OverlayRecord())
 
 
 class OverlayWarning(UserWarning):
@@ -126,17 +144,12 @@ def _module_imported(overlay: Overlay, module: ModuleType) -> None:
             _install(overlay, piece, module)
 
 
-def on_module_executed(module: ModuleType, overlays: tuple[Overlay, ...] | None = None) -> None:
-    """The finder's callback: ``module`` has just finished importing."""
-    for overlay in startup.overlays() if overlays is None else overlays:
-        if module.__name__ in overlay.modules:
-            _module_imported(overlay, module)
-
-
 def dispatch(module: ModuleType) -> None:
     """Called by the import finder when a watched module has finished importing; never breaks that import."""
     try:
-        on_module_executed(module)
+        for overlay in startup.overlays():
+            if module.__name__ in overlay.modules:
+                _module_imported(overlay, module)
     except Exception as error:
         print(f"warning: patchset_overlay: {module.__name__} left as upstream has it: {error!r}", file=sys.stderr)
 
@@ -193,11 +206,3 @@ def switched_on(overlay: Overlay) -> tuple[bool, str]:
     if startup.switched_off():
         return False, f"switched off by {startup.ENV_SWITCH}"
     return False, record.how or f"{overlay.name} is not activated in this process"
-
-
-def piece_verdict(overlay: Overlay, name: str) -> Verdict | None:
-    """Piece ``name``'s state and reason in this process, judged now if its overlay is on and not judged yet;
-    None if the piece has no record here (its overlay was never activated)."""
-    judge_pieces(overlay)
-    record = record_for(overlay.name).pieces.get(name)
-    return None if record is None else Verdict(record.state, record.reason)

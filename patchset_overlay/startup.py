@@ -1,20 +1,9 @@
 """What interpreter start-up reads and records: the registered overlays, the switch that keeps them off, and what
 the start-up did in this process.
 
-**Registration.** The overlays are the packages that the one registration list outside this package,
-``patchset_overlay_registry.OVERLAYS``, names, in the order ``status`` lists them. Each such package declares at its
-top level ``WATCHED`` (the upstream modules it changes, for the start-up finder) and ``overlay()`` (its spec,
-`patchset_overlay.spec.Overlay`, made by `patchset_overlay.overlay_functions`), and imports nothing at module level
-but that front of the core, which the start-up has imported already. Why a list module rather than entry points
-(as OpenTelemetry's instrumentors are found): the list is read at every interpreter start, where one small module
-costs well under a millisecond, while ``importlib.metadata`` costs ~50 ms to import and ~7 ms to scan the
-distributions of a training environment (measured in the overlay test venv); and a module is found wherever the
-packages are, also where no ``.dist-info`` is (a checkout on ``PYTHONPATH``, packages shipped to Ray workers with
-``py_modules``), which entry points are not.
-
-The bottom of the overlay core: every other module of it may import this one, and it imports none of them but the
-finder, which imports nothing. It runs at every interpreter start (``patchset_overlay.autoload``), so it imports
-nothing but ``os``, ``sys`` and the registered packages' lists of module names.
+The overlays are the packages ``patchset_overlay_registry.OVERLAYS`` names: a list module rather than entry points,
+as ``importlib.metadata`` costs ~50 ms at every interpreter start (measured), and a module is found also where no
+``.dist-info`` is (a checkout, Ray's ``py_modules``). It imports nothing of the core but the finder.
 """
 
 from __future__ import annotations

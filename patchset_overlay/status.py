@@ -11,9 +11,8 @@ from typing import Any
 
 from patchset_overlay import startup
 from patchset_overlay.derive import Plan
-from patchset_overlay.runtime import judge_pieces, piece_states
-from patchset_overlay.spec import Overlay, Piece
-from patchset_overlay.state import PieceState, record_for
+from patchset_overlay.runtime import judge_pieces, piece_states, record_for
+from patchset_overlay.spec import Overlay, Piece, PieceState
 
 
 def _import_targets(overlay: Overlay) -> str | None:

@@ -23,9 +23,7 @@ from patchset_overlay.derive import Plan
 from patchset_overlay.guard import judge
 from patchset_overlay.hunks import HunkError, apply_hunks
 from patchset_overlay.install import apply_change
-from patchset_overlay.source import UpstreamSource
-from patchset_overlay.spec import Overlay, Piece
-from patchset_overlay.state import PieceState
+from patchset_overlay.spec import Overlay, Piece, PieceState, UpstreamSource
 
 MODULE = '''import dataclasses
 import functools
