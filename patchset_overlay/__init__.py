@@ -29,9 +29,8 @@ def activate_all(how: str = "explicit") -> None:
 
 
 def overlay_functions(spec_module: str) -> tuple[Callable[[], Overlay], Callable[[], bool], Callable[[], bool]]:
-    """An overlay package's ``overlay``, ``activate`` and ``deactivate``, its spec read from ``spec_module``'s
-    ``OVERLAY`` when first asked for: each overlay package names these at its top level, at every interpreter start,
-    so they import nothing until called."""
+    """An overlay package's ``overlay``, ``activate`` and ``deactivate``: read at every interpreter start, they import
+    nothing (``spec_module``'s ``OVERLAY`` included) until called."""
 
     def overlay() -> Overlay:
         """This overlay's spec: its pieces, in order (imports no upstream code)."""
@@ -54,11 +53,9 @@ def overlay_functions(spec_module: str) -> tuple[Callable[[], Overlay], Callable
 
 
 def autoload() -> None:
-    """Called by ``patchset_overlay.pth`` at interpreter start-up: put an import finder on ``sys.meta_path`` for the
-    modules the overlays change, unless ``PATCHSET_OVERLAYS`` says not to (`startup.start`). The overlays are
-    activated, and judged, when the first of those modules has been imported, so a process that never touches verl or
-    Trinity pays for a few small modules and a set lookup per import. A failure is reported and never stops the
-    interpreter; what it did is `patchset_overlay.startup.outcome`."""
+    """Called by ``patchset_overlay.pth`` at interpreter start-up (`startup.start`): the overlays are activated when the
+    first module they change is imported, so a process that never touches verl or Trinity pays for a set lookup per
+    import. A failure is reported and never stops the interpreter."""
     from patchset_overlay.startup import start
 
     try:

@@ -69,15 +69,8 @@ def overlay_spec(
 
 def version_tuple(version: str) -> tuple[int, ...]:
     """Leading numeric release parts of a version ("0.9.1rc1" -> (0, 9, 1)); enough to compare releases."""
-    parts = []
-    for part in version.split("."):
-        match = re.match(r"\d+", part)
-        if match is None:
-            break
-        parts.append(int(match.group()))
-        if match.end() != len(part):
-            break
-    return tuple(parts)
+    match = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(part) for part in match.group().split(".")) if match else ()
 
 
 def upstream_has(patch: Patch, version: str) -> bool:
@@ -158,20 +151,16 @@ class Plan:
         collecting = gc.isenabled()
         gc.disable()  # the syntax trees are many small objects: each collection would walk all of torch's
         try:
-            return self._derive_all(active, failed)
+            while True:
+                pieces = [piece for piece in active if piece.name not in failed]
+                owner = {slug: piece for piece in pieces for slug in piece.patches}
+                found = self._derive_files([patch for patch in self.patches if patch.slug in owner], owner)
+                if not found:
+                    return failed
+                failed.update(found)
         finally:
             if collecting:
                 gc.enable()
-
-    def _derive_all(self, active: list[Piece], failed: dict[str, str]) -> dict[str, str]:
-        while True:
-            pieces = [piece for piece in active if piece.name not in failed]
-            owner = {slug: piece for piece in pieces for slug in piece.patches}
-            patches = [patch for patch in self.patches if patch.slug in owner]
-            found = self._derive_files(patches, owner)
-            if not found:
-                return failed
-            failed.update(found)
 
     def _derive_files(self, patches: list[Patch], owner: dict[str, Piece]) -> dict[str, str]:
         self.derived = {}

@@ -29,6 +29,11 @@ def recorded(overlay: Overlay) -> Fingerprints:
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
+def refused(overlay: Overlay, name: str, why: str) -> Verdict:
+    """Piece ``name`` left off, in the user's words: why, and that the upstream was left untouched."""
+    return Verdict(PieceState.REFUSED, f"{overlay.name}: {name} not applied: {why}; {overlay.upstream} left untouched")
+
+
 def _carries(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> bool:
     """Whether every file the piece changes already holds the series (a patched tree): taking the series' patches
     back off it, last first, gives the pinned sdist's file (or, for a release with none recorded, takes back)."""
@@ -74,16 +79,10 @@ def judge(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> Verdict:
         )
     if plan.series is None or not recorded:
         supported = ", ".join(release_series(overlay.distribution))
-        return Verdict(
-            PieceState.REFUSED,
-            f"{overlay.name}: {piece.name} not applied: {what} is not a supported version (supported: {supported}); "
-            f"{overlay.upstream} left untouched",
-        )
+        return refused(overlay, piece.name, f"{what} is not a supported version (supported: {supported})")
     unfit = piece.unfit(plan.source) if piece.unfit is not None else None
     if unfit is not None:
-        return Verdict(
-            PieceState.REFUSED, f"{overlay.name}: {piece.name} not applied: {unfit}; {overlay.upstream} left untouched"
-        )
+        return refused(overlay, piece.name, unfit)
     for path in plan.files(plan.pieces_patches(piece)):
         expected = recorded.get(path, "none recorded")
         try:
@@ -91,9 +90,6 @@ def judge(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> Verdict:
         except OSError as error:
             found = f"unreadable ({error})"
         if found != expected:
-            return Verdict(
-                PieceState.REFUSED,
-                f"{overlay.name}: {piece.name} not applied: {path} in {what} is not the file this overlay was made "
-                f"for (sha256 {found[:16]}, expected {expected[:16]}); {overlay.upstream} left untouched",
-            )
+            why = f"{path} in {what} is not the file this overlay was made for"
+            return refused(overlay, piece.name, f"{why} (sha256 {found[:16]}, expected {expected[:16]})")
     return Verdict(PieceState.ACTIVE, f"fits {what}")

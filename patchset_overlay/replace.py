@@ -88,29 +88,21 @@ def set_module_value(module: ModuleType, name: str, value: Any) -> Undo:
             current[:] = saved
 
         return undo_items
-    setattr(module, name, value)
-
-    def undo() -> None:
-        if current is _MISSING:
-            delattr(module, name)
-        else:
-            setattr(module, name, current)
-
-    return undo
+    return set_class_attributes(module, {name: value})
 
 
-def set_class_attributes(cls: type, attributes: dict[str, Any]) -> Undo:
-    """Set (or add) attributes of a class; instances made before, after, or unpickled all see them."""
-    saved = {name: cls.__dict__.get(name, _MISSING) for name in attributes}
+def set_class_attributes(owner: type | ModuleType, attributes: dict[str, Any]) -> Undo:
+    """Set (or add) attributes of a class (instances made before, after, or unpickled all see them) or a module."""
+    saved = {name: vars(owner).get(name, _MISSING) for name in attributes}
     for name, value in attributes.items():
-        setattr(cls, name, value)
+        setattr(owner, name, value)
 
     def undo() -> None:
         for name, value in saved.items():
-            if value is _MISSING:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, value)
+            if value is not _MISSING:
+                setattr(owner, name, value)
+            elif name in vars(owner):  # added here: removed again, unless someone did already
+                delattr(owner, name)
 
     return undo
 
@@ -188,13 +180,4 @@ def add_module_globals(module: ModuleType, names: dict[str, Any]) -> Undo:
         present = module.__dict__.get(name, _MISSING)
         if present is not _MISSING and present is not value:
             raise ReplaceError(f"{module.__name__} already has a different global {name!r}")
-    added = [name for name in names if name not in module.__dict__]
-    for name in added:
-        setattr(module, name, names[name])
-
-    def undo() -> None:
-        for name in added:
-            if name in module.__dict__:
-                delattr(module, name)
-
-    return undo
+    return set_class_attributes(module, {name: value for name, value in names.items() if name not in vars(module)})

@@ -16,7 +16,7 @@ from types import ModuleType
 from patchset_overlay import startup
 from patchset_overlay.derive import Plan
 from patchset_overlay.finder import already_imported, install
-from patchset_overlay.guard import judge, recorded
+from patchset_overlay.guard import judge, recorded, refused
 from patchset_overlay.install import apply_change
 from patchset_overlay.spec import Overlay, Piece, PieceState, UpstreamSource, Verdict
 
@@ -77,20 +77,14 @@ def verdicts(overlay: Overlay) -> tuple[Plan | None, dict[str, Verdict]]:
         try:
             found[piece.name] = judge(plan, piece, fingerprints)
         except Exception as error:
-            found[piece.name] = Verdict(
-                PieceState.REFUSED,
-                f"{overlay.name}: {piece.name} not applied: could not check {overlay.upstream} ({error!r}); "
-                f"{overlay.upstream} left untouched",
-            )
+            found[piece.name] = refused(overlay, piece.name, f"could not check {overlay.upstream} ({error!r})")
     active = [piece for piece in overlay.pieces if found[piece.name].state is PieceState.ACTIVE]
     try:
         failures = plan.derive(active)
     except Exception as error:
         failures = {piece.name: f"could not derive its patches ({error!r})" for piece in active}
     for name, why in failures.items():
-        found[name] = Verdict(
-            PieceState.REFUSED, f"{overlay.name}: {name} not applied: {why}; {overlay.upstream} left untouched"
-        )
+        found[name] = refused(overlay, name, why)
     return plan, found
 
 
@@ -128,7 +122,7 @@ def _install(overlay: Overlay, piece: Piece, module: ModuleType) -> None:
             step()
         _take_out(piece_record)
         piece_record.state = PieceState.REFUSED
-        piece_record.reason = f"{overlay.name}: {piece.name} not applied: {error}; {overlay.upstream} left untouched"
+        piece_record.reason = refused(overlay, piece.name, str(error)).reason
         _warn_once(record, piece_record.reason)
         return
     piece_record.undo[module.__name__] = steps
