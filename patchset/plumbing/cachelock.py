@@ -56,16 +56,9 @@ def _who(busy: treelock.Busy) -> str:
 def _take(folder: Path, shown: str, console: Console, *, wait: bool, command: str, hint: str) -> treelock.Lock:
     deadline: float | None = None
     limit = 0.0
-    vanished = 0
     while True:
         try:
-            folder.parent.mkdir(parents=True, exist_ok=True)
             return treelock.acquire(folder, command)
-        except FileNotFoundError:  # another run removed the empty .locks folder just now: make it again
-            vanished += 1
-            if vanished > 100:
-                raise
-            continue
         except treelock.Busy as busy:
             lock = display_path(busy.path)
             if not wait:

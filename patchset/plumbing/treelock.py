@@ -92,8 +92,8 @@ def acquire(folder: Path, command: str) -> Lock:
     ``OSError`` when it cannot be made (a read-only git directory)."""
     path = folder / LOCK
     for _ in range(100):  # each retry: the holder let go between our open and our flock, or removed the folder
-        folder.mkdir(exist_ok=True)
         try:
+            folder.mkdir(parents=True, exist_ok=True)  # parents: another run may have just removed an empty .locks
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except FileNotFoundError:
             continue
