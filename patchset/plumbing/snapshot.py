@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from patchset.plumbing import files, tempdirs
 
@@ -37,19 +38,10 @@ def _dirs_above(root: Path, rel: str) -> list[str]:
     return [Path(*parts[: i + 1]).as_posix() for i in range(len(parts))]
 
 
-def _entry(data: dict[str, object]) -> _Entry:
+def _entry(data: dict[str, Any]) -> _Entry:
     """The ``_Entry`` that ``dataclasses.asdict`` wrote into a manifest (JSON made its tuples lists)."""
-    times, missing, modes = data["times"], data["missing_dirs"], data["dir_modes"]
-    assert isinstance(times, list) and isinstance(missing, list) and isinstance(modes, list)
-    return _Entry(
-        rel=str(data["rel"]),
-        kind=str(data["kind"]),
-        mode=int(str(data["mode"])),
-        times=(int(times[0]), int(times[1])),
-        link=str(data["link"]),
-        missing_dirs=tuple(str(rel) for rel in missing),
-        dir_modes=tuple((str(rel), int(mode)) for rel, mode in modes),
-    )
+    tuples = {key: tuple(data[key]) for key in ("times", "missing_dirs")}
+    return _Entry(**{**data, **tuples, "dir_modes": tuple((rel, mode) for rel, mode in data["dir_modes"])})
 
 
 class Snapshot:
