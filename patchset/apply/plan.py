@@ -18,7 +18,7 @@ does, so what passes here applies there. The real tree is only read. Should the 
 than risk applying it twice.
 
 3-way. A patch that does not apply in the forward pass is also merged (``git apply --3way``, see
-``patchset.plumbing.merge``) against the blob it was made from, when the tree's repository has it: the step says
+``gitops.three_way``) against the blob it was made from, when the tree's repository has it: the step says
 whether that would resolve it, and only ``--3way`` turns a clean merge into a step that changes the tree. Nothing
 is ever reversed to make it fit: a patch that only reverts is reported as already applied.
 
@@ -61,7 +61,7 @@ from pathlib import Path
 
 from patchset.apply.target import TreeToPatch
 from patchset.plumbing import files, gitops, tempdirs
-from patchset.plumbing.merge import Merge, MergeResult, three_way
+from patchset.plumbing.gitops import Merge, MergeResult, three_way
 from patchset.series.model import Patch, UpstreamCheck
 from patchset.upstreams.pins import at_least
 
@@ -276,7 +276,7 @@ def plan_series(
     applies nor reverts there (see the module docstring).
 
     With ``objects`` (the tree's git object store), a patch that does not apply is also tried as a 3-way merge
-    (``merge.py``): the step records whether that would resolve it, and becomes a merged CHANGE when ``merge``
+    (``gitops.three_way``): the step records whether that would resolve it, and becomes a merged CHANGE when ``merge``
     (``--3way``) asks for it. A merge that changes nothing means the patch is in already (merged earlier).
     """
     numbered = list(enumerate(patches, start=1))

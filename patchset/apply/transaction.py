@@ -2,7 +2,7 @@
 
 Before a tree is changed, every file its patches touch is saved (``snapshot.py``; beside the tree's lock, where
 the next run finds it if this one is killed with SIGKILL: ``locking.py``). The patches are then applied
-one by one (``git apply``, or for a step planned so with ``--3way`` the merge of ``merge.py``), each inside a
+one by one (``git apply``, or for a step planned so with ``--3way`` ``gitops.three_way``), each inside a
 critical section that a signal cannot cut short (``signals.py``). If a patch still fails (the tree changed since
 the check), the run is interrupted (Ctrl-C, SIGTERM, SIGHUP) or anything else goes wrong, every tree changed in
 this run is restored from its snapshot, last first, and so left exactly as it was found; then the error is
@@ -23,7 +23,7 @@ from patchset.apply.plan import Action, GitRefusal, Plan, Step, series_files
 from patchset.apply.report import failure_detail, listing, partly_line, step_line, summary_line, where
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput, DoesNotApply
-from patchset.plumbing.merge import Merge, three_way
+from patchset.plumbing.gitops import Merge, three_way
 from patchset.plumbing.signals import Guard, Interrupted
 from patchset.plumbing.snapshot import Snapshot
 from patchset.plumbing.ui import Console

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import os
 import re
@@ -13,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.plumbing import patchtext, tempdirs
+from patchset.plumbing import files, patchtext, tempdirs
 
 # keeps the user's or a repository's settings (hooks, signing, line endings, encoding) out of what git writes
 NEUTRAL_CONFIG = {
@@ -313,15 +314,52 @@ def apply_patch(
     return ApplyResult(ok=proc.returncode == 0, stderr=proc.stderr.strip())
 
 
-def merge_apply(scratch: Path, patch: Path, objects: Path) -> subprocess.CompletedProcess:
-    """``git apply --3way PATCH`` in the scratch repository ``scratch`` (see ``init_scratch``), whose files are
-    first added to its index; the blobs the patch names are read from ``objects`` (another repository's object
-    store, read only: new objects go to the scratch repository)."""
-    env = isolated_env()
-    env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(objects)
-    run_git([*NEUTRAL, "add", "-A", "-f"], cwd=scratch, env=env)
-    args = [*NEUTRAL, "apply", "--3way", "--whitespace=nowarn", str(patch.resolve())]
-    return run_git(args, cwd=scratch, env=env, check=False)
+class Merge(enum.Enum):
+    RESOLVES = "resolves"  # merges cleanly
+    CONFLICTS = "conflicts"  # merging leaves conflicts in ``detail``
+    UNAVAILABLE = "unavailable"  # the repository lacks the blob the patch was made against
+    APPLIED = "applied"  # merging changes nothing: the change is in the file already
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    outcome: Merge
+    detail: str = ""
+
+
+def three_way(
+    root: Path, patch: Path, paths: Sequence[str], objects: Path | None, *, install: bool = False
+) -> MergeResult:
+    """Merge ``patch``, which changes ``paths`` (relative to ``root``), into the files under ``root`` with the blobs in
+    ``objects`` (``git apply --3way``); copy the result into ``root`` only when ``install`` and the merge is clean.
+
+    The merge runs in a scratch repository holding copies of the files, which borrows ``objects`` read-only (the
+    patches are ``--full-index``, so each names its blob): the tree and its repository are never written.
+    """
+    if objects is None:
+        return MergeResult(Merge.UNAVAILABLE, "the tree has no git objects")
+    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("merge")) as tmp:
+        scratch = Path(tmp)
+        init_scratch(scratch)
+        files.copy_paths(root, scratch, paths)
+        env = isolated_env()
+        env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(objects)
+        run_git([*NEUTRAL, "add", "-A", "-f"], cwd=scratch, env=env)
+        args = [*NEUTRAL, "apply", "--3way", "--whitespace=nowarn", str(patch.resolve())]
+        proc = run_git(args, cwd=scratch, env=env, check=False)
+        if proc.returncode != 0:
+            if "lacks the necessary blob" in proc.stderr:
+                return MergeResult(Merge.UNAVAILABLE, "the repository lacks the blob the patch was made against")
+            conflicted = [line[2:].strip() for line in proc.stderr.splitlines() if line.startswith("U ")]
+            if conflicted:
+                return MergeResult(Merge.CONFLICTS, ", ".join(conflicted))
+            errors = [line.removeprefix("error: ") for line in proc.stderr.splitlines() if line.startswith("error: ")]
+            return MergeResult(Merge.UNAVAILABLE, f"git: {errors[0]}" if errors else "git apply --3way failed")
+        if all(files.same(scratch / rel, root / rel) for rel in paths):
+            return MergeResult(Merge.APPLIED)
+        if install:
+            files.install_paths(scratch, root, paths)
+        return MergeResult(Merge.RESOLVES)
 
 
 def patch_parse_error(patch: Path) -> str | None:
