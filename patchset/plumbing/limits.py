@@ -12,20 +12,14 @@ TIME_SCALE_VARIABLE = "PATCHSET_TIME_SCALE"
 RAISE_HINT = f"{TIME_SCALE_VARIABLE}=2 doubles every limit"
 
 
-def time_scale() -> float:
-    """``PATCHSET_TIME_SCALE`` as a positive number (default 1); ``BadInput`` naming it when it is not one."""
+def scaled(seconds: float) -> float:
+    """``seconds``, the limit on this project's machine, times ``PATCHSET_TIME_SCALE`` (default 1); ``BadInput``
+    naming it when it is not a positive number."""
     value = os.environ.get(TIME_SCALE_VARIABLE, "").strip()
-    if not value:
-        return 1.0
     try:
-        scale = float(value)
+        scale = float(value) if value else 1.0
     except ValueError:
         scale = 0.0
     if not scale > 0 or scale == float("inf"):
         raise BadInput(f"{TIME_SCALE_VARIABLE}={value!r} is not a positive number (the factor every time limit takes)")
-    return scale
-
-
-def scaled(seconds: float) -> float:
-    """``seconds``, the limit on this project's machine, times ``PATCHSET_TIME_SCALE``."""
-    return seconds * time_scale()
+    return seconds * scale

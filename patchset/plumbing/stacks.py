@@ -41,19 +41,14 @@ def is_running(pid: int) -> bool:
 
 
 def tree(pid: int) -> list[int]:
-    """``pid`` and every live process below it, parents before their children."""
-    return [pid, *descendants(pid)]
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (children, theirs, ...), parents before their children."""
+    """``pid`` and every live process below it (children, theirs, ...), parents before their children."""
     children: dict[int, list[int]] = {}
     for entry in _PROC.iterdir() if _PROC.is_dir() else ():
         if entry.name.isdigit():
             parent = _parent_of(int(entry.name))
             if parent is not None:
                 children.setdefault(parent, []).append(int(entry.name))
-    found: list[int] = []
+    found = [pid]
     queue = list(children.get(pid, ()))
     while queue:
         child = queue.pop(0)
