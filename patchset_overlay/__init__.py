@@ -2,7 +2,7 @@
 
 The front of the overlay core: what users call, and what ``patchset_overlay.pth`` calls at every interpreter start
 (`autoload`). It names no overlay (they are found through `patchset_overlay.startup`), and no module of the package
-imports it. At start-up it imports only `startup` and the finder; the machinery waits for a watched import.
+imports it. At start-up it imports only `startup`; the machinery waits for a watched import.
 """
 
 from __future__ import annotations

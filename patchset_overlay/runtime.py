@@ -15,7 +15,6 @@ from types import ModuleType
 
 from patchset_overlay import startup
 from patchset_overlay.derive import Plan
-from patchset_overlay.finder import already_imported, install
 from patchset_overlay.guard import judge, recorded, refused
 from patchset_overlay.install import apply_change
 from patchset_overlay.spec import Overlay, Piece, PieceState, UpstreamSource, Verdict
@@ -156,8 +155,8 @@ def activate(overlay: Overlay, how: str = "explicit") -> bool:
     record.enabled, record.how, record.judged = True, how, False
     for piece in overlay.pieces:
         record.pieces[piece.name] = PieceRecord(PieceState.PENDING, f"judged when {overlay.upstream} is first imported")
-    install(overlay.modules, dispatch)
-    for module in already_imported(overlay.modules):
+    startup.install(overlay.modules, dispatch)
+    for module in startup.already_imported(overlay.modules):
         _module_imported(overlay, module)
     return True
 

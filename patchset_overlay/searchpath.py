@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from patchset_overlay.cache import cache_root, folder_for, private_folder, verified
-from patchset_overlay.derive import Plan, sha256
+from patchset_overlay.derive import Plan, cache_root, folder_for, private_folder, sha256, verified
 from patchset_overlay.runtime import judge_pieces, record_for, switched_on
 from patchset_overlay.spec import Overlay, PieceState, Verdict
 
