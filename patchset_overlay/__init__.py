@@ -53,9 +53,8 @@ def overlay_functions(spec_module: str) -> tuple[Callable[[], Overlay], Callable
 
 
 def autoload() -> None:
-    """Called by ``patchset_overlay.pth`` at interpreter start-up (`startup.start`): the overlays are activated when the
-    first module they change is imported, so a process that never touches verl or Trinity pays for a set lookup per
-    import. A failure is reported and never stops the interpreter."""
+    """Called by ``patchset_overlay.pth`` at interpreter start-up (`startup.start`); a failure is reported and never
+    stops the interpreter."""
     from patchset_overlay.startup import start
 
     try:

@@ -45,9 +45,8 @@ class Parsed:
         self.binds: frozenset[str] = frozenset()  # every name its top level may bind (set by `keep_only`)
 
     def keep_only(self, keys: set[str]) -> None:
-        """Drop every module-level statement but those of ``keys``, having noted the future flags and the names the
-        module binds: a live process keeps only the syntax it will compile (a whole module's tree is ~100k objects that
-        every garbage collection would walk)."""
+        """Keep only the module-level statements of ``keys`` (noting the future flags and the names bound first): a
+        whole module's tree is ~100k objects that every garbage collection would walk."""
         for node in self.tree.body:
             if isinstance(node, ast.ImportFrom) and node.module == "__future__":
                 for alias in node.names:

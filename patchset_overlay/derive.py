@@ -113,10 +113,8 @@ def read_series(folder: Path) -> list[Patch]:
 def overlay_spec(
     name: str, upstream: str, distribution: str, modules: tuple[str, ...], grouped: tuple[Piece, ...], **parts: Any
 ) -> Overlay:
-    """An overlay package's spec: the pieces it declares (patches that go on together, or with an activation rule),
-    then a piece of its own (named by its slug) for each patch of a series it derives that none of those names, so a
-    new fix needs no overlay declaration; a patch that changes only upstream's ``tests/`` installs nothing, so it
-    has no piece. ``parts``: the rest of `Overlay` (its config folder, what it cannot change)."""
+    """An overlay package's spec: the pieces it declares, then one piece per patch of its series that none of those
+    names (by its slug, so a new fix needs no declaration) and that changes more than upstream's ``tests/``."""
     named = {slug for piece in grouped for slug in piece.patches}
     root = patches_root()
     series = dict.fromkeys(release_series(distribution, root).values())
@@ -170,9 +168,8 @@ class Plan:
 
     @classmethod
     def make(cls, overlay: Overlay, source: UpstreamSource) -> Plan:
-        """The plan for the release in ``source``: its series if the overlays support it; for a release they do not,
-        the series of the newest supported release before it is read (to say which fixes it has upstream), and
-        ``series`` stays None."""
+        """The plan for the release in ``source``; for a release the overlays do not support (``series`` None), the
+        series of the newest supported release before it, to say which fixes it has upstream."""
         version = source.version()
         supported = release_series(overlay.distribution)
         plan = cls(overlay, source, version, supported.get(version))

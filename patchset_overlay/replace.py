@@ -51,13 +51,9 @@ def _check_globals(namespace: dict[str, Any], replacement: FunctionType, where: 
 def replace_function_code(
     target: FunctionType, replacement: FunctionType, new: Collection[str] = (), closures: bool = False
 ) -> Undo:
-    """Give ``target`` the code, defaults and docs of ``replacement``, keeping the function object itself.
-
-    The code then runs in the upstream module's namespace, as the patched upstream function would. So every global
-    it reads must already be there and be the very object ``replacement`` was written against; otherwise nothing
-    is changed. ``new``: the names exempt, those the patched module binds that are not there yet. ``closures``: the
-    replacement may close over the same names as ``target`` (a method's ``__class__``), and keeps ``target``'s cells.
-    """
+    """Give ``target`` the code, defaults and docs of ``replacement``, keeping the function object itself; nothing is
+    changed unless every global it reads (but ``new``, those the patched module adds) is there, the very object it
+    was written against. ``closures``: it may close over ``target``'s names (a method's ``__class__``)."""
     if closures:
         if target.__code__.co_freevars != replacement.__code__.co_freevars:
             raise ReplaceError(f"{target.__qualname__}: the patched code closes over other names")
@@ -137,12 +133,8 @@ def _regenerate_dataclass(cls: type) -> None:
 
 
 def set_dataclass_field(cls: type, name: str, annotation: Any, default: Any, after: str | None) -> Undo:
-    """Give dataclass ``cls`` the field ``name`` (its annotation and default; a `dataclasses.Field` for a factory), in
-    place or, when it has none, right after field ``after``; its dataclass subclasses follow.
-
-    Each class's generated ``__init__``, ``__repr__`` and ``__eq__`` are made again by ``dataclasses`` itself, so
-    the class behaves as if it had been written with the field.
-    """
+    """Give dataclass ``cls`` (and its dataclass subclasses) the field ``name`` in place, or right after ``after``;
+    ``dataclasses`` itself makes their methods again, as if the class had been written with the field."""
     own = cls.__dict__.get("__annotations__", {})
     if not dataclasses.is_dataclass(cls) or (name not in own and after is not None and after not in own):
         raise ReplaceError(f"{cls.__qualname__} has no own dataclass field {after!r} to add {name!r} after")
@@ -171,11 +163,8 @@ def set_dataclass_field(cls: type, name: str, annotation: Any, default: Any, aft
 
 
 def add_module_globals(module: ModuleType, names: dict[str, Any]) -> Undo:
-    """Give ``module`` the globals a replaced function reads that upstream's patched module imports too.
-
-    A name the module has already must be the very same object (else nothing is changed); only the names added
-    here are removed again by the undo.
-    """
+    """Give ``module`` the globals the patched module imports too; one it has must be the very same object (else
+    nothing is changed), and the undo removes only those added here."""
     for name, value in names.items():
         present = module.__dict__.get(name, _MISSING)
         if present is not _MISSING and present is not value:

@@ -187,9 +187,8 @@ def piece_states(overlay: Overlay) -> Mapping[str, PieceRecord]:
 
 
 def switched_on(overlay: Overlay) -> tuple[bool, str]:
-    """Whether ``overlay`` is on in this process, and how it was switched on (or why it is off). Under automatic
-    activation, a caller that comes before any watched import (Hydra composing a config first thing in a process)
-    activates the overlays here, as that import would have."""
+    """Whether ``overlay`` is on here, and how (or why not); under automatic activation, a caller that comes before
+    any watched import (Hydra composing a config first thing) activates the overlays, as that import would have."""
     record = record_for(overlay.name)
     if record.enabled:
         return True, record.how

@@ -60,9 +60,8 @@ def _how(overlay: Overlay) -> str:
 
 
 def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
-    """One entry per overlay: how it was switched on (or off), the upstream version, and each piece's state.
-    With ``import_upstreams`` off, only what this process has imported so far is reported, and pieces are judged
-    from the upstream's files."""
+    """One entry per overlay: how it was switched on (or off), the upstream version, and each piece's state; with
+    ``import_upstreams`` off, only what this process has imported so far."""
     report = []
     carried = carried_series()
     for overlay in startup.overlays():

@@ -112,10 +112,8 @@ def run_bounded(
     output: TextIO | None = None,
     launch: Launch | None = None,
 ) -> int:
-    """Run ``command`` and return its exit status; past ``limit`` raise ``TimedOut`` naming ``what`` (and the tests
-    it was in, for a pytest run of a suite that registers ``RunningTests``), having ended its whole tree. ``output``:
-    a file that takes the command's standard output and error (default: this process's). ``launch``: another way to
-    start it (`patchset.testenv.suite_forks`), which may decline."""
+    """Run ``command`` and return its exit status; past ``limit``, end its whole tree and raise ``TimedOut`` naming
+    ``what``. ``output``: a file for its output; ``launch``: another way to start it, which may decline."""
     env = dict(os.environ if env is None else env)
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("running")) as own:
         # this run's own folder first; a waiter further up (a step of the test command) keeps seeing its tests too

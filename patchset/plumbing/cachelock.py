@@ -93,9 +93,8 @@ def hold(
     command: str | None = None,
     hint: str = "",
 ) -> Iterator[None]:
-    """Hold the cache entry ``entry`` (a flat name, e.g. ``upstreams-verl-0.8.0``; ``shown`` names it to the user)
-    while the block runs, after sweeping ``sweep`` of what dead processes left; see the module docstring. ``hint``
-    ends the refusal's next step."""
+    """Hold the cache entry ``entry`` (``shown`` names it to the user) while the block runs, after sweeping ``sweep``
+    of what dead processes left; ``hint`` ends the refusal's next step."""
     made = [cache_root / LOCKS] + ([] if cache_root.exists() else [cache_root])
     try:
         lock: treelock.Lock | None = _take(

@@ -296,11 +296,8 @@ def apply_patch(
     include: Sequence[str] = (),
 ) -> ApplyResult:
     """``git apply [--check] [--reverse] PATCH`` on the work tree at ``cwd`` (never the index); atomic per patch.
-
-    ``directory``: prepended to the patch's paths, for a tree below the top of its work tree (run from the top then).
-    ``include``: only those paths. ``--whitespace=nowarn`` keeps a user's ``apply.whitespace=fix`` from rewriting what
-    the patch adds, which would make reversing it inexact.
-    """
+    ``--whitespace=nowarn`` keeps a user's ``apply.whitespace=fix`` from rewriting what the patch adds, which would
+    make reversing it inexact. ``directory``: for a tree below the top of its work tree (run from the top then)."""
     args = ["apply", "--whitespace=nowarn"]
     if check:
         args.append("--check")
@@ -330,12 +327,8 @@ class MergeResult:
 def three_way(
     root: Path, patch: Path, paths: Sequence[str], objects: Path | None, *, install: bool = False
 ) -> MergeResult:
-    """Merge ``patch``, which changes ``paths`` (relative to ``root``), into the files under ``root`` with the blobs in
-    ``objects`` (``git apply --3way``); copy the result into ``root`` only when ``install`` and the merge is clean.
-
-    The merge runs in a scratch repository holding copies of the files, which borrows ``objects`` read-only (the
-    patches are ``--full-index``, so each names its blob): the tree and its repository are never written.
-    """
+    """Merge ``patch`` into ``paths`` under ``root`` in a scratch copy (``git apply --3way``) with the blobs of
+    ``objects``, borrowed read-only; copy the result into ``root`` only when ``install`` and the merge is clean."""
     if objects is None:
         return MergeResult(Merge.UNAVAILABLE, "the tree has no git objects")
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("merge")) as tmp:

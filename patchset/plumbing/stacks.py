@@ -97,9 +97,8 @@ def dump_stacks(pids: Iterable[int], near: Sequence[Path] = ()) -> str:
 
 
 def kill_all(pids: Iterable[int], wait_s: float = END_WAIT_S) -> None:
-    """End each of ``pids`` that is still there (one that already ended is no error): all are stopped first, so that
-    none runs on when another ends (a test whose child is killed would go on to its teardown), then killed; returns
-    once none runs any more (a kill takes effect asynchronously), or after ``wait_s`` seconds."""
+    """End each of ``pids`` still there, all stopped first so that none runs on when another ends (a test whose child
+    is killed would go on to its teardown); return once none runs (or after ``wait_s`` seconds)."""
     pids = list(pids)
     for sig in (signal.SIGSTOP, signal.SIGKILL):
         for pid in pids:
