@@ -33,11 +33,6 @@ class _Entry:
     dir_modes: tuple[tuple[str, int], ...] = ()  # the existing folders above it, to recreate them as they were
 
 
-def _dirs_above(root: Path, rel: str) -> list[str]:
-    parts = Path(rel).parts[:-1]
-    return [Path(*parts[: i + 1]).as_posix() for i in range(len(parts))]
-
-
 def _entry(data: dict[str, Any]) -> _Entry:
     """The ``_Entry`` that ``dataclasses.asdict`` wrote into a manifest (JSON made its tuples lists)."""
     tuples = {key: tuple(data[key]) for key in ("times", "missing_dirs")}
@@ -81,7 +76,8 @@ class Snapshot:
 
     def _save(self, number: int, rel: str) -> _Entry:
         path = self.root / rel
-        above = _dirs_above(self.root, rel)
+        parts = Path(rel).parts[:-1]
+        above = [Path(*parts[: i + 1]).as_posix() for i in range(len(parts))]  # its folders, top first
         dir_modes = tuple((d, stat.S_IMODE((self.root / d).stat().st_mode)) for d in above if (self.root / d).is_dir())
         if path.is_symlink():
             return _Entry(rel, "symlink", link=os.readlink(path), dir_modes=dir_modes)
