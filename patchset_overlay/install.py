@@ -29,11 +29,6 @@ from patchset_overlay.replace import (
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
-def _node(derived: Derived, name: str) -> ast.stmt:
-    assert derived.parsed is not None
-    return next(node for node in derived.parsed.tree.body if derived.parsed.key(node) == name)
-
-
 def _compile(derived: Derived, node: ast.stmt) -> CodeType:
     """``node`` alone, decorators left out, compiled under the derived file's name and line numbers."""
     if isinstance(node, Function | ast.ClassDef):
@@ -106,12 +101,6 @@ def _replace(target: FunctionType, code: CodeType, node: Function, module: Modul
     return replace_function_code(target, replacement, new, closures=True)
 
 
-def _added_names(module: ModuleType, derived: Derived) -> set[str]:
-    """The names the derived module binds that the live one lacks: a replaced function may read them only where
-    upstream's own code may (an optional import), or once the patch's own statements are made."""
-    return {name for name in derived.parsed.binds if name not in vars(module)}
-
-
 def _new_attribute_defaults(init: Function, before: FunctionType, cls: type, module: ModuleType, derived: Derived):
     """{attribute: default} for each ``self.X = X`` the patched ``__init__`` adds for a parameter with a default:
     an object made before the change (or unpickled from a process without it) then reads what the patched
@@ -143,7 +132,8 @@ def _chain(*undos: Undo) -> Undo:
 
 def apply_change(module: ModuleType, derived: Derived, change: Change) -> Undo:
     """Make ``change`` on ``module``; return its exact undo. Raises ReplaceError where it cannot be made safely."""
-    node = _node(derived, change.name)
+    assert derived.parsed is not None
+    node = next(node for node in derived.parsed.tree.body if derived.parsed.key(node) == change.name)
     namespace = vars(module)
     if change.kind == "statement":
         scratch: dict[str, Any] = {}
@@ -151,7 +141,9 @@ def apply_change(module: ModuleType, derived: Derived, change: Change) -> Undo:
         if isinstance(node, Function | ast.ClassDef) and node.decorator_list:
             raise ReplaceError(f"{module.__name__}.{change.name}: a new decorated definition is not supported")
         return add_module_globals(module, {name: scratch[name] for name in bound_names(node)})
-    new = _added_names(module, derived)
+    # names the derived module binds that the live one lacks: replaced code reads them only where upstream's own may
+    # (an optional import), or once the patch's own statements are made
+    new = {name for name in derived.parsed.binds if name not in namespace}
     if change.kind == "function":
         assert isinstance(node, Function)
         target = _innermost(namespace[change.name], change.name)

@@ -19,8 +19,7 @@ def _config_files(plan: Plan) -> dict[str, str]:
     """{config file in the tree: the piece whose patches change it} for the release's whole series."""
     found = {}
     for piece in plan.overlay.pieces:
-        patches = [patch for patch in plan.patches + plan.upstream if patch.slug in piece.patches]
-        for path in plan.files(patches):
+        for path in plan.files(plan.pieces_patches(piece, plan.patches + plan.upstream)):
             if not path.endswith(".py"):
                 found[path] = piece.name
     return found

@@ -23,11 +23,9 @@ def _import_targets(overlay: Overlay) -> str | None:
     for module in overlay.modules:
         try:
             importlib.import_module(module)
-        except ModuleNotFoundError as error:
-            if error.name and module.startswith(f"{error.name}."):
-                continue  # a target of a piece for other releases (verl 0.7.1 has no verl.trainer.distillation)
-            return f"importing {overlay.distribution} failed: {error!r}"
         except Exception as error:
+            if isinstance(error, ModuleNotFoundError) and error.name and module.startswith(f"{error.name}."):
+                continue  # a target of a piece for other releases (verl 0.7.1 has no verl.trainer.distillation)
             return f"importing {overlay.distribution} failed: {error!r}"
     return None
 
