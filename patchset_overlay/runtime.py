@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -179,11 +179,6 @@ def deactivate(overlay: Overlay) -> bool:
             _take_out(piece_record)
         record.pieces[piece.name] = PieceRecord(PieceState.INACTIVE, "deactivated in this process")
     return True
-
-
-def piece_states(overlay: Overlay) -> Mapping[str, PieceRecord]:
-    record = record_for(overlay.name)
-    return {piece.name: record.pieces.get(piece.name, PieceRecord()) for piece in overlay.pieces}
 
 
 def switched_on(overlay: Overlay) -> tuple[bool, str]:

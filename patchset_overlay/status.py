@@ -11,7 +11,7 @@ from typing import Any
 
 from patchset_overlay import startup
 from patchset_overlay.derive import Plan
-from patchset_overlay.runtime import judge_pieces, piece_states, record_for
+from patchset_overlay.runtime import PieceRecord, judge_pieces, record_for
 from patchset_overlay.spec import Overlay, Piece, PieceState
 
 
@@ -69,7 +69,7 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
         package = sys.modules.get(overlay.upstream)
         pieces = []
         for piece in overlay.pieces:
-            state = piece_states(overlay)[piece.name]
+            state = record.pieces.get(piece.name, PieceRecord())
             if state.state is PieceState.OTHER_RELEASE:
                 continue  # written for other releases: this one has its own piece of the same patches
             reason = state.reason
