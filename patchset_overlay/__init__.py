@@ -1,18 +1,8 @@
 """Run the patchset's fixes on pip-installed upstream releases, without editing site-packages.
 
-The overlay packages name their pieces (which patches go on together); this package derives each piece's changes from
-the series' patch files on the installed release (`derive`, `changes`, `install`), switches them on (explicitly with
-`activate_all`, or in every process through the ``patchset_overlay.pth`` file the install puts in site-packages),
-guards them, and reports what is active (``python -m patchset_overlay status``). It names no overlay: it is the
-lower layer, and each overlay imports it; the overlays are found through one registration list
-(`patchset_overlay.startup`).
-
-This module is the package's front: it names what users call, and what ``patchset_overlay.pth`` calls at every
-interpreter start (`autoload`); no module of the package imports it, so no import runs back up
-(``tests/scripts/test_layers.py``). Its layers, bottom first: `startup` (the registration list, the switch, what the
-start-up did) and `finder`; `spec`, `state`, `source`, `replace`, `hunks`, `changes`, `cache`; `derive`, `install`;
-`guard`, `fingerprints`; `runtime` (activation and undo); `searchpath` (Hydra), `status` and ``__main__``. At
-start-up it imports only `startup` and the finder; the machinery is imported when one of the watched modules is.
+The front of the overlay core: what users call, and what ``patchset_overlay.pth`` calls at every interpreter start
+(`autoload`). It names no overlay (they are found through `patchset_overlay.startup`), and no module of the package
+imports it. At start-up it imports only `startup`; the machinery waits for a watched import.
 """
 
 from __future__ import annotations
@@ -39,9 +29,8 @@ def activate_all(how: str = "explicit") -> None:
 
 
 def overlay_functions(spec_module: str) -> tuple[Callable[[], Overlay], Callable[[], bool], Callable[[], bool]]:
-    """An overlay package's ``overlay``, ``activate`` and ``deactivate``, its spec read from ``spec_module``'s
-    ``OVERLAY`` when first asked for: each overlay package names these at its top level, at every interpreter start,
-    so they import nothing until called."""
+    """An overlay package's ``overlay``, ``activate`` and ``deactivate``: read at every interpreter start, they import
+    nothing (``spec_module``'s ``OVERLAY`` included) until called."""
 
     def overlay() -> Overlay:
         """This overlay's spec: its pieces, in order (imports no upstream code)."""
@@ -64,11 +53,8 @@ def overlay_functions(spec_module: str) -> tuple[Callable[[], Overlay], Callable
 
 
 def autoload() -> None:
-    """Called by ``patchset_overlay.pth`` at interpreter start-up: put an import finder on ``sys.meta_path`` for the
-    modules the overlays change, unless ``PATCHSET_OVERLAYS`` says not to (`startup.start`). The overlays are
-    activated, and judged, when the first of those modules has been imported, so a process that never touches verl or
-    Trinity pays for a few small modules and a set lookup per import. A failure is reported and never stops the
-    interpreter; what it did is `patchset_overlay.startup.outcome`."""
+    """Called by ``patchset_overlay.pth`` at interpreter start-up (`startup.start`); a failure is reported and never
+    stops the interpreter."""
     from patchset_overlay.startup import start
 
     try:

@@ -1,14 +1,6 @@
-"""``python -m patchset_overlay``: what the overlays do in this process, and their fingerprints.
-
-- ``status [--json]``: each overlay, each piece, its state and the reason (imports the upstreams to judge them);
-- ``show [FILE]``: the files the overlays derive on the installed releases, or the text of one (a module such as
-  ``verl.workers.utils.losses``, or a path such as ``verl/trainer/config/critic/critic.yaml``): what runs here;
-- ``fingerprints --root UPSTREAM=PATH [--root ...] [--write | --check]``: the sha256 of every target's source in the
-  unpatched release whose package folder is PATH, UPSTREAM the import name of a registered overlay's upstream (e.g.
-  ``verl``; see `patchset_overlay.fingerprints`).
-
-Exit codes: 0 done; 1 ``--check`` found stale fingerprints; 2 bad arguments (a root that is not a package folder, a
-file no overlay derives here).
+"""``python -m patchset_overlay``: ``status [--json]`` (each overlay and piece, its state and why), ``show [FILE]``
+(the files the overlays derive here, or one's text) and ``fingerprints --root UPSTREAM=PATH [--write | --check]``:
+the sha256 of every file an overlay derives on the unpatched release in PATH, which the guard checks.
 """
 
 from __future__ import annotations
@@ -18,6 +10,11 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from patchset_overlay.guard import Fingerprints
+    from patchset_overlay.spec import Overlay, UpstreamSource
 
 
 def _status(as_json: bool) -> int:
@@ -60,9 +57,21 @@ def _root_forms() -> str:
     return " or ".join(f"{overlay.upstream}=PATH" for overlay in overlays())
 
 
+def _compute(overlay: Overlay, source: UpstreamSource) -> dict[str, str]:
+    """{"path in the tree": sha256} of every file the overlay derives on the release in ``source``, read from it."""
+    from patchset_overlay.derive import Plan, sha256
+
+    plan = Plan.make(overlay, source)
+    return {path: sha256(plan.installed_text(path)) for path in sorted(plan.files(plan.patches))}
+
+
+def _render(fingerprints: Fingerprints | dict[str, str]) -> str:
+    return json.dumps(fingerprints, indent=2, sort_keys=True) + "\n"
+
+
 def _fingerprints(roots: list[str], write: bool, check: bool) -> int:
-    from patchset_overlay.fingerprints import compute, fingerprints_path, recorded, render, stale
-    from patchset_overlay.source import UpstreamSource
+    from patchset_overlay.guard import fingerprints_path, recorded
+    from patchset_overlay.spec import UpstreamSource
     from patchset_overlay.startup import overlays
 
     by_upstream = {overlay.upstream: overlay for overlay in overlays()}
@@ -76,7 +85,8 @@ def _fingerprints(roots: list[str], write: bool, check: bool) -> int:
         overlay, source = by_upstream[upstream], UpstreamSource(upstream, root)
         path = fingerprints_path(overlay)
         if check:
-            keys = stale(overlay, source)
+            stored, fresh = recorded(overlay).get(source.version(), {}), _compute(overlay, source)
+            keys = sorted(key for key in stored.keys() | fresh.keys() if stored.get(key) != fresh.get(key))
             for key in keys:
                 print(
                     f"{path}: stale fingerprint for {key} (run: python -m patchset_overlay fingerprints --write "
@@ -84,10 +94,11 @@ def _fingerprints(roots: list[str], write: bool, check: bool) -> int:
                 )
             problems += len(keys)
         elif write:  # this release's set, beside the other releases' sets already stored
-            path.write_text(render({**recorded(overlay), source.version(): compute(overlay, source)}), encoding="utf-8")
+            every = {**recorded(overlay), source.version(): _compute(overlay, source)}
+            path.write_text(_render(every), encoding="utf-8")
             print(f"* Wrote the fingerprints of {upstream} {source.version()} into {path}")
         else:
-            print(render({source.version(): compute(overlay, source)}), end="")
+            print(_render({source.version(): _compute(overlay, source)}), end="")
     return 1 if problems else 0
 
 

@@ -1,9 +1,5 @@
-"""What a patch changes in a module, read from the module's text before and after it, as the objects to change.
-
-A change is named by where it lives: a module-level function, class member or assignment, or a statement the patch
-adds (an import, a helper, a constant). Only the forms a fix is made of are known; any other difference (a class's
-bases, a removed function, a new module-level call) raises `UnsupportedChange`, naming it, so that the overlay refuses
-the piece rather than leave part of a patch out.
+"""What a patch changes in a module, read from its text before and after, as the objects to change; any difference
+of a form a fix is not made of raises `UnsupportedChange`, so that the piece is refused rather than half-made.
 """
 
 from __future__ import annotations
@@ -49,9 +45,8 @@ class Parsed:
         self.binds: frozenset[str] = frozenset()  # every name its top level may bind (set by `keep_only`)
 
     def keep_only(self, keys: set[str]) -> None:
-        """Drop every module-level statement but those of ``keys``, having noted the future flags and the names the
-        module binds: a live process keeps only the syntax it will compile (a whole module's tree is ~100k objects that
-        every garbage collection would walk)."""
+        """Keep only the module-level statements of ``keys`` (noting the future flags and the names bound first): a
+        whole module's tree is ~100k objects that every garbage collection would walk."""
         for node in self.tree.body:
             if isinstance(node, ast.ImportFrom) and node.module == "__future__":
                 for alias in node.names:

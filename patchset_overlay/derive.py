@@ -1,32 +1,88 @@
-"""An installed release's patched modules, derived from the series' own patch files: the one source of each fix.
+"""Each piece's changes, derived from the series' own patch files on the installed release: the one source of each fix.
 
-The release's series is the one ``patches/upstreams.toml`` pins for it. Each patch the release lacks (not in it
-upstream by its DEP-3 ``Applied-Upstream`` release) is applied, in series order, to the installed file it touches,
-recognised by its sha256 in the pinned sdist (`patchset_overlay.fingerprints`); each patch's changes are read from the
-module's text before and after it (`patchset_overlay.changes`), so each piece changes exactly what its patches change.
-Only the patches of pieces judged active are applied: a piece that stays off leaves its hunks out of every module.
+Each patch the release lacks (by its DEP-3 ``Applied-Upstream``) is applied in series order to the installed file,
+for the active pieces only. The patch files ship inside this package in a wheel; a checkout reads its ``patches/``.
 
-The patch files travel with the overlays: a wheel ships them inside this package (``setup.py``), a checkout reads its
-own ``patches/``.
+Derived files are written where readers need a file (Hydra, tracebacks, ``show``), but nothing found on disk is
+trusted: the cache folder must be this user's alone (0700), and a file is used only once compared with the text
+derived in memory. ``PATCHSET_OVERLAY_CACHE`` names it (default: ``$XDG_CACHE_HOME`` or ``~/.cache``, then
+``patchset_overlay``); where none can be had, the text stays in memory (or a private folder, for Hydra).
 """
 
 from __future__ import annotations
 
+import atexit
 import gc
 import hashlib
 import linecache
+import os
 import re
+import shutil
+import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from patchset_overlay.cache import cache_root, folder_for, verified
 from patchset_overlay.changes import Change, Parsed, UnsupportedChange, bound_names, module_changes
 from patchset_overlay.hunks import HunkError, Patch, apply_hunks, read_patch, slug_of
-from patchset_overlay.source import UpstreamSource
-from patchset_overlay.spec import Overlay, Piece
+from patchset_overlay.spec import Overlay, Piece, UpstreamSource
 
 PINS_FILE = "upstreams.toml"
+ENV_CACHE = "PATCHSET_OVERLAY_CACHE"
+
+
+def cache_root() -> Path | None:
+    """The cache folder, made 0700 if missing; None where it is not this user's alone or cannot be made."""
+    configured = os.environ.get(ENV_CACHE)
+    if configured:
+        root = Path(configured)
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = Path(base) / "patchset_overlay"
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = root.stat()
+    except OSError:
+        return None
+    if info.st_uid != os.getuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return None
+    return root if os.access(root, os.W_OK) else None
+
+
+def folder_for(text_key: str, root: Path | None) -> Path | None:
+    """The folder of one derived set (named by ``text_key``, a digest of its contents) in ``root``, or None."""
+    if root is None:
+        return None
+    folder = root / hashlib.sha256(text_key.encode("utf-8")).hexdigest()[:24]
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+    except OSError:
+        return None
+    return folder
+
+
+def verified(path: Path, text: str) -> bool:
+    """Make ``path`` hold exactly ``text``: kept when it does, written again (atomically) when it does not; False when
+    it cannot be written."""
+    try:
+        if path.is_file() and not path.is_symlink() and path.read_text(encoding="utf-8") == text:
+            return True
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+        return True
+    except OSError:
+        return False
+
+
+def private_folder() -> Path:
+    """A folder of this process alone (0700), removed at exit: where a derived file goes when no cache can be had."""
+    folder = Path(tempfile.mkdtemp(prefix="patchset_overlay-"))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
 
 
 def patches_root() -> Path:
@@ -57,10 +113,8 @@ def read_series(folder: Path) -> list[Patch]:
 def overlay_spec(
     name: str, upstream: str, distribution: str, modules: tuple[str, ...], grouped: tuple[Piece, ...], **parts: Any
 ) -> Overlay:
-    """An overlay package's spec: the pieces it declares (patches that go on together, or with an activation rule),
-    then a piece of its own (named by its slug) for each patch of a series it derives that none of those names, so a
-    new fix needs no overlay declaration; a patch that changes only upstream's ``tests/`` installs nothing, so it
-    has no piece. ``parts``: the rest of `Overlay` (its config folder, what it cannot change)."""
+    """An overlay package's spec: the pieces it declares, then one piece per patch of its series that none of those
+    names (by its slug, so a new fix needs no declaration) and that changes more than upstream's ``tests/``."""
     named = {slug for piece in grouped for slug in piece.patches}
     root = patches_root()
     series = dict.fromkeys(release_series(distribution, root).values())
@@ -76,15 +130,8 @@ def overlay_spec(
 
 def version_tuple(version: str) -> tuple[int, ...]:
     """Leading numeric release parts of a version ("0.9.1rc1" -> (0, 9, 1)); enough to compare releases."""
-    parts = []
-    for part in version.split("."):
-        match = re.match(r"\d+", part)
-        if match is None:
-            break
-        parts.append(int(match.group()))
-        if match.end() != len(part):
-            break
-    return tuple(parts)
+    match = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(part) for part in match.group().split(".")) if match else ()
 
 
 def upstream_has(patch: Patch, version: str) -> bool:
@@ -121,9 +168,8 @@ class Plan:
 
     @classmethod
     def make(cls, overlay: Overlay, source: UpstreamSource) -> Plan:
-        """The plan for the release in ``source``: its series if the overlays support it; for a release they do not,
-        the series of the newest supported release before it is read (to say which fixes it has upstream), and
-        ``series`` stays None."""
+        """The plan for the release in ``source``; for a release the overlays do not support (``series`` None), the
+        series of the newest supported release before it, to say which fixes it has upstream."""
         version = source.version()
         supported = release_series(overlay.distribution)
         plan = cls(overlay, source, version, supported.get(version))
@@ -165,20 +211,16 @@ class Plan:
         collecting = gc.isenabled()
         gc.disable()  # the syntax trees are many small objects: each collection would walk all of torch's
         try:
-            return self._derive_all(active, failed)
+            while True:
+                pieces = [piece for piece in active if piece.name not in failed]
+                owner = {slug: piece for piece in pieces for slug in piece.patches}
+                found = self._derive_files([patch for patch in self.patches if patch.slug in owner], owner)
+                if not found:
+                    return failed
+                failed.update(found)
         finally:
             if collecting:
                 gc.enable()
-
-    def _derive_all(self, active: list[Piece], failed: dict[str, str]) -> dict[str, str]:
-        while True:
-            pieces = [piece for piece in active if piece.name not in failed]
-            owner = {slug: piece for piece in pieces for slug in piece.patches}
-            patches = [patch for patch in self.patches if patch.slug in owner]
-            found = self._derive_files(patches, owner)
-            if not found:
-                return failed
-            failed.update(found)
 
     def _derive_files(self, patches: list[Patch], owner: dict[str, Piece]) -> dict[str, str]:
         self.derived = {}

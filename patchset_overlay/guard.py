@@ -1,21 +1,37 @@
-"""Never patch blind: decide, once and for the whole piece, whether it fits the upstream on disk.
+"""Never patch blind: decide, once and for the whole piece, whether it fits the upstream on disk, from its files alone.
 
-The order matters: a release that has the piece's patches upstream is reported as such, a release whose series has
-none of them as that, a tree that already carries them (a patched checkout or wheel) as having the fix (not as a
-mismatch, although its files differ), then an unsupported version, a piece that does not fit its environment, and
-any file the piece would change that is not the pinned sdist's, by sha256. Any of these leaves every file of the
-piece untouched. Everything is read from the upstream's files, so the verdict does not depend on which of its modules
-are imported yet.
+The order matters: upstream has the fix, the series has none of the piece's patches, the tree carries them already,
+then refusals (an unsupported version, an unfit environment, a file that is not the pinned sdist's).
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 from collections.abc import Mapping
+from pathlib import Path
 
 from patchset_overlay.derive import Plan, release_series, sha256
 from patchset_overlay.hunks import HunkError, apply_hunks
-from patchset_overlay.spec import Piece
-from patchset_overlay.state import PieceState, Verdict
+from patchset_overlay.spec import Overlay, Piece, PieceState, Verdict
+
+Fingerprints = dict[str, dict[str, str]]  # release -> {"path in the tree": sha256}
+
+
+def fingerprints_path(overlay: Overlay) -> Path:
+    return Path(importlib.import_module(overlay.name).__file__).resolve().parent / overlay.fingerprints_file
+
+
+def recorded(overlay: Overlay) -> Fingerprints:
+    """The sha256 of each file the overlay derives, per supported release (``python -m patchset_overlay fingerprints``
+    makes them from an unpatched release); empty when it has none."""
+    path = fingerprints_path(overlay)
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def refused(overlay: Overlay, name: str, why: str) -> Verdict:
+    """Piece ``name`` left off, in the user's words: why, and that the upstream was left untouched."""
+    return Verdict(PieceState.REFUSED, f"{overlay.name}: {name} not applied: {why}; {overlay.upstream} left untouched")
 
 
 def _carries(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> bool:
@@ -63,16 +79,10 @@ def judge(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> Verdict:
         )
     if plan.series is None or not recorded:
         supported = ", ".join(release_series(overlay.distribution))
-        return Verdict(
-            PieceState.REFUSED,
-            f"{overlay.name}: {piece.name} not applied: {what} is not a supported version (supported: {supported}); "
-            f"{overlay.upstream} left untouched",
-        )
+        return refused(overlay, piece.name, f"{what} is not a supported version (supported: {supported})")
     unfit = piece.unfit(plan.source) if piece.unfit is not None else None
     if unfit is not None:
-        return Verdict(
-            PieceState.REFUSED, f"{overlay.name}: {piece.name} not applied: {unfit}; {overlay.upstream} left untouched"
-        )
+        return refused(overlay, piece.name, unfit)
     for path in plan.files(plan.pieces_patches(piece)):
         expected = recorded.get(path, "none recorded")
         try:
@@ -80,9 +90,6 @@ def judge(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> Verdict:
         except OSError as error:
             found = f"unreadable ({error})"
         if found != expected:
-            return Verdict(
-                PieceState.REFUSED,
-                f"{overlay.name}: {piece.name} not applied: {path} in {what} is not the file this overlay was made "
-                f"for (sha256 {found[:16]}, expected {expected[:16]}); {overlay.upstream} left untouched",
-            )
+            why = f"{path} in {what} is not the file this overlay was made for"
+            return refused(overlay, piece.name, f"{why} (sha256 {found[:16]}, expected {expected[:16]})")
     return Verdict(PieceState.ACTIVE, f"fits {what}")

@@ -1,9 +1,5 @@
-"""A ``git format-patch`` file read and applied to text in memory, as ``git apply`` would: exact context, hunks found
-at their line or moved by an offset, never fuzzed.
-
-The overlays derive upstream's patched modules from the series' own patch files (`patchset_overlay.derive`), on
-training machines that may have neither git nor this project's tooling: so this reader needs only the standard
-library. It knows nothing of verl or Trinity.
+"""A ``git format-patch`` file read and applied to text in memory as ``git apply`` would (exact context, never fuzzed),
+with the standard library only: training machines may have neither git nor this project's tooling.
 """
 
 from __future__ import annotations

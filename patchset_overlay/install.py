@@ -1,11 +1,7 @@
 """One derived change made on the live upstream module, in place, with its exact undo (`patchset_overlay.replace`).
 
-The code comes from the derived module's text (`patchset_overlay.derive`), compiled under the derived file's name and
-lines, so a traceback points at the patched line. Functions and methods get the new code in place, so every
-reference to them keeps working (``from ... import``, ``functools.partial``, registries, pickles); a decorated one is
-found under its wrappers (``functools.wraps``, or a wrapper that closes over a function of the same name, as Trinity's
-policy-loss metaclass makes). New statements (imports, helpers, classes) run in the module's own namespace. Default
-and field values are evaluated there too, as the patched module would evaluate them.
+The code is compiled under the derived file's name and lines, so a traceback points at the patched line; a decorated
+function is found under its wrappers. New statements and default values are evaluated in the module's namespace.
 """
 
 from __future__ import annotations
@@ -31,11 +27,6 @@ from patchset_overlay.replace import (
 )
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
-
-
-def _node(derived: Derived, name: str) -> ast.stmt:
-    assert derived.parsed is not None
-    return next(node for node in derived.parsed.tree.body if derived.parsed.key(node) == name)
 
 
 def _compile(derived: Derived, node: ast.stmt) -> CodeType:
@@ -110,12 +101,6 @@ def _replace(target: FunctionType, code: CodeType, node: Function, module: Modul
     return replace_function_code(target, replacement, new, closures=True)
 
 
-def _added_names(module: ModuleType, derived: Derived) -> set[str]:
-    """The names the derived module binds that the live one lacks: a replaced function may read them only where
-    upstream's own code may (an optional import), or once the patch's own statements are made."""
-    return {name for name in derived.parsed.binds if name not in vars(module)}
-
-
 def _new_attribute_defaults(init: Function, before: FunctionType, cls: type, module: ModuleType, derived: Derived):
     """{attribute: default} for each ``self.X = X`` the patched ``__init__`` adds for a parameter with a default:
     an object made before the change (or unpickled from a process without it) then reads what the patched
@@ -147,7 +132,8 @@ def _chain(*undos: Undo) -> Undo:
 
 def apply_change(module: ModuleType, derived: Derived, change: Change) -> Undo:
     """Make ``change`` on ``module``; return its exact undo. Raises ReplaceError where it cannot be made safely."""
-    node = _node(derived, change.name)
+    assert derived.parsed is not None
+    node = next(node for node in derived.parsed.tree.body if derived.parsed.key(node) == change.name)
     namespace = vars(module)
     if change.kind == "statement":
         scratch: dict[str, Any] = {}
@@ -155,7 +141,9 @@ def apply_change(module: ModuleType, derived: Derived, change: Change) -> Undo:
         if isinstance(node, Function | ast.ClassDef) and node.decorator_list:
             raise ReplaceError(f"{module.__name__}.{change.name}: a new decorated definition is not supported")
         return add_module_globals(module, {name: scratch[name] for name in bound_names(node)})
-    new = _added_names(module, derived)
+    # names the derived module binds that the live one lacks: replaced code reads them only where upstream's own may
+    # (an optional import), or once the patch's own statements are made
+    new = {name for name in derived.parsed.binds if name not in namespace}
     if change.kind == "function":
         assert isinstance(node, Function)
         target = _innermost(namespace[change.name], change.name)

@@ -1,8 +1,5 @@
-"""How a piece changes upstream objects in place, each change with its exact undo.
-
-Objects are changed where they live instead of being swapped for new ones, so every reference keeps working:
-names other modules took with ``from ... import``, ``functools.partial`` objects made earlier, and pickles,
-which refer to functions and classes by their module and name.
+"""Upstream objects changed in place, each change with its exact undo: every reference to them keeps working
+(``from ... import``, ``functools.partial``, pickles).
 """
 
 from __future__ import annotations
@@ -54,13 +51,9 @@ def _check_globals(namespace: dict[str, Any], replacement: FunctionType, where: 
 def replace_function_code(
     target: FunctionType, replacement: FunctionType, new: Collection[str] = (), closures: bool = False
 ) -> Undo:
-    """Give ``target`` the code, defaults and docs of ``replacement``, keeping the function object itself.
-
-    The code then runs in the upstream module's namespace, as the patched upstream function would. So every global
-    it reads must already be there and be the very object ``replacement`` was written against; otherwise nothing
-    is changed. ``new``: the names exempt, those the patched module binds that are not there yet. ``closures``: the
-    replacement may close over the same names as ``target`` (a method's ``__class__``), and keeps ``target``'s cells.
-    """
+    """Give ``target`` the code, defaults and docs of ``replacement``, keeping the function object itself; nothing is
+    changed unless every global it reads (but ``new``, those the patched module adds) is there, the very object it
+    was written against. ``closures``: it may close over ``target``'s names (a method's ``__class__``)."""
     if closures:
         if target.__code__.co_freevars != replacement.__code__.co_freevars:
             raise ReplaceError(f"{target.__qualname__}: the patched code closes over other names")
@@ -91,29 +84,21 @@ def set_module_value(module: ModuleType, name: str, value: Any) -> Undo:
             current[:] = saved
 
         return undo_items
-    setattr(module, name, value)
-
-    def undo() -> None:
-        if current is _MISSING:
-            delattr(module, name)
-        else:
-            setattr(module, name, current)
-
-    return undo
+    return set_class_attributes(module, {name: value})
 
 
-def set_class_attributes(cls: type, attributes: dict[str, Any]) -> Undo:
-    """Set (or add) attributes of a class; instances made before, after, or unpickled all see them."""
-    saved = {name: cls.__dict__.get(name, _MISSING) for name in attributes}
+def set_class_attributes(owner: type | ModuleType, attributes: dict[str, Any]) -> Undo:
+    """Set (or add) attributes of a class (instances made before, after, or unpickled all see them) or a module."""
+    saved = {name: vars(owner).get(name, _MISSING) for name in attributes}
     for name, value in attributes.items():
-        setattr(cls, name, value)
+        setattr(owner, name, value)
 
     def undo() -> None:
         for name, value in saved.items():
-            if value is _MISSING:
-                delattr(cls, name)
-            else:
-                setattr(cls, name, value)
+            if value is not _MISSING:
+                setattr(owner, name, value)
+            elif name in vars(owner):  # added here: removed again, unless someone did already
+                delattr(owner, name)
 
     return undo
 
@@ -148,12 +133,8 @@ def _regenerate_dataclass(cls: type) -> None:
 
 
 def set_dataclass_field(cls: type, name: str, annotation: Any, default: Any, after: str | None) -> Undo:
-    """Give dataclass ``cls`` the field ``name`` (its annotation and default; a `dataclasses.Field` for a factory), in
-    place or, when it has none, right after field ``after``; its dataclass subclasses follow.
-
-    Each class's generated ``__init__``, ``__repr__`` and ``__eq__`` are made again by ``dataclasses`` itself, so
-    the class behaves as if it had been written with the field.
-    """
+    """Give dataclass ``cls`` (and its dataclass subclasses) the field ``name`` in place, or right after ``after``;
+    ``dataclasses`` itself makes their methods again, as if the class had been written with the field."""
     own = cls.__dict__.get("__annotations__", {})
     if not dataclasses.is_dataclass(cls) or (name not in own and after is not None and after not in own):
         raise ReplaceError(f"{cls.__qualname__} has no own dataclass field {after!r} to add {name!r} after")
@@ -182,22 +163,10 @@ def set_dataclass_field(cls: type, name: str, annotation: Any, default: Any, aft
 
 
 def add_module_globals(module: ModuleType, names: dict[str, Any]) -> Undo:
-    """Give ``module`` the globals a replaced function reads that upstream's patched module imports too.
-
-    A name the module has already must be the very same object (else nothing is changed); only the names added
-    here are removed again by the undo.
-    """
+    """Give ``module`` the globals the patched module imports too; one it has must be the very same object (else
+    nothing is changed), and the undo removes only those added here."""
     for name, value in names.items():
         present = module.__dict__.get(name, _MISSING)
         if present is not _MISSING and present is not value:
             raise ReplaceError(f"{module.__name__} already has a different global {name!r}")
-    added = [name for name in names if name not in module.__dict__]
-    for name in added:
-        setattr(module, name, names[name])
-
-    def undo() -> None:
-        for name in added:
-            if name in module.__dict__:
-                delattr(module, name)
-
-    return undo
+    return set_class_attributes(module, {name: value for name, value in names.items() if name not in vars(module)})

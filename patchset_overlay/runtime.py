@@ -1,31 +1,48 @@
 """Activation: each target is changed the moment its own module has finished importing, in any process and order.
 
-`activate` puts a `patchset_overlay.finder.PostImportFinder` on ``sys.meta_path`` for the overlay's modules and
-handles those imported already. When the first of them is imported, every piece of the overlay is judged from the
-upstream's files (`patchset_overlay.guard`), once, for all of its files, and the active pieces' patches are derived
-on them (`patchset_overlay.derive`); then an active piece's changes to that module are made
-(`patchset_overlay.install`), and those to each other module when it is imported. A change that fails takes the
-whole piece back out (every module it had changed), and the piece is refused.
-`dispatch` is the finder's callback once the overlays are on; whether the start-up switched them on is
-`patchset_overlay.startup.outcome`, which `switched_on` reads.
+When the first watched module is imported, every piece is judged (`guard`) and the active pieces derived; a change
+that fails takes its whole piece back out, and the piece is refused. What each overlay did is recorded per process
+(`record_for`), for `status` and for undo: the one global state overlays need.
 """
 
 from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import ModuleType
 
 from patchset_overlay import startup
 from patchset_overlay.derive import Plan
-from patchset_overlay.finder import already_imported, install
-from patchset_overlay.fingerprints import recorded
-from patchset_overlay.guard import judge
+from patchset_overlay.guard import judge, recorded, refused
 from patchset_overlay.install import apply_change
-from patchset_overlay.source import UpstreamSource
-from patchset_overlay.spec import Overlay, Piece
-from patchset_overlay.state import OverlayRecord, PieceRecord, PieceState, Verdict, record_for
+from patchset_overlay.spec import Overlay, Piece, PieceState, UpstreamSource, Verdict
+
+
+@dataclass
+class PieceRecord:
+    state: PieceState = PieceState.INACTIVE
+    reason: str = "not activated in this process"
+    # upstream module -> the undo steps of its installer, for each target module changed so far
+    undo: dict[str, list[Callable[[], None]]] = field(default_factory=dict)
+
+
+@dataclass
+class OverlayRecord:
+    enabled: bool = False
+    judged: bool = False
+    pieces: dict[str, PieceRecord] = field(default_factory=dict)
+    warned: set[str] = field(default_factory=set)
+    how: str = ""  # how it was activated: "explicit" or "automatic (...)"
+    plan: Plan | None = None  # the plan of the installed release, once judged
+
+
+RECORDS: dict[str, OverlayRecord] = {}
+
+
+def record_for(name: str) -> OverlayRecord:
+    return RECORDS.setdefault(name, OverlayRecord())
 
 
 class OverlayWarning(UserWarning):
@@ -59,20 +76,14 @@ def verdicts(overlay: Overlay) -> tuple[Plan | None, dict[str, Verdict]]:
         try:
             found[piece.name] = judge(plan, piece, fingerprints)
         except Exception as error:
-            found[piece.name] = Verdict(
-                PieceState.REFUSED,
-                f"{overlay.name}: {piece.name} not applied: could not check {overlay.upstream} ({error!r}); "
-                f"{overlay.upstream} left untouched",
-            )
+            found[piece.name] = refused(overlay, piece.name, f"could not check {overlay.upstream} ({error!r})")
     active = [piece for piece in overlay.pieces if found[piece.name].state is PieceState.ACTIVE]
     try:
         failures = plan.derive(active)
     except Exception as error:
         failures = {piece.name: f"could not derive its patches ({error!r})" for piece in active}
     for name, why in failures.items():
-        found[name] = Verdict(
-            PieceState.REFUSED, f"{overlay.name}: {name} not applied: {why}; {overlay.upstream} left untouched"
-        )
+        found[name] = refused(overlay, name, why)
     return plan, found
 
 
@@ -110,7 +121,7 @@ def _install(overlay: Overlay, piece: Piece, module: ModuleType) -> None:
             step()
         _take_out(piece_record)
         piece_record.state = PieceState.REFUSED
-        piece_record.reason = f"{overlay.name}: {piece.name} not applied: {error}; {overlay.upstream} left untouched"
+        piece_record.reason = refused(overlay, piece.name, str(error)).reason
         _warn_once(record, piece_record.reason)
         return
     piece_record.undo[module.__name__] = steps
@@ -126,17 +137,12 @@ def _module_imported(overlay: Overlay, module: ModuleType) -> None:
             _install(overlay, piece, module)
 
 
-def on_module_executed(module: ModuleType, overlays: tuple[Overlay, ...] | None = None) -> None:
-    """The finder's callback: ``module`` has just finished importing."""
-    for overlay in startup.overlays() if overlays is None else overlays:
-        if module.__name__ in overlay.modules:
-            _module_imported(overlay, module)
-
-
 def dispatch(module: ModuleType) -> None:
     """Called by the import finder when a watched module has finished importing; never breaks that import."""
     try:
-        on_module_executed(module)
+        for overlay in startup.overlays():
+            if module.__name__ in overlay.modules:
+                _module_imported(overlay, module)
     except Exception as error:
         print(f"warning: patchset_overlay: {module.__name__} left as upstream has it: {error!r}", file=sys.stderr)
 
@@ -149,8 +155,8 @@ def activate(overlay: Overlay, how: str = "explicit") -> bool:
     record.enabled, record.how, record.judged = True, how, False
     for piece in overlay.pieces:
         record.pieces[piece.name] = PieceRecord(PieceState.PENDING, f"judged when {overlay.upstream} is first imported")
-    install(overlay.modules, dispatch)
-    for module in already_imported(overlay.modules):
+    startup.install(overlay.modules, dispatch)
+    for module in startup.already_imported(overlay.modules):
         _module_imported(overlay, module)
     return True
 
@@ -175,15 +181,9 @@ def deactivate(overlay: Overlay) -> bool:
     return True
 
 
-def piece_states(overlay: Overlay) -> Mapping[str, PieceRecord]:
-    record = record_for(overlay.name)
-    return {piece.name: record.pieces.get(piece.name, PieceRecord()) for piece in overlay.pieces}
-
-
 def switched_on(overlay: Overlay) -> tuple[bool, str]:
-    """Whether ``overlay`` is on in this process, and how it was switched on (or why it is off). Under automatic
-    activation, a caller that comes before any watched import (Hydra composing a config first thing in a process)
-    activates the overlays here, as that import would have."""
+    """Whether ``overlay`` is on here, and how (or why not); under automatic activation, a caller that comes before
+    any watched import (Hydra composing a config first thing) activates the overlays, as that import would have."""
     record = record_for(overlay.name)
     if record.enabled:
         return True, record.how
@@ -193,11 +193,3 @@ def switched_on(overlay: Overlay) -> tuple[bool, str]:
     if startup.switched_off():
         return False, f"switched off by {startup.ENV_SWITCH}"
     return False, record.how or f"{overlay.name} is not activated in this process"
-
-
-def piece_verdict(overlay: Overlay, name: str) -> Verdict | None:
-    """Piece ``name``'s state and reason in this process, judged now if its overlay is on and not judged yet;
-    None if the piece has no record here (its overlay was never activated)."""
-    judge_pieces(overlay)
-    record = record_for(overlay.name).pieces.get(name)
-    return None if record is None else Verdict(record.state, record.reason)

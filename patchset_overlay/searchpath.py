@@ -1,23 +1,16 @@
-"""Config files a piece's patches change, for Hydra: derived like the modules, and put on Hydra's search path.
+"""Config files a piece's patches change (verl's ``critic/critic.yaml``), derived like the modules, for Hydra.
 
-Hydra reads verl's configs by search path, and a folder earlier on that path wins for the files it holds. So the
-derived files (verl's ``critic/critic.yaml`` with ``loss_scale_factor``) go into a folder of their own, under the
-config folder's layout: the overlay's cache, each file verified against the derived text before Hydra is pointed at
-it, or a private temporary folder where no cache can be had (`patchset_overlay.cache`). A config file belongs to the
-piece whose patch changes it, and is used exactly when that piece is active. The Hydra plugin
-(``hydra_plugins.patchset_overlay_searchpath``) asks `config_folder`; `status` lists each file (`config_status`). This
-runs inside Hydra's plugin discovery, so it reads the upstream's files without importing it.
+They go into a folder of their own (the verified cache, else a private temporary one) that the Hydra plugin puts
+first on the search path. This runs inside Hydra's plugin discovery, so it reads the upstream's files, never imports.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from patchset_overlay.cache import cache_root, folder_for, private_folder, verified
-from patchset_overlay.derive import Plan, sha256
-from patchset_overlay.runtime import judge_pieces, switched_on
-from patchset_overlay.spec import Overlay
-from patchset_overlay.state import PieceState, Verdict, record_for
+from patchset_overlay.derive import Plan, cache_root, folder_for, private_folder, sha256, verified
+from patchset_overlay.runtime import judge_pieces, record_for, switched_on
+from patchset_overlay.spec import Overlay, PieceState, Verdict
 
 _folders: dict[str, Path] = {}  # the derived set's digest -> its folder, in this process
 
@@ -26,8 +19,7 @@ def _config_files(plan: Plan) -> dict[str, str]:
     """{config file in the tree: the piece whose patches change it} for the release's whole series."""
     found = {}
     for piece in plan.overlay.pieces:
-        patches = [patch for patch in plan.patches + plan.upstream if patch.slug in piece.patches]
-        for path in plan.files(patches):
+        for path in plan.files(plan.pieces_patches(piece, plan.patches + plan.upstream)):
             if not path.endswith(".py"):
                 found[path] = piece.name
     return found

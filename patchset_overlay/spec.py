@@ -1,43 +1,83 @@
-"""What an overlay declares: the upstream it fits, the modules it may change, and its pieces (patches by slug).
-
-Nothing here holds upstream code: a piece's changes are derived from its patches on the installed files
-(`patchset_overlay.derive`). A piece is judged once, for all of its files, from the upstream's files on disk
-(`patchset_overlay.guard`); once judged active, each module is changed the moment it has finished importing. What is
-particular to one overlay (a part that is no import hook, what overlay mode cannot change) is data or a hook here, so
-that the core never asks which overlay it has in hand.
+"""What an overlay declares (the upstream it fits, the modules it may change, its pieces), the upstream it finds on
+disk, and the verdict on each piece. What is particular to one overlay is data or a hook here, so that the core
+never asks which overlay it has in hand.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from enum import Enum
+from pathlib import Path
 
-if TYPE_CHECKING:
-    from patchset_overlay.source import UpstreamSource
-    from patchset_overlay.state import Verdict
+_VERSION_ASSIGNMENT = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 
-# A check on the environment around the upstream: why the piece does not fit it (a reason), or None when it does.
-FitCheck = Callable[["UpstreamSource"], "str | None"]
+
+class PieceState(Enum):
+    PENDING = "pending"  # activated, not judged yet (none of the upstream's target modules imported so far)
+    ACTIVE = "active"
+    UPSTREAM_HAS_FIX = "off (upstream has the fix)"
+    OTHER_RELEASE = "off (another release's piece)"  # a piece written for other releases (another may cover this one)
+    REFUSED = "off (refused)"
+    INACTIVE = "off"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A piece's state and why: what the guard decides, and what an overlay reports of its other parts."""
+
+    state: PieceState
+    reason: str
+
+
+@dataclass
+class UpstreamSource:
+    """The files of one installed upstream package, found without importing it: a piece is often judged half-way
+    through one of the upstream's imports, where importing a sibling module could hand back a half-initialised one."""
+
+    package: str
+    root: Path
+
+    @classmethod
+    def find(cls, package: str) -> UpstreamSource | None:
+        """The imported package's folder if it is imported, else where import would find it; None: not installed."""
+        module = sys.modules.get(package)
+        if module is not None and getattr(module, "__file__", None):
+            return cls(package, Path(module.__file__).resolve().parent)
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        return cls(package, Path(next(iter(spec.submodule_search_locations))).resolve())
+
+    def version(self) -> str:
+        """The release of the files on disk: ``<package>/version/version`` (verl) or ``__version__`` in
+        ``__init__.py`` (Trinity); "unknown" when neither says."""
+        version_file = self.root / "version" / "version"
+        if version_file.is_file():
+            return version_file.read_text(encoding="utf-8").strip()
+        init = self.root / "__init__.py"
+        match = _VERSION_ASSIGNMENT.search(init.read_text(encoding="utf-8")) if init.is_file() else None
+        return match.group(1) if match else "unknown"
 
 
 @dataclass(frozen=True)
 class Piece:
     """Patches that go onto an installed release together, by slug (the file name without ``NNNN-`` and ``.patch``,
-    the same in every release line's series): all of them or none. What they change is read from the patches
-    themselves (`patchset_overlay.derive`)."""
+    the same in every release line's series): all of them or none."""
 
     name: str
     patches: tuple[str, ...]
     # why the piece does not fit the environment around the upstream (e.g. another package's version), or None
-    unfit: FitCheck | None = None
+    unfit: Callable[[UpstreamSource], str | None] | None = None
 
 
 @dataclass(frozen=True)
 class Overlay:
     """An overlay package for one upstream: the modules it may change, and its pieces. The releases it supports are
-    the pins of ``patches/upstreams.toml`` marked ``overlay = true``; each has its files' sha256 recorded
-    (`patchset_overlay.fingerprints`)."""
+    the pins of ``patches/upstreams.toml`` marked ``overlay = true``."""
 
     name: str  # the overlay package, e.g. "verl_overlay"
     upstream: str  # the upstream's import name, e.g. "verl"

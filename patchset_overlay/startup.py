@@ -1,20 +1,10 @@
-"""What interpreter start-up reads and records: the registered overlays, the switch that keeps them off, and what
-the start-up did in this process.
+"""What interpreter start-up reads, records and installs: the registered overlays, the switch that keeps them off,
+what the start-up did in this process, and the import finder that calls back once a watched module has executed.
 
-**Registration.** The overlays are the packages that the one registration list outside this package,
-``patchset_overlay_registry.OVERLAYS``, names, in the order ``status`` lists them. Each such package declares at its
-top level ``WATCHED`` (the upstream modules it changes, for the start-up finder) and ``overlay()`` (its spec,
-`patchset_overlay.spec.Overlay`, made by `patchset_overlay.overlay_functions`), and imports nothing at module level
-but that front of the core, which the start-up has imported already. Why a list module rather than entry points
-(as OpenTelemetry's instrumentors are found): the list is read at every interpreter start, where one small module
-costs well under a millisecond, while ``importlib.metadata`` costs ~50 ms to import and ~7 ms to scan the
-distributions of a training environment (measured in the overlay test venv); and a module is found wherever the
-packages are, also where no ``.dist-info`` is (a checkout on ``PYTHONPATH``, packages shipped to Ray workers with
-``py_modules``), which entry points are not.
-
-The bottom of the overlay core: every other module of it may import this one, and it imports none of them but the
-finder, which imports nothing. It runs at every interpreter start (``patchset_overlay.autoload``), so it imports
-nothing but ``os``, ``sys`` and the registered packages' lists of module names.
+The overlays are the packages ``patchset_overlay_registry.OVERLAYS`` names: a list module rather than entry points,
+as ``importlib.metadata`` costs ~50 ms at every interpreter start (measured), and a module is found also where no
+``.dist-info`` is (a checkout, Ray's ``py_modules``). It imports nothing beyond ``os`` and ``sys``: a process that
+never imports a watched module pays for one set lookup per import.
 """
 
 from __future__ import annotations
@@ -24,10 +14,13 @@ import sys
 
 TYPE_CHECKING = False  # typing itself costs ~15 ms at start-up
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
     from types import ModuleType
+    from typing import Any
 
-    from patchset_overlay.finder import Callback
     from patchset_overlay.spec import Overlay
+
+    Callback = Callable[[ModuleType], None]
 
 ENV_SWITCH = "PATCHSET_OVERLAYS"
 _OFF_VALUES = ("0", "off", "false", "no")
@@ -69,7 +62,83 @@ def start(first_use: Callback) -> None:
     if switched_off():
         outcome = f"switched off by {ENV_SWITCH}={os.environ[ENV_SWITCH]}"
         return
-    from patchset_overlay.finder import install
-
     install(watched_modules(), first_use)
     outcome = AUTOMATIC
+
+
+class _NotifyingLoader:
+    """Wraps a loader shared between modules (e.g. a zip importer), which cannot carry a per-module hook."""
+
+    def __init__(self, loader: Any, callback: Callback) -> None:
+        self._loader, self._callback = loader, callback
+
+    def create_module(self, spec: Any) -> ModuleType | None:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        self._callback(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+
+class PostImportFinder:
+    """``sys.meta_path`` entry: `callback(module)` runs right after each module named in `watched` executed."""
+
+    def __init__(self, watched: Iterable[str], callback: Callback) -> None:
+        self.watched = frozenset(watched)
+        self.callback = callback
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in self.watched:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or isinstance(finder, PostImportFinder):
+                continue
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        if getattr(loader, "name", None) == fullname:  # a file loader made for this module alone
+            upstream_exec = loader.exec_module
+            callback = self.callback
+
+            def exec_module(module: ModuleType) -> None:
+                del loader.exec_module  # once: a reload finds the module again, through this finder
+                upstream_exec(module)
+                callback(module)
+
+            loader.exec_module = exec_module
+        else:
+            spec.loader = _NotifyingLoader(loader, self.callback)
+        return spec
+
+
+def install(watched: Iterable[str], callback: Callback) -> PostImportFinder:
+    """Put a finder for ``watched`` first on ``sys.meta_path``; once only: a second call adds to the modules the
+    existing finder watches and makes ``callback`` its callback."""
+    for finder in sys.meta_path:
+        if isinstance(finder, PostImportFinder):
+            finder.watched = finder.watched | frozenset(watched)
+            finder.callback = callback
+            return finder
+    finder = PostImportFinder(watched, callback)
+    sys.meta_path.insert(0, finder)
+    return finder
+
+
+def already_imported(watched: Iterable[str]) -> list[ModuleType]:
+    """The watched modules that have finished importing before the finder was there (in import order)."""
+    found = []
+    for name, module in list(sys.modules.items()):
+        spec = getattr(module, "__spec__", None)
+        initializing = getattr(spec, "_initializing", False)
+        if name in watched and module is not None and not initializing:
+            found.append(module)
+    return found

@@ -11,9 +11,8 @@ from typing import Any
 
 from patchset_overlay import startup
 from patchset_overlay.derive import Plan
-from patchset_overlay.runtime import judge_pieces, piece_states
-from patchset_overlay.spec import Overlay, Piece
-from patchset_overlay.state import PieceState, record_for
+from patchset_overlay.runtime import PieceRecord, judge_pieces, record_for
+from patchset_overlay.spec import Overlay, Piece, PieceState
 
 
 def _import_targets(overlay: Overlay) -> str | None:
@@ -24,11 +23,9 @@ def _import_targets(overlay: Overlay) -> str | None:
     for module in overlay.modules:
         try:
             importlib.import_module(module)
-        except ModuleNotFoundError as error:
-            if error.name and module.startswith(f"{error.name}."):
-                continue  # a target of a piece for other releases (verl 0.7.1 has no verl.trainer.distillation)
-            return f"importing {overlay.distribution} failed: {error!r}"
         except Exception as error:
+            if isinstance(error, ModuleNotFoundError) and error.name and module.startswith(f"{error.name}."):
+                continue  # a target of a piece for other releases (verl 0.7.1 has no verl.trainer.distillation)
             return f"importing {overlay.distribution} failed: {error!r}"
     return None
 
@@ -61,9 +58,8 @@ def _how(overlay: Overlay) -> str:
 
 
 def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
-    """One entry per overlay: how it was switched on (or off), the upstream version, and each piece's state.
-    With ``import_upstreams`` off, only what this process has imported so far is reported, and pieces are judged
-    from the upstream's files."""
+    """One entry per overlay: how it was switched on (or off), the upstream version, and each piece's state; with
+    ``import_upstreams`` off, only what this process has imported so far."""
     report = []
     carried = carried_series()
     for overlay in startup.overlays():
@@ -73,7 +69,7 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
         package = sys.modules.get(overlay.upstream)
         pieces = []
         for piece in overlay.pieces:
-            state = piece_states(overlay)[piece.name]
+            state = record.pieces.get(piece.name, PieceRecord())
             if state.state is PieceState.OTHER_RELEASE:
                 continue  # written for other releases: this one has its own piece of the same patches
             reason = state.reason

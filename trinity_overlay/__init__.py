@@ -1,10 +1,4 @@
-"""Overlay of the Trinity-RFT series (patches/trinity/) for a pip-installed trinity-rft 0.6.0.
-
-It holds no Trinity code: each piece names its patches, and their changes are derived from the patch files on the
-installed release's own files (`patchset_overlay.derive`). `activate` / `deactivate` switch it in this process;
-installing this project switches it on in every process (see `patchset_overlay`, which finds this package through
-``patchset_overlay_registry``).
-"""
+"""Overlay of the Trinity-RFT series for a pip-installed trinity-rft 0.6.0; it holds no Trinity code."""
 
 from __future__ import annotations
 

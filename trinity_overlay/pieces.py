@@ -1,19 +1,11 @@
-"""The Trinity overlay's pieces: which patches go on together, by slug, and what keeps a piece off.
-
-- policy-loss-normalization (0001, 0003, 0005, 0009): with ``trainer.fix_actor_microbatch_loss_scale`` on, each
-  policy-loss term weighted by its share of the global mini-batch;
-- dpo-pairs-and-steps (0002, 0004, 0006, 0007, 0008): DPO pairs and optimizer steps;
-- loss-scale-switch-default (0010, carried): the switch resolved by trainer type, on for veRL.
-
-The overlay changes verl's engine path only: Trinity's legacy actors (``trinity/trainer/verl_legacy/``, used beside
-verl < 0.8) are not among its modules, so beside verl < 0.8 the two pieces that need them stay off and say so.
+"""The Trinity overlay's pieces: which patches go on together, by slug, and what keeps a piece off. It changes verl's
+engine path only: beside verl < 0.8, whose legacy actors it does not change, the pieces that need them stay off.
 """
 
 from __future__ import annotations
 
 from patchset_overlay.derive import overlay_spec, version_tuple
-from patchset_overlay.source import UpstreamSource
-from patchset_overlay.spec import Piece
+from patchset_overlay.spec import Piece, UpstreamSource
 from trinity_overlay import WATCHED
 
 

@@ -1,10 +1,4 @@
-"""Overlay of the verl series (patches/verl/, patches/verl-0.7/) for a pip-installed verl 0.7.1, 0.8.0 or 0.9.1.
-
-It holds no verl code: each piece names its patches, and their changes are derived from the patch files on the
-installed release's own files (`patchset_overlay.derive`). `activate` switches the overlay on in this process (a
-second call does nothing), `deactivate` undoes it; installing this project does it in every process automatically
-(see `patchset_overlay`, which finds this package through ``patchset_overlay_registry``).
-"""
+"""Overlay of the verl series for a pip-installed verl 0.7.1, 0.8.0 or 0.9.1; it holds no verl code."""
 
 from __future__ import annotations
 

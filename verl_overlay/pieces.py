@@ -1,11 +1,7 @@
 """The verl overlay's pieces: which patches go on together, by slug (the same in every release line's series).
 
-Each release takes the series ``patches/upstreams.toml`` pins for it, less the patches it has upstream (verl >= 0.9.0
-has the critic's and the distillation loss's): 0.8.0 and 0.9.1 the verl series, 0.7.1 the verl-0.7 series, which has
-no distillation patch (verl 0.7 has no on-policy distillation). The mini-batch statistics are one piece: the verl
-series' 0004 (the worker's hook before each mini-batch) and its hooks 0005 (Clip-Cov), 0006 (KL-Cov), 0007 (the IS
-weights' mean) with 0008 (that option's default); verl-0.7's 0003 to 0007, the same patches made against v0.7.1.
-0001's critic YAML is derived too, for Hydra (`patchset_overlay.searchpath`), and 0007's rollout_correction.yaml.
+Each release takes its pinned series less what it has upstream (verl >= 0.9.0 has the critic's and the distillation
+loss's). The mini-batch statistics are one piece: the worker's hook before each mini-batch and the hooks it runs.
 """
 
 from __future__ import annotations

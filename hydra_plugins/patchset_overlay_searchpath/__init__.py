@@ -1,8 +1,5 @@
-"""Hydra search path plugin: the config files the overlays derive (verl's critic config with ``loss_scale_factor``).
-
-Hydra imports every module under the ``hydra_plugins`` namespace package and calls each `SearchPathPlugin` when it
-builds a search path, for ``@hydra.main`` and the compose API alike. Prepending the derived folder makes
-``critic/critic.yaml`` resolve to the derived file; every other config still comes from verl.
+"""Hydra search path plugin: the config files the overlays derive (verl's critic config with ``loss_scale_factor``)
+come first, so ``critic/critic.yaml`` resolves to the derived file; every other config still comes from verl.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from patchset.apply.target import TreeToPatch
 from patchset.plumbing import files, gitops, tempdirs
-from patchset.plumbing.merge import Merge, MergeResult, three_way
+from patchset.plumbing.gitops import Merge, MergeResult, three_way
 from patchset.series.model import Patch, UpstreamCheck
 from patchset.upstreams.pins import at_least
 

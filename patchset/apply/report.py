@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from patchset.apply.plan import Action, Finding, Plan, Step, Verdict
 from patchset.plumbing import gitops, patchtext
-from patchset.plumbing.merge import Merge
+from patchset.plumbing.gitops import Merge
 from patchset.plumbing.ui import Console
 
 

@@ -19,7 +19,7 @@ from patchset.apply.plan import Action, Plan, Step, series_files
 from patchset.apply.report import failure_detail, listing, partly_line, step_line, summary_line, where
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput, DoesNotApply
-from patchset.plumbing.merge import Merge, three_way
+from patchset.plumbing.gitops import Merge, three_way
 from patchset.plumbing.signals import Guard, Interrupted
 from patchset.plumbing.snapshot import Snapshot
 from patchset.plumbing.ui import Console

@@ -1,11 +1,8 @@
-"""Run a command within a time limit, and when it hangs, say what hung, keep its stacks, and end it whole.
+"""Run a command within a time limit; past it, name the tests it was in, keep every process's stack, end it whole and
+raise ``TimedOut`` (exit 124) saying what hung, the limit and how to raise it.
 
-A wait without a limit turns a hang into a stall that only a person notices. Here, past ``limit_s`` seconds, the
-command's whole process tree (pytest, its xdist workers, the children of a test) is looked at before it is ended:
-the tests its processes were in (``patchset.plumbing.running``: the command's pytest processes write them into a
-folder this module gives them) and every process's stack (``patchset.plumbing.stacks``), written to a file. Then
-each process is killed and ``TimedOut`` (exit 124) says, on one line, what hung, the limit, how to raise it and
-where the stacks are. An interruption (Ctrl-C) ends the tree too, as ``subprocess.run`` ends its child.
+The tests: a waiter gives its run a folder, first in ``PATCHSET_RUNNING_DIR`` (a list: the waiters further up
+follow); each suite's conftest calls ``register``, and each test process keeps ``<folder>/<pid>`` naming its test.
 """
 
 from __future__ import annotations
@@ -17,11 +14,52 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 from patchset.plumbing import stacks, tempdirs
 from patchset.plumbing.errors import TimedOut
-from patchset.plumbing.running import RUNNING_DIR_VARIABLE, folders_for, running_tests
+
+RUNNING_DIR_VARIABLE = "PATCHSET_RUNNING_DIR"
+
+
+class RunningTests:
+    """A pytest plugin: ``<folder>/<pid>`` holds the node id of the test this process is in, while it is in one."""
+
+    def __init__(self, folders: list[Path]) -> None:
+        self.files = [folder / str(os.getpid()) for folder in folders]
+
+    def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
+        for file in self.files:
+            file.write_text(nodeid + "\n", encoding="utf-8")
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: object) -> None:
+        for file in self.files:
+            file.unlink(missing_ok=True)
+
+
+def folders_for(own: Path, inherited: str | None) -> str:
+    """The ``PATCHSET_RUNNING_DIR`` of a run whose waiter has the folder ``own``: it first, then those inherited."""
+    return os.pathsep.join([str(own), *([inherited] if inherited else [])])
+
+
+def register(config: Any) -> None:
+    """Register ``RunningTests`` with pytest's ``config`` when a waiter asked for it (``PATCHSET_RUNNING_DIR``), in
+    every process that runs tests: not in pytest-xdist's controller, which would only echo its workers."""
+    folders = [Path(f) for f in os.environ.get(RUNNING_DIR_VARIABLE, "").split(os.pathsep) if f and Path(f).is_dir()]
+    controller = bool(config.getoption("numprocesses", None)) and not hasattr(config, "workerinput")
+    if folders and not controller:
+        config.pluginmanager.register(RunningTests(folders), "patchset-running-tests")
+
+
+def running_tests(folder: Path) -> list[str]:
+    """The tests the live processes of a run were in when it was read (each at most once, in pid order); a file left
+    by a process that was killed in a test names nothing."""
+    if not folder.is_dir():
+        return []
+    files = [path for path in folder.iterdir() if path.name.isdigit() and stacks.is_running(int(path.name))]
+    files.sort(key=lambda path: int(path.name))
+    names = [path.read_text(encoding="utf-8", errors="replace").strip() for path in files]
+    return list(dict.fromkeys(name for name in names if name))
 
 
 @dataclass(frozen=True)
@@ -74,10 +112,8 @@ def run_bounded(
     output: TextIO | None = None,
     launch: Launch | None = None,
 ) -> int:
-    """Run ``command`` and return its exit status; past ``limit`` raise ``TimedOut`` naming ``what`` (and the tests
-    it was in, for a pytest run of a suite that registers ``RunningTests``), having ended its whole tree. ``output``:
-    a file that takes the command's standard output and error (default: this process's). ``launch``: another way to
-    start it (`patchset.testenv.suite_forks`), which may decline."""
+    """Run ``command`` and return its exit status; past ``limit``, end its whole tree and raise ``TimedOut`` naming
+    ``what``. ``output``: a file for its output; ``launch``: another way to start it, which may decline."""
     env = dict(os.environ if env is None else env)
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("running")) as own:
         # this run's own folder first; a waiter further up (a step of the test command) keeps seeing its tests too

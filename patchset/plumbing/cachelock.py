@@ -1,19 +1,8 @@
-"""One writer at a time for each entry of a shared cache (a pinned checkout and its sdist, a patched clone, a wheel
-built from an sdist, a maintainer checkout), which runs in two terminals, or two CI jobs in one workspace, share.
+"""One writer at a time for each entry of a shared cache: a ``treelock`` in ``<cache>/.locks/<entry>/lock``.
 
-An entry's lock is the lock of ``treelock.py`` (``flock``: the kernel frees it however its holder ends, SIGKILL
-included) in ``<cache>/.locks/<entry>/lock``; its record names the holder (pid, when it started, its command). A
-run that finds an entry held does what a user would expect of it, chosen by the caller:
-
-- ``wait=True``, for an entry that the holder is making and this run will then reuse (a fetch, a wheel built once):
-  one line says for whom it waits and for how long ($PATCHSET_CACHE_WAIT seconds, default 600), then it goes on;
-  past that it ends with exit 4, naming the holder.
-- ``wait=False``, for an entry the holder is working in and this run would rebuild under it (``apply``'s patched
-  clones): it ends at once with exit 4 (``TreeLocked``), naming the holder; nothing was changed.
-
-Whoever holds an entry is its only writer, and builds beside it then renames (see ``fetch.py``); on taking it, it
-removes what dead processes left in the given folders (``tempdirs.sweep``), so a killed run leaves nothing that
-stays. A cache that cannot be written (read-only) is used without the lock, saying so: nobody can change it then.
+A run that finds an entry held waits for it (``wait=True``: an entry the holder is making and this run will reuse;
+up to ``$PATCHSET_CACHE_WAIT`` s) or ends at once (``TreeLocked``, exit 4). A cache that cannot be written is used
+without the lock, saying so.
 """
 
 from __future__ import annotations
@@ -67,16 +56,9 @@ def _who(busy: treelock.Busy) -> str:
 def _take(folder: Path, shown: str, console: Console, *, wait: bool, command: str, hint: str) -> treelock.Lock:
     deadline: float | None = None
     limit = 0.0
-    vanished = 0
     while True:
         try:
-            folder.parent.mkdir(parents=True, exist_ok=True)
             return treelock.acquire(folder, command)
-        except FileNotFoundError:  # another run removed the empty .locks folder just now: make it again
-            vanished += 1
-            if vanished > 100:
-                raise
-            continue
         except treelock.Busy as busy:
             lock = display_path(busy.path)
             if not wait:
@@ -111,9 +93,8 @@ def hold(
     command: str | None = None,
     hint: str = "",
 ) -> Iterator[None]:
-    """Hold the cache entry ``entry`` (a flat name, e.g. ``upstreams-verl-0.8.0``; ``shown`` names it to the user)
-    while the block runs, after sweeping ``sweep`` of what dead processes left; see the module docstring. ``hint``
-    ends the refusal's next step."""
+    """Hold the cache entry ``entry`` (``shown`` names it to the user) while the block runs, after sweeping ``sweep``
+    of what dead processes left; ``hint`` ends the refusal's next step."""
     made = [cache_root / LOCKS] + ([] if cache_root.exists() else [cache_root])
     try:
         lock: treelock.Lock | None = _take(

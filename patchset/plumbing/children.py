@@ -1,22 +1,9 @@
 """Python child processes, a function each: the one place this project starts them, and waits for them.
 
-Never a fork of the caller. A fork copies only the thread that called it: after any parallel CPU op, torch's
-OpenMP pool (libgomp) has worker threads the child does not get, and the child's first parallel op
-(``repeat_interleave``, a large ``arange``) waits on a barrier for them forever; the threads of a gloo process
-group are lost the same way. So each child is a fork of a fork server (multiprocessing's ``forkserver``): a fresh
-interpreter, started once per process, that has imported ``preload`` and computed nothing. A child then costs a
-fork and what it imports beyond the preload; the server's start costs one import of the preload, once. (A fork
-before any computation, as tests/overlay/warm_parent.py makes on purpose, is a fork server of its own.)
-
-A process that has already imported what its children need, and computed nothing yet, can make its server a fork of
-itself instead (`start_warm_server`: the regression suite does, once its tests are collected and before any runs):
-the server then costs a fork, not a second interpreter importing torch, transformers and verl (4 to 5 s of CPU,
-measured), and imports the first caller's preload beyond what it inherited when that caller asks for it.
-
-Every wait is bounded. Past the limit (``patchset.plumbing.limits``: ``PATCHSET_TIME_SCALE`` raises it) the
-children's stacks are dumped and they are ended, and ``TimedOut`` names them, the limit and the stacks. A child that
-fails ends the others at once: ranks of one process group would otherwise wait for it in a collective until the
-limit.
+Never a fork of the caller: after any parallel op, torch's OpenMP pool (and a gloo group's threads) are missing in
+the child, whose first parallel op then waits forever. Each child is a fork of a fork server (a process that has
+imported ``preload`` and computed nothing). Every wait is bounded (``PATCHSET_TIME_SCALE`` raises the limit); past it
+the children's stacks are dumped, they are ended and ``TimedOut`` names them. A child that fails ends the others.
 """
 
 from __future__ import annotations
@@ -39,16 +26,12 @@ from patchset.plumbing.limits import RAISE_HINT, scaled
 
 START_METHOD = "forkserver"
 
-
 _SERVER_START = threading.Lock()
 # the write end of the pipe on which a warm server (`start_warm_server`) waits for its first caller's preload list
 _warm_preload: int | None = None
 # the fork server's state that `start_warm_server` sets as ``ensure_running`` would (CPython 3.8 to 3.13)
 _SERVER_STATE = ("_forkserver_address", "_forkserver_alive_fd", "_forkserver_pid")
-
-
-# why the last `start_warm_server` call left the fresh server to be started (None: it started one, or none was asked)
-_refusal: str | None = None
+_refusal: str | None = None  # why the last `start_warm_server` started no server
 
 
 def warm_server_refusal() -> str | None:
@@ -57,16 +40,10 @@ def warm_server_refusal() -> str | None:
 
 
 def start_warm_server(share: Sequence[str] = ()) -> bool:
-    """Make this process's fork server a fork of this process, now. Call it once this process has imported what its
-    children share and before it computes anything (no parallel op, no process group): the children are then forks
-    of a process that computed nothing, as with a fresh server. ``share``: modules this process and its children
-    both import, imported here first, once for all of them (one that fails to import is left to whoever needs it,
-    whose own import then says why). The server imports the first `run_children` caller's preload when asked
-    (`server`). Returns False, leaving the fresh server to be started as before, where this process has other
-    threads (a fork copies only the calling one; checked after ``share`` too), computes on more than one thread once
-    torch is imported (one parallel op before the fork, and the children would wait for a pool they lack: with one
-    thread there is none), already has a server, or runs a Python whose fork server keeps other state
-    (`warm_server_refusal` then says which)."""
+    """Make this process's fork server a fork of it, now: once it has imported ``share`` (what its children import
+    too) and before it computes anything, so a child costs a fork, not a fresh interpreter importing torch and verl.
+    False (`warm_server_refusal` says why) where another thread runs, torch computes on several, a server runs
+    already, or this Python's fork server keeps other state; the fresh server is then started as before."""
     global _warm_preload, _refusal
     state = forkserver._forkserver
     if hasattr(state, "_forkserver_authkey") or not all(hasattr(state, name) for name in _SERVER_STATE):
@@ -102,8 +79,12 @@ def start_warm_server(share: Sequence[str] = ()) -> bool:
             os.close(preload_w)
             with os.fdopen(preload_r, "rb") as asked:
                 preload = json.loads(asked.read() or b"null")
-            if preload is not None:  # None: the caller ended without starting a child
-                _import_preload(preload)
+            for name in preload or ():  # None: the caller ended without starting a child
+                try:
+                    __import__(name)  # as a fresh server does: a child's own import says why one fails
+                except ImportError:
+                    pass
+            if preload is not None:
                 forkserver.main(listener.fileno(), alive_r, [])
         except SystemExit:  # the way forkserver.main ends once every client has gone
             pass
@@ -121,8 +102,7 @@ def start_warm_server(share: Sequence[str] = ()) -> bool:
 
 
 def _threads_problem() -> str | None:
-    """Why this process is not single-threaded (None: no other thread, and torch, once imported, computes on this
-    one)."""
+    """Why this process is not single-threaded (a fork copies only the calling thread), else None."""
     if (count := threading.active_count()) > 1:
         return f"{count - 1} other thread(s) run in this process"
     torch = sys.modules.get("torch")
@@ -131,22 +111,8 @@ def _threads_problem() -> str | None:
     return None
 
 
-def _import_preload(preload: Sequence[str]) -> None:
-    """Import ``preload`` in the warm server, as a fresh server does: a module that cannot be imported is left to the
-    children (their own import then says why)."""
-    for name in preload:
-        try:
-            __import__(name)
-        except ImportError:
-            pass
-
-
 def server(preload: Sequence[str] = ("torch",)) -> BaseContext:
-    """The fork server's context, its server running. ``preload`` takes effect where this process has not started its
-    server yet (the first caller's list is the server's; a module it lacks, a child imports itself). The server is
-    started with this process's ``sys.path`` as its ``PYTHONPATH``: Python 3.11's forkserver is handed the path but
-    does not use it, so a preload module found through a path the caller added (a test folder) would not be found.
-    A warm server (`start_warm_server`) is handed ``preload`` instead, and imports it before it forks a child."""
+    """The fork server's context, its server running; the first caller's ``preload`` is the server's."""
     global _warm_preload
     context = multiprocessing.get_context(START_METHOD)
     context.set_forkserver_preload(list(preload))
@@ -155,6 +121,7 @@ def server(preload: Sequence[str] = ("torch",)) -> BaseContext:
             with os.fdopen(_warm_preload, "wb") as asking:
                 asking.write(json.dumps(list(preload)).encode())
             _warm_preload = None
+        # Python 3.11's forkserver ignores the sys.path it is handed: without this, preload misses the caller's paths
         inherited = os.environ.get("PYTHONPATH")
         os.environ["PYTHONPATH"] = os.pathsep.join(entry for entry in sys.path if entry)
         try:

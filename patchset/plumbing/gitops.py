@@ -1,12 +1,10 @@
-"""Project-agnostic git plumbing: thin subprocess wrappers, and the parsing of what git says (``parse_failure``).
-Reading a patch's own text is `patchset.plumbing.patchtext`.
-
-Nothing here knows about verl or Trinity-RFT. Callers get plain results (``ApplyResult``, dicts of paths) or a
+"""Project-agnostic git plumbing: subprocess wrappers, and the parsing of what git says. Callers get plain results or a
 ``GitError`` carrying git's own message; turning those into user-facing errors is the caller's job.
 """
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import os
 import re
@@ -16,10 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.plumbing import patchtext, tempdirs
+from patchset.plumbing import files, patchtext, tempdirs
 
-# Configuration that keeps the user's or a repository's settings (hooks, signing, line endings, encoding) from
-# changing what a git command writes into our trees. The one copy: every caller uses ``NEUTRAL``.
+# keeps the user's or a repository's settings (hooks, signing, line endings, encoding) out of what git writes
 NEUTRAL_CONFIG = {
     "core.hooksPath": "/dev/null",
     "commit.gpgSign": "false",
@@ -98,12 +95,10 @@ def run_git(
     binary: bool = False,
     stdin: str | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run ``git ARGS`` in ``cwd``; raise ``GitError`` on failure when ``check``.
+    """Run ``git ARGS`` in ``cwd``; raise ``GitError`` on failure when ``check``. stdout is ``bytes`` when ``binary``.
 
-    stdout is ``bytes`` when ``binary`` else ``str``; stderr is always ``str``; ``stdin``: text fed to git. git
-    runs in a session of its own,
-    so a Ctrl-C at the terminal reaches only this process, which decides when to stop (see ``signals.py``): a
-    ``git apply`` is never cut off half-way through writing a tree.
+    git runs in a session of its own, so a Ctrl-C reaches only this process, which decides when to stop
+    (``signals.py``): a ``git apply`` is never cut off half-way through writing a tree.
     """
     try:
         proc = subprocess.run(
@@ -126,9 +121,6 @@ def run_git(
     return result
 
 
-# --- work trees -------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class WorkTree:
     """A directory inside a git work tree: ``root`` itself, the work tree's ``toplevel`` and the ``prefix`` of
@@ -140,10 +132,7 @@ class WorkTree:
 
 
 def find_worktree(path: Path) -> WorkTree | None:
-    """The git work tree that holds ``path``, or None when ``path`` is not inside one.
-
-    Raises ``GitError`` when git refuses for another reason (e.g. "dubious ownership").
-    """
+    """The git work tree that holds ``path``, or None; ``GitError`` when git refuses otherwise ("dubious ownership")."""
     args = ["rev-parse", "--show-toplevel", "--show-prefix"]
     proc = run_git(args, cwd=path, check=False)
     if proc.returncode != 0:
@@ -183,11 +172,8 @@ def has_head(tree: WorkTree) -> bool:
 
 
 def status_paths(tree: WorkTree) -> dict[str, str]:
-    """Uncommitted changes below ``tree.root`` (staged, unstaged, untracked; not ignored files).
-
-    Returns {path relative to ``tree.root``: porcelain XY code}; both sides of a rename are listed. Uses
-    ``--no-optional-locks`` so that asking does not rewrite the index.
-    """
+    """{path relative to ``tree.root``: porcelain XY code} of uncommitted changes below it (untracked included, both
+    sides of a rename); ``--no-optional-locks``, so that asking does not rewrite the index."""
     proc = run_git(
         ["--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", "."],
         cwd=tree.root,
@@ -253,9 +239,6 @@ def read_blobs(repo: Path, ids: Iterable[str]) -> dict[str, bytes]:
     return found
 
 
-# --- repositories the tool owns ---------------------------------------------------------------------------
-
-
 def init_commit_tag(path: Path, *, message: str, tag: str, identity: Identity, branch: str = "main") -> None:
     """Make ``path`` a repository holding all its files in one reproducible commit, tagged ``tag``."""
     env = isolated_env(identity)
@@ -297,9 +280,6 @@ def init_scratch(path: Path) -> None:
     run_git([*NEUTRAL, "init", "-q"], cwd=path, env=isolated_env())
 
 
-# --- applying patches -------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class ApplyResult:
     ok: bool
@@ -315,14 +295,9 @@ def apply_patch(
     directory: str = "",
     include: Sequence[str] = (),
 ) -> ApplyResult:
-    """``git apply [--check] [--reverse] PATCH`` on the work tree at ``cwd`` (never the index).
-
-    ``directory`` is prepended to the patch's paths (``--directory``), for a tree below the top of its work tree;
-    run from the top level then. ``include`` limits it to those paths (``--include``; default: every file).
-    ``--whitespace=nowarn`` keeps a user's ``apply.whitespace=fix`` from rewriting
-    what the patch adds, which would make reversing it inexact. git apply is atomic per patch: on any failed
-    hunk it changes nothing.
-    """
+    """``git apply [--check] [--reverse] PATCH`` on the work tree at ``cwd`` (never the index); atomic per patch.
+    ``--whitespace=nowarn`` keeps a user's ``apply.whitespace=fix`` from rewriting what the patch adds, which would
+    make reversing it inexact. ``directory``: for a tree below the top of its work tree (run from the top then)."""
     args = ["apply", "--whitespace=nowarn"]
     if check:
         args.append("--check")
@@ -336,25 +311,54 @@ def apply_patch(
     return ApplyResult(ok=proc.returncode == 0, stderr=proc.stderr.strip())
 
 
-def merge_apply(scratch: Path, patch: Path, objects: Path) -> subprocess.CompletedProcess:
-    """``git apply --3way PATCH`` in the scratch repository ``scratch`` (see ``init_scratch``), whose files are
-    first added to its index; the blobs the patch names are read from ``objects`` (another repository's object
-    store, read only: new objects go to the scratch repository)."""
-    env = isolated_env()
-    env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(objects)
-    run_git([*NEUTRAL, "add", "-A", "-f"], cwd=scratch, env=env)
-    args = [*NEUTRAL, "apply", "--3way", "--whitespace=nowarn", str(patch.resolve())]
-    return run_git(args, cwd=scratch, env=env, check=False)
+class Merge(enum.Enum):
+    RESOLVES = "resolves"  # merges cleanly
+    CONFLICTS = "conflicts"  # merging leaves conflicts in ``detail``
+    UNAVAILABLE = "unavailable"  # the repository lacks the blob the patch was made against
+    APPLIED = "applied"  # merging changes nothing: the change is in the file already
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    outcome: Merge
+    detail: str = ""
+
+
+def three_way(
+    root: Path, patch: Path, paths: Sequence[str], objects: Path | None, *, install: bool = False
+) -> MergeResult:
+    """Merge ``patch`` into ``paths`` under ``root`` in a scratch copy (``git apply --3way``) with the blobs of
+    ``objects``, borrowed read-only; copy the result into ``root`` only when ``install`` and the merge is clean."""
+    if objects is None:
+        return MergeResult(Merge.UNAVAILABLE, "the tree has no git objects")
+    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("merge")) as tmp:
+        scratch = Path(tmp)
+        init_scratch(scratch)
+        files.copy_paths(root, scratch, paths)
+        env = isolated_env()
+        env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(objects)
+        run_git([*NEUTRAL, "add", "-A", "-f"], cwd=scratch, env=env)
+        args = [*NEUTRAL, "apply", "--3way", "--whitespace=nowarn", str(patch.resolve())]
+        proc = run_git(args, cwd=scratch, env=env, check=False)
+        if proc.returncode != 0:
+            if "lacks the necessary blob" in proc.stderr:
+                return MergeResult(Merge.UNAVAILABLE, "the repository lacks the blob the patch was made against")
+            conflicted = [line[2:].strip() for line in proc.stderr.splitlines() if line.startswith("U ")]
+            if conflicted:
+                return MergeResult(Merge.CONFLICTS, ", ".join(conflicted))
+            errors = [line.removeprefix("error: ") for line in proc.stderr.splitlines() if line.startswith("error: ")]
+            return MergeResult(Merge.UNAVAILABLE, f"git: {errors[0]}" if errors else "git apply --3way failed")
+        if all(files.same(scratch / rel, root / rel) for rel in paths):
+            return MergeResult(Merge.APPLIED)
+        if install:
+            files.install_paths(scratch, root, paths)
+        return MergeResult(Merge.RESOLVES)
 
 
 def patch_parse_error(patch: Path) -> str | None:
-    """Why ``patch`` cannot be used as a patch (corrupt, empty, truncated), else None.
-
-    Runs ``git apply --numstat`` (which reads the patch and touches no file) in an empty directory below a
-    ceiling, so that no enclosing repository or subdirectory filter is involved. git reads a patch cut short in a
-    file header (``diff --git a/ver``) as the files before it and silently drops the rest, so the files git reads
-    are also checked against the patch's text (``patchtext.cut_short``).
-    """
+    """Why ``patch`` cannot be used as a patch (corrupt, empty, truncated), else None: ``git apply --numstat`` in an
+    empty folder below a ceiling (no enclosing repository), then ``patchtext.cut_short``, as git silently drops a
+    file whose header was cut short."""
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("parse")) as tmp:
         env = isolated_env()
         env["GIT_CEILING_DIRECTORIES"] = str(Path(tmp).parent)

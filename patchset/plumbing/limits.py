@@ -1,9 +1,5 @@
-"""Time limits on the waits of this project, and the one knob that raises them all on a slower machine.
-
-Every wait for a child (a regression run, a step of the test command, a test's child processes, a proof's ranks)
-has a limit that fits its work on the 2-core machine the project is measured on. ``PATCHSET_TIME_SCALE`` (a
-number, default 1) multiplies each of them, so a user on a slower or busier machine raises them all at once,
-rather than finding the one that ended their run.
+"""Time limits on this project's waits, and ``PATCHSET_TIME_SCALE``, the one knob that raises them all on a slower
+machine (rather than the user finding the one that ended their run).
 """
 
 from __future__ import annotations
@@ -16,20 +12,14 @@ TIME_SCALE_VARIABLE = "PATCHSET_TIME_SCALE"
 RAISE_HINT = f"{TIME_SCALE_VARIABLE}=2 doubles every limit"
 
 
-def time_scale() -> float:
-    """``PATCHSET_TIME_SCALE`` as a positive number (default 1); ``BadInput`` naming it when it is not one."""
+def scaled(seconds: float) -> float:
+    """``seconds``, the limit on this project's machine, times ``PATCHSET_TIME_SCALE`` (default 1); ``BadInput``
+    naming it when it is not a positive number."""
     value = os.environ.get(TIME_SCALE_VARIABLE, "").strip()
-    if not value:
-        return 1.0
     try:
-        scale = float(value)
+        scale = float(value) if value else 1.0
     except ValueError:
         scale = 0.0
     if not scale > 0 or scale == float("inf"):
         raise BadInput(f"{TIME_SCALE_VARIABLE}={value!r} is not a positive number (the factor every time limit takes)")
-    return scale
-
-
-def scaled(seconds: float) -> float:
-    """``seconds``, the limit on this project's machine, times ``PATCHSET_TIME_SCALE``."""
-    return seconds * time_scale()
+    return seconds * scale

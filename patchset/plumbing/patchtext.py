@@ -1,9 +1,4 @@
-"""Reading a patch's text (git format-patch output) without git: the paths it touches and the hunk at a line.
-
-Project-agnostic, as gitops is: git's C-style quoting of paths, renames and copies, ``/dev/null`` sides. The series
-model reads a patch's files with it, the lint checks the paths a patch adds, apply's report names the hunk git
-said failed, and gitops checks that git read the whole patch (``cut_short``).
-"""
+"""Reading a patch's text (git format-patch output) without git: the paths it touches, the hunk at a line, its blobs."""
 
 from __future__ import annotations
 
@@ -13,6 +8,7 @@ from dataclasses import dataclass
 _DIFF_GIT = re.compile(r"^diff --git (?P<rest>.+)$")
 _HUNK = re.compile(r"^@@ -(?P<old>\d+)(?:,\d+)? \+(?P<new>\d+)(?:,\d+)? @@.*$")
 _NAME_LINES = ("--- ", "+++ ", "rename from ", "rename to ", "copy from ", "copy to ")
+_INDEX = re.compile(r"^index (?P<before>[0-9a-f]+)\.\.(?P<after>[0-9a-f]+)(?: \d+)?$")
 _ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
 
 
@@ -70,28 +66,40 @@ def _header_name(line: str) -> str | None:
     return None
 
 
-def _file_sections(text: str) -> list[tuple[list[str], list[str]]]:
-    """(paths, hunk headers) for each file of a patch. Only header lines are read for names: inside a hunk a
-    removed line ``-- x`` looks like ``--- x``."""
-    sections: list[tuple[list[str], list[str]]] = []
+@dataclass(frozen=True)
+class BlobChange:
+    """What a patch does to one file, by git blob id (``--full-index``): the file before and after it (None: absent)."""
+
+    path: str
+    before: str | None
+    after: str | None
+
+
+def _file_sections(text: str) -> list[tuple[list[str], list[str], list[BlobChange]]]:
+    """(paths, hunk headers, what its ``index`` line says) for each file of a patch. Only header lines are read for
+    names: inside a hunk a removed line ``-- x`` looks like ``--- x``."""
+    sections: list[tuple[list[str], list[str], list[BlobChange]]] = []
     in_header = False
     for line in text.splitlines():
         match = _DIFF_GIT.match(line)
         if match:
-            sections.append((_names_from_diff_git(match["rest"]), []))
+            sections.append((_names_from_diff_git(match["rest"]), [], []))
             in_header = True
         elif sections and _HUNK.match(line):
             sections[-1][1].append(line)
             in_header = False
         elif in_header and (name := _header_name(line)):
             sections[-1][0].append(name)
+        elif in_header and (index := _INDEX.match(line)) and sections[-1][0]:
+            before, after = (None if set(blob) == {"0"} else blob for blob in (index["before"], index["after"]))
+            sections[-1][2].append(BlobChange(sections[-1][0][-1], before, after))
     return sections
 
 
 def patch_paths(text: str) -> list[str]:
     """Every path a patch reads or writes (both sides of a rename), in order of appearance, without duplicates."""
     seen: dict[str, None] = {}
-    for names, _ in _file_sections(text):
+    for names, _, _ in _file_sections(text):
         for name in names:
             seen.setdefault(name, None)
     return list(seen)
@@ -111,7 +119,7 @@ def cut_short(raw: bytes, files_read: int) -> str | None:
 
 def find_hunk(text: str, path: str, line: int, *, reverse: bool = False) -> str | None:
     """The ``@@ ... @@`` header of the hunk of ``path`` that starts at ``line`` (old side; new side if reverse)."""
-    for names, hunks in _file_sections(text):
+    for names, hunks, _ in _file_sections(text):
         if path not in names:
             continue
         for hunk in hunks:
@@ -121,34 +129,7 @@ def find_hunk(text: str, path: str, line: int, *, reverse: bool = False) -> str 
     return None
 
 
-_INDEX = re.compile(r"^index (?P<before>[0-9a-f]+)\.\.(?P<after>[0-9a-f]+)(?: \d+)?$")
-
-
-@dataclass(frozen=True)
-class BlobChange:
-    """What a patch does to one file, by git blob id (``--full-index``): the file before and after it (None: absent)."""
-
-    path: str
-    before: str | None
-    after: str | None
-
-
 def patch_blob_changes(text: str) -> list[BlobChange]:
     """Each file of a ``--full-index`` patch with the blob ids of its ``index`` line, in order; a file without one
     (a mode change only) is left out. The ids identify a file's content whatever git version reads them."""
-    changes: list[BlobChange] = []
-    names: list[str] = []
-    in_header = False
-    for line in text.splitlines():
-        if header := _DIFF_GIT.match(line):
-            names, in_header = _names_from_diff_git(header["rest"]), True
-        elif _HUNK.match(line):
-            in_header = False
-        elif in_header and (name := _header_name(line)):
-            names.append(name)
-        elif in_header and (match := _INDEX.match(line)) and names:
-            before, after = match["before"], match["after"]
-            changes.append(
-                BlobChange(names[-1], None if set(before) == {"0"} else before, None if set(after) == {"0"} else after)
-            )
-    return changes
+    return [change for _, _, changes in _file_sections(text) for change in changes]

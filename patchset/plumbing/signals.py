@@ -1,11 +1,7 @@
-"""SIGINT, SIGTERM and SIGHUP while a command runs: turned into one exception, held back while the tree changes.
+"""SIGINT, SIGTERM and SIGHUP while a command runs: one exception (``Interrupted``), held back while the tree changes.
 
-``handled()`` installs handlers for the duration of a command. A signal outside a critical section raises
-``Interrupted`` at once (a ``KeyboardInterrupt``, so that no ``except Exception`` swallows it), which unwinds into
-the same rollback as any failure. Inside ``Guard.critical()`` (one ``git apply``, one rollback) the signal is only
-recorded; ``Guard.check()`` raises it as soon as the step is over, so a patch is never cut off half-written and
-a rollback is never cut short. The git children run in their own session (see ``gitops.run_git``), so a Ctrl-C at
-the terminal reaches this process only.
+Outside ``Guard.critical()`` a signal raises at once, into the same rollback as any failure; inside (one ``git
+apply``, one rollback) it waits for ``Guard.check()``, so a patch or a rollback is never cut off half-way.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""Save some files of a tree before changing them, and put them back exactly: bytes, mode, mtime, symlinks, and
-absence (a file that was not there is removed again, with the folders made for it).
+"""Save some files of a tree before changing them, and put them back exactly (bytes, mode, mtime, symlinks, absence).
 
-Restoring from a copy, rather than reverting the patches, does not depend on the patches reverting cleanly, and
-also undoes a change that stopped half-way. Knows nothing about patches or git.
-
-A snapshot kept in a folder of the caller's choosing (beside the tree's lock) also outlives its process: a manifest,
-written last and removed first, records every entry, so that the next run can ``load`` the snapshot of a run that
-was killed (SIGKILL, a power cut of the process) and restore the tree from it. Without the manifest the folder is
-a snapshot still being taken, before any change: there is nothing to restore. Every copy, then the manifest, is
-flushed to disk before the manifest counts (``files.write_durably``), so one that is trusted after a crash of the
-machine holds what it says.
+A copy does not depend on the patches reverting cleanly, and also undoes a change that stopped half-way. A manifest,
+written durably and last, removed first, lets the next run ``load`` the snapshot of a run that was killed.
 """
 
 from __future__ import annotations
@@ -23,6 +15,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from patchset.plumbing import files, tempdirs
 
@@ -40,24 +33,10 @@ class _Entry:
     dir_modes: tuple[tuple[str, int], ...] = ()  # the existing folders above it, to recreate them as they were
 
 
-def _dirs_above(root: Path, rel: str) -> list[str]:
-    parts = Path(rel).parts[:-1]
-    return [Path(*parts[: i + 1]).as_posix() for i in range(len(parts))]
-
-
-def _entry(data: dict[str, object]) -> _Entry:
+def _entry(data: dict[str, Any]) -> _Entry:
     """The ``_Entry`` that ``dataclasses.asdict`` wrote into a manifest (JSON made its tuples lists)."""
-    times, missing, modes = data["times"], data["missing_dirs"], data["dir_modes"]
-    assert isinstance(times, list) and isinstance(missing, list) and isinstance(modes, list)
-    return _Entry(
-        rel=str(data["rel"]),
-        kind=str(data["kind"]),
-        mode=int(str(data["mode"])),
-        times=(int(times[0]), int(times[1])),
-        link=str(data["link"]),
-        missing_dirs=tuple(str(rel) for rel in missing),
-        dir_modes=tuple((str(rel), int(mode)) for rel, mode in modes),
-    )
+    tuples = {key: tuple(data[key]) for key in ("times", "missing_dirs")}
+    return _Entry(**{**data, **tuples, "dir_modes": tuple((rel, mode) for rel, mode in data["dir_modes"])})
 
 
 class Snapshot:
@@ -97,7 +76,8 @@ class Snapshot:
 
     def _save(self, number: int, rel: str) -> _Entry:
         path = self.root / rel
-        above = _dirs_above(self.root, rel)
+        parts = Path(rel).parts[:-1]
+        above = [Path(*parts[: i + 1]).as_posix() for i in range(len(parts))]  # its folders, top first
         dir_modes = tuple((d, stat.S_IMODE((self.root / d).stat().st_mode)) for d in above if (self.root / d).is_dir())
         if path.is_symlink():
             return _Entry(rel, "symlink", link=os.readlink(path), dir_modes=dir_modes)

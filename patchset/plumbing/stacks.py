@@ -1,9 +1,5 @@
-"""What a hung process tree is doing: its processes, and the stack of each, so that a hang explains itself.
-
-``descendants`` reads the process table (Linux's ``/proc``); ``dump_stacks`` asks py-spy (in the test
-environment's lock) for each process's Python stack with the native frames under it: an OpenMP barrier or a gloo
-wait shows as such, not only as the Python line that called into it. Where py-spy is missing or refused (no ptrace
-permission), the dump says so for that process instead of failing the report of the hang.
+"""What a hung process tree is doing: its processes (``/proc``) and each one's Python and native stack (py-spy), so that
+a hang explains itself; a stack that cannot be read is said so, never a failure of the report.
 """
 
 from __future__ import annotations
@@ -45,19 +41,14 @@ def is_running(pid: int) -> bool:
 
 
 def tree(pid: int) -> list[int]:
-    """``pid`` and every live process below it, parents before their children."""
-    return [pid, *descendants(pid)]
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (children, theirs, ...), parents before their children."""
+    """``pid`` and every live process below it (children, theirs, ...), parents before their children."""
     children: dict[int, list[int]] = {}
     for entry in _PROC.iterdir() if _PROC.is_dir() else ():
         if entry.name.isdigit():
             parent = _parent_of(int(entry.name))
             if parent is not None:
                 children.setdefault(parent, []).append(int(entry.name))
-    found: list[int] = []
+    found = [pid]
     queue = list(children.get(pid, ()))
     while queue:
         child = queue.pop(0)
@@ -106,9 +97,8 @@ def dump_stacks(pids: Iterable[int], near: Sequence[Path] = ()) -> str:
 
 
 def kill_all(pids: Iterable[int], wait_s: float = END_WAIT_S) -> None:
-    """End each of ``pids`` that is still there (one that already ended is no error): all are stopped first, so that
-    none runs on when another ends (a test whose child is killed would go on to its teardown), then killed; returns
-    once none runs any more (a kill takes effect asynchronously), or after ``wait_s`` seconds."""
+    """End each of ``pids`` still there, all stopped first so that none runs on when another ends (a test whose child
+    is killed would go on to its teardown); return once none runs (or after ``wait_s`` seconds)."""
     pids = list(pids)
     for sig in (signal.SIGSTOP, signal.SIGKILL):
         for pid in pids:

@@ -1,9 +1,5 @@
-"""Scratch folders in the system temp folder, named with the id of the process that made them, so that the next
-run can remove those of a process that is gone (killed with SIGKILL, say, where no ``finally`` runs).
-
-``prefix("check")`` is ``patchset-check-<pid>-``: pass it to ``tempfile``; ``prefix("tree", hidden=True)``, for a
-folder made beside a cache entry, starts with a dot. ``sweep()`` removes every such folder (or file) whose process no
-longer exists; those of live processes (another run, on another tree) are left alone.
+"""Scratch folders named with the id of the process that made them (``prefix``), so that the next run can remove those
+of a process that is gone, killed where no ``finally`` runs (``sweep``).
 """
 
 from __future__ import annotations

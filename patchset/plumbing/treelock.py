@@ -1,11 +1,7 @@
-"""One run at a time per tree: a lock file in a folder of the tree's git directory, as git keeps ``index.lock``.
+"""One run at a time per folder: ``<folder>/lock`` held with ``flock``, which the kernel frees however its holder ends.
 
-The lock is the file ``<folder>/lock`` held with ``flock``: the kernel lets one process hold it, and lets it go
-when that process ends however it ends (SIGKILL included), so a lock is never left held by a process that is gone.
-The file records who holds it (pid, when it started, the command), which a second run reads to say so. Releasing
-removes the file; a file that is found with a record in it, and free, was left by a run that was killed: it is
-taken over, and ``Lock.stale`` says whose it was. The folder is removed again when it holds nothing else, so a
-run leaves the git directory as it found it. Knows nothing about patches.
+The file records the holder (pid, start, command) for a second run to name. A file found free with a record in it was
+left by a killed run: it is taken over (``Lock.stale``). Releasing removes the file, and the folder when empty.
 """
 
 from __future__ import annotations
@@ -96,8 +92,8 @@ def acquire(folder: Path, command: str) -> Lock:
     ``OSError`` when it cannot be made (a read-only git directory)."""
     path = folder / LOCK
     for _ in range(100):  # each retry: the holder let go between our open and our flock, or removed the folder
-        folder.mkdir(exist_ok=True)
         try:
+            folder.mkdir(parents=True, exist_ok=True)  # parents: another run may have just removed an empty .locks
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except FileNotFoundError:
             continue

@@ -9,11 +9,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Console:
-    """Writes progress (``* ...``) and summaries to stdout, warnings to stderr.
-
-    The streams are looked up at each call (not bound at construction) so that redirection, e.g. by pytest's
-    capsys, is honoured.
-    """
+    """Progress (``* ...``) and summaries to stdout, warnings to stderr, looked up at each call (pytest's capsys)."""
 
     quiet: bool = False
 

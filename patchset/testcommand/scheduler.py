@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
-from patchset.plumbing.bounded import Limit, hang_report
+from patchset.plumbing.bounded import RUNNING_DIR_VARIABLE, Limit, folders_for, hang_report
 from patchset.plumbing.limits import RAISE_HINT, scaled
-from patchset.plumbing.running import RUNNING_DIR_VARIABLE, folders_for
 
 DEFAULT_LIMIT_S = 1200.0
 

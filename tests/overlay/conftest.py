@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from patchset.plumbing import running
+from patchset.plumbing import bounded
 from patchset.testcommand.overlay_env import WARM_LIST_VARIABLE, WARM_PROBE_MODULES
 
 HERE = Path(__file__).resolve().parent
@@ -42,7 +42,7 @@ LONGEST_FIRST = ("test_ray.py", "test_parity.py", "test_import_order.py", "test_
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    running.register(config)  # names the test a hung run is in (`patchset.plumbing.running`)
+    bounded.register(config)  # names the test a hung run is in (`patchset.plumbing.bounded`)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -114,7 +114,7 @@ def test_every_derived_file_is_the_patched_checkouts_file(vanilla_trees, patched
     release is byte for byte the patched checkout's (the critic YAML among them)."""
     from patchset_overlay import overlays
     from patchset_overlay.derive import Plan
-    from patchset_overlay.source import UpstreamSource
+    from patchset_overlay.spec import UpstreamSource
 
     checked = []
     for overlay in overlays():

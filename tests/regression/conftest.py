@@ -45,7 +45,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 if str(REPO_ROOT) not in sys.path:
     sys.path.append(str(REPO_ROOT))
 
-from patchset.plumbing import children, running  # noqa: E402
+from patchset.plumbing import bounded, children  # noqa: E402
 from patchset.testenv.regression import BASELINE_DONE_FILE, BASELINE_WAIT_VARIABLE, WARM_SERVER_VARIABLE  # noqa: E402
 
 EXPECTATIONS = ("fixed", "bug")
@@ -152,7 +152,7 @@ VANILLA_BASELINE_MARK = "vanilla_baseline"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    running.register(config)  # names the test a hung run is in (`patchset.plumbing.running`)
+    bounded.register(config)  # names the test a hung run is in (`patchset.plumbing.bounded`)
     config.addinivalue_line(
         "markers", f"{VANILLA_BASELINE_MARK}: compares the tree under test with the vanilla run's record (baseline_dir)"
     )

@@ -29,7 +29,7 @@ from patchset_fakes import (
     world_at,
 )
 
-from patchset.plumbing import running
+from patchset.plumbing import bounded
 from patchset.series.model import load_series
 from patchset.upstreams.fetch import resolve_cache
 from patchset.upstreams.pins import load_pins
@@ -213,7 +213,7 @@ class _FaultCollector:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    running.register(config)  # names the test a hung run is in (`patchset.plumbing.running`)
+    bounded.register(config)  # names the test a hung run is in (`patchset.plumbing.bounded`)
     config.stash[FAULTS] = []
     config.pluginmanager.register(_FaultCollector(config.stash[FAULTS]), "patchset-fault-collector")
 

@@ -1,4 +1,4 @@
-"""Child processes start safely and every wait is bounded (`patchset.plumbing.children`, `bounded`, `running`).
+"""Child processes start safely and every wait is bounded (`patchset.plumbing.children`, `bounded`).
 
 Invariants: a child started after the parent ran a parallel CPU op still runs its own parallel ops (the plain fork
 the tests used before waits forever in OpenMP's barrier: shown here, not assumed); a warm server is a fork of its
@@ -21,11 +21,10 @@ from pathlib import Path
 import pytest
 
 from patchset.plumbing import children
-from patchset.plumbing.bounded import Limit, run_bounded
+from patchset.plumbing.bounded import RUNNING_DIR_VARIABLE, Limit, run_bounded, running_tests
 from patchset.plumbing.children import run_children
 from patchset.plumbing.errors import EXIT_TIMED_OUT, TimedOut
 from patchset.plumbing.limits import scaled
-from patchset.plumbing.running import RUNNING_DIR_VARIABLE, running_tests
 from patchset.plumbing.stacks import is_running
 from patchset.testcommand.scheduler import Scheduler, Step
 
@@ -150,8 +149,8 @@ def _pids(report: str) -> list[int]:
 
 
 HUNG_SUITE = {
-    "conftest.py": "from patchset.plumbing import running\n\n\ndef pytest_configure(config):\n"
-    "    running.register(config)\n",
+    "conftest.py": "from patchset.plumbing import bounded\n\n\ndef pytest_configure(config):\n"
+    "    bounded.register(config)\n",
     "test_hangs.py": "import subprocess\nimport sys\nimport time\n\n\ndef test_passes():\n    pass\n\n\n"
     "def test_waits_for_its_child():\n"
     "    subprocess.run([sys.executable, '-c', 'import time; time.sleep(3600)'])\n",

@@ -1,4 +1,4 @@
-"""``merge`` on its own: ``three_way`` on a patch that does not apply as it is tells a clean merge (RESOLVES) from a
+"""``gitops.three_way`` on a patch that does not apply as it is tells a clean merge (RESOLVES) from a
 conflict (CONFLICTS), a change already in (APPLIED) and a missing base blob (UNAVAILABLE); only ``install`` on a
 clean merge writes the tree, and the tree's repository is never written."""
 
@@ -10,7 +10,7 @@ import pytest
 from patchset_fakes import FORMAT_PATCH, git, make_repo, tree_state
 
 from patchset.plumbing import gitops
-from patchset.plumbing.merge import Merge, MergeResult, three_way
+from patchset.plumbing.gitops import Merge, MergeResult, three_way
 from patchset.series.model import Patch, read_patch
 
 CORE = "core.py"

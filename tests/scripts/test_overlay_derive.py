@@ -17,15 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from patchset_overlay import cache
+from patchset_overlay import derive
 from patchset_overlay.changes import Parsed, UnsupportedChange, module_changes
 from patchset_overlay.derive import Plan
 from patchset_overlay.guard import judge
 from patchset_overlay.hunks import HunkError, apply_hunks
 from patchset_overlay.install import apply_change
-from patchset_overlay.source import UpstreamSource
-from patchset_overlay.spec import Overlay, Piece
-from patchset_overlay.state import PieceState
+from patchset_overlay.spec import Overlay, Piece, PieceState, UpstreamSource
 
 MODULE = '''import dataclasses
 import functools
@@ -112,7 +110,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     for name in ("__init__.py", "mod.py"):
         (site / "pkg" / name).write_text((repo / "pkg" / name).read_text())
     monkeypatch.setattr("patchset_overlay.derive.patches_root", lambda: tmp_path / "patches")
-    monkeypatch.setenv(cache.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.setenv(derive.ENV_CACHE, str(tmp_path / "cache"))
     monkeypatch.syspath_prepend(str(site))
     overlay = Overlay(
         "pkg_overlay", "pkg", "pkg", ("pkg.mod",), (Piece("count", ("count-fix",)), Piece("worker", ("worker-fix",)))
@@ -213,6 +211,6 @@ def test_a_tampered_cache_entry_is_written_again_and_an_unsafe_cache_is_not_used
     plan.derive(list(overlay.pieces))
     assert Path(plan.derived["pkg/mod.py"].filename).read_text() == SECOND
     (tmp_path / "cache").chmod(0o777)
-    assert cache.cache_root() is None
+    assert derive.cache_root() is None
     plan.derive(list(overlay.pieces))
     assert plan.derived["pkg/mod.py"].filename == "<patchset_overlay pkg/mod.py>"

@@ -12,7 +12,7 @@ from patchset_fakes import FORMAT_PATCH, TEST_GIT_ENV, git, make_repo, tree_stat
 
 from patchset.apply.plan import Action, Finding, Step, applied_patches, plan_series, unexplained_changes
 from patchset.plumbing import gitops
-from patchset.plumbing.merge import Merge
+from patchset.plumbing.gitops import Merge
 from patchset.series.model import Patch, read_patch
 
 CORE = "core.py"
