@@ -20,8 +20,8 @@ output says so and what to give instead. Commits made from patches carry the use
 overrides it) and no field meant for this project.
 
 A group's ``pr/<group>.upstream.patch`` (its PR rebased onto upstream's newest files read, each at a named commit
-whose branch is not confirmed) is named in the output with those revisions; ``patchset.export.upstream_prs`` checks
-that it applies to them.
+whose branch is not confirmed) is named in the output with those revisions; ``python -m patchset export
+upstream-prs`` checks that it applies to them.
 
 A group's ``pr/<group>.upstream-tests.patch`` (its change to upstream test files the release sdist lacks) is
 committed after the group's commits, as a commit of its own, when the checkout has those files; when it lacks
