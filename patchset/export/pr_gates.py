@@ -1,23 +1,11 @@
 """An upstream's own gates for a PR branch: its pre-commit lint hooks and its tests (chosen by ``test_selection``).
 
-The hooks are the ones each upstream's ``.pre-commit-config.yaml`` runs, at the versions it pins, with its
-arguments; they run through ``pre-commit`` on the files the branch changes, as upstream CI does for a PR. pre-commit
-cannot clone hook repositories here (no network but PyPI), so the config written for the run is all ``repo: local``
-hooks with ``language: system`` calling the pinned tools of the test venv (ruff 0.12.2, black 23.7.0, isort
-5.12.0, flake8 6.1.0 + flake8-docstrings). verl's checks that live in its repository as scripts and are not in the
-sdist (license header, docstring coverage of ``core_algos.py``, generated-config consistency) and the
-pre-commit-hooks basics Trinity runs (not in the lock) are re-implemented as small hooks of this project's own, each
-with its upstream's entry (``patchset.upstreams.verl_pr``, ``trinity_pr``, ``lint_hooks``):
-``python -m patchset.cli.lint_hook UPSTREAM ID FILES...``.
-
-verl's mypy hook (mirrors-mypy v1.17.0, its default arguments ``--ignore-missing-imports --scripts-are-modules``,
-configured by verl's ``[tool.mypy]``: errors on for ``verl.trainer.ppo.core_algos`` and a few more modules) runs
-with mypy 1.17.0 from the lock.
-
-Not run, and said so in the output: Trinity's mypy (v1.7.0; the lock pins verl's 1.17.0), Trinity's
-check-xml/check-toml/check-json/detect-private-key/check-docstring-first from pre-commit-hooks, and verl's hooks
-whose scripts live only in its repository (``tests/special_sanity/``), beyond the three re-implemented here.
-"""
+The hooks are those of the upstream's ``.pre-commit-config.yaml`` at its pinned versions and arguments, run through
+``pre-commit`` on the files the branch changes, as ``repo: local`` hooks calling the test venv's pinned tools (no
+hook repository can be cloned here). verl's checks that live only in its repository as scripts, and the
+pre-commit-hooks basics Trinity runs, are small hooks of this project's own (``patchset.upstreams.verl_pr``,
+``trinity_pr``, ``lint_hooks``): ``python -m patchset.cli.lint_hook UPSTREAM ID FILES...``. What is not run is said
+in the output (the registry's ``lint_not_run``)."""
 
 from __future__ import annotations
 
