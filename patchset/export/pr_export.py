@@ -33,18 +33,16 @@ from patchset.export import targets, upstream_prs
 from patchset.export.branch_gates import Gating
 from patchset.export.branches import Branch, BranchJob, make_branches
 from patchset.export.pr_gates import Gates
-from patchset.export.pr_text import pr_body, pr_title
-from patchset.export.routes import comment_text, route
+from patchset.export.pr_text import comment_text, pr_body, pr_title, route
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import EXIT_OK, BadInput
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.groups import Group, chain, load_groups
 from patchset.series.model import Patch, Series, load_series
 from patchset.testenv.venv import ensure_venv
-from patchset.upstreams.detect import detect
 from patchset.upstreams.pins import Pin, Pins, at_least
 from patchset.upstreams.pr_template import ISSUE_FIRST, body_problems, split_sections
-from patchset.upstreams.registry import UPSTREAMS
+from patchset.upstreams.registry import UPSTREAMS, detect
 from patchset.upstreams.workspace import Workspace
 
 EXIT_GATE_FAILED = 1

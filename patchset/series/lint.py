@@ -4,7 +4,7 @@ For every series folder (those ``upstreams.toml`` names, and every folder holdin
 series file and the folder agree both ways; names and numbers; each patch parses, has a Subject in the upstream's
 PR-title form and the DEP-3 fields this repository requires, adds no line ending in whitespace, and keeps its
 message to 72 columns (``columns``); the ``groups`` file and ``pr/`` files (``groups``); the teeth of ``parts.toml``
-(``teeth``); and each ``# copy of`` patch is its source's change (``copies``). docs/maintaining.md lists each rule.
+(``parts``); and each ``# copy of`` patch is its source's change (``copies``). docs/maintaining.md lists each rule.
 Unlike ``load_series``, which stops at the first problem, the lint reports every problem."""
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ from patchset.series.groups import (
     read_description,
 )
 from patchset.series.model import PATCH_NAME, SeriesEntry, parse_series, read_patch, subject_of
-from patchset.series.parts import PARTS_FILE, read_parts
-from patchset.series.teeth import check_teeth, parse_teeth
+from patchset.series.parts import PARTS_FILE, check_teeth, parse_teeth, read_parts
 from patchset.upstreams.pins import load_pins
 from patchset.upstreams.pr_template import NOT_DUPLICATE, body_problems
 from patchset.upstreams.registry import ANY_SUBJECT_FORM, UPSTREAMS

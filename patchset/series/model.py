@@ -20,8 +20,7 @@ from pathlib import Path, PurePosixPath
 from patchset.plumbing import gitops, patchtext
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import display_path
-from patchset.series.parts import load_choices
-from patchset.series.teeth import load_teeth
+from patchset.series.parts import load_choices, load_teeth
 from patchset.upstreams.pins import release_key
 
 # DEP-3 header fields, by lower-case name. ``Bug-<Vendor>`` is matched separately.
@@ -93,10 +92,8 @@ class Patch:
 
 @dataclass(frozen=True)
 class Series:
-    """A series: its name (folder under the patches dir), the ``series`` file, its patches in order, the teeth
-    of each (``teeth.py``: {patch file name: the pytest -k expression of the regression tests that show its bug}), and
-    the choices of those that declare them (``parts.py``: {patch file name: the -k expression of its tests that pin
-    this series' own form of the fix})."""
+    """A series: its name (folder under the patches dir), the ``series`` file, its patches in order, and from its
+    ``parts.toml`` ({patch file name: a pytest -k expression}) their teeth and choices."""
 
     name: str
     path: Path
