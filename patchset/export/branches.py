@@ -27,10 +27,6 @@ BRANCH_PREFIX = "patchset/"
 _SLUG = re.compile(r"^\d{4}-(?P<slug>.+)\.patch$")
 
 
-def _git(checkout: Path, *args: str) -> str:
-    return gitops.run_git([*gitops.NEUTRAL, *args], cwd=checkout).stdout
-
-
 def branch_name(series: str, patches: Sequence[Patch], group: Group | None = None) -> str:
     """``patchset/<series>-<group>`` from a groups file, else ``patchset/<series>-<slug of the first patch>``."""
     if group is not None and not group.name.startswith("patch-"):
@@ -127,7 +123,7 @@ def _fold(worktree: Path, group: Group, base: str, patches: Sequence[Patch], aut
     env = _committer_env(author)
     if date:
         env["GIT_AUTHOR_DATE"] = date[1]
-    _git(worktree, "reset", "-q", "--soft", base)
+    gitops.git_text(worktree, "reset", "-q", "--soft", base)
     args = ["commit", "-q", "--no-verify", "-m", message, "--author", author]
     gitops.run_git([*gitops.NEUTRAL, *args], cwd=worktree, env=env)
 
@@ -148,13 +144,15 @@ class CherryPick:
 
 def _commit_tests(worktree: Path, pick: CherryPick, author: str, console: Console) -> None:
     """Commit the test files ``pick.tests_from`` add, when upstream's commit (HEAD) adds none."""
-    if not pick.tests_from or _git(worktree, "diff", "--name-only", "--diff-filter=A", "HEAD~1", "HEAD", "--", "tests"):
+    if not pick.tests_from or gitops.git_text(
+        worktree, "diff", "--name-only", "--diff-filter=A", "HEAD~1", "HEAD", "--", "tests"
+    ):
         return
     for patch in pick.tests_from:  # a patch that adds no test gives git apply nothing to do: not an error here
         gitops.run_git(["apply", "--index", "--include=tests/*", str(patch)], cwd=worktree, check=False)
-    added = _git(worktree, "diff", "--cached", "--name-only", "--diff-filter=A").split()
+    added = gitops.git_text(worktree, "diff", "--cached", "--name-only", "--diff-filter=A").split()
     if not added:
-        _git(worktree, "reset", "-q", "--hard")
+        gitops.git_text(worktree, "reset", "-q", "--hard")
         return
     console.step(f"Committing the carried patch's test of the fix: {', '.join(added)}")
     message = f"{pick.tests_subject}\n\nAdds {', '.join(added)}: a CPU test of the fix cherry-picked above.\n"
@@ -170,10 +168,10 @@ def _cherry_pick(worktree: Path, base: str, pick: CherryPick, author: str, conso
     picked = gitops.run_git([*gitops.NEUTRAL, "cherry-pick", "-x", pick.commit], cwd=worktree, env=env, check=False)
     if picked.returncode == 0:
         return
-    conflicted = _git(worktree, "diff", "--name-only", "--diff-filter=U").split()
+    conflicted = gitops.git_text(worktree, "diff", "--name-only", "--diff-filter=U").split()
     resolved = set()
     if pick.resolution is not None:
-        numstat = _git(worktree, "apply", "--numstat", str(pick.resolution)).splitlines()
+        numstat = gitops.git_text(worktree, "apply", "--numstat", str(pick.resolution)).splitlines()
         resolved = {line.split("\t")[2] for line in numstat}
     if not conflicted or not set(conflicted) <= resolved:
         gitops.run_git(["cherry-pick", "--abort"], cwd=worktree, check=False)
@@ -184,7 +182,7 @@ def _cherry_pick(worktree: Path, base: str, pick: CherryPick, author: str, conso
             "no branch was made"
         )
     assert pick.resolution is not None  # it resolves every conflicted file
-    _git(worktree, "checkout", base, "--", *conflicted)
+    gitops.git_text(worktree, "checkout", base, "--", *conflicted)
     applied = gitops.run_git(["apply", "--index", str(pick.resolution)], cwd=worktree, check=False)
     if applied.returncode != 0:
         gitops.run_git(["cherry-pick", "--abort"], cwd=worktree, check=False)
@@ -249,15 +247,15 @@ def _commit_group(job: BranchJob, tree: WorkTree, group: Group, heads: Mapping[s
     """Commit ``group`` in ``tree`` on its ``after`` chain: each earlier group's commits (the very commits of its
     branch when this run made it, in ``heads``), then its own."""
     # the lint hooks fix files in place (ruff --fix, black, isort): drop what they left of the last branch
-    _git(tree.path, "reset", "-q", "--hard")
-    _git(tree.path, "clean", "-q", "-f", "-d", "-x")
-    _git(tree.path, "checkout", "-q", "--detach", tree.release)
+    gitops.git_text(tree.path, "reset", "-q", "--hard")
+    gitops.git_text(tree.path, "clean", "-q", "-f", "-d", "-x")
+    gitops.git_text(tree.path, "checkout", "-q", "--detach", tree.release)
     made = _Commits(base=tree.release)
     release = set(tree.files)
     for member in chain(job.groups, group.name):
         member_patches = tuple(job.chosen[n] for n in member.numbers if n in job.chosen)
         if member is not group and member.name in heads:  # stack on the very commits of that branch
-            _git(tree.path, "checkout", "-q", "--detach", heads[member.name])
+            gitops.git_text(tree.path, "checkout", "-q", "--detach", heads[member.name])
             member_patches = ()
         start = gitops.head_commit(tree.path)
         assert start is not None
@@ -272,7 +270,9 @@ def _commit_group(job: BranchJob, tree: WorkTree, group: Group, heads: Mapping[s
             made.upstream_tests = change if member is group else made.upstream_tests
         if member is not group:
             made.base = gitops.head_commit(tree.path) or made.base
-            made.base_commits = int(_git(tree.path, "rev-list", "--count", f"{tree.release}..{made.base}").strip())
+            made.base_commits = int(
+                gitops.git_text(tree.path, "rev-list", "--count", f"{tree.release}..{made.base}").strip()
+            )
         else:
             made.patches = member_patches
     return made
@@ -284,23 +284,23 @@ def _set_branch(job: BranchJob, name: str, head: str) -> None:
     checkout = job.checkout
     if gitops.run_git(["check-ref-format", "--branch", name], cwd=checkout, check=False).returncode != 0:
         raise BadInput(f"{name!r} is not a valid branch name")
-    exists = gitops.git_value(checkout, "rev-parse", "-q", "--verify", f"refs/heads/{name}^{{commit}}") is not None
+    exists = gitops.commit_of(checkout, f"refs/heads/{name}") is not None
     if exists and not job.force:
         raise BadInput(f"branch {name} already exists in {display_path(checkout)}; pass --force to replace it")
     if exists and gitops.git_value(checkout, "symbolic-ref", "-q", "HEAD") == f"refs/heads/{name}":
         raise BadInput(f"branch {name} is checked out in {display_path(checkout)}; switch to another first")
-    _git(checkout, "branch", "-f", name, head)
+    gitops.git_text(checkout, "branch", "-f", name, head)
 
 
 def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tuple[Branch, Gates]]:
     """Make and gate the branch of each group of ``job``, each on its ``after`` chain, in a temporary worktree."""
     made: list[tuple[Branch, Gates]] = []
-    files = tuple(_git(job.checkout, "ls-tree", "-r", "--name-only", job.release).splitlines())
+    files = tuple(gitops.git_text(job.checkout, "ls-tree", "-r", "--name-only", job.release).splitlines())
     scratch = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("pr")))
     tree = WorkTree(scratch / "tree", job.release, files, scratch)
     pin = job.pin
     try:
-        _git(job.checkout, "worktree", "add", "-q", "--detach", str(tree.path), job.release)
+        gitops.git_text(job.checkout, "worktree", "add", "-q", "--detach", str(tree.path), job.release)
         heads: dict[str, str] = {}  # group -> the head of its branch made in this run, for the groups after it
         for group in job.wanted:
             commits = _commit_group(job, tree, group, heads, console)
@@ -312,10 +312,12 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
             name = job.branch or branch_name(pin.series, commits.patches, group)
             _set_branch(job, name, head)
             heads[group.name] = head
-            count = int(_git(tree.path, "rev-list", "--count", f"{commits.base}..{head}").strip())
+            count = int(gitops.git_text(tree.path, "rev-list", "--count", f"{commits.base}..{head}").strip())
             where = f"the {group.after} branch" if group.after else job.where or pin.tag
             console.step(f"Branch {name}: {count} commit(s) on {where}")
-            changed = _git(tree.path, "diff", "--name-only", "--diff-filter=d", commits.base, head).splitlines()
+            changed = gitops.git_text(
+                tree.path, "diff", "--name-only", "--diff-filter=d", commits.base, head
+            ).splitlines()
             tests_change = commits.upstream_tests
             notes = [tests_change.note()] if tests_change else []
             gates = run_gates(gating, pin, tree, changed, console, notes)

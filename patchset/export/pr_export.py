@@ -71,9 +71,8 @@ def _check_tree(checkout: Path, key: str) -> str:
     tree = gitops.find_worktree(checkout)
     if tree is None or tree.prefix:
         raise BadInput(f"{shown} is not the top of a git checkout; pass the root of a git clone of {found.label}")
-    for state in ("rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
-        if (checkout / (gitops.git_value(checkout, "rev-parse", "--git-path", state) or state)).exists():
-            raise BadInput(f"{shown} has a rebase, git am, merge or cherry-pick in progress; finish or abort it first")
+    if gitops.in_progress(checkout, ("rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD")):
+        raise BadInput(f"{shown} has a rebase, git am, merge or cherry-pick in progress; finish or abort it first")
     if not gitops.is_clean(checkout):
         raise BadInput(f"{shown} has uncommitted changes; commit or stash them first (git stash -u)")
     return found.version
@@ -261,7 +260,7 @@ def _export_history(request: ExportRequest, workspace: Workspace, author: str, c
             for group in members:
                 patches = [series.patches[n - 1] for n in group.numbers]
                 commit = targets.upstream_commit(patches)
-                if commit and targets.has_commit(checkout, commit) and targets.contains(checkout, base, commit):
+                if commit and targets.has_commit(checkout, commit) and gitops.is_ancestor(checkout, commit, base):
                     console.summary(f"{series.name}: {ref} has upstream's commit {commit} already: no {group.name} PR")
                     continue
                 if commit and not targets.has_commit(checkout, commit):

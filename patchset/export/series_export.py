@@ -271,11 +271,9 @@ def check_checkout(checkout: Path, pin: Pin, console: Console) -> None:
         raise BadInput(f"{shown} has no tag {pin.tag}, so it is not a checkout of {pin.label}; {remake}")
     if gitops.git_value(checkout, "rev-parse", "-q", "--verify", f"refs/heads/{BRANCH}^{{commit}}", env=env) is None:
         raise BadInput(f"{shown} has no branch {BRANCH} (the series as commits on {pin.tag}); {remake}")
-    for state in ("rebase-merge", "rebase-apply"):
-        if (checkout / (gitops.git_value(checkout, "rev-parse", "--git-path", state, env=env) or state)).exists():
-            raise BadInput(f"{shown} has a rebase or git am in progress; finish it (--continue) or --abort it first")
-    ancestor = gitops.run_git(["merge-base", "--is-ancestor", pin.tag, BRANCH], cwd=checkout, check=False)
-    if ancestor.returncode != 0:
+    if gitops.in_progress(checkout, ("rebase-merge", "rebase-apply"), env):
+        raise BadInput(f"{shown} has a rebase or git am in progress; finish it (--continue) or --abort it first")
+    if not gitops.is_ancestor(checkout, pin.tag, BRANCH):
         raise BadInput(f"{shown}: branch {BRANCH} is not based on {pin.tag}; rebase it: git rebase {pin.tag} {BRANCH}")
     if gitops.git_value(checkout, "rev-list", "--merges", f"{pin.tag}..{BRANCH}", env=env):
         raise BadInput(f"{shown}: {pin.tag}..{BRANCH} has merge commits; make it linear: git rebase {pin.tag}")

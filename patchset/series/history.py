@@ -169,10 +169,6 @@ def recover_texts(series: KnownSeries, patches_dir: Path) -> dict[str, bytes]:
 # --- the generator --------------------------------------------------------------------------------------------
 
 
-def _git(repo: Path, *args: str) -> str:
-    return gitops.run_git(list(args), cwd=repo).stdout
-
-
 def _series_at(repo: Path, tree: Mapping[str, str], prefix: str) -> dict[str, list[tuple[str, bytes]]]:
     """{folder: [(patch name, text)]} of the ``ls-tree`` listing ``tree`` ({path: blob}) below ``prefix``."""
     found: dict[str, list[tuple[str, bytes]]] = {}
@@ -188,7 +184,7 @@ def _series_at(repo: Path, tree: Mapping[str, str], prefix: str) -> dict[str, li
 
 
 def _ls_tree(repo: Path, commit: str, prefix: str) -> dict[str, str]:
-    listing = _git(repo, "ls-tree", "-r", "--full-tree", commit, "--", prefix)
+    listing = gitops.git_text(repo, "ls-tree", "-r", "--full-tree", commit, "--", prefix)
     return {line.split("\t", 1)[1]: line.split()[2] for line in listing.splitlines() if "\t" in line}
 
 
@@ -217,9 +213,9 @@ def generate(patches_dir: Path) -> dict[str, Any]:
             idents[folder] = ident
         return idents
 
-    for line in _git(top, "log", "--first-parent", "--format=%H %cs", "HEAD", "--", prefix).splitlines():
+    for line in gitops.git_text(top, "log", "--first-parent", "--format=%H %cs", "HEAD", "--", prefix).splitlines():
         commit, date = line.split()
-        count = int(_git(top, "rev-list", "--count", commit, "--", prefix).strip())
+        count = int(gitops.git_text(top, "rev-list", "--count", commit, "--", prefix).strip())
         idents = add(_series_at(top, _ls_tree(top, commit, prefix), prefix))
         revisions.append({"revision": count, "commit": commit, "date": date, "series": idents})
     work = {}
