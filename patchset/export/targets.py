@@ -1,11 +1,5 @@
-"""Which upstream branch takes each group's PR, on a checkout that has upstream's history.
-
-verl keeps a branch per release (``release/v0.8.0``, ``release/v0.7.1``, ...) beside ``main``. A fix that upstream
-already has on main goes to a release branch that lacks it as a cherry-pick of upstream's commit; a new fix goes to
-main. ``patches/<series>/groups`` says which branch takes each group (``onto=``) or why it stays a carried patch
-(``carried=``); the patches' ``Origin: backport, .../commit/<hash>`` names upstream's commit. This module finds
-those branches and commits in the user's checkout; ``pr_export`` makes the branches.
-"""
+"""Which upstream branch takes each group's PR, on a checkout that has upstream's history (``onto=`` in ``groups``),
+and upstream's commit a backport cherry-picks (its patches' ``Origin: backport, .../commit/<hash>``)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
 """Every released revision of the series, by content: ``patches/history.json``, and the generator that writes it.
 
-A user's tree may hold a series of an earlier revision of this patchset (applied by an earlier ``scripts/apply.sh``,
-perhaps with a patch left out). Telling it apart from an upstream fix, and taking it out exactly, needs to know what
-that series wrote, even from a shallow clone or an export without this repository's history. So the manifest keeps,
+A user's tree may hold a series of an earlier revision of this patchset. Telling it apart from an upstream fix, and
+taking it out exactly, needs what that series wrote, even from a shallow clone or an export. So the manifest keeps,
 for every landing that changed ``patches/`` (``git log --first-parent -- patches/``), its revision (the
-``+patchset.N`` of its wheels: the commits that touch ``patches/`` up to it), its commit, and for each series folder
-the patches in order, each by the sha256 of its text and, file by file, the git blob ids its ``index`` lines give
-before and after it (``format-patch --full-index``): the content of every file the series leaves in a tree.
-
-``python -m patchset export history`` writes the manifest from the history of the checkout it runs in, the work
-tree's own series included when it differs from HEAD's; ``--check`` exits 1 when the file lacks a series the
-history or the work tree has (tests/scripts/test_history.py runs the same check).
-"""
+``+patchset.N`` of its wheels), its commit, and for each series folder its patches in order, each by the sha256 of
+its text and the git blob ids its ``index`` lines give before and after it, file by file.
+``python -m patchset export history`` writes it (``--check``: exit 1 when it lacks a series)."""
 
 from __future__ import annotations
 
@@ -24,6 +18,7 @@ from typing import Any
 
 from patchset.plumbing import gitops, patchtext
 from patchset.plumbing.errors import BadInput
+from patchset.plumbing.gitops import git_text
 from patchset.series.model import Series, split_comment
 
 HISTORY_FILE = "history.json"
@@ -184,7 +179,7 @@ def _series_at(repo: Path, tree: Mapping[str, str], prefix: str) -> dict[str, li
 
 
 def _ls_tree(repo: Path, commit: str, prefix: str) -> dict[str, str]:
-    listing = gitops.git_text(repo, "ls-tree", "-r", "--full-tree", commit, "--", prefix)
+    listing = git_text(repo, "ls-tree", "-r", "--full-tree", commit, "--", prefix)
     return {line.split("\t", 1)[1]: line.split()[2] for line in listing.splitlines() if "\t" in line}
 
 
@@ -213,9 +208,9 @@ def generate(patches_dir: Path) -> dict[str, Any]:
             idents[folder] = ident
         return idents
 
-    for line in gitops.git_text(top, "log", "--first-parent", "--format=%H %cs", "HEAD", "--", prefix).splitlines():
+    for line in git_text(top, "log", "--first-parent", "--format=%H %cs", "HEAD", "--", prefix).splitlines():
         commit, date = line.split()
-        count = int(gitops.git_text(top, "rev-list", "--count", commit, "--", prefix).strip())
+        count = int(git_text(top, "rev-list", "--count", commit, "--", prefix).strip())
         idents = add(_series_at(top, _ls_tree(top, commit, prefix), prefix))
         revisions.append({"revision": count, "commit": commit, "date": date, "series": idents})
     work = {}
