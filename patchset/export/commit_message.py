@@ -31,10 +31,8 @@ def _field_block(paragraph: str) -> bool:
 
 
 def upstream_paragraphs(body: str) -> list[str]:
-    """The paragraphs of a patch message that belong upstream: DEP-3 fields and "Why this patch" dropped.
-
-    In a block of fields only the DEP-3 ones go (and their continuation lines): ``Signed-off-by:`` stays.
-    """
+    """The paragraphs of a patch message that belong upstream: in a block of fields only the DEP-3 ones go (with
+    their continuation lines; ``Signed-off-by:`` stays), and the "Why this patch" paragraph goes."""
     kept = []
     for paragraph in _paragraphs(body):
         if _PROJECT_PARAGRAPH.match(paragraph):

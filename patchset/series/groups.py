@@ -168,10 +168,8 @@ def check_groups(groups: tuple[Group, ...], patch_count: int) -> list[tuple[int,
 
 
 def load_groups(folder: Path, patch_count: int) -> tuple[Group, ...]:
-    """The groups of the series folder, with their descriptions; ``BadInput`` on any problem.
-
-    Without a ``groups`` file: one group per patch, each after the one before it.
-    """
+    """The groups of the series folder, with their descriptions (without a ``groups`` file: one group per patch,
+    each after the one before it); ``BadInput`` on any problem."""
     path = folder / GROUPS_FILE
     if not path.is_file():
         names = [f"patch-{n:04d}" for n in range(1, patch_count + 1)]
@@ -213,12 +211,8 @@ _NUMBER_TOKEN = re.compile(r"(?<!\S)\d{4}(?!\S)")
 
 
 def renumber_text(text: str, moved: dict[int, int | None], added: list[tuple[int, str]]) -> str:
-    """A ``groups`` file after an export renumbered its series.
-
-    ``moved`` maps old patch numbers to new ones (None: the patch is gone); every ``added`` (number, slug) patch
-    gets a group of its own, one line named by its slug, so that the series stays fully grouped. Comments,
-    spacing and the order of lines stay as they were.
-    """
+    """A ``groups`` file after an export renumbered its series: ``moved`` maps old patch numbers to new ones (None:
+    gone); every ``added`` (number, slug) patch gets a group of its own; comments, spacing and order stay."""
 
     def number(match: re.Match[str]) -> str:
         new = moved.get(int(match[0]), int(match[0]))

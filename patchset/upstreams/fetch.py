@@ -195,11 +195,8 @@ def _checked_members(archive: tarfile.TarFile, shown: str) -> tuple[str, list[ta
 
 
 def unpack_sdist(sdist: Path, dest: Path) -> None:
-    """Unpack ``sdist`` into ``dest`` (which must not exist), without the tarball's top-level folder.
-
-    Members are checked first (no absolute paths, no ``..``, links only within the tree, only files, folders
-    and links), and extraction uses tarfile's ``data`` filter where Python has it.
-    """
+    """Unpack ``sdist`` into ``dest`` (which must not exist), without the tarball's top-level folder, its members
+    checked first (``_checked_members``) and tarfile's ``data`` filter used where Python has it."""
     shown = sdist.name
     try:
         archive = tarfile.open(sdist, "r:*")
@@ -297,9 +294,8 @@ def fresh_patched_clone(pin: Pin, vanilla: Path, cache: Cache, console: Console)
 
 
 def _replace_with_new_tree(dest: Path, make: Callable[[Path], None], failure: str) -> None:
-    """Build a tree with ``make`` in a scratch folder beside ``dest``, then put it in place of ``dest`` in one
-    rename: an interrupted or failed build never leaves a half-made tree where the cache expects a whole one. The old
-    tree is renamed out of the way first, then removed with the scratch folder, so no reader sees it half-deleted."""
+    """Build a tree with ``make`` beside ``dest`` and rename it into place: no reader sees a half-made tree, nor the
+    old one half-deleted (it is renamed out of the way first)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("tree", hidden=True), dir=dest.parent))
     try:
