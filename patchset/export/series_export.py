@@ -23,7 +23,7 @@ from patchset.plumbing import gitops, tempdirs
 from patchset.plumbing.errors import BadInput, DoesNotApply
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.groups import GROUPS_FILE, renumber_text
-from patchset.series.model import PATCH_NAME, parse_series, read_patch, split_comment, subject_of
+from patchset.series.model import PATCH_NAME, parse_series, read_patch, split_comment, split_patch, subject_of
 from patchset.upstreams.pins import Pin
 
 BRANCH = "patches"
@@ -134,13 +134,9 @@ def _encode(text: str) -> bytes:
 
 
 def _message_end(text: str) -> int:
-    """Where the message of the ``git format-patch`` text ``text`` ends: after its last line before the ``---`` line
-    or the first ``diff --git`` (where ``git am`` cuts it), the blank lines before that left out."""
-    headers_end = text.find("\n\n")
-    cuts = [found for marker in ("\n---\n", "\ndiff --git ") if (found := text.find(marker, max(headers_end, 0))) != -1]
-    if headers_end == -1 or not cuts:
-        raise BadInput("not a git format-patch file: no message followed by a diff")
-    return len(text[: min(cuts) + 1].rstrip("\n")) + 1
+    """Where the message of the ``git format-patch`` text ``text`` ends, the blank lines before its cut left out."""
+    headers, body, _ = split_patch(text)
+    return len((headers + body).rstrip("\n")) + 1
 
 
 def with_trailer(text: str, name: str) -> str:

@@ -120,6 +120,16 @@ def subject_of(header_subject: str) -> str:
     return _SUBJECT_PREFIX.sub("", " ".join(header_subject.split()))
 
 
+def split_patch(text: str) -> tuple[str, str, str]:
+    """(mail headers and their blank line, message, the rest from the ``---`` line or the first ``diff --git``, where
+    ``git am`` cuts the message) of a ``git format-patch`` text; ``BadInput`` when it has no message and diff."""
+    headers, sep, rest = text.partition("\n\n")
+    cuts = [found for marker in ("\n---\n", "\ndiff --git ") if (found := ("\n" + rest).find(marker)) != -1]
+    if not sep or not cuts:
+        raise BadInput("not a git format-patch file: no message followed by a diff")
+    return headers + sep, rest[: min(cuts)], rest[min(cuts) :]
+
+
 def split_comment(line: str) -> tuple[str, str]:
     """``(entry, comment)`` of one ``series`` line: ``#`` starts a comment anywhere on the line."""
     code = line.split("#", 1)[0]
