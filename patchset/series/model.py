@@ -1,13 +1,8 @@
-"""A quilt-style ``series`` file and the ``git format-patch`` patches it lists.
+"""A quilt-style ``series`` file and the ``git format-patch`` patches it lists; ``series`` is the only source of order.
 
-``patches/<series>/series`` is the only source of order: one patch file name a line, ``#`` comments and blank
-lines ignored. The folder is never globbed.
-
-Besides the DEP-3 fields, a patch header may say how to recognise its change in an upstream tree, one
-``Upstream-Check: <path>: <regular expression>`` line per check: ``<path>`` (relative to the tree's root) must
-exist there and the expression (Python ``re``, searched with ``re.MULTILINE``) must match its text. Every check
-must match for the change to count as present; ``plan.py`` uses them with ``Applied-Upstream:``.
-"""
+Besides the DEP-3 fields, a header may say how to recognise its change in an upstream tree, one ``Upstream-Check:
+<path>: <regular expression>`` line per check (``re.MULTILINE``, on that file of the tree); every check must match
+for the change to count as present (``plan.py``, with ``Applied-Upstream:``)."""
 
 from __future__ import annotations
 
@@ -104,9 +99,8 @@ class Series:
 
 @dataclass(frozen=True)
 class SeriesEntry:
-    """One patch line of a ``series`` file: its 1-based line number, the name as written, the trailing comment
-    (from ``#`` on, with the blanks before it; "" when none), and why it is not a usable entry (None when it is).
-    ``hint`` says what to do about the problem."""
+    """One patch line of a ``series`` file: its line number, the name, the trailing comment (from ``#`` on, with the
+    blanks before it), and why it is not a usable entry (None when it is) with a ``hint`` of what to do."""
 
     line: int
     name: str
@@ -137,9 +131,8 @@ def split_comment(line: str) -> tuple[str, str]:
 
 
 def parse_series(lines: list[str], folder: Path) -> list[SeriesEntry]:
-    """Every non-blank entry of a ``series`` file's ``lines`` in order, each with the problem it has, if any:
-    more than one word, a path outside ``folder``, listed before (``./x`` and ``x`` are the same), or no such file.
-    The one reader of the format: ``load_series`` stops at the first problem, the lint reports them all."""
+    """Every entry of a ``series`` file's ``lines`` in order, each with its problem, if any. The one reader of the
+    format: ``load_series`` stops at the first problem, the lint reports them all."""
     entries: list[SeriesEntry] = []
     seen: dict[str, int] = {}
     for number, line in enumerate(lines, start=1):
