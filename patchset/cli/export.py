@@ -326,14 +326,7 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     prs.add_argument("--fetch", action="store_true", help="download the commits' files that are absent")
     add_common_options(prs)
     prs.set_defaults(handler=cmd_upstream_prs)
-    subcommands = {
-        "checkout": checkout,
-        "export": export,
-        "lint": lint,
-        "history": made,
-        "tables": table,
-        "upstream-prs": prs,
-    }
+    subcommands = commands.choices  # each subcommand's parser, by name
 
     def parse(line: Sequence[str]) -> argparse.Namespace:
         if line and line[0] in subcommands:
