@@ -35,8 +35,7 @@ class Selected:
 
 @dataclass(frozen=True)
 class Selection:
-    """The upstream test files that test what the branch changes, split into those to run and those that cannot
-    run here (with the reason), and the test files the branch itself adds."""
+    """The upstream test files of what the branch changes (to run, and not: with why), and those it adds."""
 
     run: tuple[Selected, ...]
     not_run: tuple[Selected, ...]
@@ -68,8 +67,8 @@ def _absolute(module: str | None, level: int, package: str) -> str:
 
 @dataclass
 class _Reach:
-    """What reaches the changed modules: the modules themselves (any name of them), names bound in a package
-    ``__init__``, and those packages as a whole; each maps to the changed file it leads to."""
+    """What reaches the changed modules (the modules, names bound in a package ``__init__``, those packages as a
+    whole), each mapped to the changed file it leads to."""
 
     modules: dict[str, str]
     names: dict[str, str]
@@ -231,9 +230,8 @@ def select(
     python: Path,
     env: dict[str, str],
 ) -> Selection:
-    """The upstream test files of ``base_files`` (the release tree's files) that test what ``changed`` changes or
-    are changed by it, read in ``tree`` (the branch), split by whether they can run here with ``python``; and the
-    test files the branch adds."""
+    """The upstream test files of the release (``base_files``) that test or are ``changed``, read in ``tree``, split
+    by whether they can run here with ``python``; and the test files the branch adds."""
     upstream = UPSTREAMS[key]
     existing = [f for f in base_files if upstream.is_test(f)]
     chosen: dict[str, str] = {}
@@ -271,8 +269,8 @@ _NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '(?P<name>[\w.]+)
 
 
 def import_gaps(output: str, files: Sequence[str]) -> dict[str, str]:
-    """{test file: the module it could not import} for each of ``files`` whose collection failed, in pytest's
-    ``output``, with ``ModuleNotFoundError`` (raised by whatever it imports, however deep)."""
+    """{test file: the module it could not import} for each of ``files`` whose collection failed in pytest's
+    ``output`` with ``ModuleNotFoundError``, however deep."""
     gaps: dict[str, str] = {}
     headers = list(_COLLECT_ERROR.finditer(output))
     for number, header in enumerate(headers):
