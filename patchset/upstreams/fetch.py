@@ -6,11 +6,10 @@ Layout under the cache root (``<repo>/.cache``, ``$PATCHSET_CACHE`` or ``--cache
     upstreams/<name>-<version>/       vanilla git checkout: one commit, tagged like the upstream release
     patched/<name>-<version>/         a clone of the vanilla checkout with the series applied to its work tree
 
-Every directory is built under a temporary name next to its final place (named for the process, see
-``tempdirs.py``) and renamed into place at the end, so an interrupted fetch never leaves a half-made entry, and the
-next run removes what a killed one left. One run at a time makes or rebuilds an entry (``cachelock.py``): a second
-run that needs the same pinned checkout waits for it and reuses it; ``apply`` holds its patched clones for the
-whole run, and a second one is refused (exit 4). The vanilla checkout is never modified.
+Every directory is built under a temporary name beside its place (``tempdirs.py``) and renamed into place, so an
+interrupted fetch never leaves a half-made entry. One run at a time makes an entry (``cachelock.py``): a second one
+waits and reuses it; ``apply`` holds its patched clones for the whole run (a second is refused, exit 4). The vanilla
+checkout is never modified.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from patchset.upstreams.pins import Pin
 CACHE_ENV = "PATCHSET_CACHE"
 IDENTITY = gitops.Identity(name="patchset", email="patchset@localhost", date="2000-01-01T00:00:00+0000")
 
-# Downloads the sdist of NAME==VERSION into an empty directory and returns the downloaded file.
+# downloads the sdist of NAME==VERSION into an empty directory, and returns the file
 Downloader = Callable[[str, str, Path], Path]
 
 

@@ -63,10 +63,8 @@ class Upstream:
     pr_template: PrTemplate | None = None  # the layout of the PR body export-pr writes: its upstream's PR template
     lint_hooks: tuple[LintHook, ...] = ()  # its .pre-commit-config.yaml at the pinned release, as run here
     lint_not_run: str = ""  # what of that config is not run here, said in the PR body
-    # upstream's tests that cannot run on a CPU-only machine without a Ray cluster or model checkpoints (see
-    # patchset.export.test_selection): True when its CI runs every test on a GPU unless the file name ends in
-    # ``test_suffix`` (said with ``gpu_naming_source``, where upstream says so); and (regular expression on a test
-    # file's source, why it cannot run here) for the resources a test needs
+    # upstream's tests that cannot run here (export.test_selection): all but those named ``*test_suffix`` when its CI
+    # runs them on a GPU (``gpu_naming_source``: where upstream says so); and (regex on a test's source, why not)
     gpu_unless_suffix: bool = False
     gpu_naming_source: str = ""
     resource_markers: tuple[tuple[str, str], ...] = ()
