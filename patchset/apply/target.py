@@ -11,9 +11,9 @@ from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.model import Series, load_series
-from patchset.upstreams.detect import detect
 from patchset.upstreams.fetch import ensure_upstream, fresh_patched_clone, hold_patched
 from patchset.upstreams.pins import Pin, release_key
+from patchset.upstreams.registry import detect
 from patchset.upstreams.workspace import Workspace
 
 

@@ -1,9 +1,14 @@
-"""Command line for maintainers of the series: ``python -m patchset export checkout|export|lint``
-(``scripts/export.sh``)."""
+"""Command line for maintainers of the series: ``python -m patchset export COMMAND`` (``scripts/export.sh``).
+
+``checkout`` makes a git checkout holding the series as commits, ``export`` writes those commits back as the
+series (``--dry-run``: only say whether anything would change), ``lint`` checks the series folders; ``history``,
+``tables`` and ``upstream-prs`` write or check what is made from the series.
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,7 +27,9 @@ from patchset.export.series_export import (
 )
 from patchset.plumbing import cachelock
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_LOCKED, EXIT_OK, BadInput
+from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console, display_path
+from patchset.series import history, tables
 from patchset.series.copies import checkout_files
 from patchset.series.lint import lint_patches_dir
 from patchset.series.model import load_series
@@ -41,7 +48,8 @@ UPSTREAM_HELP = (
 EXIT_CODES = f"""\
 exit status:
   {EXIT_OK}  done; export --dry-run: the export is byte-identical to the series; lint: no problems
-  {EXIT_CHANGES}  export --dry-run: the export would change the files listed; lint: the problems listed
+  {EXIT_CHANGES}  export --dry-run: the export would change the files listed; lint: the problems listed; history,
+     tables --check: the file is out of date; upstream-prs: a group's upstream patch does not apply
   {EXIT_BAD_INPUT}  bad input: usage; not a maintainer checkout (no tag, no branch {BRANCH}, a rebase in
      progress); unknown upstream; bad series or corrupt patch; failed fetch
   {EXIT_DOES_NOT_APPLY}  checkout: a patch of the series does not apply to the pinned release
@@ -68,6 +76,8 @@ examples:
   scripts/export.sh export verl                   write patches/verl/ from the checkout
   scripts/export.sh checkout verl-0.7             .cache/maintain/verl-0.7.1: the verl-0.7 series on v0.7.1
   scripts/export.sh lint                          check every series folder
+  scripts/export.sh history                       write patches/history.json from the git history
+  scripts/export.sh tables --write                write README.md's and docs/loss-audit.md's tables
 """
 )
 
@@ -162,6 +172,47 @@ def cmd_lint(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def cmd_history(args: argparse.Namespace, console: Console) -> int:
+    """``history``: write (or with --check, check) ``patches/history.json``."""
+    patches_dir = patches_dir_of(args.patches_dir)
+    if args.check:
+        lacking = history.stale(patches_dir)
+        for line in lacking:
+            path = patches_dir / history.HISTORY_FILE
+            print(f"error: {path} lacks {line}; regenerate it: {history.GENERATOR}", file=sys.stderr)
+        return EXIT_CHANGES if lacking else EXIT_OK
+    data, written = history.write(patches_dir)
+    print(f"wrote {written[0]}: {len(data['revisions'])} revisions, {len(data['series'])} series")
+    for path in written[1:]:
+        print(f"wrote {path}")
+    return EXIT_OK
+
+
+def cmd_tables(args: argparse.Namespace, console: Console) -> int:
+    """``tables``: print, write (--write) or check (--check) the tables made from the series' ``parts.toml``."""
+    patches_dir = REPO_ROOT / "patches"
+    if args.check:
+        drifted = tables.drifted(REPO_ROOT, patches_dir)
+        for path in drifted:
+            print(f"{path}: the table is out of date (run: {tables.WRITE})")
+        return EXIT_CHANGES if drifted else EXIT_OK
+    if args.write:
+        tables.write(REPO_ROOT, patches_dir)
+        print(f"* Wrote the tables into {', '.join(relative for relative, *_ in tables.TABLES)}")
+        return EXIT_OK
+    print(tables.patch_table(patches_dir) + "\n\n" + tables.audit_table(patches_dir))
+    return EXIT_OK
+
+
+def cmd_upstream_prs(args: argparse.Namespace, console: Console) -> int:
+    """``upstream-prs``: check that each group's ``pr/<group>.upstream.patch`` applies to the files it names."""
+    from patchset.export.upstream_prs import check_series
+
+    workspace = workspace_from(args)
+    cache_root = workspace.cache.root
+    return check_series(args.series, workspace.patches_dir, cache_root, workspace.pins, download=args.fetch)
+
+
 def _subcommand(
     commands: argparse._SubParsersAction, name: str, help: str, description: str
 ) -> argparse.ArgumentParser:
@@ -232,7 +283,41 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     )
     add_common_options(lint, cache=False)
     lint.set_defaults(handler=cmd_lint)
-    subcommands = {"checkout": checkout, "export": export, "lint": lint}
+
+    made = _subcommand(
+        commands,
+        "history",
+        "write patches/history.json, every series ever landed, from the git history",
+        """\
+            Write patches/history.json (and, for the repository's own patches/, patchset_overlay/series.json) from
+            the landings of patches/ in the history of this checkout, its work tree's series included when they
+            differ from HEAD's.""",
+    )
+    made.add_argument("--check", action="store_true", help="exit 1 when the file lacks a series; write nothing")
+    add_common_options(made, cache=False)
+    made.set_defaults(handler=cmd_history)
+
+    table = _subcommand(
+        commands,
+        "tables",
+        "print README.md's patch table and docs/loss-audit.md's table as the series' parts.toml make them",
+        tables.__doc__ or "",
+    )
+    table.add_argument("--write", action="store_true", help="put them into their files, between the markers")
+    table.add_argument("--check", action="store_true", help="exit 1 when a file's table differs")
+    table.set_defaults(handler=cmd_tables)
+
+    prs = _subcommand(
+        commands,
+        "upstream-prs",
+        "check that each group's pr/<group>.upstream.patch applies to upstream's newest files read",
+        "Apply each group's pr/<group>.upstream.patch to the upstream file revisions it names; one line per group.",
+    )
+    prs.add_argument("series", nargs="?", default="trinity", help="series folder of patches/ (default: trinity)")
+    prs.add_argument("--fetch", action="store_true", help="download the commits' files that are absent")
+    add_common_options(prs)
+    prs.set_defaults(handler=cmd_upstream_prs)
+    subcommands = commands.choices  # each subcommand's parser, by name
 
     def parse(line: Sequence[str]) -> argparse.Namespace:
         if line and line[0] in subcommands:

@@ -28,9 +28,8 @@ _FAILED = re.compile(r"^(?:FAILED|ERROR) (?P<test>\S+)")
 
 @dataclass(frozen=True)
 class Gating:
-    """How every branch of a run is gated: the test venv's ``python``, the folder where passes are remembered
-    (``records``; None: every gate runs), and the workspace whose pins and cache give the other upstreams the tests
-    import."""
+    """How every branch of a run is gated: the test venv's ``python``, where passes are remembered (``records``;
+    None: every gate runs), and the workspace (the other upstreams the tests import)."""
 
     python: Path
     records: Path | None
@@ -50,9 +49,8 @@ class WorkTree:
 def run_gates(
     gating: Gating, pin: Pin, tree: WorkTree, changed: list[str], console: Console, notes: Sequence[str] = ()
 ) -> Gates:
-    """The gates on the branch of ``pin``'s series checked out in ``tree``: lint ``changed``, upstream's tests of
-    what it changes (those of the release tree, chosen by ``test_selection``) and the test files among them; another
-    upstream its tests import is the workspace's default pin of it. ``notes``: more lines for the tests' report."""
+    """The gates on the branch checked out in ``tree``: lint ``changed``, and run upstream's tests of what it changes
+    (``test_selection``) with its own; ``notes``: more lines for the tests' report."""
     key, label, python, records = pin.key, pin.name, gating.python, gating.records
     console.step(f"Running {key}'s lint gates through pre-commit on {len(changed)} changed file(s)")
     lint = pr_gates.run_lint(key, tree.path, changed, python, records)
@@ -183,10 +181,9 @@ def _fail_on_release(
     output: str,
     importable: Sequence[Path],
 ) -> list[str]:
-    """The failures of the branch's test run (``output``) when every one is an upstream test that the branch does not
-    change and that fails on the release tree too, run the same way (the same upstream files, as the release has
-    them, in the same order: verl 0.7.1's ``test_algo_config_on_cpu.py`` fails after ``test_core_algos_on_cpu.py``
-    on the release itself); else none: a failure of the branch's own stands."""
+    """The failures of the branch's test run (``output``) when every one is of an upstream test the branch does not
+    change that fails on the release too, run the same way (the same files in the same order: verl 0.7.1's
+    ``test_algo_config_on_cpu.py`` fails after ``test_core_algos_on_cpu.py`` there); else none."""
     failed = _failed_tests(output)
     files = [test.path for test in upstream]  # as the release has them, those the branch changes too
     if not failed or any(test.split("::")[0] not in files or test.split("::")[0] in changed for test in failed):
@@ -204,9 +201,8 @@ def _import_gaps(
     output: str,
     importable: Sequence[Path],
 ) -> dict[str, str]:
-    """{upstream test file: why it cannot run here} for those of ``upstream`` that pytest (``output``) could not
-    import for a module the test venv lacks, and that cannot be imported on the release tree either: a gap of this
-    machine's environment (a module upstream's CI installs), not something the branch broke."""
+    """{upstream test file: why it cannot run here} for those pytest (``output``) could not import for a module the
+    test venv lacks, on the release too: a gap of this machine (a module upstream's CI installs)."""
     files = [test.path for test in upstream]
     gaps = test_selection.import_gaps(output, files)
     env = pr_gates.tool_env(gating.python, importable, project=False)

@@ -1,6 +1,5 @@
-"""Making the PR branches: one per concern group, each on the release or on the branch of the group it is ``after``,
-built in a temporary worktree of the user's checkout (its work tree, index and checked-out branch are never touched)
-and gated there; a branch ref is created only once every patch of it has applied."""
+"""Making the PR branches: one per concern group, on the release or on the branch of the group it is ``after``, in a
+temporary worktree of the user's checkout, gated there; a branch ref is created only once all of it has applied."""
 
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ from patchset.export.commit_message import upstream_patch_text
 from patchset.export.pr_gates import Gates
 from patchset.plumbing import gitops, tempdirs
 from patchset.plumbing.errors import BadInput, DoesNotApply
+from patchset.plumbing.gitops import git_text
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.groups import UPSTREAM_COMMIT, Group, chain
 from patchset.series.model import Patch, read_patch
@@ -25,10 +25,6 @@ from patchset.upstreams.pins import Pin
 
 BRANCH_PREFIX = "patchset/"
 _SLUG = re.compile(r"^\d{4}-(?P<slug>.+)\.patch$")
-
-
-def _git(checkout: Path, *args: str) -> str:
-    return gitops.run_git([*gitops.NEUTRAL, *args], cwd=checkout).stdout
 
 
 def branch_name(series: str, patches: Sequence[Patch], group: Group | None = None) -> str:
@@ -47,18 +43,24 @@ def _committer_env(author: str) -> dict[str, str]:
     return {**os.environ, "GIT_COMMITTER_NAME": name or address, "GIT_COMMITTER_EMAIL": address}
 
 
+def _am(worktree: Path, patch: Patch, scratch: Path, author: str) -> tuple[str | None, list[str]]:
+    """``git am`` ``patch``, its message cut to what upstream gets, ``author`` its author and committer; (why it does
+    not apply, None when it does; its paragraphs)."""
+    text, paragraphs = upstream_patch_text(patch, author)
+    edited = scratch / patch.name
+    edited.write_bytes(text.encode("utf-8", "surrogateescape"))
+    return gitops.am(worktree, edited, _committer_env(author)), paragraphs
+
+
 def commit_patches(
     worktree: Path, patches: Sequence[Patch], scratch: Path, author: str, console: Console
 ) -> dict[str, list[str]]:
-    """``git am`` each patch (its message cut to what upstream gets, ``author`` as its author and committer) in
-    ``worktree``; {patch name: paragraphs}."""
+    """``git am`` each patch in ``worktree``; {patch name: paragraphs}."""
     messages: dict[str, list[str]] = {}
     for number, patch in enumerate(patches, start=1):
         console.step(f"Committing {patch.name} ({number}/{len(patches)})")
-        text, paragraphs = upstream_patch_text(patch, author)
-        edited = scratch / patch.name
-        edited.write_bytes(text.encode("utf-8", "surrogateescape"))
-        if (reason := gitops.am(worktree, edited, _committer_env(author))) is not None:
+        reason, paragraphs = _am(worktree, patch, scratch, author)
+        if reason is not None:
             raise DoesNotApply(
                 f"{patch.name} does not apply with git am ({reason}); no branch was made. "
                 f"See scripts/apply.sh --check for the failing hunk"
@@ -69,8 +71,8 @@ def commit_patches(
 
 @dataclass(frozen=True)
 class UpstreamTests:
-    """What became of a group's ``pr/<group>.upstream-tests.patch`` on its branch: its files, and those the checkout
-    lacks (then it was not applied)."""
+    """A group's ``pr/<group>.upstream-tests.patch`` on its branch: its files, and those the checkout lacks (then it
+    was not applied)."""
 
     path: Path
     files: tuple[str, ...]
@@ -94,9 +96,8 @@ class UpstreamTests:
 def _commit_upstream_tests(
     worktree: Path, group: Group, release: set[str], scratch: Path, author: str, console: Console
 ) -> UpstreamTests | None:
-    """Commit ``group``'s upstream-tests patch in ``worktree`` when the release tree has every file it changes (of
-    ``release``); None when the group has none. ``DoesNotApply`` when those files are there but the patch does not
-    apply."""
+    """Commit ``group``'s upstream-tests patch when the ``release`` tree has every file it changes; None when the
+    group has none."""
     if group.upstream_tests is None:
         return None
     patch = read_patch(group.upstream_tests)
@@ -104,10 +105,7 @@ def _commit_upstream_tests(
     if missing:
         return UpstreamTests(group.upstream_tests, patch.files, missing)
     console.step(f"Committing {patch.name}: the group's change to upstream's {', '.join(patch.files)}")
-    text, _ = upstream_patch_text(patch, author)
-    edited = scratch / patch.name
-    edited.write_bytes(text.encode("utf-8", "surrogateescape"))
-    if (reason := gitops.am(worktree, edited, _committer_env(author))) is not None:
+    if (reason := _am(worktree, patch, scratch, author)[0]) is not None:
         made = UPSTREAM_COMMIT.search(patch.text)
         against = f"upstream {made['commit']}{made['where']}" if made else "another revision of upstream"
         raise DoesNotApply(
@@ -127,7 +125,7 @@ def _fold(worktree: Path, group: Group, base: str, patches: Sequence[Patch], aut
     env = _committer_env(author)
     if date:
         env["GIT_AUTHOR_DATE"] = date[1]
-    _git(worktree, "reset", "-q", "--soft", base)
+    git_text(worktree, "reset", "-q", "--soft", base)
     args = ["commit", "-q", "--no-verify", "-m", message, "--author", author]
     gitops.run_git([*gitops.NEUTRAL, *args], cwd=worktree, env=env)
 
@@ -148,13 +146,15 @@ class CherryPick:
 
 def _commit_tests(worktree: Path, pick: CherryPick, author: str, console: Console) -> None:
     """Commit the test files ``pick.tests_from`` add, when upstream's commit (HEAD) adds none."""
-    if not pick.tests_from or _git(worktree, "diff", "--name-only", "--diff-filter=A", "HEAD~1", "HEAD", "--", "tests"):
+    if not pick.tests_from or git_text(
+        worktree, "diff", "--name-only", "--diff-filter=A", "HEAD~1", "HEAD", "--", "tests"
+    ):
         return
     for patch in pick.tests_from:  # a patch that adds no test gives git apply nothing to do: not an error here
         gitops.run_git(["apply", "--index", "--include=tests/*", str(patch)], cwd=worktree, check=False)
-    added = _git(worktree, "diff", "--cached", "--name-only", "--diff-filter=A").split()
+    added = git_text(worktree, "diff", "--cached", "--name-only", "--diff-filter=A").split()
     if not added:
-        _git(worktree, "reset", "-q", "--hard")
+        git_text(worktree, "reset", "-q", "--hard")
         return
     console.step(f"Committing the carried patch's test of the fix: {', '.join(added)}")
     message = f"{pick.tests_subject}\n\nAdds {', '.join(added)}: a CPU test of the fix cherry-picked above.\n"
@@ -170,10 +170,10 @@ def _cherry_pick(worktree: Path, base: str, pick: CherryPick, author: str, conso
     picked = gitops.run_git([*gitops.NEUTRAL, "cherry-pick", "-x", pick.commit], cwd=worktree, env=env, check=False)
     if picked.returncode == 0:
         return
-    conflicted = _git(worktree, "diff", "--name-only", "--diff-filter=U").split()
+    conflicted = git_text(worktree, "diff", "--name-only", "--diff-filter=U").split()
     resolved = set()
     if pick.resolution is not None:
-        numstat = _git(worktree, "apply", "--numstat", str(pick.resolution)).splitlines()
+        numstat = git_text(worktree, "apply", "--numstat", str(pick.resolution)).splitlines()
         resolved = {line.split("\t")[2] for line in numstat}
     if not conflicted or not set(conflicted) <= resolved:
         gitops.run_git(["cherry-pick", "--abort"], cwd=worktree, check=False)
@@ -184,7 +184,7 @@ def _cherry_pick(worktree: Path, base: str, pick: CherryPick, author: str, conso
             "no branch was made"
         )
     assert pick.resolution is not None  # it resolves every conflicted file
-    _git(worktree, "checkout", base, "--", *conflicted)
+    git_text(worktree, "checkout", base, "--", *conflicted)
     applied = gitops.run_git(["apply", "--index", str(pick.resolution)], cwd=worktree, check=False)
     if applied.returncode != 0:
         gitops.run_git(["cherry-pick", "--abort"], cwd=worktree, check=False)
@@ -199,9 +199,8 @@ def _cherry_pick(worktree: Path, base: str, pick: CherryPick, author: str, conso
 
 @dataclass(frozen=True)
 class BranchJob:
-    """The branches a run makes in the user's ``checkout`` of ``pin``: one per group of ``wanted`` (of the series'
-    ``groups``), from the patches ``chosen`` ({series number: patch}, those upstream lacks); ``branch`` names the one
-    branch, ``force`` replaces existing ones."""
+    """The branches a run makes in the user's ``checkout`` of ``pin``: one per group of ``wanted``, from the patches
+    ``chosen`` ({series number: patch}, those upstream lacks)."""
 
     checkout: Path
     pin: Pin
@@ -219,8 +218,7 @@ class BranchJob:
 
 @dataclass(frozen=True)
 class Branch:
-    """One group's branch as made, with what its PR text is made of: its patches and their messages, the commits
-    it holds of the branch it is ``after``, the files changed against that base and its upstream-tests patch."""
+    """One group's branch as made, with what its PR text is made of."""
 
     group: Group
     name: str
@@ -236,7 +234,7 @@ class Branch:
 
 @dataclass
 class _Commits:
-    """A group's commits made in the worktree, on its base (the release or the branch of the group it is after)."""
+    """A group's commits in the worktree, on its base (the release, or the branch of the group it is after)."""
 
     base: str
     base_commits: int = 0
@@ -249,15 +247,15 @@ def _commit_group(job: BranchJob, tree: WorkTree, group: Group, heads: Mapping[s
     """Commit ``group`` in ``tree`` on its ``after`` chain: each earlier group's commits (the very commits of its
     branch when this run made it, in ``heads``), then its own."""
     # the lint hooks fix files in place (ruff --fix, black, isort): drop what they left of the last branch
-    _git(tree.path, "reset", "-q", "--hard")
-    _git(tree.path, "clean", "-q", "-f", "-d", "-x")
-    _git(tree.path, "checkout", "-q", "--detach", tree.release)
+    git_text(tree.path, "reset", "-q", "--hard")
+    git_text(tree.path, "clean", "-q", "-f", "-d", "-x")
+    git_text(tree.path, "checkout", "-q", "--detach", tree.release)
     made = _Commits(base=tree.release)
     release = set(tree.files)
     for member in chain(job.groups, group.name):
         member_patches = tuple(job.chosen[n] for n in member.numbers if n in job.chosen)
         if member is not group and member.name in heads:  # stack on the very commits of that branch
-            _git(tree.path, "checkout", "-q", "--detach", heads[member.name])
+            git_text(tree.path, "checkout", "-q", "--detach", heads[member.name])
             member_patches = ()
         start = gitops.head_commit(tree.path)
         assert start is not None
@@ -272,7 +270,7 @@ def _commit_group(job: BranchJob, tree: WorkTree, group: Group, heads: Mapping[s
             made.upstream_tests = change if member is group else made.upstream_tests
         if member is not group:
             made.base = gitops.head_commit(tree.path) or made.base
-            made.base_commits = int(_git(tree.path, "rev-list", "--count", f"{tree.release}..{made.base}").strip())
+            made.base_commits = int(git_text(tree.path, "rev-list", "--count", f"{tree.release}..{made.base}").strip())
         else:
             made.patches = member_patches
     return made
@@ -284,23 +282,23 @@ def _set_branch(job: BranchJob, name: str, head: str) -> None:
     checkout = job.checkout
     if gitops.run_git(["check-ref-format", "--branch", name], cwd=checkout, check=False).returncode != 0:
         raise BadInput(f"{name!r} is not a valid branch name")
-    exists = gitops.git_value(checkout, "rev-parse", "-q", "--verify", f"refs/heads/{name}^{{commit}}") is not None
+    exists = gitops.commit_of(checkout, f"refs/heads/{name}") is not None
     if exists and not job.force:
         raise BadInput(f"branch {name} already exists in {display_path(checkout)}; pass --force to replace it")
     if exists and gitops.git_value(checkout, "symbolic-ref", "-q", "HEAD") == f"refs/heads/{name}":
         raise BadInput(f"branch {name} is checked out in {display_path(checkout)}; switch to another first")
-    _git(checkout, "branch", "-f", name, head)
+    git_text(checkout, "branch", "-f", name, head)
 
 
 def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tuple[Branch, Gates]]:
     """Make and gate the branch of each group of ``job``, each on its ``after`` chain, in a temporary worktree."""
     made: list[tuple[Branch, Gates]] = []
-    files = tuple(_git(job.checkout, "ls-tree", "-r", "--name-only", job.release).splitlines())
+    files = tuple(git_text(job.checkout, "ls-tree", "-r", "--name-only", job.release).splitlines())
     scratch = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("pr")))
     tree = WorkTree(scratch / "tree", job.release, files, scratch)
     pin = job.pin
     try:
-        _git(job.checkout, "worktree", "add", "-q", "--detach", str(tree.path), job.release)
+        git_text(job.checkout, "worktree", "add", "-q", "--detach", str(tree.path), job.release)
         heads: dict[str, str] = {}  # group -> the head of its branch made in this run, for the groups after it
         for group in job.wanted:
             commits = _commit_group(job, tree, group, heads, console)
@@ -312,10 +310,10 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
             name = job.branch or branch_name(pin.series, commits.patches, group)
             _set_branch(job, name, head)
             heads[group.name] = head
-            count = int(_git(tree.path, "rev-list", "--count", f"{commits.base}..{head}").strip())
+            count = int(git_text(tree.path, "rev-list", "--count", f"{commits.base}..{head}").strip())
             where = f"the {group.after} branch" if group.after else job.where or pin.tag
             console.step(f"Branch {name}: {count} commit(s) on {where}")
-            changed = _git(tree.path, "diff", "--name-only", "--diff-filter=d", commits.base, head).splitlines()
+            changed = git_text(tree.path, "diff", "--name-only", "--diff-filter=d", commits.base, head).splitlines()
             tests_change = commits.upstream_tests
             notes = [tests_change.note()] if tests_change else []
             gates = run_gates(gating, pin, tree, changed, console, notes)

@@ -6,9 +6,8 @@ from __future__ import annotations
 import re
 
 from patchset.export.series_export import TRAILER
-from patchset.plumbing.errors import BadInput
 from patchset.series import columns
-from patchset.series.model import Patch
+from patchset.series.model import Patch, split_patch
 
 # DEP-3 fields and this project's own (``Upstream-Check:``; ``Patch-Filename:``, the trailer of a maintainer
 # checkout's commits, ``series_export.TRAILER``): for the patchset, not for the upstream commit.
@@ -31,10 +30,8 @@ def _field_block(paragraph: str) -> bool:
 
 
 def upstream_paragraphs(body: str) -> list[str]:
-    """The paragraphs of a patch message that belong upstream: DEP-3 fields and "Why this patch" dropped.
-
-    In a block of fields only the DEP-3 ones go (and their continuation lines): ``Signed-off-by:`` stays.
-    """
+    """The paragraphs of a patch message that belong upstream: in a block of fields only the DEP-3 ones go (with
+    their continuation lines; ``Signed-off-by:`` stays), and the "Why this patch" paragraph goes."""
     kept = []
     for paragraph in _paragraphs(body):
         if _PROJECT_PARAGRAPH.match(paragraph):
@@ -57,23 +54,10 @@ def upstream_paragraphs(body: str) -> list[str]:
     return kept
 
 
-def _split_patch(text: str) -> tuple[str, str, str]:
-    """(mail headers with their blank line, message body, the rest from ``---`` or the first ``diff --git``)."""
-    headers, sep, rest = text.partition("\n\n")
-    if not sep:
-        raise BadInput("patch has no message body")
-    cut = len(rest)
-    for marker in ("\n---\n", "\ndiff --git "):
-        found = ("\n" + rest).find(marker)
-        if found != -1:
-            cut = min(cut, found)
-    return headers + sep, rest[:cut], rest[cut:]
-
-
 def upstream_patch_text(patch: Patch, author: str | None = None) -> tuple[str, list[str]]:
     """The patch with its message cut to what upstream gets (by ``author``, ``Name <email>``, when given), and those
     paragraphs."""
-    headers, body, rest = _split_patch(patch.text)
+    headers, body, rest = split_patch(patch.text)
     if author is not None:
         headers = re.sub(r"^From: .*(?:\n[ \t].*)*$", lambda _: f"From: {author}", headers, count=1, flags=re.MULTILINE)
     paragraphs = upstream_paragraphs(body)

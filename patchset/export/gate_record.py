@@ -1,10 +1,8 @@
 """Gates that passed, remembered by exactly what they ran on, so that an unchanged branch is not gated twice.
 
-A gate's result is a function of the files it reads: the branch's git tree, the trees on its ``PYTHONPATH``, the
-virtual environment (built from a lock whose sha256 it records) and the gate's own command and code. The key is the
-sha256 of all of them; when any one is not pinned by content (a tree with uncommitted or untracked files, a folder
-that is not a git work tree, a venv without its lock stamp) there is no key and the gate always runs. Only passes are
-remembered: a failure runs again, with its whole output, every time.
+The key is the sha256 of the branch's git tree, the trees on its ``PYTHONPATH``, the venv's lock and the gate's own
+command and code; when one is not pinned by content (uncommitted or untracked files, no git work tree, no lock
+stamp) there is no key and the gate runs. Only passes are remembered: a failure runs again every time.
 """
 
 from __future__ import annotations
@@ -75,9 +73,7 @@ def recall(directory: Path, key: str | None) -> Passed | None:
 
 
 def remember(directory: Path, key: str | None, summary: str, output: str) -> None:
-    """Record a pass under ``key``: written whole or not at all, and on disk before it counts (``write_durably``);
-    runs that record the same key at once each write the whole record, and the last rename wins. What killed runs
-    left half-written is removed first."""
+    """Record a pass under ``key``, written whole or not at all (``write_durably``: the last rename wins)."""
     if key is None:
         return
     directory.mkdir(parents=True, exist_ok=True)

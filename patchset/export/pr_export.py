@@ -1,40 +1,24 @@
 """Send the series upstream: one PR branch per concern in the user's checkout, each checked by the upstream's gates.
 
 ``python -m patchset export-pr verl|trinity CHECKOUT`` (``scripts/export-pr.sh``) makes one branch
-``patchset/<series>-<group>`` in CHECKOUT, a verl or Trinity-RFT git checkout at a version the series targets, for
-each concern group of ``patches/<series>/groups`` (``--group NAME``, repeatable, for some). A group's branch
-starts on the release tag (HEAD when the checkout has no such tag), or on the branch of the group it is ``after``.
-It holds one commit per patch, as ``git am --keep-non-patch`` records it (author, date, subject and message from
-the patch header) except that the lines meant for this project are dropped from the message: the DEP-3 fields
-(``Bug:``, ``Forwarded:``, ...) and the "Why this patch ... Drop it ..." paragraph; upstream's PR template asks
-for neither. A ``fold`` group becomes one commit instead, titled and described by ``pr/<group>.md``, so the PR
-carries only the final state of each file and test.
+``patchset/<series>-<group>`` in CHECKOUT for each concern group of ``patches/<series>/groups`` (``--group NAME``,
+repeatable, for some), on the release tag (HEAD without it) or on the branch of the group it is ``after``: one
+commit per patch (``git am``), its message without the DEP-3 fields and the "Why this patch ... Drop it ..."
+paragraph, or one commit for a ``fold`` group, titled and described by ``pr/<group>.md``. Commits carry the user's
+git identity (``--author`` overrides it).
 
-On a checkout with upstream's history (a git clone of upstream, whatever it has checked out), each group's PR is
-made on the upstream branch that takes it (``onto=`` in ``groups``: ``main`` for a new fix, a release branch for a
-backport), for every series of that upstream; a group whose patches name upstream's own commit is sent as ``git
-cherry-pick -x`` of that commit (its conflicts resolved by ``pr/<group>.resolution.patch``), gated like any branch
-and by its fix's regression tests (``teeth``), which pass on the carried patch. A ``carried=`` group makes no PR; the
-output names it with the reason. On a checkout made from an sdist (no history) such a cherry-pick cannot be made: the
-output says so and what to give instead. Commits made from patches carry the user's git identity (``--author``
-overrides it) and no field meant for this project.
-
-A group's ``pr/<group>.upstream.patch`` (its PR rebased onto upstream's newest files read, each at a named commit
-whose branch is not confirmed) is named in the output with those revisions; ``patchset.export.upstream_prs`` checks
-that it applies to them.
-
-A group's ``pr/<group>.upstream-tests.patch`` (its change to upstream test files the release sdist lacks) is
-committed after the group's commits, as a commit of its own, when the checkout has those files; when it lacks
-them the branch is made without it and the summary says so.
+On a clone of upstream with its history, each PR is made on the branch that takes it (``onto=`` in ``groups``), for
+every series of that upstream, and a group whose patches name upstream's commit is sent as ``git cherry-pick -x``
+of it (conflicts resolved by ``pr/<group>.resolution.patch``), gated also by its fix's regression tests. A
+``carried=`` group makes no PR; the output names it with the reason. A group's ``pr/<group>.upstream.patch`` is named
+with the upstream revisions it was made against (``python -m patchset export upstream-prs`` checks it); its
+``pr/<group>.upstream-tests.patch`` is committed after its commits when the checkout has those files.
 
 Each branch is built in a temporary ``git worktree`` of CHECKOUT, so the user's work tree, index and checked-out
-branch are never touched: a branch ref is created only once every patch of it has applied. The upstream's lint
-gates (``patchset.export.pr_gates``: its pre-commit hooks at its pinned versions, on the files the group changes) and
-upstream's own tests of what the group changes (``patchset.export.test_selection``: those named for a changed
-module or importing it, directly or through a package's re-export or registry; those that cannot run here are
-named with the reason), plus the group's own tests, run on each branch with the test venv. The PR title and a
-body in the upstream's PR template are printed for each branch, with the command that pushes it.
-"""
+branch are never touched, and a branch ref is created only once every patch of it has applied. Upstream's lint gates
+(its pre-commit hooks at its pinned versions, on the changed files) and upstream's own tests of what the group changes,
+with the group's own tests, run on each branch with the test venv; the PR title and body (in the upstream's PR
+template) are printed for each branch, with the command that pushes it."""
 
 from __future__ import annotations
 
@@ -49,18 +33,16 @@ from patchset.export import targets, upstream_prs
 from patchset.export.branch_gates import Gating
 from patchset.export.branches import Branch, BranchJob, make_branches
 from patchset.export.pr_gates import Gates
-from patchset.export.pr_text import pr_body, pr_title
-from patchset.export.routes import comment_text, route
+from patchset.export.pr_text import comment_text, pr_body, pr_title, route
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import EXIT_OK, BadInput
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.groups import Group, chain, load_groups
 from patchset.series.model import Patch, Series, load_series
 from patchset.testenv.venv import ensure_venv
-from patchset.upstreams.detect import detect
 from patchset.upstreams.pins import Pin, Pins, at_least
 from patchset.upstreams.pr_template import ISSUE_FIRST, body_problems, split_sections
-from patchset.upstreams.registry import UPSTREAMS
+from patchset.upstreams.registry import UPSTREAMS, detect
 from patchset.upstreams.workspace import Workspace
 
 EXIT_GATE_FAILED = 1
@@ -68,10 +50,8 @@ EXIT_GATE_FAILED = 1
 
 @dataclass(frozen=True)
 class ExportRequest:
-    """What the user asked for: ``upstream``'s series sent from their ``checkout``; ``only_groups``: those groups
-    and the groups they come after (default: every group); ``branch`` names the one branch made, ``force`` replaces
-    existing branches; ``gate_records``: the folder where gate passes are remembered by content (None: every gate
-    runs)."""
+    """What the user asked for: ``upstream``'s series sent from their ``checkout``; ``only_groups`` (and those they
+    come after; default: all); ``gate_records``: where gate passes are remembered (None: every gate runs)."""
 
     upstream: str
     checkout: Path
@@ -79,7 +59,7 @@ class ExportRequest:
     branch: str | None = None
     force: bool = False
     gate_records: Path | None = None
-    author: str | None = None  # ``Name <email>`` of the commits made from patches (default: the user's git identity)
+    author: str | None = None  # ``Name <email>`` (default: the user's git identity)
 
 
 def _check_tree(checkout: Path, key: str) -> str:
@@ -91,9 +71,8 @@ def _check_tree(checkout: Path, key: str) -> str:
     tree = gitops.find_worktree(checkout)
     if tree is None or tree.prefix:
         raise BadInput(f"{shown} is not the top of a git checkout; pass the root of a git clone of {found.label}")
-    for state in ("rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD"):
-        if (checkout / (gitops.git_value(checkout, "rev-parse", "--git-path", state) or state)).exists():
-            raise BadInput(f"{shown} has a rebase, git am, merge or cherry-pick in progress; finish or abort it first")
+    if gitops.in_progress(checkout, ("rebase-merge", "rebase-apply", "MERGE_HEAD", "CHERRY_PICK_HEAD")):
+        raise BadInput(f"{shown} has a rebase, git am, merge or cherry-pick in progress; finish or abort it first")
     if not gitops.is_clean(checkout):
         raise BadInput(f"{shown} has uncommitted changes; commit or stash them first (git stash -u)")
     return found.version
@@ -251,15 +230,6 @@ def _finish(made: list[tuple[Pin, Branch, Gates]], checkout: Path, console: Cons
     return EXIT_OK
 
 
-def series_repository(pins: Pins, key: str) -> str:
-    """The upstream repository's URL, as ``upstreams.toml`` names it."""
-    return next(pin.repository for pin in pins.for_key(key))
-
-
-def _wanted(groups: Sequence[Group], only: Sequence[str]) -> list[Group]:
-    return [group for group in groups if not only or group.name in only]
-
-
 def _export_history(request: ExportRequest, workspace: Workspace, author: str, console: Console) -> int:
     """Every series of the upstream, each group's PR on the branch that takes it, in a clone of upstream."""
     checkout, key, only = request.checkout, request.upstream, request.only_groups
@@ -268,9 +238,9 @@ def _export_history(request: ExportRequest, workspace: Workspace, author: str, c
     known = set()
     for series, groups in targets.series_groups(key, workspace.pins, workspace.patches_dir):
         known |= {group.name for group in groups}
-        _routes(series, groups, only, series_repository(workspace.pins, key), console)
+        _routes(series, groups, only, next(pin.repository for pin in workspace.pins.for_key(key)), console)
         by_onto: dict[str, list[Group]] = {}
-        for group in _wanted(groups, only):
+        for group in (group for group in groups if not only or group.name in only):
             if group.onto:
                 by_onto.setdefault(group.onto, []).append(group)
             elif not group.carried and not group.comment:
@@ -290,7 +260,7 @@ def _export_history(request: ExportRequest, workspace: Workspace, author: str, c
             for group in members:
                 patches = [series.patches[n - 1] for n in group.numbers]
                 commit = targets.upstream_commit(patches)
-                if commit and targets.has_commit(checkout, commit) and targets.contains(checkout, base, commit):
+                if commit and targets.has_commit(checkout, commit) and gitops.is_ancestor(checkout, commit, base):
                     console.summary(f"{series.name}: {ref} has upstream's commit {commit} already: no {group.name} PR")
                     continue
                 if commit and not targets.has_commit(checkout, commit):
@@ -317,9 +287,8 @@ def _export_history(request: ExportRequest, workspace: Workspace, author: str, c
 
 
 def export_pr(request: ExportRequest, workspace: Workspace, console: Console) -> int:
-    """Make and gate one branch per concern group of the requested upstream's series in its checkout, with the
-    series and pins of ``workspace`` (its cache: the other upstreams the tests import); print each PR's title and
-    body. On a clone of upstream (``targets.has_history``) every series of it, each PR on the branch that takes it.
+    """Make and gate one branch per concern group of the requested upstream's series in its checkout (on a clone of
+    upstream, every series of it, each PR on the branch that takes it); print each PR's title and body.
     ``EXIT_GATE_FAILED`` when a gate failed on a branch, else ``EXIT_OK``."""
     checkout = request.checkout
     _check_tree(checkout, request.upstream)

@@ -1,23 +1,11 @@
 """An upstream's own gates for a PR branch: its pre-commit lint hooks and its tests (chosen by ``test_selection``).
 
-The hooks are the ones each upstream's ``.pre-commit-config.yaml`` runs, at the versions it pins, with its
-arguments; they run through ``pre-commit`` on the files the branch changes, as upstream CI does for a PR. pre-commit
-cannot clone hook repositories here (no network but PyPI), so the config written for the run is all ``repo: local``
-hooks with ``language: system`` calling the pinned tools of the test venv (ruff 0.12.2, black 23.7.0, isort
-5.12.0, flake8 6.1.0 + flake8-docstrings). verl's checks that live in its repository as scripts and are not in the
-sdist (license header, docstring coverage of ``core_algos.py``, generated-config consistency) and the
-pre-commit-hooks basics Trinity runs (not in the lock) are re-implemented as small hooks of this project's own, each
-with its upstream's entry (``patchset.upstreams.verl_pr``, ``trinity_pr``, ``lint_hooks``):
-``python -m patchset.cli.lint_hook UPSTREAM ID FILES...``.
-
-verl's mypy hook (mirrors-mypy v1.17.0, its default arguments ``--ignore-missing-imports --scripts-are-modules``,
-configured by verl's ``[tool.mypy]``: errors on for ``verl.trainer.ppo.core_algos`` and a few more modules) runs
-with mypy 1.17.0 from the lock.
-
-Not run, and said so in the output: Trinity's mypy (v1.7.0; the lock pins verl's 1.17.0), Trinity's
-check-xml/check-toml/check-json/detect-private-key/check-docstring-first from pre-commit-hooks, and verl's hooks
-whose scripts live only in its repository (``tests/special_sanity/``), beyond the three re-implemented here.
-"""
+The hooks are those of the upstream's ``.pre-commit-config.yaml`` at its pinned versions and arguments, run through
+``pre-commit`` on the files the branch changes, as ``repo: local`` hooks calling the test venv's pinned tools (no
+hook repository can be cloned here). verl's checks that live only in its repository as scripts, and the
+pre-commit-hooks basics Trinity runs, are small hooks of this project's own (``patchset.upstreams.verl_pr``,
+``trinity_pr``, ``lint_hooks``): ``python -m patchset.cli.lint_hook UPSTREAM ID FILES...``. What is not run is said
+in the output (the registry's ``lint_not_run``)."""
 
 from __future__ import annotations
 
@@ -114,10 +102,8 @@ def parse_precommit(output: str) -> tuple[HookResult, ...]:
 
 
 def tool_env(python: Path, pythonpath: Sequence[Path] = (), *, project: bool = True) -> dict[str, str]:
-    """The environment for the venv's tools: its bin first on PATH, ``pythonpath`` (and, with ``project``, this
-    package, for the hooks of its own) importable. Upstream's tests run without it: this repository's own ``tests``
-    package would shadow the checkout's ``tests`` folder (``from tests.tools import ...``, which has no
-    ``__init__.py`` in Trinity-RFT)."""
+    """The environment for the venv's tools: its bin first on PATH, ``pythonpath`` importable, and with ``project``
+    this package (for the hooks of its own; not for upstream's tests: see `only_package`)."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(python.parent), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (*pythonpath, *((REPO_ROOT,) if project else ())))
@@ -126,8 +112,7 @@ def tool_env(python: Path, pythonpath: Sequence[Path] = (), *, project: bool = T
     return env
 
 
-# the code that decides how a gate runs: part of what a remembered pass is keyed by (see gate_record): this module,
-# the registry and the per-upstream modules it names (their hooks and checks), and the module that runs a check
+# the code that decides how a gate runs, part of a remembered pass's key: this module, upstreams/, the hook runner
 GATE_CODE = (
     Path(__file__),
     Path(gate_record.__file__),
@@ -217,9 +202,8 @@ def run_tests(
     records: Path | None = None,
     importable: Sequence[Path] | None = None,
 ) -> tuple[bool, str, str]:
-    """Run pytest on ``files`` in ``tree`` with the venv; (passed, pytest's summary line, its output). ``pythonpath``:
-    the trees its tests import (``importable``, when given, is what goes on the path for them). With ``records``, a
-    pass on exactly the same content recorded there is reused, and a new pass is recorded."""
+    """Run pytest on ``files`` in ``tree``; (passed, pytest's summary line, its output). ``pythonpath``: the trees
+    its tests import (``importable``, when given, goes on the path instead); ``records``: as `run_lint`."""
     command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *files]
     trees = [tree, *(path for path in pythonpath if path != tree)]
     memo = gate_record.gate_key("tests", trees, python, command[1:], GATE_CODE) if records else None
@@ -238,8 +222,8 @@ def run_tests(
 def gaps_key(
     tree: Path, files: Sequence[str], python: Path, pythonpath: Sequence[Path], release: str, records: Path | None
 ) -> str | None:
-    """The key under which the upstream test ``files`` that cannot be imported here are remembered (``release``:
-    the commit they were also tried on); None without ``records`` or a tree pinned by content."""
+    """The key under which the upstream test ``files`` that cannot be imported here are remembered; None without
+    ``records`` or a tree pinned by content."""
     if records is None:
         return None
     trees = [tree, *(path for path in pythonpath if path != tree)]
@@ -255,8 +239,7 @@ def collect_tests(tree: Path, files: Sequence[str], python: Path, importable: Se
 
 @dataclass(frozen=True)
 class Teeth:
-    """The regression tests of this project that show the bug a cherry-picked fix is for (its patches' teeth: ``-k
-    selection``), run on the branch expecting the fix, as they pass on the carried patch."""
+    """The teeth of a cherry-picked fix's patches (``-k selection``), run on the branch expecting the fix."""
 
     selection: str
     passed: bool

@@ -1,19 +1,9 @@
 """Maintainer checkouts of a series, and the byte-stable export of their commits back into the series folder.
 
-A maintainer checkout is a clone of the pinned vanilla checkout with branch ``patches`` on top of the upstream
-tag, holding one commit per patch of the series (``git am``: author, date and message from the patch, the
-committer set to the author and the commit date to the author date, so the same series always gives the same
-commits). Each commit's message ends with the trailer ``Patch-Filename: <its file in the series>`` (as Electron's
-patches do), which names the file it is exported to. A patch is edited by changing that branch (``git commit
---amend``, ``git rebase -i <tag>``: the trailer stays with the commit) and exporting it again.
-
-The export runs ``git format-patch --zero-commit --full-index --no-stat --no-signature --no-numbered`` on
-``<tag>..patches`` with every configuration key that changes its output pinned on the command line (and the
-user's global and system git config switched off), so an unchanged branch exports byte for byte the files that
-are committed, and a diff in review means a real change. The trailer is taken out of each exported patch (the
-series files never carry it): a commit with one keeps that file's name, renumbered to its place in the series; a
-new commit (no trailer) is named ``NNNN-<area>-<slug>.patch`` from its subject.
-"""
+A maintainer checkout holds one commit per patch on branch ``patches`` off the release tag, each message ending with
+the trailer ``Patch-Filename: <its file>`` (Electron's), which names the file it is exported to. The export pins
+every configuration key that changes ``git format-patch`` output, so an unchanged branch exports byte for byte the
+committed files (``scripts/export.sh --help`` says the rest)."""
 
 from __future__ import annotations
 
@@ -33,7 +23,7 @@ from patchset.plumbing import gitops, tempdirs
 from patchset.plumbing.errors import BadInput, DoesNotApply
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.groups import GROUPS_FILE, renumber_text
-from patchset.series.model import PATCH_NAME, parse_series, read_patch, split_comment, subject_of
+from patchset.series.model import PATCH_NAME, parse_series, read_patch, split_comment, split_patch, subject_of
 from patchset.upstreams.pins import Pin
 
 BRANCH = "patches"
@@ -43,12 +33,10 @@ _TRAILER_LINE = re.compile(rf"^{TRAILER}: *(?P<name>\S+) *\n", re.MULTILINE)
 _FIELD_LINE = re.compile(r"^[A-Za-z][A-Za-z0-9-]*: |^[ \t]")
 SERIES_HEADER = "# Applied in this order by scripts/apply.sh; one patch file name a line."
 
-# Local config of the maintainer checkout that says which series and tag it was made for.
 _CONFIG_SERIES = "patchset.series"
 _CONFIG_TAG = "patchset.tag"
 
-# Every configuration key known to change ``git format-patch`` output, at git's default. Keys an older git does
-# not know are ignored by it, so they are safe to pass everywhere.
+# every configuration key known to change ``git format-patch`` output, at git's default (an older git ignores some)
 _FORMAT_CONFIG = {
     "core.abbrev": "auto",
     "core.attributesFile": "/dev/null",
@@ -78,8 +66,7 @@ _FORMAT_CONFIG = {
     "i18n.logOutputEncoding": "UTF-8",
     "log.showSignature": "false",
 }
-# The house format (--zero-commit --full-index --no-stat --no-signature) plus the options that override the
-# rest of format.* (--no-numbered: "[PATCH]" on every patch, so adding one does not rewrite the others).
+# the house format plus the options that override the rest of format.* (--no-numbered: adding a patch rewrites no other)
 _FORMAT_OPTIONS = (
     "--zero-commit",
     "--full-index",
@@ -123,7 +110,6 @@ def _git_env() -> dict[str, str]:
 
 
 def default_checkout(cache_root: Path, pin: Pin) -> Path:
-    """``<cache>/maintain/<name>-<version>``: where ``checkout`` puts a maintainer checkout by default."""
     return cache_root / "maintain" / pin.dirname
 
 
@@ -148,13 +134,9 @@ def _encode(text: str) -> bytes:
 
 
 def _message_end(text: str) -> int:
-    """Where the message of the ``git format-patch`` text ``text`` ends: after its last line before the ``---`` line
-    or the first ``diff --git`` (where ``git am`` cuts it), the blank lines before that left out."""
-    headers_end = text.find("\n\n")
-    cuts = [found for marker in ("\n---\n", "\ndiff --git ") if (found := text.find(marker, max(headers_end, 0))) != -1]
-    if headers_end == -1 or not cuts:
-        raise BadInput("not a git format-patch file: no message followed by a diff")
-    return len(text[: min(cuts) + 1].rstrip("\n")) + 1
+    """Where the message of the ``git format-patch`` text ``text`` ends, the blank lines before its cut left out."""
+    headers, body, _ = split_patch(text)
+    return len((headers + body).rstrip("\n")) + 1
 
 
 def with_trailer(text: str, name: str) -> str:
@@ -195,12 +177,8 @@ def refuse_existing(dest: Path, *, force: bool) -> None:
 def make_checkout(
     pin: Pin, vanilla: Path, patches: Sequence[tuple[str, Path]], dest: Path, console: Console, *, force: bool = False
 ) -> Path:
-    """Clone ``vanilla`` into ``dest`` and commit each of ``patches`` (the series entry, the file that holds it: a
-    copy's source) on branch ``patches`` off ``pin.tag``, its message ending with the trailer naming the entry.
-
-    Built under a temporary name next to ``dest`` and moved into place at the end; raises ``BadInput`` when
-    ``dest`` exists (unless ``force``), ``DoesNotApply`` naming the patch that ``git am`` refuses.
-    """
+    """Clone ``vanilla`` into ``dest`` (built beside it, moved into place at the end) and commit each of ``patches``
+    ((series entry, the file that holds it)) on branch ``patches`` off ``pin.tag``, its trailer naming the entry."""
     refuse_existing(dest, force=force)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tempdirs.sweep(dest.parent)  # what killed checkouts left beside it
@@ -241,11 +219,7 @@ def make_checkout(
 
 @dataclass(frozen=True)
 class Change:
-    """One file of the series folder that the export changes.
-
-    ``kind`` is ``changed``, ``added``, ``removed`` or ``renamed`` (``old_name`` is then the file it replaces).
-    ``old``/``new`` are the bytes before and after (None for a file that is not there).
-    """
+    """One file the export changes: ``kind`` is changed, added, removed or renamed (from ``old_name``)."""
 
     kind: str
     name: str
@@ -293,11 +267,9 @@ def check_checkout(checkout: Path, pin: Pin, console: Console) -> None:
         raise BadInput(f"{shown} has no tag {pin.tag}, so it is not a checkout of {pin.label}; {remake}")
     if gitops.git_value(checkout, "rev-parse", "-q", "--verify", f"refs/heads/{BRANCH}^{{commit}}", env=env) is None:
         raise BadInput(f"{shown} has no branch {BRANCH} (the series as commits on {pin.tag}); {remake}")
-    for state in ("rebase-merge", "rebase-apply"):
-        if (checkout / (gitops.git_value(checkout, "rev-parse", "--git-path", state, env=env) or state)).exists():
-            raise BadInput(f"{shown} has a rebase or git am in progress; finish it (--continue) or --abort it first")
-    ancestor = gitops.run_git(["merge-base", "--is-ancestor", pin.tag, BRANCH], cwd=checkout, check=False)
-    if ancestor.returncode != 0:
+    if gitops.in_progress(checkout, ("rebase-merge", "rebase-apply"), env):
+        raise BadInput(f"{shown} has a rebase or git am in progress; finish it (--continue) or --abort it first")
+    if not gitops.is_ancestor(checkout, pin.tag, BRANCH):
         raise BadInput(f"{shown}: branch {BRANCH} is not based on {pin.tag}; rebase it: git rebase {pin.tag} {BRANCH}")
     if gitops.git_value(checkout, "rev-list", "--merges", f"{pin.tag}..{BRANCH}", env=env):
         raise BadInput(f"{shown}: {pin.tag}..{BRANCH} has merge commits; make it linear: git rebase {pin.tag}")
@@ -319,11 +291,8 @@ def _words(text: str) -> list[str]:
 
 
 def new_slug(subject: str) -> str:
-    """``<area>-<slug>`` for a new patch: ``[trainer] fix: scale the critic loss`` -> ``trainer-scale-critic-loss``.
-
-    The area is the first ``[...]`` tag of the subject; a conventional change type (``fix:``) and short filler
-    words are dropped; at most ``_SLUG_MAX`` characters, cut between words.
-    """
+    """``[trainer] fix: scale the critic loss`` -> ``trainer-scale-critic-loss``: the first ``[...]`` tag, then the
+    words without the change type and filler, at most ``_SLUG_MAX`` characters, cut between words."""
     subject = subject_of(subject)
     area: list[str] = []
     if match := _AREA.match(subject):
@@ -352,13 +321,9 @@ def _slug_of_name(name: str) -> str:
 def assign_names(
     exported: Sequence[tuple[str | None, str]], old_entries: Sequence[str]
 ) -> list[tuple[str, str | None]]:
-    """(file name, the old entry it continues or None) for each exported patch, given as (the file its
-    ``Patch-Filename`` trailer names, None for a commit without one; its subject), in order.
-
-    A patch is named by its trailer, or, without one (a new commit), ``<area>-<slug>`` from its subject; it continues
-    the entry of the series its trailer names, else the first entry left of the same name (whatever its number), and
-    is numbered by its position: ``NNNN-<name>.patch``.
-    """
+    """(file name, the old entry it continues or None) for each exported (trailer or None, subject), in order: named
+    by its trailer, else ``<area>-<slug>`` of its subject; it continues the entry its trailer names, else the first
+    entry left of that slug; numbered by its position."""
     slugs = [_slug_of_name(named) if named is not None else new_slug(subject) for named, subject in exported]
     source: list[str | None] = [named if named in old_entries else None for named, _ in exported]
     claimed: set[str] = set()

@@ -1,11 +1,5 @@
-"""Which upstream branch takes each group's PR, on a checkout that has upstream's history.
-
-verl keeps a branch per release (``release/v0.8.0``, ``release/v0.7.1``, ...) beside ``main``. A fix that upstream
-already has on main goes to a release branch that lacks it as a cherry-pick of upstream's commit; a new fix goes to
-main. ``patches/<series>/groups`` says which branch takes each group (``onto=``) or why it stays a carried patch
-(``carried=``); the patches' ``Origin: backport, .../commit/<hash>`` names upstream's commit. This module finds
-those branches and commits in the user's checkout; ``pr_export`` makes the branches.
-"""
+"""Which upstream branch takes each group's PR, on a checkout that has upstream's history (``onto=`` in ``groups``),
+and upstream's commit a backport cherry-picks (its patches' ``Origin: backport, .../commit/<hash>``)."""
 
 from __future__ import annotations
 
@@ -23,10 +17,6 @@ from patchset.upstreams.registry import UPSTREAMS
 _REMOTES = ("origin", "upstream")  # where a clone keeps upstream's branches, tried in this order after local ones
 
 
-def _value(checkout: Path, *args: str) -> str | None:
-    return gitops.git_value(checkout, *args)
-
-
 def find_branch(checkout: Path, name: str) -> tuple[str, str] | None:
     """(the ref as shown, its commit) of upstream's branch ``name`` in the checkout: a local branch, else a
     remote-tracking one (origin, upstream, then any remote); None when it has none."""
@@ -34,24 +24,18 @@ def find_branch(checkout: Path, name: str) -> tuple[str, str] | None:
     listed = gitops.run_git(["for-each-ref", "--format=%(refname)", "refs/remotes/"], cwd=checkout, check=False)
     candidates += [ref for ref in listed.stdout.split() if ref.endswith(f"/{name}") and ref not in candidates]
     for ref in candidates:
-        commit = _value(checkout, "rev-parse", "-q", "--verify", f"{ref}^{{commit}}")
-        if commit:
+        if commit := gitops.commit_of(checkout, ref):
             return ref.removeprefix("refs/heads/").removeprefix("refs/remotes/"), commit
     return None
 
 
 def has_commit(checkout: Path, commit: str) -> bool:
-    return _value(checkout, "rev-parse", "-q", "--verify", f"{commit}^{{commit}}") is not None
-
-
-def contains(checkout: Path, base: str, commit: str) -> bool:
-    """Whether ``base`` has upstream's ``commit`` in its history."""
-    return gitops.run_git(["merge-base", "--is-ancestor", commit, base], cwd=checkout, check=False).returncode == 0
+    return gitops.commit_of(checkout, commit) is not None
 
 
 def version_at(checkout: Path, commit: str, key: str) -> str:
     """The version the tree of ``commit`` declares ("" when it declares none)."""
-    text = _value(checkout, "show", f"{commit}:{UPSTREAMS[key].version_file}") or ""
+    text = gitops.git_value(checkout, "show", f"{commit}:{UPSTREAMS[key].version_file}") or ""
     return text.strip() if not UPSTREAMS[key].version_file.endswith(".py") else ""
 
 

@@ -1,28 +1,14 @@
 """Which of an upstream's own test files test what a PR branch changes, and which of them can run here.
 
-A test file of the checkout's release tree tests a changed module when it is named for it (the upstream's naming,
-``Upstream.cpu_test_pattern``) or when it imports it, read with ``ast`` (every ``import`` of the file, in functions
-too):
+A test file of the release tree tests a changed module when it is named for it (``Upstream.cpu_test_pattern``) or
+imports it (read with ``ast``, every ``import`` of the file): the module or a name of it; a name a parent package's
+``__init__`` binds from it (a re-export, or a string naming it in a lazy registry), packages further up read the same
+way; such a package as a whole; or any name of a package whose ``__init__`` star-imports it. Modules that merely use
+a changed module, and the tests folder's helpers, are not followed.
 
-- the changed module itself, or a name of it (``from trinity.algorithm.policy_loss_fn.dpo_loss import DPOLossFn``);
-- a name that a parent package's ``__init__.py`` binds from it: a re-export (``from .dpo_loss import DPOLossFn``) or
-  a module-level assignment holding a string that names it, as a lazy registry does
-  (``POLICY_LOSS_FN = Registry(..., {"dpo": "trinity.algorithm.policy_loss_fn.dpo_loss.DPOLossFn"})``). Packages
-  further up are read the same way, so ``from trinity.algorithm import POLICY_LOSS_FN`` reaches every policy
-  loss, while ``from trinity.algorithm import ADVANTAGE_FN`` reaches none of them;
-- such a package as a whole (``import trinity.algorithm``, ``from trinity import algorithm``, ``import *``); and
-  any name of a package whose ``__init__`` star-imports a changed module (``from .critic import *``).
-
-Modules that merely use a changed module are not followed (that would select nearly every test): a test of one of
-them is the test of that module. A helper of the tests folder (``tests/tools.py``) is not followed either.
-
-Not every selected file can run on a CPU-only machine without a Ray cluster or model checkpoints. A file is not
-run, and the output says which and why, when the upstream runs it on a GPU by its naming (verl: every test not
-named ``*_on_cpu.py``), when its source carries one of the upstream's resource markers (Trinity: a Ray cluster,
-a model path), or when it imports a module the test venv does not have. The decision reads only the test file,
-never the patched code, so a patch of upstream's code cannot make a test of it be skipped. The test files the branch
-adds always run; upstream's that it changes are selected whatever they import.
-"""
+A file is not run, and the output says why, when the upstream runs it on a GPU by its naming, when its source carries
+one of the upstream's resource markers (a Ray cluster, a model path), or when it imports a module the test venv
+lacks. Only the test file is read, never the patched code, so a patch cannot make its own test be skipped."""
 
 from __future__ import annotations
 
@@ -49,8 +35,7 @@ class Selected:
 
 @dataclass(frozen=True)
 class Selection:
-    """The upstream test files that test what the branch changes, split into those to run and those that cannot
-    run here (with the reason), and the test files the branch itself adds."""
+    """The upstream test files of what the branch changes (to run, and not: with why), and those it adds."""
 
     run: tuple[Selected, ...]
     not_run: tuple[Selected, ...]
@@ -82,8 +67,8 @@ def _absolute(module: str | None, level: int, package: str) -> str:
 
 @dataclass
 class _Reach:
-    """What reaches the changed modules: the modules themselves (any name of them), names bound in a package
-    ``__init__``, and those packages as a whole; each maps to the changed file it leads to."""
+    """What reaches the changed modules (the modules, names bound in a package ``__init__``, those packages as a
+    whole), each mapped to the changed file it leads to."""
 
     modules: dict[str, str]
     names: dict[str, str]
@@ -245,9 +230,8 @@ def select(
     python: Path,
     env: dict[str, str],
 ) -> Selection:
-    """The upstream test files of ``base_files`` (the release tree's files) that test what ``changed`` changes or
-    are changed by it, read in ``tree`` (the branch), split by whether they can run here with ``python``; and the
-    test files the branch adds."""
+    """The upstream test files of the release (``base_files``) that test or are ``changed``, read in ``tree``, split
+    by whether they can run here with ``python``; and the test files the branch adds."""
     upstream = UPSTREAMS[key]
     existing = [f for f in base_files if upstream.is_test(f)]
     chosen: dict[str, str] = {}
@@ -285,8 +269,8 @@ _NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '(?P<name>[\w.]+)
 
 
 def import_gaps(output: str, files: Sequence[str]) -> dict[str, str]:
-    """{test file: the module it could not import} for each of ``files`` whose collection failed, in pytest's
-    ``output``, with ``ModuleNotFoundError`` (raised by whatever it imports, however deep)."""
+    """{test file: the module it could not import} for each of ``files`` whose collection failed in pytest's
+    ``output`` with ``ModuleNotFoundError``, however deep."""
     gaps: dict[str, str] = {}
     headers = list(_COLLECT_ERROR.finditer(output))
     for number, header in enumerate(headers):

@@ -13,14 +13,12 @@ from raw.githubusercontent.com where the network allows; a file copied there by 
 source is never committed: that folder is in the ignored cache. The hunks of an absent file are not checked, and
 the result names it; a group none of whose files are present is skipped.
 
-``python -m patchset.export.upstream_prs [SERIES] [--fetch] [--cache DIR]``: one line per group; exit 1 when a
+``python -m patchset export upstream-prs [SERIES] [--fetch] [--cache DIR]``: one line per group; exit 1 when a
 patch does not apply, 0 otherwise (skips included).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import re
 import shutil
 import tempfile
@@ -30,11 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchset.plumbing import gitops
-from patchset.plumbing.paths import REPO_ROOT
 from patchset.series.groups import UPSTREAM_PATCH_SUFFIX, Group, chain, load_groups
 from patchset.series.model import load_series
-from patchset.upstreams.fetch import resolve_cache
-from patchset.upstreams.pins import Pins, load_pins
+from patchset.upstreams.pins import Pins
 
 REVISIONS_DIR = "upstream-revisions"
 RAW_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"
@@ -202,34 +198,24 @@ def summary(folder: Path, groups: Sequence[Group]) -> list[str]:
         lines.append(
             f"{folder.name}: group {group.name} is also {patch.relative_to(folder.parent.parent)}, made against "
             f"upstream's newest files read ({'; '.join(read)}){unconfirmed}; check it with python -m "
-            f"patchset.export.upstream_prs {folder.name}"
+            f"patchset export upstream-prs {folder.name}"
         )
     return lines
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m patchset.export.upstream_prs", description=__doc__)
-    parser.add_argument("series", nargs="?", default="trinity", help="series folder of patches/ (default: trinity)")
-    parser.add_argument("--fetch", action="store_true", help="download the commits' files that are absent")
-    parser.add_argument("--cache", metavar="DIR", help="the cache (default: $PATCHSET_CACHE, else <repo>/.cache)")
-    args = parser.parse_args(argv)
-    patches_dir = REPO_ROOT / "patches"
-    series = load_series(patches_dir, args.series)
+def check_series(series_name: str, patches_dir: Path, cache_root: Path, pins: Pins, *, download: bool) -> int:
+    """Print one line per group of ``series_name`` (``python -m patchset export upstream-prs``); 1 when a patch does
+    not apply, else 0."""
+    series = load_series(patches_dir, series_name)
     folder = series.path.parent
     groups = load_groups(folder, len(series.patches))
-    cache_root = resolve_cache(args.cache, os.environ, REPO_ROOT).root
-    pins = load_pins(patches_dir / "upstreams.toml")
     failed = False
     for group in groups:
         for why in problems(p) if (p := upstream_patch(folder, group.name)) else ():
             print(f"{group.name}: {why}")
             failed = True
-        checked = check_group(folder, groups, group.name, cache_root, pins, download=args.fetch)
+        checked = check_group(folder, groups, group.name, cache_root, pins, download=download)
         if checked is not None:
             print(checked.line())
             failed = failed or checked.applied is False
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

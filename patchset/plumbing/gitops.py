@@ -255,13 +255,31 @@ def git_value(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> st
     return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
+def git_text(cwd: Path, *args: str) -> str:
+    """What ``git ARGS`` (with ``NEUTRAL``) prints in ``cwd``; ``GitError`` when it fails."""
+    return run_git([*NEUTRAL, *args], cwd=cwd).stdout
+
+
+def commit_of(path: Path, rev: str) -> str | None:
+    """The commit ``rev`` names in the repository at ``path``, or None."""
+    return git_value(path, "rev-parse", "-q", "--verify", f"{rev}^{{commit}}")
+
+
 def tag_commit(path: Path, tag: str) -> str | None:
-    """The commit ``tag`` names in the repository at ``path``, or None."""
-    return git_value(path, "rev-parse", "-q", "--verify", f"refs/tags/{tag}^{{commit}}")
+    return commit_of(path, f"refs/tags/{tag}")
 
 
 def head_commit(path: Path) -> str | None:
-    return git_value(path, "rev-parse", "-q", "--verify", "HEAD^{commit}")
+    return commit_of(path, "HEAD")
+
+
+def is_ancestor(path: Path, ancestor: str, commit: str) -> bool:
+    return run_git(["merge-base", "--is-ancestor", ancestor, commit], cwd=path, check=False).returncode == 0
+
+
+def in_progress(path: Path, states: Iterable[str], env: Mapping[str, str] | None = None) -> bool:
+    """Whether one of git's ``states`` (``rebase-merge``, ``MERGE_HEAD``, ...) is under way in the checkout."""
+    return any((path / (git_value(path, "rev-parse", "--git-path", s, env=env) or s)).exists() for s in states)
 
 
 def is_clean(path: Path) -> bool:

@@ -1,18 +1,9 @@
 """The same patch in the series of two release lines (``patches/verl`` for 0.8 and later, ``patches/verl-0.7``).
 
-A series per release line carries some changes unchanged on every line; each line's series holds its own export of
-them, made against its own release. Such a copy says where it comes from on its line of the ``series`` file::
-
-    0002-algo-normalize-geo-mean-policy-loss-global-mini.patch  # copy of verl/0003-algo-...-mini.patch
-
-and then must be that change: the same message (subject and body, DEP-3 fields included), the same files, and in
-each file the same lines removed and added, in order. Only the context, line numbers and blob hashes may differ (they
-belong to the release each was exported against). ``scripts/export.sh checkout`` commits the source in the copy's
-place (``git am``, no fuzz), so a fresh checkout's export is the refreshed copy: ``scripts/export.sh checkout
-verl-0.7 --force && scripts/export.sh export verl-0.7`` re-syncs every copy of the series after its source changed.
-A patch that has to change something else on its line is a variant (the verl-0.7 critic backport): it has no such
-comment and a message of its own.
-"""
+A copy says where it comes from on its ``series`` line (``0002-....patch  # copy of verl/0003-....patch``) and must
+be that change: the same message and, file by file, the same lines removed and added; only context, line numbers
+and blob ids may differ. ``scripts/export.sh checkout`` commits the source in the copy's place, so checkout then
+export re-syncs every copy. A patch that must change something else on its line is a variant, with no such comment."""
 
 from __future__ import annotations
 

@@ -1,60 +1,13 @@
-"""Concern groups of a series: which patches go upstream together, one pull request per group.
-
-The carried series stays fine-grained (one patch per reviewed step, each with its own "why" and its own drop
-condition), while upstream wants one PR per concern. ``patches/<series>/groups``, beside ``series``, says which
-patches make up each concern, one group a line (``#`` comments and blank lines ignored)::
-
-    # name                      patches          options
-    dpo-pairs                   0002 0004
-    policy-loss-normalization   0001 0003 0005   fold after=dpo-pairs
-
-- ``name``: lowercase ``[a-z0-9-]``; the PR branch is ``patchset/<series>-<name>``.
-- the patches, by their ``NNNN`` number in ``series``, in series order; every patch of the series is in exactly one
-  group.
-- ``fold``: the PR holds the group as one commit (the combined diff), for patches that revise each other: the PR then
-  carries only the final state of each file and test. Its commit message comes from the description (below).
-- ``after=<group>``: the group builds on an earlier group (its patches need that group's code or tests); its
-  branch is made on top of that group's branch, and its PR says it depends on that PR.
-- ``onto=<branch>``: the upstream branch that takes the PR (``main`` for a new fix, ``release/v0.8.0`` for a
-  backport). On a checkout with upstream's history export-pr makes the branch there; a group whose patches name
-  upstream's commit (``Origin: backport, .../commit/<full hash>``) is sent as ``git cherry-pick -x`` of it.
-- ``carried=<reason>``: the group stays a carried patch and no PR is made; the rest of the line is the reason,
-  which export-pr prints.
-- ``comment=<PR>[,<issue>...]``: an open upstream PR already makes this fix (upstream's ``AGENTS.md``: do not open
-  another), so the group goes upstream as a comment on that PR, copied to the issues named after it: its
-  ``pr/<name>.md`` (what ours adds and why) with the tests of its patches. No branch is made; the patch stays
-  carried until upstream merges a fix.
-- ``held=<reason>``: the group's branch is made and gated, but its PR waits (a design not yet agreed in the issue);
-  the rest of the line is the reason, which export-pr prints instead of the push command. With ``comment=<issue>``
-  too, export-pr prints ``pr/<name>.comment.md``, the design set out for that issue, as the comment to post first.
-
-``patches/<series>/pr/<name>.md`` is the group's PR description, which every group needs (the lint says so; the
-export itself needs it only for a folded group, and fills another group's body from its patch messages): its first
-line is the PR title in the upstream's title form (and the folded commit's subject); the text up to the first
-``## `` heading is the message of the folded commit (and the PR overview); the ``## `` sections after it go into
-the PR body only (what upstream asks a reviewer to know: decisions, numbers, where upstream stands).
-
-``patches/<series>/pr/<name>.upstream-tests.patch``, where a group has one, is its change to upstream test files
-that the release sdist does not ship (Trinity-RFT's sdist has no ``tests/``), so that the series cannot carry it: a
-``git format-patch`` file with paths relative to the upstream repository's root, touching only files under
-``tests/`` that it modifies, and an ``Upstream-Commit: <hash> (<where it was read>)`` line in its message naming the
-upstream revision of those files it was made against. ``export-pr`` commits it on the group's branch when the
-checkout has those files (see ``patchset.export.pr_export``).
-
-``patches/<series>/pr/<name>.upstream.patch``, where a group has one, is its PR rebased onto the newest revision
-read of each upstream file it touches, each named in its message (see ``patchset.export.upstream_prs``).
-
-``patches/<series>/pr/<name>.resolution.patch``, where a cherry-pick of upstream's commit does not apply cleanly to
-the branch that takes it, is a ``git diff`` of the conflicted files from that branch's version to their resolved
-state; export-pr applies it in place of git's conflicted merge.
-
-Without a ``groups`` file every patch is its own group, each after the one before it (series order).
-"""
+"""Concern groups of a series, ``patches/<series>/groups``: which patches go upstream together, one pull request per
+group, and how (``fold``, ``after=``, ``onto=``, ``carried=``, ``comment=``, ``held=``), with each group's files in
+``pr/`` (``<name>.md``, ``.upstream-tests.patch``, ``.upstream.patch``, ``.resolution.patch``, ``.comment.md``).
+docs/maintaining.md, "Sending a patch upstream", describes the format. Without a ``groups`` file every patch is its
+own group, each after the one before it."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from patchset.plumbing.errors import BadInput
@@ -215,10 +168,8 @@ def check_groups(groups: tuple[Group, ...], patch_count: int) -> list[tuple[int,
 
 
 def load_groups(folder: Path, patch_count: int) -> tuple[Group, ...]:
-    """The groups of the series folder, with their descriptions; ``BadInput`` on any problem.
-
-    Without a ``groups`` file: one group per patch, each after the one before it.
-    """
+    """The groups of the series folder, with their descriptions (without a ``groups`` file: one group per patch,
+    each after the one before it); ``BadInput`` on any problem."""
     path = folder / GROUPS_FILE
     if not path.is_file():
         names = [f"patch-{n:04d}" for n in range(1, patch_count + 1)]
@@ -237,22 +188,8 @@ def load_groups(folder: Path, patch_count: int) -> tuple[Group, ...]:
         description = read_description(description_file) if description_file.is_file() else None
         if group.fold and description is None:
             raise BadInput(f"{path}:{group.line}: {group.name} folds its patches but {description_file} is missing")
-        tests_patch = folder / DESCRIPTIONS_DIR / f"{group.name}{UPSTREAM_TESTS_SUFFIX}"
-        groups.append(
-            Group(
-                group.name,
-                group.numbers,
-                group.fold,
-                group.after,
-                group.line,
-                group.onto,
-                group.carried,
-                group.held,
-                group.comment,
-                description,
-                tests_patch if tests_patch.is_file() else None,
-            )
-        )
+        tests = folder / DESCRIPTIONS_DIR / f"{group.name}{UPSTREAM_TESTS_SUFFIX}"
+        groups.append(replace(group, description=description, upstream_tests=tests if tests.is_file() else None))
     return tuple(groups)
 
 
@@ -274,12 +211,8 @@ _NUMBER_TOKEN = re.compile(r"(?<!\S)\d{4}(?!\S)")
 
 
 def renumber_text(text: str, moved: dict[int, int | None], added: list[tuple[int, str]]) -> str:
-    """A ``groups`` file after an export renumbered its series.
-
-    ``moved`` maps old patch numbers to new ones (None: the patch is gone); every ``added`` (number, slug) patch
-    gets a group of its own, one line named by its slug, so that the series stays fully grouped. Comments,
-    spacing and the order of lines stay as they were.
-    """
+    """A ``groups`` file after an export renumbered its series: ``moved`` maps old patch numbers to new ones (None:
+    gone); every ``added`` (number, slug) patch gets a group of its own; comments, spacing and order stay."""
 
     def number(match: re.Match[str]) -> str:
         new = moved.get(int(match[0]), int(match[0]))

@@ -1,24 +1,16 @@
 """Every released revision of the series, by content: ``patches/history.json``, and the generator that writes it.
 
-A user's tree may hold a series of an earlier revision of this patchset (applied by an earlier ``scripts/apply.sh``,
-perhaps with a patch left out). Telling it apart from an upstream fix, and taking it out exactly, needs to know what
-that series wrote, even from a shallow clone or an export without this repository's history. So the manifest keeps,
+A user's tree may hold a series of an earlier revision of this patchset. Telling it apart from an upstream fix, and
+taking it out exactly, needs what that series wrote, even from a shallow clone or an export. So the manifest keeps,
 for every landing that changed ``patches/`` (``git log --first-parent -- patches/``), its revision (the
-``+patchset.N`` of its wheels: the commits that touch ``patches/`` up to it), its commit, and for each series folder
-the patches in order, each by the sha256 of its text and, file by file, the git blob ids its ``index`` lines give
-before and after it (``format-patch --full-index``): the content of every file the series leaves in a tree.
-
-``python -m patchset.series.history`` writes the manifest from the history of the checkout it runs in, the work
-tree's own series included when it differs from HEAD's; ``--check`` exits 1 when the file lacks a series the
-history or the work tree has (tests/scripts/test_history.py runs the same check).
-"""
+``+patchset.N`` of its wheels), its commit, and for each series folder its patches in order, each by the sha256 of
+its text and the git blob ids its ``index`` lines give before and after it, file by file.
+``python -m patchset export history`` writes it (``--check``: exit 1 when it lacks a series)."""
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -26,6 +18,7 @@ from typing import Any
 
 from patchset.plumbing import gitops, patchtext
 from patchset.plumbing.errors import BadInput
+from patchset.plumbing.gitops import git_text
 from patchset.series.model import Series, split_comment
 
 HISTORY_FILE = "history.json"
@@ -33,7 +26,7 @@ DEFAULT_PATCHES = Path(__file__).resolve().parents[2] / "patches"
 # which series the overlays mirror (``python -m patchset_overlay status`` reports it); written with the manifest
 OVERLAY_SERIES = DEFAULT_PATCHES.parent / "patchset_overlay" / "series.json"
 SCHEMA = 1
-MODULE = "patchset.series.history"
+GENERATOR = "python -m patchset export history"
 
 
 @dataclass(frozen=True)
@@ -142,7 +135,7 @@ def load_history(patches_dir: Path) -> History:
     except (OSError, ValueError) as exc:
         raise BadInput(f"cannot read {path} ({exc}); restore it (git checkout -- {path}) or regenerate it") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise BadInput(f"{path} is not a schema-{SCHEMA} series history; regenerate it (python -m {MODULE})")
+        raise BadInput(f"{path} is not a schema-{SCHEMA} series history; regenerate it ({GENERATOR})")
     return _from_json(data)
 
 
@@ -171,10 +164,6 @@ def recover_texts(series: KnownSeries, patches_dir: Path) -> dict[str, bytes]:
 # --- the generator --------------------------------------------------------------------------------------------
 
 
-def _git(repo: Path, *args: str) -> str:
-    return gitops.run_git(list(args), cwd=repo).stdout
-
-
 def _series_at(repo: Path, tree: Mapping[str, str], prefix: str) -> dict[str, list[tuple[str, bytes]]]:
     """{folder: [(patch name, text)]} of the ``ls-tree`` listing ``tree`` ({path: blob}) below ``prefix``."""
     found: dict[str, list[tuple[str, bytes]]] = {}
@@ -190,7 +179,7 @@ def _series_at(repo: Path, tree: Mapping[str, str], prefix: str) -> dict[str, li
 
 
 def _ls_tree(repo: Path, commit: str, prefix: str) -> dict[str, str]:
-    listing = _git(repo, "ls-tree", "-r", "--full-tree", commit, "--", prefix)
+    listing = git_text(repo, "ls-tree", "-r", "--full-tree", commit, "--", prefix)
     return {line.split("\t", 1)[1]: line.split()[2] for line in listing.splitlines() if "\t" in line}
 
 
@@ -219,9 +208,9 @@ def generate(patches_dir: Path) -> dict[str, Any]:
             idents[folder] = ident
         return idents
 
-    for line in _git(top, "log", "--first-parent", "--format=%H %cs", "HEAD", "--", prefix).splitlines():
+    for line in git_text(top, "log", "--first-parent", "--format=%H %cs", "HEAD", "--", prefix).splitlines():
         commit, date = line.split()
-        count = int(_git(top, "rev-list", "--count", commit, "--", prefix).strip())
+        count = int(git_text(top, "rev-list", "--count", commit, "--", prefix).strip())
         idents = add(_series_at(top, _ls_tree(top, commit, prefix), prefix))
         revisions.append({"revision": count, "commit": commit, "date": date, "series": idents})
     work = {}
@@ -232,7 +221,7 @@ def generate(patches_dir: Path) -> dict[str, Any]:
     current = add(work)
     if not revisions or current != revisions[0]["series"]:
         revisions.insert(0, {"revision": None, "commit": None, "date": None, "series": current})
-    return {"schema": SCHEMA, "generator": f"python -m {MODULE}", "patches": patches, "series": series,
+    return {"schema": SCHEMA, "generator": GENERATOR, "patches": patches, "series": series,
             "revisions": revisions}  # fmt: skip
 
 
@@ -241,7 +230,7 @@ def overlay_series(data: Mapping[str, Any]) -> dict[str, Any]:
     that landed exactly those (None: not landed yet)."""
     today = data["revisions"][0]["series"]
     landed = [r["revision"] for r in data["revisions"] if r["series"] == today and r["revision"] is not None]
-    return {"generator": f"python -m {MODULE}", "revision": max(landed, default=None), "series": today}
+    return {"generator": GENERATOR, "revision": max(landed, default=None), "series": today}
 
 
 def dumps(data: Mapping[str, Any]) -> str:
@@ -266,33 +255,24 @@ def missing(written: History, generated: History) -> list[str]:
     return [f"{s.folder} ({s.shown})" for ident, s in generated.series.items() if ident not in written.series]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Write (or with ``--check``, check) ``patches/history.json``."""
-    parser = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--patches-dir", type=Path, default=DEFAULT_PATCHES)
-    parser.add_argument("--check", action="store_true", help="exit 1 when the file lacks a series; write nothing")
-    args = parser.parse_args(argv)
-    try:
-        data = generate(args.patches_dir)
-        path = args.patches_dir / HISTORY_FILE
-        if args.check:
-            lacking = missing(load_history(args.patches_dir), _from_json(data))
-            if args.patches_dir.resolve() == DEFAULT_PATCHES.resolve():
-                carried = json.loads(OVERLAY_SERIES.read_text())["series"] if OVERLAY_SERIES.is_file() else {}
-                lacking += [f"the overlays' {OVERLAY_SERIES}"] if carried != data["revisions"][0]["series"] else []
-            for line in lacking:
-                print(f"error: {path} lacks {line}; regenerate it: python -m {MODULE}", file=sys.stderr)
-            return 1 if lacking else 0
-        path.write_text(dumps(data), encoding="utf-8")
-        print(f"wrote {path}: {len(data['revisions'])} revisions, {len(data['series'])} series")
-        if args.patches_dir.resolve() == DEFAULT_PATCHES.resolve():
-            OVERLAY_SERIES.write_text(json.dumps(overlay_series(data), indent=1, sort_keys=True) + "\n")
-            print(f"wrote {OVERLAY_SERIES}")
-        return 0
-    except (BadInput, gitops.GitError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+def stale(patches_dir: Path) -> list[str]:
+    """What the manifest lacks of the series the history and the work tree have (for the repository's own
+    ``patches/``, the overlays' ``series.json`` too), each named by folder and revision."""
+    data = generate(patches_dir)
+    lacking = missing(load_history(patches_dir), _from_json(data))
+    if patches_dir.resolve() == DEFAULT_PATCHES.resolve():
+        carried = json.loads(OVERLAY_SERIES.read_text())["series"] if OVERLAY_SERIES.is_file() else {}
+        lacking += [f"the overlays' {OVERLAY_SERIES}"] if carried != data["revisions"][0]["series"] else []
+    return lacking
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def write(patches_dir: Path) -> tuple[dict[str, Any], list[Path]]:
+    """Write the manifest (and for the repository's own ``patches/`` the overlays' ``series.json``); return it and
+    the files written."""
+    data = generate(patches_dir)
+    written = [patches_dir / HISTORY_FILE]
+    written[0].write_text(dumps(data), encoding="utf-8")
+    if patches_dir.resolve() == DEFAULT_PATCHES.resolve():
+        OVERLAY_SERIES.write_text(json.dumps(overlay_series(data), indent=1, sort_keys=True) + "\n")
+        written.append(OVERLAY_SERIES)
+    return data, written

@@ -1,36 +1,11 @@
 """A lint of the patch series: every problem is one line naming the file (and line) and what is wrong.
 
-For every series folder (each ``series`` named in ``upstreams.toml``, and every folder of the patches dir that
-holds a ``series`` file or ``*.patch`` files):
-
-- ``series`` and the folder agree both ways: every listed patch exists, every ``*.patch`` is listed, none twice;
-- names are ``NNNN-<area>-<slug>.patch`` (lowercase ``[a-z0-9-]``), numbered 0001, 0002, ... in series order;
-- every patch parses (``git apply --numstat``), has a Subject in the upstream's PR-title form (verl
-  ``[module] type: description``, Trinity-RFT ``[Module] Description``, others ``[area] ...``), and the DEP-3
-  fields this repository requires:
-  ``Origin:`` (``upstream``/``backport``/``vendor``/``other``, with a URL for upstream and backport) or ``Author:``;
-  ``Bug:``, where given, a URL (it names the upstream bug this patch fixes; related work goes in the text);
-  ``Forwarded:`` ``no`` or ``not-needed`` with the reason after it, or the URL where it was sent;
-  ``Applied-Upstream: <version>, ...`` when the header has ``Upstream-Check:`` lines or ``Forwarded:`` says the
-  change is upstream (it mentions "upstream" together with fixed, applied, merged or included);
-  ``Last-Update:`` (YYYY-MM-DD);
-- no added (``+``) line ends in a space or a tab;
-- every message that goes upstream keeps to 72 columns (``patchset.series.columns``): each patch's subject and
-  message, each ``pr/*.md`` title and body, each upstream-tests patch's message; DEP-3 fields and URLs exempt;
-- the ``groups`` file beside ``series``, when there is one (``patchset.series.groups``): every line parses, every patch
-  of the series is in exactly one group, ``after=`` names a group above, every group has its ``pr/<name>.md``
-  description (each group goes upstream as one pull request, and that file is its body), and every ``pr/*.md``
-  belongs to a group and starts with a title in the upstream's PR-title form;
-- the teeth in ``parts.toml`` beside ``series`` (``patchset.series.teeth``): every entry parses, every patch of the
-  series has its entry (the regression tests that show its bug), and every entry names a patch of the series;
-- every ``pr/<group>.upstream-tests.patch`` (a group's change to upstream tests the sdist lacks) belongs to a group,
-  parses, has a Subject and an ``Upstream-Commit: <hash>`` line, modifies only existing files under ``tests/``
-  (a new test belongs in the series) and adds no line ending in a space or a tab;
-- a patch that its ``series`` line marks as a ``# copy of <series>/<patch>`` of another release line's series is that
-  patch's change: the same message and the same lines removed and added (``patchset.series.copies``).
-
-Unlike ``load_series``, which stops at the first problem, the lint reads everything and reports every problem.
-"""
+For every series folder (those ``upstreams.toml`` names, and every folder holding a ``series`` file or patches): the
+series file and the folder agree both ways; names and numbers; each patch parses, has a Subject in the upstream's
+PR-title form and the DEP-3 fields this repository requires, adds no line ending in whitespace, and keeps its
+message to 72 columns (``columns``); the ``groups`` file and ``pr/`` files (``groups``); the teeth of ``parts.toml``
+(``parts``); and each ``# copy of`` patch is its source's change (``copies``). docs/maintaining.md lists each rule.
+Unlike ``load_series``, which stops at the first problem, the lint reports every problem."""
 
 from __future__ import annotations
 
@@ -57,9 +32,8 @@ from patchset.series.groups import (
     parse_groups,
     read_description,
 )
-from patchset.series.model import PATCH_NAME, parse_series, read_patch, subject_of
-from patchset.series.parts import PARTS_FILE, read_parts
-from patchset.series.teeth import check_teeth, parse_teeth
+from patchset.series.model import PATCH_NAME, SeriesEntry, parse_series, read_patch, subject_of
+from patchset.series.parts import PARTS_FILE, check_teeth, parse_teeth, read_parts
 from patchset.upstreams.pins import load_pins
 from patchset.upstreams.pr_template import NOT_DUPLICATE, body_problems
 from patchset.upstreams.registry import ANY_SUBJECT_FORM, UPSTREAMS
@@ -86,12 +60,6 @@ class Problem:
         return f"{where}: {self.message}"
 
 
-@dataclass(frozen=True)
-class _Entry:
-    name: str
-    line: int
-
-
 def series_folders(patches_dir: Path) -> tuple[list[Path], list[Problem]]:
     """The series folders to lint, in a stable order, and problems with ``upstreams.toml`` itself."""
     problems: list[Problem] = []
@@ -114,14 +82,10 @@ def series_folders(patches_dir: Path) -> tuple[list[Path], list[Problem]]:
     return [patches_dir / name for name in dict.fromkeys([*named, *found])], problems
 
 
-def _read_entries(series_file: Path, problems: list[Problem]) -> list[_Entry]:
-    entries: list[_Entry] = []
-    for entry in parse_series(series_file.read_text(encoding="utf-8").splitlines(), series_file.parent):
-        if entry.problem is not None:
-            problems.append(Problem(series_file, entry.problem, entry.line))
-        else:
-            entries.append(_Entry(entry.name, entry.line))
-    return entries
+def _read_entries(series_file: Path, problems: list[Problem]) -> list[SeriesEntry]:
+    entries = parse_series(series_file.read_text(encoding="utf-8").splitlines(), series_file.parent)
+    problems += [Problem(series_file, entry.problem, entry.line) for entry in entries if entry.problem is not None]
+    return [entry for entry in entries if entry.problem is None]
 
 
 def _lint_name(path: Path, entry: str, position: int, series_file: Path) -> list[Problem]:
@@ -177,11 +141,14 @@ def _lint_forwarded(path: Path, forwarded: str) -> list[Problem]:
     return []
 
 
+def _subject(path: Path) -> str:
+    header = email.parser.BytesHeaderParser(policy=email.policy.default).parsebytes(path.read_bytes())
+    return subject_of(str(header.get("Subject", "")))
+
+
 def _lint_header(path: Path, series: str) -> list[Problem]:
-    raw = path.read_bytes()
-    message = email.parser.BytesHeaderParser(policy=email.policy.default).parsebytes(raw)
     problems: list[Problem] = []
-    subject = subject_of(str(message.get("Subject", "")))
+    subject = _subject(path)
     if not subject:
         problems.append(Problem(path, "no Subject (the commit's first line); export it with git format-patch"))
     elif (why := subject_problem(series, subject)) is not None:
@@ -273,8 +240,7 @@ def lint_upstream_tests(path: Path, groups: set[str]) -> list[Problem]:
     if (error := gitops.patch_parse_error(path)) is not None:
         return [*problems, Problem(path, f"does not parse as a patch ({error}); make it with git format-patch")]
     text = path.read_bytes().decode("utf-8", "surrogateescape")
-    header = email.parser.BytesHeaderParser(policy=email.policy.default).parsebytes(path.read_bytes())
-    if not (subject := subject_of(str(header.get("Subject", "")))):
+    if not (subject := _subject(path)):
         problems.append(Problem(path, "no Subject (what the change to upstream's tests is); use git format-patch"))
     elif (why := columns.subject_problem(subject)) is not None:
         problems.append(Problem(path, why))

@@ -1,13 +1,8 @@
-"""A quilt-style ``series`` file and the ``git format-patch`` patches it lists.
+"""A quilt-style ``series`` file and the ``git format-patch`` patches it lists; ``series`` is the only source of order.
 
-``patches/<series>/series`` is the only source of order: one patch file name a line, ``#`` comments and blank
-lines ignored. The folder is never globbed.
-
-Besides the DEP-3 fields, a patch header may say how to recognise its change in an upstream tree, one
-``Upstream-Check: <path>: <regular expression>`` line per check: ``<path>`` (relative to the tree's root) must
-exist there and the expression (Python ``re``, searched with ``re.MULTILINE``) must match its text. Every check
-must match for the change to count as present; ``plan.py`` uses them with ``Applied-Upstream:``.
-"""
+Besides the DEP-3 fields, a header may say how to recognise its change in an upstream tree, one ``Upstream-Check:
+<path>: <regular expression>`` line per check (``re.MULTILINE``, on that file of the tree); every check must match
+for the change to count as present (``plan.py``, with ``Applied-Upstream:``)."""
 
 from __future__ import annotations
 
@@ -20,8 +15,7 @@ from pathlib import Path, PurePosixPath
 from patchset.plumbing import gitops, patchtext
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import display_path
-from patchset.series.parts import load_choices
-from patchset.series.teeth import load_teeth
+from patchset.series.parts import load_choices, load_teeth
 from patchset.upstreams.pins import release_key
 
 # DEP-3 header fields, by lower-case name. ``Bug-<Vendor>`` is matched separately.
@@ -93,10 +87,8 @@ class Patch:
 
 @dataclass(frozen=True)
 class Series:
-    """A series: its name (folder under the patches dir), the ``series`` file, its patches in order, the teeth
-    of each (``teeth.py``: {patch file name: the pytest -k expression of the regression tests that show its bug}), and
-    the choices of those that declare them (``parts.py``: {patch file name: the -k expression of its tests that pin
-    this series' own form of the fix})."""
+    """A series: its name (folder under the patches dir), the ``series`` file, its patches in order, and from its
+    ``parts.toml`` ({patch file name: a pytest -k expression}) their teeth and choices."""
 
     name: str
     path: Path
@@ -107,9 +99,8 @@ class Series:
 
 @dataclass(frozen=True)
 class SeriesEntry:
-    """One patch line of a ``series`` file: its 1-based line number, the name as written, the trailing comment
-    (from ``#`` on, with the blanks before it; "" when none), and why it is not a usable entry (None when it is).
-    ``hint`` says what to do about the problem."""
+    """One patch line of a ``series`` file: its line number, the name, the trailing comment (from ``#`` on, with the
+    blanks before it), and why it is not a usable entry (None when it is) with a ``hint`` of what to do."""
 
     line: int
     name: str
@@ -123,6 +114,16 @@ def subject_of(header_subject: str) -> str:
     return _SUBJECT_PREFIX.sub("", " ".join(header_subject.split()))
 
 
+def split_patch(text: str) -> tuple[str, str, str]:
+    """(mail headers and their blank line, message, the rest from the ``---`` line or the first ``diff --git``, where
+    ``git am`` cuts the message) of a ``git format-patch`` text; ``BadInput`` when it has no message and diff."""
+    headers, sep, rest = text.partition("\n\n")
+    cuts = [found for marker in ("\n---\n", "\ndiff --git ") if (found := ("\n" + rest).find(marker)) != -1]
+    if not sep or not cuts:
+        raise BadInput("not a git format-patch file: no message followed by a diff")
+    return headers + sep, rest[: min(cuts)], rest[min(cuts) :]
+
+
 def split_comment(line: str) -> tuple[str, str]:
     """``(entry, comment)`` of one ``series`` line: ``#`` starts a comment anywhere on the line."""
     code = line.split("#", 1)[0]
@@ -130,9 +131,8 @@ def split_comment(line: str) -> tuple[str, str]:
 
 
 def parse_series(lines: list[str], folder: Path) -> list[SeriesEntry]:
-    """Every non-blank entry of a ``series`` file's ``lines`` in order, each with the problem it has, if any:
-    more than one word, a path outside ``folder``, listed before (``./x`` and ``x`` are the same), or no such file.
-    The one reader of the format: ``load_series`` stops at the first problem, the lint reports them all."""
+    """Every entry of a ``series`` file's ``lines`` in order, each with its problem, if any. The one reader of the
+    format: ``load_series`` stops at the first problem, the lint reports them all."""
     entries: list[SeriesEntry] = []
     seen: dict[str, int] = {}
     for number, line in enumerate(lines, start=1):

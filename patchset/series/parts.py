@@ -1,19 +1,19 @@
-"""What a series' ``parts.toml`` declares of each fix that the tooling acts on: its ``choices`` (its ``teeth``:
-`patchset.series.teeth`).
+"""What a series' ``parts.toml`` declares of each fix that the tooling acts on: its ``teeth`` and ``choices``.
 
-A fix's regression tests are of two kinds. Its teeth (``teeth``) show the bug: they fail on the unpatched upstream
-and pass on any correct fix. Its ``choices`` pin how this series fixed it (geo_mean's mean over every row outside the
-engine, say), which upstream may fairly choose otherwise. When a patch is retired by behaviour (upstream fixed the bug
-its own way: its teeth pass on the tree as shipped), its choice tests judge upstream's form by ours, so the
-regression run that ends ``apply`` leaves them out and says so. The rest of ``parts.toml`` (the parts of a fix that
-tests/scripts/test_fix_completeness.py checks: ``audit``, ``harness``, ``parity``, ``guard``, the reasons of
-``[<slug>.missing]``) is read there, through `read_parts`, the one reader of the file.
+Each patch's table is named by its slug (the file name without ``NNNN-`` and ``.patch``, so it survives
+renumbering). Its ``teeth`` are the tests of ``tests/regression`` that show its bug, as a pytest ``-k`` expression:
+they fail on the unpatched upstream and pass on any correct fix. Its ``choices`` pin how this series fixed it, which
+upstream may fairly choose otherwise: when upstream fixed the bug its own way (its teeth pass on the tree as
+shipped), the regression run that ends ``apply`` leaves them out and says so. The rest of the file (``audit``,
+``harness``, ``parity``, ``guard``, ``[<slug>.missing]``) is checked by tests/scripts/test_fix_completeness.py,
+through `read_parts`, the one reader of the file.
 """
 
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from patchset.plumbing.errors import BadInput
@@ -64,3 +64,57 @@ def without_overlay(folder: Path, patch_names: Sequence[str]) -> dict[str, str]:
     tables = read_parts(folder)
     reasons = {name: tables.get(slug_of(name), {}).get("missing", {}).get("overlay") for name in patch_names}
     return {name: str(reason) for name, reason in reasons.items() if reason}
+
+
+@dataclass(frozen=True)
+class TeethEntry:
+    """One patch's teeth: its slug and its tests as a pytest ``-k`` expression."""
+
+    slug: str
+    selection: str
+
+
+def parse_teeth(tables: Mapping[str, dict]) -> tuple[list[TeethEntry], list[str]]:
+    """Every ``teeth`` of a ``parts.toml``'s tables, and the problems of each: not a string, no tests, parentheses
+    that do not balance."""
+    entries: list[TeethEntry] = []
+    problems: list[str] = []
+    for slug, table in tables.items():
+        if not isinstance(table, dict) or "teeth" not in table:
+            continue
+        selection = table["teeth"]
+        if not isinstance(selection, str) or not selection.strip():
+            problems.append(f"[{slug}] teeth names no tests; give a pytest -k expression of tests/regression")
+            entries.append(TeethEntry(slug, ""))  # a malformed entry still names its patch: one problem, not two
+            continue
+        if selection.count("(") != selection.count(")"):
+            problems.append(f"[{slug}] the parentheses of teeth {selection!r} do not balance")
+        entries.append(TeethEntry(slug, selection.strip()))
+    return entries, problems
+
+
+def check_teeth(entries: Sequence[TeethEntry], patch_names: Sequence[str]) -> list[str]:
+    """Problems of ``entries`` against the series' patches: a patch without teeth, teeth for no patch."""
+    slugs = {slug_of(name): name for name in patch_names}
+    named = {entry.slug for entry in entries}
+    problems = [
+        f"[{entry.slug}] is no patch of the series (renamed? its slug is its file name without NNNN-)"
+        for entry in entries
+        if entry.slug not in slugs
+    ]
+    problems += [
+        f"{name} has no teeth; name the regression tests that show its bug (a pytest -k expression)"
+        for slug, name in slugs.items()
+        if slug not in named
+    ]
+    return problems
+
+
+def load_teeth(folder: Path, patch_names: Sequence[str]) -> dict[str, str]:
+    """{patch file name: its tests' ``-k`` expression} from the folder's ``parts.toml`` ({} without one); raise
+    ``BadInput`` naming the table of a malformed entry. A patch without teeth is left out (the lint names it)."""
+    entries, problems = parse_teeth(read_parts(folder))
+    if problems:
+        raise BadInput(f"{folder / PARTS_FILE}: {problems[0]}; see scripts/export.sh lint")
+    by_slug = {entry.slug: entry.selection for entry in entries}
+    return {name: by_slug[slug_of(name)] for name in patch_names if slug_of(name) in by_slug}

@@ -5,25 +5,25 @@ it upstream by its DEP-3 ``Applied-Upstream``), what is wrong without it (``summ
 and where upstream stands (``fixed in <upstream> <version>`` with the link its header gives, else ``not fixed`` with
 its ``Bug:`` link). The loss audit: one row a loss the engine path can call (``[[loss-audit]]`` in the ``parts.toml``
 of each default pin's series), its fix followed by the patches whose ``audit`` names that loss. ``python -m
-patchset.series.tables --write`` puts both between their files' markers; ``--check`` exits 1 when either is not the
+patchset export tables --write`` puts both between their files' markers; ``--check`` exits 1 when either is not the
 one the declarations make (tests/scripts/test_tables.py too).
 """
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
-from collections.abc import Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
+from patchset.plumbing.errors import BadInput
 from patchset.series.model import Patch, load_series
 from patchset.series.parts import read_parts, slug_of
 from patchset.upstreams.pins import at_least, load_pins, release_key
 
-START = "<!-- patch table: made by `python -m patchset.series.tables --write`; edit parts.toml, not this -->"
+WRITE = "python -m patchset export tables --write"
+START = f"<!-- patch table: made by `{WRITE}`; edit parts.toml, not this -->"
 END = "<!-- end of patch table -->"
-AUDIT_START = "<!-- loss audit table: made by `python -m patchset.series.tables --write`; edit parts.toml, not this -->"
+AUDIT_START = f"<!-- loss audit table: made by `{WRITE}`; edit parts.toml, not this -->"
 AUDIT_END = "<!-- end of loss audit table -->"
 AUDIT_KEY = "loss-audit"  # the array of rows in a parts.toml, beside the patches' tables
 _ISSUE = re.compile(r"github\.com/([^/]+)/([^/]+)/(?:issues|pull)/(\d+)")
@@ -87,59 +87,22 @@ def audit_table(patches_dir: Path) -> str:
 TABLES = (("README.md", START, END, patch_table), ("docs/loss-audit.md", AUDIT_START, AUDIT_END, audit_table))
 
 
-def _block(text: str, start_marker: str, end_marker: str, path: Path) -> tuple[int, int]:
-    start, end = text.find(start_marker), text.find(end_marker)
-    if start < 0 or end < start:
-        raise ValueError(f"{path} has no table markers ({start_marker!r} ... {end_marker!r})")
-    return start, end + len(end_marker)
+def _tables(root: Path, patches_dir: Path) -> Iterator[tuple[Path, str, int, int, str]]:
+    """Each table's file, its text, where the table is in it, and the table the declarations make."""
+    for relative, start_marker, end_marker, make in TABLES:
+        path = root / relative
+        text = path.read_text(encoding="utf-8")
+        start, end = text.find(start_marker), text.find(end_marker)
+        if start < 0 or end < start:
+            raise BadInput(f"{path} has no table markers ({start_marker!r} ... {end_marker!r})")
+        yield path, text, start, end + len(end_marker), make(patches_dir)
 
 
 def drifted(root: Path, patches_dir: Path) -> list[Path]:
     """The files whose table differs from the one the declarations make."""
-    found = []
-    for relative, start_marker, end_marker, make in TABLES:
-        path = root / relative
-        text = path.read_text(encoding="utf-8")
-        start, end = _block(text, start_marker, end_marker, path)
-        if text[start:end] != make(patches_dir):
-            found.append(path)
-    return found
+    return [path for path, text, start, end, made in _tables(root, patches_dir) if text[start:end] != made]
 
 
 def write(root: Path, patches_dir: Path) -> None:
-    for relative, start_marker, end_marker, make in TABLES:
-        path = root / relative
-        text = path.read_text(encoding="utf-8")
-        start, end = _block(text, start_marker, end_marker, path)
-        path.write_text(text[:start] + make(patches_dir) + text[end:], encoding="utf-8")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m patchset.series.tables",
-        description="Print README.md's patch table and docs/loss-audit.md's table as the series' parts.toml make them.",
-        epilog="Exit codes: 0 done; 1 --check found README.md's table out of date; 2 bad input.",
-    )
-    parser.add_argument("--write", action="store_true", help="put them into their files, between the markers")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a file's table differs")
-    args = parser.parse_args(argv)
-    root = Path(__file__).resolve().parents[2]
-    patches_dir = root / "patches"
-    try:
-        if args.check:
-            for path in drifted(root, patches_dir):
-                print(f"{path}: the table is out of date (run: python -m patchset.series.tables --write)")
-            return 1 if drifted(root, patches_dir) else 0
-        if args.write:
-            write(root, patches_dir)
-            print(f"* Wrote the tables into {', '.join(relative for relative, *_ in TABLES)}")
-            return 0
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(patch_table(patches_dir) + "\n\n" + audit_table(patches_dir))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    for path, text, start, end, made in list(_tables(root, patches_dir)):
+        path.write_text(text[:start] + made + text[end:], encoding="utf-8")

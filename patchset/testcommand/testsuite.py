@@ -136,7 +136,7 @@ def _split_series(pin: Pin, patches_dir: Path) -> tuple[list[Patch], list[Patch]
 
 def _teeth_selection(teeth: Mapping[str, str], applied: Sequence[str]) -> str:
     """The pytest -k expression of the tests that show the bugs of the patches ``applied`` (the series' ``teeth``:
-    ``patchset.series.teeth``)."""
+    ``patchset.series.parts``)."""
     return " or ".join(f"({teeth[name]})" for name in applied if name in teeth)
 
 

@@ -6,11 +6,10 @@ Layout under the cache root (``<repo>/.cache``, ``$PATCHSET_CACHE`` or ``--cache
     upstreams/<name>-<version>/       vanilla git checkout: one commit, tagged like the upstream release
     patched/<name>-<version>/         a clone of the vanilla checkout with the series applied to its work tree
 
-Every directory is built under a temporary name next to its final place (named for the process, see
-``tempdirs.py``) and renamed into place at the end, so an interrupted fetch never leaves a half-made entry, and the
-next run removes what a killed one left. One run at a time makes or rebuilds an entry (``cachelock.py``): a second
-run that needs the same pinned checkout waits for it and reuses it; ``apply`` holds its patched clones for the
-whole run, and a second one is refused (exit 4). The vanilla checkout is never modified.
+Every directory is built under a temporary name beside its place (``tempdirs.py``) and renamed into place, so an
+interrupted fetch never leaves a half-made entry. One run at a time makes an entry (``cachelock.py``): a second one
+waits and reuses it; ``apply`` holds its patched clones for the whole run (a second is refused, exit 4). The vanilla
+checkout is never modified.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from patchset.upstreams.pins import Pin
 CACHE_ENV = "PATCHSET_CACHE"
 IDENTITY = gitops.Identity(name="patchset", email="patchset@localhost", date="2000-01-01T00:00:00+0000")
 
-# Downloads the sdist of NAME==VERSION into an empty directory and returns the downloaded file.
+# downloads the sdist of NAME==VERSION into an empty directory, and returns the file
 Downloader = Callable[[str, str, Path], Path]
 
 
@@ -195,11 +194,8 @@ def _checked_members(archive: tarfile.TarFile, shown: str) -> tuple[str, list[ta
 
 
 def unpack_sdist(sdist: Path, dest: Path) -> None:
-    """Unpack ``sdist`` into ``dest`` (which must not exist), without the tarball's top-level folder.
-
-    Members are checked first (no absolute paths, no ``..``, links only within the tree, only files, folders
-    and links), and extraction uses tarfile's ``data`` filter where Python has it.
-    """
+    """Unpack ``sdist`` into ``dest`` (which must not exist), without the tarball's top-level folder, its members
+    checked first (``_checked_members``) and tarfile's ``data`` filter used where Python has it."""
     shown = sdist.name
     try:
         archive = tarfile.open(sdist, "r:*")
@@ -297,9 +293,8 @@ def fresh_patched_clone(pin: Pin, vanilla: Path, cache: Cache, console: Console)
 
 
 def _replace_with_new_tree(dest: Path, make: Callable[[Path], None], failure: str) -> None:
-    """Build a tree with ``make`` in a scratch folder beside ``dest``, then put it in place of ``dest`` in one
-    rename: an interrupted or failed build never leaves a half-made tree where the cache expects a whole one. The old
-    tree is renamed out of the way first, then removed with the scratch folder, so no reader sees it half-deleted."""
+    """Build a tree with ``make`` beside ``dest`` and rename it into place: no reader sees a half-made tree, nor the
+    old one half-deleted (it is renamed out of the way first)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("tree", hidden=True), dir=dest.parent))
     try:

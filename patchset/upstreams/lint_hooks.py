@@ -23,13 +23,9 @@ Check = Callable[[Sequence[str]], list[str]]
 
 @dataclass(frozen=True)
 class LintHook:
-    """One hook of an upstream's lint gates, as ``export-pr`` runs it: a ``repo: local`` pre-commit hook.
-
-    ``command`` is a tool of the test venv's ``bin/`` and its arguments (``python``: the venv's interpreter); with
-    ``language`` ``pygrep``, ``command`` is the one regular expression that must not match. Without a command the
-    hook is ``check``, this project's own, run by ``RUNNER``. ``options``: pre-commit's other fields (args, types,
-    files, ...), in the order written.
-    """
+    """One hook of an upstream's lint gates, as a ``repo: local`` pre-commit hook: ``command``, a tool of the test
+    venv's ``bin/`` and its arguments (a ``pygrep`` hook's expression), else ``check``, this project's own, run by
+    ``RUNNER``; ``options``: pre-commit's other fields, in the order written."""
 
     id: str
     name: str

@@ -5,15 +5,17 @@ finds it and which other upstream its tests import, how the upstream names its C
 needs, its PR-title form, its PR template and its lint gates (the last two, with the checks of its own, in the
 module each entry names: ``verl_pr``, ``trinity_pr``). The pins (versions and sdist hashes) are data, in
 ``patches/upstreams.toml``; the overlays, which are installed without this package, keep their own runtime facts
-beside their code. Adding an upstream is one entry in ``UPSTREAMS`` plus its series and pins.
+beside their code. Adding an upstream is one entry in ``UPSTREAMS`` plus its series and pins. ``detect`` tells
+a tree, and its version, from the tree's own files.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from patchset.plumbing.errors import BadInput
 from patchset.upstreams import trinity_pr, verl_pr
 from patchset.upstreams.lint_hooks import LintHook
 from patchset.upstreams.pr_template import PrTemplate
@@ -61,10 +63,8 @@ class Upstream:
     pr_template: PrTemplate | None = None  # the layout of the PR body export-pr writes: its upstream's PR template
     lint_hooks: tuple[LintHook, ...] = ()  # its .pre-commit-config.yaml at the pinned release, as run here
     lint_not_run: str = ""  # what of that config is not run here, said in the PR body
-    # upstream's tests that cannot run on a CPU-only machine without a Ray cluster or model checkpoints (see
-    # patchset.export.test_selection): True when its CI runs every test on a GPU unless the file name ends in
-    # ``test_suffix`` (said with ``gpu_naming_source``, where upstream says so); and (regular expression on a test
-    # file's source, why it cannot run here) for the resources a test needs
+    # upstream's tests that cannot run here (export.test_selection): all but those named ``*test_suffix`` when its CI
+    # runs them on a GPU (``gpu_naming_source``: where upstream says so); and (regex on a test's source, why not)
     gpu_unless_suffix: bool = False
     gpu_naming_source: str = ""
     resource_markers: tuple[tuple[str, str], ...] = ()
@@ -177,3 +177,40 @@ UPSTREAMS = {
         ),
     ),
 }
+
+
+@dataclass(frozen=True)
+class Detected:
+    """What a tree is: ``key`` as in upstreams.toml ("verl" or "trinity"), a label, the version it declares and
+    the file that declares it (``marker``, relative to the tree)."""
+
+    key: str
+    label: str
+    version: str
+    marker: str = field(default="", compare=False)
+
+
+def _detected(root: Path, upstream: Upstream) -> Detected | None:
+    if not upstream.is_tree(root):
+        return None
+    version = upstream.read_version(root)
+    return Detected(upstream.key, upstream.title, version, marker=upstream.version_file) if version else None
+
+
+def _either(names: list[str], word: str = "or") -> str:
+    return ", ".join(names[:-1]) + f" {word} {names[-1]}" if len(names) > 1 else "".join(names)
+
+
+def detect(root: Path, shown: str) -> Detected:
+    """Detect the upstream at ``root`` (``shown`` is how to name it in messages); raise ``BadInput`` otherwise."""
+    titles = _either([upstream.title for upstream in UPSTREAMS.values()])
+    if not root.is_dir():
+        raise BadInput(f"{shown} is not a directory; pass the root of a {titles} checkout")
+    found = [d for d in (_detected(root, upstream) for upstream in UPSTREAMS.values()) if d is not None]
+    if not found:
+        files = _either([upstream.version_file for upstream in UPSTREAMS.values()])
+        raise BadInput(f"{shown} is not a {titles} checkout (no {files})")
+    if len(found) > 1:
+        held = ("both " if len(found) == 2 else "") + _either([d.label for d in found], "and")
+        raise BadInput(f"{shown} holds {held}; pass the root of each tree separately")
+    return found[0]

@@ -15,26 +15,18 @@ PINS_FILE = "upstreams.toml"
 
 @dataclass(frozen=True)
 class Workspace:
-    """Where a run reads its series and pins and keeps its sdists and checkouts.
-
-    Every command resolves it once (``--patches-dir``, ``--cache``, ``$PATCHSET_CACHE``) and hands it down, so that no
-    layer below picks its own default or reads ``upstreams.toml`` again.
-    """
+    """Where a run reads its series and pins and keeps its sdists and checkouts: resolved once and handed down, so
+    that no layer below picks its own default or reads ``upstreams.toml`` again."""
 
     patches_dir: Path
     pins: Pins
     cache: Cache
 
 
-def default_patches_dir(repo_root: Path = REPO_ROOT) -> Path:
-    """The repository's own ``patches/``."""
-    return repo_root / "patches"
-
-
 def patches_dir_of(option: str | Path | None, repo_root: Path = REPO_ROOT) -> Path:
     """``--patches-dir`` (``~`` expanded), else the repository's ``patches/``; for a reader of the folder itself (the
     series lint), which must not stop at a bad ``upstreams.toml`` the way `resolve_workspace` does."""
-    return Path(option).expanduser() if option else default_patches_dir(repo_root)
+    return Path(option).expanduser() if option else repo_root / "patches"
 
 
 def resolve_workspace(

@@ -7,7 +7,7 @@ import pytest
 from patchset_fakes import TRINITY_FILES, VERL_FILES, write_files
 
 from patchset.plumbing.errors import BadInput
-from patchset.upstreams.detect import Detected, detect
+from patchset.upstreams.registry import Detected, detect
 
 
 @pytest.mark.parametrize(

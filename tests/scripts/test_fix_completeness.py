@@ -45,9 +45,8 @@ import pytest
 
 from patchset.series.groups import DESCRIPTIONS_DIR, GROUPS_FILE, parse_groups
 from patchset.series.model import Patch, Series, load_series
-from patchset.series.parts import PARTS_FILE, read_parts
+from patchset.series.parts import PARTS_FILE, read_parts, slug_of
 from patchset.series.tables import AUDIT_KEY
-from patchset.series.teeth import slug_of
 from patchset.upstreams.pins import Pins, load_pins
 from patchset_overlay.derive import release_series
 from patchset_overlay.spec import Overlay, Piece

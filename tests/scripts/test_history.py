@@ -27,7 +27,7 @@ def test_todays_series_are_in_the_manifest():
 
     lacking = [name for name in folders if history.find(name, of_series(load_series(PATCHES, name)).ident) is None]
 
-    assert lacking == [], f"patches/history.json lacks today's {lacking}: run python -m patchset.series.history"
+    assert lacking == [], f"patches/history.json lacks today's {lacking}: run python -m patchset export history"
 
 
 def test_every_landed_series_is_in_the_manifest_at_its_revision():
@@ -38,7 +38,7 @@ def test_every_landed_series_is_in_the_manifest_at_its_revision():
         pytest.skip("not a full git clone: the manifest cannot be compared with the history")
     written, generated = load_history(PATCHES), _from_json(generate(PATCHES))
 
-    assert missing(written, generated) == [], "run python -m patchset.series.history"
+    assert missing(written, generated) == [], "run python -m patchset export history"
     landed = {
         commit[:7]: s.revisions[s.commits.index(commit)]
         for s in written.series.values()
@@ -67,7 +67,7 @@ def test_the_overlays_carry_todays_series_and_status_says_which():
     history = load_history(PATCHES)
 
     for folder, ident in carried["series"].items():
-        assert ident == of_series(load_series(PATCHES, folder)).ident, "run python -m patchset.series.history"
+        assert ident == of_series(load_series(PATCHES, folder)).ident, "run python -m patchset export history"
         assert carried["revision"] in history.series[ident].revisions
     entry = {"overlay": "verl", "enabled": True, "how": "automatic", "upstream": "verl", "version": "0.8.0"}
     shown = render([{**entry, "problem": None, "pieces": [], "cannot_change": "", "series": carried}])

@@ -25,7 +25,7 @@ import pytest
 
 from patchset import cli
 from patchset.plumbing.paths import REPO_ROOT
-from patchset.series.teeth import slug_of
+from patchset.series.parts import slug_of
 
 
 def main(argv: list[str]) -> int:

@@ -13,7 +13,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_tables_are_the_ones_the_declarations_make():
-    assert tables.drifted(REPO_ROOT, REPO_ROOT / "patches") == [], "run python -m patchset.series.tables --write"
+    assert tables.drifted(REPO_ROOT, REPO_ROOT / "patches") == [], "run python -m patchset export tables --write"
 
 
 def test_a_changed_declaration_drifts_until_written_again(tmp_path: Path):
