@@ -1,21 +1,24 @@
 """docs/troubleshooting.md's exit codes, made from each command's own ``--help``, never by hand.
 
-``python -m patchset.testcommand.reference --write`` puts them between the markers; ``--check`` exits 1 when they
+``python -m patchset reference --write`` puts them between the markers; ``--check`` exits 1 when they
 differ. It lives beside the test command, the one part that may import every command's module."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 import textwrap
-from collections.abc import Sequence
 from pathlib import Path
 
 from patchset.cli import apply, export, export_pr, wheels
+from patchset.cli.startup import Run
+from patchset.plumbing import signals
+from patchset.plumbing.errors import BadInput
+from patchset.plumbing.paths import REPO_ROOT
+from patchset.plumbing.ui import Console
 from patchset.testcommand import testsuite
 
 DOC = "docs/troubleshooting.md"
-START = "<!-- exit codes: made by `python -m patchset.testcommand.reference --write` from each --help; edit those -->"
+START = "<!-- exit codes: made by `python -m patchset reference --write` from each --help; edit those -->"
 END = "<!-- end of exit codes -->"
 # scripts/test.sh's exit codes are one sentence in its --help: laid out as the others' lines are
 TEST_CODES = textwrap.fill(
@@ -43,7 +46,7 @@ def exit_codes() -> str:
 def _block(text: str) -> tuple[int, int]:
     start, end = text.find(START), text.find(END)
     if start < 0 or end < start:
-        raise ValueError(f"{DOC} has no exit-code markers ({START!r} ... {END!r})")
+        raise BadInput(f"{DOC} has no exit-code markers ({START!r} ... {END!r})")
     return start, end + len(END)
 
 
@@ -60,32 +63,28 @@ def write(root: Path) -> None:
     path.write_text(text[:start] + exit_codes() + text[end:], encoding="utf-8")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m patchset.testcommand.reference",
+def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
+    """Add ``reference``'s parser to the top-level ``commands``."""
+    parser = commands.add_parser(
+        name,
+        help=help,
         description=f"Print every command's exit codes as {DOC} holds them.",
         epilog=f"Exit codes: 0 done; 1 --check found {DOC} out of date; 2 bad input.",
     )
     parser.add_argument("--write", action="store_true", help=f"put them into {DOC}, between the markers")
     parser.add_argument("--check", action="store_true", help=f"exit 1 when {DOC}'s differ")
-    args = parser.parse_args(argv)
-    root = Path(__file__).resolve().parents[2]
-    try:
+
+    def run(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
         if args.check:
-            if drifted(root):
-                print(f"{DOC}: the exit codes are out of date (run: python -m patchset.testcommand.reference --write)")
+            if drifted(REPO_ROOT):
+                print(f"{DOC}: the exit codes are out of date (run: python -m patchset reference --write)")
                 return 1
             return 0
         if args.write:
-            write(root)
-            print(f"* Wrote the exit codes into {DOC}")
+            write(REPO_ROOT)
+            console.summary(f"* Wrote the exit codes into {DOC}")
             return 0
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    print(exit_codes())
-    return 0
+        print(exit_codes())
+        return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return Run(run, handle_signals=False, interrupted="")

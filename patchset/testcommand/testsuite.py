@@ -84,7 +84,7 @@ from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin
 from patchset.upstreams.workspace import Workspace, resolve_workspace
 
-# the end of --help that docs/troubleshooting.md's exit codes are made from (patchset.testcommand.reference)
+# the end of --help that docs/troubleshooting.md's exit codes are made from (python -m patchset reference)
 EXIT_CODES = (
     "Exit codes: 0 all passed; 1 a step failed (its output says which); 2 the environment could not be built; "
     f"{EXIT_TIMED_OUT} a step hung past its time limit and was ended (the last line names it, the test it was in and "

@@ -13,7 +13,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_exit_codes_are_the_ones_the_commands_give():
-    assert not reference.drifted(REPO_ROOT), "run python -m patchset.testcommand.reference --write"
+    assert not reference.drifted(REPO_ROOT), "run python -m patchset reference --write"
 
 
 def test_a_changed_exit_code_drifts_until_written_again(tmp_path: Path, monkeypatch):
