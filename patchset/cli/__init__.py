@@ -38,6 +38,7 @@ COMMANDS = {
     "export": Command("patchset.cli.export", "check out, refresh, export and lint the series (scripts/export.sh)"),
     "export-pr": Command("patchset.cli.export_pr", "one upstream branch per concern, gated (scripts/export-pr.sh)"),
     "wheels": Command("patchset.cli.wheels", "build patched wheels, or print an installed one's manifest"),
+    "test": Command("patchset.cli.test", "run every test of the patchset (scripts/test.sh)"),
 }
 
 

@@ -42,7 +42,6 @@ test, loss and mode, without the engine end-to-end module or the legacy-path run
 
 from __future__ import annotations
 
-import argparse
 import compileall
 import json
 import os
@@ -57,9 +56,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TextIO
 
-from patchset.cli.exits import run_reporting_errors
 from patchset.plumbing.errors import EXIT_TIMED_OUT, PatchsetError
-from patchset.plumbing.limits import TIME_SCALE_VARIABLE, scaled
+from patchset.plumbing.limits import scaled
 from patchset.plumbing.ui import Console
 from patchset.series.model import Patch, load_series
 from patchset.series.parts import without_overlay
@@ -422,7 +420,7 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1, suite_forks: str | No
     partial, line = releases.partial, releases.line
 
     def step(name: str, proves: str, needs: tuple[str, ...] = ("environment", "pinned trees"), **how: object) -> Step:
-        argv = [sys.executable, "-P", "-m", "patchset.testcommand.testsuite", "--step", name, "--cache", str(cache)]
+        argv = [sys.executable, "-m", "patchset", "test", "--step", name, "--cache", str(cache)]
         return Step(name, proves, (*argv, *(["--quick"] if quick else [])), needs, **how)  # type: ignore[arg-type]
 
     shapes = "one batch shape per test, loss and mode"
@@ -500,63 +498,26 @@ def _run(command: Sequence[str], env: dict[str, str] | None = None) -> bool:
     return subprocess.run(list(command), cwd=REPO_ROOT, env=env).returncode == 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="scripts/test.sh",
-        description="Run every test of the patchset, proving each deployment mode once: lint, the tooling tests, "
-        "the regression suite on the vanilla trees (the teeth: one batch shape per test, loss and mode) and on the "
-        "patched trees (every case), the patched wheels (sha256 of every installed file, labels), verl 0.9.1 "
-        "(patches skipped by content), verl 0.7.1 (its own series) and the overlays on pip-installed releases "
-        "(parity, import order, Ray). "
-        "Independent steps run at once, each printed whole when it ends; a summary lists every step and its time.",
-        epilog="Exit codes: 0 all passed; 1 a step failed (its output says which); 2 the environment could not "
-        f"be built; {EXIT_TIMED_OUT} a step hung past its time limit and was ended (the last line names it, the test "
-        "it was in and the file that keeps its stacks, printed above); 70 an internal error (one line says what "
-        "failed and where). PATCHSET_WORKERS=N sets the pytest-xdist workers of each step (default: the cores "
-        f"divided among the steps running at once; 1: none). {TIME_SCALE_VARIABLE}=F multiplies every time limit "
-        "(steps: 5 to 30 minutes; a regression run: 15), for a slower machine. Unless TMPDIR is set, the steps' "
-        "temporary files go to a folder of their own on /dev/shm where it is a tmpfs with 4 GiB free (creating files "
-        "there costs less CPU than on a disk), removed at the end, kept when a step failed.",
-    )
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=Path(os.environ.get("PATCHSET_CACHE", REPO_ROOT / ".cache")),
-        help="the cache of fetched and patched trees (default: $PATCHSET_CACHE, else .cache in this checkout)",
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="a quick loop: the environment, the pinned trees, and the regression suite on them, vanilla then "
-        "patched, one batch shape per test, loss and mode, without the engine end-to-end module or Trinity's "
-        "legacy-path run beside verl 0.7.1; no lint, tooling tests, wheels, verl 0.9.1 or overlays",
-    )
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=os.cpu_count() or 1,
-        help="steps run at once (default: the cores); 1 runs them one after another, streaming their output",
-    )
-    parser.add_argument("--step", help=argparse.SUPPRESS)  # one step, run by the scheduler (its name: see plan)
-    args = parser.parse_args(argv)
-    args.cache = args.cache.resolve()
+def run_step(name: str, cache: Path, quick: bool) -> int:
+    """Step ``name`` alone, as the scheduler runs it in a process of its own: 0 passed, 1 failed, 2 no environment."""
+    try:
+        return 0 if _run_one_step(name, resolve_workspace(None, str(cache), os.environ), quick) else 1
+    except VenvError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except (PatchsetError, OSError, subprocess.CalledProcessError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
 
-    if args.step:
-        try:
-            workspace = resolve_workspace(None, str(args.cache), os.environ)  # once for the step's process
-            return 0 if _run_one_step(args.step, workspace, args.quick) else 1
-        except VenvError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-        except (PatchsetError, OSError, subprocess.CalledProcessError) as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 1
 
+def run(cache: Path, quick: bool, jobs: int) -> int:
+    """Every step of the plan (``quick``: the quick loop), ``jobs`` at a time; the test command's exit code. The
+    steps' temporary files go to a scratch folder (`patchset.testcommand.scratch`), kept when a step failed."""
     scratch = Scratch(os.environ)
     print(scratch.describe(), flush=True)
     failed = True
     try:
-        code = _run_steps(args, scratch.environ())
+        code = _run_steps(cache, quick, jobs, scratch.environ())
         failed = code != 0
         return code
     except KeyboardInterrupt:
@@ -567,10 +528,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(kept, file=sys.stderr, flush=True)
 
 
-def _run_steps(args: argparse.Namespace, scratch_env: Mapping[str, str]) -> int:
+def _run_steps(cache: Path, quick: bool, jobs: int, scratch_env: Mapping[str, str]) -> int:
     """Every step of the plan, the steps' environment given ``scratch_env`` too; the test command's exit code."""
     started = time.monotonic()
-    shutil.rmtree(args.cache / "results", ignore_errors=True)
+    shutil.rmtree(cache / "results", ignore_errors=True)
     _compile_project()
     env = {**os.environ, **scratch_env, "PYTHONPATH": str(REPO_ROOT)}
     # every test process computes on one thread: the tensors are tiny, and the steps and workers running at once
@@ -579,9 +540,9 @@ def _run_steps(args: argparse.Namespace, scratch_env: Mapping[str, str]) -> int:
     if env["OMP_NUM_THREADS"] == "1":  # a warm fork server needs one thread: with more, runs fork from fresh ones
         env[WARM_SERVER_VARIABLE] = "required"
     # --quick runs teeth, then fix, one at a time: each gets every core
-    workspace = resolve_workspace(None, str(args.cache), os.environ)
+    workspace = resolve_workspace(None, str(cache), os.environ)
     server = _suite_fork_server(workspace)
-    steps = plan(workspace, args.quick, 1 if args.quick else args.jobs, suite_forks=server.address)
+    steps = plan(workspace, quick, 1 if quick else jobs, suite_forks=server.address)
     served = {step.name for step in steps if SOCKET_VARIABLE in dict(step.env)}
 
     def start_server(step: Step) -> None:  # once the environment step has built the venv it runs in
@@ -589,14 +550,14 @@ def _run_steps(args: argparse.Namespace, scratch_env: Mapping[str, str]) -> int:
             server.start(ensure_venv(), REPO_ROOT, env)  # the steps' environment: their runs' thread settings
 
     try:
-        results = Scheduler(steps, args.jobs, REPO_ROOT, env, before_start=start_server).run()
+        results = Scheduler(steps, jobs, REPO_ROOT, env, before_start=start_server).run()
     finally:
         forked_cpu = server.stop()
     if any(result.name == "fix" for result in results):
-        print("\n=== gradient norm relative to one micro-batch on one rank\n" + _ratio_table(args.cache / "results"))
+        print("\n=== gradient norm relative to one micro-batch on one rank\n" + _ratio_table(cache / "results"))
     children = resource.getrusage(resource.RUSAGE_CHILDREN)  # every step, and every process each step waited for
     cpu = children.ru_utime + children.ru_stime
-    print("\n=== summary\n" + summary(results, time.monotonic() - started, args.jobs, cpu), flush=True)
+    print("\n=== summary\n" + summary(results, time.monotonic() - started, jobs, cpu), flush=True)
     if forked_cpu is not None:  # the runs of the suite it forked are its children, not their steps'
         print(
             f"  (the suite's runs in {', '.join(sorted(served))}: {duration(forked_cpu)} of CPU, forked by the suite "
@@ -610,7 +571,3 @@ def _run_steps(args: argparse.Namespace, scratch_env: Mapping[str, str]) -> int:
     if not results[0].passed:
         return 2
     return 0 if all(result.passed for result in results) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(run_reporting_errors(main, interrupted=""))  # a failure of the harness itself: one line, 70

@@ -32,9 +32,9 @@ TOOLING_LAYERS: Mapping[str, int] = {
     "patchset.apply": 3,
     "patchset.export": 3,
     "patchset.wheels": 4,
-    "patchset.cli": 5,
-    "patchset.__main__": 6,
-    "patchset.testcommand": 6,  # the test command (scripts/test.sh): nothing of the tooling imports it
+    "patchset.testcommand": 5,  # the test command: only its command line (patchset.cli.test) imports it
+    "patchset.cli": 6,
+    "patchset.__main__": 7,
 }
 OVERLAY_LAYERS: Mapping[str, int] = {
     "patchset_overlay": 0,

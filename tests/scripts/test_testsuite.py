@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from patchset.cli import main
 from patchset.plumbing.limits import scaled
 from patchset.testcommand import testsuite
 from patchset.testcommand.scheduler import Step
@@ -69,10 +70,9 @@ def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str,
 
 
 def _step_argv(step: Step) -> list[str]:
-    """What the scheduler would run, as arguments of testsuite.main (after
-    ``python -P -m patchset.testcommand.testsuite``)."""
-    assert step.argv[1:4] == ("-P", "-m", "patchset.testcommand.testsuite")
-    return list(step.argv[4:])
+    """What the scheduler would run, as arguments of the command line (after ``python -m patchset``)."""
+    assert step.argv[1:5] == ("-m", "patchset", "test", "--step")
+    return list(step.argv[3:])
 
 
 @pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
@@ -84,7 +84,7 @@ def test_each_planned_step_runs_its_own_body(recorded, tmp_path, quick):
     selected = {"teeth": [], "fix": []}
     for step in steps:
         recorded.clear()
-        assert testsuite.main(_step_argv(step)) == 0
+        assert main(_step_argv(step)) == 0
         if step.name in selected:
             ((kind, expect, args, sample, companions, cache),) = recorded
             assert (kind, expect) == ("regression", "bug" if step.name == "teeth" else "fixed")
@@ -115,7 +115,7 @@ def test_teeth_marks_its_record_complete_as_it_ends_passed_or_not(recorded, monk
     teeth = next(step for step in testsuite.plan(_workspace(tmp_path), quick=False) if step.name == "teeth")
     done = (tmp_path / "cache").resolve() / "results" / BASELINE_DONE_FILE
 
-    assert testsuite.main(_step_argv(teeth)) == verdict
+    assert main(_step_argv(teeth)) == verdict
     assert done.exists()
 
 
@@ -139,8 +139,7 @@ def test_steps_running_at_once_share_the_cores_among_their_workers(monkeypatch, 
 
 
 def test_quick_help_names_exactly_what_it_runs(capsys):
-    with pytest.raises(SystemExit):
-        testsuite.main(["--help"])
+    assert main(["test", "--help"]) == 0
     quick_help = " ".join(capsys.readouterr().out.split("--quick", 1)[1].split())
     assert "the environment, the pinned trees, and the regression suite on them" in quick_help
     assert "without the engine end-to-end module or Trinity's legacy-path run" in quick_help
