@@ -13,6 +13,7 @@ the code under test.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -51,6 +52,12 @@ WARM_PROBE_MODULES = (
     "trinity.algorithm.policy_loss_fn.dpo_loss",
 )
 WARM_LIST_VARIABLE = "PATCHSET_OVERLAY_WARM_LIST"
+
+
+def module_list_name(lock: Path, modules: Sequence[str]) -> str:
+    """The file name of a list of modules learned by importing ``modules``: by the locked environment and them."""
+    digest = hashlib.sha256(lock.read_bytes() + "\n".join(modules).encode() + sys.version.encode()).hexdigest()
+    return f"modules-{digest[:16]}.txt"
 
 
 def _sdist(cache_sdists: Path, pin: Pin) -> Path:
