@@ -1,43 +1,21 @@
-"""The project's test command (scripts/test.sh): every deployment mode proven once, by its cheapest exact means.
+"""The test command (``python -m patchset test``, scripts/test.sh): every deployment mode proven once, by its
+cheapest exact means (docs/testing.md). Its steps, each a process of its own (``--step NAME``):
 
-Steps (each timed; the summary lists every step, its time and what it proves):
+- environment: the pinned venv of requirements/lock.txt, built on first use;
+- lint: ruff, ruff format and shellcheck;
+- pinned trees: the pinned upstreams fetched and patched, and every other pin later steps read;
+- tooling: tests/scripts;
+- teeth: the regression suite on the vanilla trees, expecting the bug, one batch shape per test, loss and mode;
+- fix: the whole suite on the patched trees; its ``vanilla_baseline`` tests run last, each waiting for teeth's record;
+- wheels: the patched wheels' files equal to the patched trees' (sha256), labels and manifests; verl 0.9.1's and
+  0.7.1's too;
+- verl 0.9.1, a partial target: what upstream has skipped by content, fix on the patched clone, teeth on vanilla;
+- verl 0.7.1, a release of another line with its own series: the same three checks;
+- overlays: tests/overlay on pip-installed releases, then the teeth of the patches the overlay carries on
+  pip-installed verl 0.9.1 and 0.7.1.
 
-- environment: the pinned venv, built from requirements/lock.txt on first use (pip's progress shown);
-- lint: ruff, ruff format and shellcheck on this project;
-- pinned trees: fetch the pinned upstreams and make patched trees of them (``patchset apply --no-test``), and
-  fetch the other pins later steps read (verl 0.7.0, 0.7.1 and 0.9.1);
-- tooling: tests/scripts, the real series on copies of the pinned checkouts and the fault suite included;
-- teeth: the regression suite on the vanilla trees, expecting the bug, one batch shape per test, loss and mode
-  (every check must fail there once), the engine end-to-end module included;
-- fix: the whole regression suite on the patched trees, expecting the fix, after teeth or beside it; its tests that
-  compare the patched trees with what teeth records (Trinity's metrics, the deviations of the losses not promised, the
-  gradients the switch-off paths must keep: marked ``vanilla_baseline``) run last, each waiting for teeth's record;
-- wheels: the patched wheels built, installed into a fresh venv, every installed file equal by sha256 to the patched
-  tree's (every file the patches change among them), versions and manifests as labelled, and the installed modules'
-  own versions at runtime; verl 0.9.1's and verl 0.7.1's wheels too, each installed alone, its files equal to a
-  patched clone's, each patch applied or skipped as labelled;
-- verl 0.9.1, a target that takes part of the verl series: applied to a clone, the patches upstream has are skipped
-  by content and the others apply; the suite passes on the patched clone, and the tests of the applied patches
-  (their teeth, in ``patches/verl/parts.toml``) fail on the vanilla release;
-- verl 0.7.1, a release of another line with a series of its own (patches/verl-0.7, its critic backport and geo_mean):
-  the same three checks, on its engine path (Trinity's legacy path is tested beside the vanilla 0.7.1 by teeth and
-  fix, as before);
-- overlays: a fresh venv with the pinned sdists and this project pip-installed; tests/overlay: parity with the
-  patched trees bit for bit, the import-order matrix, guards, activation, verl 0.9.1's own CPU test of the critic
-  fix, a local Ray run, the installed file list; then a venv with
-  verl 0.9.1 pip-installed, where the suite's tests of the patches that apply there pass with the overlays on (the
-  verl 0.9.1 step shows them failing on the vanilla release's code).
-
-Each step is a process of its own (``--step NAME``); `patchset.testcommand.scheduler` runs independent steps at
-once (as many as ``--jobs``, default the cores), each step's output printed whole when it ends, and within a step
-independent tests run on every core (pytest-xdist). The overlays, the tooling tests, the wheels and verl 0.9.1
-are independent of each other and of teeth and fix; fix runs after teeth or beside it (on 2 cores it starts once
-the tooling tests end, after the overlays took the slot teeth left), and only its tests that read teeth's record wait
-for it, at the end of the same pytest run (not in a step of their own, paying the imports again). Every
-step runs even when another failed (unless it needs that one: nothing runs without the environment and the pinned
-trees), so one run reports everything; the exit code is 0 only if all passed.
-``--quick``, a loop while editing, runs the environment and pinned trees, then teeth and fix one batch shape per
-test, loss and mode, without the engine end-to-end module or the legacy-path run beside verl 0.7.1.
+`patchset.testcommand.scheduler` runs independent steps at once (``--jobs``); every step runs even when another
+failed, unless it needs that one; the exit code is 0 only if all passed.
 """
 
 from __future__ import annotations
@@ -68,7 +46,6 @@ from patchset.testcommand.scratch import Scratch
 from patchset.testcommand.wheel_checks import check_wheels
 from patchset.testenv.regression import (
     BASELINE_DONE_FILE,
-    BASELINE_WAIT_VARIABLE,
     SUITE_LIMIT_S,
     WARM_SERVER_VARIABLE,
     SuiteRun,
@@ -144,14 +121,9 @@ def _partial_target_teeth(
 
 
 def _upstream_merged_step(workspace: Workspace, env: dict[str, str], pin: Pin) -> bool:
-    """A verl release other than the default: verl 0.9.1, a target that takes part of the verl series, or verl
-    0.7.1, which takes the series of its release line (verl-0.7). ``patchset apply`` on a fresh clone must exit 0,
-    having skipped each patch upstream has (``Applied-Upstream`` at or before the release) with the message that
-    names its version and what the tree has (the Upstream-Check lines matched), and applied the others; then the
-    regression suite expecting the fix on the patched clone (one batch shape per test, loss and mode: the whole
-    suite ran on the patched default trees), and the teeth of the applied patches on the vanilla tree, beside the rest
-    (the two runs are independent: at the end of the test command this step often runs alone, and one pytest run after
-    the other would leave a core idle); the teeth run's output is printed after the rest's."""
+    """verl 0.9.1 (part of the series upstream) or 0.7.1 (its own series): ``patchset apply`` on a fresh clone skips
+    what upstream has, saying so, and applies the rest; the suite, sampled, passes on the clone; beside it, the teeth
+    of the applied patches fail on the vanilla tree (printed after)."""
     key, patches_dir = pin.key, workspace.patches_dir
     vanilla = ensure_upstream(pin, workspace.cache, Console())
     merged, applies = _split_series(pin, patches_dir)
@@ -189,11 +161,8 @@ def _apply_and_fix(pin: Pin, workspace: Workspace, env: dict[str, str], vanilla:
 
 
 def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path], workspace: Workspace) -> bool:
-    """The overlays on pip-installed releases: build the environment, then tests/overlay, which holds their proof:
-    parity with the patched trees on every loss case (bit for bit: what the suite checks of the patched trees holds
-    for the overlays; a smoke run of the suite there would prove nothing more), the import-order matrix (with its
-    teeth: the same probes with the overlays off find upstream's code), guards, activation, and verl 0.9.1's own test
-    of the critic fix."""
+    """The overlays on pip-installed releases: tests/overlay in a venv of the pinned releases (parity with the patched
+    trees bit for bit, import order, guards, activation), then `_overlay_partial_target` on verl 0.9.1 and 0.7.1."""
     results_dir, releases = workspace.cache.root / "results", find_releases(workspace)
     with tempfile.TemporaryDirectory(prefix="patchset-overlay-venv-") as tmp:
         try:
@@ -244,13 +213,8 @@ def _warm_parent_list(workspace: Workspace, pins: Sequence[Pin]) -> Path:
 
 
 def _overlay_partial_target(python: str, workspace: Workspace, venv_dir: Path, pin: Pin) -> bool:
-    """The overlay on pip-installed verl 0.9.1 (alone: pip cannot install trinity-rft 0.6.0 beside it), a release
-    that has some of the fixes, or verl 0.7.1 (alone), whose critic piece is its own: the suite, in overlay mode, on
-    the patches that apply there and the overlay carries (their teeth; a patch whose parts.toml says the overlay does
-    not carry it is left out, saying so), with the overlays on. The pieces 0.9.1 has stay off, and on
-    0.7.1 those written for other releases, which the suite's overlay check allows only for those; the rest must be
-    active. With the overlays off the installed files are the vanilla release's, whose failing of the same tests the
-    verl 0.9.1 and 0.7.1 steps show (their teeth), so that run is not made twice."""
+    """``pin`` (verl 0.9.1 or 0.7.1) pip-installed alone: the teeth of the patches that apply there and the overlay
+    carries pass with the overlays on (their failing on the vanilla code is the release's own step's)."""
     try:
         overlay_python, site = build_overlay_env(venv_dir, Path(python), workspace.cache.sdists, [pin])
     except VenvError as error:
@@ -318,9 +282,8 @@ def _lint(python: str) -> bool:
 
 
 def _pinned_trees_step(workspace: Workspace, env: dict[str, str], quick: bool) -> bool:
-    """Fetch the default pins and patch them (``patchset apply --no-test``); then fetch every other pin a later
-    step reads (the companion verl, verl 0.9.1, the releases of another line: verl 0.7.0 and 0.7.1), so that steps
-    running at once never fetch into the cache."""
+    """Patch the default pins (``patchset apply --no-test``), then fetch every other pin a later step reads, so that
+    steps running at once never fetch into the cache."""
     if not _run([sys.executable, "-m", "patchset", "apply", "--no-test", "--cache", str(workspace.cache.root)], env):
         return False
     if quick:
@@ -336,16 +299,17 @@ def _pinned_trees_step(workspace: Workspace, env: dict[str, str], quick: bool) -
 
 
 def _regression_step(workspace: Workspace, name: str, quick: bool) -> bool:
-    """Teeth (``bug``, the vanilla trees, one batch shape per test; when it ends, passed or not, its record in the
-    results folder is marked complete) or fix (``fixed``, the patched trees, every case unless ``quick``; its
-    ``vanilla_baseline`` tests compare with teeth's record); ``quick``: one batch shape per test, without the engine
-    end-to-end module or the companion verl (which is fetched into the workspace's cache)."""
+    """Teeth (the vanilla trees, sampled; its record marked complete as it ends) or fix (the patched trees, every
+    case unless ``quick``); ``quick``: sampled, without the engine end-to-end module or the companion verl."""
     vanilla, patched = _pinned_trees(workspace)
     e2e = str(REPO_ROOT / "tests" / "regression" / "test_engine_e2e.py")
     trees, sample = (vanilla, True) if name == "teeth" else (patched, quick)
+    # fix, beside teeth: its tests that read teeth's record wait for it, at most 2/3 of a run's limit (so that a teeth
+    # step that hung fails them, not the whole run)
+    wait = ["--baseline-wait", f"{scaled(SUITE_LIMIT_S) * 2 / 3:g}"] if name == "fix" else []
     run = SuiteRun(
         expect="bug" if name == "teeth" else "fixed",
-        pytest_args=["--ignore", e2e] if quick else [],
+        pytest_args=[*(["--ignore", e2e] if quick else []), *wait],
         sample=sample,
         companions=not quick,
         baseline_dir=workspace.cache.root / "results",
@@ -390,12 +354,9 @@ def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
 
 
 def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
-    """The steps, in the order they take a free job slot: teeth and the tooling tests first, then the overlays (after
-    teeth, beside the tooling tests, the longest), fix, and the short steps, so that the last steps running are short
-    ones and neither slot runs two long steps in a row. ``jobs``: how
-    many run at once; teeth, fix and the overlays, whose pytest-xdist workers each import torch, verl and Trinity,
-    share the cores among them (``PATCHSET_WORKERS`` unless set); the tooling tests' workers import neither, and
-    take every core; verl 0.9.1 and 0.7.1, short suite runs, take one process each."""
+    """The steps, in the order they take a free slot (the long ones first, so that the last ones running are short).
+    ``jobs`` run at once: teeth, fix and the overlays share the cores among their pytest-xdist workers
+    (``PATCHSET_WORKERS`` unless set), the tooling tests take every core, verl 0.9.1 and 0.7.1 one process each."""
     cores = os.cpu_count() or 1
     shared = () if os.environ.get("PATCHSET_WORKERS") else (("PATCHSET_WORKERS", str(max(1, cores // jobs))),)
     # a short suite run beside the others: one process, not a worker per core that each import torch and verl first
@@ -425,10 +386,8 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
         step(
             "fix",
             "every check passes on the patched trees" + (f" ({shapes}; no engine runs)" if quick else ", every case"),
-            after=("teeth",) if quick else (),  # --quick: one at a time
-            # after teeth or beside it: the tests that read its record run last, each waiting for it (at most 2/3 of
-            # a pytest run's limit, so that a teeth step that hung fails them, not the whole run)
-            env=(*shared, (BASELINE_WAIT_VARIABLE, f"{scaled(SUITE_LIMIT_S) * 2 / 3:g}")),
+            after=("teeth",) if quick else (),  # --quick: one at a time; else beside teeth (`_regression_step`)
+            env=shared,
             limit_s=1500,
         ),
         step(
@@ -462,10 +421,8 @@ PROJECT_CODE += ("patchset_overlay_registry", "scripts", "tests", "trinity_overl
 
 
 def _compile_project() -> None:
-    """Byte-compile this project's own modules into their ``__pycache__`` folders, once (0.4 CPU-s): with
-    PYTHONDONTWRITEBYTECODE set, as on CI machines, each of the hundreds of processes the steps start would compile
-    them anew, while a checkout that once ran without it reads what it wrote then. The trees under test and the venv
-    are left as they are (the venv is byte-compiled as it is built)."""
+    """Byte-compile this project's own modules once (0.4 CPU-s): with PYTHONDONTWRITEBYTECODE set, as on CI
+    machines, each of the hundreds of processes the steps start would compile them anew."""
     for name in PROJECT_CODE:
         compileall.compile_dir(REPO_ROOT / name, quiet=1, workers=1)
 

@@ -26,24 +26,19 @@ TREE_VARIABLES = {upstream.key: upstream.tree_variable for upstream in UPSTREAMS
 ROLE_VARIABLES = {upstream.key: upstream.role_variable for upstream in UPSTREAMS.values() if upstream.role_variable}
 SAMPLE_VARIABLE = "PATCHSET_SAMPLE"
 # the vanilla run's record in PATCHSET_BASELINE_DIR is complete once this file is there (the teeth step writes it as it
-# ends); a patched run started beside it, with BASELINE_WAIT_VARIABLE set to a number of seconds, runs its tests that
-# read the record (marked vanilla_baseline) last, each waiting for the file that long at most
+# ends); a patched run started beside it with pytest's --baseline-wait SECONDS (the suite's conftest) runs its tests
+# that read the record (marked vanilla_baseline) last, each waiting for the file that long at most
 BASELINE_DONE_FILE = "vanilla-run.done"
-BASELINE_WAIT_VARIABLE = "PATCHSET_BASELINE_WAIT_S"
 # one pytest run of the suite: the whole suite on patched trees takes about 2 minutes on 2 cores; past this it hangs
 SUITE_LIMIT_S = 900
 
 
 @dataclass(frozen=True)
 class SuiteRun:
-    """How one call runs the regression suite. ``expect``: "fixed" for patched trees, "bug" for vanilla ones (the
-    teeth run); ``pytest_args``: added to pytest's command line; ``sample``: one batch shape per test, loss and mode;
-    ``companions=False`` leaves out the runs beside the companion verl (a quick loop); ``baseline_dir``: where the
-    suite keeps the metrics the teeth run records for the fix run to compare with; ``junit_dir``: each run writes its
-    JUnit XML report there (``run-<n>.xml``), for a caller that counts what passed; ``parallel=False``: one process (a
-    few tests cost less than starting a worker per core, each importing torch and the trees); ``limit``: how long one
-    pytest run may take before it is ended as hung (default `suite_limit`); ``output``: a file that takes what the
-    runs print (default: this process's standard output), for a run made beside another."""
+    """How one call runs the regression suite: ``expect`` "fixed" (patched trees) or "bug" (vanilla); ``sample``: one
+    batch shape per test, loss and mode; ``companions=False``: not beside the companion verl; ``baseline_dir``: the
+    teeth run's record; ``junit_dir``: a ``run-<n>.xml`` report per run; ``parallel=False``: one process; ``limit``:
+    per pytest run (default `suite_limit`); ``output``: a file for what the runs print."""
 
     expect: str = "fixed"
     pytest_args: Sequence[str] = ()
@@ -135,10 +130,8 @@ def run_overlay_regression_tests(
     sample: bool = False,
     parallel: bool = True,
 ) -> int:
-    """Run the regression suite with ``python``, an environment where verl, Trinity-RFT
-    and this project are installed (`patchset.testcommand.overlay_env`), on the overlays: ``fixed`` with them on,
-    ``bug`` with them off. ``parallel=False``: one process (a run of a few tests costs less than starting a worker per
-    core, each importing torch, verl and Trinity); past `suite_limit` ``TimedOut``."""
+    """Run the regression suite with ``python``, whose environment has verl, Trinity-RFT and this project installed,
+    with the overlays on (``fixed``) or off (``bug``); past `suite_limit` ``TimedOut``."""
     switch = "on" if expect == "fixed" else "off (PATCHSET_OVERLAYS=0)"
     print(f"* Running the regression tests (expecting {expect}) on the releases in {site_packages}, overlays {switch}")
     # -P, and pytest's append import mode: the checkout's own verl_overlay/ must not shadow the installed one (cwd is

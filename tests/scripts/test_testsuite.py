@@ -16,7 +16,7 @@ from patchset.cli import main
 from patchset.plumbing.limits import scaled
 from patchset.testcommand import testsuite
 from patchset.testcommand.scheduler import Step
-from patchset.testenv.regression import BASELINE_DONE_FILE, BASELINE_WAIT_VARIABLE, SUITE_LIMIT_S, WARM_SERVER_VARIABLE
+from patchset.testenv.regression import BASELINE_DONE_FILE, SUITE_LIMIT_S, WARM_SERVER_VARIABLE
 from patchset.testenv.venv import REPO_ROOT
 from patchset.upstreams.workspace import resolve_workspace
 
@@ -80,14 +80,15 @@ def test_each_planned_step_runs_its_own_body(recorded, tmp_path, quick):
     assert len(EVERY_STEP) == 10 and [step.name for step in steps] == (QUICK_STEPS if quick else EVERY_STEP)
     e2e = ["--ignore", str(testsuite.REPO_ROOT / "tests" / "regression" / "test_engine_e2e.py")]
     # one run per tree set: the fix run, after teeth, includes the comparisons with teeth's record
-    selected = {"teeth": [], "fix": []}
+    # the fix run, beside teeth, waits at most 2/3 of a run's limit for teeth's record
+    selected = {"teeth": [], "fix": ["--baseline-wait", f"{scaled(SUITE_LIMIT_S) * 2 / 3:g}"]}
     for step in steps:
         recorded.clear()
         assert main(_step_argv(step)) == 0
         if step.name in selected:
             ((kind, expect, args, sample, companions, cache),) = recorded
             assert (kind, expect) == ("regression", "bug" if step.name == "teeth" else "fixed")
-            assert args == (e2e if quick else selected[step.name])  # quick: without the e2e module
+            assert args == [*(e2e if quick else []), *selected[step.name]]  # quick: without the e2e module
             assert companions is not quick
             assert sample is (step.name == "teeth" or quick)  # teeth sampled; the fix every case unless quick
             assert cache == (tmp_path / "cache").resolve()  # the companion verl is fetched into the step's cache
@@ -98,7 +99,6 @@ def test_each_planned_step_runs_its_own_body(recorded, tmp_path, quick):
 def test_no_step_waits_for_teeth_but_fix_reads_its_record_when_complete_and_nothing_runs_without_the_pins(tmp_path):
     steps = {step.name: step for step in testsuite.plan(_workspace(tmp_path), quick=False)}
     assert not any(step.after for step in steps.values())
-    assert dict(steps["fix"].env)[BASELINE_WAIT_VARIABLE] == f"{scaled(SUITE_LIMIT_S) * 2 / 3:g}"
     quick = {step.name: step for step in testsuite.plan(_workspace(tmp_path), quick=True)}
     assert quick["fix"].after == ("teeth",)  # --quick: one at a time
     assert steps["environment"].stream and steps["environment"].needs == steps["pinned trees"].needs == ()
