@@ -59,10 +59,8 @@ def suite_limit(seconds: float | None = None) -> Limit:
     return Limit(scaled(SUITE_LIMIT_S), f"apply's --test-timeout SECONDS, or {RAISE_HINT}")
 
 
-# set to "required" by the test command, whose suite runs compute on one thread: a run not under pytest-xdist then
-# fails at once if its ranks and first calls could not fork from it (`children.start_warm_server`), instead of
-# forking them from a fresh interpreter that imports torch, transformers and verl again (about 57 CPU-s a test
-# command, and nothing else shows it)
+# "required" (set by the test command, on one thread): a run outside pytest-xdist whose ranks cannot fork from it
+# (`children.start_warm_server`) fails, instead of paying a fresh interpreter's imports (57 CPU-s a test command)
 WARM_SERVER_VARIABLE = "PATCHSET_WARM_SERVER"
 
 
@@ -153,11 +151,7 @@ def imported_only(trees: Mapping[str, Path]) -> list[str]:
 
 def with_imported_trees(trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console) -> dict[str, Path]:
     """A tree whose tests import another upstream, given without it, is tested beside that upstream's pinned vanilla
-    release: Trinity's engine loss imports verl.
-
-    The Trinity fix does not depend on verl's, so vanilla verl is the neutral choice; it is only a dependency
-    then, and the verl tests are skipped (they test a verl tree the user gave).
-    """
+    release (Trinity's engine loss imports verl), only a dependency there: its own tests are skipped."""
     completed = dict(trees)
     for key in trees:
         for other in UPSTREAMS[key].tests_import:
@@ -174,13 +168,8 @@ def with_imported_trees(trees: Mapping[str, Path], pins: Pins, cache: Cache, con
 def companion_runs(
     trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console
 ) -> list[tuple[dict[str, Path], tuple[str, ...]]]:
-    """The other runs a tree needs: beside each release pinned as its companion (``companion_for``) of an upstream
-    its tests import, with that release only a dependency (its own tests are skipped); (trees, dependencies) each.
-
-    trinity-rft 0.6.0 accepts verl >= 0.7.1 and trains through verl's engine on verl >= 0.8 but through its own
-    legacy worker (``trinity/trainer/verl_legacy``) below it; the series changes code that path runs too (DPO,
-    the policy losses).
-    """
+    """The other runs a tree needs, as (trees, dependencies): beside each release pinned as the companion
+    (``companion_for``) of an upstream its tests import, only a dependency there (Trinity's legacy path, verl 0.7.1)."""
     runs = []
     for key, tree in trees.items():
         for other in UPSTREAMS[key].tests_import:
@@ -217,15 +206,10 @@ def _run_suite(
 def run_regression_tests(
     trees: Mapping[str, Path], run: SuiteRun, workspace: Workspace, console: Console | None = None
 ) -> int:
-    """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}) as ``run`` says; return pytest's exit
-    code (the first failing run's); ``TimedOut`` (exit 124) naming the test that hung when a run passes its limit.
-
-    A Trinity tree given without a verl tree is tested beside the pinned vanilla verl (see `with_imported_trees`),
-    and every Trinity tree once more beside each verl pinned as its companion (its legacy path: `companion_runs`),
-    unless ``run.companions`` is off; tests whose tree is not given are skipped, and say so. The verl trees fetched
-    for Trinity come from the caller's ``workspace`` (``apply --patches-dir``, ``--cache``), and what is said goes
-    to its ``console`` (``-q``; default: one that prints everything).
-    """
+    """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}) as ``run`` says, with the trees their
+    tests import (`with_imported_trees`) and beside each companion (`companion_runs`) unless ``run.companions`` is
+    off; pytest's exit code (the first failing run's), or ``TimedOut`` naming the test that hung. The verl trees
+    fetched come from ``workspace``; what is said goes to ``console`` (default: one that prints everything)."""
     python = ensure_venv()
     console = console if console is not None else Console()
     pins, cache = workspace.pins, workspace.cache
