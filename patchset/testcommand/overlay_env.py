@@ -35,14 +35,13 @@ _NOT_PACKAGED = (
 
 
 # what the overlay tests' warm parents (tests/overlay/warm_parent.py) learn to preload: the modules importing these
-# loads, less upstream's, the overlays', Hydra's; and where the test command keeps that list between runs
+# loads, less upstream's, the overlays', Hydra's
 WARM_PROBE_MODULES = (
     "verl.trainer.ppo.core_algos",
     "verl.workers.utils.losses",
     "trinity.trainer.verl.trainer",
     "trinity.algorithm.policy_loss_fn.dpo_loss",
 )
-WARM_LIST_VARIABLE = "PATCHSET_OVERLAY_WARM_LIST"
 
 
 def module_list_name(lock: Path, modules: Sequence[str]) -> str:

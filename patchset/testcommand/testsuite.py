@@ -39,7 +39,7 @@ from patchset.plumbing.limits import scaled
 from patchset.plumbing.ui import Console
 from patchset.series.model import Patch, load_series
 from patchset.series.parts import without_overlay
-from patchset.testcommand.overlay_env import WARM_LIST_VARIABLE, WARM_PROBE_MODULES, build_overlay_env, module_list_name
+from patchset.testcommand.overlay_env import WARM_PROBE_MODULES, build_overlay_env, module_list_name
 from patchset.testcommand.releases import find_releases, other_lines, upstream_has
 from patchset.testcommand.scheduler import Scheduler, Step, summary
 from patchset.testcommand.scratch import Scratch
@@ -182,7 +182,6 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
             "PATCHSET_VANILLA_VERL_TREE": str(vanilla["verl"]),
             "PATCHSET_VANILLA_TRINITY_TREE": str(vanilla["trinity"]),
             "PATCHSET_OVERLAY_RESULTS": str(results_dir),
-            WARM_LIST_VARIABLE: str(_warm_parent_list(workspace, defaults)),
         }
         try:  # the real release with the fix (guards; its own CPU test of the critic fix, run on the overlay)
             env["PATCHSET_FIXED_VERL_TREE"] = str(ensure_upstream(releases.partial, workspace.cache, Console()))
@@ -194,6 +193,7 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
         env.pop("PYTHONPATH", None)
         print("* Running tests/overlay", flush=True)
         command = [python, "-m", "pytest", str(REPO_ROOT / "tests" / "overlay"), "-q", "-rs", "-p", "no:cacheprovider"]
+        command += ["--warm-list", str(_warm_parent_list(workspace, defaults))]  # kept for the next run
         command += parallel_args(Path(python))
         passed["tests/overlay"] = subprocess.run(command, cwd=REPO_ROOT, env=env).returncode == 0
         for pin in (releases.partial, releases.line):
