@@ -14,10 +14,10 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from patchset.plumbing import stacks, tempdirs
 from patchset.plumbing.errors import TimedOut
@@ -52,6 +52,19 @@ def hang_report(what: str, limit: Limit, root: int, running_dir: Path | None, ne
     )
 
 
+class Started(Protocol):
+    """What a run needs of the process it started: a `subprocess.Popen`, or another that behaves as one."""
+
+    pid: int
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+# another way to start ``command`` (in ``cwd``, with ``env``, its output to ``output`` or this process's): its
+# process, or None to leave it to `subprocess.Popen`
+Launch = Callable[[Sequence[str], "Path | None", Mapping[str, str], "TextIO | None"], "Started | None"]
+
+
 def run_bounded(
     command: Sequence[str],
     what: str,
@@ -59,17 +72,21 @@ def run_bounded(
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
     output: TextIO | None = None,
+    launch: Launch | None = None,
 ) -> int:
     """Run ``command`` and return its exit status; past ``limit`` raise ``TimedOut`` naming ``what`` (and the tests
     it was in, for a pytest run of a suite that registers ``RunningTests``), having ended its whole tree. ``output``:
-    a file that takes the command's standard output and error (default: this process's)."""
+    a file that takes the command's standard output and error (default: this process's). ``launch``: another way to
+    start it (`patchset.testenv.suite_forks`), which may decline."""
     env = dict(os.environ if env is None else env)
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("running")) as own:
         # this run's own folder first; a waiter further up (a step of the test command) keeps seeing its tests too
         running_dir = Path(own)
         env[RUNNING_DIR_VARIABLE] = folders_for(running_dir, env.get(RUNNING_DIR_VARIABLE))
-        to = {} if output is None else {"stdout": output, "stderr": subprocess.STDOUT}
-        process = subprocess.Popen(list(command), cwd=cwd, env=env, **to)  # type: ignore[call-overload]
+        process = launch(command, cwd, env, output) if launch is not None else None
+        if process is None:
+            to = {} if output is None else {"stdout": output, "stderr": subprocess.STDOUT}
+            process = subprocess.Popen(list(command), cwd=cwd, env=env, **to)  # type: ignore[call-overload]
         try:
             return process.wait(timeout=limit.seconds)
         except subprocess.TimeoutExpired:

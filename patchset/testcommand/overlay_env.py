@@ -6,10 +6,8 @@ is built afresh every time: it is the code under test.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,12 +40,6 @@ WARM_PROBE_MODULES = (
     "trinity.trainer.verl.trainer",
     "trinity.algorithm.policy_loss_fn.dpo_loss",
 )
-
-
-def module_list_name(lock: Path, modules: Sequence[str]) -> str:
-    """The file name of a list of modules learned by importing ``modules``: by the locked environment and them."""
-    digest = hashlib.sha256(lock.read_bytes() + "\n".join(modules).encode() + sys.version.encode()).hexdigest()
-    return f"modules-{digest[:16]}.txt"
 
 
 def _sdist(cache_sdists: Path, pin: Pin) -> Path:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TextIO
@@ -90,6 +90,7 @@ class Scheduler:
         env: Mapping[str, str],
         out: TextIO = sys.stdout,
         progress_every: float = 30.0,
+        before_start: Callable[[Step], None] | None = None,
     ) -> None:
         names = [step.name for step in steps]
         for step in steps:
@@ -97,7 +98,7 @@ class Scheduler:
             if unknown:
                 raise ValueError(f"step {step.name!r} waits for {sorted(unknown)}, which are not earlier steps")
         self.steps, self.jobs, self.cwd, self.env = list(steps), max(1, jobs), cwd, dict(env)
-        self.out, self.progress_every = out, progress_every
+        self.out, self.progress_every, self.before_start = out, progress_every, before_start
         self.results: dict[str, StepResult] = {}
 
     def _say(self, text: str) -> None:
@@ -110,6 +111,8 @@ class Scheduler:
         return [name for name in step.needs if not self.results[name].passed]
 
     def _start(self, step: Step, logs: Path) -> _Running:
+        if self.before_start is not None:  # what the step uses that the scheduler keeps (the suite fork server)
+            self.before_start(step)
         streamed = self.jobs == 1 or step.stream
         self._say(f"\n=== {step.name}: {step.proves}" + ("" if streamed else " (started)"))
         slug = f"{len(self.results) + 1:02d}-{step.name.replace(' ', '-').replace('/', '-')}"

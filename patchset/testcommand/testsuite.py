@@ -39,9 +39,9 @@ from patchset.plumbing.limits import scaled
 from patchset.plumbing.ui import Console
 from patchset.series.model import Patch, load_series
 from patchset.series.parts import without_overlay
-from patchset.testcommand.overlay_env import WARM_PROBE_MODULES, build_overlay_env, module_list_name
+from patchset.testcommand.overlay_env import WARM_PROBE_MODULES, build_overlay_env
 from patchset.testcommand.releases import find_releases, other_lines, upstream_has
-from patchset.testcommand.scheduler import Scheduler, Step, summary
+from patchset.testcommand.scheduler import Scheduler, Step, duration, summary
 from patchset.testcommand.scratch import Scratch
 from patchset.testcommand.wheel_checks import check_wheels
 from patchset.testenv.regression import (
@@ -53,6 +53,7 @@ from patchset.testenv.regression import (
     run_overlay_regression_tests,
     run_regression_tests,
 )
+from patchset.testenv.suite_forks import SOCKET_VARIABLE, SuiteForkServer, module_list_name
 from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin
@@ -74,6 +75,16 @@ PROVEN_BY_THE_WHEELS_STEP = (
 # The steps every run has; the test command adds one per pinned release of a role (`patchset.testcommand.releases`):
 # verl 0.9.1, which has part of the verl series upstream, and verl 0.7.1, of another release line.
 STEP_NAMES = ("environment", "pinned trees", "lint", "teeth", "tooling", "fix", "overlays", "wheels")
+# what the suite fork server imports, to learn the third-party modules the suite's runs import: the trees' loss and
+# engine modules the tests and their children import, and the model classes the engine's fork servers preload
+SUITE_ENTRY_MODULES = (
+    "verl.trainer.ppo.core_algos",
+    "verl.workers.utils.losses",
+    "verl.trainer.distillation.losses",
+    "verl.workers.engine.fsdp.transformer_impl",
+    "trinity.trainer.verl.losses",
+    "engine_harness.fork_server_warmup",
+)
 
 
 def _pinned_trees(workspace: Workspace) -> tuple[dict[str, Path], dict[str, Path]]:
@@ -353,16 +364,19 @@ def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
     return _upstream_merged_step(workspace, env, releases[name])
 
 
-def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
+def plan(workspace: Workspace, quick: bool, jobs: int = 1, suite_forks: str | None = None) -> list[Step]:
     """The steps, in the order they take a free slot (the long ones first, so that the last ones running are short).
     ``jobs`` run at once: teeth, fix and the overlays share the cores among their pytest-xdist workers
-    (``PATCHSET_WORKERS`` unless set), the tooling tests take every core, verl 0.9.1 and 0.7.1 one process each."""
+    (``PATCHSET_WORKERS`` unless set), the tooling tests take every core, verl 0.9.1 and 0.7.1 one process each.
+    ``suite_forks``: the socket of the suite fork server (`patchset.testenv.suite_forks`) the steps that run the
+    suite fork their runs from."""
     cores = os.cpu_count() or 1
     shared = () if os.environ.get("PATCHSET_WORKERS") else (("PATCHSET_WORKERS", str(max(1, cores // jobs))),)
     # a short suite run beside the others: one process, not a worker per core that each import torch and verl first
     # (measured: verl 0.7.1's two runs, 19 s of CPU in one process each, 31 s with two workers each; the verl 0.9.1
     # step, 30 s of CPU in one process, 46 s with two workers)
     alone = () if os.environ.get("PATCHSET_WORKERS") else (("PATCHSET_WORKERS", "1"),)
+    forks = ((SOCKET_VARIABLE, suite_forks),) if suite_forks else ()  # for the steps that run the suite
     cache, releases = workspace.cache.root, find_releases(workspace)
     partial, line = releases.partial, releases.line
 
@@ -376,8 +390,8 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
         step("environment", "the pinned venv of requirements/lock.txt", needs=(), stream=True, limit_s=1800),
         step("pinned trees", "the series applies to the pinned releases", needs=(), limit_s=900),
         step("lint", "ruff, ruff format and shellcheck are clean", needs=("environment",), limit_s=300),
-        step("teeth", f"every check fails on the vanilla trees ({shapes})", env=shared),
-        step("tooling", "apply, export, wheels and their faults leave every tree intact"),
+        step("teeth", f"every check fails on the vanilla trees ({shapes})", env=(*shared, *forks)),
+        step("tooling", "apply, export, wheels and their faults leave every tree intact", env=forks),
         step(
             "overlays",
             "on pip-installed releases: parity with the patched trees, import order, guards, Ray",
@@ -387,7 +401,7 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
             "fix",
             "every check passes on the patched trees" + (f" ({shapes}; no engine runs)" if quick else ", every case"),
             after=("teeth",) if quick else (),  # --quick: one at a time; else beside teeth (`_regression_step`)
-            env=shared,
+            env=(*shared, *forks),
             limit_s=1500,
         ),
         step(
@@ -400,19 +414,29 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1) -> list[Step]:
             partial.label,
             "a partial target: what upstream has is skipped by content, the rest applies; fix on the patched clone, "
             "teeth of the applied patches on vanilla",
-            env=alone,
+            env=(*alone, *forks),
             limit_s=900,
         ),
         step(
             line.label,
             f"another release line: its own series ({line.series}) applies; fix on the patched clone, teeth on "
             f"vanilla ({shapes})",
-            env=alone,
+            env=(*alone, *forks),
             limit_s=900,
         ),
     ]
     quick_steps = ("environment", "pinned trees", "teeth", "fix")
     return [step for step in steps if not quick or step.name in quick_steps]
+
+
+def _suite_fork_server(workspace: Workspace) -> SuiteForkServer:
+    """The suite fork server of this run (`patchset.testenv.suite_forks`), not started yet: it learns what the suite's
+    runs import from the patched default trees (the same third-party modules as the vanilla ones)."""
+    address = os.path.join(tempfile.gettempdir(), f"patchset-suite-forks-{os.getpid()}.sock")
+    folder = workspace.cache.root / "suite-fork-server"
+    listed = folder / module_list_name(REPO_ROOT / "requirements" / "lock.txt", SUITE_ENTRY_MODULES)
+    log = workspace.cache.root / "results" / "suite-fork-server.log"
+    return SuiteForkServer(address, list(_pinned_trees(workspace)[1].values()), SUITE_ENTRY_MODULES, listed, log)
 
 
 # this project's own code, which the steps' processes import (git ignores the __pycache__ folders)
@@ -474,12 +498,29 @@ def _run_steps(cache: Path, quick: bool, jobs: int, scratch_env: Mapping[str, st
         env[WARM_SERVER_VARIABLE] = "required"
     # --quick runs teeth, then fix, one at a time: each gets every core
     workspace = resolve_workspace(None, str(cache), os.environ)
-    results = Scheduler(plan(workspace, quick, 1 if quick else jobs), jobs, REPO_ROOT, env).run()
+    server = _suite_fork_server(workspace)
+    steps = plan(workspace, quick, 1 if quick else jobs, suite_forks=server.address)
+    served = {step.name for step in steps if SOCKET_VARIABLE in dict(step.env)}
+
+    def start_server(step: Step) -> None:  # once the environment step has built the venv it runs in
+        if step.name in served:
+            server.start(ensure_venv(), REPO_ROOT, env)  # the steps' environment: their runs' thread settings
+
+    try:
+        results = Scheduler(steps, jobs, REPO_ROOT, env, before_start=start_server).run()
+    finally:
+        forked_cpu = server.stop()
     if any(result.name == "fix" for result in results):
         print("\n=== gradient norm relative to one micro-batch on one rank\n" + _ratio_table(cache / "results"))
     children = resource.getrusage(resource.RUSAGE_CHILDREN)  # every step, and every process each step waited for
     cpu = children.ru_utime + children.ru_stime
     print("\n=== summary\n" + summary(results, time.monotonic() - started, jobs, cpu), flush=True)
+    if forked_cpu is not None:  # the runs of the suite it forked are its children, not their steps'
+        print(
+            f"  (the suite's runs in {', '.join(sorted(served))}: {duration(forked_cpu)} of CPU, forked by the suite "
+            "fork server, in the total, not in their steps' column)",
+            flush=True,
+        )
     hung = [result for result in results if result.timed_out]
     if hung:
         print("\n".join(f"error: {result.note}" for result in hung), file=sys.stderr)

@@ -13,6 +13,7 @@ from typing import TextIO
 from patchset.plumbing.bounded import Limit, run_bounded
 from patchset.plumbing.limits import RAISE_HINT, scaled
 from patchset.plumbing.ui import Console, display_path
+from patchset.testenv import suite_forks
 from patchset.testenv.venv import REPO_ROOT, ensure_venv
 from patchset.upstreams.fetch import Cache, ensure_upstream
 from patchset.upstreams.pins import Pins
@@ -200,7 +201,9 @@ def _run_suite(
     command += [*junit, *(parallel_args(python) if parallel else [])]
     env = regression_env(trees, run.expect, run.baseline_dir, dependencies, run.sample)
     what = f"the regression tests (expecting {run.expect}) on {described}"
-    return run_bounded(command, what, run.limit or suite_limit(), cwd=REPO_ROOT, env=env, output=run.output)
+    launch = suite_forks.launcher(python)  # a fork of the test command's suite fork server, where it has one
+    limit = run.limit or suite_limit()
+    return run_bounded(command, what, limit, cwd=REPO_ROOT, env=env, output=run.output, launch=launch)
 
 
 def run_regression_tests(

@@ -55,7 +55,7 @@ def test_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..
     from patchset.testcommand import testsuite
 
     def run(*steps: object, jobs: int = 1) -> int:
-        monkeypatch.setattr(testsuite, "plan", lambda workspace, quick, jobs: list(steps))
+        monkeypatch.setattr(testsuite, "plan", lambda workspace, quick, jobs, suite_forks=None: list(steps))
         return main(["test", "--cache", str(tmp_path / "cache"), "--jobs", str(jobs)])
 
     return run

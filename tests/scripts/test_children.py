@@ -227,6 +227,7 @@ def test_a_hung_step_of_the_test_command_is_ended_and_named(tmp_path, monkeypatc
 ALLOWED = {
     "patchset/plumbing/children.py": "the one place",
     "tests/overlay/warm_parent.py": "a fork server of its own: forks only before any computation, as documented",
+    "patchset/testenv/suite_fork_server.py": "the suite's fork server: imports only, computes nothing, no thread",
     "tests/scripts/fork_after_openmp.py": "the hang, made on purpose to show it",
 }
 STARTERS = {"fork", "forkpty", "get_context", "set_start_method", "start_processes", "spawn", "Process", "Pool"}

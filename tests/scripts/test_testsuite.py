@@ -17,6 +17,7 @@ from patchset.plumbing.limits import scaled
 from patchset.testcommand import testsuite
 from patchset.testcommand.scheduler import Step
 from patchset.testenv.regression import BASELINE_DONE_FILE, SUITE_LIMIT_S, WARM_SERVER_VARIABLE
+from patchset.testenv.suite_forks import SOCKET_VARIABLE
 from patchset.testenv.venv import REPO_ROOT
 from patchset.upstreams.workspace import resolve_workspace
 
@@ -164,6 +165,24 @@ def test_exit_code_and_summary_follow_the_steps(test_command, capsys, codes, exi
     assert verdicts == ["ok" if code == 0 and codes[0] == 0 else "FAIL" for code in codes]
     assert header.split() == ["wall", "cpu", "step"]
     assert total.startswith("  total ") and "s of CPU (up to 2 steps at a time)" in total
+
+
+def test_the_suite_fork_server_starts_in_the_environment_of_the_steps_it_serves(monkeypatch, test_command):
+    """Torch takes its thread count from the environment it is imported in, the server's: started without the steps'
+    ``OMP_NUM_THREADS=1``, every run it forked computed on two threads and forked its ranks from a fresh interpreter
+    (a warm server needs one thread), about 60 s of CPU more per test command."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    given: dict[str, str] = {}
+    monkeypatch.setattr(testsuite, "ensure_venv", lambda: Path(sys.executable))
+    monkeypatch.setattr(
+        testsuite.SuiteForkServer, "start", lambda self, python, root, environ=None: given.update(environ or {})
+    )
+
+    step_threads = "import os; exit(os.environ['OMP_NUM_THREADS'] != '1')"
+    teeth = Step("teeth", "proves teeth", (sys.executable, "-c", step_threads), (), env=((SOCKET_VARIABLE, "x"),))
+
+    assert test_command(teeth) == 0
+    assert given.get("OMP_NUM_THREADS") == "1"
 
 
 @pytest.mark.parametrize(("threads", "required"), [(None, "required"), ("4", "")], ids=["default", "users-threads"])
