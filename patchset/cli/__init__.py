@@ -42,8 +42,9 @@ COMMANDS = {
     ),
     "bench": Command("patchset.cli.bench", "what the patches cost: a loss call, the pre-pass, the overlays' start"),
     "plot": Command("patchset.cli.plot", "draw the end-to-end engine test's grad_norm figure"),
-    "reference": Command("patchset.testcommand.reference", "write or check docs/troubleshooting.md's exit codes"),
+    "reference": Command("patchset.cli.reference", "write or check docs/troubleshooting.md's exit codes"),
     "lock": Command("patchset.cli.lock", "regenerate requirements/lock.txt, the pinned test environment"),
+    "test": Command("patchset.cli.test", "run every test of the patchset (scripts/test.sh)"),
 }
 
 

@@ -1,10 +1,5 @@
-"""A fresh venv that sees the pinned test environment's packages through one ``.pth`` line.
-
-The wheel check and the overlay environment both need an environment that holds nothing of verl or Trinity
-itself, yet has torch and the rest of the locked set (2.2 GB): a new venv in under a second instead of minutes,
-with the versions the suite is pinned to. ``venv --system-site-packages`` would not do: from a venv it exposes
-the base interpreter, not the venv's packages.
-"""
+"""A fresh venv that sees the pinned test environment's packages (2.2 GB) through one ``.pth`` line, in under a
+second (``venv --system-site-packages`` would expose the base interpreter's, not the venv's)."""
 
 from __future__ import annotations
 

@@ -1,22 +1,13 @@
-"""A fresh "pip-installed release" environment for the overlay tests: verl and Trinity as users install them.
-
-``python -m venv`` a new environment, let it see the pinned test dependencies through one ``.pth`` line (the
-2.2 GB of torch and friends are not installed twice), then ``pip install`` into it, without network or build
-isolation, the pinned verl and trinity-rft sdists (what ``pip install verl==0.8.0 trinity-rft==0.6.0`` fetches)
-and this project, built as a wheel as users get it. The pinned venv's own pip does the installing.
-
-pip installs an sdist by building a wheel of it and installing that wheel; the wheel built from a verified sdist
-is kept beside the sdists, named by the sdist's sha256, so later runs install the same wheel without building it
-again; one run at a time builds it, the others wait and reuse it. This project is built afresh every time: it is
-the code under test.
+"""A fresh "pip-installed release" environment for the overlay tests: a venv that sees the locked dependencies
+through one ``.pth`` line (`linked_venv`), with the pinned sdists and this project pip-installed, offline and without
+build isolation. The wheel pip builds from a verified sdist is kept by the sdist's sha256 for later runs; this project
+is built afresh every time: it is the code under test.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +18,6 @@ from patchset.testcommand.linked_venv import linked_venv
 from patchset.testenv.venv import REPO_ROOT, VenvError, run_step
 from patchset.upstreams.fetch import sha256_of
 from patchset.upstreams.pins import Pin
-from patchset.upstreams.workspace import resolve_workspace
 
 _NOT_PACKAGED = (
     ".cache",
@@ -43,14 +33,13 @@ _NOT_PACKAGED = (
 
 
 # what the overlay tests' warm parents (tests/overlay/warm_parent.py) learn to preload: the modules importing these
-# loads, less upstream's, the overlays', Hydra's; and where the test command keeps that list between runs
+# loads, less upstream's, the overlays', Hydra's
 WARM_PROBE_MODULES = (
     "verl.trainer.ppo.core_algos",
     "verl.workers.utils.losses",
     "trinity.trainer.verl.trainer",
     "trinity.algorithm.policy_loss_fn.dpo_loss",
 )
-WARM_LIST_VARIABLE = "PATCHSET_OVERLAY_WARM_LIST"
 
 
 def _sdist(cache_sdists: Path, pin: Pin) -> Path:
@@ -105,8 +94,3 @@ def build_overlay_env(venv_dir: Path, deps_python: Path, cache_sdists: Path, pin
         shutil.copytree(REPO_ROOT, project, ignore=shutil.ignore_patterns(*_NOT_PACKAGED))
         run_step([*pip, str(project)], "installing this project")
     return python, site
-
-
-if __name__ == "__main__":
-    defaults = resolve_workspace(None, None, os.environ).pins.defaults()
-    print(build_overlay_env(Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), defaults))

@@ -1,14 +1,9 @@
 """Run the steps of the test command, several at once where they are independent, each timed and reported whole.
 
-A step is a child process. With one job at a time its output streams as it comes; with more, each step's output
-goes to a log of its own and is printed in one piece when the step ends, so two steps never interleave, while a
-line every ``progress_every`` seconds says which steps are running and for how long. A step waits for the steps
-it comes ``after`` to finish, and is not run (and counts as failed) when a step it ``needs`` failed. A step marked
-``stream`` (the environment build, whose progress is pip's) always streams; the others, buffered, run beside it.
-
-Each step has a time limit (``limit_s``, times ``PATCHSET_TIME_SCALE``). A step past it has hung: the tests its
-pytest processes were in and the stacks of its whole process tree are printed (`patchset.plumbing.bounded`), the
-tree is ended, and the step fails saying so (``timed_out``), so a run never stalls until someone kills it.
+A step is a child process. With more than one job its output goes to a log printed in one piece when it ends (unless
+it is a ``stream`` step), and a line every ``progress_every`` seconds says what runs. A step waits for the steps it
+comes ``after``, and is not run when a step it ``needs`` failed. Past its ``limit_s`` (times
+``PATCHSET_TIME_SCALE``) a step's tests and stacks are printed, its tree ended, and it fails (``timed_out``).
 """
 
 from __future__ import annotations
@@ -65,9 +60,8 @@ class _Running:
 
 
 def _reap(running: _Running) -> bool:
-    """Whether the step's process has ended; if so, its exit status and the CPU time it and the processes it waited
-    for used (``wait4``'s resource usage: where the time of a step goes, beside its wall time). A process no one
-    waits for is not counted: the ranks a fork server starts (the engine's, the legacy actors') are the server's."""
+    """Whether the step's process has ended; if so, its exit status and the CPU time of it and the processes it
+    waited for (``wait4``)."""
     process = running.process
     if process.returncode is not None:
         return True

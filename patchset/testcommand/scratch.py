@@ -1,10 +1,6 @@
-"""The test command's scratch folder: its steps' temporary files go to a RAM-backed file system where one has room.
-
-The steps create and delete many thousands of files (trees copied and patched, venvs, wheels, pytest's folders).
-On an ext4 file system without a journal, as on this project's CI machines, every new inode is found by stepping
-over the recently deleted ones (the kernel's ``find_inode_bit`` and ``recently_deleted``): measured with ``perf``,
-that was a quarter of the tooling tests' CPU. On a tmpfs, creating a file costs the same however many were deleted.
-"""
+"""The test command's scratch folder: its steps' temporary files go to a tmpfs where one has room. On an ext4 file
+system without a journal, as on this project's CI machines, each new inode steps over the recently deleted ones: a
+quarter of the tooling tests' CPU (``perf``; docs/testing.md)."""
 
 from __future__ import annotations
 

@@ -1,48 +1,25 @@
-"""The project's test command (scripts/test.sh): every deployment mode proven once, by its cheapest exact means.
+"""The test command (``python -m patchset test``, scripts/test.sh): every deployment mode proven once, by its
+cheapest exact means (docs/testing.md). Its steps, each a process of its own (``--step NAME``):
 
-Steps (each timed; the summary lists every step, its time and what it proves):
+- environment: the pinned venv of requirements/lock.txt, built on first use;
+- lint: ruff, ruff format and shellcheck;
+- pinned trees: the pinned upstreams fetched and patched, and every other pin later steps read;
+- tooling: tests/scripts;
+- teeth: the regression suite on the vanilla trees, expecting the bug, one batch shape per test, loss and mode;
+- fix: the whole suite on the patched trees; its ``vanilla_baseline`` tests run last, each waiting for teeth's record;
+- wheels: the patched wheels' files equal to the patched trees' (sha256), labels and manifests; verl 0.9.1's and
+  0.7.1's too;
+- verl 0.9.1, a partial target: what upstream has skipped by content, fix on the patched clone, teeth on vanilla;
+- verl 0.7.1, a release of another line with its own series: the same three checks;
+- overlays: tests/overlay on pip-installed releases, then the teeth of the patches the overlay carries on
+  pip-installed verl 0.9.1 and 0.7.1.
 
-- environment: the pinned venv, built from requirements/lock.txt on first use (pip's progress shown);
-- lint: ruff, ruff format and shellcheck on this project;
-- pinned trees: fetch the pinned upstreams and make patched trees of them (``patchset apply --no-test``), and
-  fetch the other pins later steps read (verl 0.7.0, 0.7.1 and 0.9.1);
-- tooling: tests/scripts, the real series on copies of the pinned checkouts and the fault suite included;
-- teeth: the regression suite on the vanilla trees, expecting the bug, one batch shape per test, loss and mode
-  (every check must fail there once), the engine end-to-end module included;
-- fix: the whole regression suite on the patched trees, expecting the fix, after teeth or beside it; its tests that
-  compare the patched trees with what teeth records (Trinity's metrics, the deviations of the losses not promised, the
-  gradients the switch-off paths must keep: marked ``vanilla_baseline``) run last, each waiting for teeth's record;
-- wheels: the patched wheels built, installed into a fresh venv, every installed file equal by sha256 to the patched
-  tree's (every file the patches change among them), versions and manifests as labelled, and the installed modules'
-  own versions at runtime; verl 0.9.1's and verl 0.7.1's wheels too, each installed alone, its files equal to a
-  patched clone's, each patch applied or skipped as labelled;
-- verl 0.9.1, a target that takes part of the verl series: applied to a clone, the patches upstream has are skipped
-  by content and the others apply; the suite passes on the patched clone, and the tests of the applied patches
-  (their teeth, in ``patches/verl/parts.toml``) fail on the vanilla release;
-- verl 0.7.1, a release of another line with a series of its own (patches/verl-0.7, its critic backport and geo_mean):
-  the same three checks, on its engine path (Trinity's legacy path is tested beside the vanilla 0.7.1 by teeth and
-  fix, as before);
-- overlays: a fresh venv with the pinned sdists and this project pip-installed; tests/overlay: parity with the
-  patched trees bit for bit, the import-order matrix, guards, activation, verl 0.9.1's own CPU test of the critic
-  fix, a local Ray run, the installed file list; then a venv with
-  verl 0.9.1 pip-installed, where the suite's tests of the patches that apply there pass with the overlays on (the
-  verl 0.9.1 step shows them failing on the vanilla release's code).
-
-Each step is a process of its own (``--step NAME``); `patchset.testcommand.scheduler` runs independent steps at
-once (as many as ``--jobs``, default the cores), each step's output printed whole when it ends, and within a step
-independent tests run on every core (pytest-xdist). The overlays, the tooling tests, the wheels and verl 0.9.1
-are independent of each other and of teeth and fix; fix runs after teeth or beside it (on 2 cores it starts once
-the tooling tests end, after the overlays took the slot teeth left), and only its tests that read teeth's record wait
-for it, at the end of the same pytest run (not in a step of their own, paying the imports again). Every
-step runs even when another failed (unless it needs that one: nothing runs without the environment and the pinned
-trees), so one run reports everything; the exit code is 0 only if all passed.
-``--quick``, a loop while editing, runs the environment and pinned trees, then teeth and fix one batch shape per
-test, loss and mode, without the engine end-to-end module or the legacy-path run beside verl 0.7.1.
+`patchset.testcommand.scheduler` runs independent steps at once (``--jobs``); every step runs even when another
+failed, unless it needs that one; the exit code is 0 only if all passed.
 """
 
 from __future__ import annotations
 
-import argparse
 import compileall
 import json
 import os
@@ -57,20 +34,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TextIO
 
-from patchset.cli.exits import run_reporting_errors
 from patchset.plumbing.errors import EXIT_TIMED_OUT, PatchsetError
-from patchset.plumbing.limits import TIME_SCALE_VARIABLE, scaled
+from patchset.plumbing.limits import scaled
 from patchset.plumbing.ui import Console
 from patchset.series.model import Patch, load_series
 from patchset.series.parts import without_overlay
-from patchset.testcommand.overlay_env import WARM_LIST_VARIABLE, WARM_PROBE_MODULES, build_overlay_env
+from patchset.testcommand.overlay_env import WARM_PROBE_MODULES, build_overlay_env
 from patchset.testcommand.releases import find_releases, other_lines, upstream_has
 from patchset.testcommand.scheduler import Scheduler, Step, duration, summary
 from patchset.testcommand.scratch import Scratch
 from patchset.testcommand.wheel_checks import check_wheels
 from patchset.testenv.regression import (
     BASELINE_DONE_FILE,
-    BASELINE_WAIT_VARIABLE,
     SUITE_LIMIT_S,
     WARM_SERVER_VARIABLE,
     SuiteRun,
@@ -83,13 +58,6 @@ from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin
 from patchset.upstreams.workspace import Workspace, resolve_workspace
-
-# the end of --help that docs/troubleshooting.md's exit codes are made from (python -m patchset reference)
-EXIT_CODES = (
-    "Exit codes: 0 all passed; 1 a step failed (its output says which); 2 the environment could not be built; "
-    f"{EXIT_TIMED_OUT} a step hung past its time limit and was ended (the last line names it, the test it was in and "
-    "the file that keeps its stacks, printed above); 70 an internal error (one line says what failed and where)."
-)
 
 SHELL_SCRIPTS = (
     "scripts/apply.sh",
@@ -164,14 +132,9 @@ def _partial_target_teeth(
 
 
 def _upstream_merged_step(workspace: Workspace, env: dict[str, str], pin: Pin) -> bool:
-    """A verl release other than the default: verl 0.9.1, a target that takes part of the verl series, or verl
-    0.7.1, which takes the series of its release line (verl-0.7). ``patchset apply`` on a fresh clone must exit 0,
-    having skipped each patch upstream has (``Applied-Upstream`` at or before the release) with the message that
-    names its version and what the tree has (the Upstream-Check lines matched), and applied the others; then the
-    regression suite expecting the fix on the patched clone (one batch shape per test, loss and mode: the whole
-    suite ran on the patched default trees), and the teeth of the applied patches on the vanilla tree, beside the rest
-    (the two runs are independent: at the end of the test command this step often runs alone, and one pytest run after
-    the other would leave a core idle); the teeth run's output is printed after the rest's."""
+    """verl 0.9.1 (part of the series upstream) or 0.7.1 (its own series): ``patchset apply`` on a fresh clone skips
+    what upstream has, saying so, and applies the rest; the suite, sampled, passes on the clone; beside it, the teeth
+    of the applied patches fail on the vanilla tree (printed after)."""
     key, patches_dir = pin.key, workspace.patches_dir
     vanilla = ensure_upstream(pin, workspace.cache, Console())
     merged, applies = _split_series(pin, patches_dir)
@@ -209,11 +172,8 @@ def _apply_and_fix(pin: Pin, workspace: Workspace, env: dict[str, str], vanilla:
 
 
 def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path], workspace: Workspace) -> bool:
-    """The overlays on pip-installed releases: build the environment, then tests/overlay, which holds their proof:
-    parity with the patched trees on every loss case (bit for bit: what the suite checks of the patched trees holds
-    for the overlays; a smoke run of the suite there would prove nothing more), the import-order matrix (with its
-    teeth: the same probes with the overlays off find upstream's code), guards, activation, and verl 0.9.1's own test
-    of the critic fix."""
+    """The overlays on pip-installed releases: tests/overlay in a venv of the pinned releases (parity with the patched
+    trees bit for bit, import order, guards, activation), then `_overlay_partial_target` on verl 0.9.1 and 0.7.1."""
     results_dir, releases = workspace.cache.root / "results", find_releases(workspace)
     with tempfile.TemporaryDirectory(prefix="patchset-overlay-venv-") as tmp:
         try:
@@ -233,7 +193,6 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
             "PATCHSET_VANILLA_VERL_TREE": str(vanilla["verl"]),
             "PATCHSET_VANILLA_TRINITY_TREE": str(vanilla["trinity"]),
             "PATCHSET_OVERLAY_RESULTS": str(results_dir),
-            WARM_LIST_VARIABLE: str(_warm_parent_list(workspace, defaults)),
         }
         try:  # the real release with the fix (guards; its own CPU test of the critic fix, run on the overlay)
             env["PATCHSET_FIXED_VERL_TREE"] = str(ensure_upstream(releases.partial, workspace.cache, Console()))
@@ -245,6 +204,7 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
         env.pop("PYTHONPATH", None)
         print("* Running tests/overlay", flush=True)
         command = [python, "-m", "pytest", str(REPO_ROOT / "tests" / "overlay"), "-q", "-rs", "-p", "no:cacheprovider"]
+        command += ["--warm-list", str(_warm_parent_list(workspace, defaults))]  # kept for the next run
         command += parallel_args(Path(python))
         passed["tests/overlay"] = subprocess.run(command, cwd=REPO_ROOT, env=env).returncode == 0
         for pin in (releases.partial, releases.line):
@@ -264,13 +224,8 @@ def _warm_parent_list(workspace: Workspace, pins: Sequence[Pin]) -> Path:
 
 
 def _overlay_partial_target(python: str, workspace: Workspace, venv_dir: Path, pin: Pin) -> bool:
-    """The overlay on pip-installed verl 0.9.1 (alone: pip cannot install trinity-rft 0.6.0 beside it), a release
-    that has some of the fixes, or verl 0.7.1 (alone), whose critic piece is its own: the suite, in overlay mode, on
-    the patches that apply there and the overlay carries (their teeth; a patch whose parts.toml says the overlay does
-    not carry it is left out, saying so), with the overlays on. The pieces 0.9.1 has stay off, and on
-    0.7.1 those written for other releases, which the suite's overlay check allows only for those; the rest must be
-    active. With the overlays off the installed files are the vanilla release's, whose failing of the same tests the
-    verl 0.9.1 and 0.7.1 steps show (their teeth), so that run is not made twice."""
+    """``pin`` (verl 0.9.1 or 0.7.1) pip-installed alone: the teeth of the patches that apply there and the overlay
+    carries pass with the overlays on (their failing on the vanilla code is the release's own step's)."""
     try:
         overlay_python, site = build_overlay_env(venv_dir, Path(python), workspace.cache.sdists, [pin])
     except VenvError as error:
@@ -338,9 +293,8 @@ def _lint(python: str) -> bool:
 
 
 def _pinned_trees_step(workspace: Workspace, env: dict[str, str], quick: bool) -> bool:
-    """Fetch the default pins and patch them (``patchset apply --no-test``); then fetch every other pin a later
-    step reads (the companion verl, verl 0.9.1, the releases of another line: verl 0.7.0 and 0.7.1), so that steps
-    running at once never fetch into the cache."""
+    """Patch the default pins (``patchset apply --no-test``), then fetch every other pin a later step reads, so that
+    steps running at once never fetch into the cache."""
     if not _run([sys.executable, "-m", "patchset", "apply", "--no-test", "--cache", str(workspace.cache.root)], env):
         return False
     if quick:
@@ -356,16 +310,17 @@ def _pinned_trees_step(workspace: Workspace, env: dict[str, str], quick: bool) -
 
 
 def _regression_step(workspace: Workspace, name: str, quick: bool) -> bool:
-    """Teeth (``bug``, the vanilla trees, one batch shape per test; when it ends, passed or not, its record in the
-    results folder is marked complete) or fix (``fixed``, the patched trees, every case unless ``quick``; its
-    ``vanilla_baseline`` tests compare with teeth's record); ``quick``: one batch shape per test, without the engine
-    end-to-end module or the companion verl (which is fetched into the workspace's cache)."""
+    """Teeth (the vanilla trees, sampled; its record marked complete as it ends) or fix (the patched trees, every
+    case unless ``quick``); ``quick``: sampled, without the engine end-to-end module or the companion verl."""
     vanilla, patched = _pinned_trees(workspace)
     e2e = str(REPO_ROOT / "tests" / "regression" / "test_engine_e2e.py")
     trees, sample = (vanilla, True) if name == "teeth" else (patched, quick)
+    # fix, beside teeth: its tests that read teeth's record wait for it, at most 2/3 of a run's limit (so that a teeth
+    # step that hung fails them, not the whole run)
+    wait = ["--baseline-wait", f"{scaled(SUITE_LIMIT_S) * 2 / 3:g}"] if name == "fix" else []
     run = SuiteRun(
         expect="bug" if name == "teeth" else "fixed",
-        pytest_args=["--ignore", e2e] if quick else [],
+        pytest_args=[*(["--ignore", e2e] if quick else []), *wait],
         sample=sample,
         companions=not quick,
         baseline_dir=workspace.cache.root / "results",
@@ -410,14 +365,11 @@ def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
 
 
 def plan(workspace: Workspace, quick: bool, jobs: int = 1, suite_forks: str | None = None) -> list[Step]:
-    """The steps, in the order they take a free job slot: teeth and the tooling tests first, then the overlays (after
-    teeth, beside the tooling tests, the longest), fix, and the short steps, so that the last steps running are short
-    ones and neither slot runs two long steps in a row. ``jobs``: how
-    many run at once; teeth, fix and the overlays, whose pytest-xdist workers each import torch, verl and Trinity,
-    share the cores among them (``PATCHSET_WORKERS`` unless set); the tooling tests' workers import neither, and
-    take every core; verl 0.9.1 and 0.7.1, short suite runs, take one process each. ``suite_forks``: the socket of
-    the suite fork server (`patchset.testenv.suite_forks`) the steps that run the suite start their runs from (the
-    tooling tests too: apply runs the suite in some, measured 24 CPU-s fresh against 5 forked)."""
+    """The steps, in the order they take a free slot (the long ones first, so that the last ones running are short).
+    ``jobs`` run at once: teeth, fix and the overlays share the cores among their pytest-xdist workers
+    (``PATCHSET_WORKERS`` unless set), the tooling tests take every core, verl 0.9.1 and 0.7.1 one process each.
+    ``suite_forks``: the socket of the suite fork server (`patchset.testenv.suite_forks`) the steps that run the
+    suite fork their runs from."""
     cores = os.cpu_count() or 1
     shared = () if os.environ.get("PATCHSET_WORKERS") else (("PATCHSET_WORKERS", str(max(1, cores // jobs))),)
     # a short suite run beside the others: one process, not a worker per core that each import torch and verl first
@@ -429,7 +381,7 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1, suite_forks: str | No
     partial, line = releases.partial, releases.line
 
     def step(name: str, proves: str, needs: tuple[str, ...] = ("environment", "pinned trees"), **how: object) -> Step:
-        argv = [sys.executable, "-P", "-m", "patchset.testcommand.testsuite", "--step", name, "--cache", str(cache)]
+        argv = [sys.executable, "-m", "patchset", "test", "--step", name, "--cache", str(cache)]
         return Step(name, proves, (*argv, *(["--quick"] if quick else [])), needs, **how)  # type: ignore[arg-type]
 
     shapes = "one batch shape per test, loss and mode"
@@ -448,10 +400,8 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1, suite_forks: str | No
         step(
             "fix",
             "every check passes on the patched trees" + (f" ({shapes}; no engine runs)" if quick else ", every case"),
-            after=("teeth",) if quick else (),  # --quick: one at a time
-            # after teeth or beside it: the tests that read its record run last, each waiting for it (at most 2/3 of
-            # a pytest run's limit, so that a teeth step that hung fails them, not the whole run)
-            env=(*shared, *forks, (BASELINE_WAIT_VARIABLE, f"{scaled(SUITE_LIMIT_S) * 2 / 3:g}")),
+            after=("teeth",) if quick else (),  # --quick: one at a time; else beside teeth (`_regression_step`)
+            env=(*shared, *forks),
             limit_s=1500,
         ),
         step(
@@ -495,10 +445,8 @@ PROJECT_CODE += ("patchset_overlay_registry", "scripts", "tests", "trinity_overl
 
 
 def _compile_project() -> None:
-    """Byte-compile this project's own modules into their ``__pycache__`` folders, once (0.4 CPU-s): with
-    PYTHONDONTWRITEBYTECODE set, as on CI machines, each of the hundreds of processes the steps start would compile
-    them anew, while a checkout that once ran without it reads what it wrote then. The trees under test and the venv
-    are left as they are (the venv is byte-compiled as it is built)."""
+    """Byte-compile this project's own modules once (0.4 CPU-s): with PYTHONDONTWRITEBYTECODE set, as on CI
+    machines, each of the hundreds of processes the steps start would compile them anew."""
     for name in PROJECT_CODE:
         compileall.compile_dir(REPO_ROOT / name, quiet=1, workers=1)
 
@@ -507,60 +455,26 @@ def _run(command: Sequence[str], env: dict[str, str] | None = None) -> bool:
     return subprocess.run(list(command), cwd=REPO_ROOT, env=env).returncode == 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="scripts/test.sh",
-        description="Run every test of the patchset, proving each deployment mode once: lint, the tooling tests, "
-        "the regression suite on the vanilla trees (the teeth: one batch shape per test, loss and mode) and on the "
-        "patched trees (every case), the patched wheels (sha256 of every installed file, labels), verl 0.9.1 "
-        "(patches skipped by content), verl 0.7.1 (its own series) and the overlays on pip-installed releases "
-        "(parity, import order, Ray). "
-        "Independent steps run at once, each printed whole when it ends; a summary lists every step and its time.",
-        epilog=EXIT_CODES + " PATCHSET_WORKERS=N sets the pytest-xdist workers of each step (default: the cores "
-        f"divided among the steps running at once; 1: none). {TIME_SCALE_VARIABLE}=F multiplies every time limit "
-        "(steps: 5 to 30 minutes; a regression run: 15), for a slower machine. Unless TMPDIR is set, the steps' "
-        "temporary files go to a folder of their own on /dev/shm where it is a tmpfs with 4 GiB free (creating files "
-        "there costs less CPU than on a disk), removed at the end, kept when a step failed.",
-    )
-    parser.add_argument(
-        "--cache",
-        type=Path,
-        default=Path(os.environ.get("PATCHSET_CACHE", REPO_ROOT / ".cache")),
-        help="the cache of fetched and patched trees (default: $PATCHSET_CACHE, else .cache in this checkout)",
-    )
-    parser.add_argument(
-        "--quick",
-        action="store_true",
-        help="a quick loop: the environment, the pinned trees, and the regression suite on them, vanilla then "
-        "patched, one batch shape per test, loss and mode, without the engine end-to-end module or Trinity's "
-        "legacy-path run beside verl 0.7.1; no lint, tooling tests, wheels, verl 0.9.1 or overlays",
-    )
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=os.cpu_count() or 1,
-        help="steps run at once (default: the cores); 1 runs them one after another, streaming their output",
-    )
-    parser.add_argument("--step", help=argparse.SUPPRESS)  # one step, run by the scheduler (its name: see plan)
-    args = parser.parse_args(argv)
-    args.cache = args.cache.resolve()
+def run_step(name: str, cache: Path, quick: bool) -> int:
+    """Step ``name`` alone, as the scheduler runs it in a process of its own: 0 passed, 1 failed, 2 no environment."""
+    try:
+        return 0 if _run_one_step(name, resolve_workspace(None, str(cache), os.environ), quick) else 1
+    except VenvError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except (PatchsetError, OSError, subprocess.CalledProcessError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
 
-    if args.step:
-        try:
-            workspace = resolve_workspace(None, str(args.cache), os.environ)  # once for the step's process
-            return 0 if _run_one_step(args.step, workspace, args.quick) else 1
-        except VenvError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-        except (PatchsetError, OSError, subprocess.CalledProcessError) as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 1
 
+def run(cache: Path, quick: bool, jobs: int) -> int:
+    """Every step of the plan (``quick``: the quick loop), ``jobs`` at a time; the test command's exit code. The
+    steps' temporary files go to a scratch folder (`patchset.testcommand.scratch`), kept when a step failed."""
     scratch = Scratch(os.environ)
     print(scratch.describe(), flush=True)
     failed = True
     try:
-        code = _run_steps(args, scratch.environ())
+        code = _run_steps(cache, quick, jobs, scratch.environ())
         failed = code != 0
         return code
     except KeyboardInterrupt:
@@ -571,10 +485,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(kept, file=sys.stderr, flush=True)
 
 
-def _run_steps(args: argparse.Namespace, scratch_env: Mapping[str, str]) -> int:
+def _run_steps(cache: Path, quick: bool, jobs: int, scratch_env: Mapping[str, str]) -> int:
     """Every step of the plan, the steps' environment given ``scratch_env`` too; the test command's exit code."""
     started = time.monotonic()
-    shutil.rmtree(args.cache / "results", ignore_errors=True)
+    shutil.rmtree(cache / "results", ignore_errors=True)
     _compile_project()
     env = {**os.environ, **scratch_env, "PYTHONPATH": str(REPO_ROOT)}
     # every test process computes on one thread: the tensors are tiny, and the steps and workers running at once
@@ -583,9 +497,9 @@ def _run_steps(args: argparse.Namespace, scratch_env: Mapping[str, str]) -> int:
     if env["OMP_NUM_THREADS"] == "1":  # a warm fork server needs one thread: with more, runs fork from fresh ones
         env[WARM_SERVER_VARIABLE] = "required"
     # --quick runs teeth, then fix, one at a time: each gets every core
-    workspace = resolve_workspace(None, str(args.cache), os.environ)
+    workspace = resolve_workspace(None, str(cache), os.environ)
     server = _suite_fork_server(workspace)
-    steps = plan(workspace, args.quick, 1 if args.quick else args.jobs, suite_forks=server.address)
+    steps = plan(workspace, quick, 1 if quick else jobs, suite_forks=server.address)
     served = {step.name for step in steps if SOCKET_VARIABLE in dict(step.env)}
 
     def start_server(step: Step) -> None:  # once the environment step has built the venv it runs in
@@ -593,14 +507,14 @@ def _run_steps(args: argparse.Namespace, scratch_env: Mapping[str, str]) -> int:
             server.start(ensure_venv(), REPO_ROOT, env)  # the steps' environment: their runs' thread settings
 
     try:
-        results = Scheduler(steps, args.jobs, REPO_ROOT, env, before_start=start_server).run()
+        results = Scheduler(steps, jobs, REPO_ROOT, env, before_start=start_server).run()
     finally:
         forked_cpu = server.stop()
     if any(result.name == "fix" for result in results):
-        print("\n=== gradient norm relative to one micro-batch on one rank\n" + _ratio_table(args.cache / "results"))
+        print("\n=== gradient norm relative to one micro-batch on one rank\n" + _ratio_table(cache / "results"))
     children = resource.getrusage(resource.RUSAGE_CHILDREN)  # every step, and every process each step waited for
     cpu = children.ru_utime + children.ru_stime
-    print("\n=== summary\n" + summary(results, time.monotonic() - started, args.jobs, cpu), flush=True)
+    print("\n=== summary\n" + summary(results, time.monotonic() - started, jobs, cpu), flush=True)
     if forked_cpu is not None:  # the runs of the suite it forked are its children, not their steps'
         print(
             f"  (the suite's runs in {', '.join(sorted(served))}: {duration(forked_cpu)} of CPU, forked by the suite "
@@ -614,7 +528,3 @@ def _run_steps(args: argparse.Namespace, scratch_env: Mapping[str, str]) -> int:
     if not results[0].passed:
         return 2
     return 0 if all(result.passed for result in results) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(run_reporting_errors(main, interrupted=""))  # a failure of the harness itself: one line, 70

@@ -206,11 +206,8 @@ def _patched_clone(pin: Pin, workspace: Workspace, where: Path, console: Console
 
 
 def _check_alone(work: Path, base_python: Path, item: Built, workspace: Workspace, console: Console) -> list[str]:
-    """The wheel of a release installed alone, in a fresh venv of its own: versions and manifest as labelled, each
-    patch's status as its header says, and every installed file equal to a patched clone's (sha256). One verl per
-    site-packages, and pip cannot install trinity-rft 0.6.0 beside verl 0.9.x, hence the venv; ``--no-deps`` with
-    the locked dependencies seen through the ``.pth`` line, as for the default pins: what is proven is the files
-    and labels (the verl 0.9.1 step runs the suite on that release's patched code, with the same locked set)."""
+    """The wheel of a release installed alone in a fresh venv (pip cannot install trinity-rft 0.6.0 beside verl
+    0.9.x): versions and manifest as labelled, each patch's status as its header says, every file a patched clone's."""
     tree = _patched_clone(item.pin, workspace, work / "patched", console)
     python, site = linked_venv(base_python, work / f"venv-{item.pin.dirname}")
     console.step(f"Installing {item.wheel.name} alone into a fresh venv {site.parents[2]}")
@@ -232,20 +229,10 @@ def check_wheels(
     workspace: Workspace,
     also: Sequence[Pin] = (),
 ) -> bool:
-    """Build the wheels (into a temporary folder), install them with ``pip install --no-deps`` into a fresh venv,
-    check what they report (versions, manifests, and at runtime the modules' own versions and Trinity's check of
-    verl's) and that every installed file is the patched tree's (``installed_files_match``: every file the applied
-    patches change among them). ``also``: more pinned releases a series targets: each built in the same run, then
-    installed alone into a venv of its own and checked against a patched clone made here (``_check_alone``).
-
-    The fresh venv holds nothing but the two wheels; their dependencies (torch and the rest of the locked set,
-    2.2 GB) are seen through a ``.pth`` line pointing at the test environment's site-packages, instead of being
-    installed again: a new venv in under a second rather than two minutes, with the same dependency versions the
-    suite is pinned to. ``venv --system-site-packages`` would not do: from a venv it exposes the base
-    interpreter, not the venv's packages. No test runs here: the installed files are the patched trees' byte for
-    byte, and the fix step runs the whole suite on those. ``workspace``: the series, pins and cache the wheels are
-    built from.
-    """
+    """Build the wheels, install them with ``pip install --no-deps`` into a fresh venv that sees the locked
+    dependencies through one ``.pth`` line (`linked_venv`), and check what they report and that every installed file
+    is the patched tree's (`installed_files_match`). ``also``: more pinned releases, each installed alone and checked
+    against a patched clone (`_check_alone`). No test runs here: the fix step runs the suite on those files."""
     started = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="patchset-wheel-check-") as tmp, signals.handled() as guard:

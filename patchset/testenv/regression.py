@@ -27,24 +27,19 @@ TREE_VARIABLES = {upstream.key: upstream.tree_variable for upstream in UPSTREAMS
 ROLE_VARIABLES = {upstream.key: upstream.role_variable for upstream in UPSTREAMS.values() if upstream.role_variable}
 SAMPLE_VARIABLE = "PATCHSET_SAMPLE"
 # the vanilla run's record in PATCHSET_BASELINE_DIR is complete once this file is there (the teeth step writes it as it
-# ends); a patched run started beside it, with BASELINE_WAIT_VARIABLE set to a number of seconds, runs its tests that
-# read the record (marked vanilla_baseline) last, each waiting for the file that long at most
+# ends); a patched run started beside it with pytest's --baseline-wait SECONDS (the suite's conftest) runs its tests
+# that read the record (marked vanilla_baseline) last, each waiting for the file that long at most
 BASELINE_DONE_FILE = "vanilla-run.done"
-BASELINE_WAIT_VARIABLE = "PATCHSET_BASELINE_WAIT_S"
 # one pytest run of the suite: the whole suite on patched trees takes about 2 minutes on 2 cores; past this it hangs
 SUITE_LIMIT_S = 900
 
 
 @dataclass(frozen=True)
 class SuiteRun:
-    """How one call runs the regression suite. ``expect``: "fixed" for patched trees, "bug" for vanilla ones (the
-    teeth run); ``pytest_args``: added to pytest's command line; ``sample``: one batch shape per test, loss and mode;
-    ``companions=False`` leaves out the runs beside the companion verl (a quick loop); ``baseline_dir``: where the
-    suite keeps the metrics the teeth run records for the fix run to compare with; ``junit_dir``: each run writes its
-    JUnit XML report there (``run-<n>.xml``), for a caller that counts what passed; ``parallel=False``: one process (a
-    few tests cost less than starting a worker per core, each importing torch and the trees); ``limit``: how long one
-    pytest run may take before it is ended as hung (default `suite_limit`); ``output``: a file that takes what the
-    runs print (default: this process's standard output), for a run made beside another."""
+    """How one call runs the regression suite: ``expect`` "fixed" (patched trees) or "bug" (vanilla); ``sample``: one
+    batch shape per test, loss and mode; ``companions=False``: not beside the companion verl; ``baseline_dir``: the
+    teeth run's record; ``junit_dir``: a ``run-<n>.xml`` report per run; ``parallel=False``: one process; ``limit``:
+    per pytest run (default `suite_limit`); ``output``: a file for what the runs print."""
 
     expect: str = "fixed"
     pytest_args: Sequence[str] = ()
@@ -65,10 +60,8 @@ def suite_limit(seconds: float | None = None) -> Limit:
     return Limit(scaled(SUITE_LIMIT_S), f"apply's --test-timeout SECONDS, or {RAISE_HINT}")
 
 
-# set to "required" by the test command, whose suite runs compute on one thread: a run not under pytest-xdist then
-# fails at once if its ranks and first calls could not fork from it (`children.start_warm_server`), instead of
-# forking them from a fresh interpreter that imports torch, transformers and verl again (about 57 CPU-s a test
-# command, and nothing else shows it)
+# "required" (set by the test command, on one thread): a run outside pytest-xdist whose ranks cannot fork from it
+# (`children.start_warm_server`) fails, instead of paying a fresh interpreter's imports (57 CPU-s a test command)
 WARM_SERVER_VARIABLE = "PATCHSET_WARM_SERVER"
 
 
@@ -136,10 +129,8 @@ def run_overlay_regression_tests(
     sample: bool = False,
     parallel: bool = True,
 ) -> int:
-    """Run the regression suite with ``python``, an environment where verl, Trinity-RFT
-    and this project are installed (`patchset.testcommand.overlay_env`), on the overlays: ``fixed`` with them on,
-    ``bug`` with them off. ``parallel=False``: one process (a run of a few tests costs less than starting a worker per
-    core, each importing torch, verl and Trinity); past `suite_limit` ``TimedOut``."""
+    """Run the regression suite with ``python``, whose environment has verl, Trinity-RFT and this project installed,
+    with the overlays on (``fixed``) or off (``bug``); past `suite_limit` ``TimedOut``."""
     switch = "on" if expect == "fixed" else "off (PATCHSET_OVERLAYS=0)"
     print(f"* Running the regression tests (expecting {expect}) on the releases in {site_packages}, overlays {switch}")
     # -P, and pytest's append import mode: the checkout's own verl_overlay/ must not shadow the installed one (cwd is
@@ -161,11 +152,7 @@ def imported_only(trees: Mapping[str, Path]) -> list[str]:
 
 def with_imported_trees(trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console) -> dict[str, Path]:
     """A tree whose tests import another upstream, given without it, is tested beside that upstream's pinned vanilla
-    release: Trinity's engine loss imports verl.
-
-    The Trinity fix does not depend on verl's, so vanilla verl is the neutral choice; it is only a dependency
-    then, and the verl tests are skipped (they test a verl tree the user gave).
-    """
+    release (Trinity's engine loss imports verl), only a dependency there: its own tests are skipped."""
     completed = dict(trees)
     for key in trees:
         for other in UPSTREAMS[key].tests_import:
@@ -182,13 +169,8 @@ def with_imported_trees(trees: Mapping[str, Path], pins: Pins, cache: Cache, con
 def companion_runs(
     trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console
 ) -> list[tuple[dict[str, Path], tuple[str, ...]]]:
-    """The other runs a tree needs: beside each release pinned as its companion (``companion_for``) of an upstream
-    its tests import, with that release only a dependency (its own tests are skipped); (trees, dependencies) each.
-
-    trinity-rft 0.6.0 accepts verl >= 0.7.1 and trains through verl's engine on verl >= 0.8 but through its own
-    legacy worker (``trinity/trainer/verl_legacy``) below it; the series changes code that path runs too (DPO,
-    the policy losses).
-    """
+    """The other runs a tree needs, as (trees, dependencies): beside each release pinned as the companion
+    (``companion_for``) of an upstream its tests import, only a dependency there (Trinity's legacy path, verl 0.7.1)."""
     runs = []
     for key, tree in trees.items():
         for other in UPSTREAMS[key].tests_import:
@@ -227,15 +209,10 @@ def _run_suite(
 def run_regression_tests(
     trees: Mapping[str, Path], run: SuiteRun, workspace: Workspace, console: Console | None = None
 ) -> int:
-    """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}) as ``run`` says; return pytest's exit
-    code (the first failing run's); ``TimedOut`` (exit 124) naming the test that hung when a run passes its limit.
-
-    A Trinity tree given without a verl tree is tested beside the pinned vanilla verl (see `with_imported_trees`),
-    and every Trinity tree once more beside each verl pinned as its companion (its legacy path: `companion_runs`),
-    unless ``run.companions`` is off; tests whose tree is not given are skipped, and say so. The verl trees fetched
-    for Trinity come from the caller's ``workspace`` (``apply --patches-dir``, ``--cache``), and what is said goes
-    to its ``console`` (``-q``; default: one that prints everything).
-    """
+    """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}) as ``run`` says, with the trees their
+    tests import (`with_imported_trees`) and beside each companion (`companion_runs`) unless ``run.companions`` is
+    off; pytest's exit code (the first failing run's), or ``TimedOut`` naming the test that hung. The verl trees
+    fetched come from ``workspace``; what is said goes to ``console`` (default: one that prints everything)."""
     python = ensure_venv()
     console = console if console is not None else Console()
     pins, cache = workspace.pins, workspace.cache

@@ -1,21 +1,12 @@
-"""The fork server of the regression suite's runs, one per test command: each run a fork of a process that has
-imported what every run imports from the pinned venv.
+"""The fork server of the regression suite's runs, one per test command (`patchset.testenv.suite_forks` is the client).
 
 ``python -P -m patchset.testenv.suite_fork_server SOCKET OWNER LIST TREE... -- MODULE...``, with the pinned venv's
-python. A fresh ``python -m pytest tests/regression`` spends about 4 to 5 s of CPU importing what the trees under test
-import from the pinned venv (torch, tensordict, transformers, ray, pandas and the rest) before its first test, and
-the test command starts about eight. This process learns that set in a throwaway fork that puts the ``TREE`` folders
-first on ``sys.path`` and imports each ``MODULE`` (or reads it from the file ``LIST``, where an earlier server wrote
-it: a stale list costs only speed, a module it names that is gone is skipped, one it lacks a run imports), then
-imports all of it except the trees' own modules and those a run imports itself (`OWNED`: this project's, the suite's
-helpers, Hydra's and OmegaConf's; and the pytest plugins', which pytest imports itself to rewrite their asserts),
-computing nothing, and freezes it (``gc.freeze``). It listens on ``SOCKET`` from its start (a run that connects
-meanwhile waits). Each run is a fork that becomes ``python -m MODULE ARGS`` as a fresh interpreter would: its
-environment, working folder, ``sys.path`` (the folder, then ``PYTHONPATH``, then the venv's) and standard streams
-(sent with the request) are the run's; the server answers the run's pid at once and its exit status when it ends
-(`patchset.testenv.suite_forks` is the client). Torch reads its thread settings as it is imported, here: a run that
-asks for others (`THREAD_VARIABLES`) is declined, and starts as a fresh interpreter (the test command starts the
-server with its steps' environment). It serves until the process ``OWNER`` ends.
+python. It learns, in a throwaway fork with the ``TREE`` folders first on ``sys.path``, what importing each ``MODULE``
+loads (or reads it from ``LIST``, written by an earlier server), imports all of it but `OWNED` modules and the pytest
+plugins', and freezes it (``gc.freeze``). Each request is a fork that becomes ``python -m MODULE ARGS`` as a fresh
+interpreter would (the run's environment, folder, ``sys.path`` and streams); the server answers its pid, then its
+exit status. A run asking for other `THREAD_VARIABLES` is declined (torch read them here). It serves until ``OWNER``
+ends.
 """
 
 from __future__ import annotations

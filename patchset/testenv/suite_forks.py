@@ -1,11 +1,7 @@
-"""Run the regression suite's pytest runs as forks of the test command's suite fork server, where it has one.
-
-The test command starts `patchset.testenv.suite_fork_server` (`SuiteForkServer`) once, when the first step that runs
-the suite starts, and names its socket in ``SOCKET_VARIABLE`` for those steps only. `launcher` then gives
-`patchset.plumbing.bounded.run_bounded` a way to start ``python -m pytest ...`` of the pinned venv as a fork of that
-server instead of a fresh interpreter: the same command, environment, folder and streams, without importing torch,
-transformers and the rest again (about 4 to 5 s of CPU a run). Elsewhere (a step run by hand, ``apply``'s own runs,
-another interpreter, a server that did not come up) runs start as before.
+"""The client of the suite fork server (`patchset.testenv.suite_fork_server`): `launcher` lets `run_bounded` start
+``python -m pytest ...`` of the pinned venv as a fork of the server named in ``SOCKET_VARIABLE`` (the test command
+names it for the steps that run the suite), without importing torch and the rest again; elsewhere, a fresh
+interpreter, as before. Why it is kept: docs/testing.md (about 100 CPU-s a test command).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from patchset.plumbing import bounded
-from patchset.testcommand.overlay_env import WARM_LIST_VARIABLE, WARM_PROBE_MODULES
+from patchset.testcommand.overlay_env import WARM_PROBE_MODULES
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
@@ -39,6 +39,12 @@ REPO_ROOT = HERE.parents[1]
 
 # the longest modules first: under pytest-xdist (one file per worker) the short ones fill in around them
 LONGEST_FIRST = ("test_ray.py", "test_parity.py", "test_import_order.py", "test_activation.py", "test_guards.py")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--warm-list", metavar="FILE", help="where the warm parents keep what they preload (default: temp)"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -236,13 +242,15 @@ class Cases:
 
 
 @pytest.fixture(scope="session")
-def cases(overlay_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cases]:
+def cases(
+    overlay_python: Path, tmp_path_factory: pytest.TempPathFactory, pytestconfig: pytest.Config
+) -> Iterator[Cases]:
     # one list for every pytest-xdist worker (the first parent to start writes it): the root of their temp folders,
     # or the test command's, kept for the next run (a stale list costs only speed: a module it names that is gone is
     # skipped, one it lacks a case imports itself)
     shared = tmp_path_factory.getbasetemp()
     shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
-    listed = Path(os.environ.get(WARM_LIST_VARIABLE) or shared / "warm-modules.txt")
+    listed = Path(pytestconfig.getoption("warm_list", None) or shared / "warm-modules.txt")
     listed.parent.mkdir(parents=True, exist_ok=True)
     runner = Cases(overlay_python, tmp_path_factory.mktemp("cases"), listed)
     yield runner

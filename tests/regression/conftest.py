@@ -46,7 +46,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.append(str(REPO_ROOT))
 
 from patchset.plumbing import bounded, children  # noqa: E402
-from patchset.testenv.regression import BASELINE_DONE_FILE, BASELINE_WAIT_VARIABLE, WARM_SERVER_VARIABLE  # noqa: E402
+from patchset.testenv.regression import BASELINE_DONE_FILE, WARM_SERVER_VARIABLE  # noqa: E402
 
 EXPECTATIONS = ("fixed", "bug")
 # Parameters that only vary the batch's shape: how it is cut into micro-batches and over how many ranks. With
@@ -146,9 +146,18 @@ def _sample_shapes(config: pytest.Config, items: list[pytest.Item]) -> None:
 
 
 # the tests that compare the patched trees with what the vanilla run recorded in PATCHSET_BASELINE_DIR: they run last in
-# their session, and where the test command runs the fix run beside teeth (BASELINE_WAIT_VARIABLE), each waits for the
+# their session, and where the test command runs the fix run beside teeth (--baseline-wait), each waits for the
 # record to be complete (BASELINE_DONE_FILE) before it reads it
 VANILLA_BASELINE_MARK = "vanilla_baseline"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--baseline-wait",
+        type=float,
+        metavar="SECONDS",
+        help="a patched run beside the vanilla one: wait this long at most for its record (vanilla_baseline tests)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -191,14 +200,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker(VANILLA_BASELINE_MARK) is not None:
-        _wait_for_the_vanilla_record()
+        _wait_for_the_vanilla_record(item.config.getoption("baseline_wait", None))
 
 
-def _wait_for_the_vanilla_record() -> None:
-    """A patched run beside the vanilla one (the test command's fix step, with ``BASELINE_WAIT_VARIABLE`` set): wait
-    until the vanilla run has marked its record complete, at most that many seconds. Elsewhere the record is read as
-    it is (or is absent, and the comparisons say so)."""
-    wait = os.environ.get(BASELINE_WAIT_VARIABLE)
+def _wait_for_the_vanilla_record(wait: float | None) -> None:
+    """A patched run beside the vanilla one (the test command's fix step, with ``--baseline-wait``): wait until the
+    vanilla run has marked its record complete, at most ``wait`` seconds. Elsewhere the record is read as it is (or
+    is absent, and the comparisons say so)."""
     folder = os.environ.get("PATCHSET_BASELINE_DIR")
     if not wait or not folder or os.environ.get("PATCHSET_EXPECT") != "fixed":
         return

@@ -49,13 +49,14 @@ def isolated_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 @pytest.fixture
 def test_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., int]:
-    """``scripts/test.sh`` (`testsuite.main`) run on a plan of the steps given, with a cache of this test's own: its
-    exit code."""
+    """``scripts/test.sh`` (``python -m patchset test``) run on a plan of the steps given, with a cache of this
+    test's own: its exit code."""
+    from patchset.cli import main
     from patchset.testcommand import testsuite
 
     def run(*steps: object, jobs: int = 1) -> int:
         monkeypatch.setattr(testsuite, "plan", lambda workspace, quick, jobs, suite_forks=None: list(steps))
-        return testsuite.main(["--cache", str(tmp_path / "cache"), "--jobs", str(jobs)])
+        return main(["test", "--cache", str(tmp_path / "cache"), "--jobs", str(jobs)])
 
     return run
 

@@ -6,9 +6,7 @@ The fault test of the last kind runs each command in process with one function i
 
 from __future__ import annotations
 
-import runpy
 import signal
-import sys
 from pathlib import Path
 
 import pytest
@@ -128,13 +126,8 @@ def test_the_test_command_ends_an_unforeseen_error_with_one_line_and_exit_70(tmp
         raise RuntimeError("injected into ensure_venv")
 
     monkeypatch.delenv(TRACEBACK_ENV, raising=False)
-    monkeypatch.setattr("patchset.testenv.venv.ensure_venv", fail)  # what the re-run module imports by name
-    monkeypatch.setattr(sys, "argv", ["scripts/test.sh", "--step", "tooling", "--cache", str(tmp_path)])
-    monkeypatch.delitem(sys.modules, "patchset.testcommand.testsuite", raising=False)  # run as scripts/test.sh runs it
+    monkeypatch.setattr("patchset.testcommand.testsuite.ensure_venv", fail)
 
-    with pytest.raises(SystemExit) as ended:
-        runpy.run_module("patchset.testcommand.testsuite", run_name="__main__")
-
-    assert ended.value.code == EXIT_INTERNAL
+    assert cli.main(["test", "--step", "tooling", "--cache", str(tmp_path)]) == EXIT_INTERNAL
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("error: internal error in ") and "RuntimeError: injected into ensure_venv" in line

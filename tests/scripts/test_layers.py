@@ -32,9 +32,9 @@ TOOLING_LAYERS: Mapping[str, int] = {
     "patchset.wheels": 4,
     "patchset.proof": 4,  # the proof on your own GPUs (and the end-to-end test's figure)
     "patchset.bench": 4,  # what the fix costs
-    "patchset.cli": 5,
-    "patchset.__main__": 6,
-    "patchset.testcommand": 6,  # the test command (scripts/test.sh): nothing of the tooling imports it
+    "patchset.testcommand": 5,  # the test command: only its command line (patchset.cli.test) imports it
+    "patchset.cli": 6,
+    "patchset.__main__": 7,
 }
 OVERLAY_LAYERS: Mapping[str, int] = {
     "patchset_overlay": 0,

@@ -6,8 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from patchset.cli import apply
-from patchset.testcommand import reference
+from patchset.cli import apply, reference
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

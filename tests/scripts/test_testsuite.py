@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from patchset.cli import main
 from patchset.plumbing.limits import scaled
 from patchset.testcommand import testsuite
 from patchset.testcommand.scheduler import Step
-from patchset.testenv.regression import BASELINE_DONE_FILE, BASELINE_WAIT_VARIABLE, SUITE_LIMIT_S, WARM_SERVER_VARIABLE
+from patchset.testenv.regression import BASELINE_DONE_FILE, SUITE_LIMIT_S, WARM_SERVER_VARIABLE
 from patchset.testenv.suite_forks import SOCKET_VARIABLE
 from patchset.testenv.venv import REPO_ROOT
 from patchset.upstreams.workspace import resolve_workspace
@@ -69,10 +70,9 @@ def recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[str,
 
 
 def _step_argv(step: Step) -> list[str]:
-    """What the scheduler would run, as arguments of testsuite.main (after
-    ``python -P -m patchset.testcommand.testsuite``)."""
-    assert step.argv[1:4] == ("-P", "-m", "patchset.testcommand.testsuite")
-    return list(step.argv[4:])
+    """What the scheduler would run, as arguments of the command line (after ``python -m patchset``)."""
+    assert step.argv[1:5] == ("-m", "patchset", "test", "--step")
+    return list(step.argv[3:])
 
 
 @pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])
@@ -81,14 +81,15 @@ def test_each_planned_step_runs_its_own_body(recorded, tmp_path, quick):
     assert len(EVERY_STEP) == 10 and [step.name for step in steps] == (QUICK_STEPS if quick else EVERY_STEP)
     e2e = ["--ignore", str(testsuite.REPO_ROOT / "tests" / "regression" / "test_engine_e2e.py")]
     # one run per tree set: the fix run, after teeth, includes the comparisons with teeth's record
-    selected = {"teeth": [], "fix": []}
+    # the fix run, beside teeth, waits at most 2/3 of a run's limit for teeth's record
+    selected = {"teeth": [], "fix": ["--baseline-wait", f"{scaled(SUITE_LIMIT_S) * 2 / 3:g}"]}
     for step in steps:
         recorded.clear()
-        assert testsuite.main(_step_argv(step)) == 0
+        assert main(_step_argv(step)) == 0
         if step.name in selected:
             ((kind, expect, args, sample, companions, cache),) = recorded
             assert (kind, expect) == ("regression", "bug" if step.name == "teeth" else "fixed")
-            assert args == (e2e if quick else selected[step.name])  # quick: without the e2e module
+            assert args == [*(e2e if quick else []), *selected[step.name]]  # quick: without the e2e module
             assert companions is not quick
             assert sample is (step.name == "teeth" or quick)  # teeth sampled; the fix every case unless quick
             assert cache == (tmp_path / "cache").resolve()  # the companion verl is fetched into the step's cache
@@ -99,7 +100,6 @@ def test_each_planned_step_runs_its_own_body(recorded, tmp_path, quick):
 def test_no_step_waits_for_teeth_but_fix_reads_its_record_when_complete_and_nothing_runs_without_the_pins(tmp_path):
     steps = {step.name: step for step in testsuite.plan(_workspace(tmp_path), quick=False)}
     assert not any(step.after for step in steps.values())
-    assert dict(steps["fix"].env)[BASELINE_WAIT_VARIABLE] == f"{scaled(SUITE_LIMIT_S) * 2 / 3:g}"
     quick = {step.name: step for step in testsuite.plan(_workspace(tmp_path), quick=True)}
     assert quick["fix"].after == ("teeth",)  # --quick: one at a time
     assert steps["environment"].stream and steps["environment"].needs == steps["pinned trees"].needs == ()
@@ -115,7 +115,7 @@ def test_teeth_marks_its_record_complete_as_it_ends_passed_or_not(recorded, monk
     teeth = next(step for step in testsuite.plan(_workspace(tmp_path), quick=False) if step.name == "teeth")
     done = (tmp_path / "cache").resolve() / "results" / BASELINE_DONE_FILE
 
-    assert testsuite.main(_step_argv(teeth)) == verdict
+    assert main(_step_argv(teeth)) == verdict
     assert done.exists()
 
 
@@ -139,8 +139,7 @@ def test_steps_running_at_once_share_the_cores_among_their_workers(monkeypatch, 
 
 
 def test_quick_help_names_exactly_what_it_runs(capsys):
-    with pytest.raises(SystemExit):
-        testsuite.main(["--help"])
+    assert main(["test", "--help"]) == 0
     quick_help = " ".join(capsys.readouterr().out.split("--quick", 1)[1].split())
     assert "the environment, the pinned trees, and the regression suite on them" in quick_help
     assert "without the engine end-to-end module or Trinity's legacy-path run" in quick_help

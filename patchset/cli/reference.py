@@ -1,7 +1,7 @@
 """docs/troubleshooting.md's exit codes, made from each command's own ``--help``, never by hand.
 
 ``python -m patchset reference --write`` puts them between the markers; ``--check`` exits 1 when they
-differ. It lives beside the test command, the one part that may import every command's module."""
+differ."""
 
 from __future__ import annotations
 
@@ -9,20 +9,19 @@ import argparse
 import textwrap
 from pathlib import Path
 
-from patchset.cli import apply, export, export_pr, wheels
+from patchset.cli import apply, export, export_pr, test, wheels
 from patchset.cli.startup import Run
 from patchset.plumbing import signals
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console
-from patchset.testcommand import testsuite
 
 DOC = "docs/troubleshooting.md"
 START = "<!-- exit codes: made by `python -m patchset reference --write` from each --help; edit those -->"
 END = "<!-- end of exit codes -->"
 # scripts/test.sh's exit codes are one sentence in its --help: laid out as the others' lines are
 TEST_CODES = textwrap.fill(
-    testsuite.EXIT_CODES.removeprefix("Exit codes: "), 116, initial_indent="  ", subsequent_indent="  "
+    test.EXIT_CODES.removeprefix("Exit codes: "), 116, initial_indent="  ", subsequent_indent="  "
 )
 # each command as its user runs it, and the exit codes its --help ends with
 COMMANDS = (
