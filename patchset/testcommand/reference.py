@@ -11,7 +11,7 @@ import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
-from patchset.cli import apply, export, export_pr, wheels
+from patchset.cli import apply, doctor, export, export_pr, wheels
 from patchset.testcommand import testsuite
 
 DOC = "docs/troubleshooting.md"
@@ -28,6 +28,7 @@ COMMANDS = (
     ("scripts/build-wheels.sh", wheels.EXIT_CODES),
     ("scripts/export.sh", export.EXIT_CODES),
     ("scripts/export-pr.sh", export_pr.EXIT_CODES),
+    ("scripts/doctor.sh", doctor.EXIT_CODES),
 )
 
 

@@ -31,6 +31,7 @@ TOOLING_LAYERS: Mapping[str, int] = {
     "patchset.testenv": 2,
     "patchset.apply": 3,
     "patchset.export": 3,
+    "patchset.doctor": 3,  # is my run affected? (python -m patchset doctor)
     "patchset.wheels": 4,
     "patchset.cli": 5,
     "patchset.__main__": 6,

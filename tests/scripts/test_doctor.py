@@ -1,0 +1,73 @@
+"""``patchset doctor`` answers each kind of run right, on the vanilla and on the patched verl 0.8.0 alike: a loss
+that depends on the split and is fixed (exit 0 patched, 6 vanilla), one the fix does not cover (KL-Cov on the
+Megatron engine: 6 on both), a run that does not depend on the split (0 on both), and a config that does not
+compose (7 on both, the trainer's own error in one line). Each runs the command as a user does, with verl imported
+from the tree on PYTHONPATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchset.upstreams.fetch import resolve_cache
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CACHE = resolve_cache(None, os.environ, REPO_ROOT).root
+TREES = {"vanilla": CACHE / "upstreams" / "verl-0.8.0", "patched": CACHE / "patched" / "verl-0.8.0"}
+PPO = ["python3", "-m", "verl.trainer.main_ppo", "trainer.n_gpus_per_node=8"]
+CRITIC = [*PPO, "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=2"]
+MEGATRON_KL_COV = [
+    *PPO,
+    "--config-name=ppo_megatron_trainer",
+    "algorithm.adv_estimator=grpo",
+    "actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+]
+GRPO = [*PPO, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"]
+NO_COMPOSE = [*PPO, "actor_rollout_ref.actor.no_such_key=1"]
+
+
+def doctor(tree: str, launch: list[str]) -> subprocess.CompletedProcess[str]:
+    if not (TREES[tree] / "verl").is_dir():
+        pytest.skip(f"no {tree} verl 0.8.0 at {TREES[tree]} (scripts/apply.sh makes it)")
+    env = {**os.environ, "PYTHONPATH": f"{TREES[tree]}{os.pathsep}{REPO_ROOT}"}
+    command = [sys.executable, "-m", "patchset", "doctor", "--json", "--", *launch]
+    return subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("launch", "tree", "exit_code", "fix"),
+    [
+        (CRITIC, "vanilla", 6, {"critic `value_loss`": "NOT FIXED here"}),
+        (CRITIC, "patched", 0, {"critic `value_loss`": "patched tree"}),
+        (MEGATRON_KL_COV, "vanilla", 6, {"KL-Cov": "NOT COVERED"}),
+        (MEGATRON_KL_COV, "patched", 6, {"KL-Cov": "NOT COVERED"}),
+        (GRPO, "vanilla", 0, {"actor policy loss `vanilla`": "not needed"}),
+        (GRPO, "patched", 0, {"actor policy loss `vanilla`": "not needed"}),
+    ],
+    ids=["critic-vanilla", "critic-patched", "megatron-kl-cov-vanilla", "megatron-kl-cov-patched", "grpo-v", "grpo-p"],
+)
+def test_doctor_answers_each_kind_of_run(launch: list[str], tree: str, exit_code: int, fix: dict[str, str]) -> None:
+    result = doctor(tree, launch)
+    assert result.returncode == exit_code, result.stderr
+    report = json.loads(result.stdout)
+    answers = {row["loss"]: row for row in report["losses"]}
+    for loss, state in fix.items():
+        row = next(row for name, row in answers.items() if name.startswith(loss))
+        assert row["fix"].startswith(state)
+    if launch is CRITIC:  # 256 prompts over 8 ranks, 2 a micro-batch
+        assert answers["critic `value_loss`"]["effect"].startswith("x 16 ")
+    assert report["depends_on_split"] is (exit_code == 6)
+
+
+@pytest.mark.parametrize("tree", ["vanilla", "patched"])
+def test_doctor_config_that_does_not_compose_gives_hydras_error(tree: str) -> None:
+    result = doctor(tree, NO_COMPOSE)
+    assert result.returncode == 7
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "no_such_key" in result.stderr
