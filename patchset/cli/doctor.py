@@ -1,18 +1,19 @@
-"""Command line: ``python -m patchset doctor [--json] -- python3 -m verl.trainer.main_ppo k=v ...``
-(``scripts/doctor.sh``)."""
+"""Command line: ``python -m patchset doctor [--json] -- python3 -m verl.trainer.main_ppo k=v ...``, or ``doctor
+[--json] [--cluster NODES,GPUS] TRINITY.yaml`` (``scripts/doctor.sh``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import textwrap
+from pathlib import Path
 
 from patchset.cli.options import workspace_from
 from patchset.cli.startup import Run
-from patchset.doctor.assess import Row, as_json, assess, release
-from patchset.doctor.compose import EXIT_DOES_NOT_COMPOSE, compose, read_launch, verl_root
+from patchset.doctor.assess import CRITIC, Row, Upstream, as_json, assess, assess_verl, notes
+from patchset.doctor.compose import EXIT_DOES_NOT_COMPOSE, compose, package_root, read_launch
 from patchset.plumbing import signals
-from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK
+from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, BadInput
 from patchset.plumbing.ui import Console
 
 EXIT_SPLIT_DEPENDENT = 6
@@ -20,7 +21,8 @@ EXIT_SPLIT_DEPENDENT = 6
 EXIT_CODES = f"""\
 exit status:
   {EXIT_OK}  no loss of the run depends on the split, or each that does is fixed in this environment
-  {EXIT_BAD_INPUT}  bad input: usage; not a verl trainer launch; verl not importable by this Python
+  {EXIT_BAD_INPUT}  bad input: usage; not a verl trainer launch; a Trinity YAML with no cluster and no --cluster;
+     verl (or trinity) not importable by this Python
   {EXIT_SPLIT_DEPENDENT}  the run still depends on the split: a loss it uses is not fixed here, or not covered by
      the fix at these settings (the table's NOT FIXED / NOT COVERED rows)
   {EXIT_DOES_NOT_COMPOSE}  the config does not compose: the trainer's own (Hydra's) error, in one line
@@ -39,20 +41,46 @@ def table(rows: list[Row]) -> str:
     )
 
 
-def cmd_doctor(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
-    """``doctor``: compose the launch's config, assess each loss it uses, print the table (or JSON)."""
-    workspace = workspace_from(args)
-    launch = read_launch(args.launch)
-    root = verl_root()
+def _verl_run(line: list[str], patches_dir: Path) -> tuple[list[Row], list[str], dict[str, str]]:
+    launch, root = read_launch(line), package_root("verl")
     config = compose(launch, root)
-    rows, notes = assess(config, launch.config_name, workspace.patches_dir, root)
-    head = {"verl": release(root), "verl_root": str(root), "entry_point": launch.module, "config": launch.config_name}
-    if args.json:
-        print(json.dumps(as_json(rows, notes, head), indent=1))
+    head = {"verl": Upstream("verl", "verl", root).version, "entry_point": launch.module, "config": launch.config_name}
+    return assess_verl(config, launch.config_name, patches_dir, root), notes(config), head
+
+
+def _trinity_run(path: Path, cluster: str | None, patches_dir: Path) -> tuple[list[Row], list[str], dict[str, str]]:
+    from patchset.doctor.trinity import compose_trinity
+
+    try:
+        nodes_gpus = tuple(int(part) for part in cluster.split(",")) if cluster else None
+    except ValueError:
+        nodes_gpus = None
+    if cluster and (nodes_gpus is None or len(nodes_gpus) != 2):
+        raise BadInput(f"--cluster {cluster}: give NODES,GPUS (e.g. 1,8)")
+    config, said = compose_trinity(path, nodes_gpus)
+    verl, trinity = (
+        Upstream("verl", "verl", package_root("verl")),
+        Upstream("trinity", "trinity", package_root("trinity")),
+    )
+    rows = assess(config, trinity, patches_dir) + assess(config, verl, patches_dir, (CRITIC,))
+    head = {"verl": verl.version, "trinity": trinity.version, "config": str(path)}
+    return rows, said, head
+
+
+def cmd_doctor(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
+    """``doctor``: compose the run's config, assess each loss it uses, print the table (or JSON)."""
+    patches_dir = workspace_from(args).patches_dir
+    line = [word for word in args.launch if word != "--"]
+    if len(line) == 1 and line[0].endswith((".yaml", ".yml")):
+        rows, said, head = _trinity_run(Path(line[0]), args.cluster, patches_dir)
     else:
-        print(f"verl {head['verl']} at {root}; {launch.module} ({launch.config_name})")
+        rows, said, head = _verl_run(line, patches_dir)
+    if args.json:
+        print(json.dumps(as_json(rows, said, head), indent=1))
+    else:
+        print("; ".join(f"{key} {value}" for key, value in head.items()))
         print(table(rows))
-        for note in notes:
+        for note in said:
             print(f"note: {note}")
     return EXIT_SPLIT_DEPENDENT if any(row.uncovered for row in rows) else EXIT_OK
 
@@ -64,15 +92,17 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         help=help,
         description=textwrap.dedent(
             """\
-            Is my run affected? Give the launch line after '--': doctor composes its config with Hydra, from the
-            verl this Python imports, starts nothing, and says for each loss the run uses whether it depends on
-            the micro-batch split, by how much at these settings, and whether the fix acts here (a patched tree
-            or wheel, by content; the overlay; or upstream)."""
+            Is my run affected? Give the verl launch line after '--', or a Trinity-RFT YAML: doctor composes the
+            config as the trainer does (Hydra; Trinity's load_config and validators), from the packages this Python
+            imports, starts nothing (no Ray), and says for each loss the run uses whether it depends on the
+            micro-batch split, by how much at these settings, and whether the fix acts here (a patched tree or
+            wheel, by content; the overlay; or upstream)."""
         ),
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     doctor.add_argument("--json", action="store_true", help="one JSON object, for CI")
+    doctor.add_argument("--cluster", metavar="NODES,GPUS", help="a Trinity YAML's cluster, where it sets none")
     doctor.add_argument("--patches-dir", help="folder holding the series folders (default: the repository's patches/)")
     doctor.add_argument(
         "launch", nargs=argparse.REMAINDER, help="the launch line: python3 -m verl.trainer.main_ppo ..."

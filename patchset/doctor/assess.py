@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from patchset.apply.plan import Action, plan_series
 from patchset.doctor.compose import Shape, get, shape
-from patchset.plumbing import gitops
 from patchset.series.model import Patch, load_series
 from patchset.series.parts import read_parts, slug_of
 from patchset.upstreams.pins import at_least
@@ -37,53 +37,68 @@ class Row:
 
 
 def holds(config: dict[str, Any], setting: str) -> bool:
-    """Whether ``key=value`` holds on ``config`` (booleans as ``true``/``false``); a missing key never holds."""
-    key, _, value = setting.partition("=")
+    """Whether ``key=value`` (or ``key=a|b``) holds on ``config`` (booleans as ``true``/``false``); a missing key
+    never holds."""
+    key, _, values = setting.partition("=")
     found = get(config, key, None)
-    return found is not None and str(found).lower() == value.lower()
+    return found is not None and str(found).lower() in values.lower().split("|")
 
 
-def release(root: Path) -> str:
-    return (root / "verl" / "version" / "version").read_text(encoding="utf-8").strip()
+@dataclass(frozen=True)
+class Upstream:
+    """One upstream the run imports: its series folder, package, the folder above the package, its release."""
+
+    series: str
+    package: str
+    root: Path
+
+    @property
+    def version(self) -> str:
+        if self.package == "verl":
+            return (self.root / "verl" / "version" / "version").read_text(encoding="utf-8").strip()
+        text = (self.root / self.package / "__init__.py").read_text(encoding="utf-8")
+        return text.split("__version__ = ", 1)[1].split("\n", 1)[0].strip("\"'")
+
+    @property
+    def distribution(self) -> str:
+        return "trinity-rft" if self.package == "trinity" else self.package
 
 
-def _has_change(root: Path, patch: Patch) -> bool:
-    """Whether the imported tree holds ``patch``'s change to the package (``git apply --reverse --check``)."""
-    if not any(path.startswith("verl/") for path in patch.files):
-        return False
-    return gitops.apply_patch(root, patch.path, reverse=True, check=True, include=["verl/*"]).ok
+def applied(upstream: Upstream, patches: tuple[Patch, ...]) -> set[str]:
+    """The patches the imported tree holds, by content: apply's own check of a series on a tree (it reads the tree
+    only, and finds each patch also where later patches changed its lines)."""
+    steps = plan_series(upstream.root, patches, version=upstream.version)
+    return {step.patch.name for step in steps if step.action is Action.NOTHING}
 
 
 def _overlaid() -> set[str]:
-    """The verl patches (``0001-...``) the overlay changes here: asked of ``python -m patchset_overlay status`` only
-    when the overlay's start-up hook (``patchset_overlay.pth``) ran in this interpreter, as it would in the
-    trainer's."""
+    """``distribution:0001-...`` of each patch an overlay changes here: asked of ``python -m patchset_overlay status``
+    only when the overlay's start-up hook (``patchset_overlay.pth``) ran in this interpreter, as in the trainer's."""
     startup = sys.modules.get("patchset_overlay.startup")
     if startup is None or startup.outcome != startup.AUTOMATIC:
         return set()
     status = [sys.executable, "-m", "patchset_overlay", "status", "--json"]
     report = json.loads(subprocess.run(status, capture_output=True, text=True, check=True).stdout)
     return {
-        name
+        f"{entry['upstream']}:{name}"
         for entry in report
-        if entry["upstream"] == "verl"
         for piece in entry["pieces"]
         if piece["state"] == "active"
         for name in piece["patches"]
     }
 
 
-def fix_here(root: Path, version: str, patch: Patch, overlaid: set[str]) -> str | None:
+def fix_here(upstream: Upstream, patch: Patch, present: set[str], overlaid: set[str]) -> str | None:
     """How ``patch``'s fix reaches this environment, or None where it does not."""
-    if patch.upstream_since and at_least(version, patch.upstream_since):
-        return f"in verl {patch.upstream_since}"
-    if _has_change(root, patch):
+    if patch.upstream_since and at_least(upstream.version, patch.upstream_since):
+        return f"in {upstream.package} {patch.upstream_since}"
+    if patch.name in present:
         try:
-            wheel = "+patchset" in importlib.metadata.version("verl")
+            wheel = "+patchset" in importlib.metadata.version(upstream.distribution)
         except importlib.metadata.PackageNotFoundError:
             wheel = False
         return "patched wheel" if wheel else "patched tree"
-    return "overlay" if patch.path.stem in overlaid else None
+    return "overlay" if f"{upstream.distribution}:{patch.path.stem}" in overlaid else None
 
 
 def effect(kind: str, split: Shape) -> str:
@@ -101,46 +116,56 @@ def effect(kind: str, split: Shape) -> str:
     return text
 
 
-def assess(config: dict[str, Any], config_name: str, patches_dir: Path, root: Path) -> tuple[list[Row], list[str]]:
-    """The rows of the report, one a loss the run uses, and notes on what doctor cannot see or fix."""
-    if config_name not in PPO_CONFIGS:
-        return [
-            Row("SFT `sft_loss`", "", "none: global normalization (docs/loss-audit.md)", "not needed", False, False)
-        ], []
-    version = release(root)
+def assess(
+    config: dict[str, Any], upstream: Upstream, patches_dir: Path, models: tuple[str, ...] = (ACTOR, CRITIC)
+) -> list[Row]:
+    """One row a loss of ``upstream``'s series that the run uses, trained on one of ``models``."""
     config = dict(config, critic=dict(config.get("critic") or {}))
     if config["critic"].get("enable") is None:  # verl's need_critic: a critic for GAE unless critic.enable says
         config["critic"]["enable"] = get(config, "algorithm.adv_estimator") == "gae"
-    series = load_series(patches_dir, "verl")
-    parts = read_parts(patches_dir / "verl")
-    overlaid = _overlaid()
-    rows, actor_loss = [], False
+    parts = read_parts(patches_dir / upstream.series)
+    overlaid, series = _overlaid(), load_series(patches_dir, upstream.series)
+    present = applied(upstream, series.patches)
+    rows = []
     for patch in series.patches:
         uses = parts.get(slug_of(patch.name), {}).get("uses")
-        if not uses or not all(holds(config, setting) for setting in uses["when"]):
+        model = CRITIC if uses and any(key.startswith("critic.") for key in uses["when"]) else ACTOR
+        if not uses or model not in models or not all(holds(config, setting) for setting in uses["when"]):
             continue
-        model = CRITIC if any(key.startswith("critic.") for key in uses["when"]) else ACTOR
-        actor_loss |= model == ACTOR
         split = shape(config, model)
-        depends = split.most > 1 or (uses["effect"] == "choice" and split.dp > 1)
-        fix = fix_here(root, version, patch, overlaid)
+        affected = split.most > 1 or (uses["effect"] == "choice" and split.dp > 1)
+        fix = fix_here(upstream, patch, present, overlaid)
         blocked = [setting for setting in uses.get("not_fixed_when", []) if holds(config, setting)]
-        if not depends:
+        if not affected:
             state = "no effect at these settings"
+        elif fix is None:
+            state = "NOT FIXED here"
         elif blocked:
             state = f"NOT COVERED: the fix does not act with {', '.join(blocked)}"
         else:
-            state = fix or "NOT FIXED here"
-        loss = parts[slug_of(patch.name)].get("summary", patch.subject)
-        uncovered = depends and (fix is None or bool(blocked))
-        rows.append(Row(loss, patch.name[:4], effect(uses["effect"], split), state, depends, uncovered))
-    if not actor_loss:
+            state = fix
+        loss = parts[slug_of(patch.name)].get("summary", patch.subject).split(";")[0]
+        uncovered = affected and (fix is None or bool(blocked))
+        where = f"{upstream.package} {patch.name[:4]}"
+        rows.append(Row(loss, where, effect(uses["effect"], split), state, affected, uncovered))
+    return rows
+
+
+def assess_verl(config: dict[str, Any], config_name: str, patches_dir: Path, root: Path) -> list[Row]:
+    """The rows of a verl launch: its series' losses, or the one loss of SFT, or the actor's that needs no fix."""
+    if config_name not in PPO_CONFIGS:
+        return [
+            Row("SFT `sft_loss`", "", "none: global normalization (docs/loss-audit.md)", "not needed", False, False)
+        ]
+    verl = Upstream("verl", "verl", root)
+    actor = assess(config, verl, patches_dir, (ACTOR,))
+    if not actor:
         mode = get(config, f"{ACTOR}.policy_loss.loss_mode")
-        rows.insert(0, Row(f"actor policy loss `{mode}`", "", "none: global normalization", "not needed", False, False))
-    return rows, _notes(config)
+        actor = [Row(f"actor policy loss `{mode}`", "", "none: global normalization", "not needed", False, False)]
+    return actor + assess(config, verl, patches_dir, (CRITIC,))
 
 
-def _notes(config: dict[str, Any]) -> list[str]:
+def notes(config: dict[str, Any]) -> list[str]:
     """What doctor sees in the config that no row covers."""
     notes = []
     mode = get(config, f"{ACTOR}.policy_loss.loss_mode")

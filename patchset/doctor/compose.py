@@ -68,11 +68,11 @@ def read_launch(line: Sequence[str]) -> Launch:
     return Launch(module, config_name, config_path, tuple(overrides))
 
 
-def verl_root() -> Path:
-    """The folder that holds the ``verl`` package this Python imports (a checkout, or site-packages)."""
-    spec = importlib.util.find_spec("verl")
+def package_root(package: str = "verl") -> Path:
+    """The folder that holds ``package`` as this Python imports it (a checkout, or site-packages)."""
+    spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
-        raise BadInput("verl is not importable by this Python: run doctor with the training environment's python")
+        raise BadInput(f"{package} is not importable by this Python: run doctor with the training environment's python")
     return Path(spec.origin).resolve().parent.parent
 
 

@@ -1,8 +1,9 @@
 """``patchset doctor`` answers each kind of run right, on the vanilla and on the patched verl 0.8.0 alike: a loss
 that depends on the split and is fixed (exit 0 patched, 6 vanilla), one the fix does not cover (KL-Cov on the
-Megatron engine: 6 on both), a run that does not depend on the split (0 on both), and a config that does not
-compose (7 on both, the trainer's own error in one line). Each runs the command as a user does, with verl imported
-from the tree on PYTHONPATH."""
+Megatron engine: 6 on both, NOT COVERED where the series is applied), a run that does not depend on the split (0 on
+both), and a config that does not compose (7 on both, the trainer's own error in one line); and a Trinity-RFT YAML
+(its policy loss: 6 on vanilla trinity-rft 0.6.0, 0 patched). Each runs the command as a user does, with the
+upstreams imported from the trees on PYTHONPATH."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from patchset.upstreams.fetch import resolve_cache
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CACHE = resolve_cache(None, os.environ, REPO_ROOT).root
-TREES = {"vanilla": CACHE / "upstreams" / "verl-0.8.0", "patched": CACHE / "patched" / "verl-0.8.0"}
+TREES = {"vanilla": CACHE / "upstreams", "patched": CACHE / "patched"}
 PPO = ["python3", "-m", "verl.trainer.main_ppo", "trainer.n_gpus_per_node=8"]
 CRITIC = [*PPO, "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=2"]
 MEGATRON_KL_COV = [
@@ -32,10 +33,29 @@ GRPO = [*PPO, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.ppo_micro
 NO_COMPOSE = [*PPO, "actor_rollout_ref.actor.no_such_key=1"]
 
 
+TRINITY_YAML = """\
+project: doctor-test
+name: grpo
+algorithm: {algorithm_type: grpo, repeat_times: 8}
+model: {model_path: Qwen/Qwen2.5-1.5B-Instruct, max_response_tokens: 1024, max_model_len: 2048}
+cluster: {node_num: 1, gpu_per_node: 8}
+buffer:
+  batch_size: 32
+  explorer_input:
+    taskset: {name: gsm8k, storage_type: file, path: openai/gsm8k}
+  trainer_input:
+    experience_buffer: {name: buffer, storage_type: queue}
+explorer:
+  rollout_model: {engine_num: 4, tensor_parallel_size: 1}
+trainer: {trainer_type: verl, use_dynamic_bsz: true, max_token_len_per_gpu: 4096}
+"""
+
+
 def doctor(tree: str, launch: list[str]) -> subprocess.CompletedProcess[str]:
-    if not (TREES[tree] / "verl").is_dir():
-        pytest.skip(f"no {tree} verl 0.8.0 at {TREES[tree]} (scripts/apply.sh makes it)")
-    env = {**os.environ, "PYTHONPATH": f"{TREES[tree]}{os.pathsep}{REPO_ROOT}"}
+    trees = [TREES[tree] / "verl-0.8.0", TREES[tree] / "trinity-rft-0.6.0"]
+    if not all(path.is_dir() for path in trees):
+        pytest.skip(f"no {tree} verl 0.8.0 and trinity-rft 0.6.0 under {TREES[tree]} (scripts/apply.sh makes them)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, [*trees, REPO_ROOT]))}
     command = [sys.executable, "-m", "patchset", "doctor", "--json", "--", *launch]
     return subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
 
@@ -45,7 +65,7 @@ def doctor(tree: str, launch: list[str]) -> subprocess.CompletedProcess[str]:
     [
         (CRITIC, "vanilla", 6, {"critic `value_loss`": "NOT FIXED here"}),
         (CRITIC, "patched", 0, {"critic `value_loss`": "patched tree"}),
-        (MEGATRON_KL_COV, "vanilla", 6, {"KL-Cov": "NOT COVERED"}),
+        (MEGATRON_KL_COV, "vanilla", 6, {"KL-Cov": "NOT FIXED here"}),
         (MEGATRON_KL_COV, "patched", 6, {"KL-Cov": "NOT COVERED"}),
         (GRPO, "vanilla", 0, {"actor policy loss `vanilla`": "not needed"}),
         (GRPO, "patched", 0, {"actor policy loss `vanilla`": "not needed"}),
@@ -71,3 +91,17 @@ def test_doctor_config_that_does_not_compose_gives_hydras_error(tree: str) -> No
     assert result.returncode == 7
     assert result.stdout == ""
     assert result.stderr.count("\n") == 1 and "no_such_key" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("tree", "exit_code", "fix"), [("vanilla", 6, "NOT FIXED here"), ("patched", 0, "patched tree")]
+)
+def test_doctor_reads_a_trinity_yaml(tree: str, exit_code: int, fix: str, tmp_path: Path) -> None:
+    config = tmp_path / "grpo.yaml"
+    config.write_text(TRINITY_YAML)
+    result = doctor(tree, [str(config)])
+    assert result.returncode == exit_code, result.stderr[-2000:]
+    (row,) = json.loads(result.stdout)["losses"]
+    assert row["patch"] == "trinity 0001" and row["fix"] == fix
+    # 32 tasks x 8 = 256 experiences on 4 trainer GPUs, 64 a rank of at most 2048 tokens in 4096-token micro-batches
+    assert row["effect"].startswith("varies with response length, up to x 32 ")

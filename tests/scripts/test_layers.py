@@ -31,8 +31,8 @@ TOOLING_LAYERS: Mapping[str, int] = {
     "patchset.testenv": 2,
     "patchset.apply": 3,
     "patchset.export": 3,
-    "patchset.doctor": 3,  # is my run affected? (python -m patchset doctor)
     "patchset.wheels": 4,
+    "patchset.doctor": 4,  # is my run affected? (python -m patchset doctor)
     "patchset.cli": 5,
     "patchset.__main__": 6,
     "patchset.testcommand": 6,  # the test command (scripts/test.sh): nothing of the tooling imports it
