@@ -4,16 +4,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import textwrap
 from pathlib import Path
 
 from patchset.cli.options import workspace_from
 from patchset.cli.startup import Run
-from patchset.doctor.assess import CRITIC, Row, Upstream, as_json, assess, assess_verl, notes
+from patchset.doctor.assess import CRITIC, Row, Upstream, assess, assess_verl, notes
 from patchset.doctor.compose import EXIT_DOES_NOT_COMPOSE, compose, package_root, read_launch
 from patchset.plumbing import signals
-from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK, BadInput
+from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK
 from patchset.plumbing.ui import Console
 
 EXIT_SPLIT_DEPENDENT = 6
@@ -41,6 +42,13 @@ def table(rows: list[Row]) -> str:
     )
 
 
+def _cluster(text: str) -> tuple[int, int]:
+    nodes, _, gpus = text.partition(",")
+    if not (nodes.isdigit() and gpus.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r}: give NODES,GPUS (e.g. 1,8)")
+    return int(nodes), int(gpus)
+
+
 def _verl_run(line: list[str], patches_dir: Path) -> tuple[list[Row], list[str], dict[str, str]]:
     launch, root = read_launch(line), package_root("verl")
     config = compose(launch, root)
@@ -48,16 +56,12 @@ def _verl_run(line: list[str], patches_dir: Path) -> tuple[list[Row], list[str],
     return assess_verl(config, launch.config_name, patches_dir, root), notes(config), head
 
 
-def _trinity_run(path: Path, cluster: str | None, patches_dir: Path) -> tuple[list[Row], list[str], dict[str, str]]:
+def _trinity_run(
+    path: Path, cluster: tuple[int, int] | None, patches_dir: Path
+) -> tuple[list[Row], list[str], dict[str, str]]:
     from patchset.doctor.trinity import compose_trinity
 
-    try:
-        nodes_gpus = tuple(int(part) for part in cluster.split(",")) if cluster else None
-    except ValueError:
-        nodes_gpus = None
-    if cluster and (nodes_gpus is None or len(nodes_gpus) != 2):
-        raise BadInput(f"--cluster {cluster}: give NODES,GPUS (e.g. 1,8)")
-    config, said = compose_trinity(path, nodes_gpus)
+    config, said = compose_trinity(path, cluster)
     verl, trinity = (
         Upstream("verl", "verl", package_root("verl")),
         Upstream("trinity", "trinity", package_root("trinity")),
@@ -76,7 +80,10 @@ def cmd_doctor(args: argparse.Namespace, console: Console, guard: signals.Guard)
     else:
         rows, said, head = _verl_run(line, patches_dir)
     if args.json:
-        print(json.dumps(as_json(rows, said, head), indent=1))
+        losses = [dataclasses.asdict(row) for row in rows]
+        print(
+            json.dumps(dict(head, losses=losses, notes=said, depends_on_split=any(r.uncovered for r in rows)), indent=1)
+        )
     else:
         print("; ".join(f"{key} {value}" for key, value in head.items()))
         print(table(rows))
@@ -102,7 +109,9 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     doctor.add_argument("--json", action="store_true", help="one JSON object, for CI")
-    doctor.add_argument("--cluster", metavar="NODES,GPUS", help="a Trinity YAML's cluster, where it sets none")
+    doctor.add_argument(
+        "--cluster", metavar="NODES,GPUS", type=_cluster, help="a Trinity YAML's cluster, where it sets none"
+    )
     doctor.add_argument("--patches-dir", help="folder holding the series folders (default: the repository's patches/)")
     doctor.add_argument(
         "launch", nargs=argparse.REMAINDER, help="the launch line: python3 -m verl.trainer.main_ppo ..."

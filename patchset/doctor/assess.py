@@ -12,7 +12,7 @@ import importlib.metadata
 import json
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ PPO_CONFIGS = ("ppo_trainer", "ppo_megatron_trainer")
 
 @dataclass(frozen=True)
 class Row:
+    model: str  # what trains with it: the actor ("actor_rollout_ref.actor") or the critic
     loss: str
     patch: str  # the series' patch file that fixes it ("" for a loss that needs none)
     effect: str  # what the split does to it at these settings
@@ -147,22 +148,21 @@ def assess(
         loss = parts[slug_of(patch.name)].get("summary", patch.subject).split(";")[0]
         uncovered = affected and (fix is None or bool(blocked))
         where = f"{upstream.package} {patch.name[:4]}"
-        rows.append(Row(loss, where, effect(uses["effect"], split), state, affected, uncovered))
+        rows.append(Row(model, loss, where, effect(uses["effect"], split), state, affected, uncovered))
     return rows
 
 
 def assess_verl(config: dict[str, Any], config_name: str, patches_dir: Path, root: Path) -> list[Row]:
     """The rows of a verl launch: its series' losses, or the one loss of SFT, or the actor's that needs no fix."""
     if config_name not in PPO_CONFIGS:
-        return [
-            Row("SFT `sft_loss`", "", "none: global normalization (docs/loss-audit.md)", "not needed", False, False)
-        ]
-    verl = Upstream("verl", "verl", root)
-    actor = assess(config, verl, patches_dir, (ACTOR,))
-    if not actor:
+        return [Row("sft", "SFT `sft_loss`", "", "none: global normalization", "not needed", False, False)]
+    rows = assess(config, Upstream("verl", "verl", root), patches_dir)
+    if not any(row.model == ACTOR for row in rows):
         mode = get(config, f"{ACTOR}.policy_loss.loss_mode")
-        actor = [Row(f"actor policy loss `{mode}`", "", "none: global normalization", "not needed", False, False)]
-    return actor + assess(config, verl, patches_dir, (CRITIC,))
+        rows.insert(
+            0, Row(ACTOR, f"actor policy loss `{mode}`", "", "none: global normalization", "not needed", False, False)
+        )
+    return rows
 
 
 def notes(config: dict[str, Any]) -> list[str]:
@@ -175,9 +175,3 @@ def notes(config: dict[str, Any]) -> list[str]:
             f"{mode}: the workers train with {mode} (verl#4912, #4930): configure bypass mode on the actor"
         )
     return notes
-
-
-def as_json(rows: list[Row], notes: list[str], head: dict[str, Any]) -> dict[str, Any]:
-    return dict(
-        head, losses=[asdict(row) for row in rows], notes=notes, depends_on_split=any(r.uncovered for r in rows)
-    )

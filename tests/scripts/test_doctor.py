@@ -105,3 +105,11 @@ def test_doctor_reads_a_trinity_yaml(tree: str, exit_code: int, fix: str, tmp_pa
     assert row["patch"] == "trinity 0001" and row["fix"] == fix
     # 32 tasks x 8 = 256 experiences on 4 trainer GPUs, 64 a rank of at most 2048 tokens in 4096-token micro-batches
     assert row["effect"].startswith("varies with response length, up to x 32 ")
+
+
+def test_doctor_never_starts_ray_for_a_trinity_yaml_without_a_cluster(tmp_path: Path) -> None:
+    """Trinity's validators would start Ray to count the GPUs: doctor asks for --cluster instead."""
+    config = tmp_path / "grpo.yaml"
+    config.write_text(TRINITY_YAML.replace("cluster: {node_num: 1, gpu_per_node: 8}\n", ""))
+    result = doctor("vanilla", [str(config)])
+    assert result.returncode == 2 and "--cluster NODES,GPUS" in result.stderr
