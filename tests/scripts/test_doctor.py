@@ -51,11 +51,13 @@ trainer: {trainer_type: verl, use_dynamic_bsz: true, max_token_len_per_gpu: 4096
 """
 
 
-def doctor(tree: str, launch: list[str]) -> subprocess.CompletedProcess[str]:
+def doctor(tree: str, launch: list[str], first: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``doctor --json`` on ``launch``, the ``tree`` ("vanilla", "patched") upstreams on PYTHONPATH after ``first``."""
     trees = [TREES[tree] / "verl-0.8.0", TREES[tree] / "trinity-rft-0.6.0"]
     if not all(path.is_dir() for path in trees):
         pytest.skip(f"no {tree} verl 0.8.0 and trinity-rft 0.6.0 under {TREES[tree]} (scripts/apply.sh makes them)")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, [*trees, REPO_ROOT]))}
+    path = [*([first] if first else []), *trees, REPO_ROOT]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
     command = [sys.executable, "-m", "patchset", "doctor", "--json", "--", *launch]
     return subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
 
@@ -113,3 +115,14 @@ def test_doctor_never_starts_ray_for_a_trinity_yaml_without_a_cluster(tmp_path: 
     config.write_text(TRINITY_YAML.replace("cluster: {node_num: 1, gpu_per_node: 8}\n", ""))
     result = doctor("vanilla", [str(config)])
     assert result.returncode == 2 and "--cluster NODES,GPUS" in result.stderr
+
+
+def test_doctor_sees_the_overlay_where_the_interpreter_starts_it(tmp_path: Path) -> None:
+    """The vanilla tree with patchset_overlay.pth read at start-up (a site folder added by sitecustomize, as
+    site-packages would): the critic's fix acts through the overlay."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "patchset_overlay.pth").write_text((REPO_ROOT / "patchset_overlay.pth").read_text())
+    (tmp_path / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(tmp_path / 'site')!r})\n")
+    result = doctor("vanilla", CRITIC, first=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout)["losses"][-1]["fix"] == "overlay"
