@@ -12,12 +12,16 @@ from pathlib import Path
 from patchset.cli.options import workspace_from
 from patchset.cli.startup import Run
 from patchset.doctor.assess import CRITIC, Row, Upstream, assess, assess_verl, notes
-from patchset.doctor.compose import EXIT_DOES_NOT_COMPOSE, compose, package_root, read_launch
+from patchset.doctor.compose import compose, package_root, read_launch
 from patchset.plumbing import signals
-from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_OK
+from patchset.plumbing.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_DOES_NOT_COMPOSE,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_SPLIT_DEPENDENT,
+)
 from patchset.plumbing.ui import Console
-
-EXIT_SPLIT_DEPENDENT = 6
 
 EXIT_CODES = f"""\
 exit status:
@@ -26,7 +30,7 @@ exit status:
      verl (or trinity) not importable by this Python
   {EXIT_SPLIT_DEPENDENT}  the run still depends on the split: a loss it uses is not fixed here, or not covered by
      the fix at these settings (the table's NOT FIXED / NOT COVERED rows)
-  {EXIT_DOES_NOT_COMPOSE}  the config does not compose: the trainer's own (Hydra's) error, in one line
+  {EXIT_DOES_NOT_COMPOSE}  the config does not compose: the trainer's own error (Hydra's, Trinity's), in one line
   {EXIT_INTERNAL}  internal error, a bug: please report it
 """
 

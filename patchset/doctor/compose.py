@@ -11,9 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchset.plumbing.errors import BadInput, PatchsetError
-
-EXIT_DOES_NOT_COMPOSE = 7
+from patchset.plumbing.errors import BadInput, DoesNotCompose
 
 # verl's Hydra entry points (``@hydra.main(config_path="config", config_name=...)`` in verl/trainer/)
 ENTRY_POINTS = {
@@ -22,12 +20,6 @@ ENTRY_POINTS = {
     "verl.trainer.sft_trainer": "sft_trainer_engine",
     "verl.trainer.sft_trainer_ray": "sft_trainer_engine",
 }
-
-
-class DoesNotCompose(PatchsetError):
-    """The trainer would stop on this config: Hydra's (or OmegaConf's) own error, in one line."""
-
-    exit_code = EXIT_DOES_NOT_COMPOSE
 
 
 @dataclass(frozen=True)
@@ -89,7 +81,11 @@ def compose(launch: Launch, root: Path) -> dict[str, Any]:
             config = hydra_compose(launch.config_name, overrides=list(launch.overrides))
         return OmegaConf.to_container(config, resolve=True)
     except Exception as error:  # Hydra's and OmegaConf's many error types: the trainer stops on each
-        raise DoesNotCompose(f"{type(error).__name__}: {' '.join(str(error).split())}") from None
+        raise DoesNotCompose(one_line(error)) from None
+
+
+def one_line(error: Exception) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
 
 
 def get(config: dict[str, Any], key: str, default: Any = None) -> Any:

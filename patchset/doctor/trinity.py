@@ -10,12 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from patchset.doctor.compose import DoesNotCompose
-from patchset.plumbing.errors import BadInput
-
-
-def _one_line(error: Exception) -> str:
-    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+from patchset.doctor.compose import one_line
+from patchset.plumbing.errors import BadInput, DoesNotCompose
 
 
 def compose_trinity(path: Path, cluster: tuple[int, int] | None) -> tuple[dict[str, Any], list[str]]:
@@ -35,7 +31,7 @@ def _compose(path: Path, cluster: tuple[int, int] | None) -> tuple[dict[str, Any
     try:
         config = load_config(str(path))
     except Exception as error:  # Trinity wraps OmegaConf's errors in a ValueError
-        raise DoesNotCompose(_one_line(error)) from None
+        raise DoesNotCompose(one_line(error)) from None
     if cluster is not None:
         config.cluster.node_num, config.cluster.gpu_per_node = cluster
     if not (config.cluster.node_num and config.cluster.gpu_per_node):
@@ -45,9 +41,9 @@ def _compose(path: Path, cluster: tuple[int, int] | None) -> tuple[dict[str, Any
         try:
             validator.validate(config)
         except ImportError as error:  # a package of the full install missing here: say so, judge the rest
-            notes.append(f"Trinity's {type(validator).__name__} could not run here ({_one_line(error)[:120]})")
+            notes.append(f"Trinity's {type(validator).__name__} could not run here ({one_line(error)[:120]})")
         except Exception as error:
-            raise DoesNotCompose(_one_line(error)) from None
+            raise DoesNotCompose(one_line(error)) from None
     built = OmegaConf.to_container(build_verl_config(config), resolve=True)
     run = dataclasses.asdict(config)
     gpus = config.cluster.trainer_gpu_num or config.cluster.node_num * config.cluster.gpu_per_node
