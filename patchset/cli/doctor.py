@@ -118,6 +118,8 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     )
     doctor.add_argument("--patches-dir", help="folder holding the series folders (default: the repository's patches/)")
     doctor.add_argument(
-        "launch", nargs=argparse.REMAINDER, help="the launch line: python3 -m verl.trainer.main_ppo ..."
+        "launch",
+        nargs=argparse.REMAINDER,
+        help="the verl launch line (python3 -m verl.trainer.main_ppo ...), or a Trinity YAML",
     )
     return Run(cmd_doctor, handle_signals=False)
