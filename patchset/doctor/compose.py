@@ -135,5 +135,11 @@ def shape(config: dict[str, Any], model: str) -> Shape:
         longest = int(get(config, "data.max_prompt_length", 1)) + int(get(config, "data.max_response_length", 1))
         budget = int(get(config, f"{model}.ppo_max_token_len_per_gpu", 1)) * sp
         return Shape(strategy, dp, sp, rows, None, min(rows, math.ceil(rows * longest / budget)))
-    micro = int(get(config, f"{model}.ppo_micro_batch_size_per_gpu", None) or rows)
+    micro = (
+        get(config, f"{model}.ppo_micro_batch_size_per_gpu")
+        or int(get(config, f"{model}.ppo_micro_batch_size") or 0) // dp
+    )
+    if not micro:  # verl's ActorConfig and CriticConfig refuse it at start-up
+        raise DoesNotCompose(f"{model}: neither ppo_micro_batch_size_per_gpu nor ppo_micro_batch_size is set")
+    micro = int(micro)
     return Shape(strategy, dp, sp, rows, micro, max(rows // micro, 1))
