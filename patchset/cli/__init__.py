@@ -36,6 +36,7 @@ COMMANDS = {
     "export": Command("patchset.cli.export", "check out, refresh, export and lint the series (scripts/export.sh)"),
     "export-pr": Command("patchset.cli.export_pr", "one upstream branch per concern, gated (scripts/export-pr.sh)"),
     "wheels": Command("patchset.cli.wheels", "build patched wheels, or print an installed one's manifest"),
+    "doctor": Command("patchset.cli.doctor", "is my run affected? a verl launch line, assessed (scripts/doctor.sh)"),
     "lint-hook": Command("patchset.cli.lint_hook", "one lint hook of this project's own, as export-pr's gates run it"),
     "proof": Command(
         "patchset.cli.proof", "the proof on your own GPUs, vanilla against patched (scripts/gpu_proof.py)"

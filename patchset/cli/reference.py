@@ -9,7 +9,7 @@ import argparse
 import textwrap
 from pathlib import Path
 
-from patchset.cli import apply, export, export_pr, test, wheels
+from patchset.cli import apply, doctor, export, export_pr, test, wheels
 from patchset.cli.startup import Run
 from patchset.plumbing import signals
 from patchset.plumbing.errors import BadInput
@@ -30,6 +30,7 @@ COMMANDS = (
     ("scripts/build-wheels.sh", wheels.EXIT_CODES),
     ("scripts/export.sh", export.EXIT_CODES),
     ("scripts/export-pr.sh", export_pr.EXIT_CODES),
+    ("scripts/doctor.sh", doctor.EXIT_CODES),
 )
 
 

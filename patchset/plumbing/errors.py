@@ -8,6 +8,8 @@ EXIT_BAD_INPUT = 2
 EXIT_DOES_NOT_APPLY = 3
 EXIT_LOCKED = 4
 EXIT_EARLIER_SERIES = 5  # the tree holds an earlier series of this patchset: --upgrade takes it out
+EXIT_SPLIT_DEPENDENT = 6  # doctor: the run still depends on the micro-batch split
+EXIT_DOES_NOT_COMPOSE = 7  # doctor: the run's config does not compose (the trainer would stop)
 EXIT_INTERNAL = 70  # an unexpected error: a bug, or the system failing (sysexits' EX_SOFTWARE); never 1
 EXIT_TIMED_OUT = 124  # a run that went past its time limit and was ended (as timeout(1) exits)
 
@@ -64,3 +66,9 @@ def needs_module(name: str, command: str) -> None:
             f"{command} needs {name}, which this Python ({sys.executable}) cannot import: run it with the test "
             "environment's python (.venv/bin/python, made by scripts/test.sh)"
         )
+
+
+class DoesNotCompose(PatchsetError):
+    """The run's config does not compose: the trainer's own (Hydra's, Trinity's) error, in one line."""
+
+    exit_code = EXIT_DOES_NOT_COMPOSE

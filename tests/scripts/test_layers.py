@@ -32,6 +32,7 @@ TOOLING_LAYERS: Mapping[str, int] = {
     "patchset.wheels": 4,
     "patchset.proof": 4,  # the proof on your own GPUs (and the end-to-end test's figure)
     "patchset.bench": 4,  # what the fix costs
+    "patchset.doctor": 4,  # is my run affected? (python -m patchset doctor)
     "patchset.testcommand": 5,  # the test command: only its command line (patchset.cli.test) imports it
     "patchset.cli": 6,
     "patchset.__main__": 7,

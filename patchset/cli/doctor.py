@@ -1,0 +1,125 @@
+"""Command line: ``python -m patchset doctor [--json] -- python3 -m verl.trainer.main_ppo k=v ...``, or ``doctor
+[--json] [--cluster NODES,GPUS] TRINITY.yaml`` (``scripts/doctor.sh``)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import textwrap
+from pathlib import Path
+
+from patchset.cli.options import workspace_from
+from patchset.cli.startup import Run
+from patchset.doctor.assess import CRITIC, Row, Upstream, assess, assess_verl, notes
+from patchset.doctor.compose import compose, package_root, read_launch
+from patchset.plumbing import signals
+from patchset.plumbing.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_DOES_NOT_COMPOSE,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_SPLIT_DEPENDENT,
+)
+from patchset.plumbing.ui import Console
+
+EXIT_CODES = f"""\
+exit status:
+  {EXIT_OK}  no loss of the run depends on the split, or each that does is fixed in this environment
+  {EXIT_BAD_INPUT}  bad input: usage; not a verl trainer launch; a Trinity YAML with no cluster and no --cluster;
+     verl (or trinity) not importable by this Python
+  {EXIT_SPLIT_DEPENDENT}  the run still depends on the split: a loss it uses is not fixed here, or not covered by
+     the fix at these settings (the table's NOT FIXED / NOT COVERED rows)
+  {EXIT_DOES_NOT_COMPOSE}  the config does not compose: the trainer's own error (Hydra's, Trinity's), in one line
+  {EXIT_INTERNAL}  internal error, a bug: please report it
+"""
+
+COLUMNS = ("loss", "patch", "effect of the split at these settings", "fix here")
+
+
+def table(rows: list[Row]) -> str:
+    """One line a loss, each column padded to its widest cell."""
+    cells = [COLUMNS] + [(row.loss, row.patch or "-", row.effect, row.fix) for row in rows]
+    widths = [max(len(line[column]) for line in cells) for column in range(len(COLUMNS))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in cells
+    )
+
+
+def _cluster(text: str) -> tuple[int, int]:
+    nodes, _, gpus = text.partition(",")
+    if not (nodes.isdigit() and gpus.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r}: give NODES,GPUS (e.g. 1,8)")
+    return int(nodes), int(gpus)
+
+
+def _verl_run(line: list[str], patches_dir: Path) -> tuple[list[Row], list[str], dict[str, str]]:
+    launch, root = read_launch(line), package_root("verl")
+    config = compose(launch, root)
+    head = {"verl": Upstream("verl", "verl", root).version, "entry_point": launch.module, "config": launch.config_name}
+    return assess_verl(config, launch.config_name, patches_dir, root), notes(config), head
+
+
+def _trinity_run(
+    path: Path, cluster: tuple[int, int] | None, patches_dir: Path
+) -> tuple[list[Row], list[str], dict[str, str]]:
+    from patchset.doctor.trinity import compose_trinity
+
+    config, said = compose_trinity(path, cluster)
+    verl, trinity = (
+        Upstream("verl", "verl", package_root("verl")),
+        Upstream("trinity", "trinity", package_root("trinity")),
+    )
+    rows = assess(config, trinity, patches_dir) + assess(config, verl, patches_dir, (CRITIC,))
+    head = {"verl": verl.version, "trinity": trinity.version, "config": str(path)}
+    return rows, said, head
+
+
+def cmd_doctor(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
+    """``doctor``: compose the run's config, assess each loss it uses, print the table (or JSON)."""
+    patches_dir = workspace_from(args).patches_dir
+    line = [word for word in args.launch if word != "--"]
+    if len(line) == 1 and line[0].endswith((".yaml", ".yml")):
+        rows, said, head = _trinity_run(Path(line[0]), args.cluster, patches_dir)
+    else:
+        rows, said, head = _verl_run(line, patches_dir)
+    if args.json:
+        losses = [dataclasses.asdict(row) for row in rows]
+        print(
+            json.dumps(dict(head, losses=losses, notes=said, depends_on_split=any(r.uncovered for r in rows)), indent=1)
+        )
+    else:
+        print("; ".join(f"{key} {value}" for key, value in head.items()))
+        print(table(rows))
+        for note in said:
+            print(f"note: {note}")
+    return EXIT_SPLIT_DEPENDENT if any(row.uncovered for row in rows) else EXIT_OK
+
+
+def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
+    """Add ``doctor``'s parser to the top-level ``commands``."""
+    doctor = commands.add_parser(
+        name,
+        help=help,
+        description=textwrap.dedent(
+            """\
+            Is my run affected? Give the verl launch line after '--', or a Trinity-RFT YAML: doctor composes the
+            config as the trainer does (Hydra; Trinity's load_config and validators), from the packages this Python
+            imports, starts nothing (no Ray), and says for each loss the run uses whether it depends on the
+            micro-batch split, by how much at these settings, and whether the fix acts here (a patched tree or
+            wheel, by content; the overlay; or upstream)."""
+        ),
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    doctor.add_argument("--json", action="store_true", help="one JSON object, for CI")
+    doctor.add_argument(
+        "--cluster", metavar="NODES,GPUS", type=_cluster, help="a Trinity YAML's cluster, where it sets none"
+    )
+    doctor.add_argument("--patches-dir", help="folder holding the series folders (default: the repository's patches/)")
+    doctor.add_argument(
+        "launch",
+        nargs=argparse.REMAINDER,
+        help="the verl launch line (python3 -m verl.trainer.main_ppo ...), or a Trinity YAML",
+    )
+    return Run(cmd_doctor, handle_signals=False)

@@ -1,0 +1,177 @@
+"""Which split-dependent losses a composed verl run uses, how much the split changes each at its settings, and
+whether the fix acts in this environment.
+
+A loss is in the run when its patch's ``uses.when`` settings (``patches/verl/parts.toml``) all hold on the composed
+config. The fix acts when the verl files this Python imports hold the patch's change (a patched tree or wheel,
+recognised by content), when the overlay installed at this interpreter's start-up changed them, or when the release
+has it upstream; and not where ``uses.not_fixed_when`` holds (KL-Cov on the Megatron engine, say)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from patchset.apply.plan import Action, plan_series
+from patchset.doctor.compose import Shape, get, shape
+from patchset.series.model import Patch, load_series
+from patchset.series.parts import read_parts, slug_of
+from patchset.upstreams.pins import at_least
+
+ACTOR, CRITIC = "actor_rollout_ref.actor", "critic"
+PPO_CONFIGS = ("ppo_trainer", "ppo_megatron_trainer")
+
+
+@dataclass(frozen=True)
+class Row:
+    model: str  # what trains with it: the actor ("actor_rollout_ref.actor") or the critic
+    loss: str
+    patch: str  # the series' patch file that fixes it ("" for a loss that needs none)
+    effect: str  # what the split does to it at these settings
+    fix: str  # how the fix acts here, or why it does not
+    affected: bool  # on this release, at these settings, the split changes this loss
+    uncovered: bool  # and here it still does: no fix acts
+
+
+def holds(config: dict[str, Any], setting: str) -> bool:
+    """Whether ``key=value`` (or ``key=a|b``) holds on ``config`` (booleans as ``true``/``false``); a missing key
+    never holds."""
+    key, _, values = setting.partition("=")
+    found = get(config, key, None)
+    return found is not None and str(found).lower() in values.lower().split("|")
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """One upstream the run imports: its series folder, package, the folder above the package, its release."""
+
+    series: str
+    package: str
+    root: Path
+
+    @property
+    def version(self) -> str:
+        if self.package == "verl":
+            return (self.root / "verl" / "version" / "version").read_text(encoding="utf-8").strip()
+        text = (self.root / self.package / "__init__.py").read_text(encoding="utf-8")
+        return text.split("__version__ = ", 1)[1].split("\n", 1)[0].strip("\"'")
+
+    @property
+    def distribution(self) -> str:
+        return "trinity-rft" if self.package == "trinity" else self.package
+
+
+def applied(upstream: Upstream, patches: tuple[Patch, ...]) -> set[str]:
+    """The patches the imported tree holds, by content: apply's own check of a series on a tree (it reads the tree
+    only, and finds each patch also where later patches changed its lines)."""
+    steps = plan_series(upstream.root, patches, version=upstream.version)
+    return {step.patch.name for step in steps if step.action is Action.NOTHING}
+
+
+def _overlaid() -> set[str]:
+    """``distribution:0001-...`` of each patch an overlay changes here: asked of ``python -m patchset_overlay status``
+    only when the overlay's start-up hook (``patchset_overlay.pth``) ran in this interpreter, as in the trainer's."""
+    startup = sys.modules.get("patchset_overlay.startup")
+    if startup is None or startup.outcome != startup.AUTOMATIC:
+        return set()
+    status = [sys.executable, "-m", "patchset_overlay", "status", "--json"]
+    report = json.loads(subprocess.run(status, capture_output=True, text=True, check=True).stdout)
+    return {
+        f"{entry['upstream']}:{name}"
+        for entry in report
+        for piece in entry["pieces"]
+        if piece["state"] == "active"
+        for name in piece["patches"]
+    }
+
+
+def fix_here(upstream: Upstream, patch: Patch, present: set[str], overlaid: set[str]) -> str | None:
+    """How ``patch``'s fix reaches this environment, or None where it does not."""
+    if patch.upstream_since and at_least(upstream.version, patch.upstream_since):
+        return f"in {upstream.package} {patch.upstream_since}"
+    if patch.name in present:
+        try:
+            wheel = "+patchset" in importlib.metadata.version(upstream.distribution)
+        except importlib.metadata.PackageNotFoundError:
+            wheel = False
+        return "patched wheel" if wheel else "patched tree"
+    return "overlay" if f"{upstream.distribution}:{patch.path.stem}" in overlaid else None
+
+
+def effect(kind: str, split: Shape) -> str:
+    """What the split does to a loss of ``kind`` ("scale" or "choice") at ``split``'s settings, in one phrase."""
+    if kind == "scale":
+        size = f"x {split.most}" if not split.dynamic else f"varies with response length, up to x {split.most}"
+        text = size + (" at these token budgets" if split.dynamic else f" (K = {split.rows} / {split.micro})")
+    else:
+        per = "by token budget" if split.dynamic else f"{split.micro} of {split.rows} sequences"
+        text = f"chosen per micro-batch ({per}; up to {split.most} per rank) and per dp rank ({split.dp})"
+    if split.strategy == "megatron":
+        text += f"; Megatron (tp x pp x cp = {split.sp}): the engine undoes its own 1/K, so x K all the same"
+    elif split.sp > 1:
+        text += f"; Ulysses sp {split.sp}: K per dp rank of {split.sp} GPUs, token budget x {split.sp}"
+    return text
+
+
+def assess(
+    config: dict[str, Any], upstream: Upstream, patches_dir: Path, models: tuple[str, ...] = (ACTOR, CRITIC)
+) -> list[Row]:
+    """One row a loss of ``upstream``'s series that the run uses, trained on one of ``models``."""
+    config = dict(config, critic=dict(config.get("critic") or {}))
+    if config["critic"].get("enable") is None:  # verl's need_critic: a critic for GAE unless critic.enable says
+        config["critic"]["enable"] = get(config, "algorithm.adv_estimator") == "gae"
+    parts = read_parts(patches_dir / upstream.series)
+    overlaid, series = _overlaid(), load_series(patches_dir, upstream.series)
+    present = applied(upstream, series.patches)
+    rows = []
+    for patch in series.patches:
+        uses = parts.get(slug_of(patch.name), {}).get("uses")
+        model = CRITIC if uses and any(key.startswith("critic.") for key in uses["when"]) else ACTOR
+        if not uses or model not in models or not all(holds(config, setting) for setting in uses["when"]):
+            continue
+        split = shape(config, model)
+        affected = split.most > 1 or (uses["effect"] == "choice" and split.dp > 1)
+        fix = fix_here(upstream, patch, present, overlaid)
+        blocked = [setting for setting in uses.get("not_fixed_when", []) if holds(config, setting)]
+        if not affected:
+            state = "no effect at these settings"
+        elif fix is None:
+            state = "NOT FIXED here"
+        elif blocked:
+            state = f"NOT COVERED: the fix does not act with {', '.join(blocked)}"
+        else:
+            state = fix
+        loss = parts[slug_of(patch.name)].get("summary", patch.subject).split(";")[0]
+        uncovered = affected and (fix is None or bool(blocked))
+        where = f"{upstream.package} {patch.name[:4]}"
+        rows.append(Row(model, loss, where, effect(uses["effect"], split), state, affected, uncovered))
+    return rows
+
+
+def assess_verl(config: dict[str, Any], config_name: str, patches_dir: Path, root: Path) -> list[Row]:
+    """The rows of a verl launch: its series' losses, or the one loss of SFT, or the actor's that needs no fix."""
+    if config_name not in PPO_CONFIGS:
+        return [Row("sft", "SFT `sft_loss`", "", "none: global normalization", "not needed", False, False)]
+    rows = assess(config, Upstream("verl", "verl", root), patches_dir)
+    if not any(row.model == ACTOR for row in rows):
+        mode = get(config, f"{ACTOR}.policy_loss.loss_mode")
+        rows.insert(
+            0, Row(ACTOR, f"actor policy loss `{mode}`", "", "none: global normalization", "not needed", False, False)
+        )
+    return rows
+
+
+def notes(config: dict[str, Any]) -> list[str]:
+    """What doctor sees in the config that no row covers."""
+    notes = []
+    mode = get(config, f"{ACTOR}.policy_loss.loss_mode")
+    if get(config, "algorithm.rollout_correction.bypass_mode") is True and mode != "bypass_mode":
+        notes.append(
+            "algorithm.rollout_correction.bypass_mode is set, but the actor's policy_loss.loss_mode is "
+            f"{mode}: the workers train with {mode} (verl#4912, #4930): configure bypass mode on the actor"
+        )
+    return notes

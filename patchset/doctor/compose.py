@@ -1,0 +1,145 @@
+"""A verl launch line, read as verl's trainer reads it: its entry point, ``--config-path``/``--config-name`` and Hydra
+overrides, composed with Hydra's ``compose`` from the config folder of the verl this Python would import (found, not
+imported: importing verl costs seconds of torch). Nothing is started: no Ray, no process of the trainer."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from patchset.plumbing.errors import BadInput, DoesNotCompose
+
+# verl's Hydra entry points (``@hydra.main(config_path="config", config_name=...)`` in verl/trainer/)
+ENTRY_POINTS = {
+    "verl.trainer.main_ppo": "ppo_trainer",
+    "verl.trainer.main_ppo_sync": "ppo_trainer",
+    "verl.trainer.sft_trainer": "sft_trainer_engine",
+    "verl.trainer.sft_trainer_ray": "sft_trainer_engine",
+}
+
+
+@dataclass(frozen=True)
+class Launch:
+    module: str  # the entry point, e.g. verl.trainer.main_ppo
+    config_name: str
+    config_path: str | None  # --config-path as given (relative: to verl/trainer, as for @hydra.main)
+    overrides: tuple[str, ...]
+
+
+def read_launch(line: Sequence[str]) -> Launch:
+    """The entry point and Hydra arguments of a launch line (``python3 -m verl.trainer.main_ppo k=v ...``, also after
+    ``torchrun`` and its options); ``BadInput`` when it launches no verl trainer."""
+    words = list(line)
+    if "-m" in words and words.index("-m") + 1 < len(words):
+        start = words.index("-m") + 1
+        module = words[start]
+    else:
+        scripts = [i for i, word in enumerate(words) if word.endswith(".py")]
+        if not scripts:
+            raise BadInput(f"not a verl launch (no '-m MODULE' and no script): {' '.join(words)[:200]}")
+        start = scripts[0]
+        module = "verl.trainer." + Path(words[start]).stem
+    if module not in ENTRY_POINTS:
+        raise BadInput(f"{module}: not a verl trainer entry point doctor knows ({', '.join(ENTRY_POINTS)})")
+    config_name, config_path, overrides = ENTRY_POINTS[module], None, []
+    rest = iter(words[start + 1 :])
+    for word in rest:
+        name, equals, value = word.partition("=")
+        if name in ("--config-name", "-cn", "--config-path", "-cp"):
+            value = value if equals else next(rest, "")
+            if name in ("--config-name", "-cn"):
+                config_name = value.removesuffix(".yaml")
+            else:
+                config_path = value
+        elif not word.startswith("-"):
+            overrides.append(word)
+    return Launch(module, config_name, config_path, tuple(overrides))
+
+
+def package_root(package: str = "verl") -> Path:
+    """The folder that holds ``package`` as this Python imports it (a checkout, or site-packages)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise BadInput(f"{package} is not importable by this Python: run doctor with the training environment's python")
+    return Path(spec.origin).resolve().parent.parent
+
+
+def compose(launch: Launch, root: Path) -> dict[str, Any]:
+    """The launch's config, composed and resolved as the trainer's ``@hydra.main`` would; `DoesNotCompose` else."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    trainer = root / "verl" / "trainer"
+    folder = trainer / "config" if launch.config_path is None else trainer / launch.config_path
+    try:
+        with initialize_config_dir(config_dir=str(folder.resolve()), version_base=None):
+            config = hydra_compose(launch.config_name, overrides=list(launch.overrides))
+        return OmegaConf.to_container(config, resolve=True)
+    except Exception as error:  # Hydra's and OmegaConf's many error types: the trainer stops on each
+        raise DoesNotCompose(one_line(error)) from None
+
+
+def one_line(error: Exception) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
+def get(config: dict[str, Any], key: str, default: Any = None) -> Any:
+    """``config``'s value at the dotted ``key``; ``default`` where a part is missing."""
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How one trained model (actor or critic) cuts its mini-batch: per data-parallel rank."""
+
+    strategy: str
+    dp: int  # data-parallel ranks
+    sp: int  # GPUs sharing one micro-batch (Ulysses sp, or Megatron's tp x pp x cp)
+    rows: int  # sequences of one mini-batch on one dp rank
+    micro: int | None  # sequences per micro-batch (None: dynamic batching)
+    most: int  # the number of micro-batches per mini-batch per rank: exact, or its bound under dynamic batching
+
+    @property
+    def dynamic(self) -> bool:
+        return self.micro is None
+
+
+def shape(config: dict[str, Any], model: str) -> Shape:
+    """The split of ``model`` ("actor_rollout_ref.actor" or "critic"), worked out as verl 0.8's engine does it."""
+    world = int(get(config, "trainer.nnodes", 1)) * int(get(config, "trainer.n_gpus_per_node", 1))
+    strategy = str(get(config, f"{model}.strategy"))
+    if strategy == "megatron":
+        sp = math.prod(
+            int(get(config, f"{model}.megatron.{size}_parallel_size", 1) or 1)
+            for size in ("tensor_model", "pipeline_model", "context")
+        )
+    else:
+        sp = max(
+            int(get(config, f"{model}.ulysses_sequence_parallel_size", 1) or 1),
+            int(get(config, f"{model}.fsdp_config.ulysses_sequence_parallel_size", 1) or 1),
+        )
+    dp = max(world // sp, 1)
+    mini = int(get(config, f"{model}.ppo_mini_batch_size", 1)) * int(get(config, "actor_rollout_ref.rollout.n", 1))
+    rows = max(mini // dp, 1)
+    if get(config, f"{model}.use_dynamic_bsz", False):
+        longest = int(get(config, "data.max_prompt_length", 1)) + int(get(config, "data.max_response_length", 1))
+        budget = int(get(config, f"{model}.ppo_max_token_len_per_gpu", 1)) * sp
+        return Shape(strategy, dp, sp, rows, None, min(rows, math.ceil(rows * longest / budget)))
+    micro = (
+        get(config, f"{model}.ppo_micro_batch_size_per_gpu")
+        or int(get(config, f"{model}.ppo_micro_batch_size") or 0) // dp
+    )
+    if not micro:  # verl's ActorConfig and CriticConfig refuse it at start-up
+        raise DoesNotCompose(f"{model}: neither ppo_micro_batch_size_per_gpu nor ppo_micro_batch_size is set")
+    micro = int(micro)
+    return Shape(strategy, dp, sp, rows, micro, max(rows // micro, 1))

@@ -1,0 +1,128 @@
+"""``patchset doctor`` answers each kind of run right, on the vanilla and on the patched verl 0.8.0 alike: a loss
+that depends on the split and is fixed (exit 0 patched, 6 vanilla), one the fix does not cover (KL-Cov on the
+Megatron engine: 6 on both, NOT COVERED where the series is applied), a run that does not depend on the split (0 on
+both), and a config that does not compose (7 on both, the trainer's own error in one line); and a Trinity-RFT YAML
+(its policy loss: 6 on vanilla trinity-rft 0.6.0, 0 patched). Each runs the command as a user does, with the
+upstreams imported from the trees on PYTHONPATH."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from patchset.upstreams.fetch import resolve_cache
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CACHE = resolve_cache(None, os.environ, REPO_ROOT).root
+TREES = {"vanilla": CACHE / "upstreams", "patched": CACHE / "patched"}
+PPO = ["python3", "-m", "verl.trainer.main_ppo", "trainer.n_gpus_per_node=8"]
+CRITIC = [*PPO, "algorithm.adv_estimator=gae", "critic.ppo_micro_batch_size_per_gpu=2"]
+MEGATRON_KL_COV = [
+    *PPO,
+    "--config-name=ppo_megatron_trainer",
+    "algorithm.adv_estimator=grpo",
+    "actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+]
+GRPO = [*PPO, "algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"]
+NO_COMPOSE = [*PPO, "actor_rollout_ref.actor.no_such_key=1"]
+
+
+TRINITY_YAML = """\
+project: doctor-test
+name: grpo
+algorithm: {algorithm_type: grpo, repeat_times: 8}
+model: {model_path: Qwen/Qwen2.5-1.5B-Instruct, max_response_tokens: 1024, max_model_len: 2048}
+cluster: {node_num: 1, gpu_per_node: 8}
+buffer:
+  batch_size: 32
+  explorer_input:
+    taskset: {name: gsm8k, storage_type: file, path: openai/gsm8k}
+  trainer_input:
+    experience_buffer: {name: buffer, storage_type: queue}
+explorer:
+  rollout_model: {engine_num: 4, tensor_parallel_size: 1}
+trainer: {trainer_type: verl, use_dynamic_bsz: true, max_token_len_per_gpu: 4096}
+"""
+
+
+def doctor(tree: str, launch: list[str], first: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``doctor --json`` on ``launch``, the ``tree`` ("vanilla", "patched") upstreams on PYTHONPATH after ``first``."""
+    trees = [TREES[tree] / "verl-0.8.0", TREES[tree] / "trinity-rft-0.6.0"]
+    if not all(path.is_dir() for path in trees):
+        pytest.skip(f"no {tree} verl 0.8.0 and trinity-rft 0.6.0 under {TREES[tree]} (scripts/apply.sh makes them)")
+    path = [*([first] if first else []), *trees, REPO_ROOT]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
+    command = [sys.executable, "-m", "patchset", "doctor", "--json", "--", *launch]
+    return subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("launch", "tree", "exit_code", "fix"),
+    [
+        (CRITIC, "vanilla", 6, {"critic `value_loss`": "NOT FIXED here"}),
+        (CRITIC, "patched", 0, {"critic `value_loss`": "patched tree"}),
+        (MEGATRON_KL_COV, "vanilla", 6, {"KL-Cov": "NOT FIXED here"}),
+        (MEGATRON_KL_COV, "patched", 6, {"KL-Cov": "NOT COVERED"}),
+        (GRPO, "vanilla", 0, {"actor policy loss `vanilla`": "not needed"}),
+        (GRPO, "patched", 0, {"actor policy loss `vanilla`": "not needed"}),
+    ],
+    ids=["critic-vanilla", "critic-patched", "megatron-kl-cov-vanilla", "megatron-kl-cov-patched", "grpo-v", "grpo-p"],
+)
+def test_doctor_answers_each_kind_of_run(launch: list[str], tree: str, exit_code: int, fix: dict[str, str]) -> None:
+    result = doctor(tree, launch)
+    assert result.returncode == exit_code, result.stderr
+    report = json.loads(result.stdout)
+    answers = {row["loss"]: row for row in report["losses"]}
+    for loss, state in fix.items():
+        row = next(row for name, row in answers.items() if name.startswith(loss))
+        assert row["fix"].startswith(state)
+    if launch is CRITIC:  # 256 prompts over 8 ranks, 2 a micro-batch
+        assert answers["critic `value_loss`"]["effect"].startswith("x 16 ")
+    assert report["depends_on_split"] is (exit_code == 6)
+
+
+@pytest.mark.parametrize("tree", ["vanilla", "patched"])
+def test_doctor_config_that_does_not_compose_gives_hydras_error(tree: str) -> None:
+    result = doctor(tree, NO_COMPOSE)
+    assert result.returncode == 7
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1 and "no_such_key" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("tree", "exit_code", "fix"), [("vanilla", 6, "NOT FIXED here"), ("patched", 0, "patched tree")]
+)
+def test_doctor_reads_a_trinity_yaml(tree: str, exit_code: int, fix: str, tmp_path: Path) -> None:
+    config = tmp_path / "grpo.yaml"
+    config.write_text(TRINITY_YAML)
+    result = doctor(tree, [str(config)])
+    assert result.returncode == exit_code, result.stderr[-2000:]
+    (row,) = json.loads(result.stdout)["losses"]
+    assert row["patch"] == "trinity 0001" and row["fix"] == fix
+    # 32 tasks x 8 = 256 experiences on 4 trainer GPUs, 64 a rank of at most 2048 tokens in 4096-token micro-batches
+    assert row["effect"].startswith("varies with response length, up to x 32 ")
+
+
+def test_doctor_never_starts_ray_for_a_trinity_yaml_without_a_cluster(tmp_path: Path) -> None:
+    """Trinity's validators would start Ray to count the GPUs: doctor asks for --cluster instead."""
+    config = tmp_path / "grpo.yaml"
+    config.write_text(TRINITY_YAML.replace("cluster: {node_num: 1, gpu_per_node: 8}\n", ""))
+    result = doctor("vanilla", [str(config)])
+    assert result.returncode == 2 and "--cluster NODES,GPUS" in result.stderr
+
+
+def test_doctor_sees_the_overlay_where_the_interpreter_starts_it(tmp_path: Path) -> None:
+    """The vanilla tree with patchset_overlay.pth read at start-up (a site folder added by sitecustomize, as
+    site-packages would): the critic's fix acts through the overlay."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "patchset_overlay.pth").write_text((REPO_ROOT / "patchset_overlay.pth").read_text())
+    (tmp_path / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(tmp_path / 'site')!r})\n")
+    result = doctor("vanilla", CRITIC, first=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout)["losses"][-1]["fix"] == "overlay"
