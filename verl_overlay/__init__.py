@@ -7,7 +7,6 @@ from patchset_overlay import overlay_functions
 # the verl modules the series changes (read at every interpreter start by the start-up finder)
 WATCHED = (
     "verl.trainer.ppo.core_algos",
-    "verl.trainer.ppo.ray_trainer",
     "verl.workers.config.critic",
     "verl.workers.utils.losses",
     "verl.trainer.distillation.losses",

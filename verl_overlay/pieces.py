@@ -34,7 +34,9 @@ OVERLAY = overlay_spec(
     config_dir="verl/trainer/config",
     cannot_change=(
         "files on disk: verl's trainer/config/_generated_ppo_*.yaml reference configs, and critic/critic.yaml read by "
-        "path rather than through Hydra's search path, stay upstream's (they lack critic.loss_scale_factor)"
+        "path rather than through Hydra's search path, stay upstream's (they lack critic.loss_scale_factor); "
+        "trainer/ppo/ray_trainer.py stays upstream's, so the worker gets no global step and Clip-Cov's draw counts "
+        "the worker's updates, which restart at 0 on resume (a patched checkout or wheel passes the step)"
     ),
     other_parts=config_status,
 )

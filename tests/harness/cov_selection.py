@@ -1,5 +1,5 @@
 """KL-Cov's and Clip-Cov's mini-batch selection where verl's engine worker makes it (verl 0004): once per rank's
-mini-batch, before the split, with the data-parallel group; at dp 2 on two gloo ranks (`tests.harness.gloo_ranks`),
+mini-batch, before the split, with the data-parallel group; at dp 2 on two gloo ranks (`gloo_ranks`),
 so that the collectives are real. Clip-Cov's rows are keyed by their place in the whole mini-batch, as the worker keys
 them. A vanilla tree has no such function: its loss chooses per micro-batch.
 """
@@ -10,7 +10,7 @@ import importlib
 
 import torch
 
-from tests.harness.gloo_ranks import run_on_ranks
+from .gloo_ranks import run_on_ranks
 
 SELECTION_MODULE = "verl.trainer.ppo.core_algos"
 FUNCTIONS = {"kl_cov": "compute_kl_cov_mask", "clip_cov": "compute_clip_cov_mask"}

@@ -1,6 +1,6 @@
 """Bypass mode's IS batch mean where verl's engine worker computes it (verl 0005, ``compute_rollout_is_batch_mean``):
 once per rank's mini-batch, before the split, with the data-parallel group; at dp 2 on two gloo ranks
-(`tests.harness.gloo_ranks`), so that the all-reduce is real. A vanilla tree has no such function: its loss takes
+(`gloo_ranks`), so that the all-reduce is real. A vanilla tree has no such function: its loss takes
 each micro-batch's own mean.
 """
 
@@ -10,7 +10,7 @@ import importlib
 
 import torch
 
-from tests.harness.gloo_ranks import run_on_ranks
+from .gloo_ranks import run_on_ranks
 
 MEAN_MODULE = "verl.trainer.ppo.rollout_corr_helper"
 FUNCTION = "compute_rollout_is_batch_mean"

@@ -21,7 +21,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # policy_loss_cases (-P leaves it out)
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # engine_harness, after the installed overlays
+# the tests' helpers as `harness`: an installed sdist may bring a top-level `tests` package of its own
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
+from harness.cov_selection import worker_masks  # noqa: E402
+from harness.is_batch_norm import worker_batch_means  # noqa: E402
+from harness.self_normalizing_loss import algorithm_config as self_normalizing_config  # noqa: E402
+from harness.self_normalizing_loss import registered  # noqa: E402
 from policy_loss_cases import every_policy_loss_cases  # noqa: E402
 
 from engine_harness import LOSS_AGG_MODES
@@ -44,10 +50,6 @@ from engine_harness.trinity_configs import (  # noqa: E402
     installed_actor_loss,
     layout,
 )
-from tests.harness.cov_selection import worker_masks  # noqa: E402
-from tests.harness.is_batch_norm import worker_batch_means  # noqa: E402
-from tests.harness.self_normalizing_loss import algorithm_config as self_normalizing_config  # noqa: E402
-from tests.harness.self_normalizing_loss import registered  # noqa: E402
 
 ALGORITHMS = ["ppo", "grpo", "dpo"]
 SPLITS = [(1, Split(1)), (1, Split(2)), (1, Split(3, dynamic=True)), (2, Split(2))]

@@ -44,6 +44,9 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # test and the installed packages, before any test module imports them (and so in every fork server's path too)
 if str(REPO_ROOT) not in sys.path:
     sys.path.append(str(REPO_ROOT))
+# the tests' helpers as `harness` (tests/harness): an installed sdist may bring a top-level `tests` package of its own
+if str(REPO_ROOT / "tests") not in sys.path:
+    sys.path.append(str(REPO_ROOT / "tests"))
 
 from patchset.plumbing import bounded, children  # noqa: E402
 from patchset.testenv.regression import BASELINE_DONE_FILE, WARM_SERVER_VARIABLE  # noqa: E402
@@ -77,7 +80,7 @@ OVERLAY_NOT_APPLICABLE = {
 CRITIC_LOSS_FILE = "verl/workers/utils/losses.py"  # the file of the critic's value_loss, which the fix changes
 DPO_STEPS_PATCH = "-trainer-make-one-dpo-training-step-one-optimizer"  # the Trinity patch a user may leave out
 # the trees' modules nearly every test imports, and the children of the fork server too (the data-parallel ranks'
-# `tests.harness.gloo_ranks.PRELOAD`, the first calls' `distillation_cases.MODULES`): imported before its fork
+# `harness.gloo_ranks.PRELOAD`, the first calls' `distillation_cases.MODULES`): imported before its fork
 SHARED_WITH_CHILDREN = (
     "verl",
     "verl.trainer.ppo.core_algos",

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness.self_normalizing_loss import algorithm_config, registered
 
 from engine_harness.sim import Split, actor_inputs, engine_gradient, grad_ratio, record_ratio, use_cpu_unpadding
 from engine_harness.trinity_configs import installed_actor_loss
-from tests.harness.self_normalizing_loss import algorithm_config, registered
 
 BATCH_SIZE = 48
 SPLITS = [Split(2), Split(4), Split(3, dynamic=True)]

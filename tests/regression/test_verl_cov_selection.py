@@ -4,7 +4,7 @@ across data-parallel ranks, so the split and the number of ranks do not change t
 
 - Through the real ``ppo_loss`` and verl's no-padding conversion and micro-batch splitter (`engine_harness.sim`),
   where the tree has the selection functions the harness calls them as the engine worker does, on each rank's
-  mini-batch before the split (at dp 2 in two gloo processes: `tests.harness.cov_selection`). The chosen tokens are
+  mini-batch before the split (at dp 2 in two gloo processes: `harness.cov_selection`). The chosen tokens are
   read off the gradient: KL-Cov's carry ``ppo_kl_coef x sign(logp - old_logp) / N`` more, Clip-Cov's none at all.
   - KL-Cov: k = max(1, int(ratio x the mini-batch's tokens)) planted tokens, all in the first rows, whose covariance
     is about 4 times any other token's: a clear gap at the selection boundary, no near-tie.
@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness.cov_selection import has_mini_batch_selection, worker_masks
 
 from engine_harness.actor_init import init_actor
 from engine_harness.sim import (
@@ -49,7 +50,6 @@ from engine_harness.training_worker import (
     hooks_asked,
     train_mini_batches,
 )
-from tests.harness.cov_selection import has_mini_batch_selection, worker_masks
 
 BATCH_SIZE = 32
 RATIO = 0.05  # kl_cov_ratio, clip_cov_ratio

@@ -6,7 +6,7 @@ change the update.
 - Through the real ``ppo_loss``, ``compute_policy_loss_bypass_mode`` and rollout-correction code, and verl's
   no-padding conversion and micro-batch splitter (`engine_harness.sim`), where the tree has
   ``compute_rollout_is_batch_mean`` the harness calls it as the engine worker does, on each rank's mini-batch before
-  the split (at dp 2 in two gloo processes: `tests.harness.is_batch_norm`).
+  the split (at dp 2 in two gloo processes: `harness.is_batch_norm`).
   - The weights run from about 0.2 in the first rows to 2 (truncated) in the last, so every micro-batch's own mean
     differs clearly from the mini-batch's; token and sequence level.
 - Patched: for K = 1, 2, 4 fixed and a token-budget split, at dp 1 and 2, every micro-batch divides by the
@@ -34,6 +34,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness.is_batch_norm import has_mini_batch_mean, worker_batch_means
 
 from engine_harness.actor_init import compose_trainer_config, init_actor
 from engine_harness.sim import Split, actor_config, engine_gradient, make_rollout_batch, verl_series_on_cpu
@@ -44,7 +45,6 @@ from engine_harness.training_worker import (
     hooks_asked,
     train_mini_batches,
 )
-from tests.harness.is_batch_norm import has_mini_batch_mean, worker_batch_means
 
 BATCH_SIZE = 32
 THRESHOLD = 2.0
