@@ -76,6 +76,8 @@ OVERLAY_NOT_APPLICABLE = {
     "upstream's installed files, which overlays never edit",
     "test_upstream_lint.py": "lints the patched upstream files; the overlay code is linted with this project",
     "test_distillation_upstream_test.py": "runs a test file a patch adds to upstream's tree; overlays install none",
+    "test_trinity_upstream_tests.py": "runs the test files the Trinity patches add to upstream's tree; overlays "
+    "install none",
 }
 CRITIC_LOSS_FILE = "verl/workers/utils/losses.py"  # the file of the critic's value_loss, which the fix changes
 DPO_STEPS_PATCH = "-trainer-make-one-dpo-training-step-one-optimizer"  # the Trinity patch a user may leave out
