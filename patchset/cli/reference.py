@@ -11,8 +11,7 @@ from pathlib import Path
 
 from patchset.cli import apply, doctor, export, export_pr, test, wheels
 from patchset.cli.startup import Run
-from patchset.plumbing import signals
-from patchset.plumbing.errors import BadInput
+from patchset.plumbing import marked, signals
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console
 
@@ -43,24 +42,12 @@ def exit_codes() -> str:
     return "\n".join([START, "", "```", "\n\n".join(blocks), "```", "", END])
 
 
-def _block(text: str) -> tuple[int, int]:
-    start, end = text.find(START), text.find(END)
-    if start < 0 or end < start:
-        raise BadInput(f"{DOC} has no exit-code markers ({START!r} ... {END!r})")
-    return start, end + len(END)
-
-
 def drifted(root: Path) -> bool:
-    text = (root / DOC).read_text(encoding="utf-8")
-    start, end = _block(text)
-    return text[start:end] != exit_codes()
+    return marked.differs(root / DOC, START, END, "exit-code", exit_codes())
 
 
 def write(root: Path) -> None:
-    path = root / DOC
-    text = path.read_text(encoding="utf-8")
-    start, end = _block(text)
-    path.write_text(text[:start] + exit_codes() + text[end:], encoding="utf-8")
+    marked.replace(root / DOC, START, END, "exit-code", exit_codes())
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:

@@ -12,10 +12,9 @@ one the declarations make (tests/scripts/test_tables.py too).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
-from patchset.plumbing.errors import BadInput
+from patchset.plumbing import marked
 from patchset.series.model import Patch, load_series
 from patchset.series.parts import read_parts, slug_of
 from patchset.upstreams.pins import at_least, load_pins, release_key
@@ -87,22 +86,18 @@ def audit_table(patches_dir: Path) -> str:
 TABLES = (("README.md", START, END, patch_table), ("docs/loss-audit.md", AUDIT_START, AUDIT_END, audit_table))
 
 
-def _tables(root: Path, patches_dir: Path) -> Iterator[tuple[Path, str, int, int, str]]:
-    """Each table's file, its text, where the table is in it, and the table the declarations make."""
-    for relative, start_marker, end_marker, make in TABLES:
-        path = root / relative
-        text = path.read_text(encoding="utf-8")
-        start, end = text.find(start_marker), text.find(end_marker)
-        if start < 0 or end < start:
-            raise BadInput(f"{path} has no table markers ({start_marker!r} ... {end_marker!r})")
-        yield path, text, start, end + len(end_marker), make(patches_dir)
-
-
 def drifted(root: Path, patches_dir: Path) -> list[Path]:
     """The files whose table differs from the one the declarations make."""
-    return [path for path, text, start, end, made in _tables(root, patches_dir) if text[start:end] != made]
+    return [
+        root / relative
+        for relative, start, end, make in TABLES
+        if marked.differs(root / relative, start, end, "table", make(patches_dir))
+    ]
 
 
 def write(root: Path, patches_dir: Path) -> None:
-    for path, text, start, end, made in list(_tables(root, patches_dir)):
-        path.write_text(text[:start] + made + text[end:], encoding="utf-8")
+    made = [(root / relative, start, end, make(patches_dir)) for relative, start, end, make in TABLES]
+    for path, start, end, _ in made:
+        marked.section(path, start, end, "table")  # every file has its markers before any is written
+    for path, start, end, table in made:
+        marked.replace(path, start, end, "table", table)
