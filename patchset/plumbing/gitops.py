@@ -373,10 +373,24 @@ def three_way(
         return MergeResult(Merge.RESOLVES)
 
 
+# patch_parse_error's answers by the sha256 of the patch's bytes: a process reads the same series many times
+_PARSED: dict[str, str | None] = {}
+
+
 def patch_parse_error(patch: Path) -> str | None:
     """Why ``patch`` cannot be used as a patch (corrupt, empty, truncated), else None: ``git apply --numstat`` in an
     empty folder below a ceiling (no enclosing repository), then ``patchtext.cut_short``, as git silently drops a
-    file whose header was cut short."""
+    file whose header was cut short. Asked once per content in a process (``_PARSED``)."""
+    try:
+        digest = hashlib.sha256(patch.read_bytes()).hexdigest()
+    except OSError:
+        return _parse_error(patch)  # git says why it cannot read it
+    if digest not in _PARSED:
+        _PARSED[digest] = _parse_error(patch)
+    return _PARSED[digest]
+
+
+def _parse_error(patch: Path) -> str | None:
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("parse")) as tmp:
         env = isolated_env()
         env["GIT_CEILING_DIRECTORIES"] = str(Path(tmp).parent)
