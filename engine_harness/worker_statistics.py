@@ -9,10 +9,44 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine_harness.training_worker import asked_for, has_mini_batch_hooks, worker_on
-
 # the harness losses whose mini-batch the worker prepares before the split
 WORKER_LOSSES = frozenset({"kl_cov", "is_norm"})
+
+
+def unasked() -> dict[str, Any]:
+    """What TrainingWorker.__init__ sets for the mini-batch statistics, none asked for: verl 0004's hooks (verl-0.7
+    0003's) and its record of the log-probs it computed."""
+    return {"mini_batch_hooks": [], "num_updates": 0, "log_probs_record": None}
+
+
+def has_mini_batch_hooks() -> bool:
+    """Whether the verl tree under test runs a policy loss's hook before each mini-batch (verl 0004)."""
+    import verl.trainer.ppo.core_algos as core_algos
+
+    return hasattr(core_algos, "get_mini_batch_hook")
+
+
+def asked_for(config: Any) -> dict[str, Any]:
+    """The attributes ``ActorRolloutRefWorker.init_model`` sets on the actor's ``TrainingWorker`` for the loss of the
+    actor ``config``: the loss's mini-batch hook (verl 0004); nothing on a vanilla tree, which has no hooks."""
+    if not has_mini_batch_hooks():
+        return {}
+    from verl.trainer.ppo.core_algos import get_mini_batch_hook
+
+    hook = get_mini_batch_hook(config)
+    return {"mini_batch_hooks": [] if hook is None else [hook]}
+
+
+def worker_on(engine: Any, **fields: Any) -> Any:
+    """verl's real ``TrainingWorker``, not initialized, holding ``engine``: the mini-batch statistics' attributes as
+    ``__init__`` leaves them but for ``fields``. Enough for the worker's own methods that prepare a mini-batch."""
+    from verl.workers.engine_workers import TrainingWorker
+
+    worker = object.__new__(TrainingWorker)
+    worker.engine = engine
+    for name, value in (unasked() | fields).items():
+        setattr(worker, name, value)
+    return worker
 
 
 def before_split(loss: str, engine: Any, data: Any, loss_function: Any, update: int) -> None:

@@ -48,7 +48,7 @@ def _rank_inputs(batch, log_prob: torch.Tensor, rows: torch.Tensor) -> dict:
 def worker_masks(requests: dict, dp_size: int) -> dict[str, torch.Tensor | None]:
     """{loss mode: the tokens the worker chooses over its mini-batch}, for ``requests`` {loss mode: (the mini-batch
     (``old_log_probs``, ``advantages``, ``response_mask``), the current log-probs, the actor config)}, the rows dealt
-    to ``dp_size`` ranks in contiguous blocks (as `engine_harness.sim.engine_gradient` deals them): one mask over all
+    to ``dp_size`` ranks in contiguous blocks (as `harness.sim.engine_gradient` deals them): one mask over all
     rows; None on a vanilla tree. At dp 2 one pair of gloo ranks computes every mode's."""
     masks: dict[str, torch.Tensor | None] = {mode: None for mode in requests if not has_mini_batch_selection(mode)}
     todo = {mode: request for mode, request in requests.items() if mode not in masks}

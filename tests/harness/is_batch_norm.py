@@ -31,7 +31,7 @@ def worker_batch_means(requests: dict, dp_size: int) -> dict[str, torch.Tensor] 
     """{key: the mean each row carries}, for ``requests`` {key: the keyword arguments of
     ``compute_rollout_is_batch_mean`` for the whole mini-batch (``log_prob``, ``rollout_log_prob``,
     ``response_mask``, ``rollout_is``, ``rollout_is_threshold``)}, the rows dealt to ``dp_size`` ranks in contiguous
-    blocks (as `engine_harness.sim.engine_gradient` deals them): one value a row; None on a vanilla tree. At dp 2 one
+    blocks (as `harness.sim.engine_gradient` deals them): one value a row; None on a vanilla tree. At dp 2 one
     pair of gloo ranks computes every request's."""
     if not has_mini_batch_mean():
         return None

@@ -19,16 +19,14 @@ import sys
 from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # engine_harness, after the installed overlays
+# the tests' helpers as `harness`: an installed sdist may bring a top-level `tests` package of its own
+sys.path.append(str(Path(__file__).resolve().parents[1]))
 
-from engine_harness.sim import (  # noqa: E402
-    Split,
-    engine_gradient,
-    grad_ratio,
-    group_size_sent_by_trainer,
-    make_rollout_batch,
-    use_cpu_unpadding,
-)
-from engine_harness.trinity_configs import algorithm_config, installed_actor_loss  # noqa: E402
+from harness.sim import engine_gradient, grad_ratio, group_size_sent_by_trainer  # noqa: E402
+from harness.trinity_configs import installed_actor_loss  # noqa: E402
+
+from engine_harness.sim import Split, make_rollout_batch, use_cpu_unpadding  # noqa: E402
+from engine_harness.trinity_configs import algorithm_config  # noqa: E402
 
 
 def critic_observation(value_loss_fn) -> dict:

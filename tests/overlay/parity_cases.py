@@ -2,9 +2,9 @@
 
 ``python parity_cases.py OUT.pt`` runs the real verl critic ``value_loss``, verl's ``ppo_loss`` with GMPO, its
 ``distillation_ppo_loss``, and Trinity's ``TrinityPolicyLoss``
-through verl's engine steps (engine_harness/sim.py) for every ``loss_agg_mode`` and algorithm, and for
+through verl's engine steps (tests/harness/sim.py) for every ``loss_agg_mode`` and algorithm, and for
 every registered policy loss (`policy_loss_cases.py`: REC, MIX, MIX_CHORD, DPO's pair grouping, ...) and a loss
-that normalizes itself (engine_harness/self_normalizing_loss.py), several splits and data-parallel sizes, and
+that normalizes itself (tests/harness/self_normalizing_loss.py), several splits and data-parallel sizes, and
 saves each case's micro-batch losses, gradient and metrics, with which files the upstream modules came from and what
 the overlays say. The test runs it once on the installed releases with
 the overlays on and once on the patched checkouts, and compares the two bit for bit. Each fix names the functions
@@ -28,6 +28,9 @@ from harness.cov_selection import worker_masks  # noqa: E402
 from harness.is_batch_norm import worker_batch_means  # noqa: E402
 from harness.self_normalizing_loss import algorithm_config as self_normalizing_config  # noqa: E402
 from harness.self_normalizing_loss import registered  # noqa: E402
+from harness.sim import engine_gradient  # noqa: E402
+from harness.training_worker import StubEngine, add_loss_input, train_mini_batches  # noqa: E402
+from harness.trinity_configs import FLAT, NESTED, check, dpo_config, installed_actor_loss, layout  # noqa: E402
 from policy_loss_cases import every_policy_loss_cases  # noqa: E402
 
 from engine_harness import LOSS_AGG_MODES
@@ -36,20 +39,11 @@ from engine_harness.sim import (  # noqa: E402
     RESPONSE_LEN,
     Split,
     actor_config,
-    engine_gradient,
     make_rollout_batch,
     use_cpu_unpadding,
 )
-from engine_harness.training_worker import StubEngine, add_loss_input, asked_for, train_mini_batches  # noqa: E402
-from engine_harness.trinity_configs import (  # noqa: E402
-    FLAT,
-    NESTED,
-    algorithm_config,
-    check,
-    dpo_config,
-    installed_actor_loss,
-    layout,
-)
+from engine_harness.trinity_configs import algorithm_config  # noqa: E402
+from engine_harness.worker_statistics import asked_for  # noqa: E402
 
 ALGORITHMS = ["ppo", "grpo", "dpo"]
 SPLITS = [(1, Split(1)), (1, Split(2)), (1, Split(3, dynamic=True)), (2, Split(2))]

@@ -14,8 +14,10 @@ from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
-from engine_harness.sim import Split, _engine_micro_batches, actor_inputs, group_size_sent_by_trainer
-from engine_harness.trinity_configs import MIX_LOSSES, installed_actor_loss, policy_loss_fn_args
+from harness.sim import _engine_micro_batches, group_size_sent_by_trainer
+from harness.trinity_configs import MIX_LOSSES, installed_actor_loss, policy_loss_fn_args
+
+from engine_harness.sim import Split, actor_inputs
 
 NUM_EXPERT = 8  # MIX/MIX_CHORD: the last rows are expert data
 

@@ -40,8 +40,9 @@ def activate_where_switched_off() -> None:
 def _observe(critic_loss) -> dict:  # type: ignore[no-untyped-def]
     """The overlays' state in this process and both losses' gradient ratios, the actor loss built here."""
     from activation_cases import actor_observation, critic_observation
+    from harness.trinity_configs import installed_actor_loss
 
-    from engine_harness.trinity_configs import algorithm_config, installed_actor_loss
+    from engine_harness.trinity_configs import algorithm_config
     from patchset_overlay.status import collect
 
     policy_loss = installed_actor_loss(algorithm_config("grpo", "token-mean"))
@@ -56,7 +57,7 @@ def main() -> int:
     critic_cfg = CriticConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=1, loss_agg_mode="token-mean")
     critic_loss = functools.partial(value_loss, config=critic_cfg)  # as trinity.trainer.verl.trainer builds it
 
-    pythonpath = str(HERE)  # activation_cases, which puts engine_harness after the installed packages
+    pythonpath = str(HERE)  # activation_cases, which puts engine_harness and harness after the installed packages
     runtime_env = {"env_vars": {"PYTHONPATH": pythonpath}, "worker_process_setup_hook": SETUP_HOOK}
     ray.init(num_cpus=len(WORKERS), include_dashboard=False, log_to_driver=False, runtime_env=runtime_env)
     try:
@@ -64,7 +65,7 @@ def main() -> int:
         @ray.remote(num_cpus=1)
         class LossWorker:
             def run(self, critic_loss, undo: bool) -> dict:  # type: ignore[no-untyped-def]
-                import activation_cases  # noqa: F401  (puts engine_harness on the path)
+                import activation_cases  # noqa: F401  (puts engine_harness and harness on the path)
 
                 from engine_harness.sim import use_cpu_unpadding
                 from patchset_overlay import startup

@@ -9,7 +9,7 @@ worker is, and a case says what that worker did before the measured mini-batch:
   runs these in a spawned process (see test_distillation_first_call.py), so nothing of an earlier test is around;
 - ``second mini-batch``: one mini-batch of `FIRST_BATCH_SIZE` sequences (other token and sequence counts).
 
-The model is a leaf tensor standing in for the student's per-token log-probs (`engine_harness.sim`); the teacher's
+The model is a leaf tensor standing in for the student's per-token log-probs (`harness.sim`); the teacher's
 log-probs come with the batch, laid out as verl's trainer attaches them (`teacher_logprobs`, `teacher_ids`: one
 entry per position of the padded sequence, top-1 for the single-sample estimators).
 """
@@ -21,10 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from harness.sim import engine_gradient
 from tensordict import TensorDict
 
 from engine_harness import LOSS_AGG_MODES
-from engine_harness.sim import PROMPT_LEN, RESPONSE_LEN, Split, engine_gradient, make_rollout_batch, use_cpu_unpadding
+from engine_harness.sim import PROMPT_LEN, RESPONSE_LEN, Split, make_rollout_batch, use_cpu_unpadding
 from engine_harness.sim import actor_config as engine_actor_config
 
 # branch: (use_policy_gradient, loss_mode): the estimators verl recommends for each branch, and the top-k loss

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import torch
 from distillation_cases import Case, Measurement
-
-from engine_harness.sim import grad_ratio, record_ratio, record_relative_error
+from harness.sim import grad_ratio, record_ratio, record_relative_error
 
 RTOL, ATOL = 1e-5, 1e-8
 

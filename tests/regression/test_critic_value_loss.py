@@ -21,17 +21,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness.sim import engine_gradient, grad_ratio, record_ratio
 
 from engine_harness import LOSS_AGG_MODES
 from engine_harness.sim import (
     RESPONSE_LEN,
     Split,
     critic_model_fields,
-    engine_gradient,
-    grad_ratio,
     make_rollout_batch,
     pack_model_output,
-    record_ratio,
     use_cpu_unpadding,
 )
 

@@ -4,7 +4,7 @@
 release that lifts the check makes this test fail, and docs/loss-audit.md must then say the branch is reachable).
 Past that check, the branch calls the same ``compute_policy_loss_geo_mean`` with the global batch info that
 ``distillation_loss`` sets, so verl 0003 covers it: the measurement sets the mode on a built config and sends the
-mini-batch through verl's no-padding conversion and micro-batch splitter (`engine_harness.sim`).
+mini-batch through verl's no-padding conversion and micro-batch splitter (`harness.sim`).
 
 Invariant on the patched trees: the gradient equals one micro-batch's (rtol 1e-5), fixed and token-budget splits,
 dp 2. On the vanilla trees (0.8.0, and 0.9.1, whose distillation fix leaves GMPO's own micro-batch mean) the
@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 from distillation_cases import GEO_MEAN_BRANCH, Case, measure
 from distillation_checks import RTOL, record_measurement
+from harness.sim import grad_ratio
 
-from engine_harness.sim import Split, grad_ratio, use_cpu_unpadding
+from engine_harness.sim import Split, use_cpu_unpadding
 
 SPLITS = [(1, Split(2)), (1, Split(4, dynamic=True)), (2, Split(2))]
 

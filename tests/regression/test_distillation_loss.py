@@ -8,7 +8,7 @@ the micro-batch's ``dp_size``, ``batch_num_tokens``, ``global_batch_size`` and `
 Invariant on the patched tree (and on verl >= 0.9.0, where the series skips the patch and these tests run on
 upstream's code): the gradient that the summed micro-batch `distillation_ppo_loss` sends into the model outputs
 (the student's log-probs; the logits processor's per-token loss for forward_kl_topk), through verl's own
-no-padding conversion and micro-batch splitter (`engine_harness.sim`), equals the gradient of one micro-batch holding
+no-padding conversion and micro-batch splitter (`harness.sim`), equals the gradient of one micro-batch holding
 the whole mini-batch on one rank (rtol 1e-5). For every ``loss_agg_mode``; the supervised branch (k3, and
 forward_kl_topk) and the policy-gradient branch (k1); ``use_task_rewards`` off (the distillation term alone) and
 on (added to the PPO loss); fixed-size and token-budget splits into K = 2 and 4 micro-batches; dp 2. Each in the

@@ -32,17 +32,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness.sim import _engine_micro_batches
 from megatron_shapes import MegatronShape, megatron_gradient
 
 from engine_harness import LOSS_AGG_MODES
-from engine_harness.sim import (
-    Split,
-    _engine_micro_batches,
-    critic_model_fields,
-    make_rollout_batch,
-    pack_model_output,
-    use_cpu_unpadding,
-)
+from engine_harness.sim import Split, critic_model_fields, make_rollout_batch, pack_model_output, use_cpu_unpadding
 
 BATCH_SIZE = 16  # rows of the global mini-batch: dp 2 x K 2 x 4
 # data and context parallel alone (the dimensions a count could mistake for one another), together, and with tensor

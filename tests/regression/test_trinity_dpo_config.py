@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from engine_harness.trinity_configs import FLAT, GPUS, NESTED, check, dpo_config, layout
+from harness.trinity_configs import FLAT, GPUS, NESTED, check, dpo_config, layout
 
 
 def check_twice(config) -> list[str]:

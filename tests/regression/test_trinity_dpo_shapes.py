@@ -1,6 +1,6 @@
 """DPO as users configure it: ``cluster.gpu_per_node`` / ``buffer.train_batch_size`` / ``ppo_micro_batch_size_per_gpu``.
 
-Each shape goes through Trinity's own validators and config translation (``engine_harness.trinity_configs.check``),
+Each shape goes through Trinity's own validators and config translation (``harness.trinity_configs.check``),
 with Trinity's defaults for the rest but ``use_dynamic_bsz: false`` (Trinity's DPO example's setting, where the
 micro-batch size counts), in both layouts of ``trainer.trainer_config`` where the path reads both (verl's engine; the
 legacy translation reads ``actor_rollout_ref.actor`` only). Invariants on the patched tree (the whole series):
@@ -25,9 +25,10 @@ import re
 from pathlib import Path
 
 import pytest
+from harness.sim import ROLLOUT_FIELDS, sent_by_update_actor
+from harness.trinity_configs import FLAT, NESTED, check, dpo_config, layout
 
-from engine_harness.sim import ROLLOUT_FIELDS, make_rollout_batch, sent_by_update_actor, use_cpu_unpadding
-from engine_harness.trinity_configs import FLAT, NESTED, check, dpo_config, layout
+from engine_harness.sim import make_rollout_batch, use_cpu_unpadding
 
 # (gpus, buffer.train_batch_size, ppo_micro_batch_size_per_gpu)
 SHAPES = [(1, 1, 2), (2, 2, 2), (4, 32, 2), (8, 8, 2), (8, 64, 2), (8, 4, 2), (4, 6, 2)]

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness.sim import ROLLOUT_FIELDS, sent_by_update_actor
 
-from engine_harness.sim import ROLLOUT_FIELDS, Split, make_rollout_batch, sent_by_update_actor, use_cpu_unpadding
+from engine_harness.sim import Split, make_rollout_batch, use_cpu_unpadding
 
 NUM_PAIRS = 24
 ROWS = 2 * NUM_PAIRS

@@ -18,17 +18,10 @@ from unittest import mock
 
 import pytest
 import torch
+from harness.sim import engine_gradient, grad_ratio, group_size_sent_by_trainer, record_ratio
+from harness.trinity_configs import MIX_LOSSES, POLICY_LOSSES, installed_actor_loss, policy_loss_fn_args
 
-from engine_harness.sim import (
-    Split,
-    actor_inputs,
-    engine_gradient,
-    grad_ratio,
-    group_size_sent_by_trainer,
-    record_ratio,
-    use_cpu_unpadding,
-)
-from engine_harness.trinity_configs import MIX_LOSSES, POLICY_LOSSES, installed_actor_loss, policy_loss_fn_args
+from engine_harness.sim import Split, actor_inputs, use_cpu_unpadding
 
 BATCH_SIZE = 96
 NUM_EXPERT = 32  # MIX/MIX_CHORD: rows 64..95 are expert data
@@ -191,7 +184,7 @@ def test_split_invariant_losses_do_not_warn(expect, name):
 @pytest.mark.parametrize("split", [Split(2, dynamic=True), Split(4, dynamic=True)], ids=str)
 def test_dpo_pairs_stay_whole_under_dynamic_batching(expect, split):
     """Each micro-batch verl makes from Trinity's DPO batch holds whole pairs, chosen row first."""
-    from engine_harness.sim import _engine_micro_batches
+    from harness.sim import _engine_micro_batches
 
     batch, _ = actor_inputs(BATCH_SIZE, seed=0, num_expert=NUM_EXPERT)
     micro_batches = _engine_micro_batches(batch, split, {}, force_group_size=trainer_group_size("dpo"))

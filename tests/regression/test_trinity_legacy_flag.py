@@ -28,18 +28,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness.sim import engine_gradient, grad_ratio, same_as_vanilla
+from harness.trinity_configs import installed_actor_loss
 
 from engine_harness import LOSS_AGG_MODES
-from engine_harness.sim import (
-    Split,
-    engine_gradient,
-    grad_ratio,
-    make_rollout_batch,
-    pack_model_output,
-    same_as_vanilla,
-    use_cpu_unpadding,
-)
-from engine_harness.trinity_configs import algorithm_config, default_loss_scale_switch, installed_actor_loss
+from engine_harness.sim import Split, make_rollout_batch, pack_model_output, use_cpu_unpadding
+from engine_harness.trinity_configs import algorithm_config, default_loss_scale_switch
 
 BATCH_SIZE = 32
 SPLIT = Split(4)

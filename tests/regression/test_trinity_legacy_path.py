@@ -33,11 +33,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness.sim import grad_ratio, record_ratio, same_as_vanilla
+from harness.trinity_configs import POLICY_LOSSES
 from legacy_sim import Terms, init_single_process_group, legacy_gradients, wrong_on_vanilla
 
 from engine_harness import LOSS_AGG_MODES
-from engine_harness.sim import Split, grad_ratio, record_ratio, same_as_vanilla
-from engine_harness.trinity_configs import POLICY_LOSSES
+from engine_harness.sim import Split
 
 SPLITS = [Split(2), Split(4), Split(2, dynamic=True), Split(4, dynamic=True)]
 LEGACY_PATH_MODES = LOSS_AGG_MODES[:2]  # token-mean, seq-mean-token-mean

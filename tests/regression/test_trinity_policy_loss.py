@@ -21,18 +21,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness.sim import engine_gradient, grad_ratio, record_ratio
+from harness.trinity_configs import installed_actor_loss
 
 from engine_harness import LOSS_AGG_MODES
-from engine_harness.sim import (
-    Split,
-    actor_inputs,
-    engine_gradient,
-    grad_ratio,
-    pack_model_output,
-    record_ratio,
-    use_cpu_unpadding,
-)
-from engine_harness.trinity_configs import algorithm_config, installed_actor_loss
+from engine_harness.sim import Split, actor_inputs, pack_model_output, use_cpu_unpadding
+from engine_harness.trinity_configs import algorithm_config
 
 ALGORITHMS = ["ppo", "grpo"]
 BATCH_SIZE = 96

@@ -25,9 +25,10 @@ from pathlib import Path
 import pytest
 import torch
 from harness.self_normalizing_loss import algorithm_config, registered
+from harness.sim import engine_gradient, grad_ratio, record_ratio
+from harness.trinity_configs import installed_actor_loss
 
-from engine_harness.sim import Split, actor_inputs, engine_gradient, grad_ratio, record_ratio, use_cpu_unpadding
-from engine_harness.trinity_configs import installed_actor_loss
+from engine_harness.sim import Split, actor_inputs, use_cpu_unpadding
 
 BATCH_SIZE = 48
 SPLITS = [Split(2), Split(4), Split(3, dynamic=True)]

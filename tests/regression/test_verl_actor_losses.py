@@ -5,7 +5,7 @@ mode), as the proof behind the audit table:
 
 - `ppo_loss` with every registered policy loss that aggregates through ``agg_loss(..., **config.global_batch_info)``
   (all but the three below), its entropy and KL terms on: through verl's no-padding conversion and micro-batch
-  splitter (`engine_harness.sim`), for every ``loss_agg_mode``, fixed and token-budget splits and dp 2, the gradient
+  splitter (`harness.sim`), for every ``loss_agg_mode``, fixed and token-budget splits and dp 2, the gradient
   equals one micro-batch's (rtol 1e-5).
 - ``geo_mean`` (GMPO) averages its per-sequence losses with ``torch.mean`` over the micro-batch in verl 0.7.1, 0.8.0
   and 0.9.1: the gradient grows with the number of micro-batches per rank (ratio K on the vanilla trees), the
@@ -26,18 +26,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness import sim
+from harness.sim import engine_gradient, grad_ratio, record_ratio
 
-from engine_harness import LOSS_AGG_MODES, sim
-from engine_harness.sim import (
-    RESPONSE_LEN,
-    Split,
-    actor_config,
-    engine_gradient,
-    grad_ratio,
-    make_rollout_batch,
-    record_ratio,
-    use_cpu_unpadding,
-)
+from engine_harness import LOSS_AGG_MODES
+from engine_harness.sim import RESPONSE_LEN, Split, actor_config, make_rollout_batch, use_cpu_unpadding
 
 # docs/loss-audit.md audits these releases; the policy losses each registers (verl 0.9.1 adds dro)
 AUDITED_RELEASES = {"0.7.1": frozenset(), "0.8.0": frozenset(), "0.9.1": frozenset({"dro"})}
@@ -95,7 +88,7 @@ def _same_fields(left, right) -> bool:
 
 
 def test_a_cut_made_again_is_verls_cut_of_the_same_rows_as_a_copy():
-    """The harness keeps verl's cut of rows it has cut before (`engine_harness.sim`, a cut per rows, split and batch
+    """The harness keeps verl's cut of rows it has cut before (`harness.sim`, a cut per rows, split and batch
     info): a cut asked for again is what verl makes afresh, and each micro-batch is a copy, which a loss may change
     without changing the next case's."""
     batch, _ = _actor_inputs()

@@ -2,7 +2,7 @@
 mini-batch hook; verl-0.7 0003 on 0.7.1): the tokens they penalize or clip are chosen over the optimizer mini-batch,
 across data-parallel ranks, so the split and the number of ranks do not change the update.
 
-- Through the real ``ppo_loss`` and verl's no-padding conversion and micro-batch splitter (`engine_harness.sim`),
+- Through the real ``ppo_loss`` and verl's no-padding conversion and micro-batch splitter (`harness.sim`),
   where the tree has the selection functions the harness calls them as the engine worker does, on each rank's
   mini-batch before the split (at dp 2 in two gloo processes: `harness.cov_selection`). The chosen tokens are
   read off the gradient: KL-Cov's carry ``ppo_kl_coef x sign(logp - old_logp) / N`` more, Clip-Cov's none at all.
@@ -16,7 +16,7 @@ across data-parallel ranks, so the split and the number of ranks do not change t
   gradient equals one micro-batch's (rtol 1e-5). Vanilla: every micro-batch chooses from its own tokens with its own
   means (Clip-Cov at random), so the chosen tokens differ.
 - The user's config switches it on: verl's own ``ppo_trainer.yaml`` with the loss mode set, through the real
-  ``ActorRolloutRefWorker.init_model`` (`engine_harness.actor_init`). Vanilla asks for nothing.
+  ``ActorRolloutRefWorker.init_model`` (`harness.actor_init`). Vanilla asks for nothing.
 - The worker's wiring, on the real ``TrainingWorker`` with a stand-in engine: ``train_mini_batch`` hands the engine
   each mini-batch with the mask, chosen from ``old_log_probs`` on the first update (the worker computed them: its
   ``infer_batch`` ran first) and from a forward of the current policy (``engine.infer_batch``) after it (Clip-Cov: a
@@ -32,24 +32,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness.actor_init import init_actor
 from harness.cov_selection import has_mini_batch_selection, worker_masks
+from harness.sim import engine_gradient, verl_series_on_cpu
+from harness.training_worker import StubEngine, add_loss_input, hooks_asked, train_mini_batches
 
-from engine_harness.actor_init import init_actor
-from engine_harness.sim import (
-    RESPONSE_LEN,
-    Split,
-    actor_config,
-    engine_gradient,
-    make_rollout_batch,
-    verl_series_on_cpu,
-)
-from engine_harness.training_worker import (
-    StubEngine,
-    add_loss_input,
-    asked_for,
-    hooks_asked,
-    train_mini_batches,
-)
+from engine_harness.sim import RESPONSE_LEN, Split, actor_config, make_rollout_batch
+from engine_harness.worker_statistics import asked_for
 
 BATCH_SIZE = 32
 RATIO = 0.05  # kl_cov_ratio, clip_cov_ratio

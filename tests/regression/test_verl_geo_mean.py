@@ -1,7 +1,7 @@
 """verl's GMPO policy loss (``geo_mean``, verl 0003) on what test_verl_actor_losses.py leaves out: rollout correction
 weights and a response without valid tokens through the real ``ppo_loss``, and calls outside the engine.
 
-- Through verl's no-padding conversion and micro-batch splitter (`engine_harness.sim`), with ``rollout_is_weights`` in
+- Through verl's no-padding conversion and micro-batch splitter (`harness.sim`), with ``rollout_is_weights`` in
   the data and one response whose tokens are all masked out: on the patched trees the gradient equals one
   micro-batch's (rtol 1e-5), fixed and token-budget splits, dp 2; on the vanilla trees it is the number of
   micro-batches per rank times too large (within 5 % for the token-budget split, whose micro-batches differ in size).
@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness.sim import engine_gradient, grad_ratio
 
-from engine_harness.sim import Split, actor_config, engine_gradient, grad_ratio, make_rollout_batch, use_cpu_unpadding
+from engine_harness.sim import Split, actor_config, make_rollout_batch, use_cpu_unpadding
 
 BATCH_SIZE = 24
 EMPTY_ROW = 5  # a response whose tokens are all masked out

@@ -4,7 +4,7 @@ their mean over the optimizer mini-batch, across data-parallel ranks, so the spl
 change the update.
 
 - Through the real ``ppo_loss``, ``compute_policy_loss_bypass_mode`` and rollout-correction code, and verl's
-  no-padding conversion and micro-batch splitter (`engine_harness.sim`), where the tree has
+  no-padding conversion and micro-batch splitter (`harness.sim`), where the tree has
   ``compute_rollout_is_batch_mean`` the harness calls it as the engine worker does, on each rank's mini-batch before
   the split (at dp 2 in two gloo processes: `harness.is_batch_norm`).
   - The weights run from about 0.2 in the first rows to 2 (truncated) in the last, so every micro-batch's own mean
@@ -17,7 +17,7 @@ change the update.
   the mini-batch's with two micro-batches a rank.)
 - The user's config switches it on: verl's own ``ppo_trainer.yaml`` with the rollout correction its example sets
   (``algorithm.rollout_correction``) and the actor settings its docs ask for, through the real
-  ``ActorRolloutRefWorker.init_model`` (`engine_harness.actor_init`); bypass PPO-clip, whose weights only feed
+  ``ActorRolloutRefWorker.init_model`` (`harness.actor_init`); bypass PPO-clip, whose weights only feed
   metrics, pays no forward. Vanilla asks for nothing.
 - The worker's wiring, on the real ``TrainingWorker`` with a stand-in engine: ``train_mini_batch`` hands the engine
   each mini-batch with the mean, from a forward of the current policy (``engine.infer_batch``): the worker computed
@@ -34,17 +34,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness.actor_init import compose_trainer_config, init_actor
 from harness.is_batch_norm import has_mini_batch_mean, worker_batch_means
+from harness.sim import engine_gradient, verl_series_on_cpu
+from harness.training_worker import StubEngine, add_loss_input, hooks_asked, train_mini_batches
 
-from engine_harness.actor_init import compose_trainer_config, init_actor
-from engine_harness.sim import Split, actor_config, engine_gradient, make_rollout_batch, verl_series_on_cpu
-from engine_harness.training_worker import (
-    StubEngine,
-    add_loss_input,
-    asked_for,
-    hooks_asked,
-    train_mini_batches,
-)
+from engine_harness.sim import Split, actor_config, make_rollout_batch
+from engine_harness.worker_statistics import asked_for
 
 BATCH_SIZE = 32
 THRESHOLD = 2.0

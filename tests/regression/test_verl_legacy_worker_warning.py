@@ -2,7 +2,7 @@
 micro-batch, so KL-Cov's and Clip-Cov's tokens and bypass mode's IS batch mean stay chosen within each micro-batch
 there (docs/loss-audit.md, verl 0.7.x's engine path, says why they are left so); verl-0.7 0008 says so at start-up.
 
-- verl's own ``ppo_trainer.yaml`` composed with the user's settings (`engine_harness.actor_init`), through the real
+- verl's own ``ppo_trainer.yaml`` composed with the user's settings (`harness.actor_init`), through the real
   ``validate_config``, which ``main_ppo``'s ``TaskRunner.run`` calls once at start-up, before any worker is built.
 - Patched: for KL-Cov, Clip-Cov and bypass mode's REINFORCE with ``rollout_is_batch_normalize`` on the legacy workers,
   exactly one line names the setting, says it is taken within each micro-batch and how to get the fix
@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from engine_harness.actor_init import REQUIRED, compose_trainer_config
+from harness.actor_init import REQUIRED, compose_trainer_config
 
 WARNING = "WARNING: actor_rollout_ref.actor."
 # bypass mode set on the actor, as docs/algo/rollout_corr.md asks (verl#4912); with ppo_clip (the default loss_type)

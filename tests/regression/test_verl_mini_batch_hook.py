@@ -1,7 +1,7 @@
 """verl's mini-batch hook (verl 0004): the engine worker runs a policy loss's hook once per optimizer mini-batch,
 before the engine splits it, and checks rather than assumes that old_log_probs are the current policy's.
 
-- On the real ``TrainingWorker`` with a stand-in engine (`engine_harness.training_worker`), a hook registered for a
+- On the real ``TrainingWorker`` with a stand-in engine (`harness.training_worker`), a hook registered for a
   loss mode of its own: called once per mini-batch with its index, what it returns reaches the engine with the
   mini-batch, named for ``ppo_loss``.
 - Its current log-probs: ``old_log_probs`` on the first mini-batch only where the worker computed them itself
@@ -19,9 +19,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from harness.sim import verl_series_on_cpu
+from harness.training_worker import StubEngine, train_mini_batches
 
-from engine_harness.sim import actor_config, make_rollout_batch, verl_series_on_cpu
-from engine_harness.training_worker import StubEngine, has_mini_batch_hooks, train_mini_batches
+from engine_harness.sim import actor_config, make_rollout_batch
+from engine_harness.worker_statistics import has_mini_batch_hooks
 
 BATCH_SIZE = 16
 

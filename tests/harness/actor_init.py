@@ -13,7 +13,7 @@ from typing import Any
 from unittest import mock
 
 from engine_harness.model import TINY, save_model_config
-from engine_harness.training_worker import unasked
+from engine_harness.worker_statistics import unasked
 
 # the batch sizes every verl run sets (verl's examples do); init_model checks they are there
 REQUIRED = (

@@ -13,6 +13,7 @@ from unittest import mock
 import torch
 
 from engine_harness.sim import pack_model_output
+from engine_harness.worker_statistics import has_mini_batch_hooks, worker_on
 
 
 class StubEngine:
@@ -63,46 +64,10 @@ class _ModelConfig(dict):
     use_remove_padding = False
 
 
-def unasked() -> dict[str, Any]:
-    """What TrainingWorker.__init__ sets for the mini-batch statistics, none asked for: verl 0004's hooks (verl-0.7
-    0003's) and its record of the log-probs it computed."""
-    return {"mini_batch_hooks": [], "num_updates": 0, "log_probs_record": None}
-
-
-def has_mini_batch_hooks() -> bool:
-    """Whether the verl tree under test runs a policy loss's hook before each mini-batch (verl 0004)."""
-    import verl.trainer.ppo.core_algos as core_algos
-
-    return hasattr(core_algos, "get_mini_batch_hook")
-
-
-def asked_for(config: Any) -> dict[str, Any]:
-    """The attributes ``ActorRolloutRefWorker.init_model`` sets on the actor's ``TrainingWorker`` for the loss of the
-    actor ``config``: the loss's mini-batch hook (verl 0004); nothing on a vanilla tree, which has no hooks."""
-    if not has_mini_batch_hooks():
-        return {}
-    from verl.trainer.ppo.core_algos import get_mini_batch_hook
-
-    hook = get_mini_batch_hook(config)
-    return {"mini_batch_hooks": [] if hook is None else [hook]}
-
-
 def hooks_asked(worker: Any) -> list[str]:
-    """The losses whose mini-batch statistics the actor's ``TrainingWorker`` (or `engine_harness.actor_init`'s stand-in)
+    """The losses whose mini-batch statistics the actor's ``TrainingWorker`` (or `harness.actor_init`'s stand-in)
     was asked for, by the name of the hook's factory (verl 0004)."""
     return [hook.__qualname__.split(".")[0] for hook in getattr(worker, "mini_batch_hooks", [])]
-
-
-def worker_on(engine: Any, **fields: Any) -> Any:
-    """verl's real ``TrainingWorker``, not initialized, holding ``engine``: the mini-batch statistics' attributes as
-    ``__init__`` leaves them but for ``fields``. Enough for the worker's own methods that prepare a mini-batch."""
-    from verl.workers.engine_workers import TrainingWorker
-
-    worker = object.__new__(TrainingWorker)
-    worker.engine = engine
-    for name, value in (unasked() | fields).items():
-        setattr(worker, name, value)
-    return worker
 
 
 def train_mini_batches(
@@ -110,7 +75,7 @@ def train_mini_batches(
 ) -> None:
     """Run the real ``TrainingWorker.train_mini_batch`` on ``batch`` (left-right padded) in mini-batches of
     ``mini_batch_size`` rows and micro-batches of 4, against ``engine``; ``worker_fields`` are the attributes
-    ``ActorRolloutRefWorker.init_model`` sets on it for the loss (which `engine_harness.actor_init` checks it does).
+    ``ActorRolloutRefWorker.init_model`` sets on it for the loss (which `harness.actor_init` checks it does).
     ``infer_first``: the worker's real ``infer_batch`` computes the batch's log-probs first, as the trainer's
     ``compute_log_prob`` does before the update."""
     import inspect
