@@ -27,19 +27,6 @@ def freeze_collector() -> None:
     gc.freeze()
 
 
-def fp32_forward_on_verl_0_7() -> None:
-    """verl 0.7.x's FSDP ``forward_step`` autocasts to bf16 whatever the engine's dtype (0.8.0 follows the parameter
-    dtype, fp32 here), so every micro-batch composition rounds differently; in this rank process autocast is a no-op
-    there, and the forward runs in fp32, as on 0.8.0."""
-    import contextlib
-
-    import torch
-    import verl
-
-    if verl.__version__.startswith("0.7."):
-        torch.autocast = lambda *args, **kwargs: contextlib.nullcontext()  # type: ignore[assignment,misc]
-
-
 def wrap_policy() -> dict:
     """verl 0.7.x's ``apply_fsdp2`` indexes the model's ``_no_split_modules``, which transformers 5 makes a set: name
     the layers it wraps by default (0.8.0 reads the set itself)."""

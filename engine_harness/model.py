@@ -33,10 +33,3 @@ def save_model(shape: ModelShape, path: Path) -> None:
 
     torch.manual_seed(MODEL_SEED)
     Qwen2ForCausalLM(Qwen2Config(**asdict(shape), tie_word_embeddings=False)).save_pretrained(path)
-
-
-def save_model_config(shape: ModelShape, path: Path) -> None:
-    """Only the checkpoint's config (no weights): what verl's ``HFModelConfig`` reads."""
-    from transformers import Qwen2Config
-
-    Qwen2Config(**asdict(shape), tie_word_embeddings=False, architectures=["Qwen2ForCausalLM"]).save_pretrained(path)

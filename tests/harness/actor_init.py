@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import inspect
 import os
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from engine_harness.model import TINY, save_model_config
+from engine_harness.model import TINY, ModelShape
 from engine_harness.worker_statistics import unasked
 
 # the batch sizes every verl run sets (verl's examples do); init_model checks they are there
@@ -43,6 +44,13 @@ class StubTrainingWorker:
         return {}
 
 
+def _save_model_config(shape: ModelShape, path: Path) -> None:
+    """Only the checkpoint's config (no weights): what verl's ``HFModelConfig`` reads."""
+    from transformers import Qwen2Config
+
+    Qwen2Config(**asdict(shape), tie_word_embeddings=False, architectures=["Qwen2ForCausalLM"]).save_pretrained(path)
+
+
 def compose_trainer_config(verl_tree: Path, overrides: list[str]) -> Any:
     """verl's ``ppo_trainer`` config from the tree's own YAML, with ``overrides`` (Hydra's command-line syntax)."""
     from hydra import compose, initialize_config_dir
@@ -56,7 +64,7 @@ def init_actor(verl_tree: Path, model_dir: Path, overrides: list[str]) -> StubTr
     user's ``overrides``; ``model_dir`` gets a tiny Qwen2 config (no weights: init_model reads only the config)."""
     import verl.workers.engine_workers as engine_workers
 
-    save_model_config(TINY, model_dir)
+    _save_model_config(TINY, model_dir)
     config = compose_trainer_config(verl_tree, [f"actor_rollout_ref.model.path={model_dir}", *REQUIRED, *overrides])
     worker_class = engine_workers.ActorRolloutRefWorker
     with (

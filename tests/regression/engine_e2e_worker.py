@@ -8,7 +8,8 @@ the pre-clip ``grad_norm`` it returns. The learning rate is 0, so the weights ne
 sees the same model: only the micro-batch split differs between the steps of one mode.
 
 The adaptations needed on a CPU-only machine are all outside the loss path; they are listed in
-`test_engine_e2e`'s docstring, and each is applied by one function of `engine_harness` (`engine_harness.adapt`).
+`test_engine_e2e`'s docstring, and each is applied by one function of `engine_harness.adapt`, or of this module
+(`_fp32_forward_on_verl_0_7`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from pathlib import Path
 from engine_harness import LOSS_AGG_MODES
 from engine_harness.adapt import (
     ULYSSES_SDPA_ATTENTION,
-    fp32_forward_on_verl_0_7,
     freeze_collector,
     ulysses_sdpa_attention,
     unpad_helpers,
@@ -51,6 +51,19 @@ GLOBAL_BATCH_SIZE = 24  # sequences per mini-batch, over all ranks (not 16: that
 LOSSES = {"critic": "critic", DISTILLATION: "distillation", "actor": "trinity"}
 # `run_world` may run in several threads at once (one per world size); torch's global generator is per process
 _GLOBAL_RNG = threading.Lock()
+
+
+def _fp32_forward_on_verl_0_7() -> None:
+    """verl 0.7.x's FSDP ``forward_step`` autocasts to bf16 whatever the engine's dtype (0.8.0 follows the parameter
+    dtype, fp32 here), so every micro-batch composition rounds differently; in this rank process autocast is a no-op
+    there, and the forward runs in fp32, as on 0.8.0."""
+    import contextlib
+
+    import torch
+    import verl
+
+    if verl.__version__.startswith("0.7."):
+        torch.autocast = lambda *args, **kwargs: contextlib.nullcontext()  # type: ignore[assignment,misc]
 
 
 @dataclass(frozen=True)
@@ -138,7 +151,7 @@ def _worker(
             "gloo", init_method=f"file://{workdir}/rendezvous", rank=rank, world_size=world_size
         )
         unpad_helpers()
-        fp32_forward_on_verl_0_7()
+        _fp32_forward_on_verl_0_7()
         load_value_head_with_config_attention()
         if shape.attention == ULYSSES_SDPA_ATTENTION:
             ulysses_sdpa_attention()
