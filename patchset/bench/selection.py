@@ -17,7 +17,6 @@ each takes its own. The no-grad forward that gives the worker the current log-pr
 from __future__ import annotations
 
 MICRO_BATCHES = 4  # micro-batches per mini-batch
-LOSS_MODES = ("kl_cov", "clip_cov", "is_batch_norm")
 
 
 class CovSelectionStep:
