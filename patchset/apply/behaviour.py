@@ -1,11 +1,5 @@
-"""Retire a patch by behaviour: upstream fixed the bug its own way, and the patch's own tests show it.
-
-A patch that neither applies nor is in upstream by content has its teeth (``patches/<series>/parts.toml``) run on the
-tree as shipped, expecting the fix: if they pass, the step becomes a SKIP (``fixed upstream``); if one fails, or they
-could not decide, the conflict stands and says why. On a pinned release whose files differ from its verified sdist
-they are not run: the difference is a local change or an earlier series, never upstream's fix. Nothing runs when
-every patch applies or is skipped.
-"""
+"""Retire a patch that neither applies nor is upstream by content when its teeth pass on the tree as shipped:
+upstream fixed the bug its own way. Not on a pinned release whose files differ from its sdist (a local change)."""
 
 from __future__ import annotations
 

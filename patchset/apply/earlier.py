@@ -1,16 +1,8 @@
-"""Recognise a tree that holds an earlier series of this patchset, patch by patch, and work out what taking it out
-leaves.
+"""Recognise, by content, a tree that holds an earlier series of this patchset (today's teeth may pass on it and
+read as "fixed upstream"), and work out what taking it out leaves; docs/maintaining.md, "Recognition", says how.
 
-Such a tree is neither vanilla nor patched with today's series, and today's teeth may pass on it, which would read as
-"fixed upstream". It is recognised by content: each file a series touches passes through known states (the git blob
-ids of ``patches/history.json``, or of apply's record in the tree); a file at a state an earlier series wrote and
-today's never does means that series is held. Taking it out puts each of its files back at the release's content; a
-file in no known state is refused by name, unless reverting the series' own texts gives the tree's HEAD exactly (a
-patch merged with ``--3way`` onto committed changes).
-
-The record, beside the tree's lock (``applied-<key>.json``, like quilt's ``.pc/``), names each patch applied by its
-sha256 and the blob ids it writes, so that a newer series can take it out even when ``patches/history.json`` never
-knew it, and the blob of every file as the run left it: a record that no longer describes the tree is ignored.
+The record beside the tree's lock (``applied-<key>.json``, like quilt's ``.pc/``) lets a newer series take out one
+that ``patches/history.json`` never knew; a record that no longer describes the tree is ignored.
 """
 
 from __future__ import annotations
@@ -120,8 +112,7 @@ def today_series(target: TreeToPatch, history: History) -> KnownSeries:
 
 
 def held_series(target: TreeToPatch, history: History, recorded: KnownSeries | None = None) -> Held | None:
-    """The earlier series ``target`` holds (``recorded``: what apply recorded there, judged first), or None when
-    its files are at no state that an earlier series wrote and today's never does. Reads the tree only."""
+    """The earlier series ``target`` holds (``recorded``: what apply recorded there, judged first), or None."""
     today = today_series(target, history)
     candidates = [s for s in history.of_folder(target.series.name) if s.ident != today.ident]
     if recorded is not None and recorded.ident != today.ident:
@@ -153,9 +144,8 @@ def describe(target: TreeToPatch, held: Held, today_revision: str) -> str:
 def restore_originals(
     target: TreeToPatch, held: Held, scratch: Path, vanilla: Callable[[], Path | None], peeled: Mapping[str, bytes]
 ) -> list[str]:
-    """Write into ``scratch`` each file of the held series as it was before it (``peeled``: those found by reverting
-    its texts; the others from the tree's git objects, else the pinned release, ``vanilla()``); return the files
-    whose original could not be found."""
+    """Write into ``scratch`` each file of the held series as it was before it (``peeled``, else from the tree's git
+    objects, else ``vanilla()``); return the files whose original could not be found."""
     wanted = {rel: chain[0][1] for rel, chain in chains(held.series).items() if rel not in peeled}
     for rel, content in peeled.items():
         (scratch / rel).write_bytes(content)

@@ -1,7 +1,5 @@
-"""One apply run: find the trees, lock them, plan every patch, refuse what is in the way, apply all or nothing,
-then run the regression tests. ``apply_series`` is the one way the series goes onto trees (the ``apply`` command,
-through ``run_apply``, and the wheel build); it takes no ``argparse`` namespace, so the command line is one caller
-among others."""
+"""One apply run: lock the trees, plan every patch, refuse what is in the way, apply all or nothing, then test.
+``apply_series`` is the one way the series goes onto trees (``apply`` and the wheel build)."""
 
 from __future__ import annotations
 
@@ -35,8 +33,7 @@ NEXT_DOC = "docs/guide.md"
 
 @dataclass(frozen=True)
 class ApplyOptions:
-    """``apply``'s options of the same names (``--3way``: ``three_way``); those that cannot go together are refused
-    here, before anything is read."""
+    """``apply``'s options of the same names; those that cannot go together are refused before anything is read."""
 
     check: bool = False
     reverse: bool = False
@@ -81,8 +78,7 @@ _SHOWN_FAILURES = 3
 def _regression(
     trees: Mapping[str, Path], workspace: Workspace, console: Console, timeout: float | None, left_out: Sequence[str]
 ) -> tuple[int, list[str]]:
-    """Run the regression tests on ``trees``, their output into a log file; (exit status, the lines that say what
-    they found and where the log is)."""
+    """Run the regression tests on ``trees`` into a log file; (exit status, the lines that say what they found)."""
     shown = ", ".join(f"{key} at {display_path(path)}" for key, path in trees.items())
     log = workspace.cache.root / "logs" / f"apply-{time.strftime('%Y%m%d-%H%M%S')}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -158,8 +154,7 @@ def _upgrade(
 
 
 def _record(plans: Sequence[Plan], homes: Mapping[Path, Path], history: History, console: Console) -> None:
-    """Record today's series in each tree this run patched, forget it where it took the series out; a tree the run
-    did not change keeps what it has."""
+    """Record today's series in each tree this run patched, forget it where it took the series out."""
     for plan in plans:
         target, home = plan.target, homes.get(plan.target.root)
         if home is None or not plan.count(Action.CHANGE):
@@ -191,8 +186,8 @@ def apply_series(
     command_line: str,
     regression: bool = True,
 ) -> Applied:
-    """Apply the series of ``workspace`` to ``targets`` as ``options`` say (see the module docstring), then, with
-    ``regression``, test them; raise a ``PatchsetError`` for a refusal. The trees' locks name ``command_line``."""
+    """Apply the series of ``workspace`` to ``targets``, then, with ``regression``, test them; raise a
+    ``PatchsetError`` for a refusal. The trees' locks name ``command_line``."""
     check, reverse = options.check, options.reverse
     with locked(targets, command_line, console, guard) as homes:
         history = load_history(workspace.patches_dir)

@@ -1,16 +1,8 @@
-"""Work out, reading the tree only, what each patch of a series would do to it, and which uncommitted changes in
-the files the patches touch are not the patches' own.
+"""Work out, reading the tree only, what each patch of a series would do to it.
 
-Patches may build on earlier ones (0002 may change lines 0001 adds), so none is judged alone: on scratch copies of
-the files the series touches, a peel pass (last to first) reverts what reverts cleanly, which is what is applied,
-and a forward pass (first to last) applies the rest, exactly as applying to the real tree will. A patch that would
-both revert and apply again is ambiguous and refused rather than applied twice; nothing is reversed to make it fit.
-A patch that does not apply is also tried as a 3-way merge, which only ``--3way`` carries out.
-
-``Applied-Upstream`` / ``Upstream-Check`` header lines let the tree's content say that upstream has a patch
-(skipped), or that the version claims it and the content lacks it (FAIL). A patch that neither applies nor is
-upstream by content is handed to ``settle`` (``behaviour.py``), which may retire it by its tests. docs/guide.md
-says what the user sees.
+Patches may build on earlier ones, so none is judged alone: on scratch copies, a peel pass (last to first) reverts
+what reverts cleanly, which is what is applied, and a forward pass applies the rest, as the real run will. A patch
+that would both revert and apply again is ambiguous and refused rather than applied twice.
 """
 
 from __future__ import annotations
@@ -45,8 +37,7 @@ class Finding(enum.Enum):
 
 @dataclass(frozen=True)
 class UpstreamState:
-    """A patch's ``Applied-Upstream`` version (``since``), whether the tree is at or past it (``claimed``), and its
-    ``Upstream-Check`` lines that matched and those that did not, with why."""
+    """A patch's ``Applied-Upstream`` version, whether the tree is at or past it, and which checks matched."""
 
     since: str | None
     claimed: bool
@@ -67,8 +58,7 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True)
 class Behaviour:
-    """What a patch's teeth said on the tree as shipped. ``selection``: their -k expression (None: the series names
-    none); ``command``: what decides it."""
+    """What a patch's teeth (their -k ``selection``) said on the tree as shipped; ``command``: what decides it."""
 
     verdict: Verdict
     selection: str | None
@@ -197,8 +187,8 @@ def plan_series(
     objects: Path | None = None,
     merge: bool = False,
 ) -> list[Step]:
-    """The step for each of ``patches`` on the tree at ``root``, in the order they would run (see the module
-    docstring). ``objects``: the tree's git objects, for trying a 3-way merge; ``merge``: carry a clean one out."""
+    """The step for each of ``patches`` on the tree at ``root``, in the order they would run. ``objects``: the
+    tree's git objects, for trying a 3-way merge; ``merge``: carry a clean one out."""
     numbered = list(enumerate(patches, start=1))
     upstream = {i: state for i, p in numbered if (state := upstream_state(root, p, version)) is not None}
     claimed = {i for i, state in upstream.items() if state.claimed}  # skipped, or FAIL when the content lacks it
@@ -264,8 +254,7 @@ def unexplained_changes(tree: gitops.WorkTree, dirty: Iterable[str], applied: Se
 
 @dataclass(frozen=True)
 class Plan:
-    """Every step for one tree, and its uncommitted changes: ``dirty`` (in files a step changes, not the series'
-    own doing) and ``others`` (elsewhere, left alone)."""
+    """Every step for one tree; ``dirty``: uncommitted changes in its files, not the series' own; ``others``."""
 
     target: TreeToPatch
     steps: tuple[Step, ...]

@@ -1,6 +1,4 @@
-"""What is in the way of a run, found before any tree is changed: two trees of one kind, a series applied out of
-order, uncommitted changes in the files the patches change, a patch that does not apply, files that cannot be
-written."""
+"""What is in the way of a run, found before any tree is changed."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What a run says: the line of each step, the summary of each tree, and the messages of the refusals and the
-failures (which patch, which file and hunk, whether a 3-way merge would resolve it, what to do next)."""
+"""What a run says: each step's line, each tree's summary, and the refusals and failures, with what to do next."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ def where(plan: Plan) -> str:
 
 
 def skip_reason(plan: Plan, step: Step) -> str:
-    """Why a SKIP step is skipped: ``in upstream since 0.9.0`` (with what the tree has that shows it), ``already
-    upstream (content), ...`` below that version, or ``fixed upstream (its tests pass on ... as shipped: ...)``."""
+    """Why a SKIP step is skipped: by version, by content, or because its teeth pass on the tree as shipped."""
     if step.fixed_upstream and step.behaviour is not None:
         behaviour = step.behaviour
         return (

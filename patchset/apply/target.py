@@ -58,8 +58,8 @@ def _series(patches_dir: Path, name: str) -> Series:
 def target_for_path(
     shown: str, workspace: Workspace, *, force_version: bool, console: Console, check: bool = False
 ) -> TreeToPatch:
-    """The target for a tree named on the command line; raise ``BadInput`` for anything unsupported. A release no pin
-    names takes its release line's series, else the default pin's, with ``force_version`` or ``check``."""
+    """The target for a tree named on the command line; a release no pin names takes its release line's series,
+    else the default pin's, with ``force_version`` or ``check``."""
     root = Path(shown).expanduser()
     if not root.exists():
         raise BadInput(f"{shown} does not exist; pass the root of a verl or Trinity-RFT checkout")
@@ -135,8 +135,8 @@ def target_for_pin(pin: Pin, root: Path, patches_dir: Path) -> TreeToPatch:
 def cached_targets(
     workspace: Workspace, console: Console, *, reverse: bool, check: bool, held: ExitStack
 ) -> list[TreeToPatch]:
-    """The targets of a run given no PATH: the default pins' vanilla checkouts (``check``), else fresh patched clones
-    of them, all held in ``held`` before any is made, so that a run refused there has done nothing."""
+    """The default pins' vanilla checkouts (``check``), else fresh patched clones of them, all held in ``held``
+    before any is made, so that a run refused there has done nothing."""
     if reverse:
         raise BadInput("--reverse needs a PATH: the patched trees in the cache are rebuilt fresh on every run")
     pins, cache = workspace.pins, workspace.cache

@@ -1,9 +1,5 @@
-"""Change the trees: carry out the plans of one run, all or nothing.
-
-Every file a tree's patches touch is saved first (``snapshot.py``, beside the tree's lock, where the next run finds it
-after a SIGKILL: ``locking.py``); each patch is applied in a critical section that a signal cannot cut short. On any
-failure or interrupt every tree changed is restored from its snapshot, last first: copying back what was saved does
-not depend on the patches reverting cleanly.
+"""Carry out the plans of one run, all or nothing: every file is saved first (``snapshot.py``) and, on any failure
+or interrupt, copied back, which does not depend on the patches reverting cleanly.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """``apply --upgrade``: replace the earlier series a tree holds with today's, then test, all or nothing.
 
-On a scratch copy of the files either series touches, the earlier series is taken out exactly (``earlier.py``) and
-today's applied as ``apply`` plans it; a file with changes of its own, or a patch that does not apply, refuses the
-upgrade by name. Then, under the tree's lock, the scratch files are installed over a snapshot kept beside the lock,
-and the regression tests run: if they fail or the run is interrupted, every tree is restored (the earlier series
-again). Only once they pass is the new series recorded (``earlier.py``), so that a killed run leaves the earlier
-series, a snapshot the next run restores it from, or today's series: never a mix.
+The new series is recorded only once the tests pass, so that a killed run leaves the earlier series, a snapshot the
+next run restores it from, or today's series: never a mix.
 """
 
 from __future__ import annotations
@@ -32,8 +28,7 @@ from patchset.upstreams.workspace import Workspace
 
 @dataclass(frozen=True)
 class Upgrade:
-    """One tree to upgrade: the earlier series it holds (None: none, today's series is applied as by ``apply``),
-    today's series as recorded, the files either touches and the scratch folder holding what they become."""
+    """One tree to upgrade: the earlier series it holds (if any), today's, and the scratch copy of their files."""
 
     target: TreeToPatch
     held: Held | None
@@ -66,8 +61,7 @@ def _refuse_dirty(target: TreeToPatch, paths: Sequence[str], earlier: set[str], 
 
 
 def _apply_today(target: TreeToPatch, scratch: Path, held: Held | None, console: Console) -> None:
-    """Apply today's series to the scratch copy as ``apply`` would to the tree; raise ``DoesNotApply`` for a patch
-    that does not apply there."""
+    """Apply today's series to the scratch copy as ``apply`` would to the tree; ``DoesNotApply`` where it cannot."""
     after = f" once {held.series.shown} is taken out" if held is not None else ""
     total = len(target.series.patches)
     for step in plan_series(scratch, target.series.patches, version=target.version):
@@ -160,8 +154,8 @@ def run_upgrade(
     console: Console,
     guard: Guard,
 ) -> int:
-    """Upgrade every tree of ``plans`` (target, held series, today's), then run ``test``; return its status, the trees
-    restored unless 0. ``options``: ``(allow_dirty, dry_run)``; a dry run only says what it would do."""
+    """Upgrade every tree of ``plans``, then run ``test``; return its status, the trees restored unless 0.
+    ``options``: ``(allow_dirty, dry_run)``."""
     allow_dirty, dry_run = options
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("upgrade")) as tmp:
         upgrades = [
