@@ -1,8 +1,6 @@
 """Run a command within a time limit; past it, name the tests it was in, keep every process's stack, end it whole and
-raise ``TimedOut`` (exit 124) saying what hung, the limit and how to raise it.
-
-The tests: a waiter gives its run a folder, first in ``PATCHSET_RUNNING_DIR`` (a list: the waiters further up
-follow); each suite's conftest calls ``register``, and each test process keeps ``<folder>/<pid>`` naming its test.
+raise ``TimedOut``. Each test process keeps ``<folder>/<pid>`` naming its test, in each folder of
+``PATCHSET_RUNNING_DIR``, so that the waiters of every level can name it.
 """
 
 from __future__ import annotations
@@ -43,8 +41,8 @@ def folders_for(own: Path, inherited: str | None) -> str:
 
 
 def register(config: Any) -> None:
-    """Register ``RunningTests`` with pytest's ``config`` when a waiter asked for it (``PATCHSET_RUNNING_DIR``), in
-    every process that runs tests: not in pytest-xdist's controller, which would only echo its workers."""
+    """Register ``RunningTests`` when a waiter asked for it, but not in pytest-xdist's controller, which would only
+    echo its workers."""
     folders = [Path(f) for f in os.environ.get(RUNNING_DIR_VARIABLE, "").split(os.pathsep) if f and Path(f).is_dir()]
     controller = bool(config.getoption("numprocesses", None)) and not hasattr(config, "workerinput")
     if folders and not controller:
@@ -52,8 +50,7 @@ def register(config: Any) -> None:
 
 
 def running_tests(folder: Path) -> list[str]:
-    """The tests the live processes of a run were in when it was read (each at most once, in pid order); a file left
-    by a process that was killed in a test names nothing."""
+    """The tests the live processes of a run are in (each once, in pid order); a killed process names nothing."""
     if not folder.is_dir():
         return []
     files = [path for path in folder.iterdir() if path.name.isdigit() and stacks.is_running(int(path.name))]
@@ -71,8 +68,8 @@ class Limit:
 
 
 def hang_report(what: str, limit: Limit, root: int, running_dir: Path | None, near: Sequence[Path] = ()) -> str:
-    """Look at the hung tree under ``root`` (its tests, every process's stack), end it, and return the one line that
-    says so; the stacks are printed (standard error: a CI log keeps them) and kept in a file the line names."""
+    """End the hung tree under ``root`` and return the one line that says so; its stacks go to stderr (a CI log
+    keeps them) and to a file that line names."""
     pids = stacks.tree(root)
     tests = running_tests(running_dir) if running_dir is not None else []
     text = f"{what}: still running after {limit.seconds:g} s\n" + "".join(f"in test: {test}\n" for test in tests)
@@ -98,8 +95,7 @@ class Started(Protocol):
     def wait(self, timeout: float | None = None) -> int: ...
 
 
-# another way to start ``command`` (in ``cwd``, with ``env``, its output to ``output`` or this process's): its
-# process, or None to leave it to `subprocess.Popen`
+# another way to start (command, cwd, env, output): its process, or None to leave it to `subprocess.Popen`
 Launch = Callable[[Sequence[str], "Path | None", Mapping[str, str], "TextIO | None"], "Started | None"]
 
 
@@ -112,11 +108,9 @@ def run_bounded(
     output: TextIO | None = None,
     launch: Launch | None = None,
 ) -> int:
-    """Run ``command`` and return its exit status; past ``limit``, end its whole tree and raise ``TimedOut`` naming
-    ``what``. ``output``: a file for its output; ``launch``: another way to start it, which may decline."""
+    """Run ``command`` and return its exit status; past ``limit``, end its whole tree and raise ``TimedOut``."""
     env = dict(os.environ if env is None else env)
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("running")) as own:
-        # this run's own folder first; a waiter further up (a step of the test command) keeps seeing its tests too
         running_dir = Path(own)
         env[RUNNING_DIR_VARIABLE] = folders_for(running_dir, env.get(RUNNING_DIR_VARIABLE))
         process = launch(command, cwd, env, output) if launch is not None else None

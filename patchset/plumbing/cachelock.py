@@ -1,9 +1,5 @@
-"""One writer at a time for each entry of a shared cache: a ``treelock`` in ``<cache>/.locks/<entry>/lock``.
-
-A run that finds an entry held waits for it (``wait=True``: an entry the holder is making and this run will reuse;
-up to ``$PATCHSET_CACHE_WAIT`` s) or ends at once (``TreeLocked``, exit 4). A cache that cannot be written is used
-without the lock, saying so.
-"""
+"""One writer at a time for each entry of a shared cache: a ``treelock`` in ``<cache>/.locks/<entry>/lock``. A run
+that finds an entry held waits for it (up to ``$PATCHSET_CACHE_WAIT`` s) or ends at once (``TreeLocked``)."""
 
 from __future__ import annotations
 
@@ -93,8 +89,7 @@ def hold(
     command: str | None = None,
     hint: str = "",
 ) -> Iterator[None]:
-    """Hold the cache entry ``entry`` (``shown`` names it to the user) while the block runs, after sweeping ``sweep``
-    of what dead processes left; ``hint`` ends the refusal's next step."""
+    """Hold the cache entry ``entry`` while the block runs, after sweeping ``sweep`` of what dead processes left."""
     made = [cache_root / LOCKS] + ([] if cache_root.exists() else [cache_root])
     try:
         lock: treelock.Lock | None = _take(

@@ -1,9 +1,8 @@
 """Python child processes, a function each: the one place this project starts them, and waits for them.
 
 Never a fork of the caller: after any parallel op, torch's OpenMP pool (and a gloo group's threads) are missing in
-the child, whose first parallel op then waits forever. Each child is a fork of a fork server (a process that has
-imported ``preload`` and computed nothing). Every wait is bounded (``PATCHSET_TIME_SCALE`` raises the limit); past it
-the children's stacks are dumped, they are ended and ``TimedOut`` names them. A child that fails ends the others.
+the child, whose first parallel op then waits forever. Each child is a fork of a fork server that has imported
+``preload`` and computed nothing. Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -40,10 +39,9 @@ def warm_server_refusal() -> str | None:
 
 
 def start_warm_server(share: Sequence[str] = ()) -> bool:
-    """Make this process's fork server a fork of it, now: once it has imported ``share`` (what its children import
-    too) and before it computes anything, so a child costs a fork, not a fresh interpreter importing torch and verl.
-    False (`warm_server_refusal` says why) where another thread runs, torch computes on several, a server runs
-    already, or this Python's fork server keeps other state; the fresh server is then started as before."""
+    """Make this process's fork server a fork of it, now, once it has imported ``share`` and before it computes
+    anything, so a child costs a fork, not a fresh interpreter importing torch and verl. False (and
+    `warm_server_refusal` says why) where that is not safe; the fresh server is then started as before."""
     global _warm_preload, _refusal
     state = forkserver._forkserver
     if hasattr(state, "_forkserver_authkey") or not all(hasattr(state, name) for name in _SERVER_STATE):
@@ -150,9 +148,8 @@ def run_children(
     what: str = "child process",
     preload: Sequence[str] = ("torch",),
 ) -> list[int]:
-    """Run ``target(*args)`` for each of ``args_per_child`` at once, each in a fork of the fork server, and return
-    their exit codes. ``limit_s``: seconds on this project's machine (times ``PATCHSET_TIME_SCALE``); past it,
-    ``TimedOut`` with the stack of every child still running. A child that exits non-zero ends the others."""
+    """Run ``target(*args)`` for each of ``args_per_child`` at once and return their exit codes; past ``limit_s``
+    (scaled), ``TimedOut`` with every running child's stack. A child that exits non-zero ends the others."""
     limit = scaled(limit_s)
     context = server(preload)
     children = [context.Process(target=target, args=args, name=f"{what} {n}") for n, args in enumerate(args_per_child)]

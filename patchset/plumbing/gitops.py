@@ -1,6 +1,4 @@
-"""Project-agnostic git plumbing: subprocess wrappers, and the parsing of what git says. Callers get plain results or a
-``GitError`` carrying git's own message; turning those into user-facing errors is the caller's job.
-"""
+"""Project-agnostic git plumbing: callers get plain results or a ``GitError`` carrying git's own message."""
 
 from __future__ import annotations
 
@@ -65,14 +63,8 @@ class Identity:
     date: str
 
     def env(self) -> dict[str, str]:
-        return {
-            "GIT_AUTHOR_NAME": self.name,
-            "GIT_AUTHOR_EMAIL": self.email,
-            "GIT_AUTHOR_DATE": self.date,
-            "GIT_COMMITTER_NAME": self.name,
-            "GIT_COMMITTER_EMAIL": self.email,
-            "GIT_COMMITTER_DATE": self.date,
-        }
+        fields = {"NAME": self.name, "EMAIL": self.email, "DATE": self.date}
+        return {f"GIT_{role}_{key}": value for role in ("AUTHOR", "COMMITTER") for key, value in fields.items()}
 
 
 def isolated_env(identity: Identity | None = None) -> dict[str, str]:
@@ -95,11 +87,8 @@ def run_git(
     binary: bool = False,
     stdin: str | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run ``git ARGS`` in ``cwd``; raise ``GitError`` on failure when ``check``. stdout is ``bytes`` when ``binary``.
-
-    git runs in a session of its own, so a Ctrl-C reaches only this process, which decides when to stop
-    (``signals.py``): a ``git apply`` is never cut off half-way through writing a tree.
-    """
+    """Run ``git ARGS`` in ``cwd``; ``GitError`` on failure when ``check``. git runs in a session of its own, so a
+    Ctrl-C reaches only this process (``signals.py``): a ``git apply`` is never cut off half-way."""
     try:
         proc = subprocess.run(
             ["git", *args],
@@ -123,8 +112,7 @@ def run_git(
 
 @dataclass(frozen=True)
 class WorkTree:
-    """A directory inside a git work tree: ``root`` itself, the work tree's ``toplevel`` and the ``prefix`` of
-    ``root`` below it ("" when ``root`` is the top level, else ending in "/")."""
+    """A directory inside a git work tree; ``prefix``: ``root`` below ``toplevel`` ("" or ending in "/")."""
 
     root: Path
     toplevel: Path
@@ -249,8 +237,8 @@ def init_commit_tag(path: Path, *, message: str, tag: str, identity: Identity, b
 
 
 def git_value(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> str | None:
-    """What ``git ARGS`` prints in ``cwd``, stripped; None when it fails or prints nothing (a ref that does not
-    exist, a config key that is not set, a clean status): for questions, where a failure is an answer."""
+    """What ``git ARGS`` prints in ``cwd``, stripped; None when it fails or prints nothing: for questions, where a
+    failure is an answer."""
     proc = run_git(list(args), cwd=cwd, env=env, check=False)
     return proc.stdout.strip() or None if proc.returncode == 0 else None
 
@@ -345,8 +333,8 @@ class MergeResult:
 def three_way(
     root: Path, patch: Path, paths: Sequence[str], objects: Path | None, *, install: bool = False
 ) -> MergeResult:
-    """Merge ``patch`` into ``paths`` under ``root`` in a scratch copy (``git apply --3way``) with the blobs of
-    ``objects``, borrowed read-only; copy the result into ``root`` only when ``install`` and the merge is clean."""
+    """Merge ``patch`` into ``paths`` under ``root`` on a scratch copy with the blobs of ``objects`` borrowed
+    read-only; copy the result into ``root`` only when ``install`` and the merge is clean."""
     if objects is None:
         return MergeResult(Merge.UNAVAILABLE, "the tree has no git objects")
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("merge")) as tmp:
@@ -378,9 +366,8 @@ _PARSED: dict[str, str | None] = {}
 
 
 def patch_parse_error(patch: Path) -> str | None:
-    """Why ``patch`` cannot be used as a patch (corrupt, empty, truncated), else None: ``git apply --numstat`` in an
-    empty folder below a ceiling (no enclosing repository), then ``patchtext.cut_short``, as git silently drops a
-    file whose header was cut short. Asked once per content in a process (``_PARSED``)."""
+    """Why ``patch`` cannot be used as a patch (corrupt, empty, truncated), else None; ``patchtext.cut_short`` too,
+    as git silently drops a file whose header was cut short. Asked once per content in a process (``_PARSED``)."""
     try:
         digest = hashlib.sha256(patch.read_bytes()).hexdigest()
     except OSError:
@@ -404,8 +391,7 @@ def _parse_error(patch: Path) -> str | None:
 
 @dataclass(frozen=True)
 class Failure:
-    """Where ``git apply`` said a patch failed: the file, the line of the failing hunk (0 when git gave none)
-    and git's reason."""
+    """Where ``git apply`` said a patch failed: the file, the failing hunk's line (0: none given) and why."""
 
     path: str
     line: int
@@ -434,8 +420,8 @@ def parse_failure(stderr: str) -> Failure | None:
 
 
 def am(tree: Path, patch: Path, env: Mapping[str, str], options: Sequence[str] = ()) -> str | None:
-    """Commit ``patch`` in ``tree`` with ``git am`` (``AM_OPTIONS`` plus ``options``); None when it applied, else
-    git's reason, the first error line (the half-done ``am`` is aborted, the tree is as it was)."""
+    """Commit ``patch`` in ``tree`` with ``git am``; None when it applied, else git's first error line (the
+    half-done ``am`` aborted)."""
     proc = run_git([*NEUTRAL, "am", *AM_OPTIONS, *options, str(patch.resolve())], cwd=tree, env=env, check=False)
     if proc.returncode == 0:
         return None

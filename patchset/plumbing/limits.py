@@ -1,6 +1,4 @@
-"""Time limits on this project's waits, and ``PATCHSET_TIME_SCALE``, the one knob that raises them all on a slower
-machine (rather than the user finding the one that ended their run).
-"""
+"""``PATCHSET_TIME_SCALE``: the one knob that raises every time limit on a slower machine."""
 
 from __future__ import annotations
 
@@ -13,8 +11,7 @@ RAISE_HINT = f"{TIME_SCALE_VARIABLE}=2 doubles every limit"
 
 
 def scaled(seconds: float) -> float:
-    """``seconds``, the limit on this project's machine, times ``PATCHSET_TIME_SCALE`` (default 1); ``BadInput``
-    naming it when it is not a positive number."""
+    """``seconds``, the limit on this project's machine, times ``PATCHSET_TIME_SCALE`` (default 1)."""
     value = os.environ.get(TIME_SCALE_VARIABLE, "").strip()
     try:
         scale = float(value) if value else 1.0

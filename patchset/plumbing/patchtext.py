@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import re
 from dataclasses import dataclass
 
@@ -9,28 +10,14 @@ _DIFF_GIT = re.compile(r"^diff --git (?P<rest>.+)$")
 _HUNK = re.compile(r"^@@ -(?P<old>\d+)(?:,\d+)? \+(?P<new>\d+)(?:,\d+)? @@.*$")
 _NAME_LINES = ("--- ", "+++ ", "rename from ", "rename to ", "copy from ", "copy to ")
 _INDEX = re.compile(r"^index (?P<before>[0-9a-f]+)\.\.(?P<after>[0-9a-f]+)(?: \d+)?$")
-_ESCAPES = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
 
 
 def _unquote(name: str) -> str:
-    """Undo git's C-style quoting of a path (``"a/\\303\\251.py"``)."""
+    """Undo git's C-style quoting of a path (``"a/\\303\\251.py"``): the escapes of a Python bytes literal."""
     if not (len(name) >= 2 and name[0] == name[-1] == '"'):
         return name
-    body, out, i = name[1:-1], bytearray(), 0
-    while i < len(body):
-        char = body[i]
-        if char == "\\" and i + 1 < len(body):
-            nxt = body[i + 1]
-            if nxt in "01234567":
-                out.append(int(body[i + 1 : i + 4], 8))
-                i += 4
-                continue
-            out.append(_ESCAPES.get(nxt, ord(nxt)))
-            i += 2
-            continue
-        out.extend(char.encode("utf-8"))
-        i += 1
-    return out.decode("utf-8", "surrogateescape")
+    latin = codecs.decode(name[1:-1].encode("utf-8", "surrogateescape"), "unicode_escape")  # one char a byte
+    return latin.encode("latin-1").decode("utf-8", "surrogateescape")
 
 
 def _strip_side(name: str) -> str | None:

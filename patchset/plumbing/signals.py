@@ -1,7 +1,5 @@
-"""SIGINT, SIGTERM and SIGHUP while a command runs: one exception (``Interrupted``), held back while the tree changes.
-
-Outside ``Guard.critical()`` a signal raises at once, into the same rollback as any failure; inside (one ``git
-apply``, one rollback) it waits for ``Guard.check()``, so a patch or a rollback is never cut off half-way.
+"""SIGINT, SIGTERM and SIGHUP while a command runs: one exception (``Interrupted``), held back inside
+``Guard.critical()`` so that a patch or a rollback is never cut off half-way.
 """
 
 from __future__ import annotations

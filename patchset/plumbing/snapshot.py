@@ -1,7 +1,5 @@
 """Save some files of a tree before changing them, and put them back exactly (bytes, mode, mtime, symlinks, absence).
-
-A copy does not depend on the patches reverting cleanly, and also undoes a change that stopped half-way. A manifest,
-written durably and last, removed first, lets the next run ``load`` the snapshot of a run that was killed.
+A manifest, written durably and last, removed first, lets the next run ``load`` the snapshot of a killed run.
 """
 
 from __future__ import annotations
@@ -40,8 +38,7 @@ def _entry(data: dict[str, Any]) -> _Entry:
 
 
 class Snapshot:
-    """Copies of ``paths`` under ``root``, kept in ``backup`` until ``discard()``: the new folder ``folder``, or a
-    private temporary one (named with this process's id, see ``tempdirs.py``)."""
+    """Copies of ``paths`` under ``root``, kept in ``folder`` (else a private temporary one) until ``discard()``."""
 
     def __init__(self, root: Path, paths: Iterable[str], folder: Path | None = None) -> None:
         self.root = root
@@ -62,8 +59,7 @@ class Snapshot:
 
     @classmethod
     def load(cls, folder: Path) -> Snapshot | None:
-        """The snapshot that an earlier process left in ``folder``, or None when it has no manifest (it was still
-        being taken: nothing had been changed yet)."""
+        """The snapshot an earlier process left in ``folder``; None without a manifest (nothing was changed)."""
         try:
             manifest = json.loads((folder / MANIFEST).read_text())
         except FileNotFoundError:
@@ -97,8 +93,7 @@ class Snapshot:
         return [entry.rel for entry in self._entries]
 
     def restore(self) -> list[str]:
-        """Put every saved path back; return ``path: reason`` for each one that could not be (the backup is kept
-        then, for the user)."""
+        """Put every saved path back; return ``path: reason`` for each one that could not be."""
         failed: list[str] = []
         for number, entry in enumerate(self._entries):
             try:
@@ -141,8 +136,7 @@ class Snapshot:
                 staged.unlink()
 
     def keep(self) -> Path:
-        """Keep the backup for the user (a restore failed): one in the temp folder loses this process's id from its
-        name, so that no later run sweeps it away (``tempdirs.sweep``); return where it is."""
+        """Keep the backup for the user (a restore failed), renamed so that no later run sweeps it away."""
         temporary = tempdirs.prefix("backup")
         if self.backup.name.startswith(temporary):
             kept = self.backup.with_name("patchset-backup-kept-" + self.backup.name.removeprefix(temporary))

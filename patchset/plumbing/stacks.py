@@ -28,14 +28,8 @@ def _stat_fields(pid: int) -> list[str] | None:
     return stat.rpartition(")")[2].split()
 
 
-def _parent_of(pid: int) -> int | None:
-    fields = _stat_fields(pid)
-    return int(fields[1]) if fields else None
-
-
 def is_running(pid: int) -> bool:
-    """True for a process that exists and has not ended: a zombie (ended, not yet reaped by whoever adopted it after
-    its parent was killed) does not run."""
+    """True for a process that exists and has not ended (a zombie, not yet reaped, has)."""
     fields = _stat_fields(pid)
     return fields is not None and fields[0] != "Z"
 
@@ -44,10 +38,8 @@ def tree(pid: int) -> list[int]:
     """``pid`` and every live process below it (children, theirs, ...), parents before their children."""
     children: dict[int, list[int]] = {}
     for entry in _PROC.iterdir() if _PROC.is_dir() else ():
-        if entry.name.isdigit():
-            parent = _parent_of(int(entry.name))
-            if parent is not None:
-                children.setdefault(parent, []).append(int(entry.name))
+        if entry.name.isdigit() and (fields := _stat_fields(int(entry.name))):
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
     found = [pid]
     queue = list(children.get(pid, ()))
     while queue:
@@ -97,8 +89,8 @@ def dump_stacks(pids: Iterable[int], near: Sequence[Path] = ()) -> str:
 
 
 def kill_all(pids: Iterable[int], wait_s: float = END_WAIT_S) -> None:
-    """End each of ``pids`` still there, all stopped first so that none runs on when another ends (a test whose child
-    is killed would go on to its teardown); return once none runs (or after ``wait_s`` seconds)."""
+    """End each of ``pids``, all stopped first so that none runs on when another ends (a test whose child is killed
+    would go on to its teardown); return once none runs (or after ``wait_s`` seconds)."""
     pids = list(pids)
     for sig in (signal.SIGSTOP, signal.SIGKILL):
         for pid in pids:
