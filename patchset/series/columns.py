@@ -1,10 +1,6 @@
-"""The 72-column rule of the messages that go upstream: git's convention, and verl's and Trinity-RFT's history.
-
-A commit subject and every line of a commit message fit in 72 columns, so that ``git log`` and mailed patches read
-without wrapping. Exempt, because none of them can be cut: DEP-3 fields and other ``Name: value`` trailers with
-their indented continuation lines (a field is one logical line, and the lint reads them whole); a line holding a
-URL; a line that is one word or one code span (a path, a command in backticks); and, in a PR description
-(markdown), a table row and a fenced code block.
+"""The 72-column rule of the messages that go upstream (git's convention, and verl's and Trinity-RFT's history), so
+that ``git log`` and mailed patches read without wrapping. Exempt, as none can be cut: ``Name: value`` fields, a URL,
+one word or code span, and in markdown a table row or a fenced code block.
 """
 
 from __future__ import annotations

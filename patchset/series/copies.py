@@ -1,9 +1,5 @@
-"""The same patch in the series of two release lines (``patches/verl`` for 0.8 and later, ``patches/verl-0.7``).
-
-A copy says where it comes from on its ``series`` line (``0002-....patch  # copy of verl/0003-....patch``) and must
-be that change: the same message and, file by file, the same lines removed and added; only context, line numbers
-and blob ids may differ. ``scripts/export.sh checkout`` commits the source in the copy's place, so checkout then
-export re-syncs every copy. A patch that must change something else on its line is a variant, with no such comment."""
+"""The same patch in the series of two release lines: a ``# copy of <source>`` entry must be its source's change, the
+same message and lines removed and added (docs/maintaining.md)."""
 
 from __future__ import annotations
 
@@ -17,8 +13,7 @@ _DIFF_GIT = "diff --git "
 
 
 def copy_sources(folder: Path) -> dict[str, tuple[int, PurePosixPath]]:
-    """{entry name: (line of the series file, source path relative to the patches dir)} for the copies that
-    ``folder``'s series lists."""
+    """{entry name: (series line, source path relative to the patches dir)} of the copies ``folder`` lists."""
     series_file = folder / "series"
     if not series_file.is_file():
         return {}
@@ -39,8 +34,8 @@ def message_of(text: str) -> str:
 
 
 def change_of(text: str) -> list[tuple[str, tuple[str, ...]]]:
-    """(file header, the lines removed and added, in order) for each file a format-patch text changes: what it does,
-    without context lines, line numbers and blob hashes, which depend on the release it was made against."""
+    """(file header, the lines removed and added) for each file a format-patch text changes: what it does, without
+    what depends on the release it was made against."""
     changes: list[tuple[str, tuple[str, ...]]] = []
     for section in text.split(f"\n{_DIFF_GIT}")[1:]:
         header, *lines = section.splitlines()
@@ -89,7 +84,7 @@ def check_copies(patches_dir: Path, folder: Path) -> list[tuple[int, str]]:
 
 
 def checkout_files(patches_dir: Path, folder: Path, names: list[str]) -> list[Path]:
-    """The patch files a maintainer checkout of ``folder``'s series commits, in order: each copy's source in its
-    place, so that the export of a fresh checkout is every copy made again from its source."""
+    """The patch files a maintainer checkout of ``folder``'s series commits, in order, each copy's source in its
+    place, so that an export makes every copy again from its source."""
     sources = copy_sources(folder)
     return [patches_dir / sources[name][1] if name in sources else folder / name for name in names]

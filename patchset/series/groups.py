@@ -1,8 +1,5 @@
 """Concern groups of a series, ``patches/<series>/groups``: which patches go upstream together, one pull request per
-group, and how (``fold``, ``after=``, ``onto=``, ``carried=``, ``comment=``, ``held=``), with each group's files in
-``pr/`` (``<name>.md``, ``.upstream-tests.patch``, ``.upstream.patch``, ``.resolution.patch``, ``.comment.md``).
-docs/maintaining.md, "Sending a patch upstream", describes the format. Without a ``groups`` file every patch is its
-own group, each after the one before it."""
+group, and how; docs/maintaining.md, "Sending a patch upstream", describes the format."""
 
 from __future__ import annotations
 
@@ -169,7 +166,7 @@ def check_groups(groups: tuple[Group, ...], patch_count: int) -> list[tuple[int,
 
 def load_groups(folder: Path, patch_count: int) -> tuple[Group, ...]:
     """The groups of the series folder, with their descriptions (without a ``groups`` file: one group per patch,
-    each after the one before it); ``BadInput`` on any problem."""
+    each after the one before it)."""
     path = folder / GROUPS_FILE
     if not path.is_file():
         names = [f"patch-{n:04d}" for n in range(1, patch_count + 1)]
@@ -211,8 +208,8 @@ _NUMBER_TOKEN = re.compile(r"(?<!\S)\d{4}(?!\S)")
 
 
 def renumber_text(text: str, moved: dict[int, int | None], added: list[tuple[int, str]]) -> str:
-    """A ``groups`` file after an export renumbered its series: ``moved`` maps old patch numbers to new ones (None:
-    gone); every ``added`` (number, slug) patch gets a group of its own; comments, spacing and order stay."""
+    """A ``groups`` file after an export renumbered its series (``moved``: old number -> new, None: gone); each
+    ``added`` (number, slug) patch gets a group of its own."""
 
     def number(match: re.Match[str]) -> str:
         new = moved.get(int(match[0]), int(match[0]))

@@ -1,11 +1,8 @@
 """Every released revision of the series, by content: ``patches/history.json``, and the generator that writes it.
 
-A user's tree may hold a series of an earlier revision of this patchset. Telling it apart from an upstream fix, and
-taking it out exactly, needs what that series wrote, even from a shallow clone or an export. So the manifest keeps,
-for every landing that changed ``patches/`` (``git log --first-parent -- patches/``), its revision (the
-``+patchset.N`` of its wheels), its commit, and for each series folder its patches in order, each by the sha256 of
-its text and the git blob ids its ``index`` lines give before and after it, file by file.
-``python -m patchset export history`` writes it (``--check``: exit 1 when it lacks a series)."""
+Telling an earlier series in a user's tree from an upstream fix, and taking it out exactly, needs what that series
+wrote, even from a shallow clone or an export: so the manifest keeps, for every landing that changed ``patches/``,
+each series' patches by sha256 and the blob ids they write."""
 
 from __future__ import annotations
 
@@ -140,9 +137,8 @@ def load_history(patches_dir: Path) -> History:
 
 
 def recover_texts(series: KnownSeries, patches_dir: Path) -> dict[str, bytes]:
-    """{patch name: its text} of ``series``, read from the history of the checkout that holds ``patches_dir`` at a
-    commit that landed it (each checked against its sha256); what cannot be read (a shallow clone, an export) is
-    left out."""
+    """{patch name: its text} of ``series``, read from the checkout's history at a commit that landed it, each
+    checked against its sha256; what cannot be read (a shallow clone, an export) is left out."""
     repo = gitops.git_value(patches_dir, "rev-parse", "--show-toplevel")
     if repo is None:
         return {}
@@ -226,8 +222,7 @@ def generate(patches_dir: Path) -> dict[str, Any]:
 
 
 def overlay_series(data: Mapping[str, Any]) -> dict[str, Any]:
-    """What the overlays carry: today's series of each folder (the manifest's newest entry) and the newest revision
-    that landed exactly those (None: not landed yet)."""
+    """What the overlays carry: today's series of each folder and the newest revision that landed exactly those."""
     today = data["revisions"][0]["series"]
     landed = [r["revision"] for r in data["revisions"] if r["series"] == today and r["revision"] is not None]
     return {"generator": GENERATOR, "revision": max(landed, default=None), "series": today}
@@ -256,8 +251,7 @@ def missing(written: History, generated: History) -> list[str]:
 
 
 def stale(patches_dir: Path) -> list[str]:
-    """What the manifest lacks of the series the history and the work tree have (for the repository's own
-    ``patches/``, the overlays' ``series.json`` too), each named by folder and revision."""
+    """What the manifest (and for the repository's own ``patches/`` the overlays' ``series.json``) lacks."""
     data = generate(patches_dir)
     lacking = missing(load_history(patches_dir), _from_json(data))
     if patches_dir.resolve() == DEFAULT_PATCHES.resolve():
@@ -267,8 +261,7 @@ def stale(patches_dir: Path) -> list[str]:
 
 
 def write(patches_dir: Path) -> tuple[dict[str, Any], list[Path]]:
-    """Write the manifest (and for the repository's own ``patches/`` the overlays' ``series.json``); return it and
-    the files written."""
+    """Write the manifest (and the overlays' ``series.json``, as ``stale``); return it and the files written."""
     data = generate(patches_dir)
     written = [patches_dir / HISTORY_FILE]
     written[0].write_text(dumps(data), encoding="utf-8")

@@ -1,11 +1,5 @@
-"""A lint of the patch series: every problem is one line naming the file (and line) and what is wrong.
-
-For every series folder (those ``upstreams.toml`` names, and every folder holding a ``series`` file or patches): the
-series file and the folder agree both ways; names and numbers; each patch parses, has a Subject in the upstream's
-PR-title form and the DEP-3 fields this repository requires, adds no line ending in whitespace, and keeps its
-message to 72 columns (``columns``); the ``groups`` file and ``pr/`` files (``groups``); the teeth of ``parts.toml``
-(``parts``); and each ``# copy of`` patch is its source's change (``copies``). docs/maintaining.md lists each rule.
-Unlike ``load_series``, which stops at the first problem, the lint reports every problem."""
+"""A lint of the patch series: every problem is one line naming the file (and line) and what is wrong. Unlike
+``load_series``, which stops at the first problem, it reports them all; docs/maintaining.md lists each rule."""
 
 from __future__ import annotations
 
@@ -195,8 +189,7 @@ def _message_width(path: Path) -> list[Problem]:
 
 
 def _lint_added_lines(path: Path) -> list[Problem]:
-    """Trailing spaces or tabs on lines the patch adds (only ``+`` lines inside hunks; a CR before the newline
-    belongs to the file's line ending and is not counted)."""
+    """Trailing spaces or tabs on lines the patch adds (a CR before the newline is the file's line ending)."""
     problems: list[Problem] = []
     current = ""
     in_hunk = False
@@ -329,8 +322,7 @@ def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
 
 
 def lint_teeth(folder: Path, patch_names: list[str]) -> list[Problem]:
-    """Problems of the teeth the folder's ``parts.toml`` declares: the file missing or not TOML, a malformed entry, a
-    patch without teeth, teeth for no patch."""
+    """Problems of the teeth the folder's ``parts.toml`` declares."""
     parts_file = folder / PARTS_FILE
     if not parts_file.is_file():
         return [Problem(parts_file, "missing; give each patch a table with its teeth (the tests that show its bug)")]

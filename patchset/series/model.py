@@ -1,8 +1,5 @@
 """A quilt-style ``series`` file and the ``git format-patch`` patches it lists; ``series`` is the only source of order.
-
-Besides the DEP-3 fields, a header may say how to recognise its change in an upstream tree, one ``Upstream-Check:
-<path>: <regular expression>`` line per check (``re.MULTILINE``, on that file of the tree); every check must match
-for the change to count as present (``plan.py``, with ``Applied-Upstream:``)."""
+Besides DEP-3 fields, a header may say how to recognise its change upstream: ``Upstream-Check: <path>: <regex>``."""
 
 from __future__ import annotations
 
@@ -19,21 +16,8 @@ from patchset.series.parts import load_choices, load_teeth
 from patchset.upstreams.pins import release_key
 
 # DEP-3 header fields, by lower-case name. ``Bug-<Vendor>`` is matched separately.
-_DEP3 = {
-    name.lower(): name
-    for name in (
-        "Description",
-        "Origin",
-        "Bug",
-        "Forwarded",
-        "Author",
-        "From",
-        "Reviewed-by",
-        "Acked-by",
-        "Last-Update",
-        "Applied-Upstream",
-    )
-}
+_DEP3_NAMES = "Description Origin Bug Forwarded Author From Reviewed-by Acked-by Last-Update Applied-Upstream"
+_DEP3 = {name.lower(): name for name in _DEP3_NAMES.split()}
 _FIELD = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.*?)\s*$")
 _SUBJECT_PREFIX = re.compile(r"^\[PATCH[^\]]*\]\s*")
 # NNNN-<area>-<slug>.patch, lowercase a-z, 0-9 and -
@@ -99,8 +83,7 @@ class Series:
 
 @dataclass(frozen=True)
 class SeriesEntry:
-    """One patch line of a ``series`` file: its line number, the name, the trailing comment (from ``#`` on, with the
-    blanks before it), and why it is not a usable entry (None when it is) with a ``hint`` of what to do."""
+    """One patch line of a ``series`` file, its trailing comment, and why it is not usable (None: it is)."""
 
     line: int
     name: str
@@ -115,8 +98,8 @@ def subject_of(header_subject: str) -> str:
 
 
 def split_patch(text: str) -> tuple[str, str, str]:
-    """(mail headers and their blank line, message, the rest from the ``---`` line or the first ``diff --git``, where
-    ``git am`` cuts the message) of a ``git format-patch`` text; ``BadInput`` when it has no message and diff."""
+    """(mail headers and their blank line, message, the rest from where ``git am`` cuts the message) of a ``git
+    format-patch`` text."""
     headers, sep, rest = text.partition("\n\n")
     cuts = [found for marker in ("\n---\n", "\ndiff --git ") if (found := ("\n" + rest).find(marker)) != -1]
     if not sep or not cuts:
@@ -131,8 +114,7 @@ def split_comment(line: str) -> tuple[str, str]:
 
 
 def parse_series(lines: list[str], folder: Path) -> list[SeriesEntry]:
-    """Every entry of a ``series`` file's ``lines`` in order, each with its problem, if any. The one reader of the
-    format: ``load_series`` stops at the first problem, the lint reports them all."""
+    """Every entry of a ``series`` file's ``lines`` in order, each with its problem: the one reader of the format."""
     entries: list[SeriesEntry] = []
     seen: dict[str, int] = {}
     for number, line in enumerate(lines, start=1):
@@ -174,8 +156,7 @@ def _dep3_fields(body: str) -> dict[str, str]:
 
 
 def _upstream_checks(body: str, path: Path) -> tuple[UpstreamCheck, ...]:
-    """The ``Upstream-Check:`` lines of a header body, in order; raise ``BadInput`` naming the patch for one that
-    is not ``<relative path>: <regular expression that compiles>``."""
+    """The ``Upstream-Check:`` lines of a header body, in order; ``BadInput`` naming the patch for a bad one."""
     checks: list[UpstreamCheck] = []
     for line in body.splitlines():
         match = _UPSTREAM_CHECK.match(line)
@@ -220,8 +201,7 @@ def read_patch(path: Path) -> Patch:
 
 
 def load_series(patches_dir: Path, name: str) -> Series:
-    """Read ``PATCHES_DIR/NAME/series`` and every patch it lists, in order; raise ``BadInput`` naming the
-    series file (and line) for a missing, duplicate or malformed entry."""
+    """Read ``PATCHES_DIR/NAME/series`` and every patch it lists, in order; ``BadInput`` at the first problem."""
     folder = patches_dir / name
     series_file = folder / "series"
     try:

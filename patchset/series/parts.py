@@ -1,12 +1,6 @@
-"""What a series' ``parts.toml`` declares of each fix that the tooling acts on: its ``teeth`` and ``choices``.
-
-Each patch's table is named by its slug (the file name without ``NNNN-`` and ``.patch``, so it survives
-renumbering). Its ``teeth`` are the tests of ``tests/regression`` that show its bug, as a pytest ``-k`` expression:
-they fail on the unpatched upstream and pass on any correct fix. Its ``choices`` pin how this series fixed it, which
-upstream may fairly choose otherwise: when upstream fixed the bug its own way (its teeth pass on the tree as
-shipped), the regression run that ends ``apply`` leaves them out and says so. The rest of the file (``audit``,
-``harness``, ``parity``, ``guard``, ``[<slug>.missing]``) is checked by tests/scripts/test_fix_completeness.py,
-through `read_parts`, the one reader of the file.
+"""What a series' ``parts.toml`` declares of each fix, by its slug (so that it survives renumbering): its ``teeth``,
+the tests that fail on the unpatched upstream and pass on any correct fix, and its ``choices``, the tests of how this
+series fixed it, which upstream may fairly choose otherwise. `read_parts` is the one reader of the file.
 """
 
 from __future__ import annotations
@@ -29,8 +23,7 @@ def slug_of(patch_name: str) -> str:
 
 
 def read_parts(folder: Path) -> dict[str, dict]:
-    """The tables of the folder's ``parts.toml``, one a patch by its slug ({} without the file); ``BadInput`` naming
-    the file when it is not valid TOML."""
+    """The tables of the folder's ``parts.toml``, one a patch by its slug ({} without the file)."""
     path = folder / PARTS_FILE
     if not path.is_file():
         return {}
@@ -41,9 +34,7 @@ def read_parts(folder: Path) -> dict[str, dict]:
 
 
 def load_choices(folder: Path, patch_names: Sequence[str]) -> dict[str, str]:
-    """{patch file name: the ``-k`` expression of its choice tests}, for the patches whose table in the folder's
-    ``parts.toml`` has ``choices`` ({} without the file); ``BadInput`` naming the file when it is not valid TOML or a
-    ``choices`` is not a non-empty string."""
+    """{patch file name: the ``-k`` expression of its choice tests}, for the patches that have ``choices``."""
     path = folder / PARTS_FILE
     tables = read_parts(folder)
     choices: dict[str, str] = {}
@@ -58,9 +49,8 @@ def load_choices(folder: Path, patch_names: Sequence[str]) -> dict[str, str]:
 
 
 def without_overlay(folder: Path, patch_names: Sequence[str]) -> dict[str, str]:
-    """{patch file name: why the overlays do not carry it}, for the patches whose table in the folder's ``parts.toml``
-    gives a reason for a missing ``overlay`` (verl-0.7.0's, a release the overlay does not support; every patch of the
-    verl and verl-0.7 series has its piece)."""
+    """{patch file name: why the overlays do not carry it}, for the patches whose table gives a ``missing``
+    ``overlay`` reason."""
     tables = read_parts(folder)
     reasons = {name: tables.get(slug_of(name), {}).get("missing", {}).get("overlay") for name in patch_names}
     return {name: str(reason) for name, reason in reasons.items() if reason}
@@ -75,8 +65,7 @@ class TeethEntry:
 
 
 def parse_teeth(tables: Mapping[str, dict]) -> tuple[list[TeethEntry], list[str]]:
-    """Every ``teeth`` of a ``parts.toml``'s tables, and the problems of each: not a string, no tests, parentheses
-    that do not balance."""
+    """Every ``teeth`` of a ``parts.toml``'s tables, and the problems of each."""
     entries: list[TeethEntry] = []
     problems: list[str] = []
     for slug, table in tables.items():
@@ -111,8 +100,8 @@ def check_teeth(entries: Sequence[TeethEntry], patch_names: Sequence[str]) -> li
 
 
 def load_teeth(folder: Path, patch_names: Sequence[str]) -> dict[str, str]:
-    """{patch file name: its tests' ``-k`` expression} from the folder's ``parts.toml`` ({} without one); raise
-    ``BadInput`` naming the table of a malformed entry. A patch without teeth is left out (the lint names it)."""
+    """{patch file name: its tests' ``-k`` expression} from the folder's ``parts.toml``; a patch without teeth is
+    left out (the lint names it)."""
     entries, problems = parse_teeth(read_parts(folder))
     if problems:
         raise BadInput(f"{folder / PARTS_FILE}: {problems[0]}; see scripts/export.sh lint")

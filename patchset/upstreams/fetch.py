@@ -1,15 +1,6 @@
-"""The cache: pinned sdists from PyPI, verified, unpacked into reproducible git checkouts, and patched clones.
-
-Layout under the cache root (``<repo>/.cache``, ``$PATCHSET_CACHE`` or ``--cache DIR``)::
-
-    sdists/<sdist file>               verified sdists, as pip downloaded them
-    upstreams/<name>-<version>/       vanilla git checkout: one commit, tagged like the upstream release
-    patched/<name>-<version>/         a clone of the vanilla checkout with the series applied to its work tree
-
-Every directory is built under a temporary name beside its place (``tempdirs.py``) and renamed into place, so an
-interrupted fetch never leaves a half-made entry. One run at a time makes an entry (``cachelock.py``): a second one
-waits and reuses it; ``apply`` holds its patched clones for the whole run (a second is refused, exit 4). The vanilla
-checkout is never modified.
+"""The cache: pinned sdists from PyPI (``sdists/``), verified, unpacked into reproducible git checkouts tagged like the
+release (``upstreams/``, never modified), and their patched clones (``patched/``). Each entry is built under a
+temporary name and renamed into place by one run at a time (``cachelock.py``): an interrupted fetch leaves no half.
 """
 
 from __future__ import annotations
@@ -77,8 +68,8 @@ class Unreachable(BadInput):
 
 
 def pip_download(name: str, version: str, dest: Path) -> Path:
-    """Download the sdist of ``name==version`` with pip (its configured index) into the empty ``dest``; raise
-    ``Unreachable`` when pip could not reach the index, ``BadInput`` for any other failure."""
+    """Download the sdist of ``name==version`` with pip into the empty ``dest``; ``Unreachable`` when pip could not
+    reach its index."""
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
     command += ["--disable-pip-version-check", f"{name}=={version}", "-d", str(dest)]
     proc = subprocess.run(command, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
@@ -103,11 +94,8 @@ def pip_download(name: str, version: str, dest: Path) -> Path:
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as stream:
-        for chunk in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(stream, "sha256").hexdigest()
 
 
 def _normalized(text: str) -> str:
@@ -118,8 +106,8 @@ _SDIST_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip")
 
 
 def _cached_sdist(cache: Cache, pin: Pin, console: Console) -> tuple[Path | None, list[Path]]:
-    """A verified sdist of ``pin`` already in the cache (the sha256 decides; the name only narrows the search),
-    and the files named exactly like its sdist that do not match the sha256 (a damaged copy, said so)."""
+    """A verified sdist of ``pin`` already in the cache (the sha256 decides), and the files named like it that do
+    not match (a damaged copy, said so)."""
     if not cache.sdists.is_dir():
         return None, []
     prefix = _normalized(f"{pin.name}-{pin.version}") + "-"
@@ -173,8 +161,7 @@ def _download(pin: Pin, cache: Cache, console: Console, download: Downloader, da
 
 
 def _checked_members(archive: tarfile.TarFile, shown: str) -> tuple[str, list[tarfile.TarInfo]]:
-    """The single top-level folder and the members, after refusing any member that would land outside it, any
-    link pointing outside it, and anything but files, folders and links."""
+    """The single top-level folder and the members, after refusing any that would land or point outside it."""
     members = archive.getmembers()
     for member in members:
         absolute_or_up = member.name.startswith("/") or ".." in member.name.split("/")  # sdists never need ".."
@@ -194,8 +181,7 @@ def _checked_members(archive: tarfile.TarFile, shown: str) -> tuple[str, list[ta
 
 
 def unpack_sdist(sdist: Path, dest: Path) -> None:
-    """Unpack ``sdist`` into ``dest`` (which must not exist), without the tarball's top-level folder, its members
-    checked first (``_checked_members``) and tarfile's ``data`` filter used where Python has it."""
+    """Unpack ``sdist`` into ``dest`` (which must not exist), without the tarball's top-level folder."""
     shown = sdist.name
     try:
         archive = tarfile.open(sdist, "r:*")
@@ -229,8 +215,8 @@ def _usable(checkout: Path, pin: Pin) -> str | None:
 
 
 def ensure_upstream(pin: Pin, cache: Cache, console: Console, *, download: Downloader | None = None) -> Path:
-    """The vanilla git checkout of ``pin`` in the cache, fetched and built on first use; reused afterwards. Its sdist
-    and checkout have one writer at a time: a second run waits for the first, then reuses what it made."""
+    """The vanilla git checkout of ``pin`` in the cache, fetched and built on first use; a second run waits for the
+    first, then reuses what it made."""
     shown = f"{pin.label} in the cache {display_path(cache.root)}"
     sweep = (cache.sdists, cache.upstreams)
     with cachelock.hold(cache.root, f"upstreams-{pin.dirname}", shown, console, wait=True, sweep=sweep):
@@ -238,8 +224,7 @@ def ensure_upstream(pin: Pin, cache: Cache, console: Console, *, download: Downl
 
 
 def _sweep_legacy(folder: Path, prefix: str, console: Console) -> None:
-    """Remove the scratch folders named ``prefix*`` in ``folder`` that runs of this tool before their names carried
-    the pid left when killed: no run makes them now, and the caller holds the entry they were for."""
+    """Remove the scratch folders ``prefix*`` that killed runs left before such names carried the pid."""
     for path in sorted(folder.glob(f"{prefix}*")) if folder.is_dir() else []:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
@@ -273,16 +258,14 @@ def _ensure_upstream(pin: Pin, cache: Cache, console: Console, download: Downloa
 
 
 def hold_patched(pin: Pin, cache: Cache, console: Console) -> AbstractContextManager[None]:
-    """Hold ``patched/<name>-<version>`` for the caller's whole run (it clones, patches and tests there): a second
-    run is refused (exit 4) naming this one, rather than rebuilding the tree under it."""
+    """Hold ``patched/<name>-<version>`` for the caller's whole run: a second run is refused, naming this one."""
     shown = f"the patched tree {display_path(cache.patched / pin.dirname)}"
     entry, hint = f"patched-{pin.dirname}", " (or give this one its own cache: --cache DIR)"
     return cachelock.hold(cache.root, entry, shown, console, wait=False, sweep=(cache.patched,), hint=hint)
 
 
 def fresh_patched_clone(pin: Pin, vanilla: Path, cache: Cache, console: Console) -> Path:
-    """(Re)create ``patched/<name>-<version>`` as a fresh local clone of the vanilla checkout; the caller holds it
-    (``hold_patched``)."""
+    """(Re)create ``patched/<name>-<version>`` as a fresh clone of the vanilla checkout (``hold_patched``)."""
     dest = cache.patched / pin.dirname
     _sweep_legacy(cache.patched, f".tmp-{pin.dirname}-", console)
     console.step(f"Creating a fresh patched tree {display_path(dest)}")
@@ -293,8 +276,7 @@ def fresh_patched_clone(pin: Pin, vanilla: Path, cache: Cache, console: Console)
 
 
 def _replace_with_new_tree(dest: Path, make: Callable[[Path], None], failure: str) -> None:
-    """Build a tree with ``make`` beside ``dest`` and rename it into place: no reader sees a half-made tree, nor the
-    old one half-deleted (it is renamed out of the way first)."""
+    """Build a tree with ``make`` beside ``dest`` and rename it into place: no reader sees a half-made tree."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("tree", hidden=True), dir=dest.parent))
     try:

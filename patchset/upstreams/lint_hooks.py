@@ -1,9 +1,5 @@
-"""A hook of an upstream's lint gates as export-pr runs it, and pre-commit-hooks' basic checks for the upstreams whose
-configs run them.
-
-pre-commit cannot clone hook repositories here (no network but PyPI), so each hook is a ``repo: local`` one: a tool
-of the test venv, a ``pygrep`` expression, or a check of this project's own (``check``), which pre-commit runs as
-``python -m patchset lint-hook UPSTREAM ID FILES...`` in the tree under test.
+"""A hook of an upstream's lint gates as export-pr runs it: a ``repo: local`` one, as pre-commit cannot clone hook
+repositories here (no network but PyPI); and pre-commit-hooks' basic checks, for the upstreams whose configs run them.
 """
 
 from __future__ import annotations
@@ -23,9 +19,8 @@ Check = Callable[[Sequence[str]], list[str]]
 
 @dataclass(frozen=True)
 class LintHook:
-    """One hook of an upstream's lint gates, as a ``repo: local`` pre-commit hook: ``command``, a tool of the test
-    venv's ``bin/`` and its arguments (a ``pygrep`` hook's expression), else ``check``, this project's own, run by
-    ``RUNNER``; ``options``: pre-commit's other fields, in the order written."""
+    """One hook, as a ``repo: local`` pre-commit hook: ``command``, a tool of the test venv (or a ``pygrep``
+    expression), else ``check``, run by ``RUNNER``; ``options``: pre-commit's other fields, in order."""
 
     id: str
     name: str
@@ -46,8 +41,7 @@ def own_hook(hook_id: str, name: str, check: Check, **options: object) -> LintHo
 
 
 def python_tool(hook_id: str, name: str, *command: str, args: Sequence[str] = (), **options: object) -> LintHook:
-    """A formatter or linter of Python files, run once on all of them (``require_serial``) as upstream's config
-    does; ``options`` may name other ``types``."""
+    """A formatter or linter of Python files, run once on all of them as upstream's config does."""
     kinds = options or {"types_or": ["python", "pyi"]}
     return hook(hook_id, name, *command, **({"args": list(args)} if args else {}), **kinds, require_serial=True)
 

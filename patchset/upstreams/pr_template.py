@@ -1,8 +1,5 @@
-"""What an export-pr PR body says, before an upstream's PR template (named by its registry entry) lays it out.
-
-A body is read by upstream's maintainers: it follows their template section by section, stays under
-``MAX_BODY_LINES`` lines, and uses no word that means something only to this project (``FORBIDDEN``; details belong
-in the patch header or docs/fixes.md). ``body_problems`` says where a body breaks either rule.
+"""What an export-pr PR body says, before an upstream's PR template lays it out. Upstream's maintainers read it: it
+stays short and uses no word that means something only to this project (``body_problems``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,6 @@
-"""Everything this project knows about verl and Trinity-RFT, in one place.
-
-How to tell each tree and read or set its version, its names on PyPI and at import, where the regression suite
-finds it and which other upstream its tests import, how the upstream names its CPU tests, what its wheel build
-needs, its PR-title form, its PR template and its lint gates (the last two, with the checks of its own, in the
-module each entry names: ``verl_pr``, ``trinity_pr``). The pins (versions and sdist hashes) are data, in
-``patches/upstreams.toml``; the overlays, which are installed without this package, keep their own runtime facts
-beside their code. Adding an upstream is one entry in ``UPSTREAMS`` plus its series and pins. ``detect`` tells
-a tree, and its version, from the tree's own files.
+"""Everything this project knows about verl and Trinity-RFT, in one place: adding an upstream is one entry in
+``UPSTREAMS`` plus its series and pins (``patches/upstreams.toml``). The overlays, installed without this package,
+keep their own runtime facts beside their code.
 """
 
 from __future__ import annotations
@@ -181,8 +175,7 @@ UPSTREAMS = {
 
 @dataclass(frozen=True)
 class Detected:
-    """What a tree is: ``key`` as in upstreams.toml ("verl" or "trinity"), a label, the version it declares and
-    the file that declares it (``marker``, relative to the tree)."""
+    """What a tree is: its ``key`` in upstreams.toml, a label, its version and the file that declares it."""
 
     key: str
     label: str

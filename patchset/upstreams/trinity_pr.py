@@ -1,5 +1,4 @@
-"""What export-pr knows of Trinity-RFT alone: its PR template and its lint gates (its .pre-commit-config.yaml at the
-pinned release, as run here). Named by its entry in ``registry.UPSTREAMS``."""
+"""What export-pr knows of Trinity-RFT alone: its PR template and its lint gates."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""What export-pr knows of verl alone: its PR template and its lint gates (its .pre-commit-config.yaml at the pinned
-release, as run here), with the checks that live in verl's repository as scripts, not in the sdist, written again
-here (license header, docstring coverage of ``core_algos.py``, generated-config consistency). Named by its entry in
-``registry.UPSTREAMS``."""
+"""What export-pr knows of verl alone: its PR template and its lint gates, with the checks that live in verl's
+repository as scripts, not in the sdist, written again here."""
 
 from __future__ import annotations
 
@@ -130,15 +128,13 @@ def check_docstrings(files: Sequence[str]) -> list[str]:
 
 
 def _generation(header: str) -> tuple[str, list[str]] | None:
-    """(config name, overrides) of the print_cfg.py command a generated config's header names; None if it names
-    none."""
+    """(config name, overrides) of the print_cfg.py command a generated config's header names, if any."""
     match = PRINT_CFG.search(header)
     return None if match is None else (match["config"] or "ppo_trainer", match["overrides"].split())
 
 
 def check_generated_config(_files: Sequence[str]) -> list[str]:
-    """Every flattened config the tree has equals the Hydra composition its header names (the release's own
-    commands: verl 0.7.x and 0.8.0 generate them differently)."""
+    """Every flattened config the tree has equals the Hydra composition its header names."""
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 

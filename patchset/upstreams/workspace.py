@@ -15,8 +15,7 @@ PINS_FILE = "upstreams.toml"
 
 @dataclass(frozen=True)
 class Workspace:
-    """Where a run reads its series and pins and keeps its sdists and checkouts: resolved once and handed down, so
-    that no layer below picks its own default or reads ``upstreams.toml`` again."""
+    """Resolved once and handed down, so that no layer below picks its own default or reads its pins again."""
 
     patches_dir: Path
     pins: Pins
@@ -24,8 +23,8 @@ class Workspace:
 
 
 def patches_dir_of(option: str | Path | None, repo_root: Path = REPO_ROOT) -> Path:
-    """``--patches-dir`` (``~`` expanded), else the repository's ``patches/``; for a reader of the folder itself (the
-    series lint), which must not stop at a bad ``upstreams.toml`` the way `resolve_workspace` does."""
+    """``--patches-dir``, else the repository's ``patches/``; for the series lint, which must not stop at a bad
+    ``upstreams.toml`` the way `resolve_workspace` does."""
     return Path(option).expanduser() if option else repo_root / "patches"
 
 
@@ -35,8 +34,7 @@ def resolve_workspace(
     environ: Mapping[str, str],
     repo_root: Path = REPO_ROOT,
 ) -> Workspace:
-    """``--patches-dir`` (else the repository's ``patches/``) with its pins read and checked, and the cache as
-    `resolve_cache` chooses it; a missing or bad ``upstreams.toml`` raises ``BadInput`` naming the file."""
+    """``--patches-dir`` (else the repository's ``patches/``) with its pins read and checked, and the cache."""
     patches_dir = patches_dir_of(patches_option, repo_root)
     return Workspace(
         patches_dir=patches_dir,
