@@ -221,13 +221,10 @@ def write_record(folder: Path, target: TreeToPatch, series: KnownSeries) -> str 
         "tree": tree_blobs(target.root, paths),
     }
     path = record_path(folder, target)
-    staged = path.with_name(f".{path.name}.new")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        files.write_durably(staged, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
-        staged.replace(path)
+        files.write_durably(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
     except OSError as exc:
-        staged.unlink(missing_ok=True)
         return f"could not record the series applied to {target.shown} in {path} ({exc.strerror or exc})"
     return None
 

@@ -241,13 +241,10 @@ def run_apply(
     held = ExitStack()
     if paths:
         targets = []
+        force, check = options.force_version, options.check
         for path in paths:
             try:
-                targets.append(
-                    target_for_path(
-                        path, workspace, force_version=options.force_version, console=console, check=options.check
-                    )
-                )
+                targets.append(target_for_path(path, workspace, force_version=force, console=console, check=check))
             except BadInput:
                 refuse_if_held(Path(path).expanduser(), path)  # not recognised mid-change: exit 4 naming that run
                 raise

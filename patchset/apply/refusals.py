@@ -17,12 +17,10 @@ def refuse_duplicates(targets: Sequence[TreeToPatch]) -> None:
     """Refuse two trees of one kind in one run: the regression run takes one tree of each kind."""
     seen: dict[str, TreeToPatch] = {}
     for target in targets:
-        if target.key in seen:
-            first = seen[target.key]
+        if (first := seen.setdefault(target.key, target)) is not target:
             raise BadInput(
                 f"two {target.key} trees given ({first.shown}, {target.shown}); pass at most one of each kind"
             )
-        seen[target.key] = target
 
 
 def out_of_order(plan: Plan) -> bool:

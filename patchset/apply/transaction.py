@@ -1,6 +1,5 @@
 """Carry out the plans of one run, all or nothing: every file is saved first (``snapshot.py``) and, on any failure
-or interrupt, copied back, which does not depend on the patches reverting cleanly.
-"""
+or interrupt, copied back, which does not depend on the patches reverting cleanly."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Run a command within a time limit; past it, name the tests it was in, keep every process's stack, end it whole and
 raise ``TimedOut``. Each test process keeps ``<folder>/<pid>`` naming its test, in each folder of
-``PATCHSET_RUNNING_DIR``, so that the waiters of every level can name it.
-"""
+``PATCHSET_RUNNING_DIR``, so that the waiters of every level can name it."""
 
 from __future__ import annotations
 

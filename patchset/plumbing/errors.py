@@ -23,8 +23,6 @@ class PatchsetError(Exception):
 class BadInput(PatchsetError):
     """Bad input: usage, not a verl/Trinity-RFT tree, unknown version, dirty tree, bad series or patch, fetch."""
 
-    exit_code = EXIT_BAD_INPUT
-
 
 class DoesNotApply(PatchsetError):
     """A patch does not apply (the tree was left as it was, unless the message says otherwise)."""

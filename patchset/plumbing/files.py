@@ -1,6 +1,5 @@
 """Copy, install and compare the files of a tree by relative path: regular files with their mode, symlinks as
-symlinks, absence as absence.
-"""
+symlinks, absence as absence."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """SIGINT, SIGTERM and SIGHUP while a command runs: one exception (``Interrupted``), held back inside
-``Guard.critical()`` so that a patch or a rollback is never cut off half-way.
-"""
+``Guard.critical()`` so that a patch or a rollback is never cut off half-way."""
 
 from __future__ import annotations
 

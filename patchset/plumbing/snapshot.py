@@ -1,6 +1,5 @@
 """Save some files of a tree before changing them, and put them back exactly (bytes, mode, mtime, symlinks, absence).
-A manifest, written durably and last, removed first, lets the next run ``load`` the snapshot of a killed run.
-"""
+A manifest, written durably and last, removed first, lets the next run ``load`` the snapshot of a killed run."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """What a hung process tree is doing: its processes (``/proc``) and each one's Python and native stack (py-spy), so that
-a hang explains itself; a stack that cannot be read is said so, never a failure of the report.
-"""
+a hang explains itself; a stack that cannot be read is said so, never a failure of the report."""
 
 from __future__ import annotations
 

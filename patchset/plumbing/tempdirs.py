@@ -1,6 +1,5 @@
 """Scratch folders named with the id of the process that made them (``prefix``), so that the next run can remove those
-of a process that is gone, killed where no ``finally`` runs (``sweep``).
-"""
+of a process that is gone, killed where no ``finally`` runs (``sweep``)."""
 
 from __future__ import annotations
 

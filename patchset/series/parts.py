@@ -1,7 +1,6 @@
 """What a series' ``parts.toml`` declares of each fix, by its slug (so that it survives renumbering): its ``teeth``,
 the tests that fail on the unpatched upstream and pass on any correct fix, and its ``choices``, the tests of how this
-series fixed it, which upstream may fairly choose otherwise. `read_parts` is the one reader of the file.
-"""
+series fixed it, which upstream may fairly choose otherwise. `read_parts` is the one reader of the file."""
 
 from __future__ import annotations
 

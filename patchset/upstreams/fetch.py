@@ -1,7 +1,6 @@
 """The cache: pinned sdists from PyPI (``sdists/``), verified, unpacked into reproducible git checkouts tagged like the
 release (``upstreams/``, never modified), and their patched clones (``patched/``). Each entry is built under a
-temporary name and renamed into place by one run at a time (``cachelock.py``): an interrupted fetch leaves no half.
-"""
+temporary name and renamed into place by one run at a time (``cachelock.py``): an interrupted fetch leaves no half."""
 
 from __future__ import annotations
 

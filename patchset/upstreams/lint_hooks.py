@@ -12,8 +12,7 @@ from pathlib import Path
 # what runs a hook's own ``check``: ``python -m patchset lint-hook UPSTREAM ID FILES...`` (patchset/cli/lint_hook.py)
 RUNNER = ("patchset", "lint-hook")
 
-# a check of this project's own: the files pre-commit passes (relative to the tree, the working folder) -> one
-# problem a line, none when they pass
+# a check of this project's own: the files pre-commit passes -> one problem a line, none when they pass
 Check = Callable[[Sequence[str]], list[str]]
 
 

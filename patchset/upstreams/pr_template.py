@@ -1,6 +1,5 @@
 """What an export-pr PR body says, before an upstream's PR template lays it out. Upstream's maintainers read it: it
-stays short and uses no word that means something only to this project (``body_problems``).
-"""
+stays short and uses no word that means something only to this project (``body_problems``)."""
 
 from __future__ import annotations
 
@@ -36,13 +35,11 @@ FORBIDDEN = (
     "not run again",
 )
 _SHA256 = re.compile(r"\b[0-9a-f]{64}\b")
-# the description's section that is an issue to open before the PR (a fix with no issue of its own): export-pr prints
-# it apart, and the body leaves it out
+# the description's section that is an issue to open before the PR: export-pr prints it apart, not in the body
 ISSUE_FIRST = "Issue to open first"
 # the description's section that says why the PR duplicates no open one (verl's AGENTS.md asks it of every PR)
 NOT_DUPLICATE = "Why this is not a duplicate"
-# what only the person who sends the PR can declare (verl's AGENTS.md): left unticked in every body, named in the
-# output of export-pr
+# what only the person who sends the PR can declare (verl's AGENTS.md): left unticked in every body
 DECLARATIONS = (
     "- [ ] AI assistance: say whether and how it was used, and add its `Co-authored-by:` trailer to the commits.",
     "- [ ] I reviewed every changed line, can defend the change, and ran the tests above myself.",

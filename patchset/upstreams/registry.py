@@ -1,7 +1,6 @@
 """Everything this project knows about verl and Trinity-RFT, in one place: adding an upstream is one entry in
 ``UPSTREAMS`` plus its series and pins (``patches/upstreams.toml``). The overlays, installed without this package,
-keep their own runtime facts beside their code.
-"""
+keep their own runtime facts beside their code."""
 
 from __future__ import annotations
 
@@ -42,23 +41,19 @@ class Upstream:
     tree_variable: str  # the variable the regression suite reads the tree's path from
     test_suffix: str  # upstream's CPU tests: tests/<package path>/<prefix><module>*<suffix>
     test_prefix: str = ""
-    # where the wheel build reads the package's package_data list: a file of the tree and the text that opens the
-    # list, where the manifest is added; None: the build honours include_package_data, and MANIFEST.in names it
+    # (file, the text that opens its package_data list) where the wheel build adds the manifest; None: MANIFEST.in
     package_data: tuple[str, str] | None = None
-    # other upstreams its tests (and the regression suite's tests of it) import: a tree of it given alone is tested
-    # beside the default pin of each, and once more beside each pin marked ``companion_for`` it
+    # other upstreams its tests import: a tree of it given alone is tested beside their default and companion pins
     tests_import: tuple[str, ...] = ()
     tests_import_note: str = ""  # what the run says when it adds the default pin of one ("Trinity's loss imports verl")
     companion_note: str = ""  # what it says for a run beside a companion pin ("Trinity on its legacy path")
-    # the variable that tells the regression suite this tree is there only because another's tests import it (its
-    # own tests are then skipped); "" for an upstream that no other imports
+    # tells the regression suite this tree is there only because another's tests import it; "": none imports it
     role_variable: str = ""
     subject_form: SubjectForm = ANY_SUBJECT_FORM
     pr_template: PrTemplate | None = None  # the layout of the PR body export-pr writes: its upstream's PR template
     lint_hooks: tuple[LintHook, ...] = ()  # its .pre-commit-config.yaml at the pinned release, as run here
     lint_not_run: str = ""  # what of that config is not run here, said in the PR body
-    # upstream's tests that cannot run here (export.test_selection): all but those named ``*test_suffix`` when its CI
-    # runs them on a GPU (``gpu_naming_source``: where upstream says so); and (regex on a test's source, why not)
+    # upstream's tests that cannot run here: all but ``*test_suffix`` when its CI runs them on a GPU; (regex, why)
     gpu_unless_suffix: bool = False
     gpu_naming_source: str = ""
     resource_markers: tuple[tuple[str, str], ...] = ()
@@ -83,9 +78,6 @@ class Upstream:
         else:
             text = f"{version}\n"
         path.write_text(text, encoding="utf-8")
-
-    def is_tree(self, root: Path) -> bool:
-        return (root / self.version_file).is_file() and (root / self.marker_file).is_file()
 
     def is_test(self, path: str) -> bool:
         """Whether ``path`` (relative to the tree) is one of the upstream's test files."""
@@ -118,9 +110,7 @@ UPSTREAMS = {
         tree_variable="PATCHSET_VERL_TREE",
         test_prefix="test_",
         test_suffix="_on_cpu.py",
-        # verl's pyproject.toml sets package-dir {"" = "."}, so setuptools never matches its SOURCES.txt paths to
-        # the package and include-package-data adds nothing: only its [tool.setuptools.package-data] reaches the
-        # wheel
+        # verl's package-dir {"" = "."} makes include-package-data add nothing: only its package-data reaches a wheel
         package_data=("pyproject.toml", "[tool.setuptools.package-data]\nverl = [\n"),
         role_variable="PATCHSET_VERL_ROLE",
         # verl's CONTRIBUTING.md
@@ -184,9 +174,7 @@ class Detected:
 
 
 def _detected(root: Path, upstream: Upstream) -> Detected | None:
-    if not upstream.is_tree(root):
-        return None
-    version = upstream.read_version(root)
+    version = upstream.read_version(root) if (root / upstream.marker_file).is_file() else ""
     return Detected(upstream.key, upstream.title, version, marker=upstream.version_file) if version else None
 
 
