@@ -3,6 +3,7 @@ or interrupt, copied back, which does not depend on the patches reverting cleanl
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -82,10 +83,8 @@ def restore(snapshots: Sequence[tuple[Snapshot, str]]) -> list[str]:
 def _rollback(progress: Sequence[_Progress], console: Console) -> list[str]:
     for item in reversed(progress):
         for step in reversed(item.done):
-            try:
+            with contextlib.suppress(OSError):  # the output is gone (a closed pipe): the trees are restored anyway
                 console.step(f"Rolling back {step.patch.name}")
-            except OSError:  # the output is gone (a pipe whose reader stopped): the trees are restored all the same
-                pass
     return restore([(item.snapshot, item.plan.target.shown) for item in progress])
 
 

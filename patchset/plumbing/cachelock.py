@@ -3,6 +3,7 @@ that finds an entry held waits for it (up to ``$PATCHSET_CACHE_WAIT`` s) or ends
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shlex
@@ -109,7 +110,5 @@ def hold(
         if lock is not None:
             lock.release()
         for path in made:  # no lock folder stays, nor a cache folder made for nothing
-            try:
+            with contextlib.suppress(OSError):  # not empty, or another run's
                 path.rmdir()
-            except OSError:
-                pass  # not empty, or another run's

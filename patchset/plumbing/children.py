@@ -7,6 +7,7 @@ the child, whose first parallel op then waits forever. Each child is a fork of a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -53,10 +54,8 @@ def start_warm_server(share: Sequence[str] = ()) -> bool:
     if _refusal := _threads_problem():
         return False
     for name in share:
-        try:
+        with contextlib.suppress(Exception):  # the test that needs it fails on its own import, saying why
             __import__(name)
-        except Exception:  # noqa: BLE001 - the test that needs it fails on its own import, saying why
-            pass
     if _refusal := _threads_problem():
         return False
     resource_tracker.ensure_running()  # started by this process, shared by its children, as ensure_running does
@@ -78,10 +77,8 @@ def start_warm_server(share: Sequence[str] = ()) -> bool:
             with os.fdopen(preload_r, "rb") as asked:
                 preload = json.loads(asked.read() or b"null")
             for name in preload or ():  # None: the caller ended without starting a child
-                try:
-                    __import__(name)  # as a fresh server does: a child's own import says why one fails
-                except ImportError:
-                    pass
+                with contextlib.suppress(ImportError):  # as a fresh server does: a child's own import says why
+                    __import__(name)
             if preload is not None:
                 forkserver.main(listener.fileno(), alive_r, [])
         except SystemExit:  # the way forkserver.main ends once every client has gone

@@ -3,6 +3,7 @@ a hang explains itself; a stack that cannot be read is said so, never a failure 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -93,10 +94,8 @@ def kill_all(pids: Iterable[int], wait_s: float = END_WAIT_S) -> None:
     pids = list(pids)
     for sig in (signal.SIGSTOP, signal.SIGKILL):
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
     deadline = time.monotonic() + wait_s
     while any(is_running(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -6,6 +6,7 @@ left by a killed run: it is taken over (``Lock.stale``). Releasing removes the f
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -65,10 +66,8 @@ class Lock:
         self.path.unlink(missing_ok=True)
         os.close(self._fd)
         self._fd = -1
-        try:
+        with contextlib.suppress(OSError):  # not empty: another run's lock, or what the caller keeps there
             self.path.parent.rmdir()
-        except OSError:
-            pass  # not empty: another run's lock, or what the caller keeps there
 
 
 def busy(folder: Path) -> Busy | None:

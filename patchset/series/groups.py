@@ -19,13 +19,7 @@ GROUP_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 _NUMBER = re.compile(r"^\d{4}$")
 # the upstream revision an upstream-tests patch was made against: a commit hash, then where it was read
 UPSTREAM_COMMIT = re.compile(r"^Upstream-Commit:[ \t]*(?P<commit>[0-9a-f]{7,40})\b(?P<where>.*)$", re.MULTILINE)
-_AFTER = "after="
-_ONTO = "onto="
-_CARRIED = "carried="
-_HELD = "held="
-_COMMENT = "comment="
 _ISSUE = re.compile(r"^\d+$")
-FOLD = "fold"
 
 
 @dataclass(frozen=True)
@@ -88,8 +82,8 @@ def parse_groups(text: str) -> GroupFile:
         if line.lstrip().startswith("#"):
             continue
         # a reason runs to the end of the line and may name an upstream issue (#7829): only the options lose comments
-        code, said, carried = line.partition(f" {_CARRIED}")
-        code, held_said, held = code.partition(f" {_HELD}")
+        code, said, carried = line.partition(" carried=")
+        code, held_said, held = code.partition(" held=")
         tokens = code.split("#", 1)[0].split()
         if not tokens:
             continue
@@ -101,16 +95,17 @@ def parse_groups(text: str) -> GroupFile:
         fold, after, onto = False, None, None
         comment: tuple[int, ...] = ()
         for token in rest:
+            value = token.partition("=")[2]
             if _NUMBER.match(token):
                 numbers.append(int(token))
-            elif token == FOLD:
+            elif token == "fold":
                 fold = True
-            elif token.startswith(_AFTER) and GROUP_NAME.match(token[len(_AFTER) :]):
-                after = token[len(_AFTER) :]
-            elif token.startswith(_ONTO) and token[len(_ONTO) :]:
-                onto = token[len(_ONTO) :]
-            elif token.startswith(_COMMENT) and all(_ISSUE.match(n) for n in token[len(_COMMENT) :].split(",")):
-                comment = tuple(int(n) for n in token[len(_COMMENT) :].split(","))
+            elif token.startswith("after=") and GROUP_NAME.match(value):
+                after = value
+            elif token.startswith("onto=") and value:
+                onto = value
+            elif token.startswith("comment=") and all(_ISSUE.match(n) for n in value.split(",")):
+                comment = tuple(int(n) for n in value.split(","))
             else:  # reported; the rest of the line still counts, so one typo is one problem
                 options = "'fold', 'after=', 'onto=', 'comment=<PR>[,<issue>]', 'held=' or 'carried='"
                 problems.append((number, f"{name}: {token!r} is not a patch number (NNNN), {options}"))
