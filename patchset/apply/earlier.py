@@ -94,13 +94,8 @@ def judge(series: KnownSeries, tree: Mapping[str, str | None], today: KnownSerie
         shown = odd or (tuple(c.path for c in patch.changes) if state == "differs" else ())
         patches.append(PatchState(patch, index, state, shown))
     today_blobs = {blob for chain in chains(today).values() for _, blob in chain}
-    explained = tuple(
-        sorted(
-            rel
-            for rel, chain in states.items()
-            if tree.get(rel) in {blob for _, blob in chain[1:]} and tree.get(rel) not in today_blobs
-        )
-    )
+    written = {rel: {blob for _, blob in chain[1:]} - today_blobs for rel, chain in states.items()}
+    explained = tuple(sorted(rel for rel, blobs in written.items() if tree.get(rel) in blobs))
     unknown = tuple(sorted(rel for rel, chain in states.items() if tree.get(rel) not in {b for _, b in chain}))
     return Held(series, tuple(patches), explained, today, unknown)
 

@@ -79,16 +79,10 @@ def target_for_path(
         supported = ", ".join(pins.versions(found.key)) or "none"
         candidates = pins.for_key(found.key)
         # the series of the same release line (verl 0.7.2: verl-0.7), else the default pin's
-        line = [
-            pin
-            for pin in candidates
-            if pin.target and release_key(pin.version)[0][:2] == release_key(found.version)[0][:2]
-        ]
-        fallback = (
-            max(line, key=lambda pin: release_key(pin.version))
-            if line
-            else pins.default_for(found.key) or (candidates[-1] if candidates else None)
-        )
+        minor = release_key(found.version)[0][:2]
+        line = [pin for pin in candidates if pin.target and release_key(pin.version)[0][:2] == minor]
+        newest = max(line, key=lambda pin: release_key(pin.version), default=None)
+        fallback = newest or pins.default_for(found.key) or (candidates[-1] if candidates else None)
         if fallback is None:
             raise BadInput(f"{shown} is {found.label} {found.version}, but {pins.source} has no pin for {found.key}")
         if not force_version and not check:

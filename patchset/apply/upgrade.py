@@ -6,6 +6,7 @@ next run restores it from, or today's series: never a mix.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -158,18 +159,8 @@ def run_upgrade(
     ``options``: ``(allow_dirty, dry_run)``."""
     allow_dirty, dry_run = options
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("upgrade")) as tmp:
-        upgrades = [
-            prepare(
-                target,
-                held,
-                today,
-                Path(tmp) / str(number),
-                workspace=workspace,
-                allow_dirty=allow_dirty,
-                console=console,
-            )
-            for number, (target, held, today) in enumerate(plans)
-        ]
+        work_out = functools.partial(prepare, workspace=workspace, allow_dirty=allow_dirty, console=console)
+        upgrades = [work_out(target, held, today, Path(tmp) / str(n)) for n, (target, held, today) in enumerate(plans)]
         if dry_run:
             for item in upgrades:
                 was = f"{item.held.series.shown} would be replaced by" if item.held else "would be given"

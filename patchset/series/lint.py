@@ -87,14 +87,9 @@ def _lint_name(path: Path, entry: str, position: int, series_file: Path) -> list
     if match is None:
         return [Problem(path, "name does not match NNNN-<area>-<slug>.patch (lowercase a-z, 0-9 and -)")]
     if int(match["number"]) != position:
-        renamed = f"{position:04d}{entry[4:]}"
-        return [
-            Problem(
-                path,
-                f"numbered {match['number']} but is patch {position} of {display_path(series_file)}; "
-                f"rename it {renamed}",
-            )
-        ]
+        where = display_path(series_file)
+        why = f"numbered {match['number']} but is patch {position} of {where}; rename it {position:04d}{entry[4:]}"
+        return [Problem(path, why)]
     return []
 
 
