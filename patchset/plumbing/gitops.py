@@ -166,19 +166,14 @@ def status_paths(tree: WorkTree) -> dict[str, str]:
         ["--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", "."],
         cwd=tree.root,
     )
-    fields = proc.stdout.split("\0")
+    fields = iter(proc.stdout.split("\0"))
     result: dict[str, str] = {}
-    i = 0
-    while i < len(fields):
-        entry = fields[i]
-        i += 1
+    for entry in fields:
         if len(entry) < 4:
             continue
-        code, path = entry[:2], entry[3:]
-        paths = [path]
+        code, paths = entry[:2], [entry[3:]]
         if code[0] in "RC" or code[1] in "RC":
-            paths.append(fields[i])  # the source of a rename/copy follows as its own field
-            i += 1
+            paths.append(next(fields))  # the source of a rename/copy follows as its own field
         for full in paths:
             if full.startswith(tree.prefix):
                 result[full[len(tree.prefix) :]] = code

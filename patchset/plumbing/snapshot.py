@@ -71,8 +71,7 @@ class Snapshot:
 
     def _save(self, number: int, rel: str) -> _Entry:
         path = self.root / rel
-        parts = Path(rel).parts[:-1]
-        above = [Path(*parts[: i + 1]).as_posix() for i in range(len(parts))]  # its folders, top first
+        above = [folder.as_posix() for folder in reversed(Path(rel).parents[:-1])]  # its folders, top first
         dir_modes = tuple((d, stat.S_IMODE((self.root / d).stat().st_mode)) for d in above if (self.root / d).is_dir())
         if path.is_symlink():
             return _Entry(rel, "symlink", link=os.readlink(path), dir_modes=dir_modes)

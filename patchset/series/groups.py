@@ -132,10 +132,8 @@ def check_groups(groups: tuple[Group, ...], patch_count: int) -> list[tuple[int,
     seen_names: dict[str, int] = {}
     owner: dict[int, str] = {}
     for group in groups:
-        if group.name in seen_names:
-            problems.append(
-                (group.line, f"group {group.name} is defined twice (first on line {seen_names[group.name]})")
-            )
+        if (first := seen_names.get(group.name)) is not None:
+            problems.append((group.line, f"group {group.name} is defined twice (first on line {first})"))
             continue
         if group.after is not None and group.after not in seen_names:
             problems.append(

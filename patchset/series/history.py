@@ -157,9 +157,6 @@ def recover_texts(series: KnownSeries, patches_dir: Path) -> dict[str, bytes]:
     return found
 
 
-# --- the generator --------------------------------------------------------------------------------------------
-
-
 def _series_at(repo: Path, tree: Mapping[str, str], prefix: str) -> dict[str, list[tuple[str, bytes]]]:
     """{folder: [(patch name, text)]} of the ``ls-tree`` listing ``tree`` ({path: blob}) below ``prefix``."""
     found: dict[str, list[tuple[str, bytes]]] = {}

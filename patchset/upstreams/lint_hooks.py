@@ -1,5 +1,5 @@
 """A hook of an upstream's lint gates as export-pr runs it: a ``repo: local`` one, as pre-commit cannot clone hook
-repositories here (no network but PyPI); and pre-commit-hooks' basic checks, for the upstreams whose configs run them.
+repositories here (no network but PyPI); and pre-commit-hooks' basic checks, written again (it is not in the lock).
 """
 
 from __future__ import annotations
@@ -43,9 +43,6 @@ def python_tool(hook_id: str, name: str, *command: str, args: Sequence[str] = ()
     """A formatter or linter of Python files, run once on all of them as upstream's config does."""
     kinds = options or {"types_or": ["python", "pyi"]}
     return hook(hook_id, name, *command, **({"args": list(args)} if args else {}), **kinds, require_serial=True)
-
-
-# --- pre-commit-hooks' basics, re-implemented (pre-commit-hooks is not in the lock) -----------------------------
 
 
 def _unreadable(files: Sequence[str], parse: Callable[[str, bytes], object], error: type[Exception]) -> list[str]:

@@ -1,5 +1,5 @@
 """What export-pr knows of verl alone: its PR template and its lint gates, with the checks that live in verl's
-repository as scripts, not in the sdist, written again here."""
+repository as scripts (tests/special_sanity/), not in the sdist, written again here."""
 
 from __future__ import annotations
 
@@ -30,11 +30,6 @@ LICENSE_LINES = (
 )
 _COPYRIGHT = re.compile(r"^# Copyright (\(c\) )?\d{4}(-\d{4})?,? \S")
 _LICENSE_SCAN_LINES = 20
-
-
-# --- the PR template --------------------------------------------------------------------------------------------
-
-
 SECTIONS = ("Test", "API and Usage Example", "Design & Code Changes")
 CONTRIBUTING = "https://github.com/verl-project/verl/blob/main/CONTRIBUTING.md"
 
@@ -81,9 +76,6 @@ def pr_template(parts: PrParts) -> str:
             "",
         ]
     )
-
-
-# --- the checks of verl's own (its tests/special_sanity/ scripts) ------------------------------------------------
 
 
 def check_license(files: Sequence[str]) -> list[str]:
@@ -163,8 +155,6 @@ def check_generated_config(_files: Sequence[str]) -> list[str]:
         problems.append(f"{CONFIG_DIR}: no {GENERATED_GLOB} to check")
     return problems
 
-
-# --- the lint gates ---------------------------------------------------------------------------------------------
 
 LINT_HOOKS = (
     python_tool(
