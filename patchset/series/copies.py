@@ -17,13 +17,9 @@ def copy_sources(folder: Path) -> dict[str, tuple[int, PurePosixPath]]:
     series_file = folder / "series"
     if not series_file.is_file():
         return {}
-    lines = series_file.read_text(encoding="utf-8").splitlines()
-    sources = {}
-    for entry in parse_series(lines, folder):
-        match = _COPY.search(entry.comment)
-        if match:
-            sources[entry.name] = (entry.line, PurePosixPath(match["source"]))
-    return sources
+    entries = parse_series(series_file.read_text(encoding="utf-8").splitlines(), folder)
+    found = [(entry, match) for entry in entries if (match := _COPY.search(entry.comment))]
+    return {entry.name: (entry.line, PurePosixPath(match["source"])) for entry, match in found}
 
 
 def message_of(text: str) -> str:
