@@ -87,8 +87,8 @@ def run_git(
     binary: bool = False,
     stdin: str | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run ``git ARGS`` in ``cwd``; ``GitError`` on failure when ``check``. git runs in a session of its own, so a
-    Ctrl-C reaches only this process (``signals.py``): a ``git apply`` is never cut off half-way."""
+    """Run ``git ARGS`` in ``cwd`` (stdout ``bytes`` when ``binary``); ``GitError`` on failure when ``check``. git runs
+    in a session of its own, so a Ctrl-C reaches only this process (``signals.py``): no ``git apply`` is cut short."""
     try:
         proc = subprocess.run(
             ["git", *args],

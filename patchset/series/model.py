@@ -127,11 +127,8 @@ def parse_series(lines: list[str], folder: Path) -> list[SeriesEntry]:
             problem, hint = f"expected one patch file name, got {name!r}", " (quilt options are not supported)"
         elif relative.is_absolute() or ".." in relative.parts:
             problem = f"{name} must be a file inside {display_path(folder)}"
-        elif relative.as_posix() in seen:
-            problem, hint = (
-                f"{name} is listed twice (first on line {seen[relative.as_posix()]})",
-                "; list each patch once",
-            )
+        elif (first := seen.get(relative.as_posix())) is not None:
+            problem, hint = f"{name} is listed twice (first on line {first})", "; list each patch once"
         elif not (folder / relative).is_file():
             shown = display_path(folder / relative)
             problem, hint = f"{name} is listed but {shown} does not exist", "; add it or drop the line"
