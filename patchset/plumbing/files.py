@@ -91,6 +91,4 @@ def same(path_a: Path, path_b: Path) -> bool:
         return True
     if path_a.is_symlink() or path_b.is_symlink():
         return path_a.is_symlink() and path_b.is_symlink() and os.readlink(path_a) == os.readlink(path_b)
-    if not (path_a.is_file() and path_b.is_file()):
-        return False
-    return path_a.read_bytes() == path_b.read_bytes()
+    return path_a.is_file() and path_b.is_file() and path_a.read_bytes() == path_b.read_bytes()

@@ -136,9 +136,8 @@ def find_worktree(path: Path) -> WorkTree | None:
 
 def objects_dir(tree: WorkTree) -> Path | None:
     """The object store of the repository holding ``tree`` (shared by its worktrees), or None."""
-    proc = run_git(["rev-parse", "--git-path", "objects"], cwd=tree.root, check=False)
-    path = proc.stdout.strip()
-    if proc.returncode != 0 or not path:
+    path = git_value(tree.root, "rev-parse", "--git-path", "objects")
+    if path is None:
         return None
     objects = tree.root / path
     return objects.resolve() if objects.is_dir() else None

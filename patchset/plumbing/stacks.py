@@ -41,11 +41,8 @@ def tree(pid: int) -> list[int]:
         if entry.name.isdigit() and (fields := _stat_fields(int(entry.name))):
             children.setdefault(int(fields[1]), []).append(int(entry.name))
     found = [pid]
-    queue = list(children.get(pid, ()))
-    while queue:
-        child = queue.pop(0)
-        found.append(child)
-        queue.extend(children.get(child, ()))
+    for parent in found:  # the list grows as it is walked: breadth first
+        found.extend(children.get(parent, ()))
     return found
 
 

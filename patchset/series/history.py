@@ -227,19 +227,17 @@ def overlay_series(data: Mapping[str, Any]) -> dict[str, Any]:
 
 def dumps(data: Mapping[str, Any]) -> str:
     """The manifest as written: one line per patch, series and revision, so that a diff shows what changed."""
-    lines = ["{"]
-    keys = sorted(data)
-    for number, key in enumerate(keys):
-        value, comma = data[key], "," if number < len(keys) - 1 else ""
+    entries = []
+    for key, value in sorted(data.items()):
         if isinstance(value, dict):
             items = [f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(value.items())]
-            lines.append(f" {json.dumps(key)}: {{\n" + ",\n".join(items) + f"\n }}{comma}")
+            entries.append(f" {json.dumps(key)}: {{\n" + ",\n".join(items) + "\n }")
         elif isinstance(value, list):
             items = [f"  {json.dumps(v, sort_keys=True)}" for v in value]
-            lines.append(f" {json.dumps(key)}: [\n" + ",\n".join(items) + f"\n ]{comma}")
+            entries.append(f" {json.dumps(key)}: [\n" + ",\n".join(items) + "\n ]")
         else:
-            lines.append(f" {json.dumps(key)}: {json.dumps(value)}{comma}")
-    return "\n".join(lines) + "\n}\n"
+            entries.append(f" {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(entries) + "\n}\n"
 
 
 def missing(written: History, generated: History) -> list[str]:
