@@ -75,11 +75,8 @@ def behaviour_clause(plan: Plan, step: Step) -> str:
             f"whether upstream fixed it its own way is undecided: {behaviour.why}; '{behaviour.command}' decides it "
             f"(it runs tests/regression -k {behaviour.selection!r} on the tree as shipped, expecting the fix)"
         )
-    earlier = [
-        s
-        for s in plan.steps
-        if s.index < step.index and s.fixed_upstream and set(s.patch.files) & set(step.patch.files)
-    ]
+    touched = set(step.patch.files)
+    earlier = [s for s in plan.steps if s.index < step.index and s.fixed_upstream and touched & set(s.patch.files)]
     if earlier:
         names = ", ".join(s.patch.name for s in earlier)
         said += (

@@ -46,10 +46,8 @@ class Snapshot:
         else:
             folder.mkdir(parents=True)
             self.backup = folder
-        self._entries: list[_Entry] = []
         try:
-            for number, rel in enumerate(dict.fromkeys(paths)):
-                self._entries.append(self._save(number, rel))
+            self._entries = [self._save(number, rel) for number, rel in enumerate(dict.fromkeys(paths))]
             manifest = {"root": str(root), "entries": [dataclasses.asdict(entry) for entry in self._entries]}
             files.write_durably(self.backup / MANIFEST, json.dumps(manifest).encode("utf-8"))
         except BaseException:
