@@ -1,8 +1,6 @@
 """The command line, ``python -m patchset <command>``: one subcommand per user task, listed in ``COMMANDS``.
 
-Only the module of the command named on the line is imported; it registers its own parser (``register(commands,
-name, help)``, returning its `startup.Run`). Whatever stops a command ends as one ``error:`` line and its exit
-status (``startup.py``, ``exits.py``), never a traceback.
+Only the module of the command named on the line is imported; it registers its own parser and returns its `Run`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Command line: ``python -m patchset bench``, what the fix costs.
-
-The work is `patchset.bench`: `loss_call` by default, ``--pre-pass`` (`pre_pass`), ``--startup`` and
-``--overlay-python`` (`startup`); this module parses the line.
-"""
+"""Command line: ``python -m patchset bench``, what the fix costs; the work is `patchset.bench`."""
 
 from __future__ import annotations
 

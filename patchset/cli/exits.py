@@ -56,9 +56,8 @@ def run_reporting_errors(
     interrupted: str | Callable[[], str | None] | None = None,
     other_errors: Mapping[type[Exception], int] | None = None,
 ) -> int:
-    """Return ``call()``, or print its error on one line and return that error's exit status. ``interrupted``: what
-    an interruption left behind (None: what the rollback reported; "": nothing), or a callable giving it;
-    ``other_errors``: further exception types and their exit status, read when an error arrives."""
+    """Return ``call()``, or print its error on one line and return its exit status. ``interrupted``: what an
+    interruption left behind (None: what the rollback reported; "": nothing), or a callable giving it."""
     extra = other_errors if other_errors is not None else {}
 
     def left() -> str | None:

@@ -18,7 +18,6 @@ from patchset.cli.options import add_common_options, workspace_from
 from patchset.cli.startup import Run, needs_command
 from patchset.export.series_export import (
     BRANCH,
-    default_checkout,
     describe,
     make_checkout,
     plan_export,
@@ -100,7 +99,7 @@ def _pin(args: argparse.Namespace, workspace: Workspace) -> Pin:
 def _checkout_path(workspace: Workspace, pin: Pin, given: str | None) -> Path:
     if given:
         return Path(given).expanduser().resolve()
-    return default_checkout(workspace.cache.root, pin)
+    return workspace.cache.root / "maintain" / pin.dirname
 
 
 def cmd_checkout(args: argparse.Namespace, console: Console) -> int:
@@ -226,8 +225,7 @@ def _subcommand(
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
-    """Add ``export``'s parser and its subcommands' to the top-level ``commands``. Each subcommand parses its own
-    line, so that options may come between the arguments (``export verl --dry-run CHECKOUT``)."""
+    """Add ``export``'s parser and its subcommands'; each parses its own line, options between the arguments."""
     formatter = argparse.RawDescriptionHelpFormatter
     parser = commands.add_parser(
         name, prog="scripts/export.sh", help=help, description=DESCRIPTION, epilog=EPILOG, formatter_class=formatter

@@ -1,7 +1,4 @@
-"""Command line: ``python -m patchset proof`` (``scripts/gpu_proof.py``), the proof on your own GPUs.
-
-The work is `patchset.proof.prove`; this module parses the line into its `Request`.
-"""
+"""Command line: ``python -m patchset proof`` (``scripts/gpu_proof.py``); the work is `patchset.proof.prove`."""
 
 from __future__ import annotations
 

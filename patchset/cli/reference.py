@@ -1,7 +1,4 @@
-"""docs/troubleshooting.md's exit codes, made from each command's own ``--help``, never by hand.
-
-``python -m patchset reference --write`` puts them between the markers; ``--check`` exits 1 when they
-differ."""
+"""docs/troubleshooting.md's exit codes, made from each command's own ``--help``, never by hand."""
 
 from __future__ import annotations
 

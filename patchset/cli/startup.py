@@ -20,10 +20,8 @@ Handler = Callable[[argparse.Namespace, Console, signals.Guard], int]
 
 @dataclass(frozen=True)
 class Run:
-    """How a registered command runs. ``handle_signals``: hold signals off critical sections (off: the guard is
-    inert); ``interrupted``: what ``error: interrupted`` adds (None: what the rollback reported); ``parse``: parses
-    the line after the command's name (None: the top-level parser parses it all); ``other_errors``: further exception
-    types that end it as one ``error:`` line, and their exit codes."""
+    """How a registered command runs. ``interrupted``: what ``error: interrupted`` adds (None: what the rollback
+    reported); ``parse``: parses the line after the command's name (None: the top-level parser parses it all)."""
 
     handler: Handler
     handle_signals: bool = True
@@ -41,8 +39,7 @@ def needs_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
 
 
 def run_parsed(parse: Callable[[], tuple[argparse.Namespace, Run]]) -> int:
-    """Parse the line with ``parse``, which also says how the command runs, and return the handler's exit status, or
-    that of the error that ended it, from parsing on (with the `Run`'s ``other_errors``)."""
+    """The exit status of the command ``parse`` returns, or that of the error that ended it, from parsing on."""
     said: str | None = ""  # what an interruption left: nothing until the command is known
     errors: dict[type[Exception], int] = {}  # the command's own further errors, once it is known
 

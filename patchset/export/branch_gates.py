@@ -1,6 +1,5 @@
-"""The gates on one PR branch: upstream's lint on the files it changes, upstream's tests of what it changes (chosen by
-``test_selection``) with its own, and what of those cannot count against it (a test file this machine cannot import,
-on the release too; a failure the release has too), told apart on a worktree of the vanilla release."""
+"""The gates on one PR branch: upstream's lint and tests of what it changes, less what cannot count against it (an
+import gap or a failure the vanilla release has too, told apart on a worktree of it)."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ _FAILED = re.compile(r"^(?:FAILED|ERROR) (?P<test>\S+)")
 
 @dataclass(frozen=True)
 class Gating:
-    """How every branch of a run is gated: the test venv's ``python``, where passes are remembered (``records``;
-    None: every gate runs), and the workspace (the other upstreams the tests import)."""
+    """How every branch of a run is gated; ``records``: where passes are remembered (None: every gate runs)."""
 
     python: Path
     records: Path | None
@@ -49,8 +47,7 @@ class WorkTree:
 def run_gates(
     gating: Gating, pin: Pin, tree: WorkTree, changed: list[str], console: Console, notes: Sequence[str] = ()
 ) -> Gates:
-    """The gates on the branch checked out in ``tree``: lint ``changed``, and run upstream's tests of what it changes
-    (``test_selection``) with its own; ``notes``: more lines for the tests' report."""
+    """The gates on the branch checked out in ``tree``; ``notes``: more lines for the tests' report."""
     key, label, python, records = pin.key, pin.name, gating.python, gating.records
     console.step(f"Running {key}'s lint gates through pre-commit on {len(changed)} changed file(s)")
     lint = pr_gates.run_lint(key, tree.path, changed, python, records)
@@ -110,8 +107,7 @@ def run_gates(
 
 
 def run_teeth(gating: Gating, pin: Pin, tree: WorkTree, selection: str, console: Console) -> Teeth:
-    """The fix's teeth (``tests/regression -k selection``, one batch shape per test) on the branch in ``tree``,
-    expecting the fix: a cherry-pick of upstream's commit behaves as the carried patch does."""
+    """The fix's teeth (``tests/regression -k selection``) on the branch: upstream's commit fixes what ours does."""
     from patchset.testenv import regression  # imported late: only a cherry-pick runs them
     from patchset.testenv.junit import junit_counts
 
@@ -160,8 +156,7 @@ def _failed_tests(output: str) -> set[str]:
 
 @contextmanager
 def _release_tree(tree: WorkTree, importable: Sequence[Path]) -> Iterator[tuple[Path, list[Path]]]:
-    """A temporary worktree of the release beside the branch's, and what its tests import there (it, then the other
-    upstreams of ``importable``): the vanilla release, to tell upstream's own failures from the branch's."""
+    """A temporary worktree of the vanilla release, and what its tests import, to tell upstream's failures apart."""
     vanilla = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("pr-vanilla"))) / "tree"
     try:
         gitops.run_git(
@@ -181,9 +176,8 @@ def _fail_on_release(
     output: str,
     importable: Sequence[Path],
 ) -> list[str]:
-    """The failures of the branch's test run (``output``) when every one is of an upstream test the branch does not
-    change that fails on the release too, run the same way (the same files in the same order: verl 0.7.1's
-    ``test_algo_config_on_cpu.py`` fails after ``test_core_algos_on_cpu.py`` there); else none."""
+    """The branch's test failures when every one is of a test it does not change that fails on the release too, run
+    the same way (order matters: verl 0.7.1's ``test_algo_config_on_cpu.py`` fails after ``test_core_algos``)."""
     failed = _failed_tests(output)
     files = [test.path for test in upstream]  # as the release has them, those the branch changes too
     if not failed or any(test.split("::")[0] not in files or test.split("::")[0] in changed for test in failed):
@@ -201,8 +195,7 @@ def _import_gaps(
     output: str,
     importable: Sequence[Path],
 ) -> dict[str, str]:
-    """{upstream test file: why it cannot run here} for those pytest (``output``) could not import for a module the
-    test venv lacks, on the release too: a gap of this machine (a module upstream's CI installs)."""
+    """{upstream test file: why} for those that import a module the test venv lacks, on the release too."""
     files = [test.path for test in upstream]
     gaps = test_selection.import_gaps(output, files)
     env = pr_gates.tool_env(gating.python, importable, project=False)

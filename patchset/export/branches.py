@@ -1,5 +1,4 @@
-"""Making the PR branches: one per concern group, on the release or on the branch of the group it is ``after``, in a
-temporary worktree of the user's checkout, gated there; a branch ref is created only once all of it has applied."""
+"""Making the PR branches in a temporary worktree of the user's checkout: a ref is set only once all of it applied."""
 
 from __future__ import annotations
 
@@ -37,15 +36,13 @@ def branch_name(series: str, patches: Sequence[Patch], group: Group | None = Non
 
 
 def _committer_env(author: str) -> dict[str, str]:
-    """The environment of a commit the user makes: ``author`` (``Name <email>``, their git identity or ``--author``)
-    as its committer."""
+    """The environment of a commit the user makes, ``author`` (``Name <email>``) its committer."""
     name, address = parseaddr(author)
     return {**os.environ, "GIT_COMMITTER_NAME": name or address, "GIT_COMMITTER_EMAIL": address}
 
 
 def _am(worktree: Path, patch: Patch, scratch: Path, author: str) -> tuple[str | None, list[str]]:
-    """``git am`` ``patch``, its message cut to what upstream gets, ``author`` its author and committer; (why it does
-    not apply, None when it does; its paragraphs)."""
+    """``git am`` ``patch`` with upstream's message, by ``author``: (why it does not apply, or None; its paragraphs)."""
     text, paragraphs = upstream_patch_text(patch, author)
     edited = scratch / patch.name
     edited.write_bytes(text.encode("utf-8", "surrogateescape"))
@@ -71,8 +68,7 @@ def commit_patches(
 
 @dataclass(frozen=True)
 class UpstreamTests:
-    """A group's ``pr/<group>.upstream-tests.patch`` on its branch: its files, and those the checkout lacks (then it
-    was not applied)."""
+    """A group's ``pr/<group>.upstream-tests.patch`` on its branch; ``missing``: the files the checkout lacks."""
 
     path: Path
     files: tuple[str, ...]
@@ -96,8 +92,7 @@ class UpstreamTests:
 def _commit_upstream_tests(
     worktree: Path, group: Group, release: set[str], scratch: Path, author: str, console: Console
 ) -> UpstreamTests | None:
-    """Commit ``group``'s upstream-tests patch when the ``release`` tree has every file it changes; None when the
-    group has none."""
+    """Commit ``group``'s upstream-tests patch when the ``release`` tree has every file it changes."""
     if group.upstream_tests is None:
         return None
     patch = read_patch(group.upstream_tests)
@@ -117,8 +112,7 @@ def _commit_upstream_tests(
 
 
 def _fold(worktree: Path, group: Group, base: str, patches: Sequence[Patch], author: str) -> None:
-    """Squash the commits ``base..HEAD`` into one: the group's title and message, ``author``, the last patch's
-    date."""
+    """Squash ``base..HEAD`` into one commit: the group's message, ``author``, the last patch's date."""
     assert group.description is not None
     message = "\n\n".join([group.description.title, *group.description.message]) + "\n"
     date = re.search(r"^Date: (.*)$", patches[-1].text, re.MULTILINE)
@@ -132,9 +126,7 @@ def _fold(worktree: Path, group: Group, base: str, patches: Sequence[Patch], aut
 
 @dataclass(frozen=True)
 class CherryPick:
-    """A group whose PR is upstream's own ``commit`` cherry-picked (``git cherry-pick -x``), and the file that
-    resolves its conflicts on the branch it goes to (``pr/<group>.resolution.patch``: the conflicted files as the
-    branch has them, to their resolved state), if it has one."""
+    """A group whose PR is upstream's own ``commit`` cherry-picked, and its ``pr/<group>.resolution.patch``."""
 
     commit: str
     resolution: Path | None = None
@@ -163,8 +155,7 @@ def _commit_tests(worktree: Path, pick: CherryPick, author: str, console: Consol
 
 
 def _cherry_pick(worktree: Path, base: str, pick: CherryPick, author: str, console: Console) -> None:
-    """``git cherry-pick -x`` upstream's commit in ``worktree`` (on ``base``), its conflicts resolved by the group's
-    resolution patch; ``DoesNotApply`` when it conflicts where that patch does not resolve it."""
+    """``git cherry-pick -x`` upstream's commit, its conflicts resolved by the group's resolution patch."""
     console.step(f"Cherry-picking upstream's commit {pick.commit} (git cherry-pick -x)")
     env = _committer_env(author)
     picked = gitops.run_git([*gitops.NEUTRAL, "cherry-pick", "-x", pick.commit], cwd=worktree, env=env, check=False)
@@ -199,8 +190,7 @@ def _cherry_pick(worktree: Path, base: str, pick: CherryPick, author: str, conso
 
 @dataclass(frozen=True)
 class BranchJob:
-    """The branches a run makes in the user's ``checkout`` of ``pin``: one per group of ``wanted``, from the patches
-    ``chosen`` ({series number: patch}, those upstream lacks)."""
+    """The branches a run makes in the user's ``checkout``: one per group of ``wanted``, from the patches ``chosen``."""
 
     checkout: Path
     pin: Pin
@@ -244,8 +234,7 @@ class _Commits:
 
 
 def _commit_group(job: BranchJob, tree: WorkTree, group: Group, heads: Mapping[str, str], console: Console) -> _Commits:
-    """Commit ``group`` in ``tree`` on its ``after`` chain: each earlier group's commits (the very commits of its
-    branch when this run made it, in ``heads``), then its own."""
+    """Commit ``group`` in ``tree`` after its ``after`` chain (the branches this run made, in ``heads``)."""
     # the lint hooks fix files in place (ruff --fix, black, isort): drop what they left of the last branch
     git_text(tree.path, "reset", "-q", "--hard")
     git_text(tree.path, "clean", "-q", "-f", "-d", "-x")
@@ -277,8 +266,7 @@ def _commit_group(job: BranchJob, tree: WorkTree, group: Group, heads: Mapping[s
 
 
 def _set_branch(job: BranchJob, name: str, head: str) -> None:
-    """Point branch ``name`` of the checkout at ``head``; ``BadInput`` for a bad name, or an existing branch (without
-    ``force``, or while it is checked out)."""
+    """Point branch ``name`` of the checkout at ``head``, unless it exists (without ``force``) or is checked out."""
     checkout = job.checkout
     if gitops.run_git(["check-ref-format", "--branch", name], cwd=checkout, check=False).returncode != 0:
         raise BadInput(f"{name!r} is not a valid branch name")

@@ -1,9 +1,5 @@
-"""Gates that passed, remembered by exactly what they ran on, so that an unchanged branch is not gated twice.
-
-The key is the sha256 of the branch's git tree, the trees on its ``PYTHONPATH``, the venv's lock and the gate's own
-command and code; when one is not pinned by content (uncommitted or untracked files, no git work tree, no lock
-stamp) there is no key and the gate runs. Only passes are remembered: a failure runs again every time.
-"""
+"""Gates that passed, remembered by the sha256 of exactly what they ran on, so that an unchanged branch is not gated
+twice. Anything not pinned by content (uncommitted files, no lock stamp) gives no key; failures always run again."""
 
 from __future__ import annotations
 
@@ -47,8 +43,7 @@ def _venv_lock(python: Path) -> str | None:
 
 
 def gate_key(kind: str, trees: Sequence[Path], python: Path, inputs: Sequence[str], code: Sequence[Path]) -> str | None:
-    """The content key of running gate ``kind`` on ``trees`` (the branch first) with ``python``, ``inputs`` (its
-    arguments and configuration) and ``code`` (the modules that decide how it runs); None when not pinned."""
+    """The content key of gate ``kind`` on ``trees`` with ``python``, ``inputs`` and ``code``; None when not pinned."""
     parts = [kind, *inputs]
     for tree in trees:
         if (sha := _clean_tree_sha(tree)) is None:

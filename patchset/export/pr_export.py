@@ -50,8 +50,7 @@ EXIT_GATE_FAILED = 1
 
 @dataclass(frozen=True)
 class ExportRequest:
-    """What the user asked for: ``upstream``'s series sent from their ``checkout``; ``only_groups`` (and those they
-    come after; default: all); ``gate_records``: where gate passes are remembered (None: every gate runs)."""
+    """What the user asked for; ``gate_records``: where gate passes are remembered (None: every gate runs)."""
 
     upstream: str
     checkout: Path
@@ -62,8 +61,8 @@ class ExportRequest:
     author: str | None = None  # ``Name <email>`` (default: the user's git identity)
 
 
-def _check_tree(checkout: Path, key: str) -> str:
-    """The version the checkout declares, once it is a clean top of a git checkout of ``key``; else ``BadInput``."""
+def _check_tree(checkout: Path, key: str) -> None:
+    """``BadInput`` unless the checkout is a clean top of a git checkout of ``key``."""
     shown = display_path(checkout)
     found = detect(checkout, shown)
     if found.key != key:
@@ -75,7 +74,6 @@ def _check_tree(checkout: Path, key: str) -> str:
         raise BadInput(f"{shown} has a rebase, git am, merge or cherry-pick in progress; finish or abort it first")
     if not gitops.is_clean(checkout):
         raise BadInput(f"{shown} has uncommitted changes; commit or stash them first (git stash -u)")
-    return found.version
 
 
 def _check_checkout(checkout: Path, key: str, pins: Pins) -> tuple[Pin, str]:
@@ -287,9 +285,7 @@ def _export_history(request: ExportRequest, workspace: Workspace, author: str, c
 
 
 def export_pr(request: ExportRequest, workspace: Workspace, console: Console) -> int:
-    """Make and gate one branch per concern group of the requested upstream's series in its checkout (on a clone of
-    upstream, every series of it, each PR on the branch that takes it); print each PR's title and body.
-    ``EXIT_GATE_FAILED`` when a gate failed on a branch, else ``EXIT_OK``."""
+    """Make and gate one branch per concern group, and print each PR; ``EXIT_GATE_FAILED`` when a gate failed."""
     checkout = request.checkout
     _check_tree(checkout, request.upstream)
     author = _author(checkout, request.author)

@@ -1,11 +1,7 @@
 """An upstream's own gates for a PR branch: its pre-commit lint hooks and its tests (chosen by ``test_selection``).
 
-The hooks are those of the upstream's ``.pre-commit-config.yaml`` at its pinned versions and arguments, run through
-``pre-commit`` on the files the branch changes, as ``repo: local`` hooks calling the test venv's pinned tools (no
-hook repository can be cloned here). verl's checks that live only in its repository as scripts, and the
-pre-commit-hooks basics Trinity runs, are small hooks of this project's own (``patchset.upstreams.verl_pr``,
-``trinity_pr``, ``lint_hooks``): ``python -m patchset.cli.lint_hook UPSTREAM ID FILES...``. What is not run is said
-in the output (the registry's ``lint_not_run``)."""
+The hooks run as ``repo: local`` hooks calling the test venv's pinned tools, since no hook repository can be cloned
+here; upstream checks that exist only as its scripts are hooks of this project's own (``lint_hooks``)."""
 
 from __future__ import annotations
 
@@ -31,8 +27,7 @@ from patchset.upstreams.registry import UPSTREAMS
 
 
 def _entry(key: str, hook: LintHook, python: Path) -> str:
-    """The hook's ``entry``: its command with the venv's tool (``python``: its interpreter), this project's own check
-    (``key``'s hook, run by ``lint_hooks.RUNNER``) when it names none, or a pygrep hook's regular expression."""
+    """The hook's ``entry``: its command with the venv's tool, this project's own check, or a pygrep pattern."""
     if hook.language == "pygrep":
         return hook.command[0]
     if not hook.command:
@@ -102,8 +97,7 @@ def parse_precommit(output: str) -> tuple[HookResult, ...]:
 
 
 def tool_env(python: Path, pythonpath: Sequence[Path] = (), *, project: bool = True) -> dict[str, str]:
-    """The environment for the venv's tools: its bin first on PATH, ``pythonpath`` importable, and with ``project``
-    this package (for the hooks of its own; not for upstream's tests: see `only_package`)."""
+    """The venv's tools' environment: its bin first on PATH, ``pythonpath`` (and with ``project``, this package)."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(python.parent), env.get("PATH", "")])
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (*pythonpath, *((REPO_ROOT,) if project else ())))
@@ -132,8 +126,7 @@ def _reused(recorded: str) -> str:
 
 
 def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: Path | None = None) -> LintResult:
-    """Run ``key``'s lint gates through pre-commit on ``files`` (relative to ``tree``, a git work tree); with
-    ``records``, a pass on exactly the same content recorded there is reused, and a new pass is recorded."""
+    """Run ``key``'s lint gates through pre-commit on ``files``; with ``records``, a pass is remembered and reused."""
     shown = f"pre-commit run --config <generated: {key} hooks> --files {' '.join(files)}"
     config_text = json.dumps(precommit_config(key, python), indent=2) + "\n"
     memo = gate_record.gate_key(f"lint {key}", [tree], python, [config_text, *files], GATE_CODE) if records else None
@@ -160,8 +153,7 @@ def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: 
 
 @dataclass(frozen=True)
 class TestRun:
-    """The tests gate of a branch: upstream's test files that ran (``test_selection.Selected``: each with why it was
-    chosen), the branch's own test files, the result, and the upstream test files chosen but not run (with why)."""
+    """The tests gate of a branch: upstream's test files that ran and did not (with why), and the branch's own."""
 
     upstream: tuple[Selected, ...]
     own_files: tuple[str, ...]
@@ -172,21 +164,16 @@ class TestRun:
     not_run: tuple[Selected, ...] = ()
 
     @property
-    def upstream_files(self) -> tuple[str, ...]:
-        return tuple(test.path for test in self.upstream)
-
-    @property
     def files(self) -> tuple[str, ...]:
-        return (*self.upstream_files, *self.own_files)
+        return (*(test.path for test in self.upstream), *self.own_files)
 
 
 _PYTEST_SUMMARY = re.compile(r"^=*\s*(?P<text>(\d+ \w+(, )?)+.* in [\d.]+s.*?)\s*=*$")
 
 
 def only_package(tree: Path, package: str, folder: Path) -> Path:
-    """A folder below ``folder`` from which only ``tree``'s ``package`` can be imported (a symlink to it). ``tree``
-    itself on the path would expose its other top-level folders too: verl's ``tests`` package would shadow the
-    checkout's ``tests`` folder, which in Trinity-RFT has no ``__init__.py`` (``from tests.tools import ...``)."""
+    """A folder below ``folder`` from which only ``tree``'s ``package`` can be imported: ``tree`` itself on the path
+    would let verl's ``tests`` package shadow Trinity-RFT's ``tests`` folder."""
     shim = folder / f"only-{package}"
     shim.mkdir(parents=True, exist_ok=True)
     if not (shim / package).is_symlink():
@@ -202,8 +189,8 @@ def run_tests(
     records: Path | None = None,
     importable: Sequence[Path] | None = None,
 ) -> tuple[bool, str, str]:
-    """Run pytest on ``files`` in ``tree``; (passed, pytest's summary line, its output). ``pythonpath``: the trees
-    its tests import (``importable``, when given, goes on the path instead); ``records``: as `run_lint`."""
+    """Run pytest on ``files`` in ``tree``: (passed, its summary line, its output); ``importable`` replaces
+    ``pythonpath`` on the path; ``records``: as `run_lint`."""
     command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *files]
     trees = [tree, *(path for path in pythonpath if path != tree)]
     memo = gate_record.gate_key("tests", trees, python, command[1:], GATE_CODE) if records else None
@@ -222,8 +209,7 @@ def run_tests(
 def gaps_key(
     tree: Path, files: Sequence[str], python: Path, pythonpath: Sequence[Path], release: str, records: Path | None
 ) -> str | None:
-    """The key under which the upstream test ``files`` that cannot be imported here are remembered; None without
-    ``records`` or a tree pinned by content."""
+    """The key under which the upstream test ``files`` that cannot be imported here are remembered, or None."""
     if records is None:
         return None
     trees = [tree, *(path for path in pythonpath if path != tree)]
@@ -231,8 +217,7 @@ def gaps_key(
 
 
 def collect_tests(tree: Path, files: Sequence[str], python: Path, importable: Sequence[Path]) -> str:
-    """pytest's output collecting ``files`` in ``tree`` (nothing runs), with ``importable`` on the path: where a test
-    file cannot even be imported."""
+    """pytest's output collecting ``files`` in ``tree`` (nothing runs): which cannot even be imported."""
     command = [str(python), "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-o", "addopts=", *files]
     return _run(command, tree, tool_env(python, importable, project=False)).stdout
 

@@ -1,10 +1,5 @@
-"""What each concern group sends upstream, and why: a PR (its title and body, in the upstream's PR template), a
-comment on an open PR, a held branch, or nothing (``route``).
-
-The body is for upstream's reviewers: what and why, the evidence, the tests upstream runs. How the gates ran here
-(reused passes, this machine's gaps, the tools not run) stays in export-pr's own output. Whether a group is a PR at
-all, upstream's own process decides (verl's ``AGENTS.md``: "If an open PR already addresses the same fix, do not open
-another."): ``groups`` declares it per group."""
+"""What each concern group sends upstream: a PR in the upstream's template, a comment on an open PR, a held branch,
+or nothing (``route``). The body is for upstream's reviewers; how the gates ran here stays in export-pr's output."""
 
 from __future__ import annotations
 
@@ -41,8 +36,7 @@ _ISSUE_NUMBER = re.compile(r"/(?:issues|pull)/(?P<number>\d+)")
 
 
 def _fixes(patches: Sequence[Patch], cherry_pick: str | None, group: Group | None) -> list[str]:
-    """ "Fixes <bug>" for each ``Bug:`` the PR closes: none for a backport (upstream's own PR closed it), nor for a
-    bug the description already names (it says how the PR relates to it, e.g. "Part of #7829")."""
+    """ "Fixes <bug>" for each ``Bug:`` the PR closes: not a backport's, nor one the description already names."""
     if cherry_pick:
         return []
     said = ""
@@ -99,9 +93,7 @@ def pr_body(
     cherry_pick: str | None = None,
     groups: Sequence[Group] = (),
 ) -> str:
-    """The PR body in the upstream's template: the group's description (``pr/<group>.md``; else the patches'
-    subjects), what it is made against (``base``: the release tag or branch; ``cherry_pick``: upstream's commit it
-    picks), and the gates' results."""
+    """The PR body in the upstream's template: the group's description, what it is made against, the gates."""
     template = UPSTREAMS[key].pr_template
     if template is None:
         raise ValueError(f"no PR template for {key!r}")
@@ -158,9 +150,8 @@ def _test_diffs(patches: Sequence[Patch]) -> list[str]:
 
 
 def comment_text(group: Group, patches: Sequence[Patch], repository: str) -> str:
-    """The comment for the open PR ``group.comment`` names: its description (what ours adds and why), then the tests
-    of its patches as a diff, so that a maintainer can run them on that PR's branch. For a held group: its
-    ``pr/<name>.comment.md``, the design set out for the issue."""
+    """The comment for the open PR ``group.comment`` names, with our tests as a diff to run on that PR's branch; for
+    a held group, its ``pr/<name>.comment.md``."""
     description = group.description
     if description is None:
         raise ValueError(f"group {group.name} has no pr/{group.name}.md")

@@ -1,9 +1,5 @@
-"""Maintainer checkouts of a series, and the byte-stable export of their commits back into the series folder.
-
-A maintainer checkout holds one commit per patch on branch ``patches`` off the release tag, each message ending with
-the trailer ``Patch-Filename: <its file>`` (Electron's), which names the file it is exported to. The export pins
-every configuration key that changes ``git format-patch`` output, so an unchanged branch exports byte for byte the
-committed files (``scripts/export.sh --help`` says the rest)."""
+"""Maintainer checkouts of a series, and the byte-stable export of their commits back into the series folder: every
+configuration key that changes ``git format-patch`` output is pinned, so an unchanged branch exports the same bytes."""
 
 from __future__ import annotations
 
@@ -109,10 +105,6 @@ def _git_env() -> dict[str, str]:
     return env
 
 
-def default_checkout(cache_root: Path, pin: Pin) -> Path:
-    return cache_root / "maintain" / pin.dirname
-
-
 # --- making a maintainer checkout -------------------------------------------------------------------------
 
 
@@ -140,8 +132,7 @@ def _message_end(text: str) -> int:
 
 
 def with_trailer(text: str, name: str) -> str:
-    """``text`` (a patch) with ``Patch-Filename: name`` ending its message: in its last paragraph when that is a block
-    of fields (the DEP-3 ones), else as a paragraph of its own. `without_trailer` takes it out again, byte for byte."""
+    """``text`` (a patch) with ``Patch-Filename: name`` ending its message; `without_trailer` takes it out again."""
     end = _message_end(text)
     body = text[:end]
     last = body.rstrip("\n").rsplit("\n\n", 1)[-1]
@@ -150,8 +141,7 @@ def with_trailer(text: str, name: str) -> str:
 
 
 def without_trailer(text: str) -> tuple[str, str | None]:
-    """``text`` (an exported patch) without its ``Patch-Filename`` trailers, and the file the first one names (None:
-    none, a new commit)."""
+    """``text`` without its ``Patch-Filename`` trailers, and the file the first one names (None: a new commit)."""
     end = _message_end(text)
     body = text[:end]
     found = list(_TRAILER_LINE.finditer(body))
@@ -177,9 +167,7 @@ def refuse_existing(dest: Path, *, force: bool) -> None:
 def make_checkout(
     pin: Pin, vanilla: Path, patches: Sequence[tuple[str, Path]], dest: Path, console: Console, *, force: bool = False
 ) -> Path:
-    """Clone ``vanilla`` into ``dest`` (built beside it, moved into place at the end) and commit each of ``patches``
-    ((series entry, the file that holds it)) on branch ``patches`` off ``pin.tag``, its trailer naming the entry."""
-    refuse_existing(dest, force=force)
+    """Clone ``vanilla`` into ``dest`` and commit each of ``patches`` ((series entry, its file)) on ``BRANCH``."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tempdirs.sweep(dest.parent)  # what killed checkouts left beside it
     tmp = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("checkout", hidden=True), dir=dest.parent))
@@ -291,8 +279,7 @@ def _words(text: str) -> list[str]:
 
 
 def new_slug(subject: str) -> str:
-    """``[trainer] fix: scale the critic loss`` -> ``trainer-scale-critic-loss``: the first ``[...]`` tag, then the
-    words without the change type and filler, at most ``_SLUG_MAX`` characters, cut between words."""
+    """``[trainer] fix: scale the critic loss`` -> ``trainer-scale-critic-loss``, cut between words."""
     subject = subject_of(subject)
     area: list[str] = []
     if match := _AREA.match(subject):
@@ -321,9 +308,7 @@ def _slug_of_name(name: str) -> str:
 def assign_names(
     exported: Sequence[tuple[str | None, str]], old_entries: Sequence[str]
 ) -> list[tuple[str, str | None]]:
-    """(file name, the old entry it continues or None) for each exported (trailer or None, subject), in order: named
-    by its trailer, else ``<area>-<slug>`` of its subject; it continues the entry its trailer names, else the first
-    entry left of that slug; numbered by its position."""
+    """(file name, the old entry it continues or None) for each exported (trailer or None, subject), in order."""
     slugs = [_slug_of_name(named) if named is not None else new_slug(subject) for named, subject in exported]
     source: list[str | None] = [named if named in old_entries else None for named, _ in exported]
     claimed: set[str] = set()
@@ -353,8 +338,7 @@ def _series_entries(lines: Sequence[str], folder: Path) -> list[str]:
 
 
 def series_text(old_lines: Sequence[str] | None, names: Sequence[tuple[str, str | None]]) -> str:
-    """The ``series`` file listing ``names`` in order: the old file's comment and blank lines stay where they
-    were, an entry's trailing comment stays with the patch that continues it, new entries follow the last one."""
+    """The ``series`` file listing ``names``, the old file's comments kept where they were or with their patch."""
     if old_lines is None:
         return "\n".join([SERIES_HEADER, *(name for name, _ in names)]) + "\n"
     comments: dict[str, str] = {}

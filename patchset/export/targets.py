@@ -18,8 +18,7 @@ _REMOTES = ("origin", "upstream")  # where a clone keeps upstream's branches, tr
 
 
 def find_branch(checkout: Path, name: str) -> tuple[str, str] | None:
-    """(the ref as shown, its commit) of upstream's branch ``name`` in the checkout: a local branch, else a
-    remote-tracking one (origin, upstream, then any remote); None when it has none."""
+    """(the ref as shown, its commit) of upstream's branch ``name``: a local branch, else a remote-tracking one."""
     candidates = [f"refs/heads/{name}", *(f"refs/remotes/{remote}/{name}" for remote in _REMOTES)]
     listed = gitops.run_git(["for-each-ref", "--format=%(refname)", "refs/remotes/"], cwd=checkout, check=False)
     candidates += [ref for ref in listed.stdout.split() if ref.endswith(f"/{name}") and ref not in candidates]
@@ -64,8 +63,7 @@ def upstream_commit(patches: Sequence[Patch]) -> str | None:
 
 
 def cherry_pick(series: Series, group: Group, commit: str, patches: Sequence[Patch]) -> CherryPick:
-    """How ``group`` goes upstream as ``commit`` cherry-picked: its resolution patch if it has one, and the carried
-    patches whose tests go with it (when upstream's commit adds none), under ``[area] test: <what the fix does>``."""
+    """How ``group`` goes upstream as ``commit`` cherry-picked, with the carried patches' tests when it adds none."""
     resolution = series.path.parent / DESCRIPTIONS_DIR / f"{group.name}{RESOLUTION_SUFFIX}"
     area, _, rest = patches[0].subject.partition("] ")
     what = rest.split(": ", 1)[-1]
@@ -84,8 +82,7 @@ def teeth_of(series: Series, patches: Sequence[Patch]) -> str:
 
 
 def has_history(checkout: Path, key: str, pins: Pins, patches_dir: Path) -> bool:
-    """Whether the checkout has upstream's history: it holds one of the upstream commits the series' backports name
-    (a clone of upstream does; a checkout made from a release sdist, one commit deep, does not)."""
+    """Whether the checkout holds one of the upstream commits the backports name (a clone does, an sdist not)."""
     for series, groups in series_groups(key, pins, patches_dir):
         for group in groups:
             commit = upstream_commit([series.patches[number - 1] for number in group.numbers])

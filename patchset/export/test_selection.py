@@ -1,14 +1,6 @@
-"""Which of an upstream's own test files test what a PR branch changes, and which of them can run here.
-
-A test file of the release tree tests a changed module when it is named for it (``Upstream.cpu_test_pattern``) or
-imports it (read with ``ast``, every ``import`` of the file): the module or a name of it; a name a parent package's
-``__init__`` binds from it (a re-export, or a string naming it in a lazy registry), packages further up read the same
-way; such a package as a whole; or any name of a package whose ``__init__`` star-imports it. Modules that merely use
-a changed module, and the tests folder's helpers, are not followed.
-
-A file is not run, and the output says why, when the upstream runs it on a GPU by its naming, when its source carries
-one of the upstream's resource markers (a Ray cluster, a model path), or when it imports a module the test venv
-lacks. Only the test file is read, never the patched code, so a patch cannot make its own test be skipped."""
+"""Which of an upstream's own test files test what a PR branch changes (named for it, or importing it, re-exports
+followed through package ``__init__``s), and which of them can run here. Only the test file is read, never the
+patched code, so a patch cannot make its own test be skipped."""
 
 from __future__ import annotations
 
@@ -67,8 +59,7 @@ def _absolute(module: str | None, level: int, package: str) -> str:
 
 @dataclass
 class _Reach:
-    """What reaches the changed modules (the modules, names bound in a package ``__init__``, those packages as a
-    whole), each mapped to the changed file it leads to."""
+    """What reaches the changed modules, each mapped to the changed file it leads to."""
 
     modules: dict[str, str]
     names: dict[str, str]
@@ -94,8 +85,7 @@ def _strings(node: ast.AST) -> Iterable[str]:
 
 
 def _public_names(module: ast.Module) -> list[str] | None:
-    """The names ``from module import *`` binds: its ``__all__`` when it is a literal list, else its public
-    top-level names; None when ``__all__`` is computed."""
+    """The names ``from module import *`` binds; None when ``__all__`` is computed."""
     names: list[str] = []
     for node in module.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
@@ -115,8 +105,8 @@ def _public_names(module: ast.Module) -> list[str] | None:
 
 
 def _init_bindings(tree: ast.Module, package: str, reach: _Reach, root: Path) -> dict[str, str]:
-    """{name: changed file} for the names a package ``__init__`` binds that reach a changed module (``root``: the
-    tree, where a star-imported module is read); the name ``*`` when it binds names it cannot list."""
+    """{name: changed file} for the names a package ``__init__`` binds that reach a changed module (``*``: names it
+    cannot list)."""
     bound: dict[str, str] = {}
     for node in tree.body:
         if isinstance(node, ast.ImportFrom):
@@ -165,8 +155,7 @@ def reach_of(tree: Path, package: str, changed: Sequence[str]) -> _Reach:
 
 
 def _imports(tree: ast.Module) -> Iterable[str]:
-    """The dotted name of everything a file imports absolutely: a module, or a name of one (``from m import n``:
-    ``m.n``; ``from m import *``: ``m``)."""
+    """The dotted name of everything a file imports absolutely (``from m import n``: ``m.n``)."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
@@ -211,8 +200,7 @@ def missing_modules(python: Path, names: Iterable[str], env: dict[str, str]) -> 
 
 
 def resource_reason(upstream: Upstream, path: str, source: str) -> str | None:
-    """Why upstream's test ``path`` needs what this machine lacks (a GPU, a Ray cluster, a model), from its name
-    and its source; None when nothing says so."""
+    """Why upstream's test ``path`` needs what this machine lacks (a GPU, a Ray cluster, a model), or None."""
     name = path.rsplit("/", 1)[-1]
     if upstream.gpu_unless_suffix and not name.endswith(upstream.test_suffix):
         return f"a GPU test by {upstream.title}'s naming ({upstream.gpu_naming_source})"
@@ -230,8 +218,7 @@ def select(
     python: Path,
     env: dict[str, str],
 ) -> Selection:
-    """The upstream test files of the release (``base_files``) that test or are ``changed``, read in ``tree``, split
-    by whether they can run here with ``python``; and the test files the branch adds."""
+    """The release's test files that test or are ``changed``, split by whether they can run here; and those added."""
     upstream = UPSTREAMS[key]
     existing = [f for f in base_files if upstream.is_test(f)]
     chosen: dict[str, str] = {}
@@ -269,8 +256,7 @@ _NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '(?P<name>[\w.]+)
 
 
 def import_gaps(output: str, files: Sequence[str]) -> dict[str, str]:
-    """{test file: the module it could not import} for each of ``files`` whose collection failed in pytest's
-    ``output`` with ``ModuleNotFoundError``, however deep."""
+    """{test file: the module it could not import} for each of ``files`` pytest's ``output`` failed to collect."""
     gaps: dict[str, str] = {}
     headers = list(_COLLECT_ERROR.finditer(output))
     for number, header in enumerate(headers):

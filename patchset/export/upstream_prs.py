@@ -1,20 +1,9 @@
 """A group's PR as a patch against upstream's newest files: ``patches/<series>/pr/<group>.upstream.patch``.
 
-Trinity-RFT's repository cannot be cloned here, but single files of it can be read, each at a named commit. Such a
-group keeps, beside its series patches (made against the pinned release), its PR rebased onto the newest revision
-read of every file it touches, named one ``Upstream-File: <path> <where>`` line each in the patch message:
-``<owner>/<repo>@<commit>`` (that file at that commit; the branch the commit is on is not confirmed), ``v<version>``
-(the release's own file, where no newer revision could be read) or ``new``. A group ``after`` another applies on
-top of that group's patch.
-
-``check`` applies each group's patch, after those it comes after, to those files: a release's from the cache's
-pinned tree, a commit's from ``<cache>/upstream-revisions/<owner>+<repo>/<commit>/<path>`` (``--fetch`` fills it
-from raw.githubusercontent.com where the network allows; a file copied there by hand counts the same). Upstream
-source is never committed: that folder is in the ignored cache. The hunks of an absent file are not checked, and
-the result names it; a group none of whose files are present is skipped.
-
-``python -m patchset export upstream-prs [SERIES] [--fetch] [--cache DIR]``: one line per group; exit 1 when a
-patch does not apply, 0 otherwise (skips included).
+Trinity-RFT's repository cannot be cloned here, but single files of it can be read at a named commit, so such a group
+keeps its PR rebased onto the newest revision read of each file it touches, named by one ``Upstream-File: <path>
+<where>`` line each (``<owner>/<repo>@<commit>``, ``v<version>`` or ``new``). ``check_group`` applies it to those
+files from the cache (``--fetch`` downloads them): upstream source is never committed.
 """
 
 from __future__ import annotations
@@ -42,8 +31,7 @@ _TOUCHED = re.compile(r"^diff --git a/(?P<path>\S+) b/", re.MULTILINE)
 
 @dataclass(frozen=True)
 class Revision:
-    """The upstream text a file of the PR was made against: ``where`` is ``owner/repo@commit``, ``vX.Y.Z`` or
-    ``new``."""
+    """The upstream text a file of the PR was made against."""
 
     path: str
     where: str
@@ -140,8 +128,7 @@ def _source(revision: Revision, cache_root: Path, pins: Pins, series: str) -> Pa
 def check_group(
     folder: Path, groups: Sequence[Group], name: str, cache_root: Path, pins: Pins, *, download: bool = False
 ) -> Checked | None:
-    """Apply ``name``'s upstream patch, after those of the groups it comes after, to the upstream files they name;
-    None when the group has no upstream patch."""
+    """Apply ``name``'s upstream patch, after those of the groups it comes after, to the files they name."""
     if upstream_patch(folder, name) is None:
         return None
     patches = tuple(p for g in chain(tuple(groups), name) if (p := upstream_patch(folder, g.name)) is not None)
@@ -179,9 +166,7 @@ def check_group(
 
 
 def summary(folder: Path, groups: Sequence[Group]) -> list[str]:
-    """One line per group that makes a PR from the release (not carried, commented, held or onto= a branch of
-    upstream's history), for export-pr's output: the file revisions its upstream patch was made against, or that it
-    has none (its PR is made against the release alone)."""
+    """export-pr's line for each group whose PR is made from the release: what its upstream patch was made against."""
     lines = []
     for group in (g for g in groups if not (g.carried or g.comment or g.held or g.onto)):
         patch = upstream_patch(folder, group.name)
@@ -204,8 +189,7 @@ def summary(folder: Path, groups: Sequence[Group]) -> list[str]:
 
 
 def check_series(series_name: str, patches_dir: Path, cache_root: Path, pins: Pins, *, download: bool) -> int:
-    """Print one line per group of ``series_name`` (``python -m patchset export upstream-prs``); 1 when a patch does
-    not apply, else 0."""
+    """``export upstream-prs``: one line per group of ``series_name``; 1 when a patch does not apply, else 0."""
     series = load_series(patches_dir, series_name)
     folder = series.path.parent
     groups = load_groups(folder, len(series.patches))

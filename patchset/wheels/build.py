@@ -1,11 +1,7 @@
-"""Patched wheels of the pinned releases, labelled with this patchset's revision, and the manifest they carry.
+"""Patched wheels of the pinned releases, and the manifest they carry.
 
-Each wheel is built from the verified sdist's checkout, on a fresh clone with the series applied by ``apply``'s own
-entry point (``apply_series``), its version set to ``<release>+patchset.<N>`` where the upstream's build reads it (a
-local label sorts just above its release, so ordered version checks keep working), and
-``<package>/_patchset_manifest.json`` written in. ``N`` counts the commits that touch ``patches/``, so the same N
-means the same patches on the same sdists. Every wheel is checked before all of them are moved into ``dist/``
-together. docs/guide.md says how to build and use them.
+The version is ``<release>+patchset.<N>``: a local label sorts just above its release, so ordered version checks keep
+working, and ``N`` counts the commits that touch ``patches/``, so the same N means the same patches on the same sdists.
 """
 
 from __future__ import annotations
@@ -75,8 +71,7 @@ class Label:
 
 @dataclass(frozen=True)
 class WheelBuild:
-    """The pinned releases ``requested`` (``NAME==VERSION``; none: the default pins), built into ``dist_dir`` by
-    ``python`` (None: the test environment's), labelled with ``revision`` (None: counted)."""
+    """The pinned releases ``requested`` (none: the default pins); ``python``, ``revision``: None for the defaults."""
 
     dist_dir: Path
     requested: Sequence[str] = ()
@@ -126,8 +121,7 @@ def patchset_label(patches_dir: Path, revision: int | None = None) -> Label:
 
 
 def _patch_entry(step: Step, label: str) -> dict[str, Any]:
-    """One patch of the manifest: what it is, and what the build did with it (``applied``, ``skipped``, ``already
-    applied``) and why (``reason``, ``upstream_checks`` matched, or ``teeth``: the tests that showed upstream's fix)."""
+    """One patch of the manifest: what it is, and what the build did with it and why."""
     status = {Action.CHANGE: "applied", Action.SKIP: "skipped", Action.NOTHING: "already applied"}
     state = step.upstream if step.action is Action.SKIP else None
     reason = None

@@ -1,8 +1,4 @@
-"""Which pinned releases a wheel build makes: ``--pin NAME==VERSION``, as a pip user writes a requirement.
-
-Only a release that ``patches/upstreams.toml`` pins and a series targets can be built (a companion-only pin has no
-series to apply). Every request is checked before anything is fetched or built.
-"""
+"""Which pinned releases a wheel build makes: ``--pin NAME==VERSION``, each checked before anything is fetched."""
 
 from __future__ import annotations
 
