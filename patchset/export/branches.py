@@ -41,29 +41,22 @@ def _committer_env(author: str) -> dict[str, str]:
     return {**os.environ, "GIT_COMMITTER_NAME": name or address, "GIT_COMMITTER_EMAIL": address}
 
 
-def _am(worktree: Path, patch: Patch, scratch: Path, author: str) -> tuple[str | None, list[str]]:
-    """``git am`` ``patch`` with upstream's message, by ``author``: (why it does not apply, or None; its paragraphs)."""
-    text, paragraphs = upstream_patch_text(patch, author)
+def _am(worktree: Path, patch: Patch, scratch: Path, author: str) -> str | None:
+    """``git am`` ``patch`` with upstream's message, by ``author``; why it does not apply, or None."""
     edited = scratch / patch.name
-    edited.write_bytes(text.encode("utf-8", "surrogateescape"))
-    return gitops.am(worktree, edited, _committer_env(author)), paragraphs
+    edited.write_bytes(upstream_patch_text(patch, author).encode("utf-8", "surrogateescape"))
+    return gitops.am(worktree, edited, _committer_env(author))
 
 
-def commit_patches(
-    worktree: Path, patches: Sequence[Patch], scratch: Path, author: str, console: Console
-) -> dict[str, list[str]]:
-    """``git am`` each patch in ``worktree``; {patch name: paragraphs}."""
-    messages: dict[str, list[str]] = {}
+def commit_patches(worktree: Path, patches: Sequence[Patch], scratch: Path, author: str, console: Console) -> None:
+    """``git am`` each patch in ``worktree``."""
     for number, patch in enumerate(patches, start=1):
         console.step(f"Committing {patch.name} ({number}/{len(patches)})")
-        reason, paragraphs = _am(worktree, patch, scratch, author)
-        if reason is not None:
+        if (reason := _am(worktree, patch, scratch, author)) is not None:
             raise DoesNotApply(
                 f"{patch.name} does not apply with git am ({reason}); no branch was made. "
                 f"See scripts/apply.sh --check for the failing hunk"
             )
-        messages[patch.name] = paragraphs
-    return messages
 
 
 @dataclass(frozen=True)
@@ -100,7 +93,7 @@ def _commit_upstream_tests(
     if missing:
         return UpstreamTests(group.upstream_tests, patch.files, missing)
     console.step(f"Committing {patch.name}: the group's change to upstream's {', '.join(patch.files)}")
-    if (reason := _am(worktree, patch, scratch, author)[0]) is not None:
+    if (reason := _am(worktree, patch, scratch, author)) is not None:
         made = UPSTREAM_COMMIT.search(patch.text)
         against = f"upstream {made['commit']}{made['where']}" if made else "another revision of upstream"
         raise DoesNotApply(
@@ -213,8 +206,6 @@ class Branch:
     group: Group
     name: str
     patches: tuple[Patch, ...]
-    messages: dict[str, list[str]]
-    base_commits: int
     changed: tuple[str, ...]
     upstream_tests: UpstreamTests | None = None
     cherry_pick: str | None = None  # upstream's commit the branch cherry-picks, when it is one
@@ -227,9 +218,7 @@ class _Commits:
     """A group's commits in the worktree, on its base (the release, or the branch of the group it is after)."""
 
     base: str
-    base_commits: int = 0
     patches: tuple[Patch, ...] = ()
-    messages: dict[str, list[str]] = field(default_factory=dict)
     upstream_tests: UpstreamTests | None = None
 
 
@@ -252,14 +241,13 @@ def _commit_group(job: BranchJob, tree: WorkTree, group: Group, heads: Mapping[s
             _cherry_pick(tree.path, start, job.cherry_picks[member.name], job.author, console)
             _commit_tests(tree.path, job.cherry_picks[member.name], job.author, console)
         elif member_patches:
-            made.messages = commit_patches(tree.path, member_patches, tree.scratch, job.author, console)
+            commit_patches(tree.path, member_patches, tree.scratch, job.author, console)
             if member.fold and len(member_patches) > 1:
                 _fold(tree.path, member, start, member_patches, job.author)
             change = _commit_upstream_tests(tree.path, member, release, tree.scratch, job.author, console)
             made.upstream_tests = change if member is group else made.upstream_tests
         if member is not group:
             made.base = gitops.head_commit(tree.path) or made.base
-            made.base_commits = int(git_text(tree.path, "rev-list", "--count", f"{tree.release}..{made.base}").strip())
         else:
             made.patches = member_patches
     return made
@@ -312,8 +300,6 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
                 group,
                 name,
                 commits.patches,
-                commits.messages,
-                commits.base_commits,
                 tuple(changed),
                 tests_change,
                 pick.commit if pick else None,

@@ -54,9 +54,8 @@ def upstream_paragraphs(body: str) -> list[str]:
     return kept
 
 
-def upstream_patch_text(patch: Patch, author: str | None = None) -> tuple[str, list[str]]:
-    """The patch with its message cut to what upstream gets (by ``author``, ``Name <email>``, when given), and those
-    paragraphs."""
+def upstream_patch_text(patch: Patch, author: str | None = None) -> str:
+    """The patch with its message cut to what upstream gets, by ``author`` (``Name <email>``) when given."""
     headers, body, rest = split_patch(patch.text)
     if author is not None:
         headers = re.sub(r"^From: .*(?:\n[ \t].*)*$", lambda _: f"From: {author}", headers, count=1, flags=re.MULTILINE)
@@ -64,4 +63,4 @@ def upstream_patch_text(patch: Patch, author: str | None = None) -> tuple[str, l
     new_body = "\n\n".join(paragraphs) + "\n" if paragraphs else ""
     if new_body and not rest.startswith("\n"):
         new_body += "\n"
-    return headers + new_body + rest, paragraphs
+    return headers + new_body + rest

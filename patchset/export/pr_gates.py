@@ -68,7 +68,6 @@ class LintResult:
     passed: bool
     hooks: tuple[HookResult, ...]
     output: str
-    command: str
     recorded: str | None = None  # when the same gate passed on the same content, if that pass was reused
 
     @property
@@ -127,12 +126,11 @@ def _reused(recorded: str) -> str:
 
 def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: Path | None = None) -> LintResult:
     """Run ``key``'s lint gates through pre-commit on ``files``; with ``records``, a pass is remembered and reused."""
-    shown = f"pre-commit run --config <generated: {key} hooks> --files {' '.join(files)}"
     config_text = json.dumps(precommit_config(key, python), indent=2) + "\n"
     memo = gate_record.gate_key(f"lint {key}", [tree], python, [config_text, *files], GATE_CODE) if records else None
     if records and (earlier := gate_record.recall(records, memo)):
         hooks = parse_precommit(earlier.output)
-        return LintResult(passed=True, hooks=hooks, output=earlier.output, command=shown, recorded=earlier.recorded)
+        return LintResult(passed=True, hooks=hooks, output=earlier.output, recorded=earlier.recorded)
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("precommit")) as tmp:
         config = Path(tmp) / "pre-commit-config.yaml"
         config.write_text(config_text, encoding="utf-8")
@@ -148,7 +146,7 @@ def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: 
     passed = proc.returncode == 0 and not any(h.status == "Failed" for h in hooks)
     if passed and records:
         gate_record.remember(records, memo, "lint", proc.stdout)
-    return LintResult(passed=passed, hooks=hooks, output=proc.stdout, command=shown)
+    return LintResult(passed=passed, hooks=hooks, output=proc.stdout)
 
 
 @dataclass(frozen=True)

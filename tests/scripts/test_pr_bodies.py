@@ -48,7 +48,6 @@ GATES = Gates(
         True,
         tuple(HookResult(f"hook{n} v1.0 (upstream's pyproject)", "Passed") for n in range(7)),
         "",
-        "pre-commit run",
     ),
     pr_gates.TestRun(
         upstream=(Selected("tests/trainer/ppo/test_core_algos_on_cpu.py", "named for core_algos.py"),),

@@ -118,7 +118,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path, 
 
     def gates(gating, pin, tree, changed, console, notes=()):  # type: ignore[no-untyped-def]
         gated.append(git(tree.path, "log", "-1", "--format=%s").strip())
-        return Gates(LintResult(True, (), "", "pre-commit"), pr_gates.TestRun((), (), True, "1 passed"))
+        return Gates(LintResult(True, (), ""), pr_gates.TestRun((), (), True, "1 passed"))
 
     monkeypatch.setattr(branches, "run_gates", gates)
     monkeypatch.setattr(branches, "run_teeth", lambda *args: Teeth("scale", True, "1 passed"))

@@ -60,7 +60,7 @@ def test_a_registered_upstream_gets_its_subject_form_hooks_and_template(third: s
         "language": "system",
     }
     patch = SimpleNamespace(name="0001-third-fix.patch", subject="THIRD: fix the loss", fields={})
-    gates = pr_gates.Gates(pr_gates.LintResult(True, (), "", "pre-commit"), pr_gates.TestRun((), (), True, "ok"))
+    gates = pr_gates.Gates(pr_gates.LintResult(True, (), ""), pr_gates.TestRun((), (), True, "ok"))
     body = pr_text.pr_body(third, "v1", [patch], ["a.py"], gates)  # type: ignore[list-item]
     assert body.startswith("### What does this PR do?\n")  # verl's template, as its entry says
     assert "- `pre-commit run` on the changed files (): passed." in body
