@@ -15,7 +15,34 @@ from patchset.plumbing.ui import Console
 from patchset.upstreams.workspace import resolve_workspace
 
 
-def _add_parser(commands: argparse._SubParsersAction, name: str, help: str) -> None:
+def _startup(overlay_python: Path) -> None:
+    from patchset.bench import startup
+
+    if not overlay_python.exists():
+        raise BadInput(f"no python at {overlay_python}")
+    print("* overlay start-up cost (median wall time of a fresh process):")
+    print(startup.report(startup.measure(overlay_python)), flush=True)
+
+
+def _run(args: argparse.Namespace, console: Console, guard: Guard) -> int:
+    if args.startup is not None:
+        _startup(args.startup)
+        return 0
+    needs_module("torch", "the benchmark")
+    if args.overlay_python is not None:
+        _startup(args.overlay_python)
+    if args.pre_pass:
+        from patchset.bench import pre_pass
+
+        return pre_pass.run(args.verl_patched, args.blocks, args.json)
+    timing = loss_call.Timing(args.blocks, args.calls_per_block, args.warmup)
+    vanilla = loss_call.TreePair(args.verl_vanilla, args.trinity_vanilla)
+    patched = loss_call.TreePair(args.verl_patched, args.trinity_patched)
+    met = loss_call.run(vanilla, patched, timing, args.json)
+    return 1 if args.strict and not met else 0
+
+
+def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     parser = commands.add_parser(
         name,
         help=help,
@@ -74,36 +101,4 @@ def _add_parser(commands: argparse._SubParsersAction, name: str, help: str) -> N
         "PATCHSET_OVERLAYS=0, and a venv without patchset_overlay.pth over the same packages, taking turns; the "
         "median wall time of a fresh process of each",
     )
-
-
-def _startup(overlay_python: Path) -> None:
-    from patchset.bench import startup
-
-    if not overlay_python.exists():
-        raise BadInput(f"no python at {overlay_python}")
-    print("* overlay start-up cost (median wall time of a fresh process):")
-    print(startup.report(startup.measure(overlay_python)), flush=True)
-
-
-def _run(args: argparse.Namespace, console: Console, guard: Guard) -> int:
-    if args.startup is not None:
-        _startup(args.startup)
-        return 0
-    needs_module("torch", "the benchmark")
-    if args.overlay_python is not None:
-        _startup(args.overlay_python)
-    if args.pre_pass:
-        from patchset.bench import pre_pass
-
-        return pre_pass.run(args.verl_patched, args.blocks, args.json)
-    timing = loss_call.Timing(args.blocks, args.calls_per_block, args.warmup)
-    vanilla = loss_call.TreePair(args.verl_vanilla, args.trinity_vanilla)
-    patched = loss_call.TreePair(args.verl_patched, args.trinity_patched)
-    met = loss_call.run(vanilla, patched, timing, args.json)
-    return 1 if args.strict and not met else 0
-
-
-def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
-    """Add ``bench``'s parser to the top-level ``commands``."""
-    _add_parser(commands, name, help)
     return Run(_run, interrupted="", other_errors={subprocess.CalledProcessError: EXIT_TESTS_FAILED})

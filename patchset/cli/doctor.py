@@ -97,7 +97,6 @@ def cmd_doctor(args: argparse.Namespace, console: Console, guard: signals.Guard)
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
-    """Add ``doctor``'s parser to the top-level ``commands``."""
     doctor = commands.add_parser(
         name,
         help=help,

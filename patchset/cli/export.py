@@ -208,8 +208,7 @@ def cmd_upstream_prs(args: argparse.Namespace, console: Console) -> int:
     from patchset.export.upstream_prs import check_series
 
     workspace = workspace_from(args)
-    cache_root = workspace.cache.root
-    return check_series(args.series, workspace.patches_dir, cache_root, workspace.pins, download=args.fetch)
+    return check_series(args.series, workspace.patches_dir, workspace.cache.root, workspace.pins, download=args.fetch)
 
 
 def _subcommand(

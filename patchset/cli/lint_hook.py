@@ -28,7 +28,6 @@ EXIT_CODES += INTERNAL_HELP
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
-    """Add ``lint-hook``'s parser to the top-level ``commands``."""
     checks: dict[str, dict[str, Check]] = {}  # {upstream: {hook id: its check}}, for the hooks written here
     for key, upstream in UPSTREAMS.items():
         if own := {hook.id: hook.check for hook in upstream.lint_hooks if hook.check is not None}:

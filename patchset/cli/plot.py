@@ -21,7 +21,6 @@ def _run(args: argparse.Namespace, console: Console, guard: Guard) -> int:
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
-    """Add ``plot``'s parser to the top-level ``commands``."""
     parser = commands.add_parser(
         name,
         help=help,

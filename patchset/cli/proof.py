@@ -6,7 +6,6 @@ import argparse
 import importlib.util
 import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 
 from patchset.cli.startup import Run
@@ -18,10 +17,63 @@ from patchset.proof.prove import ULYSSES_SDPA, Request, choices, clip_values, pr
 from patchset.proof.settings import Settings
 from patchset.proof.trajectory import CLIP_OFF
 from patchset.proof.trees import DefaultTrees, Source, source
-from patchset.upstreams.pins import Pin
 
 
-def _add_parser(commands: argparse._SubParsersAction, name: str, help: str, pins: Mapping[str, Pin]) -> None:
+def _request(args: argparse.Namespace, defaults: DefaultTrees) -> Request:
+    """The parsed line as a `Request`; ``BadInput`` names the first flag whose value cannot be used."""
+    sides = choices(args.sides, SIDES, "sides")
+    named = choices(args.cases, list(CASES), "cases") if args.cases else None
+    sources: dict[str, list[Source]] = {}
+    for side in sides:
+        verl = source("verl", side, getattr(args, side), explicit=True, defaults=defaults)
+        trinity_value = getattr(args, f"trinity_{side}")
+        explicit = trinity_value is not None or (named is not None and "trinity" in named)
+        trinity = source("trinity", side, trinity_value, explicit=explicit, defaults=defaults)
+        sources[side] = [found for found in (verl, trinity) if found is not None]
+    with_trinity = all(any(s.package == "trinity" for s in sources[side]) for side in sides)
+    cases = [name for name in CASES if (named is None or name in named) and (with_trinity or name != "trinity")]
+    try:
+        counts = sorted({int(item) for item in args.micro_batches.split(",") if item.strip()})
+    except ValueError:
+        counts = []
+    if not counts or counts[0] != 1 or len(counts) < 2:
+        raise BadInput(f"--micro-batches {args.micro_batches!r}: positive integers, 1 and at least one more")
+    splits = choices(args.splits, SPLIT_KINDS, "splits")
+    precisions = choices(args.precision, PRECISIONS, "precision") if args.precision is not None else []
+    if args.repeats < 1:
+        raise BadInput(f"--repeats {args.repeats}: at least 1")
+    if args.steps < 1:
+        raise BadInput(f"--steps {args.steps}: at least 1")
+    if args.lr is not None and not args.lr > 0:
+        raise BadInput(f"--lr {args.lr}: a positive learning rate")
+    clips = clip_values(args.clip)
+    sequence_parallel(args.sp, args.world_size, MODELS[args.model], args.attention)
+    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
+        raise BadInput(f"--plot {args.plot}: matplotlib is not installed in this Python ({sys.executable})")
+    settings = Settings(
+        cases=tuple(cases),
+        precisions=tuple(precisions),
+        model=args.model,
+        model_path=Path(),
+        world_size=args.world_size or 0,
+        device=args.device,
+        attention=args.attention or "",
+        micro_batches=tuple(counts),
+        splits=tuple(splits),
+        repeats=args.repeats,
+        steps=args.steps,
+        clips=clips,
+        lr=args.lr,
+        sp=args.sp,
+        timeout=args.timeout,  # the ranks' limit too: the side's process ends them past it
+    )
+    trinity_left_out = "trinity" not in cases and args.cases is None
+    return Request(sources, trinity_left_out, settings, args.json, args.plot)
+
+
+def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
+    defaults = DefaultTrees.from_workspace(os.environ)
+    pins = defaults.pins
     parser = commands.add_parser(
         name,
         prog="scripts/gpu_proof.py",
@@ -114,64 +166,6 @@ def _add_parser(commands: argparse._SubParsersAction, name: str, help: str, pins
         help="also draw grad_norm / K=1's against K to this PNG (matplotlib); with --steps, loss and grad_norm "
         "per step",
     )
-
-
-def _request(args: argparse.Namespace, defaults: DefaultTrees) -> Request:
-    """The parsed line as a `Request`; ``BadInput`` names the first flag whose value cannot be used."""
-    sides = choices(args.sides, SIDES, "sides")
-    named = choices(args.cases, list(CASES), "cases") if args.cases else None
-    sources: dict[str, list[Source]] = {}
-    for side in sides:
-        verl = source("verl", side, getattr(args, side), explicit=True, defaults=defaults)
-        trinity_value = getattr(args, f"trinity_{side}")
-        explicit = trinity_value is not None or (named is not None and "trinity" in named)
-        trinity = source("trinity", side, trinity_value, explicit=explicit, defaults=defaults)
-        sources[side] = [found for found in (verl, trinity) if found is not None]
-    with_trinity = all(any(s.package == "trinity" for s in sources[side]) for side in sides)
-    cases = [name for name in CASES if (named is None or name in named) and (with_trinity or name != "trinity")]
-    try:
-        counts = sorted({int(item) for item in args.micro_batches.split(",") if item.strip()})
-    except ValueError:
-        counts = []
-    if not counts or counts[0] != 1 or len(counts) < 2:
-        raise BadInput(f"--micro-batches {args.micro_batches!r}: positive integers, 1 and at least one more")
-    splits = choices(args.splits, SPLIT_KINDS, "splits")
-    precisions = choices(args.precision, PRECISIONS, "precision") if args.precision is not None else []
-    if args.repeats < 1:
-        raise BadInput(f"--repeats {args.repeats}: at least 1")
-    if args.steps < 1:
-        raise BadInput(f"--steps {args.steps}: at least 1")
-    if args.lr is not None and not args.lr > 0:
-        raise BadInput(f"--lr {args.lr}: a positive learning rate")
-    clips = clip_values(args.clip)
-    sequence_parallel(args.sp, args.world_size, MODELS[args.model], args.attention)
-    if args.plot is not None and importlib.util.find_spec("matplotlib") is None:
-        raise BadInput(f"--plot {args.plot}: matplotlib is not installed in this Python ({sys.executable})")
-    settings = Settings(
-        cases=tuple(cases),
-        precisions=tuple(precisions),
-        model=args.model,
-        model_path=Path(),
-        world_size=args.world_size or 0,
-        device=args.device,
-        attention=args.attention or "",
-        micro_batches=tuple(counts),
-        splits=tuple(splits),
-        repeats=args.repeats,
-        steps=args.steps,
-        clips=clips,
-        lr=args.lr,
-        sp=args.sp,
-        timeout=args.timeout,  # the ranks' limit too: the side's process ends them past it
-    )
-    trinity_left_out = "trinity" not in cases and args.cases is None
-    return Request(sources, trinity_left_out, settings, args.json, args.plot)
-
-
-def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
-    """Add ``proof``'s parser (``scripts/gpu_proof.py``) to the top-level ``commands``."""
-    defaults = DefaultTrees.from_workspace(os.environ)
-    _add_parser(commands, name, help, defaults.pins)
 
     def run(args: argparse.Namespace, console: Console, guard: Guard) -> int:
         request = _request(args, defaults)

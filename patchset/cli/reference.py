@@ -48,7 +48,6 @@ def write(root: Path) -> None:
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
-    """Add ``reference``'s parser to the top-level ``commands``."""
     parser = commands.add_parser(
         name,
         help=help,

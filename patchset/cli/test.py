@@ -38,7 +38,6 @@ EPILOG = EXIT_CODES + (
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
-    """Add ``test``'s parser (``scripts/test.sh``) to the top-level ``commands``."""
     parser = commands.add_parser(name, prog="scripts/test.sh", help=help, description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument(
         "--cache",
