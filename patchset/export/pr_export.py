@@ -197,17 +197,15 @@ def _author(checkout: Path, given: str | None) -> str:
     return f"{match[1]} <{match[2]}>"
 
 
-def _routes(series: Series, groups: Sequence[Group], only: Sequence[str], repository: str, console: Console) -> None:
+def _routes(series: Series, groups: Sequence[Group], repository: str, console: Console) -> None:
     """One line per group: what export-pr makes of it and why; the text of each comment on an open PR."""
     for group in groups:
-        if only and group.name not in only:
-            continue
         kind, why = route(group)
         console.summary(f"{series.name}: {group.name}: {kind}: {why}")
         if group.comment:
             patches = [series.patches[n - 1] for n in group.numbers]
             print(comment_text(group, patches, repository), flush=True)
-    for line in upstream_prs.summary(series.path.parent, [g for g in groups if not only or g.name in only]):
+    for line in upstream_prs.summary(series.path.parent, groups):
         console.summary(line)  # the upstream revisions each PR was rebased onto, or that it was not
 
 
@@ -236,9 +234,10 @@ def _export_history(request: ExportRequest, workspace: Workspace, author: str, c
     known = set()
     for series, groups in targets.series_groups(key, workspace.pins, workspace.patches_dir):
         known |= {group.name for group in groups}
-        _routes(series, groups, only, next(pin.repository for pin in workspace.pins.for_key(key)), console)
+        asked = [group for group in groups if not only or group.name in only]
+        _routes(series, asked, next(pin.repository for pin in workspace.pins.for_key(key)), console)
         by_onto: dict[str, list[Group]] = {}
-        for group in (group for group in groups if not only or group.name in only):
+        for group in asked:
             if group.onto:
                 by_onto.setdefault(group.onto, []).append(group)
             elif not group.carried and not group.comment:
@@ -258,10 +257,10 @@ def _export_history(request: ExportRequest, workspace: Workspace, author: str, c
             for group in members:
                 patches = [series.patches[n - 1] for n in group.numbers]
                 commit = targets.upstream_commit(patches)
-                if commit and targets.has_commit(checkout, commit) and gitops.is_ancestor(checkout, commit, base):
+                if commit and gitops.is_ancestor(checkout, commit, base):  # False where the commit is absent
                     console.summary(f"{series.name}: {ref} has upstream's commit {commit} already: no {group.name} PR")
                     continue
-                if commit and not targets.has_commit(checkout, commit):
+                if commit and gitops.commit_of(checkout, commit) is None:
                     console.warn(
                         f"{display_path(checkout)} lacks upstream's commit {commit} ({group.name}): fetch "
                         "upstream's main; not made"
@@ -296,7 +295,7 @@ def export_pr(request: ExportRequest, workspace: Workspace, console: Console) ->
     groups = load_groups(series.path.parent, len(series.patches))
     only = request.only_groups
     wanted = list(groups) if not only else [chain(groups, name)[-1] for name in dict.fromkeys(only)]
-    _routes(series, wanted, (), pin.repository, console)
+    _routes(series, wanted, pin.repository, console)
     chosen = _select_patches(series.patches, pin, console)
     sendable = []
     for group in wanted:

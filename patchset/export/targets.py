@@ -28,10 +28,6 @@ def find_branch(checkout: Path, name: str) -> tuple[str, str] | None:
     return None
 
 
-def has_commit(checkout: Path, commit: str) -> bool:
-    return gitops.commit_of(checkout, commit) is not None
-
-
 def version_at(checkout: Path, commit: str, key: str) -> str:
     """The version the tree of ``commit`` declares ("" when it declares none)."""
     text = gitops.git_value(checkout, "show", f"{commit}:{UPSTREAMS[key].version_file}") or ""
@@ -86,6 +82,6 @@ def has_history(checkout: Path, key: str, pins: Pins, patches_dir: Path) -> bool
     for series, groups in series_groups(key, pins, patches_dir):
         for group in groups:
             commit = upstream_commit([series.patches[number - 1] for number in group.numbers])
-            if commit and has_commit(checkout, commit):
+            if commit and gitops.commit_of(checkout, commit):
                 return True
     return False
