@@ -114,12 +114,7 @@ def run_teeth(gating: Gating, pin: Pin, tree: WorkTree, selection: str, console:
     records = gating.records
     memo = gate_record.gate_key("teeth", [tree.path], gating.python, [selection], _teeth_code()) if records else None
     if records and (earlier := gate_record.recall(records, memo)):
-        return Teeth(
-            selection,
-            True,
-            f"{earlier.summary}; the same gate passed on exactly this content at "
-            f"{earlier.recorded}: not run again (--rerun-gates runs it)",
-        )
+        return Teeth(selection, True, earlier.summary + gate_record.reused(earlier.recorded))
     console.step(f"Running the fix's regression tests on the branch (tests/regression -k {selection!r})")
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("teeth")) as tmp:
         run = regression.SuiteRun(

@@ -26,6 +26,11 @@ class Passed:
     recorded: str
 
 
+def reused(recorded: str) -> str:
+    """What a gate's summary adds when its pass was recalled, not run."""
+    return f"; the same gate passed on exactly this content at {recorded}: not run again (--rerun-gates runs it)"
+
+
 def _clean_tree_sha(tree: Path) -> str | None:
     """The git tree ``tree``'s HEAD holds, if the work tree is exactly that (nothing changed, nothing untracked)."""
     top = git_value(tree, "rev-parse", "--show-toplevel")

@@ -80,7 +80,7 @@ class LintResult:
         text = f"{counts['Passed']} passed, {counts['Failed']} failed"
         if skipped:
             text += f", {len(skipped)} skipped: no changed file they check ({'; '.join(skipped)})"
-        return text + (_reused(self.recorded) if self.recorded else "")
+        return text + (gate_record.reused(self.recorded) if self.recorded else "")
 
 
 _HOOK_LINE = re.compile(r"^(?P<name>.+?)\.{3,}(?:\([^)]*\))?(?P<status>Passed|Failed|Skipped)$")
@@ -118,10 +118,6 @@ def _run(command: Sequence[str], tree: Path, env: dict[str, str]) -> subprocess.
     """A gate's tool in ``tree`` with ``env``, reading nothing; its output and errors together, as a user sees them."""
     streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
     return subprocess.run(list(command), cwd=tree, env=env, text=True, check=False, **streams)  # type: ignore[call-overload]
-
-
-def _reused(recorded: str) -> str:
-    return f"; the same gate passed on exactly this content at {recorded}: not run again (--rerun-gates runs it)"
 
 
 def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: Path | None = None) -> LintResult:
@@ -193,7 +189,7 @@ def run_tests(
     trees = [tree, *(path for path in pythonpath if path != tree)]
     memo = gate_record.gate_key("tests", trees, python, command[1:], GATE_CODE) if records else None
     if records and (earlier := gate_record.recall(records, memo)):
-        return True, earlier.summary + _reused(earlier.recorded), earlier.output
+        return True, earlier.summary + gate_record.reused(earlier.recorded), earlier.output
     proc = _run(command, tree, tool_env(python, pythonpath if importable is None else importable, project=False))
     summary = next(
         (m["text"] for line in reversed(proc.stdout.splitlines()) if (m := _PYTEST_SUMMARY.match(line.strip()))),
