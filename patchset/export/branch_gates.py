@@ -71,7 +71,8 @@ def run_gates(
     upstream, not_run = list(chosen.run), list(chosen.not_run)
     # which upstream files cannot be imported here (on the release either) is remembered like a pass: the same
     # content gives the same answer, so a second run neither probes again nor runs the first, failing, attempt
-    memo = pr_gates.gaps_key(tree.path, [test.path for test in upstream], python, pythonpath, tree.release, records)
+    inputs = [tree.release, *(test.path for test in upstream)]
+    memo = gate_record.gate_key("import gaps", pythonpath, python, inputs, pr_gates.GATE_CODE) if records else None
     known = gate_record.recall(records, memo) if records else None
     gaps: dict[str, str] = json.loads(known.summary) if known else {}
     for attempt in range(2):  # once more without the files that cannot be imported here

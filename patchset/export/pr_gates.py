@@ -200,16 +200,6 @@ def run_tests(
     return proc.returncode == 0, summary, proc.stdout
 
 
-def gaps_key(
-    tree: Path, files: Sequence[str], python: Path, pythonpath: Sequence[Path], release: str, records: Path | None
-) -> str | None:
-    """The key under which the upstream test ``files`` that cannot be imported here are remembered, or None."""
-    if records is None:
-        return None
-    trees = [tree, *(path for path in pythonpath if path != tree)]
-    return gate_record.gate_key("import gaps", trees, python, [release, *files], GATE_CODE)
-
-
 def collect_tests(tree: Path, files: Sequence[str], python: Path, importable: Sequence[Path]) -> str:
     """pytest's output collecting ``files`` in ``tree`` (nothing runs): which cannot even be imported."""
     command = [str(python), "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-o", "addopts=", *files]
