@@ -116,7 +116,7 @@ def cmd_checkout(args: argparse.Namespace, console: Console) -> int:
         console.step(f"Making a maintainer checkout of {pin.label} in {display_path(dest)}")
         names = [patch.name for patch in series.patches]
         files = checkout_files(patches_dir, patches_dir / pin.series, names)
-        make_checkout(pin, vanilla, list(zip(names, files, strict=True)), dest, console, force=args.force)
+        make_checkout(pin, vanilla, list(zip(names, files, strict=True)), dest, console)
     count = len(series.patches)
     console.summary(
         f"{pin.label}: {display_path(dest)}, branch {BRANCH} = {pin.tag} + {count} patch{'es' if count != 1 else ''}; "

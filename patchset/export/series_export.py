@@ -164,10 +164,8 @@ def refuse_existing(dest: Path, *, force: bool) -> None:
         )
 
 
-def make_checkout(
-    pin: Pin, vanilla: Path, patches: Sequence[tuple[str, Path]], dest: Path, console: Console, *, force: bool = False
-) -> Path:
-    """Clone ``vanilla`` into ``dest`` and commit each of ``patches`` ((series entry, its file)) on ``BRANCH``."""
+def make_checkout(pin: Pin, vanilla: Path, patches: Sequence[tuple[str, Path]], dest: Path, console: Console) -> None:
+    """Clone ``vanilla`` over ``dest`` and commit each of ``patches`` ((series entry, its file)) on ``BRANCH``."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tempdirs.sweep(dest.parent)  # what killed checkouts left beside it
     tmp = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("checkout", hidden=True), dir=dest.parent))
@@ -199,7 +197,6 @@ def make_checkout(
         os.replace(tree, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return dest
 
 
 # --- exporting --------------------------------------------------------------------------------------------
