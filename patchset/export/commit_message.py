@@ -42,11 +42,8 @@ def upstream_paragraphs(body: str) -> list[str]:
         lines: list[str] = []
         dropping = False
         for line in paragraph.splitlines():
-            if line[:1].isspace():
-                if not dropping:
-                    lines.append(line)
-                continue
-            dropping = bool(_DEP3_LINE.match(line))
+            if not line[:1].isspace():  # a field's first line; a continuation goes where its field goes
+                dropping = bool(_DEP3_LINE.match(line))
             if not dropping:
                 lines.append(line)
         if lines:
