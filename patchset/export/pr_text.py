@@ -141,11 +141,10 @@ def _test_diffs(patches: Sequence[Patch]) -> list[str]:
         text = patch.text
         signature = text.rfind("\n-- \n")  # git format-patch's closing "-- " and git version
         text = text[: signature + 1] if signature != -1 else text
-        starts = [m.start() for m in _DIFF.finditer(text)]
-        for begin, end in zip(starts, [*starts[1:], len(text)], strict=True):
-            match = _DIFF.match(text, begin)
-            if match is not None and match["path"].startswith("tests/"):
-                found.append(text[begin:end].rstrip("\n"))
+        files = list(_DIFF.finditer(text))
+        for match, end in zip(files, [*(m.start() for m in files[1:]), len(text)], strict=True):
+            if match["path"].startswith("tests/"):
+                found.append(text[match.start() : end].rstrip("\n"))
     return found
 
 
