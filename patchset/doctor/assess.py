@@ -12,13 +12,15 @@ import importlib.metadata
 import json
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from patchset.apply.plan import Action, plan_series
 from patchset.doctor.compose import Shape, get, shape
-from patchset.series.model import Patch, load_series
+from patchset.plumbing import patchtext, tempdirs
+from patchset.series.model import Patch, load_series, read_patch
 from patchset.series.parts import read_parts, slug_of
 from patchset.upstreams.pins import at_least
 
@@ -67,8 +69,20 @@ class Upstream:
 
 def applied(upstream: Upstream, patches: tuple[Patch, ...]) -> set[str]:
     """The patches the imported tree holds, by content: apply's own check of a series on a tree (it reads the tree
-    only, and finds each patch also where later patches changed its lines)."""
-    steps = plan_series(upstream.root, patches, version=upstream.version)
+    only, and finds each patch also where later patches changed its lines). Each patch is judged on its package's
+    files only: a release installed from a wheel has no ``tests/``, which most patches also change."""
+    package = f"{upstream.package}/"
+    with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("doctor")) as tmp:
+        installed = []
+        for patch in patches:
+            text = patchtext.only_paths(patch.text, lambda path: path.startswith(package))
+            if not patchtext.patch_paths(text):
+                continue  # upstream's tests only: nothing a release installs
+            if text != patch.text:
+                (Path(tmp) / patch.name).write_bytes(text.encode("utf-8", "surrogateescape"))
+                patch = read_patch(Path(tmp) / patch.name)
+            installed.append(patch)
+        steps = plan_series(upstream.root, installed, version=upstream.version)
     return {step.patch.name for step in steps if step.action is Action.NOTHING}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 _DIFF_GIT = re.compile(r"^diff --git (?P<rest>.+)$")
@@ -90,6 +91,13 @@ def patch_paths(text: str) -> list[str]:
         for name in names:
             seen.setdefault(name, None)
     return list(seen)
+
+
+def only_paths(text: str, keep: Callable[[str], bool]) -> str:
+    """``text`` with only the files whose every path ``keep`` accepts: what of a patch a release installs (its
+    package, not upstream's ``tests/``). The message before the first file stays as it is."""
+    head, *sections = re.split(r"(?m)^(?=diff --git )", text)
+    return head + "".join(section for section in sections if all(map(keep, patch_paths(section))))
 
 
 def cut_short(raw: bytes, files_read: int) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -126,3 +127,15 @@ def test_doctor_sees_the_overlay_where_the_interpreter_starts_it(tmp_path: Path)
     result = doctor("vanilla", CRITIC, first=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout)["losses"][-1]["fix"] == "overlay"
+
+
+def test_doctor_sees_the_fix_in_a_patched_release_installed_without_its_tests(tmp_path: Path) -> None:
+    """A patched wheel installs the package, not upstream's tests/, which most patches also change: the patched verl
+    package alone (as site-packages holds it) still reads as fixed. Without the package-only check it read as not."""
+    package = TREES["patched"] / "verl-0.8.0" / "verl"
+    if not package.is_dir():
+        pytest.skip(f"no patched verl 0.8.0 under {TREES['patched']} (scripts/apply.sh makes it)")
+    shutil.copytree(package, tmp_path / "site" / "verl", ignore=shutil.ignore_patterns("__pycache__"))
+    result = doctor("vanilla", CRITIC, first=tmp_path / "site")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout)["losses"][-1]["fix"] == "patched tree"
