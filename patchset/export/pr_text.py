@@ -7,6 +7,7 @@ import re
 from collections.abc import Sequence
 
 from patchset.export.pr_gates import Gates
+from patchset.plumbing import patchtext
 from patchset.series.groups import COMMENT_SUFFIX, Group
 from patchset.series.model import Patch
 from patchset.upstreams.pr_template import PrParts, split_sections
@@ -114,9 +115,6 @@ def pr_body(
     return template(parts)
 
 
-_DIFF = re.compile(r"^diff --git a/(?P<path>\S+) ", re.MULTILINE)
-
-
 def route(group: Group) -> tuple[str, str]:
     """(what export-pr makes of ``group``, why): "PR", "comment", "held" or "carried"."""
     if group.carried:
@@ -141,10 +139,8 @@ def _test_diffs(patches: Sequence[Patch]) -> list[str]:
         text = patch.text
         signature = text.rfind("\n-- \n")  # git format-patch's closing "-- " and git version
         text = text[: signature + 1] if signature != -1 else text
-        files = list(_DIFF.finditer(text))
-        for match, end in zip(files, [*(m.start() for m in files[1:]), len(text)], strict=True):
-            if match["path"].startswith("tests/"):
-                found.append(text[match.start() : end].rstrip("\n"))
+        files = patchtext.split_files(text)[1]
+        found += [diff.rstrip("\n") for diff in files if patchtext.patch_paths(diff)[0].startswith("tests/")]
     return found
 
 

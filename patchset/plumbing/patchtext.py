@@ -93,10 +93,17 @@ def patch_paths(text: str) -> list[str]:
     return list(seen)
 
 
+def split_files(text: str) -> tuple[str, list[str]]:
+    """The message before a patch's first file, and each file's diff as the text has it (the last one ends with
+    whatever follows it, such as format-patch's signature)."""
+    head, *sections = re.split(r"(?m)^(?=diff --git )", text)
+    return head, sections
+
+
 def only_paths(text: str, keep: Callable[[str], bool]) -> str:
     """``text`` with only the files whose every path ``keep`` accepts: what of a patch a release installs (its
     package, not upstream's ``tests/``). The message before the first file stays as it is."""
-    head, *sections = re.split(r"(?m)^(?=diff --git )", text)
+    head, sections = split_files(text)
     return head + "".join(section for section in sections if all(map(keep, patch_paths(section))))
 
 
