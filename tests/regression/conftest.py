@@ -33,7 +33,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,7 +51,8 @@ if str(REPO_ROOT / "tests") not in sys.path:
     sys.path.append(str(REPO_ROOT / "tests"))
 
 from patchset.plumbing import bounded, children  # noqa: E402
-from patchset.testenv.regression import BASELINE_DONE_FILE, WARM_SERVER_VARIABLE  # noqa: E402
+from patchset.testenv import suite_forks  # noqa: E402
+from patchset.testenv.regression import BASELINE_DONE_FILE, WARM_SERVER_VARIABLE, suite_limit  # noqa: E402
 
 EXPECTATIONS = ("fixed", "bug")
 # Parameters that only vary the batch's shape: how it is cut into micro-batches and over how many ranks. With
@@ -253,6 +256,27 @@ def expect() -> str:
     if value not in EXPECTATIONS:
         pytest.skip("regression tests need PATCHSET_EXPECT=fixed|bug (run them through scripts/test.sh)")
     return value
+
+
+UpstreamPytest = Callable[[Path, Sequence[Path], Sequence[str]], tuple[int, str]]
+
+
+@pytest.fixture(scope="session")
+def upstream_pytest() -> UpstreamPytest:
+    """Run upstream-style test files as upstream runs them (``python -m pytest`` in a tree, with given trees on
+    PYTHONPATH, no xdist): forked by the test command's suite fork server where this run has one (a fresh interpreter
+    importing torch costs 6 to 10 CPU-s), else a fresh interpreter. Returns the exit status and the output."""
+
+    def run(cwd: Path, pythonpath: Sequence[Path], files: Sequence[str]) -> tuple[int, str]:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(path) for path in pythonpath)}
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", *files]
+        with tempfile.TemporaryFile("w+", encoding="utf-8") as output:
+            launch = suite_forks.launcher(Path(sys.executable), env)
+            code = bounded.run_bounded(command, f"upstream tests in {cwd}", suite_limit(), cwd, env, output, launch)
+            output.seek(0)
+            return code, output.read()
+
+    return run
 
 
 @pytest.fixture(scope="session")

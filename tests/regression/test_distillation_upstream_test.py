@@ -8,22 +8,21 @@ on the patched trees (0.8.0 with 0002, 0.9.x with upstream's fix) it runs with t
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from conftest import UpstreamPytest
 
 UPSTREAM_TEST = "tests/workers/test_distillation_loss_global_normalization_on_cpu.py"
 CASES = 40  # every loss_agg_mode, both branches, a first call and a later mini-batch
 
 
-def test_distillation_fix_has_a_passing_test_in_verl_tree(verl_distillation_tree: Path, expect: str) -> None:
+def test_distillation_fix_has_a_passing_test_in_verl_tree(
+    verl_distillation_tree: Path, expect: str, upstream_pytest: UpstreamPytest
+) -> None:
     path = verl_distillation_tree / UPSTREAM_TEST
     if expect == "bug":
         assert not path.is_file(), f"vanilla {verl_distillation_tree} already has {UPSTREAM_TEST}"
         return
     assert path.is_file(), f"{verl_distillation_tree} lacks {UPSTREAM_TEST}, which verl 0006 adds"
-    env = {**os.environ, "PYTHONPATH": str(verl_distillation_tree)}  # the child imports the tree under test
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", UPSTREAM_TEST]
-    run = subprocess.run(command, cwd=verl_distillation_tree, env=env, capture_output=True, text=True, check=False)
-    assert run.returncode == 0 and f"{CASES} passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
+    code, output = upstream_pytest(verl_distillation_tree, (verl_distillation_tree,), [UPSTREAM_TEST])
+    assert code == 0 and f"{CASES} passed" in output, output[-5000:]

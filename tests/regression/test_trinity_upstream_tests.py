@@ -9,10 +9,9 @@ actors' (named so) and the algorithms'; beside verl >= 0.8 every file runs, and 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+from conftest import UpstreamPytest
 
 from patchset.series.model import load_series
 
@@ -29,13 +28,7 @@ def _series_tests(legacy: bool) -> list[str]:
     return sorted(tests)
 
 
-def _run(tree: Path, verl: Path, tests: list[str]) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(tree), str(verl)))}  # the child imports the trees
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", *tests]
-    return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=False)
-
-
-def _check(tree: Path, verl: Path, expect: str, legacy: bool) -> None:
+def _check(tree: Path, verl: Path, expect: str, legacy: bool, upstream_pytest: UpstreamPytest) -> None:
     tests = _series_tests(legacy)
     assert tests, "the Trinity series touches no *_test.py file"
     present = [test for test in tests if (tree / test).is_file()]
@@ -43,15 +36,17 @@ def _check(tree: Path, verl: Path, expect: str, legacy: bool) -> None:
         assert present == [], f"vanilla {tree} already has {present}"
         return
     assert present == tests, f"{tree} lacks {sorted(set(tests) - set(present))}, which the series adds"
-    run = _run(tree, verl, tests)
-    assert run.returncode == 0 and " passed" in run.stdout, run.stdout[-3000:] + run.stderr[-2000:]
+    code, output = upstream_pytest(tree, (tree, verl), tests)
+    assert code == 0 and " passed" in output, output[-5000:]
 
 
-def test_the_series_own_tests_pass_on_the_engine_path(trinity_tree: Path, verl_on_path: Path, expect: str) -> None:
-    _check(trinity_tree, verl_on_path, expect, legacy=False)
+def test_the_series_own_tests_pass_on_the_engine_path(
+    trinity_tree: Path, verl_on_path: Path, expect: str, upstream_pytest: UpstreamPytest
+) -> None:
+    _check(trinity_tree, verl_on_path, expect, False, upstream_pytest)
 
 
 def test_the_series_own_tests_pass_on_the_legacy_path(
-    trinity_legacy_tree: Path, verl_on_path: Path, expect: str
+    trinity_legacy_tree: Path, verl_on_path: Path, expect: str, upstream_pytest: UpstreamPytest
 ) -> None:
-    _check(trinity_legacy_tree, verl_on_path, expect, legacy=True)
+    _check(trinity_legacy_tree, verl_on_path, expect, True, upstream_pytest)
