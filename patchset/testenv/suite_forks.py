@@ -1,7 +1,8 @@
 """The client of the suite fork server (`patchset.testenv.suite_fork_server`): `launcher` lets `run_bounded` start
-``python -m pytest ...`` of the pinned venv as a fork of the server named in ``SOCKET_VARIABLE`` (the test command
-names it for the steps that run the suite), without importing torch and the rest again; elsewhere, a fresh
-interpreter, as before. Why it is kept: docs/testing.md (about 100 CPU-s a test command).
+``python -m MODULE ...`` of the pinned venv (the suite's pytest, upstream's tests, ``patchset doctor``) as a fork of
+the server named in ``SOCKET_VARIABLE`` (the test command names it for the steps that run the suite and the tooling
+tests), without importing torch and the rest again; elsewhere, a fresh interpreter, as before. Why it is kept:
+docs/testing.md (about 100 CPU-s a test command).
 """
 
 from __future__ import annotations
@@ -73,22 +74,27 @@ def module_list_name(lock: Path, modules: Sequence[str]) -> str:
 
 
 def launcher(python: Path, environ: Mapping[str, str] | None = None) -> Launch | None:
-    """How to start ``python -m pytest ...`` as a fork of the suite fork server named in ``SOCKET_VARIABLE`` (None
+    """How to start ``python -m MODULE ...`` as a fork of the suite fork server named in ``SOCKET_VARIABLE`` (None
     where none is named). The launch returns None, leaving the run to a fresh interpreter, for another command or
-    where the server cannot be reached."""
+    where the server cannot be reached. A fork skips the interpreter's start-up (``.pth`` files, sitecustomize): not
+    for a run that tests it."""
     address = (os.environ if environ is None else environ).get(SOCKET_VARIABLE)
     if not address:
         return None
 
     def launch(
-        command: Sequence[str], cwd: Path | None, env: Mapping[str, str], output: TextIO | None
+        command: Sequence[str],
+        cwd: Path | None,
+        env: Mapping[str, str],
+        output: TextIO | None,
+        errors: TextIO | None = None,
     ) -> ForkedRun | None:
-        if list(command[:3]) != [str(python), "-m", "pytest"]:
+        if len(command) < 3 or list(command[:2]) != [str(python), "-m"]:
             return None
         connection = _connect(address, scaled(SOCKET_LIMIT_S))
         if connection is None:
             return _fresh(address, "it did not answer")
-        answer = _started(connection, command, cwd, env, output)
+        answer = _started(connection, command, cwd, env, output, errors)
         if isinstance(answer, str):
             connection.close()
             return _fresh(address, answer)
@@ -103,18 +109,26 @@ def _fresh(address: str, why: str) -> None:
 
 
 def _started(
-    connection: socket.socket, command: Sequence[str], cwd: Path | None, env: Mapping[str, str], output: TextIO | None
+    connection: socket.socket,
+    command: Sequence[str],
+    cwd: Path | None,
+    env: Mapping[str, str],
+    output: TextIO | None,
+    errors: TextIO | None,
 ) -> int | str:
-    """Ask the server on ``connection`` to fork ``command``; the run's pid, or why not: the server declined it (its
-    thread settings differ), ended, or did not answer within `READY_LIMIT_S`."""
+    """Ask the server on ``connection`` to fork ``command``, its standard output to ``output`` and its errors to
+    ``errors`` (default: ``output``); the run's pid, or why not: the server declined it (its thread settings differ),
+    ended, or did not answer within `READY_LIMIT_S`."""
     # where no output is given, the run writes where a fresh interpreter would: to file descriptors 1 and 2, whatever
     # sys.stdout is here (pytest's capture has no file descriptor)
-    streams = [output.fileno()] * 2 if output is not None else [1, 2]
-    request = {"module": "pytest", "argv": list(command[3:]), "cwd": str(cwd or os.getcwd()), "env": dict(env)}
+    errors = errors or output
+    streams = [output.fileno() if output else 1, errors.fileno() if errors else 2]
+    request = {"module": command[2], "argv": list(command[3:]), "cwd": str(cwd or os.getcwd()), "env": dict(env)}
     sys.stdout.flush()
     sys.stderr.flush()
-    if output is not None:
-        output.flush()
+    for stream in (output, errors):
+        if stream is not None:
+            stream.flush()
     connection.settimeout(scaled(READY_LIMIT_S))
     try:
         socket.send_fds(connection, [json.dumps(request).encode()], streams)

@@ -12,10 +12,12 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from patchset.testenv import suite_forks
 from patchset.upstreams.fetch import resolve_cache
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +62,17 @@ def doctor(tree: str, launch: list[str], first: Path | None = None) -> subproces
     path = [*([first] if first else []), *trees, REPO_ROOT]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
     command = [sys.executable, "-m", "patchset", "doctor", "--json", "--", *launch]
-    return subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    # forked by the test command's suite fork server where it has one (a fresh interpreter loading Trinity's config
+    # costs 8 CPU-s); a fresh one where ``first`` may hold start-up files (sitecustomize, .pth), which a fork skips
+    fork = suite_forks.launcher(Path(sys.executable)) if first is None else None
+    with tempfile.TemporaryFile("w+") as output, tempfile.TemporaryFile("w+") as errors:
+        run = fork(command, REPO_ROOT, env, output, errors) if fork else None
+        if run is None:
+            return subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+        code = run.wait(timeout=120)
+        output.seek(0)
+        errors.seek(0)
+        return subprocess.CompletedProcess(command, code, output.read(), errors.read())
 
 
 @pytest.mark.parametrize(

@@ -112,6 +112,22 @@ def test_a_run_given_no_output_writes_to_the_file_descriptors_a_fresh_interprete
     assert found["parent"] == server.process.pid
 
 
+def test_a_forked_module_other_than_pytest_writes_its_output_and_errors_apart(server, tmp_path: Path):
+    (tmp_path / "speaker.py").write_text("import os, sys\nprint(os.getppid())\nsys.exit('said on stderr')\n")
+    launch = suite_forks.launcher(PYTHON, {SOCKET_VARIABLE: server.address})
+    env = {**ENVIRON, "PYTHONPATH": str(tmp_path)}
+    with (tmp_path / "out.txt").open("w+") as output, (tmp_path / "err.txt").open("w+") as errors:
+        run = launch([str(PYTHON), "-m", "speaker"], tmp_path, env, output, errors)
+        code = run.wait(timeout=60)
+        output.seek(0)
+        errors.seek(0)
+        printed, said = output.read(), errors.read()
+
+    assert code == 1
+    assert printed == f"{server.process.pid}\n"  # a fork of the server
+    assert said == "said on stderr\n"
+
+
 def test_a_forked_run_exits_as_pytest_does(server, tmp_path: Path):
     with (tmp_path / "out.txt").open("w+") as output:
         code, _ = _run(server, tmp_path, output, SUITE_FORKS_FAIL="1")
