@@ -14,6 +14,7 @@ from pathlib import Path
 from patchset.export.branch_gates import Gating, WorkTree, run_gates, run_teeth
 from patchset.export.commit_message import upstream_patch_text
 from patchset.export.pr_gates import Gates
+from patchset.export.series_export import patch_slug
 from patchset.plumbing import gitops, tempdirs
 from patchset.plumbing.errors import BadInput, DoesNotApply
 from patchset.plumbing.gitops import git_text
@@ -23,16 +24,12 @@ from patchset.series.model import Patch, read_patch
 from patchset.upstreams.pins import Pin
 
 BRANCH_PREFIX = "patchset/"
-_SLUG = re.compile(r"^\d{4}-(?P<slug>.+)\.patch$")
 
 
-def branch_name(series: str, patches: Sequence[Patch], group: Group | None = None) -> str:
+def branch_name(series: str, patches: Sequence[Patch], group: Group) -> str:
     """``patchset/<series>-<group>`` from a groups file, else ``patchset/<series>-<slug of the first patch>``."""
-    if group is not None and not group.name.startswith("patch-"):
-        return f"{BRANCH_PREFIX}{series}-{group.name}"
-    match = _SLUG.match(patches[0].name)
-    slug = match["slug"] if match else re.sub(r"[^a-z0-9]+", "-", patches[0].name.lower()).strip("-")
-    return f"{BRANCH_PREFIX}{series}-{slug}"
+    name = patch_slug(patches[0].name) if group.name.startswith("patch-") else group.name
+    return f"{BRANCH_PREFIX}{series}-{name}"
 
 
 def _committer_env(author: str) -> dict[str, str]:

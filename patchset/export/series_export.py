@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from patchset.plumbing import gitops, tempdirs
+from patchset.plumbing import files, gitops, tempdirs
 from patchset.plumbing.errors import BadInput, DoesNotApply
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.groups import GROUPS_FILE, renumber_text
@@ -32,7 +32,7 @@ SERIES_HEADER = "# Applied in this order by scripts/apply.sh; one patch file nam
 _CONFIG_SERIES = "patchset.series"
 _CONFIG_TAG = "patchset.tag"
 
-# every configuration key known to change ``git format-patch`` output, at git's default (an older git ignores some)
+# keys known to change ``git format-patch`` output that no option below sets, at git's default (older gits ignore some)
 _FORMAT_CONFIG = {
     "core.abbrev": "auto",
     "core.attributesFile": "/dev/null",
@@ -48,21 +48,13 @@ _FORMAT_CONFIG = {
     "diff.renames": "true",
     "diff.srcPrefix": "a/",
     "diff.suppressBlankEmpty": "false",
-    "format.coverLetter": "false",
-    "format.encodeEmailHeaders": "true",
     "format.forceInBodyFrom": "false",
-    "format.from": "false",
     "format.noprefix": "false",
-    "format.notes": "false",
-    "format.signOff": "false",
-    "format.subjectPrefix": "PATCH",
     "format.suffix": ".patch",
-    "format.thread": "false",
-    "format.useAutoBase": "false",
     "i18n.logOutputEncoding": "UTF-8",
     "log.showSignature": "false",
 }
-# the house format plus the options that override the rest of format.* (--no-numbered: adding a patch rewrites no other)
+# the house format plus the options that override format.* (--no-numbered: adding a patch rewrites no other)
 _FORMAT_OPTIONS = (
     "--zero-commit",
     "--full-index",
@@ -294,8 +286,8 @@ def new_slug(subject: str) -> str:
     return slug[:_SLUG_MAX].strip("-") or "patch"
 
 
-def _slug_of_name(name: str) -> str:
-    """The part of an existing patch name after its number (``0001-trainer-x.patch`` -> ``trainer-x``)."""
+def patch_slug(name: str) -> str:
+    """The part of a patch name after its number (``0001-trainer-x.patch`` -> ``trainer-x``), made a slug if need be."""
     if match := PATCH_NAME.match(name):
         return match["slug"]
     stem = re.sub(r"^\d+-", "", PurePosixPath(name).name.removesuffix(".patch"))
@@ -306,18 +298,16 @@ def assign_names(
     exported: Sequence[tuple[str | None, str]], old_entries: Sequence[str]
 ) -> list[tuple[str, str | None]]:
     """(file name, the old entry it continues or None) for each exported (trailer or None, subject), in order."""
-    slugs = [_slug_of_name(named) if named is not None else new_slug(subject) for named, subject in exported]
+    slugs = [patch_slug(named) if named is not None else new_slug(subject) for named, subject in exported]
     source: list[str | None] = [named if named in old_entries else None for named, _ in exported]
-    claimed: set[str] = set()
+    claimed: set[str | None] = {None}
     for i, old in enumerate(source):  # the first patch that names an entry continues it
-        if old is not None and old in claimed:
-            source[i] = None
-        claimed.update([old] if old is not None else [])
+        source[i] = None if old in claimed else old
+        claimed.add(old)
     for i, slug in enumerate(slugs):
         if source[i] is None:
-            old = next((e for e in old_entries if e not in claimed and _slug_of_name(e) == slug), None)
-            source[i] = old
-            claimed.update([old] if old is not None else [])
+            source[i] = next((e for e in old_entries if e not in claimed and patch_slug(e) == slug), None)
+            claimed.add(source[i])
     names: list[tuple[str, str | None]] = []
     taken: set[str] = set()
     for i, slug in enumerate(slugs):
@@ -327,11 +317,6 @@ def assign_names(
         taken.add(name)
         names.append((name, source[i]))
     return names
-
-
-def _series_entries(lines: Sequence[str], folder: Path) -> list[str]:
-    """The patch names a ``series`` file lists, each once, whether or not the file is there."""
-    return list(dict.fromkeys(entry.name for entry in parse_series(list(lines), folder)))
 
 
 def series_text(old_lines: Sequence[str] | None, names: Sequence[tuple[str, str | None]]) -> str:
@@ -350,13 +335,12 @@ def series_text(old_lines: Sequence[str] | None, names: Sequence[tuple[str, str 
     for number, line in enumerate(old_lines):
         if number not in entry_lines:
             out.append(line)
-            continue
-        if pending:
-            out.append(pending.pop(0))
-        if number == entry_lines[-1]:
-            out.extend(pending)
+        elif number == entry_lines[-1]:  # the last entry's place takes every name left
+            out += pending
             pending = []
-    out.extend(pending)
+        elif pending:
+            out.append(pending.pop(0))
+    out += pending
     return "".join(f"{line}\n" for line in out)
 
 
@@ -366,7 +350,7 @@ def plan_export(pin: Pin, checkout: Path, patches_dir: Path, console: Console) -
     folder = patches_dir / pin.series
     series_file = folder / "series"
     old_lines = series_file.read_text(encoding="utf-8").splitlines() if series_file.is_file() else None
-    old_entries = _series_entries(old_lines or [], folder)
+    old_entries = list(dict.fromkeys(entry.name for entry in parse_series(old_lines or [], folder)))  # each once
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("export")) as tmp:
         try:
             exported = format_patches(checkout, pin.tag, Path(tmp))
@@ -413,19 +397,13 @@ def plan_export(pin: Pin, checkout: Path, patches_dir: Path, console: Console) -
             if old is not None and old in old_entries:
                 moved[old_entries.index(old) + 1] = position
             else:
-                added.append((position, _slug_of_name(name)))
+                added.append((position, patch_slug(name)))
         old_groups = groups_file.read_bytes()
         new_groups = renumber_text(old_groups.decode("utf-8"), moved, added).encode("utf-8")
         if new_groups != old_groups:
             changes.append(Change("changed", GROUPS_FILE, groups_file, old_groups, new_groups))
     source = f"{pin.tag}..{BRANCH} of {display_path(checkout)}"
     return Export(folder=folder, names=tuple(name for name, _ in names), changes=tuple(changes), source=source)
-
-
-def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def write_export(export: Export) -> None:
@@ -435,14 +413,10 @@ def write_export(export: Export) -> None:
     ordered = sorted(export.changes, key=lambda change: change.name == "series")
     for change in ordered:
         if change.new is not None:
-            _write(change.path, change.new)
+            files.write_durably(change.path, change.new)
         replaced = change.old_name if change.kind == "renamed" else change.name if change.kind == "removed" else None
         if replaced is not None and replaced not in names and (export.folder / replaced).is_file():
             (export.folder / replaced).unlink()
-
-
-def _lines(data: bytes | None) -> list[str]:
-    return data.decode("utf-8", "surrogateescape").splitlines() if data else []
 
 
 def describe(change: Change) -> list[str]:
@@ -450,7 +424,7 @@ def describe(change: Change) -> list[str]:
     shown = display_path(change.path)
     if change.kind == "removed":
         return [f"{shown}: would be removed (no longer a commit on {BRANCH})"]
-    old, new = _lines(change.old), _lines(change.new)
+    old, new = (_decode(data).splitlines() if data else [] for data in (change.old, change.new))
     diff = list(difflib.unified_diff(old, new, n=0, lineterm=""))[2:]
     added = sum(1 for line in diff if line.startswith("+"))
     removed = sum(1 for line in diff if line.startswith("-"))
