@@ -10,20 +10,14 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
-from collections.abc import Sequence
+from argparse import ArgumentParser
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from patchset.cli.exits import INTERNAL_HELP
 from patchset.cli.options import add_common_options, workspace_from
 from patchset.cli.startup import Run, needs_command
-from patchset.export.series_export import (
-    BRANCH,
-    describe,
-    make_checkout,
-    plan_export,
-    refuse_existing,
-    write_export,
-)
+from patchset.export.series_export import BRANCH, describe, make_checkout, plan_export, refuse_existing, write_export
 from patchset.plumbing import cachelock
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_LOCKED, EXIT_OK, BadInput
 from patchset.plumbing.paths import REPO_ROOT
@@ -84,10 +78,8 @@ examples:
 def _pin(args: argparse.Namespace, workspace: Workspace) -> Pin:
     """An upstream key's default pin; for a series folder (verl-0.7), the newest release it targets."""
     pins = workspace.pins
-    of_series = sorted(
-        (p for p in pins.pins if p.series == args.upstream and p.target), key=lambda p: release_key(p.version)
-    )
-    pin = pins.default_for(args.upstream) or (of_series[-1] if of_series else None)
+    of_series = [p for p in pins.pins if p.series == args.upstream and p.target]
+    pin = pins.default_for(args.upstream) or max(of_series, key=lambda p: release_key(p.version), default=None)
     if pin is None:
         known = ", ".join(
             dict.fromkeys([*(p.key for p in pins.defaults()), *(p.series for p in pins.pins if p.target)])
@@ -211,16 +203,18 @@ def cmd_upstream_prs(args: argparse.Namespace, console: Console) -> int:
     return check_series(args.series, workspace.patches_dir, workspace.cache.root, workspace.pins, download=args.fetch)
 
 
-def _subcommand(
-    commands: argparse._SubParsersAction, name: str, help: str, description: str
-) -> argparse.ArgumentParser:
-    return commands.add_parser(
-        name,
-        help=help,
-        description=textwrap.dedent(description),
-        epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+Handler = Callable[[argparse.Namespace, Console], int]
+
+
+def _subcommand(commands: argparse._SubParsersAction, handler: Handler, help: str, description: str) -> ArgumentParser:
+    """The parser of the subcommand ``handler`` runs, named for it (``cmd_upstream_prs``: ``upstream-prs``)."""
+    name = handler.__name__.removeprefix("cmd_").replace("_", "-")
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = commands.add_parser(
+        name, help=help, description=textwrap.dedent(description), epilog=EXIT_CODES, formatter_class=formatter
     )
+    parser.set_defaults(handler=handler)
+    return parser
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
@@ -233,7 +227,7 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
 
     checkout = _subcommand(
         commands,
-        "checkout",
+        cmd_checkout,
         "make a git checkout holding the series as commits, to edit patches in",
         f"""\
             Clone the pinned vanilla checkout of UPSTREAM into DEST and commit each patch of its series with git am,
@@ -245,11 +239,10 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     checkout.add_argument("dest", nargs="?", metavar="DEST", help="where to make the checkout")
     checkout.add_argument("--force", action="store_true", help="replace DEST if it exists (its commits are lost)")
     add_common_options(checkout)
-    checkout.set_defaults(handler=cmd_checkout)
 
     export = _subcommand(
         commands,
-        "export",
+        cmd_export,
         "write the series from a maintainer checkout (--dry-run: fail if that would change anything)",
         f"""\
             Export the committed <tag>..{BRANCH} of CHECKOUT with git format-patch (byte-stable) into
@@ -266,11 +259,10 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         "change, be added or be removed, with a short diff",
     )
     add_common_options(export)
-    export.set_defaults(handler=cmd_export)
 
     lint = _subcommand(
         commands,
-        "lint",
+        cmd_lint,
         "check every series folder; one line per problem",
         """\
             Check every series folder: series and folder agree both ways (no missing, unlisted or duplicate
@@ -279,11 +271,10 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
             Applied-Upstream: when Forwarded: says it is upstream), and no added line ends in whitespace.""",
     )
     add_common_options(lint, cache=False)
-    lint.set_defaults(handler=cmd_lint)
 
     made = _subcommand(
         commands,
-        "history",
+        cmd_history,
         "write patches/history.json, every series ever landed, from the git history",
         """\
             Write patches/history.json (and, for the repository's own patches/, patchset_overlay/series.json) from
@@ -292,28 +283,25 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     )
     made.add_argument("--check", action="store_true", help="exit 1 when the file lacks a series; write nothing")
     add_common_options(made, cache=False)
-    made.set_defaults(handler=cmd_history)
 
     table = _subcommand(
         commands,
-        "tables",
+        cmd_tables,
         "print README.md's patch table and docs/loss-audit.md's table as the series' parts.toml make them",
         tables.__doc__ or "",
     )
     table.add_argument("--write", action="store_true", help="put them into their files, between the markers")
     table.add_argument("--check", action="store_true", help="exit 1 when a file's table differs")
-    table.set_defaults(handler=cmd_tables)
 
     prs = _subcommand(
         commands,
-        "upstream-prs",
+        cmd_upstream_prs,
         "check that each group's pr/<group>.upstream.patch applies to upstream's newest files read",
         "Apply each group's pr/<group>.upstream.patch to the upstream file revisions it names; one line per group.",
     )
     prs.add_argument("series", nargs="?", default="trinity", help="series folder of patches/ (default: trinity)")
     prs.add_argument("--fetch", action="store_true", help="download the commits' files that are absent")
     add_common_options(prs)
-    prs.set_defaults(handler=cmd_upstream_prs)
     subcommands = commands.choices  # each subcommand's parser, by name
 
     def parse(line: Sequence[str]) -> argparse.Namespace:
