@@ -89,13 +89,13 @@ def run_gates(
         passed, summary, output = pr_gates.run_tests(tree.path, files, python, pythonpath, records, importable)
         if passed or gaps or attempt:
             break
-        gaps = _import_gaps(gating, pin, tree, upstream, output, importable)
+        gaps = _import_gaps(gating, pin, tree, [test.path for test in upstream], output, importable)
         if not gaps:
             break
         if records:
             gate_record.remember(records, memo, json.dumps(gaps), "")
     if not passed and upstream:
-        on_release = _fail_on_release(gating, tree, upstream, changed, output, importable)
+        on_release = _fail_on_release(gating, tree, [test.path for test in upstream], changed, output, importable)
         if on_release:
             passed = True
             summary += f"; every failure also fails on vanilla {pin.tag}, run the same way: {', '.join(on_release)}"
@@ -165,17 +165,12 @@ def _release_tree(tree: WorkTree, importable: Sequence[Path]) -> Iterator[tuple[
 
 
 def _fail_on_release(
-    gating: Gating,
-    tree: WorkTree,
-    upstream: Sequence[test_selection.Selected],
-    changed: Sequence[str],
-    output: str,
-    importable: Sequence[Path],
+    gating: Gating, tree: WorkTree, files: list[str], changed: Sequence[str], output: str, importable: Sequence[Path]
 ) -> list[str]:
-    """The branch's test failures when every one is of a test it does not change that fails on the release too, run
-    the same way (order matters: verl 0.7.1's ``test_algo_config_on_cpu.py`` fails after ``test_core_algos``)."""
+    """The branch's failures of upstream's test ``files`` when every one is of a test it does not change that fails
+    on the release too, run the same way (order matters: verl 0.7.1's ``test_algo_config_on_cpu.py`` fails after
+    ``test_core_algos``)."""
     failed = _failed_tests(output)
-    files = [test.path for test in upstream]  # as the release has them, those the branch changes too
     if not failed or any(test.split("::")[0] not in files or test.split("::")[0] in changed for test in failed):
         return []
     with _release_tree(tree, importable) as (vanilla, paths):
@@ -184,15 +179,9 @@ def _fail_on_release(
 
 
 def _import_gaps(
-    gating: Gating,
-    pin: Pin,
-    tree: WorkTree,
-    upstream: Sequence[test_selection.Selected],
-    output: str,
-    importable: Sequence[Path],
+    gating: Gating, pin: Pin, tree: WorkTree, files: list[str], output: str, importable: Sequence[Path]
 ) -> dict[str, str]:
-    """{upstream test file: why} for those that import a module the test venv lacks, on the release too."""
-    files = [test.path for test in upstream]
+    """{upstream test file of ``files``: why} for those that import a module the test venv lacks, on the release too."""
     gaps = test_selection.import_gaps(output, files)
     env = pr_gates.tool_env(gating.python, importable, project=False)
     absent = test_selection.missing_modules(gating.python, {name.split(".")[0] for name in gaps.values()}, env)

@@ -19,35 +19,26 @@ _DEP3_LINE = re.compile(
 _PROJECT_PARAGRAPH = re.compile(r"^(Why this patch\b|Drop (it|this patch)\b)", re.IGNORECASE)
 
 
-def _paragraphs(text: str) -> list[str]:
-    return [p.strip("\n") for p in re.split(r"\n\s*\n", text) if p.strip()]
-
-
-def _field_block(paragraph: str) -> bool:
-    """True for a paragraph of ``Name: value`` lines (continuations indented) holding a DEP-3 field."""
-    lines = paragraph.splitlines()
-    return columns.field_block(lines) and any(_DEP3_LINE.match(ln) for ln in lines)
-
-
 def upstream_paragraphs(body: str) -> list[str]:
     """The paragraphs of a patch message that belong upstream: in a block of fields only the DEP-3 ones go (with
     their continuation lines; ``Signed-off-by:`` stays), and the "Why this patch" paragraph goes."""
     kept = []
-    for paragraph in _paragraphs(body):
+    for paragraph in (p.strip("\n") for p in re.split(r"\n\s*\n", body) if p.strip()):
         if _PROJECT_PARAGRAPH.match(paragraph):
             continue
-        if not _field_block(paragraph):
+        lines = paragraph.splitlines()
+        if not (columns.field_block(lines) and any(_DEP3_LINE.match(line) for line in lines)):
             kept.append(paragraph)
             continue
-        lines: list[str] = []
+        upstream_lines: list[str] = []
         dropping = False
-        for line in paragraph.splitlines():
+        for line in lines:
             if not line[:1].isspace():  # a field's first line; a continuation goes where its field goes
                 dropping = bool(_DEP3_LINE.match(line))
             if not dropping:
-                lines.append(line)
-        if lines:
-            kept.append("\n".join(lines))
+                upstream_lines.append(line)
+        if upstream_lines:
+            kept.append("\n".join(upstream_lines))
     return kept
 
 

@@ -88,11 +88,8 @@ _HOOK_LINE = re.compile(r"^(?P<name>.+?)\.{3,}(?:\([^)]*\))?(?P<status>Passed|Fa
 
 def parse_precommit(output: str) -> tuple[HookResult, ...]:
     """(hook name, status) for each ``name.....Passed`` line of ``pre-commit run`` output."""
-    hooks = []
-    for line in output.splitlines():
-        if match := _HOOK_LINE.match(line.rstrip()):
-            hooks.append(HookResult(match["name"].strip(), match["status"]))
-    return tuple(hooks)
+    matches = (_HOOK_LINE.match(line.rstrip()) for line in output.splitlines())
+    return tuple(HookResult(match["name"].strip(), match["status"]) for match in matches if match)
 
 
 def tool_env(python: Path, pythonpath: Sequence[Path] = (), *, project: bool = True) -> dict[str, str]:

@@ -57,10 +57,9 @@ def _test_lines(gates: Gates) -> list[str]:
     names = ", ".join(dict.fromkeys(hook.name.split(" (")[0] for hook in lint.hooks if hook.status != "Skipped"))
     lines = [f"- `pre-commit run` on the changed files ({names}): {'passed' if lint.passed else 'FAILED'}."]
     tests = gates.tests
-    summary = tests.summary.split("; the same gate passed")[0].replace(
-        "also fails on vanilla ", "also fails without it on "
-    )
     if tests.files:
+        summary = tests.summary.split("; the same gate passed")[0]  # a pass recalled reads as one run
+        summary = summary.replace("also fails on vanilla ", "also fails without it on ")
         lines.append(f"- `pytest {' '.join(tests.files)}` (CPU): {summary}.")
     not_run = [test.path.rsplit("/", 1)[-1] for test in tests.not_run]
     if not_run:
@@ -136,10 +135,8 @@ def _test_diffs(patches: Sequence[Patch]) -> list[str]:
     """The hunks of ``patches`` that touch upstream's ``tests/``: the tests that go with a comment."""
     found = []
     for patch in patches:
-        text = patch.text
-        signature = text.rfind("\n-- \n")  # git format-patch's closing "-- " and git version
-        text = text[: signature + 1] if signature != -1 else text
-        files = patchtext.split_files(text)[1]
+        signature = patch.text.rfind("\n-- \n")  # git format-patch's closing "-- " and git version
+        files = patchtext.split_files(patch.text[: signature + 1] if signature != -1 else patch.text)[1]
         found += [diff.rstrip("\n") for diff in files if patchtext.patch_paths(diff)[0].startswith("tests/")]
     return found
 
@@ -162,5 +159,4 @@ def comment_text(group: Group, patches: Sequence[Patch], repository: str) -> str
     if diffs:
         lines += ["#### The tests, as a patch to apply on this PR's branch", "", "```diff", *diffs, "```", ""]
     target = f"{repository.rstrip('/')}/pull/{group.comment[0]}"
-    header = f"----- comment on {target} -----"
-    return "\n".join([header, *lines, "----- end -----"])
+    return "\n".join([f"----- comment on {target} -----", *lines, "----- end -----"])

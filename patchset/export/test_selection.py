@@ -135,15 +135,12 @@ def reach_of(tree: Path, package: str, changed: Sequence[str]) -> _Reach:
     modules = {name: path for path in changed if (name := module_name(path, package))}
     reach = _Reach(modules=modules, names={}, packages={})
     parents = {".".join(name.split(".")[:depth]) for name in modules for depth in range(1, name.count(".") + 1)}
-    inits = {parent: _parse(tree / parent.replace(".", "/") / "__init__.py") for parent in parents}
+    inits = {parent: init for parent in parents if (init := _parse(tree / parent.replace(".", "/") / "__init__.py"))}
     grew = True
     while grew:  # until no package binds a new name: a package may re-export what another re-exports
         grew = False
         for parent in sorted(inits, key=lambda name: -name.count(".")):
-            parsed = inits[parent]
-            if parsed is None:
-                continue
-            for name, origin in _init_bindings(parsed, parent, reach, tree).items():
+            for name, origin in _init_bindings(inits[parent], parent, reach, tree).items():
                 if name == "*" and parent not in reach.starred:
                     reach.starred[parent] = origin
                     grew = True
@@ -154,9 +151,9 @@ def reach_of(tree: Path, package: str, changed: Sequence[str]) -> _Reach:
     return reach
 
 
-def _imports(tree: ast.Module) -> Iterable[str]:
-    """The dotted name of everything a file imports absolutely (``from m import n``: ``m.n``)."""
-    for node in ast.walk(tree):
+def _imports(tree: ast.Module | None) -> Iterable[str]:
+    """The dotted name of everything a file imports absolutely (``from m import n``: ``m.n``); none if unparsed."""
+    for node in ast.walk(tree) if tree is not None else ():
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
@@ -165,18 +162,10 @@ def _imports(tree: ast.Module) -> Iterable[str]:
 
 def imports_reaching(test: Path, reach: _Reach) -> tuple[str, str] | None:
     """(the import, the changed file it reaches) for the first import of ``test`` that reaches one, else None."""
-    parsed = _parse(test)
-    if parsed is None:
-        return None
-    for name in _imports(parsed):
+    for name in _imports(_parse(test)):
         if origin := reach.origin(name):
             return name, origin
     return None
-
-
-def _import_roots(test: Path) -> set[str]:
-    parsed = _parse(test)
-    return {name.split(".")[0] for name in _imports(parsed)} if parsed else set()
 
 
 def missing_modules(python: Path, names: Iterable[str], env: dict[str, str]) -> set[str]:
@@ -211,12 +200,7 @@ def resource_reason(upstream: Upstream, path: str, source: str) -> str | None:
 
 
 def select(
-    key: str,
-    tree: Path,
-    changed: Sequence[str],
-    base_files: Sequence[str],
-    python: Path,
-    env: dict[str, str],
+    key: str, tree: Path, changed: Sequence[str], base_files: Sequence[str], python: Path, env: dict[str, str]
 ) -> Selection:
     """The release's test files that test or are ``changed``, split by whether they can run here; and those added."""
     upstream = UPSTREAMS[key]
@@ -240,7 +224,7 @@ def select(
     own = tuple(f for f in changed if upstream.is_test(f) and f not in chosen)
     run: list[Selected] = []
     not_run: list[Selected] = []
-    roots = {test: _import_roots(tree / test) for test in chosen}
+    roots = {test: {name.split(".")[0] for name in _imports(_parse(tree / test))} for test in chosen}
     missing = missing_modules(python, (root for names in roots.values() for root in names), env)
     for test, why in chosen.items():
         source = (tree / test).read_text(encoding="utf-8", errors="replace")

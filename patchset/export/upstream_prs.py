@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from patchset.plumbing import gitops
+from patchset.plumbing import gitops, patchtext
 from patchset.series.groups import UPSTREAM_PATCH_SUFFIX, Group, chain, load_groups
 from patchset.series.model import load_series
 from patchset.upstreams.pins import Pins
@@ -26,7 +26,6 @@ RAW_URL = "https://raw.githubusercontent.com/{repo}/{commit}/{path}"
 _UPSTREAM_FILE = re.compile(r"^Upstream-File:[ \t]+(?P<path>\S+)[ \t]+(?P<where>\S+)[ \t]*$", re.MULTILINE)
 _AT_COMMIT = re.compile(r"^(?P<repo>[\w.-]+/[\w.-]+)@(?P<commit>[0-9a-f]{40})$")
 _RELEASE = re.compile(r"^v\d+(?:\.\d+)+$")
-_TOUCHED = re.compile(r"^diff --git a/(?P<path>\S+) b/", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ def revisions(patch: Path) -> tuple[Revision, ...]:
 def problems(patch: Path) -> list[str]:
     """Why ``patch`` does not name each file it touches exactly once, each with a well-formed revision."""
     named = [revision.path for revision in revisions(patch)]
-    touched = [m["path"] for m in _TOUCHED.finditer(patch.read_text(encoding="utf-8"))]
+    touched = patchtext.patch_paths(patch.read_text(encoding="utf-8"))
     found = [why for revision in revisions(patch) if (why := revision.problem())]
     found += [f"{path}: touched, but no Upstream-File line names it" for path in touched if path not in named]
     found += [f"{path}: named by Upstream-File but not touched" for path in named if path not in touched]
@@ -177,9 +176,8 @@ def summary(folder: Path, groups: Sequence[Group]) -> list[str]:
             )
             continue
         read = [f"{r.path} at {r.where}" for r in revisions(patch) if r.where != "new"]
-        unconfirmed = (
-            "; the branch those commits are on is not confirmed" if any(r.commit for r in revisions(patch)) else ""
-        )
+        at_commit = any(r.commit for r in revisions(patch))
+        unconfirmed = "; the branch those commits are on is not confirmed" if at_commit else ""
         lines.append(
             f"{folder.name}: group {group.name} is also {patch.relative_to(folder.parent.parent)}, made against "
             f"upstream's newest files read ({'; '.join(read)}){unconfirmed}; check it with python -m "
