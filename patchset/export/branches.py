@@ -45,17 +45,6 @@ def _am(worktree: Path, patch: Patch, scratch: Path, author: str) -> str | None:
     return gitops.am(worktree, edited, _committer_env(author))
 
 
-def commit_patches(worktree: Path, patches: Sequence[Patch], scratch: Path, author: str, console: Console) -> None:
-    """``git am`` each patch in ``worktree``."""
-    for number, patch in enumerate(patches, start=1):
-        console.step(f"Committing {patch.name} ({number}/{len(patches)})")
-        if (reason := _am(worktree, patch, scratch, author)) is not None:
-            raise DoesNotApply(
-                f"{patch.name} does not apply with git am ({reason}); no branch was made. "
-                f"See scripts/apply.sh --check for the failing hunk"
-            )
-
-
 @dataclass(frozen=True)
 class UpstreamTests:
     """A group's ``pr/<group>.upstream-tests.patch`` on its branch; ``missing``: the files the checkout lacks."""
@@ -69,6 +58,7 @@ class UpstreamTests:
         return not self.missing
 
     def note(self) -> str:
+        """What the PR text says of the patch: committed, or why not."""
         name = display_path(self.path)
         if self.applied:
             return f"{name} changes upstream's {', '.join(self.files)}: committed on its own after the group's commits."
@@ -238,7 +228,13 @@ def _commit_group(job: BranchJob, tree: WorkTree, group: Group, heads: Mapping[s
             _cherry_pick(tree.path, start, job.cherry_picks[member.name], job.author, console)
             _commit_tests(tree.path, job.cherry_picks[member.name], job.author, console)
         elif member_patches:
-            commit_patches(tree.path, member_patches, tree.scratch, job.author, console)
+            for number, patch in enumerate(member_patches, start=1):
+                console.step(f"Committing {patch.name} ({number}/{len(member_patches)})")
+                if (reason := _am(tree.path, patch, tree.scratch, job.author)) is not None:
+                    raise DoesNotApply(
+                        f"{patch.name} does not apply with git am ({reason}); no branch was made. "
+                        f"See scripts/apply.sh --check for the failing hunk"
+                    )
             if member.fold and len(member_patches) > 1:
                 _fold(tree.path, member, start, member_patches, job.author)
             change = _commit_upstream_tests(tree.path, member, release, tree.scratch, job.author, console)

@@ -97,16 +97,16 @@ def _select_patches(series_patches: Sequence[Patch], pin: Pin, console: Console 
     """{series number: patch} of the patches to send: those upstream has at ``pin`` are skipped."""
     chosen: dict[int, Patch] = {}
     for number, patch in enumerate(series_patches, start=1):
-        since = patch.upstream_since
-        if since and at_least(pin.version, since):
-            if console is not None:
-                console.step(f"Skipping {patch.name}: in upstream since {since}")
-        else:
+        if not (patch.upstream_since and at_least(pin.version, patch.upstream_since)):
             chosen[number] = patch
+        elif console is not None:
+            console.step(f"Skipping {patch.name}: in upstream since {patch.upstream_since}")
     return chosen
 
 
-def _report(gates: Gates, console: Console) -> None:
+def _print_pr(pin: Pin, branch: Branch, gates: Gates, shown: str, console: Console) -> None:
+    """The branch's gates, its PR title and body; on a failed gate, the error naming both (``shown``: the checkout)."""
+    console.summary(f"=== {branch.name} (group {branch.group.name}) ===")
     for hook in gates.lint.hooks:
         console.step(f"lint {hook.name}: {hook.status}")
     if not gates.lint.passed:
@@ -124,12 +124,6 @@ def _report(gates: Gates, console: Console) -> None:
         console.summary(f"  upstream test NOT run: {test.path} ({test.why}): {test.not_run}")
     for note in gates.tests.notes:
         console.summary(f"  note: {note}")
-
-
-def _print_pr(pin: Pin, branch: Branch, gates: Gates, shown: str, console: Console) -> None:
-    """The branch's gates, its PR title and body; on a failed gate, the error naming both (``shown``: the checkout)."""
-    console.summary(f"=== {branch.name} (group {branch.group.name}) ===")
-    _report(gates, console)
     console.summary(f"upstream lint NOT run here: {UPSTREAMS[pin.key].lint_not_run}")
     if gates.teeth is not None:
         state = "passed" if gates.teeth.passed else "FAILED"
@@ -164,12 +158,10 @@ def _summarise(pin: Pin, branch: Branch, gates: Gates, console: Console) -> None
     state = "gates passed" if gates.passed else "a gate FAILED"
     ran = f"{len(gates.tests.upstream)} upstream test file(s) ran, {len(gates.tests.not_run)} not run"
     tests = branch.upstream_tests
-    extra = (
-        ""
-        if tests is None
-        else f"; {display_path(tests.path)} "
-        + ("applied" if tests.applied else f"NOT applied (the checkout lacks {', '.join(tests.missing)})")
-    )
+    extra = ""
+    if tests is not None:
+        applied = "applied" if tests.applied else f"NOT applied (the checkout lacks {', '.join(tests.missing)})"
+        extra = f"; {display_path(tests.path)} {applied}"
     if branch.cherry_pick:
         made = f"git cherry-pick -x {branch.cherry_pick}"
     else:
@@ -298,12 +290,8 @@ def export_pr(request: ExportRequest, workspace: Workspace, console: Console) ->
     _routes(series, wanted, pin.repository, console)
     chosen = _select_patches(series.patches, pin, console)
     sendable = []
-    for group in wanted:
-        patches = [chosen[n] for n in group.numbers if n in chosen]
-        if group.carried or group.comment:
-            continue
-        commit = targets.upstream_commit(patches) if patches else None
-        if commit:
+    for group in (group for group in wanted if not (group.carried or group.comment)):
+        if commit := targets.upstream_commit([chosen[n] for n in group.numbers if n in chosen]):
             console.warn(
                 f"group {group.name}: its PR is upstream's commit {commit} cherry-picked onto {group.onto}, which "
                 f"needs {pin.name}'s history; {display_path(checkout)} has none (a checkout made from an sdist). Give "
