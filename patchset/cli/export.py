@@ -127,7 +127,7 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
     folder = display_path(export.folder)
     count = len(export.names)
     patches = f"{count} patch{'es' if count != 1 else ''}"
-    if export.identical:
+    if not export.changes:
         console.summary(f"{folder}: up to date ({patches} byte-identical to the export of {export.source})")
         return EXIT_OK
     if args.dry_run:

@@ -213,12 +213,8 @@ class Export:
 
     folder: Path
     names: tuple[str, ...]
-    changes: tuple[Change, ...]
+    changes: tuple[Change, ...]  # none: the export is byte-identical to the folder
     source: str
-
-    @property
-    def identical(self) -> bool:
-        return not self.changes
 
 
 def check_checkout(checkout: Path, pin: Pin, console: Console) -> None:
@@ -373,8 +369,7 @@ def plan_export(pin: Pin, checkout: Path, patches_dir: Path, console: Console) -
     for (name, old), data, subject in zip(names, contents, subjects, strict=True):
         path = folder / name
         if old is not None and old != name:
-            previous = folder / old
-            before = previous.read_bytes() if previous.is_file() else None
+            before = (folder / old).read_bytes() if (folder / old).is_file() else None
             changes.append(Change("renamed", name, path, before, data, old_name=old, subject=subject))
         elif not path.is_file():
             changes.append(Change("added", name, path, None, data, subject=subject))
@@ -410,8 +405,7 @@ def write_export(export: Export) -> None:
     """Write the changes of ``export``: patches first, files no longer listed removed, ``series`` last."""
     export.folder.mkdir(parents=True, exist_ok=True)
     names = set(export.names)
-    ordered = sorted(export.changes, key=lambda change: change.name == "series")
-    for change in ordered:
+    for change in sorted(export.changes, key=lambda change: change.name == "series"):
         if change.new is not None:
             files.write_durably(change.path, change.new)
         replaced = change.old_name if change.kind == "renamed" else change.name if change.kind == "removed" else None
@@ -425,13 +419,11 @@ def describe(change: Change) -> list[str]:
     if change.kind == "removed":
         return [f"{shown}: would be removed (no longer a commit on {BRANCH})"]
     old, new = (_decode(data).splitlines() if data else [] for data in (change.old, change.new))
-    diff = list(difflib.unified_diff(old, new, n=0, lineterm=""))[2:]
-    added = sum(1 for line in diff if line.startswith("+"))
-    removed = sum(1 for line in diff if line.startswith("-"))
     if change.kind == "added":
         title = f'"{change.subject}"' if change.subject else f"{len(new)} lines"
         return [f"{shown}: would be added ({title})"]
-    counts = f"+{added} -{removed} lines"
+    diff = list(difflib.unified_diff(old, new, n=0, lineterm=""))[2:]
+    counts = f"+{sum(line.startswith('+') for line in diff)} -{sum(line.startswith('-') for line in diff)} lines"
     if change.kind == "renamed":
         head = f"{shown}: would replace {change.old_name}" + (f" ({counts})" if diff else " (same content)")
     else:
