@@ -42,21 +42,13 @@ def _clean_tree_sha(tree: Path) -> str | None:
     return git_value(tree, "rev-parse", "-q", "--verify", "HEAD^{tree}")
 
 
-def _venv_lock(python: Path) -> str | None:
-    stamp = python.parent.parent / VENV_STAMP
-    return stamp.read_text(encoding="utf-8").strip() if stamp.is_file() else None
-
-
 def gate_key(kind: str, trees: Sequence[Path], python: Path, inputs: Sequence[str], code: Sequence[Path]) -> str | None:
     """The content key of gate ``kind`` on ``trees`` with ``python``, ``inputs`` and ``code``; None when not pinned."""
-    parts = [kind, *inputs]
-    for tree in trees:
-        if (sha := _clean_tree_sha(tree)) is None:
-            return None
-        parts.append(sha)
-    if (lock := _venv_lock(python)) is None:
+    shas = [sha for tree in trees if (sha := _clean_tree_sha(tree)) is not None]
+    stamp = python.parent.parent / VENV_STAMP
+    if len(shas) < len(trees) or not stamp.is_file():
         return None
-    parts.append(lock)
+    parts = [kind, *inputs, *shas, stamp.read_text(encoding="utf-8").strip()]
     parts += [hashlib.sha256(path.read_bytes()).hexdigest() for path in code]
     return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
 
