@@ -131,9 +131,7 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
         console.summary(f"{folder}: up to date ({patches} byte-identical to the export of {export.source})")
         return EXIT_OK
     if args.dry_run:
-        for change in export.changes:
-            for line in describe(change):
-                print(line, flush=True)
+        print("\n".join(line for change in export.changes for line in describe(change)), flush=True)
         files = f"{len(export.changes)} file{'s' if len(export.changes) != 1 else ''}"
         print(
             f"{folder}: the export of {export.source} would change {files} (listed above); "

@@ -51,11 +51,10 @@ def run_gates(
     key, label, python, records = pin.key, pin.name, gating.python, gating.records
     console.step(f"Running {key}'s lint gates through pre-commit on {len(changed)} changed file(s)")
     lint = pr_gates.run_lint(key, tree.path, changed, python, records)
-    base_files = tree.files
     notes = list(notes)
     pythonpath = [tree.path]
     importable = [tree.path]  # the other upstreams' packages only, not their tests (pr_gates.only_package)
-    if not any(path.startswith("tests/") for path in base_files):
+    if not any(path.startswith("tests/") for path in tree.files):
         notes.append(
             f"{label}'s checkout has no tests/ folder (its sdist ships none), so none of upstream's own tests of the "
             "touched modules ran; only the patch's own tests ran. Run export-pr on a git clone of upstream to run them."
@@ -67,7 +66,7 @@ def run_gates(
         importable.append(pr_gates.only_package(pythonpath[-1], UPSTREAMS[other].package, tree.scratch))
         notes.append(f"{UPSTREAMS[key].title}'s tests import {other}: run beside vanilla {other_pin.label}.")
     env = pr_gates.tool_env(python, importable, project=False)
-    chosen = test_selection.select(key, tree.path, changed, base_files, python, env)
+    chosen = test_selection.select(key, tree.path, changed, tree.files, python, env)
     upstream, not_run = list(chosen.run), list(chosen.not_run)
     # which upstream files cannot be imported here (on the release either) is remembered like a pass: the same
     # content gives the same answer, so a second run neither probes again nor runs the first, failing, attempt
@@ -155,9 +154,7 @@ def _release_tree(tree: WorkTree, importable: Sequence[Path]) -> Iterator[tuple[
     """A temporary worktree of the vanilla release, and what its tests import, to tell upstream's failures apart."""
     vanilla = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("pr-vanilla"))) / "tree"
     try:
-        gitops.run_git(
-            [*gitops.NEUTRAL, "worktree", "add", "-q", "--detach", str(vanilla), tree.release], cwd=tree.path
-        )
+        gitops.git_text(tree.path, "worktree", "add", "-q", "--detach", str(vanilla), tree.release)
         yield vanilla, [vanilla, *(path for path in importable if path != tree.path)]
     finally:
         gitops.run_git(["worktree", "remove", "--force", str(vanilla)], cwd=tree.path, check=False)

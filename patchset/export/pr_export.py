@@ -42,7 +42,7 @@ from patchset.series.model import Patch, Series, load_series
 from patchset.testenv.venv import ensure_venv
 from patchset.upstreams.pins import Pin, Pins, at_least
 from patchset.upstreams.pr_template import ISSUE_FIRST, body_problems, split_sections
-from patchset.upstreams.registry import UPSTREAMS, detect
+from patchset.upstreams.registry import UPSTREAMS, Detected, detect
 from patchset.upstreams.workspace import Workspace
 
 EXIT_GATE_FAILED = 1
@@ -61,8 +61,8 @@ class ExportRequest:
     author: str | None = None  # ``Name <email>`` (default: the user's git identity)
 
 
-def _check_tree(checkout: Path, key: str) -> None:
-    """``BadInput`` unless the checkout is a clean top of a git checkout of ``key``."""
+def _check_tree(checkout: Path, key: str) -> Detected:
+    """What the checkout is; ``BadInput`` unless it is a clean top of a git checkout of ``key``."""
     shown = display_path(checkout)
     found = detect(checkout, shown)
     if found.key != key:
@@ -74,12 +74,12 @@ def _check_tree(checkout: Path, key: str) -> None:
         raise BadInput(f"{shown} has a rebase, git am, merge or cherry-pick in progress; finish or abort it first")
     if not gitops.is_clean(checkout):
         raise BadInput(f"{shown} has uncommitted changes; commit or stash them first (git stash -u)")
+    return found
 
 
-def _check_checkout(checkout: Path, key: str, pins: Pins) -> tuple[Pin, str]:
-    """The pin the checkout is at and the commit to branch from; ``BadInput`` for anything else."""
-    shown = display_path(checkout)
-    found = detect(checkout, shown)
+def _check_checkout(checkout: Path, found: Detected, pins: Pins) -> tuple[Pin, str]:
+    """The pin the checkout (``found``) is at and the commit to branch from; ``BadInput`` for anything else."""
+    key, shown = found.key, display_path(checkout)
     pin = pins.find(key, found.version)
     if pin is None or not pin.target:  # a companion-only pin is tested beside, never patched
         targets = ", ".join(pins.versions(key)) or "none"
@@ -278,11 +278,11 @@ def _export_history(request: ExportRequest, workspace: Workspace, author: str, c
 def export_pr(request: ExportRequest, workspace: Workspace, console: Console) -> int:
     """Make and gate one branch per concern group, and print each PR; ``EXIT_GATE_FAILED`` when a gate failed."""
     checkout = request.checkout
-    _check_tree(checkout, request.upstream)
+    found = _check_tree(checkout, request.upstream)
     author = _author(checkout, request.author)
     if targets.has_history(checkout, request.upstream, workspace.pins, workspace.patches_dir):
         return _export_history(request, workspace, author, console)
-    pin, release = _check_checkout(checkout, request.upstream, workspace.pins)
+    pin, release = _check_checkout(checkout, found, workspace.pins)
     series = load_series(workspace.patches_dir, pin.series)
     groups = load_groups(series.path.parent, len(series.patches))
     only = request.only_groups
