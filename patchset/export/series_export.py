@@ -252,13 +252,6 @@ def check_checkout(checkout: Path, pin: Pin, console: Console) -> None:
         console.warn(f"{shown} has uncommitted changes; they are not exported (commit them: git commit --amend)")
 
 
-def format_patches(checkout: Path, tag: str, dest: Path) -> list[Path]:
-    """``git format-patch`` of ``tag..patches`` into the empty folder ``dest``, byte-stable; the files in order."""
-    args = [*gitops.config_args(_FORMAT_CONFIG), "format-patch", *_FORMAT_OPTIONS, "-o", str(dest), f"{tag}..{BRANCH}"]
-    gitops.run_git(args, cwd=checkout, env=_git_env())
-    return sorted(dest.glob("*.patch"))
-
-
 def _words(text: str) -> list[str]:
     return re.findall(r"[a-z0-9]+", text.lower())
 
@@ -266,12 +259,9 @@ def _words(text: str) -> list[str]:
 def new_slug(subject: str) -> str:
     """``[trainer] fix: scale the critic loss`` -> ``trainer-scale-critic-loss``, cut between words."""
     subject = subject_of(subject)
-    area: list[str] = []
-    if match := _AREA.match(subject):
-        area = _words(match["area"].split(",")[0])
+    area = _words(match["area"].split(",")[0]) if (match := _AREA.match(subject)) else []
+    while match := _AREA.match(subject):  # every tag goes; the first ("[trainer] [ci] ...") names the area
         subject = subject[match.end() :]
-        while match := _AREA.match(subject):  # further tags ("[trainer] [ci] ...") are not part of the slug
-            subject = subject[match.end() :]
     words = [w for w in _words(_CHANGE_TYPE.sub("", subject)) if w not in _STOP_WORDS] or ["patch"]
     slug = "-".join(area)
     for word in words:
@@ -348,10 +338,12 @@ def plan_export(pin: Pin, checkout: Path, patches_dir: Path, console: Console) -
     old_lines = series_file.read_text(encoding="utf-8").splitlines() if series_file.is_file() else None
     old_entries = list(dict.fromkeys(entry.name for entry in parse_series(old_lines or [], folder)))  # each once
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("export")) as tmp:
-        try:
-            exported = format_patches(checkout, pin.tag, Path(tmp))
+        args = [*_FORMAT_OPTIONS, "-o", tmp, f"{pin.tag}..{BRANCH}"]
+        try:  # byte-stable: every setting that changes the output is pinned above
+            gitops.run_git([*gitops.config_args(_FORMAT_CONFIG), "format-patch", *args], cwd=checkout, env=_git_env())
         except gitops.GitError as exc:
             raise BadInput(f"cannot export {display_path(checkout)}: {exc}") from None
+        exported = sorted(Path(tmp).glob("*.patch"))
         subjects = [read_patch(path).subject for path in exported]
         stripped = [without_trailer(_decode(path.read_bytes())) for path in exported]
     contents = [_encode(text) for text, _ in stripped]
