@@ -114,8 +114,7 @@ def upstream_patch(folder: Path, group: str) -> Path | None:
 def _source(revision: Revision, cache_root: Path, pins: Pins, series: str) -> Path | None:
     """Where the upstream text of ``revision`` is on this machine (None: absent)."""
     if revision.commit:
-        repo, commit = revision.commit
-        found = revision_path(cache_root, repo, commit, revision.path)
+        found = revision_path(cache_root, *revision.commit, revision.path)
     else:
         pin = next((p for p in pins.pins if p.series == series and p.tag == revision.where), None)
         if pin is None:
