@@ -195,13 +195,17 @@ def peel_unknown(target: TreeToPatch, held: Held, texts: Mapping[str, bytes], sc
 RECORD_SCHEMA = 1
 
 
-def record_path(folder: Path, target: TreeToPatch) -> Path:
-    """Where ``target``'s record lives in its lock folder ``folder`` (``<git-dir>/patchset``)."""
-    return folder / f"applied-{target.key}.json"
+def record_path(homes: Mapping[Path, Path], target: TreeToPatch) -> Path | None:
+    """Where ``target``'s record lives: in its lock folder, beside its snapshot (None: the tree is not locked)."""
+    home = homes.get(target.root)
+    return home.with_name(f"applied-{target.key}.json") if home is not None else None
 
 
-def write_record(folder: Path, target: TreeToPatch, series: KnownSeries) -> str | None:
+def write_record(homes: Mapping[Path, Path], target: TreeToPatch, series: KnownSeries) -> str | None:
     """Record ``series`` as applied to ``target``, durably; why it could not be, else None."""
+    path = record_path(homes, target)
+    if path is None:
+        return None
     paths = sorted({change.path for patch in series.patches for change in patch.changes})
     data: dict[str, Any] = {
         "schema": RECORD_SCHEMA,
@@ -215,19 +219,19 @@ def write_record(folder: Path, target: TreeToPatch, series: KnownSeries) -> str 
         ],
         "tree": tree_blobs(target.root, paths),
     }
-    path = record_path(folder, target)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         files.write_durably(path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
     except OSError as exc:
         return f"could not record the series applied to {target.shown} in {path} ({exc.strerror or exc})"
     return None
 
 
-def read_record(folder: Path, target: TreeToPatch) -> KnownSeries | None:
+def read_record(homes: Mapping[Path, Path], target: TreeToPatch) -> KnownSeries | None:
     """The series recorded in ``target``, when the record still describes the tree; else None."""
+    path = record_path(homes, target)
     try:
-        data = json.loads(record_path(folder, target).read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8")) if path is not None else {}
         if data.get("schema") != RECORD_SCHEMA or data.get("series") != target.series.name:
             return None
         patches = tuple(
@@ -243,10 +247,12 @@ def read_record(folder: Path, target: TreeToPatch) -> KnownSeries | None:
     return KnownSeries(data["series"], data["ident"], patches, (revision,) if revision is not None else ())
 
 
-def remove_record(folder: Path, target: TreeToPatch) -> str | None:
+def remove_record(homes: Mapping[Path, Path], target: TreeToPatch) -> str | None:
     """Forget the series recorded in ``target``; why it could not be, else None."""
+    path = record_path(homes, target)
     try:
-        record_path(folder, target).unlink(missing_ok=True)
+        if path is not None:
+            path.unlink(missing_ok=True)
     except OSError as exc:
-        return f"could not remove {record_path(folder, target)} ({exc.strerror or exc})"
+        return f"could not remove {path} ({exc.strerror or exc})"
     return None

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 import tempfile
 import time
@@ -98,16 +99,6 @@ def _regression(
     return EXIT_OK, lines
 
 
-def _earlier(targets: Sequence[TreeToPatch], homes: Mapping[Path, Path], history: History) -> dict[Path, Held | None]:
-    """{root: the earlier series the tree holds, recorded or recognised by content (None: none)}."""
-    found = {}
-    for target in targets:
-        home = homes.get(target.root)
-        recorded = read_record(home.parent, target) if home is not None else None
-        found[target.root] = held_series(target, history, recorded)
-    return found
-
-
 def _refuse_earlier(targets: Sequence[TreeToPatch], earlier: Mapping[Path, Held | None], history: History) -> str:
     """The message for trees that hold an earlier series; "" when none does."""
     lines = [
@@ -124,45 +115,15 @@ def _refuse_earlier(targets: Sequence[TreeToPatch], earlier: Mapping[Path, Held 
     )
 
 
-def _upgrade(
-    targets: Sequence[TreeToPatch],
-    earlier: Mapping[Path, Held | None],
-    homes: Mapping[Path, Path],
-    context: tuple[Workspace, ApplyOptions, History],
-    console: Console,
-    guard: signals.Guard,
-) -> int:
-    workspace, options, history = context
-
-    def test() -> int:
-        trees = {target.key: target.root for target in targets}
-        status, lines = _regression(trees, workspace, console, options.test_timeout, [])
-        for line in lines:
-            console.summary(line)
-        return status
-
-    plans = [(target, earlier[target.root], today_series(target, history)) for target in targets]
-    return run_upgrade(
-        plans,
-        workspace=workspace,
-        homes=homes,
-        test=None if options.no_test or options.check else test,
-        options=(options.allow_dirty, options.check),
-        console=console,
-        guard=guard,
-    )
-
-
 def _record(plans: Sequence[Plan], homes: Mapping[Path, Path], history: History, console: Console) -> None:
     """Record today's series in each tree this run patched, forget it where it took the series out."""
     for plan in plans:
-        target, home = plan.target, homes.get(plan.target.root)
-        if home is None or not plan.count(Action.CHANGE):
+        if not plan.count(Action.CHANGE):
             continue
         if plan.reverse:
-            problem = remove_record(home.parent, target)
+            problem = remove_record(homes, plan.target)
         else:
-            problem = write_record(home.parent, target, today_series(target, history))
+            problem = write_record(homes, plan.target, today_series(plan.target, history))
         if problem is not None:
             console.warn(f"{problem}; the tree is as reported, and a later run recognises it by content")
 
@@ -189,11 +150,24 @@ def apply_series(
     """Apply the series of ``workspace`` to ``targets``, then, with ``regression``, test them; raise a
     ``PatchsetError`` for a refusal. The trees' locks name ``command_line``."""
     check, reverse = options.check, options.reverse
+    trees = {target.key: target.root for target in targets}
     with locked(targets, command_line, console, guard) as homes:
         history = load_history(workspace.patches_dir)
-        earlier = _earlier(targets, homes, history)
+        # the earlier series each tree holds, recorded or recognised by content (None: none)
+        earlier = {target.root: held_series(target, history, read_record(homes, target)) for target in targets}
         if options.upgrade and any(earlier.values()):
-            return Applied(_upgrade(targets, earlier, homes, (workspace, options, history), console, guard))
+            tests = functools.partial(_regression, trees, workspace, console, options.test_timeout, [])
+            status = run_upgrade(
+                [(target, earlier[target.root], today_series(target, history)) for target in targets],
+                workspace=workspace,
+                homes=homes,
+                test=None if options.no_test or check else tests,
+                allow_dirty=options.allow_dirty,
+                dry_run=check,
+                console=console,
+                guard=guard,
+            )
+            return Applied(status)
         if message := _refuse_earlier(targets, earlier, history):
             if not check:
                 raise EarlierSeries(message)
@@ -221,7 +195,6 @@ def apply_series(
         if options.no_test:
             console.step("Skipping the regression tests (--no-test)")
             return Applied(EXIT_OK, plans)
-        trees = {target.key: target.root for target in targets}
         left_out = choice_tests_left_out(plans, console)
         status, lines = _regression(trees, workspace, console, options.test_timeout, left_out)
         return Applied(status, plans, tuple(lines))
@@ -253,17 +226,12 @@ def run_apply(
         targets = cached_targets(workspace, console, reverse=options.reverse, check=options.check, held=held)
     with held:
         applied = apply_series(targets, workspace, options, console=console, guard=guard, command_line=command_line)
-    if applied.plans and not options.check and not options.reverse:
-        _result(applied, console)
+    if applied.plans and not options.check and not options.reverse:  # what was applied where, what the tests found
+        console.summary("--- result")
+        for plan in applied.plans:
+            console.summary(summary_line(plan, check=False))
+        for line in applied.tests:
+            console.summary(line)
+        if applied.status == EXIT_OK:
+            console.summary(f"Next: scripts/test.sh runs every test; {NEXT_DOC} says how to use the patched trees")
     return applied.status
-
-
-def _result(applied: Applied, console: Console) -> None:
-    """The last lines of a run: what was applied where, what the tests found, the next command."""
-    console.summary("--- result")
-    for plan in applied.plans:
-        console.summary(summary_line(plan, check=False))
-    for line in applied.tests:
-        console.summary(line)
-    if applied.status == EXIT_OK:
-        console.summary(f"Next: scripts/test.sh runs every test; {NEXT_DOC} says how to use the patched trees")

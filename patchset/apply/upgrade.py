@@ -38,29 +38,6 @@ class Upgrade:
     scratch: Path
 
 
-def _refuse_unknown(target: TreeToPatch, held: Held, peeled: Mapping[str, bytes]) -> None:
-    unknown = [rel for rel in held.unknown if rel not in peeled]
-    if unknown:
-        raise BadInput(
-            f"{target.shown} has changes of its own in {listing(unknown)}, which {held.series.shown} changes: they "
-            f"are in no state that series wrote (a local edit, or a patch merged with --3way onto changed code), so "
-            f"taking the series out would lose them; nothing was changed. Next: commit or stash those changes "
-            f"elsewhere, or restore the files (git checkout -- FILE), then run --upgrade again"
-        )
-
-
-def _refuse_dirty(target: TreeToPatch, paths: Sequence[str], earlier: set[str], allow_dirty: bool) -> list[str]:
-    """Refuse uncommitted changes in the files today's series changes and the earlier did not; return the others."""
-    status = gitops.status_paths(target.worktree)
-    dirty = [rel for rel in paths if rel in status and rel not in earlier]
-    if dirty and not allow_dirty:
-        raise BadInput(
-            f"{target.shown} has uncommitted changes in {listing(dirty)}, which the series changes; nothing was "
-            f"changed. Next: commit or stash them, or pass --allow-dirty to patch on top of them"
-        )
-    return sorted(rel for rel in status if rel not in paths)
-
-
 def _apply_today(target: TreeToPatch, scratch: Path, held: Held | None, console: Console) -> None:
     """Apply today's series to the scratch copy as ``apply`` would to the tree; ``DoesNotApply`` where it cannot."""
     after = f" once {held.series.shown} is taken out" if held is not None else ""
@@ -100,9 +77,21 @@ def prepare(
     if held is not None and held.unknown:
         texts = recover_texts(held.series, workspace.patches_dir)
         peeled = peel_unknown(target, held, texts, into.with_name(f"{into.name}-peel"))
-    if held is not None:
-        _refuse_unknown(target, held, peeled)
-    others = _refuse_dirty(target, paths, earlier, allow_dirty)
+    if held is not None and (unknown := [rel for rel in held.unknown if rel not in peeled]):
+        raise BadInput(
+            f"{target.shown} has changes of its own in {listing(unknown)}, which {held.series.shown} changes: they "
+            f"are in no state that series wrote (a local edit, or a patch merged with --3way onto changed code), so "
+            f"taking the series out would lose them; nothing was changed. Next: commit or stash those changes "
+            f"elsewhere, or restore the files (git checkout -- FILE), then run --upgrade again"
+        )
+    # uncommitted changes in the files today's series changes and the earlier did not are refused; others left alone
+    status = gitops.status_paths(target.worktree)
+    if (dirty := [rel for rel in paths if rel in status and rel not in earlier]) and not allow_dirty:
+        raise BadInput(
+            f"{target.shown} has uncommitted changes in {listing(dirty)}, which the series changes; nothing was "
+            f"changed. Next: commit or stash them, or pass --allow-dirty to patch on top of them"
+        )
+    others = sorted(rel for rel in status if rel not in paths)
     scratch_copy(target.root, paths, into)
     if held is not None:
         console.step(f"Taking {held.series.shown} out of {target.shown} (on a scratch copy)")
@@ -150,14 +139,14 @@ def run_upgrade(
     *,
     workspace: Workspace,
     homes: Mapping[Path, Path],
-    test: Callable[[], int] | None,
-    options: tuple[bool, bool],
+    test: Callable[[], tuple[int, list[str]]] | None,
+    allow_dirty: bool,
+    dry_run: bool,
     console: Console,
     guard: Guard,
 ) -> int:
-    """Upgrade every tree of ``plans``, then run ``test``; return its status, the trees restored unless 0.
-    ``options``: ``(allow_dirty, dry_run)``."""
-    allow_dirty, dry_run = options
+    """Upgrade every tree of ``plans``, then run ``test`` (its status, the lines that say what it found); return its
+    status, the trees restored unless 0."""
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("upgrade")) as tmp:
         work_out = functools.partial(prepare, workspace=workspace, allow_dirty=allow_dirty, console=console)
         upgrades = [work_out(target, held, today, Path(tmp) / str(n)) for n, (target, held, today) in enumerate(plans)]
@@ -171,7 +160,9 @@ def run_upgrade(
         for item in upgrades:
             was = f"{item.held.series.shown} replaced by" if item.held is not None else "applied"
             console.summary(f"{item.target.label} at {item.target.shown}: {was} {item.today.shown}")
-        status = test() if test is not None else 0
+        status, lines = test() if test is not None else (0, [])
+        for line in lines:
+            console.summary(line)
     except BaseException:
         stuck = _restore(snapshots, guard)
         if stuck:
@@ -186,8 +177,6 @@ def run_upgrade(
         for snapshot, _ in snapshots:
             snapshot.discard()
         for item in upgrades:
-            home = homes.get(item.target.root)
-            problem = write_record(home.parent, item.target, item.today) if home is not None else None
-            if problem is not None:
+            if (problem := write_record(homes, item.target, item.today)) is not None:
                 console.warn(f"{problem}; the tree is upgraded, and a later run recognises it by content")
     return 0
