@@ -79,7 +79,7 @@ def settler(runner: TeethRunner | None) -> Settle:
     """The ``settle`` of ``plan_target``: each conflict judged by its teeth through ``runner`` (None: ``--no-test``)."""
 
     def settle(target: TreeToPatch, steps: Sequence[Step]) -> list[Step]:
-        judged = {id(step) for step in conflicts(steps, reverse=False)}
+        judged = {id(step) for step in conflicts(steps)}
         settled: list[Step] = []
         for step in steps:
             if id(step) not in judged:

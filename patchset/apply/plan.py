@@ -278,10 +278,8 @@ class Plan:
 Settle = Callable[[TreeToPatch, Sequence[Step]], Sequence[Step]]
 
 
-def conflicts(steps: Iterable[Step], *, reverse: bool) -> list[Step]:
-    """The steps its teeth may settle: FAILs that are neither claimed upstream nor ambiguous, never in reverse."""
-    if reverse:
-        return []
+def conflicts(steps: Iterable[Step]) -> list[Step]:
+    """The steps its teeth may settle: FAILs that are neither claimed upstream nor ambiguous (never in reverse)."""
     return [
         s for s in steps if s.action is Action.FAIL and not s.upstream_missing and s.finding is not Finding.AMBIGUOUS
     ]
@@ -295,7 +293,7 @@ def plan_target(target: TreeToPatch, *, reverse: bool, merge: bool = False, sett
             target.root, target.series.patches, version=target.version, reverse=reverse, objects=objects, merge=merge
         )
     )
-    if settle is not None and conflicts(steps, reverse=reverse):
+    if settle is not None and not reverse and conflicts(steps):
         steps = tuple(settle(target, steps))
     changing = series_files(s.patch for s in steps if s.action in (Action.CHANGE, Action.FAIL))
     status = gitops.status_paths(target.worktree) if changing else {}

@@ -10,7 +10,7 @@ from pathlib import Path
 from patchset.apply.plan import Action, Plan, series_files
 from patchset.apply.report import dirty_message, failure_message, out_of_order_message, unwritable_message
 from patchset.apply.target import TreeToPatch
-from patchset.plumbing.errors import BadInput, DoesNotApply, PatchsetError
+from patchset.plumbing.errors import BadInput, DoesNotApply
 
 
 def refuse_duplicates(targets: Sequence[TreeToPatch]) -> None:
@@ -21,14 +21,6 @@ def refuse_duplicates(targets: Sequence[TreeToPatch]) -> None:
             raise BadInput(
                 f"two {target.key} trees given ({first.shown}, {target.shown}); pass at most one of each kind"
             )
-
-
-def out_of_order(plan: Plan) -> bool:
-    """A patch is applied although one before it is not: applying would put the earlier on top of the later."""
-    if plan.reverse:
-        return False
-    missing = [s.index for s in plan.steps if s.action in (Action.CHANGE, Action.FAIL)]
-    return bool(missing) and any(s.action is Action.NOTHING and s.index > min(missing) for s in plan.steps)
 
 
 def _writable(path: Path) -> bool:
@@ -56,22 +48,18 @@ def unwritable(plan: Plan) -> list[str]:
     return list(blocked)
 
 
-def refusal(plan: Plan, *, allow_dirty: bool) -> PatchsetError | None:
-    """Why the plan must not be carried out, as the error to raise, or None. Uncommitted changes come before a
-    patch that does not apply: they are its likely cause."""
-    if out_of_order(plan):
-        return BadInput(out_of_order_message(plan))
-    if plan.dirty and not allow_dirty:
-        return BadInput(dirty_message(plan))
-    if (step := plan.first_failure) is not None:
-        return DoesNotApply(failure_message(plan, step))
-    if plan.changing and (blocked := unwritable(plan)):
-        return BadInput(unwritable_message(plan, blocked))
-    return None
-
-
 def refuse(plans: Sequence[Plan], *, allow_dirty: bool) -> None:
-    """Raise the refusal of the first plan that has one."""
+    """Raise why the first plan that must not be carried out must not be. Uncommitted changes come before a patch
+    that does not apply: they are its likely cause."""
     for plan in plans:
-        if (error := refusal(plan, allow_dirty=allow_dirty)) is not None:
-            raise error
+        # out of order: a patch is applied although one before it is not, so applying would put the earlier on top
+        missing = [s.index for s in plan.steps if s.action in (Action.CHANGE, Action.FAIL)]
+        applied = [s.index for s in plan.steps if s.action is Action.NOTHING]
+        if not plan.reverse and missing and applied and max(applied) > min(missing):
+            raise BadInput(out_of_order_message(plan))
+        if plan.dirty and not allow_dirty:
+            raise BadInput(dirty_message(plan))
+        if (step := plan.first_failure) is not None:
+            raise DoesNotApply(failure_message(plan, step))
+        if plan.changing and (blocked := unwritable(plan)):
+            raise BadInput(unwritable_message(plan, blocked))

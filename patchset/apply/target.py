@@ -66,14 +66,14 @@ def target_for_path(
     pins = workspace.pins
     found = detect(root, shown)
     pin = pins.find(found.key, found.version)
-    if pin is not None and not pin.target and not force_version:
-        raise BadInput(
-            f"{shown} is {pin.label}, which this patchset pins only to test {pin.companion_for} trees beside it; "
-            f"the {pin.series} series does not target it (supported: {', '.join(pins.versions(found.key))}). "
-            f"Next: give the {pin.companion_for} tree alone (it is tested beside {pin.label}), or pass "
-            f"--force-version to try the {pin.series} series anyway"
-        )
     if pin is not None and not pin.target:
+        if not force_version:
+            raise BadInput(
+                f"{shown} is {pin.label}, which this patchset pins only to test {pin.companion_for} trees beside it; "
+                f"the {pin.series} series does not target it (supported: {', '.join(pins.versions(found.key))}). "
+                f"Next: give the {pin.companion_for} tree alone (it is tested beside {pin.label}), or pass "
+                f"--force-version to try the {pin.series} series anyway"
+            )
         pin = None
     if pin is None:
         supported = ", ".join(pins.versions(found.key)) or "none"

@@ -80,23 +80,11 @@ def restore(snapshots: Sequence[tuple[Snapshot, str]]) -> list[str]:
     return stuck
 
 
-def _rollback(progress: Sequence[_Progress], console: Console) -> list[str]:
-    for item in reversed(progress):
-        for step in reversed(item.done):
-            with contextlib.suppress(OSError):  # the output is gone (a closed pipe): the trees are restored anyway
-                console.step(f"Rolling back {step.patch.name}")
-    return restore([(item.snapshot, item.plan.target.shown) for item in progress])
-
-
-def _done_count(progress: Sequence[_Progress]) -> int:
-    return sum(len(item.done) for item in progress)
-
-
 def _rolled_back(progress: Sequence[_Progress], stuck: list[str]) -> str | None:
     """What an interrupted run did to the trees, once rolled back; None where it had changed nothing."""
     if stuck:
         return f"rolling back failed: {'; '.join(stuck)}; copy those files back from there"
-    done = _done_count(progress)
+    done = sum(len(item.done) for item in progress)
     return (
         f"the {done} patch(es) applied in this run were rolled back and every tree is as it was found" if done else None
     )
@@ -112,8 +100,9 @@ def _failed_message(failed: _StepFailed, progress: Sequence[_Progress], stuck: l
         return f"{head}, and rolling back failed too: {'; '.join(stuck)}; copy those files back from there"
     earlier = [item.plan.target.shown for item in progress if item.plan is not plan]
     also = f" (and so were the trees patched before it in this run: {', '.join(earlier)})" if earlier else ""
+    done = sum(len(item.done) for item in progress)
     return (
-        f"{head}; the {_done_count(progress)} patch(es) changed before it were rolled back and the tree is as it "
+        f"{head}; the {done} patch(es) changed before it were rolled back and the tree is as it "
         f"was{also}. Next: run again with --check"
     )
 
@@ -132,7 +121,11 @@ def apply_plans(
         if isinstance(exc, BrokenPipeError):  # the output was closed (`apply ... | head`)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no more writes to a reader that is gone
         with guard.critical():
-            stuck = _rollback(progress, console)
+            for item in reversed(progress):
+                for step in reversed(item.done):
+                    with contextlib.suppress(OSError):  # the output is gone (a closed pipe): the trees are restored
+                        console.step(f"Rolling back {step.patch.name}")
+            stuck = restore([(item.snapshot, item.plan.target.shown) for item in progress])
         if isinstance(exc, _StepFailed):
             raise DoesNotApply(_failed_message(exc, progress, stuck)) from None
         if isinstance(exc, BrokenPipeError):  # ended as that signal ends a command

@@ -414,7 +414,7 @@ def verl_upstream_skips(verl_tree: Path, verl_version: str, verl_series: str) ->
     steps = plan_series(verl_tree, series.patches, version=verl_version)
     skips: dict[str, UpstreamSkip] = {}
     if os.environ.get("PATCHSET_EXPECT") == "fixed":
-        for step in conflicts(steps, reverse=False):
+        for step in conflicts(steps):
             reason = "fixed upstream (its tests passed on the tree as shipped)"
             skips[step.patch.name] = UpstreamSkip(step.patch.name, step.patch.files, reason)
     for step in steps:
