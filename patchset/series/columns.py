@@ -4,8 +4,8 @@ one word or code span, and in markdown a table row or a fenced code block."""
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Iterable
 
 WIDTH = 72
 _URL = re.compile(r"https?://")
@@ -17,24 +17,13 @@ def field_block(lines: list[str]) -> bool:
     return bool(lines) and all(_FIELD.match(ln) or (i and ln[:1].isspace()) for i, ln in enumerate(lines))
 
 
-def _paragraphs(lines: list[tuple[int, str]]) -> Iterable[list[tuple[int, str]]]:
-    block: list[tuple[int, str]] = []
-    for number, line in lines:
-        if line.strip():
-            block.append((number, line))
-        elif block:
-            yield block
-            block = []
-    if block:
-        yield block
-
-
 def long_lines(lines: list[tuple[int, str]], markdown: bool = False) -> list[tuple[int, str]]:
     """(line number, problem) for each line of a message over ``WIDTH`` columns that is not exempt."""
     problems: list[tuple[int, str]] = []
     fenced = False
-    for paragraph in _paragraphs(lines):
-        if field_block([line for _, line in paragraph]):
+    for blank, block in itertools.groupby(lines, key=lambda numbered: not numbered[1].strip()):
+        paragraph = list(block)
+        if blank or field_block([line for _, line in paragraph]):
             continue
         for number, line in paragraph:
             if markdown and line.lstrip().startswith("```"):

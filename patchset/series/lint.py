@@ -26,7 +26,7 @@ from patchset.series.groups import (
     parse_groups,
     read_description,
 )
-from patchset.series.model import PATCH_NAME, SeriesEntry, parse_series, read_patch, subject_of
+from patchset.series.model import PATCH_NAME, parse_series, read_patch, subject_of
 from patchset.series.parts import PARTS_FILE, check_teeth, parse_teeth, read_parts
 from patchset.upstreams.pins import load_pins
 from patchset.upstreams.pr_template import NOT_DUPLICATE, body_problems
@@ -76,28 +76,6 @@ def series_folders(patches_dir: Path) -> tuple[list[Path], list[Problem]]:
     return [patches_dir / name for name in dict.fromkeys([*named, *found])], problems
 
 
-def _read_entries(series_file: Path, problems: list[Problem]) -> list[SeriesEntry]:
-    entries = parse_series(series_file.read_text(encoding="utf-8").splitlines(), series_file.parent)
-    problems += [Problem(series_file, entry.problem, entry.line) for entry in entries if entry.problem is not None]
-    return [entry for entry in entries if entry.problem is None]
-
-
-def _lint_name(path: Path, entry: str, position: int, series_file: Path) -> list[Problem]:
-    match = PATCH_NAME.match(entry)
-    if match is None:
-        return [Problem(path, "name does not match NNNN-<area>-<slug>.patch (lowercase a-z, 0-9 and -)")]
-    if int(match["number"]) != position:
-        where = display_path(series_file)
-        why = f"numbered {match['number']} but is patch {position} of {where}; rename it {position:04d}{entry[4:]}"
-        return [Problem(path, why)]
-    return []
-
-
-def _forwarded_upstream(value: str) -> bool:
-    lower = value.lower()
-    return "upstream" in lower and any(word in lower for word in _UPSTREAM_WORDS)
-
-
 def subject_problem(series: str, subject: str) -> str | None:
     """Why ``subject`` is not in the PR-title form of the upstream of ``series`` (None when it is)."""
     # a release line's series (verl-0.7) takes its upstream's form
@@ -106,28 +84,6 @@ def subject_problem(series: str, subject: str) -> str | None:
     if form.pattern.match(subject):
         return None
     return f"Subject {subject!r} is not in the upstream's PR-title form {form.shown}"
-
-
-def _lint_origin(path: Path, origin: str) -> list[Problem]:
-    match = _ORIGIN.match(origin)
-    if match is None:
-        return [Problem(path, f"Origin: {origin} must start with upstream, backport, vendor or other")]
-    if match["kind"].lower() in ("upstream", "backport") and not _URL.search(match["rest"]):
-        return [Problem(path, f"Origin: {match['kind']} needs the upstream commit or PR URL after it")]
-    return []
-
-
-def _lint_forwarded(path: Path, forwarded: str) -> list[Problem]:
-    if _URL.match(forwarded):
-        return []
-    match = _FORWARDED_WORD.match(forwarded)
-    if match is None:
-        return [
-            Problem(path, f"Forwarded: {forwarded} must be no or not-needed with a reason, or the URL it was sent to")
-        ]
-    if not match["reason"].strip():
-        return [Problem(path, f"Forwarded: {match['word']} needs the reason after it (e.g. 'no, sent as PR once ...')")]
-    return []
 
 
 def _subject(path: Path) -> str:
@@ -149,16 +105,25 @@ def _lint_header(path: Path, series: str) -> list[Problem]:
     fields = patch.fields
     if "Origin" not in fields and "Author" not in fields:
         problems.append(Problem(path, "header lacks Origin: (backport/vendor + URL) or Author:"))
-    if "Origin" in fields:
-        problems += _lint_origin(path, fields["Origin"])
+    origin = fields.get("Origin")
+    kind = _ORIGIN.match(origin or "")
+    if origin is not None and kind is None:
+        problems.append(Problem(path, f"Origin: {origin} must start with upstream, backport, vendor or other"))
+    elif kind and kind["kind"].lower() in ("upstream", "backport") and not _URL.search(kind["rest"]):
+        problems.append(Problem(path, f"Origin: {kind['kind']} needs the upstream commit or PR URL after it"))
     for name in (name for name in fields if name == "Bug" or name.startswith("Bug-")):
         if not _URL.match(fields[name]):
             problems.append(Problem(path, f"{name}: must be the URL of the upstream bug this patch fixes"))
     forwarded = fields.get("Forwarded")
+    word = _FORWARDED_WORD.match(forwarded or "")  # never with a URL
     if forwarded is None:
         problems.append(Problem(path, "header lacks Forwarded: (no or not-needed with the reason, or the PR URL)"))
-    else:
-        problems += _lint_forwarded(path, forwarded)
+    elif not _URL.match(forwarded) and word is None:
+        why = f"Forwarded: {forwarded} must be no or not-needed with a reason, or the URL it was sent to"
+        problems.append(Problem(path, why))
+    elif word and not word["reason"].strip():
+        why = f"Forwarded: {word['word']} needs the reason after it (e.g. 'no, sent as PR once ...')"
+        problems.append(Problem(path, why))
     last_update = fields.get("Last-Update")
     if last_update is None:
         problems.append(Problem(path, "header lacks Last-Update: (YYYY-MM-DD)"))
@@ -171,7 +136,7 @@ def _lint_header(path: Path, series: str) -> list[Problem]:
         problems.append(
             Problem(path, "Upstream-Check: needs Applied-Upstream: <version>, <URL> (since when upstream has it)")
         )
-    elif forwarded is not None and _forwarded_upstream(forwarded):
+    elif forwarded and "upstream" in forwarded.lower() and any(said in forwarded.lower() for said in _UPSTREAM_WORDS):
         problems.append(Problem(path, "Forwarded: says it is upstream, but the header lacks Applied-Upstream:"))
     return problems
 
@@ -335,12 +300,18 @@ def lint_folder(folder: Path) -> list[Problem]:
         return [Problem(folder, "series folder named in upstreams.toml does not exist; create it with a series file")]
     if not series_file.is_file():
         return [Problem(series_file, "missing; list the folder's patches in it, in order, one a line")]
-    problems: list[Problem] = []
-    entries = _read_entries(series_file, problems)
+    entries = parse_series(series_file.read_text(encoding="utf-8").splitlines(), folder)
+    problems = [Problem(series_file, entry.problem, entry.line) for entry in entries if entry.problem is not None]
+    entries = [entry for entry in entries if entry.problem is None]
     listed = {entry.name for entry in entries}
     for position, entry in enumerate(entries, start=1):
         path = folder / entry.name
-        problems += _lint_name(path, entry.name, position, series_file)
+        if (match := PATCH_NAME.match(entry.name)) is None:
+            problems.append(Problem(path, "name does not match NNNN-<area>-<slug>.patch (lowercase a-z, 0-9 and -)"))
+        elif int(match["number"]) != position:
+            where = f"patch {position} of {display_path(series_file)}"
+            why = f"numbered {match['number']} but is {where}; rename it {position:04d}{entry.name[4:]}"
+            problems.append(Problem(path, why))
         problems += lint_patch(path, folder.name)
     for path in sorted(folder.rglob("*.patch")):
         kept_beside = (UPSTREAM_TESTS_SUFFIX, RESOLUTION_SUFFIX, UPSTREAM_PATCH_SUFFIX)

@@ -12,7 +12,7 @@ from pathlib import Path, PurePosixPath
 from patchset.plumbing import gitops, patchtext
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import display_path
-from patchset.series.parts import load_choices, load_teeth
+from patchset.series.parts import load_parts
 from patchset.upstreams.pins import release_key
 
 # DEP-3 header fields, by lower-case name. ``Bug-<Vendor>`` is matched separately.
@@ -213,6 +213,5 @@ def load_series(patches_dir: Path, name: str) -> Series:
         if entry.problem is not None:
             raise BadInput(f"{series_file}:{entry.line}: {entry.problem}{entry.hint}")
         patches.append(read_patch(folder / PurePosixPath(entry.name)))
-    names = [patch.name for patch in patches]
-    teeth, choices = load_teeth(folder, names), load_choices(folder, names)
+    teeth, choices = load_parts(folder, [patch.name for patch in patches])
     return Series(name=name, path=series_file, patches=tuple(patches), teeth=teeth, choices=choices)

@@ -32,21 +32,6 @@ def read_parts(folder: Path) -> dict[str, dict]:
         raise BadInput(f"{path}: not valid TOML ({error}); see docs/maintaining.md, 'A fix as one unit'") from None
 
 
-def load_choices(folder: Path, patch_names: Sequence[str]) -> dict[str, str]:
-    """{patch file name: the ``-k`` expression of its choice tests}, for the patches that have ``choices``."""
-    path = folder / PARTS_FILE
-    tables = read_parts(folder)
-    choices: dict[str, str] = {}
-    for name in patch_names:
-        value = tables.get(slug_of(name), {}).get("choices")
-        if value is None:
-            continue
-        if not isinstance(value, str) or not value.strip():
-            raise BadInput(f"{path}: [{slug_of(name)}] choices must be a pytest -k expression, not {value!r}")
-        choices[name] = value.strip()
-    return choices
-
-
 def without_overlay(folder: Path, patch_names: Sequence[str]) -> dict[str, str]:
     """{patch file name: why the overlays do not carry it}, for the patches whose table gives a ``missing``
     ``overlay`` reason."""
@@ -98,11 +83,21 @@ def check_teeth(entries: Sequence[TeethEntry], patch_names: Sequence[str]) -> li
     return problems
 
 
-def load_teeth(folder: Path, patch_names: Sequence[str]) -> dict[str, str]:
-    """{patch file name: its tests' ``-k`` expression} from the folder's ``parts.toml``; a patch without teeth is
-    left out (the lint names it)."""
-    entries, problems = parse_teeth(read_parts(folder))
+def load_parts(folder: Path, patch_names: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The teeth and the choices of ``patch_names`` from the folder's ``parts.toml``, each {patch file name: its
+    tests' ``-k`` expression}; a patch without teeth is left out (the lint names it)."""
+    path = folder / PARTS_FILE
+    tables = read_parts(folder)
+    entries, problems = parse_teeth(tables)
     if problems:
-        raise BadInput(f"{folder / PARTS_FILE}: {problems[0]}; see scripts/export.sh lint")
+        raise BadInput(f"{path}: {problems[0]}; see scripts/export.sh lint")
     by_slug = {entry.slug: entry.selection for entry in entries}
-    return {name: by_slug[slug_of(name)] for name in patch_names if slug_of(name) in by_slug}
+    choices: dict[str, str] = {}
+    for name in patch_names:
+        value = tables.get(slug_of(name), {}).get("choices")
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.strip():
+            raise BadInput(f"{path}: [{slug_of(name)}] choices must be a pytest -k expression, not {value!r}")
+        choices[name] = value.strip()
+    return {name: by_slug[slug_of(name)] for name in patch_names if slug_of(name) in by_slug}, choices
