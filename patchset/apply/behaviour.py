@@ -95,10 +95,8 @@ def settler(runner: TeethRunner | None) -> Settle:
                 behaviour = Behaviour(Verdict.LOCAL, selection, why=", ".join(changed))
             else:
                 behaviour = runner(target, selection)
-            if behaviour.fixed:
-                settled.append(dataclasses.replace(step, action=Action.SKIP, behaviour=behaviour))
-            else:
-                settled.append(dataclasses.replace(step, behaviour=behaviour))
+            action = Action.SKIP if behaviour.fixed else step.action
+            settled.append(dataclasses.replace(step, action=action, behaviour=behaviour))
         return settled
 
     return settle

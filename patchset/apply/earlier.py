@@ -116,15 +116,11 @@ def held_series(target: TreeToPatch, history: History, recorded: KnownSeries | N
         return None
     paths = {c.path for s in [today, *candidates] for p in s.patches for c in p.changes}
     tree = tree_blobs(target.root, sorted(paths))
-    best: Held | None = None
-    for series in candidates:
-        held = judge(series, tree, today)
-        if held.explained and (best is None or len(held.explained) > len(best.explained)):
-            best = held
-    return best
+    judged = (judge(series, tree, today) for series in candidates)  # the one that explains most files, first on a tie
+    return max((held for held in judged if held.explained), key=lambda held: len(held.explained), default=None)
 
 
-def describe(target: TreeToPatch, held: Held, today_revision: str) -> str:
+def describe(target: TreeToPatch, held: Held) -> str:
     """One line: which series the tree holds, each patch's state in it, and what today's changes."""
     states = ", ".join(
         f"{state.patch.name[:4]} {state.state}" + (f" ({', '.join(state.files)})" if state.state == "differs" else "")
@@ -132,7 +128,7 @@ def describe(target: TreeToPatch, held: Held, today_revision: str) -> str:
     )
     return (
         f"{target.label} at {target.shown} holds an earlier series of this patchset, {held.series.shown}, not "
-        f"today's ({today_revision}): {states}; today's series against it: {held.compared()}"
+        f"today's ({held.today.shown}): {states}; today's series against it: {held.compared()}"
     )
 
 
@@ -157,8 +153,7 @@ def restore_originals(
             path.unlink()
         if blob is None:
             continue
-        data = found.get(blob)
-        if data is None:
+        if (data := found.get(blob)) is None:
             lost.append(rel)
             continue
         path.parent.mkdir(parents=True, exist_ok=True)

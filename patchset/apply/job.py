@@ -99,13 +99,9 @@ def _regression(
     return EXIT_OK, lines
 
 
-def _refuse_earlier(targets: Sequence[TreeToPatch], earlier: Mapping[Path, Held | None], history: History) -> str:
+def _refuse_earlier(targets: Sequence[TreeToPatch], earlier: Mapping[Path, Held | None]) -> str:
     """The message for trees that hold an earlier series; "" when none does."""
-    lines = [
-        describe(target, held, today_series(target, history).shown)
-        for target in targets
-        if (held := earlier[target.root]) is not None
-    ]
+    lines = [describe(target, held) for target in targets if (held := earlier[target.root]) is not None]
     if not lines:
         return ""
     paths = " ".join(target.shown for target in targets)
@@ -168,7 +164,7 @@ def apply_series(
                 guard=guard,
             )
             return Applied(status)
-        if message := _refuse_earlier(targets, earlier, history):
+        if message := _refuse_earlier(targets, earlier):
             if not check:
                 raise EarlierSeries(message)
             console.summary(message)

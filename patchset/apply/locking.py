@@ -61,9 +61,7 @@ def refuse_if_held(path: Path, shown: str) -> None:
         folder = gitops.git_dir(tree) / FOLDER if tree is not None else None
     except (gitops.GitError, OSError):
         return
-    if folder is None:
-        return  # not a git checkout: no run can hold it
-    if (held := treelock.busy(folder)) is not None:
+    if folder is not None and (held := treelock.busy(folder)) is not None:  # None: not a git checkout, no run holds it
         raise TreeLocked(_busy_message(shown, held))
 
 

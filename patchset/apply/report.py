@@ -52,7 +52,7 @@ def failure_detail(plan: Plan, step: Step, *, reverted: bool = False) -> str:
 
 
 def behaviour_clause(plan: Plan, step: Step) -> str:
-    """What a conflicting patch's teeth said on the tree as shipped, and what it means; "" when not asked."""
+    """``; `` and what a conflicting patch's teeth said on the tree as shipped, what it means; "" when not asked."""
     behaviour = step.behaviour
     if behaviour is None or behaviour.fixed:
         return ""
@@ -83,7 +83,7 @@ def behaviour_clause(plan: Plan, step: Step) -> str:
             f"; it changes files that {names} changed, which upstream fixed its own way, so it probably builds on "
             f"that patch: refresh it onto upstream's code"
         )
-    return said
+    return f"; {said}"
 
 
 def _state(plan: Plan, step: Step) -> str:
@@ -148,7 +148,7 @@ def failure_message(plan: Plan, step: Step) -> str:
     failure = step.failure
     file_hint = failure.path if failure else ", ".join(step.patch.files[:3])
     dirty_hint = f" ({file_hint} has uncommitted changes)" if failure and failure.path in plan.dirty else ""
-    said = f"; {clause}" if (clause := behaviour_clause(plan, step)) else ""
+    said = behaviour_clause(plan, step)
     return (
         f"{step.patch.name} {verb} {where(plan)}: {failure_detail(plan, step)}{dirty_hint}{said}; nothing was "
         f"changed{state}. {_merge_advice(plan, step, file_hint)}"
@@ -214,8 +214,7 @@ def step_line(plan: Plan, step: Step, *, check: bool) -> str:
             Merge.RESOLVES: "; a 3-way merge would resolve it (--3way)",
             Merge.CONFLICTS: "; a 3-way merge would conflict",
         }.get(step.merge.outcome, "")
-    said = f"; {clause}" if (clause := behaviour_clause(plan, step)) else ""
-    return f"{name} {verb}: {failure_detail(plan, step)}{after}{merge}{said}"
+    return f"{name} {verb}: {failure_detail(plan, step)}{after}{merge}{behaviour_clause(plan, step)}"
 
 
 def partly_line(plan: Plan, *, check: bool) -> str | None:

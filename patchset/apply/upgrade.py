@@ -119,12 +119,11 @@ def _install(upgrades: Sequence[Upgrade], homes: Mapping[Path, Path], guard: Gua
                 snapshots.append((snapshot, item.target.shown))
                 files.install_paths(item.scratch, item.target.root, item.paths)
             guard.check()
-    except OSError as exc:
+    except BaseException as exc:
         stuck = _restore(snapshots, guard)
-        restored = f"; restoring failed too: {'; '.join(stuck)}" if stuck else "; every tree was restored"
-        raise BadInput(f"could not change the tree: {exc}{restored}") from None
-    except BaseException:
-        _restore(snapshots, guard)
+        if isinstance(exc, OSError):
+            restored = f"; restoring failed too: {'; '.join(stuck)}" if stuck else "; every tree was restored"
+            raise BadInput(f"could not change the tree: {exc}{restored}") from None
         raise
     return snapshots
 

@@ -162,9 +162,8 @@ def load_groups(folder: Path, patch_count: int) -> tuple[Group, ...]:
     each after the one before it)."""
     path = folder / GROUPS_FILE
     if not path.is_file():
-        names = [f"patch-{n:04d}" for n in range(1, patch_count + 1)]
         return tuple(
-            Group(name=names[n - 1], numbers=(n,), after=names[n - 2] if n > 1 else None)
+            Group(f"patch-{n:04d}", (n,), after=f"patch-{n - 1:04d}" if n > 1 else None)
             for n in range(1, patch_count + 1)
         )
     parsed = parse_groups(path.read_text(encoding="utf-8"))
