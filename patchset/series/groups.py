@@ -57,10 +57,6 @@ class GroupFile:
     problems: tuple[tuple[int, str], ...]
 
 
-def _paragraphs(text: str) -> tuple[str, ...]:
-    return tuple(p.strip("\n") for p in re.split(r"\n\s*\n", text) if p.strip())
-
-
 def read_description(path: Path) -> Description:
     """Parse ``pr/<name>.md``; raise ``BadInput`` naming the file when it has no title line."""
     text = path.read_text(encoding="utf-8")
@@ -71,7 +67,8 @@ def read_description(path: Path) -> Description:
         )
     match = re.search(r"^## ", rest, re.MULTILINE)
     head, sections = (rest[: match.start()], rest[match.start() :]) if match else (rest, "")
-    return Description(path=path, title=title.strip(), message=_paragraphs(head), sections=sections.strip("\n"))
+    message = tuple(p.strip("\n") for p in re.split(r"\n\s*\n", head) if p.strip())  # its paragraphs
+    return Description(path=path, title=title.strip(), message=message, sections=sections.strip("\n"))
 
 
 def parse_groups(text: str) -> GroupFile:

@@ -86,21 +86,25 @@ def subject_problem(series: str, subject: str) -> str | None:
     return f"Subject {subject!r} is not in the upstream's PR-title form {form.shown}"
 
 
-def _subject(path: Path) -> str:
-    header = email.parser.BytesHeaderParser(policy=email.policy.default).parsebytes(path.read_bytes())
-    return subject_of(str(header.get("Subject", "")))
-
-
-def _lint_header(path: Path, series: str) -> list[Problem]:
+def _message_problems(path: Path, missing: str, series: str | None = None) -> list[Problem]:
+    """The subject's problem (``missing`` when it has none; with ``series``, its upstream's PR-title form first),
+    then the message lines over 72 columns (``patchset.series.columns``; DEP-3 fields and URLs exempt)."""
+    raw = path.read_bytes()
+    header = email.parser.BytesHeaderParser(policy=email.policy.default).parsebytes(raw)
+    subject = subject_of(str(header.get("Subject", "")))
     problems: list[Problem] = []
-    subject = _subject(path)
     if not subject:
-        problems.append(Problem(path, "no Subject (the commit's first line); export it with git format-patch"))
-    elif (why := subject_problem(series, subject)) is not None:
+        problems.append(Problem(path, missing))
+    elif series is not None and (why := subject_problem(series, subject)) is not None:
         problems.append(Problem(path, why))
     elif (why := columns.subject_problem(subject)) is not None:
         problems.append(Problem(path, why))
-    problems += _message_width(path)
+    lines = columns.patch_message_lines(raw.decode("utf-8", "surrogateescape"))
+    return problems + [Problem(path, message, number) for number, message in columns.long_lines(lines)]
+
+
+def _lint_header(path: Path, series: str) -> list[Problem]:
+    problems = _message_problems(path, "no Subject (the commit's first line); export it with git format-patch", series)
     patch = read_patch(path)
     fields = patch.fields
     if "Origin" not in fields and "Author" not in fields:
@@ -139,13 +143,6 @@ def _lint_header(path: Path, series: str) -> list[Problem]:
     elif forwarded and "upstream" in forwarded.lower() and any(said in forwarded.lower() for said in _UPSTREAM_WORDS):
         problems.append(Problem(path, "Forwarded: says it is upstream, but the header lacks Applied-Upstream:"))
     return problems
-
-
-def _message_width(path: Path) -> list[Problem]:
-    """Message lines over 72 columns (``patchset.series.columns``; DEP-3 fields and URLs exempt)."""
-    text = path.read_bytes().decode("utf-8", "surrogateescape")
-    lines = columns.patch_message_lines(text)
-    return [Problem(path, message, number) for number, message in columns.long_lines(lines)]
 
 
 def _lint_added_lines(path: Path) -> list[Problem]:
@@ -193,11 +190,7 @@ def lint_upstream_tests(path: Path, groups: set[str]) -> list[Problem]:
     if (error := gitops.patch_parse_error(path)) is not None:
         return [*problems, Problem(path, f"does not parse as a patch ({error}); make it with git format-patch")]
     text = path.read_bytes().decode("utf-8", "surrogateescape")
-    if not (subject := _subject(path)):
-        problems.append(Problem(path, "no Subject (what the change to upstream's tests is); use git format-patch"))
-    elif (why := columns.subject_problem(subject)) is not None:
-        problems.append(Problem(path, why))
-    problems += _message_width(path)
+    problems += _message_problems(path, "no Subject (what the change to upstream's tests is); use git format-patch")
     if not UPSTREAM_COMMIT.search(text.partition("\ndiff --git ")[0]):
         problems.append(
             Problem(path, "header lacks Upstream-Commit: <hash> (<where read>), the revision of the tests it changes")
