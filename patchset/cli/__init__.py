@@ -76,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``python -m patchset`` with ``argv`` (default: ``sys.argv[1:]``); return the exit status."""
     from patchset.cli.startup import needs_command, run_parsed
     from patchset.plumbing import tempdirs
+    from patchset.plumbing.errors import BadInput
 
     tempdirs.sweep()  # what runs killed before (SIGKILL: no cleanup ran) left in the temp folder
 
@@ -85,7 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def parse() -> tuple[argparse.Namespace, Run]:
         if directory is not None:
-            _change_directory(directory)
+            try:
+                os.chdir(directory)  # as git -C does
+            except OSError as exc:
+                raise BadInput(f"-C {directory}: {exc.strerror}") from None
         parser, run = _parser(chosen)
         if run is None:  # no command first on the line: the help, or a usage error, and the parser exits
             needs_command(parser, parser.parse_args(line))
@@ -104,13 +108,3 @@ def _leading_directory(line: list[str]) -> tuple[str | None, list[str]]:
     if line and line[0].startswith("-C") and len(line[0]) > 2:
         return line[0][2:], line[1:]
     return None, line
-
-
-def _change_directory(directory: str) -> None:
-    """Go to ``directory``, as ``git -C`` does."""
-    from patchset.plumbing.errors import BadInput
-
-    try:
-        os.chdir(directory)
-    except OSError as exc:
-        raise BadInput(f"-C {directory}: {exc.strerror}") from None

@@ -14,13 +14,7 @@ from patchset.cli.startup import Run
 from patchset.doctor.assess import CRITIC, Row, Upstream, assess, assess_verl, notes
 from patchset.doctor.compose import compose, package_root, read_launch
 from patchset.plumbing import signals
-from patchset.plumbing.errors import (
-    EXIT_BAD_INPUT,
-    EXIT_DOES_NOT_COMPOSE,
-    EXIT_INTERNAL,
-    EXIT_OK,
-    EXIT_SPLIT_DEPENDENT,
-)
+from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_COMPOSE, EXIT_INTERNAL, EXIT_OK, EXIT_SPLIT_DEPENDENT
 from patchset.plumbing.ui import Console
 
 EXIT_CODES = f"""\
@@ -53,47 +47,34 @@ def _cluster(text: str) -> tuple[int, int]:
     return int(nodes), int(gpus)
 
 
-def _verl_run(line: list[str], patches_dir: Path) -> tuple[list[Row], list[str], dict[str, str]]:
-    launch, root = read_launch(line), package_root("verl")
-    config = compose(launch, root)
-    head = {"verl": Upstream("verl", "verl", root).version, "entry_point": launch.module, "config": launch.config_name}
-    return assess_verl(config, launch.config_name, patches_dir, root), notes(config), head
-
-
-def _trinity_run(
-    path: Path, cluster: tuple[int, int] | None, patches_dir: Path
-) -> tuple[list[Row], list[str], dict[str, str]]:
-    from patchset.doctor.trinity import compose_trinity
-
-    config, said = compose_trinity(path, cluster)
-    verl, trinity = (
-        Upstream("verl", "verl", package_root("verl")),
-        Upstream("trinity", "trinity", package_root("trinity")),
-    )
-    rows = assess(config, trinity, patches_dir) + assess(config, verl, patches_dir, (CRITIC,))
-    head = {"verl": verl.version, "trinity": trinity.version, "config": str(path)}
-    return rows, said, head
-
-
 def cmd_doctor(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
     """``doctor``: compose the run's config, assess each loss it uses, print the table (or JSON)."""
     patches_dir = workspace_from(args).patches_dir
     line = [word for word in args.launch if word != "--"]
     if len(line) == 1 and line[0].endswith((".yaml", ".yml")):
-        rows, said, head = _trinity_run(Path(line[0]), args.cluster, patches_dir)
+        from patchset.doctor.trinity import compose_trinity
+
+        config, said = compose_trinity(Path(line[0]), args.cluster)
+        verl = Upstream("verl", "verl", package_root("verl"))
+        trinity = Upstream("trinity", "trinity", package_root("trinity"))
+        rows = assess(config, trinity, patches_dir) + assess(config, verl, patches_dir, (CRITIC,))
+        head = {"verl": verl.version, "trinity": trinity.version, "config": str(Path(line[0]))}
     else:
-        rows, said, head = _verl_run(line, patches_dir)
+        launch, root = read_launch(line), package_root("verl")
+        config = compose(launch, root)
+        version = Upstream("verl", "verl", root).version
+        head = {"verl": version, "entry_point": launch.module, "config": launch.config_name}
+        rows, said = assess_verl(config, launch.config_name, patches_dir, root), notes(config)
+    depends = any(row.uncovered for row in rows)
     if args.json:
         losses = [dataclasses.asdict(row) for row in rows]
-        print(
-            json.dumps(dict(head, losses=losses, notes=said, depends_on_split=any(r.uncovered for r in rows)), indent=1)
-        )
+        print(json.dumps(dict(head, losses=losses, notes=said, depends_on_split=depends), indent=1))
     else:
         print("; ".join(f"{key} {value}" for key, value in head.items()))
         print(table(rows))
         for note in said:
             print(f"note: {note}")
-    return EXIT_SPLIT_DEPENDENT if any(row.uncovered for row in rows) else EXIT_OK
+    return EXIT_SPLIT_DEPENDENT if depends else EXIT_OK
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:

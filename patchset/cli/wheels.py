@@ -19,28 +19,8 @@ from patchset.plumbing.ui import Console, display_path
 from patchset.wheels.build import DISTRIBUTIONS, WheelBuild, build_wheels, report_manifests
 
 
-def cmd_manifest(args: argparse.Namespace, console: Console) -> int:
-    """``manifest``: print the manifest of each installed package (``--python``: run there); 1 when one has none."""
-    if args.python:  # read that environment: run this same command with its interpreter, from this checkout
-        command = [args.python, "-P", "-m", "patchset", "wheels", "manifest", *args.packages]
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-        try:
-            return subprocess.run([*command, *(["--json"] if args.json else [])], env=env).returncode
-        except OSError as error:
-            raise BadInput(f"cannot run --python {args.python}: {error.strerror}") from None
-    return report_manifests(args.packages, console, as_json=args.json)
-
-
 def _dist_dir(args: argparse.Namespace) -> Path:
     return Path(args.dist_dir).expanduser().resolve() if args.dist_dir else REPO_ROOT / "dist"
-
-
-def cmd_build(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
-    """``build``: the patched wheels of the pins asked for, each printed once in the dist folder."""
-    build = WheelBuild(_dist_dir(args), requested=args.pin, revision=args.revision)
-    for item in build_wheels(build, workspace_from(args), console, guard):
-        console.summary(str(item.wheel))
-    return EXIT_OK
 
 
 EXIT_CODES = """\
@@ -124,7 +104,21 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
 
 
 def _handle(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
-    return cmd_manifest(args, console) if args.command == "manifest" else cmd_build(args, console, guard)
+    """``build``: each patched wheel printed once in the dist folder; ``manifest``: each installed package's manifest
+    (``--python``: read in that environment), 1 when one has none."""
+    if args.command != "manifest":
+        build = WheelBuild(_dist_dir(args), requested=args.pin, revision=args.revision)
+        for item in build_wheels(build, workspace_from(args), console, guard):
+            console.summary(str(item.wheel))
+        return EXIT_OK
+    if args.python:  # read that environment: run this same command with its interpreter, from this checkout
+        command = [args.python, "-P", "-m", "patchset", "wheels", "manifest", *args.packages]
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        try:
+            return subprocess.run([*command, *(["--json"] if args.json else [])], env=env).returncode
+        except OSError as error:
+            raise BadInput(f"cannot run --python {args.python}: {error.strerror}") from None
+    return report_manifests(args.packages, console, as_json=args.json)
 
 
 def _interrupted(args: argparse.Namespace) -> str:

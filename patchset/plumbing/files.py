@@ -61,7 +61,10 @@ def install_paths(source: Path, dest: Path, paths: Iterable[str]) -> None:
         if not exists(src):
             if exists(target) and not target.is_dir():
                 target.unlink()
-                _prune(dest, target.parent)
+                folder = target.parent
+                while folder != dest and folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
+                    folder = folder.parent
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
         staged = target.with_name(f".{target.name}.patchset-new")
@@ -73,14 +76,7 @@ def install_paths(source: Path, dest: Path, paths: Iterable[str]) -> None:
                 os.chmod(staged, src.stat().st_mode & 0o777)
             os.replace(staged, target)
         finally:
-            if exists(staged):
-                staged.unlink()
-
-
-def _prune(root: Path, folder: Path) -> None:
-    while folder != root and folder.is_dir() and not any(folder.iterdir()):
-        folder.rmdir()
-        folder = folder.parent
+            staged.unlink(missing_ok=True)
 
 
 def same(path_a: Path, path_b: Path) -> bool:

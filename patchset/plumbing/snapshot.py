@@ -128,8 +128,7 @@ class Snapshot:
             os.utime(staged, ns=entry.times)
             os.replace(staged, path)
         finally:
-            if staged.exists():
-                staged.unlink()
+            staged.unlink(missing_ok=True)
 
     def keep(self) -> Path:
         """Keep the backup for the user (a restore failed), renamed so that no later run sweeps it away."""

@@ -141,8 +141,7 @@ def _download(pin: Pin, cache: Cache, console: Console, download: Downloader, da
                 f"{display_path(cache.sdists)}"
             ) from None
         got = sha256_of(downloaded)
-        if got != pin.sdist_sha256:
-            downloaded.unlink()
+        if got != pin.sdist_sha256:  # the download is deleted with its temporary folder
             raise BadInput(
                 f"sha256 mismatch for {downloaded.name} ({pin.label}): expected {pin.sdist_sha256}, got {got}; "
                 f"the download was deleted. Next: run again; if it recurs, check pip's index settings (a mirror "
@@ -219,7 +218,29 @@ def ensure_upstream(pin: Pin, cache: Cache, console: Console, *, download: Downl
     shown = f"{pin.label} in the cache {display_path(cache.root)}"
     sweep = (cache.sdists, cache.upstreams)
     with cachelock.hold(cache.root, f"upstreams-{pin.dirname}", shown, console, wait=True, sweep=sweep):
-        return _ensure_upstream(pin, cache, console, download or pip_download)
+        _sweep_legacy(cache.sdists, ".download-", console)
+        _sweep_legacy(cache.upstreams, f".tmp-{pin.dirname}-", console)
+        checkout = cache.upstreams / pin.dirname
+        if checkout.exists():
+            problem = _usable(checkout, pin)
+            if problem is None:
+                console.step(f"Using cached {pin.label} ({display_path(checkout)})")
+                return checkout
+            console.step(f"Rebuilding cached {pin.label} ({display_path(checkout)}): {problem}")
+        sdist, damaged = _cached_sdist(cache, pin, console)
+        if sdist is not None:
+            console.step(f"Using cached sdist {display_path(sdist)}")
+        else:
+            sdist = _download(pin, cache, console, download or pip_download, damaged)
+
+        def make_checkout(tree: Path) -> None:
+            unpack_sdist(sdist, tree)
+            message = f"{pin.label} from its PyPI sdist\n\nsdist sha256: {pin.sdist_sha256}\nupstream: {pin.repository}"
+            gitops.init_commit_tag(tree, message=message, tag=pin.tag, identity=IDENTITY)
+
+        _replace_with_new_tree(checkout, make_checkout, f"could not make a git checkout of {pin.label}")
+        console.step(f"Unpacked {pin.label} into {display_path(checkout)} (tag {pin.tag})")
+        return checkout
 
 
 def _sweep_legacy(folder: Path, prefix: str, console: Console) -> None:
@@ -228,32 +249,6 @@ def _sweep_legacy(folder: Path, prefix: str, console: Console) -> None:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
             console.step(f"Removed {display_path(path)}, left by a run that was killed")
-
-
-def _ensure_upstream(pin: Pin, cache: Cache, console: Console, download: Downloader) -> Path:
-    _sweep_legacy(cache.sdists, ".download-", console)
-    _sweep_legacy(cache.upstreams, f".tmp-{pin.dirname}-", console)
-    checkout = cache.upstreams / pin.dirname
-    if checkout.exists():
-        problem = _usable(checkout, pin)
-        if problem is None:
-            console.step(f"Using cached {pin.label} ({display_path(checkout)})")
-            return checkout
-        console.step(f"Rebuilding cached {pin.label} ({display_path(checkout)}): {problem}")
-    sdist, damaged = _cached_sdist(cache, pin, console)
-    if sdist is not None:
-        console.step(f"Using cached sdist {display_path(sdist)}")
-    else:
-        sdist = _download(pin, cache, console, download, damaged)
-
-    def make_checkout(tree: Path) -> None:
-        unpack_sdist(sdist, tree)
-        message = f"{pin.label} from its PyPI sdist\n\nsdist sha256: {pin.sdist_sha256}\nupstream: {pin.repository}"
-        gitops.init_commit_tag(tree, message=message, tag=pin.tag, identity=IDENTITY)
-
-    _replace_with_new_tree(checkout, make_checkout, f"could not make a git checkout of {pin.label}")
-    console.step(f"Unpacked {pin.label} into {display_path(checkout)} (tag {pin.tag})")
-    return checkout
 
 
 def hold_patched(pin: Pin, cache: Cache, console: Console) -> AbstractContextManager[None]:

@@ -173,11 +173,6 @@ class Detected:
     marker: str = field(default="", compare=False)
 
 
-def _detected(root: Path, upstream: Upstream) -> Detected | None:
-    version = upstream.read_version(root) if (root / upstream.marker_file).is_file() else ""
-    return Detected(upstream.key, upstream.title, version, marker=upstream.version_file) if version else None
-
-
 def _either(names: list[str], word: str = "or") -> str:
     return ", ".join(names[:-1]) + f" {word} {names[-1]}" if len(names) > 1 else "".join(names)
 
@@ -187,7 +182,11 @@ def detect(root: Path, shown: str) -> Detected:
     titles = _either([upstream.title for upstream in UPSTREAMS.values()])
     if not root.is_dir():
         raise BadInput(f"{shown} is not a directory; pass the root of a {titles} checkout")
-    found = [d for d in (_detected(root, upstream) for upstream in UPSTREAMS.values()) if d is not None]
+    found = [
+        Detected(upstream.key, upstream.title, version, marker=upstream.version_file)
+        for upstream in UPSTREAMS.values()
+        if (root / upstream.marker_file).is_file() and (version := upstream.read_version(root))
+    ]
     if not found:
         files = _either([upstream.version_file for upstream in UPSTREAMS.values()])
         raise BadInput(f"{shown} is not a {titles} checkout (no {files})")
