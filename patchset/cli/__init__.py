@@ -47,18 +47,17 @@ COMMANDS = {
 }
 
 
-def _top_epilog() -> str:
-    from patchset.cli.apply import EXIT_CODES
-
-    return EXIT_CODES + f"\nRun '{PROG} apply --help' for the main command."
-
-
 def _parser(chosen: str | None) -> tuple[argparse.ArgumentParser, Run | None]:
     """The top-level parser with the ``chosen`` command registered (the others only named), and its `Run`."""
+    epilog = None
+    if chosen is None:
+        from patchset.cli.apply import EXIT_CODES
+
+        epilog = EXIT_CODES + f"\nRun '{PROG} apply --help' for the main command."
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Carry fixes for verl and Trinity-RFT as patch series and apply them.",
-        epilog=_top_epilog() if chosen is None else None,
+        epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("-C", metavar="DIR", dest="directory", help="run as if started in DIR (as git -C does)")
@@ -81,7 +80,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     tempdirs.sweep()  # what runs killed before (SIGKILL: no cleanup ran) left in the temp folder
 
     line = list(sys.argv[1:] if argv is None else argv)
-    directory, line = _leading_directory(line)
+    directory: str | None = None  # -C DIR (or -CDIR) first on the line
+    if line[:1] == ["-C"] and len(line) > 1:
+        directory, line = line[1], line[2:]
+    elif line and line[0].startswith("-C") and len(line[0]) > 2:
+        directory, line = line[0][2:], line[1:]
     chosen = line[0] if line and line[0] in COMMANDS else None
 
     def parse() -> tuple[argparse.Namespace, Run]:
@@ -99,12 +102,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args, run
 
     return run_parsed(parse)
-
-
-def _leading_directory(line: list[str]) -> tuple[str | None, list[str]]:
-    """``-C DIR`` (or ``-CDIR``) first on ``line``: DIR and the rest of the line; else None and the line."""
-    if line[:1] == ["-C"] and len(line) > 1:
-        return line[1], line[2:]
-    if line and line[0].startswith("-C") and len(line[0]) > 2:
-        return line[0][2:], line[1:]
-    return None, line

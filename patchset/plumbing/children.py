@@ -129,15 +129,6 @@ def server(preload: Sequence[str] = ("torch",)) -> BaseContext:
     return context
 
 
-def _end(children: Sequence[multiprocessing.process.BaseProcess]) -> None:
-    """Kill every child still running, and whatever it started, then reap them."""
-    alive = [child.pid for child in children if child.pid is not None and child.is_alive()]
-    stacks.kill_all(pid for root in alive for pid in stacks.tree(root))
-    for child in children:
-        if child.pid is not None:
-            child.join()
-
-
 def run_children(
     target: Callable[..., object],
     args_per_child: Sequence[tuple],
@@ -174,6 +165,10 @@ def run_children(
             running = [child for child in running if child.exitcode is None]
             if any(child.exitcode for child in children if child.exitcode is not None):
                 break  # one failed: the others would wait for it
-    finally:
-        _end(children)
+    finally:  # kill every child still running, and whatever it started, then reap them
+        alive = [child.pid for child in children if child.pid is not None and child.is_alive()]
+        stacks.kill_all(pid for root in alive for pid in stacks.tree(root))
+        for child in children:
+            if child.pid is not None:
+                child.join()
     return [child.exitcode for child in children]

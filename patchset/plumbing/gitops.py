@@ -67,15 +67,11 @@ class Identity:
         return {f"GIT_{role}_{key}": value for role in ("AUTHOR", "COMMITTER") for key, value in fields.items()}
 
 
-def isolated_env(identity: Identity | None = None) -> dict[str, str]:
-    """The environment with the user's global and system git config switched off (for trees the tool owns)."""
-    env = dict(os.environ)
-    env["GIT_CONFIG_GLOBAL"] = os.devnull
-    env["GIT_CONFIG_NOSYSTEM"] = "1"
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    if identity is not None:
-        env.update(identity.env())
-    return env
+def isolated_env(**extra: str) -> dict[str, str]:
+    """The environment, and ``extra``, with the user's global and system git config switched off (for trees the tool
+    owns)."""
+    isolated = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
+    return {**os.environ, **isolated, **extra}
 
 
 def run_git(
@@ -223,7 +219,7 @@ def read_blobs(repo: Path, ids: Iterable[str]) -> dict[str, bytes]:
 
 def init_commit_tag(path: Path, *, message: str, tag: str, identity: Identity, branch: str = "main") -> None:
     """Make ``path`` a repository holding all its files in one reproducible commit, tagged ``tag``."""
-    env = isolated_env(identity)
+    env = isolated_env(**identity.env())
     run_git([*NEUTRAL, "init", "-q", f"--initial-branch={branch}"], cwd=path, env=env)
     run_git([*NEUTRAL, "add", "-A", "-f"], cwd=path, env=env)
     run_git([*NEUTRAL, "commit", "-q", "--no-verify", "--allow-empty", "-m", message], cwd=path, env=env)
@@ -335,8 +331,7 @@ def three_way(
         scratch = Path(tmp)
         init_scratch(scratch)
         files.copy_paths(root, scratch, paths)
-        env = isolated_env()
-        env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = str(objects)
+        env = isolated_env(GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects))
         run_git([*NEUTRAL, "add", "-A", "-f"], cwd=scratch, env=env)
         args = [*NEUTRAL, "apply", "--3way", "--whitespace=nowarn", str(patch.resolve())]
         proc = run_git(args, cwd=scratch, env=env, check=False)
@@ -373,8 +368,7 @@ def patch_parse_error(patch: Path) -> str | None:
 
 def _parse_error(patch: Path) -> str | None:
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("parse")) as tmp:
-        env = isolated_env()
-        env["GIT_CEILING_DIRECTORIES"] = str(Path(tmp).parent)
+        env = isolated_env(GIT_CEILING_DIRECTORIES=str(Path(tmp).parent))
         proc = run_git(["apply", "--numstat", str(patch.resolve())], cwd=Path(tmp), env=env, check=False)
     if proc.returncode != 0:
         lines = [line.removeprefix("error: ") for line in proc.stderr.splitlines() if line.strip()]
