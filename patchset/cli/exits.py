@@ -37,19 +37,6 @@ def _where(exc: BaseException) -> str:
     return f"{frame.name} ({os.path.relpath(os.path.abspath(frame.filename), _PROJECT)}:{frame.lineno})"
 
 
-def internal_error(exc: BaseException) -> int:
-    """Report an error nobody foresaw on one line (and the traceback, if asked for); return ``EXIT_INTERNAL``."""
-    if os.environ.get(TRACEBACK_ENV):
-        traceback.print_exception(exc)
-    detail = " ".join(str(exc).split())[:500] or "(no message)"  # one line, whatever the error carried
-    print(
-        f"error: internal error in {_where(exc)}: {type(exc).__name__}: {detail}. A bug or a failing system, not a "
-        f"test result; please report it with the command line ({TRACEBACK_ENV}=1 shows the traceback)",
-        file=sys.stderr,
-    )
-    return EXIT_INTERNAL
-
-
 def run_reporting_errors(
     call: Callable[[], int],
     *,
@@ -79,5 +66,13 @@ def run_reporting_errors(
         outcome = "every tree being changed was restored" if (said := left()) is None else said
         print(f"error: interrupted{'; ' + outcome if outcome else ''}", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except Exception as exc:
-        return internal_error(exc)
+    except Exception as exc:  # nobody foresaw it: one line says what failed and where (and the traceback, if asked)
+        if os.environ.get(TRACEBACK_ENV):
+            traceback.print_exception(exc)
+        detail = " ".join(str(exc).split())[:500] or "(no message)"  # one line, whatever the error carried
+        print(
+            f"error: internal error in {_where(exc)}: {type(exc).__name__}: {detail}. A bug or a failing system, not a "
+            f"test result; please report it with the command line ({TRACEBACK_ENV}=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL

@@ -81,10 +81,8 @@ def install_paths(source: Path, dest: Path, paths: Iterable[str]) -> None:
 
 def same(path_a: Path, path_b: Path) -> bool:
     """Same content: both absent, the same symlink target, or regular files with the same bytes."""
-    if exists(path_a) != exists(path_b):
-        return False
-    if not exists(path_a):
-        return True
+    if not (exists(path_a) and exists(path_b)):
+        return exists(path_a) == exists(path_b)
     if path_a.is_symlink() or path_b.is_symlink():
         return path_a.is_symlink() and path_b.is_symlink() and os.readlink(path_a) == os.readlink(path_b)
     return path_a.is_file() and path_b.is_file() and path_a.read_bytes() == path_b.read_bytes()

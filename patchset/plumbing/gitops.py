@@ -394,15 +394,13 @@ def parse_failure(stderr: str) -> Failure | None:
     """The first failing file and hunk line from ``git apply``'s stderr."""
     lines = stderr.splitlines()
     for i, line in enumerate(lines):
-        match = _PATCH_FAILED.match(line)
-        if match:
+        if match := _PATCH_FAILED.match(line):
             reason = "patch does not apply"
             if i + 1 < len(lines) and (follow := _FILE_ERROR.match(lines[i + 1])):
                 reason = follow["reason"]
             return Failure(path=match["path"], line=int(match["line"]), reason=reason)
     for line in lines:
-        match = _FILE_ERROR.match(line)
-        if match and not line.startswith("error: while searching"):
+        if (match := _FILE_ERROR.match(line)) and not line.startswith("error: while searching"):
             return Failure(path=match["path"], line=0, reason=match["reason"])
     return None
 

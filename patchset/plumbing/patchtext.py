@@ -69,8 +69,7 @@ def _file_sections(text: str) -> list[tuple[list[str], list[str], list[BlobChang
     sections: list[tuple[list[str], list[str], list[BlobChange]]] = []
     in_header = False
     for line in text.splitlines():
-        match = _DIFF_GIT.match(line)
-        if match:
+        if match := _DIFF_GIT.match(line):
             sections.append((_names_from_diff_git(match["rest"]), [], []))
             in_header = True
         elif sections and _HUNK.match(line):
@@ -125,8 +124,7 @@ def find_hunk(text: str, path: str, line: int, *, reverse: bool = False) -> str 
         if path not in names:
             continue
         for hunk in hunks:
-            match = _HUNK.match(hunk)
-            if match and int(match["new" if reverse else "old"]) == line:
+            if (match := _HUNK.match(hunk)) and int(match["new" if reverse else "old"]) == line:
                 return hunk
     return None
 

@@ -26,9 +26,6 @@ from patchset.upstreams.pins import Pin
 CACHE_ENV = "PATCHSET_CACHE"
 IDENTITY = gitops.Identity(name="patchset", email="patchset@localhost", date="2000-01-01T00:00:00+0000")
 
-# downloads the sdist of NAME==VERSION into an empty directory, and returns the file
-Downloader = Callable[[str, str, Path], Path]
-
 
 @dataclass(frozen=True)
 class Cache:
@@ -122,7 +119,7 @@ def _cached_sdist(cache: Cache, pin: Pin, console: Console) -> tuple[Path | None
     return None, damaged
 
 
-def _download(pin: Pin, cache: Cache, console: Console, download: Downloader, damaged: list[Path]) -> Path:
+def _download(pin: Pin, cache: Cache, console: Console, damaged: list[Path]) -> Path:
     """Download and verify ``pin``'s sdist; keep it in ``cache.sdists`` only when the sha256 matches."""
     console.step(f"Fetching {pin.label} from PyPI")
     made = [folder for folder in (cache.sdists, *cache.sdists.parents) if not folder.exists()]
@@ -131,7 +128,7 @@ def _download(pin: Pin, cache: Cache, console: Console, download: Downloader, da
     kept: Path | None = None
     try:
         try:
-            downloaded = download(pin.name, pin.version, tmp)
+            downloaded = pip_download(pin.name, pin.version, tmp)
         except Unreachable as exc:
             bad = f" ({', '.join(p.name for p in damaged)} there does not match its sha256)" if damaged else ""
             raise BadInput(
@@ -212,7 +209,7 @@ def _usable(checkout: Path, pin: Pin) -> str | None:
     return None
 
 
-def ensure_upstream(pin: Pin, cache: Cache, console: Console, *, download: Downloader | None = None) -> Path:
+def ensure_upstream(pin: Pin, cache: Cache, console: Console) -> Path:
     """The vanilla git checkout of ``pin`` in the cache, fetched and built on first use; a second run waits for the
     first, then reuses what it made."""
     shown = f"{pin.label} in the cache {display_path(cache.root)}"
@@ -231,7 +228,7 @@ def ensure_upstream(pin: Pin, cache: Cache, console: Console, *, download: Downl
         if sdist is not None:
             console.step(f"Using cached sdist {display_path(sdist)}")
         else:
-            sdist = _download(pin, cache, console, download or pip_download, damaged)
+            sdist = _download(pin, cache, console, damaged)
 
         def make_checkout(tree: Path) -> None:
             unpack_sdist(sdist, tree)

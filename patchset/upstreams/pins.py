@@ -81,8 +81,7 @@ def load_pins(path: Path) -> Pins:
     pins: list[Pin] = []
     for index, table in enumerate(tables, start=1):
         where = f"{path}: [[upstream]] #{index}"
-        missing = [f for f in _FIELDS if not isinstance(table.get(f), str) or not table.get(f)]
-        if missing:
+        if missing := [f for f in _FIELDS if not isinstance(table.get(f), str) or not table.get(f)]:
             raise BadInput(f"{where} lacks {', '.join(missing)} (each must be a non-empty string)")
         if not _SHA256.match(table["sdist_sha256"]):
             raise BadInput(f"{where}: sdist_sha256 must be 64 lowercase hex digits")

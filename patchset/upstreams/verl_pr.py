@@ -86,8 +86,7 @@ def check_license(files: Sequence[str]) -> list[str]:
         if not any(_COPYRIGHT.match(line) for line in head):
             problems.append(f"{name}: no '# Copyright <year> <holder>' line in its license header")
         stripped = [line.rstrip() for line in head]
-        missing = [line for line in LICENSE_LINES if line not in stripped]
-        if missing:
+        if missing := [line for line in LICENSE_LINES if line not in stripped]:
             problems.append(f"{name}: the Apache-2.0 license header lacks {missing[0]!r}")
     return problems
 
