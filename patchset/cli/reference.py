@@ -32,10 +32,7 @@ COMMANDS = (
 
 def exit_codes() -> str:
     """Every command's exit codes, in one code block between the markers."""
-    blocks = []
-    for command, text in COMMANDS:
-        codes = text.removeprefix("exit status:").strip("\n")
-        blocks.append(f"{command}\n{codes}")
+    blocks = [f"{command}\n" + text.removeprefix("exit status:").strip("\n") for command, text in COMMANDS]
     return "\n".join([START, "", "```", "\n\n".join(blocks), "```", "", END])
 
 

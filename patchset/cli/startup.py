@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from patchset.cli.exits import run_reporting_errors
@@ -52,10 +52,7 @@ def run_parsed(parse: Callable[[], tuple[argparse.Namespace, Run]]) -> int:
         said = run.interrupted(args) if callable(run.interrupted) else run.interrupted
         errors.update(run.other_errors)
         console = Console(quiet=getattr(args, "quiet", False))
-        guarding: AbstractContextManager[signals.Guard] = (
-            signals.handled() if run.handle_signals else nullcontext(signals.Guard())
-        )
-        with guarding as guard:
+        with signals.handled() if run.handle_signals else nullcontext(signals.Guard()) as guard:
             return run.handler(args, console, guard)
 
     return run_reporting_errors(call, interrupted=lambda: said, other_errors=errors)

@@ -85,11 +85,7 @@ def _file_sections(text: str) -> list[tuple[list[str], list[str], list[BlobChang
 
 def patch_paths(text: str) -> list[str]:
     """Every path a patch reads or writes (both sides of a rename), in order of appearance, without duplicates."""
-    seen: dict[str, None] = {}
-    for names, _, _ in _file_sections(text):
-        for name in names:
-            seen.setdefault(name, None)
-    return list(seen)
+    return list(dict.fromkeys(name for names, _, _ in _file_sections(text) for name in names))
 
 
 def split_files(text: str) -> tuple[str, list[str]]:

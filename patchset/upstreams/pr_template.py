@@ -99,11 +99,8 @@ def body_problems(body: str) -> list[str]:
 
 def split_sections(text: str) -> dict[str, str]:
     """{heading: its text} of the ``## `` sections of a description."""
-    sections: dict[str, str] = {}
-    for chunk in re.split(r"^## ", text, flags=re.MULTILINE)[1:]:
-        heading, _, rest = chunk.partition("\n")
-        sections[heading.strip()] = rest.strip("\n")
-    return sections
+    chunks = (chunk.partition("\n") for chunk in re.split(r"^## ", text, flags=re.MULTILINE)[1:])
+    return {heading.strip(): rest.strip("\n") for heading, _, rest in chunks}
 
 
 # an upstream's PR template: the body export-pr prints, from its parts

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from patchset.upstreams.lint_hooks import hook, own_hook, python_tool
@@ -91,16 +91,14 @@ def check_license(files: Sequence[str]) -> list[str]:
     return problems
 
 
-def _public_definitions(tree: ast.Module) -> list[tuple[int, str, ast.AST]]:
-    found: list[tuple[int, str, ast.AST]] = []
+def _public_definitions(tree: ast.Module) -> Iterator[tuple[int, str, ast.AST]]:
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and not node.name.startswith("_"):
-            found.append((node.lineno, node.name, node))
+            yield node.lineno, node.name, node
             if isinstance(node, ast.ClassDef):
                 for sub in node.body:
                     if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef) and not sub.name.startswith("_"):
-                        found.append((sub.lineno, f"{node.name}.{sub.name}", sub))
-    return found
+                        yield sub.lineno, f"{node.name}.{sub.name}", sub
 
 
 def check_docstrings(files: Sequence[str]) -> list[str]:
