@@ -104,8 +104,7 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
 
 
 def _handle(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
-    """``build``: each patched wheel printed once in the dist folder; ``manifest``: each installed package's manifest
-    (``--python``: read in that environment), 1 when one has none."""
+    """``build`` (the default): each wheel printed once; ``manifest``: each package's (1 when one has none)."""
     if args.command != "manifest":
         build = WheelBuild(_dist_dir(args), requested=args.pin, revision=args.revision)
         for item in build_wheels(build, workspace_from(args), console, guard):

@@ -46,10 +46,6 @@ def wait_limit(environ: Mapping[str, str]) -> float:
         raise BadInput(f"${WAIT_ENV} is {text!r}, not a number of seconds; unset it or give one, e.g. 600") from None
 
 
-def _who(busy: treelock.Busy) -> str:
-    return f"another run ({busy.holder})" if busy.holder else "another run"
-
-
 def _take(folder: Path, shown: str, console: Console, *, wait: bool, command: str, hint: str) -> treelock.Lock:
     deadline: float | None = None
     limit = 0.0
@@ -58,21 +54,22 @@ def _take(folder: Path, shown: str, console: Console, *, wait: bool, command: st
             return treelock.acquire(folder, command)
         except treelock.Busy as busy:
             lock = display_path(busy.path)
+            who = f"another run ({busy.holder})" if busy.holder else "another run"
             if not wait:
                 raise TreeLocked(
-                    f"{shown} is in use by {_who(busy)}, which holds {lock}; nothing was changed. Next: wait for "
+                    f"{shown} is in use by {who}, which holds {lock}; nothing was changed. Next: wait for "
                     f"that run to end, then run again{hint}"
                 ) from None
             if deadline is None:
                 limit = wait_limit(os.environ)
                 console.warn(
-                    f"{shown} is being made by {_who(busy)}; waiting for it to finish (up to {limit:.0f} s, "
+                    f"{shown} is being made by {who}; waiting for it to finish (up to {limit:.0f} s, "
                     f"${WAIT_ENV}), then using it"
                 )
                 deadline = time.monotonic() + limit
             elif time.monotonic() >= deadline:
                 raise TreeLocked(
-                    f"{shown} is still held by {_who(busy)} after {limit:.0f} s of waiting ({lock}); nothing was "
+                    f"{shown} is still held by {who} after {limit:.0f} s of waiting ({lock}); nothing was "
                     f"changed. Next: wait for that run to end (or set ${WAIT_ENV} longer), then run again"
                 ) from None
             time.sleep(_POLL_S)
