@@ -40,10 +40,9 @@ def _request(args: argparse.Namespace, defaults: DefaultTrees) -> Request:
         raise BadInput(f"--micro-batches {args.micro_batches!r}: positive integers, 1 and at least one more")
     splits = choices(args.splits, SPLIT_KINDS, "splits")
     precisions = choices(args.precision, PRECISIONS, "precision") if args.precision is not None else []
-    if args.repeats < 1:
-        raise BadInput(f"--repeats {args.repeats}: at least 1")
-    if args.steps < 1:
-        raise BadInput(f"--steps {args.steps}: at least 1")
+    for flag, value in (("--repeats", args.repeats), ("--steps", args.steps)):
+        if value < 1:
+            raise BadInput(f"{flag} {value}: at least 1")
     if args.lr is not None and not args.lr > 0:
         raise BadInput(f"--lr {args.lr}: a positive learning rate")
     clips = clip_values(args.clip)

@@ -51,8 +51,7 @@ def run_parsed(parse: Callable[[], tuple[argparse.Namespace, Run]]) -> int:
             return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else EXIT_BAD_INPUT
         said = run.interrupted(args) if callable(run.interrupted) else run.interrupted
         errors.update(run.other_errors)
-        console = Console(quiet=getattr(args, "quiet", False))
         with signals.handled() if run.handle_signals else nullcontext(signals.Guard()) as guard:
-            return run.handler(args, console, guard)
+            return run.handler(args, Console(quiet=getattr(args, "quiet", False)), guard)
 
     return run_reporting_errors(call, interrupted=lambda: said, other_errors=errors)

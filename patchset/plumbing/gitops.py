@@ -294,15 +294,9 @@ def apply_patch(
     """``git apply [--check] [--reverse] PATCH`` on the work tree at ``cwd`` (never the index); atomic per patch.
     ``--whitespace=nowarn`` keeps a user's ``apply.whitespace=fix`` from rewriting what the patch adds, which would
     make reversing it inexact. ``directory``: for a tree below the top of its work tree (run from the top then)."""
-    args = ["apply", "--whitespace=nowarn"]
-    if check:
-        args.append("--check")
-    if reverse:
-        args.append("--reverse")
-    if directory:
-        args.append(f"--directory={directory.rstrip('/')}")
-    args += [f"--include={path}" for path in include]
-    args.append(str(patch.resolve()))
+    flags = {"--check": check, "--reverse": reverse, f"--directory={directory.rstrip('/')}": bool(directory)}
+    args = ["apply", "--whitespace=nowarn", *(flag for flag, wanted in flags.items() if wanted)]
+    args += [*(f"--include={path}" for path in include), str(patch.resolve())]
     proc = run_git(args, cwd=cwd, check=False)
     return ApplyResult(ok=proc.returncode == 0, stderr=proc.stderr.strip())
 
