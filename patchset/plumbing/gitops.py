@@ -93,17 +93,15 @@ def run_git(
             stdin=None if stdin is not None else subprocess.DEVNULL,
             input=stdin.encode() if stdin is not None else None,
             capture_output=True,
-            check=False,
             start_new_session=True,
         )
     except FileNotFoundError:
         raise GitError(args, 127, "git not found; install git and put it on PATH") from None
     stdout = proc.stdout if binary else proc.stdout.decode("utf-8", "surrogateescape")
     stderr = proc.stderr.decode("utf-8", "replace")
-    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     if check and proc.returncode != 0:
         raise GitError(args, proc.returncode, stderr)
-    return result
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 @dataclass(frozen=True)
