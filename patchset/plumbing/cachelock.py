@@ -25,11 +25,10 @@ _POLL_S = 0.2
 
 def this_command() -> str:
     """This process's command line, as the holder's record shows it (``python -m patchset ...`` for the CLI)."""
-    argv = list(sys.argv)
-    main = Path(argv[0]) if argv else Path()
+    main = Path(sys.argv[0]) if sys.argv else Path()
     if main.name == "__main__.py" and main.parent.name == "patchset":
-        return "python -m patchset " + shlex.join(argv[1:])
-    return shlex.join(argv) or f"python (pid {os.getpid()})"
+        return "python -m patchset " + shlex.join(sys.argv[1:])
+    return shlex.join(sys.argv) or f"python (pid {os.getpid()})"
 
 
 def entry_for(kind: str, path: Path) -> str:
