@@ -122,9 +122,8 @@ def server(preload: Sequence[str] = ("torch",)) -> BaseContext:
         try:
             forkserver.ensure_running()  # nothing to do where it runs already
         finally:
-            if inherited is None:
-                del os.environ["PYTHONPATH"]
-            else:
+            del os.environ["PYTHONPATH"]
+            if inherited is not None:
                 os.environ["PYTHONPATH"] = inherited
     return context
 
