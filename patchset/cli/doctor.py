@@ -16,6 +16,7 @@ from patchset.doctor.compose import compose, package_root, read_launch
 from patchset.plumbing import signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_COMPOSE, EXIT_INTERNAL, EXIT_OK, EXIT_SPLIT_DEPENDENT
 from patchset.plumbing.ui import Console
+from patchset.proof.report import aligned
 
 EXIT_CODES = f"""\
 exit status:
@@ -34,10 +35,7 @@ COLUMNS = ("loss", "patch", "effect of the split at these settings", "fix here")
 def table(rows: list[Row]) -> str:
     """One line a loss, each column padded to its widest cell."""
     cells = [COLUMNS] + [(row.loss, row.patch or "-", row.effect, row.fix) for row in rows]
-    widths = [max(len(line[column]) for line in cells) for column in range(len(COLUMNS))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() for line in cells
-    )
+    return "\n".join(line.rstrip() for line in aligned(cells))
 
 
 def _cluster(text: str) -> tuple[int, int]:

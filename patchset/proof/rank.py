@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import os
 import platform
 import sys
@@ -40,8 +41,9 @@ from engine_harness.trajectory import (
     weights,
 )
 from engine_harness.worker_statistics import before_split
-from patchset.proof.cases import CASES, MODELS, Case, Model, global_batch_size
+from patchset.proof.cases import CASES, MODELS, Case, global_batch_size
 from patchset.proof.settings import Settings
+from patchset.proof.trajectory import REFERENCE, SHUFFLED
 
 LOSS_AGG_MODE = "token-mean"
 
@@ -56,21 +58,22 @@ def _step(engine, batch, split: Split, case: Case, settings: Settings, rank: int
     return train_step(engine, data, loss, on_gpu=settings.device == "cuda", before=before)
 
 
-def _run_case(
-    case: Case, precision: str, settings: Settings, model: Model, model_path: Path, rank: int, world_size: int
-) -> list[dict]:
-    compute = "bf16" if precision == "bf16" else "fp32"
-    sp = settings.sp
-    engine = build_engine(case.name, model_path, settings.attention, compute, sequence_parallel=sp)
+def _splits(settings: Settings) -> list[tuple[str, int]]:
+    """Each split compared with one micro-batch per rank: (kind, K) for every K above 1."""
+    return [(split, k) for split in settings.splits for k in settings.micro_batches if k > 1]
+
+
+def _run_case(case: Case, precision: str, settings: Settings, rank: int) -> list[dict]:
+    model = MODELS[settings.model]
+    engine = build_engine(case.name, settings.model_path, settings.attention, precision, sequence_parallel=settings.sp)
     freeze_collector()
-    sequences = global_batch_size(model, world_size // sp, settings.micro_batches)
+    sequences = global_batch_size(model, settings.world_size // settings.sp, settings.micro_batches)
     global_batch = ragged_global_batch(model.shape.vocab_size, sequences, model.prompt_len, model.response_len)
     if case.name == "distillation":
         global_batch = with_teacher(global_batch, model.shape.vocab_size)
-    splits = [("fixed", 1)] + [(s, k) for s in settings.splits for k in settings.micro_batches if k > 1]
     _step(engine, global_batch, Split(1), case, settings, rank)  # warm-up, not recorded (allocations, kernels)
     rows = []
-    for split, micro_batches in splits:
+    for split, micro_batches in [REFERENCE, *_splits(settings)]:
         cut = Split(micro_batches, split == "dynamic")
         runs = [_step(engine, global_batch, cut, case, settings, rank) for _ in range(settings.repeats)]
         rows.append(_measurement(case, precision, split, micro_batches, runs))
@@ -97,26 +100,16 @@ def _release_engine() -> None:
         torch.cuda.empty_cache()
 
 
-def _trajectory_runs(settings: Settings) -> list[tuple[str, int]]:
-    """The runs of one case and clipping setting, the reference first: K = 1, K = 1 shuffled, then each split."""
-    counts = [k for k in settings.micro_batches if k > 1]
-    return [("fixed", 1), ("shuffled", 1), *((split, k) for split in settings.splits for k in counts)]
-
-
-def _run_trajectories(
-    case: Case, precision: str, settings: Settings, model: Model, model_path: Path, rank: int, world_size: int
-) -> tuple[list[dict], list[dict]]:
-    """``--steps N``: every run of `_trajectory_runs` for each clipping setting, N optimizer steps each from the same
-    start on the same pool of mini-batches (`trajectory`). Returns (runs, single-step rows): the first step
-    of each run of the first clipping setting is also the single-step proof's measurement."""
-    import math
-
-    steps, clips = settings.steps, settings.clips
+def _run_trajectories(case: Case, precision: str, settings: Settings, rank: int) -> tuple[list[dict], list[dict]]:
+    """``--steps N``: for each clipping setting, the reference (K = 1), K = 1 shuffled, then each split, N optimizer
+    steps each from the same start on the same pool of mini-batches (`trajectory`). Returns (runs, single-step rows):
+    the first step of each run of the first clipping setting is also the single-step proof's measurement."""
+    steps, clips, sp, model = settings.steps, settings.clips, settings.sp, MODELS[settings.model]
     optimizer = OptimizerSettings(lr=settings.lr, weight_decay=None, total_training_steps=steps)
-    compute = "bf16" if precision == "bf16" else "fp32"
-    sp = settings.sp
-    dp = world_size // sp
-    engine = build_engine(case.name, model_path, settings.attention, compute, optimizer, sequence_parallel=sp)
+    dp = settings.world_size // sp
+    engine = build_engine(
+        case.name, settings.model_path, settings.attention, precision, optimizer, sequence_parallel=sp
+    )
     freeze_collector()
     start = EngineStart.of(engine)
     used = engine.optimizer.defaults  # what verl built: AdamW with its defaults, but for what was asked
@@ -133,7 +126,7 @@ def _run_trajectories(
     for clip in clips:
         engine.optimizer_config.clip_grad = math.inf if clip is None else clip
         reference = None
-        for split, micro_batches in _trajectory_runs(settings):
+        for split, micro_batches in [REFERENCE, SHUFFLED, *_splits(settings)]:
             start.restore(engine)
             # per rank: the engine cuts a data-parallel group's rows by budget x sp
             budget = -(-pool_budget(pool, dp, micro_batches) // sp) if split == "dynamic" else None
@@ -208,7 +201,6 @@ def run_rank(rank: int, settings: Settings, workdir: str) -> None:
         load_value_head_with_config_attention()
         if settings.attention == ULYSSES_SDPA_ATTENTION:
             ulysses_sdpa_attention()
-        model = MODELS[settings.model]
         rows: list[dict] = []
         trajectories: list[dict] = []
         for name in settings.cases:
@@ -218,13 +210,12 @@ def run_rank(rank: int, settings: Settings, workdir: str) -> None:
 
                 patch_verl_engine()
             for precision in settings.precisions:
-                arguments = (case, precision, settings, model, settings.model_path, rank, world_size)
                 if settings.steps > 1:
-                    runs, single = _run_trajectories(*arguments)
+                    runs, single = _run_trajectories(case, precision, settings, rank)
                     trajectories += runs
                     rows += single
                 else:
-                    rows += _run_case(*arguments)
+                    rows += _run_case(case, precision, settings, rank)
         result = {
             "measurements": rows if rank == 0 else [],
             "trajectories": trajectories if rank == 0 else [],

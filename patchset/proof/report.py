@@ -1,10 +1,13 @@
-"""What the user reads: the grad_norm table, a PASS/FAIL line per case, and the step-time ratio."""
+"""What the user reads: the grad_norm table, a PASS/FAIL line per case, the step-time ratio, and the training runs'
+table and verdicts (``--steps``)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from patchset.proof.cases import CASES, SPLIT_KINDS
+from patchset.proof.trajectory import REFERENCE, Run, TrajectoryVerdict, clip_label, columns, runs_of, split_label
 from patchset.proof.verdict import TOLERANCE, Measurement, Verdict, median_step_seconds, relative
 
 
@@ -38,10 +41,13 @@ def table(results: Mapping[str, Sequence[Measurement]], cases: Sequence[str], pr
                 seconds = median_step_seconds(rows, case, precision)
                 step = f"{seconds:.3f}" if seconds is not None else "-"
                 lines.append([case, precision, side, f"{reference:.7g}", *cells, step])
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *lines, strict=True)]
-    return [
-        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)) for line in [header, *lines]
-    ]
+    return aligned([header, *lines])
+
+
+def aligned(lines: Sequence[Sequence[str]]) -> list[str]:
+    """Each line's cells joined by two spaces, every column padded to its widest cell."""
+    widths = [max(len(cell) for cell in column) for column in zip(*lines, strict=True)]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in lines]
 
 
 MARKS = {True: "PASS", False: "FAIL", None: "INFO"}
@@ -86,3 +92,35 @@ def tolerance_note(precisions: Sequence[str]) -> str:
         + ", ".join(f"{p} {TOLERANCE[p]:.1e}" for p in precisions)
         + (" (why: patchset/proof/verdict.py)")
     )
+
+
+def trajectory_table(
+    results: Mapping[str, Sequence[Run]], cases: Sequence[str], precisions: Sequence[str]
+) -> list[str]:
+    """One line per case, precision, clipping and tree: each run's final distance from K=1, the share of clipped
+    steps (K=1, then the largest split), and the last step's loss at K=1."""
+    every = [run for runs in results.values() for run in runs]
+    shown = columns(every)
+    header = ["case", "precision", "clip", "tree", *map(split_label, shown), "clipped K=1 / max", "loss K=1"]
+    lines = []
+    clips = sorted({run.clip for run in every}, key=lambda clip: math.inf if clip is None else clip)
+    for case in cases:
+        for precision in precisions:
+            for clip in clips:
+                for side, side_runs in results.items():
+                    runs = runs_of(side_runs, case, precision, clip)
+                    if REFERENCE not in runs:
+                        continue
+                    cells = [f"{runs[key].distance:.2e}" if key in runs else "-" for key in shown]
+                    shares = [runs[REFERENCE].clipped_share, max(run.clipped_share or 0.0 for run in runs.values())]
+                    clipped = "-" if clip is None else " / ".join(f"{share:.0%}" for share in shares)
+                    loss = f"{runs[REFERENCE].steps[-1].loss:.5g}"
+                    lines.append([case, precision, clip_label(clip), side, *cells, clipped, loss])
+    return aligned([header, *lines])
+
+
+def trajectory_verdict_lines(verdicts: Sequence[TrajectoryVerdict]) -> list[str]:
+    return [
+        f"{MARKS[v.passed]}  {v.side:<7}  {v.precision:<4}  clip {clip_label(v.clip):<3}  {v.case:<12}  {v.detail}"
+        for v in verdicts
+    ]

@@ -158,42 +158,7 @@ def columns(runs: Iterable[Run]) -> list[tuple[str, int]]:
     return sorted({run.key for run in runs if run.key != REFERENCE}, key=lambda key: (order[key[0]], key[1]))
 
 
-def _label(key: tuple[str, int]) -> str:
+def split_label(key: tuple[str, int]) -> str:
+    """How tables and figures name a run's split."""
     split, count = key
     return {"fixed": f"K={count}", "shuffled": "K=1 shuffled", "dynamic": f"dynamic K<={count}"}[split]
-
-
-def trajectory_table(
-    results: Mapping[str, Sequence[Run]], cases: Sequence[str], precisions: Sequence[str]
-) -> list[str]:
-    """One line per case, precision, clipping and tree: each run's final distance from K=1, the share of clipped
-    steps (K=1, then the largest split), and the last step's loss at K=1."""
-    every = [run for runs in results.values() for run in runs]
-    shown = columns(every)
-    header = ["case", "precision", "clip", "tree", *(_label(key) for key in shown), "clipped K=1 / max", "loss K=1"]
-    lines = []
-    clips = sorted({run.clip for run in every}, key=lambda clip: math.inf if clip is None else clip)
-    for case in cases:
-        for precision in precisions:
-            for clip in clips:
-                for side, side_runs in results.items():
-                    runs = runs_of(side_runs, case, precision, clip)
-                    if REFERENCE not in runs:
-                        continue
-                    cells = [f"{runs[key].distance:.2e}" if key in runs else "-" for key in shown]
-                    shares = [runs[REFERENCE].clipped_share, max(run.clipped_share or 0.0 for run in runs.values())]
-                    clipped = "-" if clip is None else " / ".join(f"{share:.0%}" for share in shares)
-                    loss = f"{runs[REFERENCE].steps[-1].loss:.5g}"
-                    lines.append([case, precision, clip_label(clip), side, *cells, clipped, loss])
-    widths = [max(len(str(cell)) for cell in column) for column in zip(header, *lines, strict=True)]
-    return [
-        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)) for line in [header, *lines]
-    ]
-
-
-def trajectory_verdict_lines(verdicts: Sequence[TrajectoryVerdict]) -> list[str]:
-    marks = {True: "PASS", False: "FAIL", None: "INFO"}
-    return [
-        f"{marks[v.passed]}  {v.side:<7}  {v.precision:<4}  clip {clip_label(v.clip):<3}  {v.case:<12}  {v.detail}"
-        for v in verdicts
-    ]

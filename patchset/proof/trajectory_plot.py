@@ -10,15 +10,11 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from patchset.proof.trajectory import REFERENCE, Run, clip_label, columns, runs_of
+from patchset.proof.trajectory import REFERENCE, Run, clip_label, columns, runs_of, split_label
 
 TREES = {"patched": ("tab:blue", 4.0, 0.45), "vanilla": ("tab:red", 1.3, 1.0)}
 STYLES = {("fixed", 1): "-", ("fixed", 2): "--", ("fixed", 4): ":", ("dynamic", 2): "-.", ("dynamic", 4): (0, (1, 3))}
 OTHER_STYLE = (0, (3, 1, 1, 1))  # a split --micro-batches asked for beyond 1, 2 and 4
-
-
-def _name(key: tuple[str, int]) -> str:
-    return f"K={key[1]}" if key[0] == "fixed" else f"dynamic K<={key[1]}"
 
 
 def draw_trajectories(
@@ -49,7 +45,7 @@ def draw_trajectories(
                     x = range(1, len(steps) + 1)
                     line = STYLES.get(key, OTHER_STYLE)
                     style = {"linestyle": line, "color": colour, "linewidth": width, "alpha": alpha}
-                    label = f"{side}, {_name(key)}"
+                    label = f"{side}, {split_label(key)}"
                     loss_axis.plot(x, [step.loss for step in steps], label=label, **style)
                     norm_axis.plot(x, [step.grad_norm for step in steps], label=label, **style)
             if clip is not None:

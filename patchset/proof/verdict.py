@@ -7,6 +7,7 @@ only the order of the sums; bf16 2**-8, bf16's unit roundoff. The bug's ratio, K
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -114,13 +115,10 @@ def median_step_seconds(
 ) -> float | None:
     """The median time of one timed step over every split of the case: the worker's pre-pass and `train_batch`
     (``pre_pass_only``: of the pre-pass alone)."""
-    seconds = sorted(
+    seconds = [
         s
         for row in rows
         if row.case == case and row.precision == precision
         for s in (row.pre_pass if pre_pass_only else row.seconds)
-    )
-    if not seconds:
-        return None
-    middle = len(seconds) // 2
-    return seconds[middle] if len(seconds) % 2 else (seconds[middle - 1] + seconds[middle]) / 2
+    ]
+    return statistics.median(seconds) if seconds else None
