@@ -9,7 +9,7 @@ patched, on the user's hardware; and the end-to-end engine test's figure (`e2e_p
 - `side`: one tree's process (``python -m patchset.proof.side``): starts the ranks and gathers what they measured;
 - `rank`: one rank: the engines, the data and the steps, with the trees' own verl and Trinity modules;
 - `verdict`, `trajectory`: pass or fail per case, from the measurements and the training runs, and the tolerances;
-- `report`: the tables and lines the user reads; `split_plot`, `trajectory_plot`: ``--plot``'s figures.
+- `report`: the tables and lines the user reads; `plots`: ``--plot``'s figures.
 
 The main process imports neither torch nor verl; the trees' processes and ranks do.
 """

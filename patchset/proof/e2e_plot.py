@@ -63,11 +63,9 @@ def markdown_table(series: Series) -> str:
 
 
 def draw(series: Series, output: Path) -> None:
-    import matplotlib
+    from patchset.proof.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, axes = plt.subplots(
         len(COMPONENTS), len(LOSS_AGG_MODES), figsize=(4.2 * len(LOSS_AGG_MODES), 3.6 * len(COMPONENTS))
     )

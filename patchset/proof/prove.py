@@ -202,13 +202,13 @@ def prove(request: Request, defaults: DefaultTrees) -> int:
         )
     machine = f"{environment.get('device', '?')} x{world_size}" if environment else f"{settings.device} x{world_size}"
     if request.plot and settings.steps > 1 and any(runs.values()):
-        from patchset.proof.trajectory_plot import draw_trajectories
+        from patchset.proof.plots import draw_trajectories
 
         title = f"scripts/gpu_proof.py --steps {settings.steps}, model {settings.model}, {machine}"
         draw_trajectories(runs, cases, precisions, title, request.plot)
         print(f"* plot: {request.plot}")
     elif request.plot and any(results.values()):
-        from patchset.proof.split_plot import draw
+        from patchset.proof.plots import draw
 
         draw(results, cases, precisions, f"scripts/gpu_proof.py, model {settings.model}, {machine}", request.plot)
         print(f"* plot: {request.plot}")
