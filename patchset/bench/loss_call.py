@@ -12,13 +12,13 @@ none.
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,7 +184,8 @@ def _measure(children: Sequence[_Child], timing: Timing) -> dict[Case, dict[str,
     """Per case and child: the median call time and the synchronisation counts."""
     results: dict[Case, dict[str, dict[str, Any]]] = {}
     # KL-Cov's and Clip-Cov's choice does not depend on the loss_agg_mode: token-mean only
-    cases = [(c, m, s) for c in COMPONENTS for m in _modes(c) for s in SHAPES]
+    modes = {c: ("token-mean",) if c in SELECTION_COMPONENTS else LOSS_AGG_MODES for c in COMPONENTS}
+    cases = [(c, m, s) for c in COMPONENTS for m in modes[c] for s in SHAPES]
     for number, case in enumerate(cases, 1):
         print(f"* case {number}/{len(cases)}: {' '.join(map(str, case))}", file=sys.stderr, flush=True)
         syncs = {child.name: child.ask(op="setup", case=case, warmup=timing.warmup)["syncs"] for child in children}
@@ -204,20 +205,12 @@ def _measure(children: Sequence[_Child], timing: Timing) -> dict[Case, dict[str,
     return results
 
 
-def _modes(component: str) -> Sequence[str]:
-    return ("token-mean",) if component in SELECTION_COMPONENTS else LOSS_AGG_MODES
-
-
 def _added_syncs(component: str, vanilla: dict[str, int], patched: dict[str, int]) -> int:
     """Synchronisations the patch adds to one call: per method; for a mini-batch's selection the net count, since its
     one ``.item()`` (for k) replaces the per-micro-batch host copies and counts of the loss's own choice."""
     if component in SELECTION_COMPONENTS:
         return max(0, sum(patched.values()) - sum(vanilla.values()))
     return sum(max(0, patched[name] - vanilla[name]) for name in SYNC_METHODS)
-
-
-def _geometric_mean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(value) for value in values) / len(values))
 
 
 def _report(results: dict[Case, dict[str, dict[str, Any]]], timing: Timing) -> bool:
@@ -228,10 +221,7 @@ def _report(results: dict[Case, dict[str, dict[str, Any]]], timing: Timing) -> b
     )
     header = f"{'component':<9} {'loss_agg_mode':<24} {'seqs':>4} {'vanilla us':>10} {'patched us':>10}"
     print(f"{header} {'patched/vanilla':>15} {'vanilla/vanilla':>15} {'syncs v/p':>9}")
-    ratios: dict[str, list[float]] = {component: [] for component in COMPONENTS}
-    noise: dict[str, list[float]] = {component: [] for component in COMPONENTS}
-    fastest: dict[str, list[float]] = {component: [] for component in COMPONENTS}
-    extra_us: dict[str, list[float]] = {component: [] for component in COMPONENTS}
+    ratios, noise, fastest, extra_us = (defaultdict[str, list[float]](list) for _ in range(4))
     added = dict.fromkeys(COMPONENTS, 0)
     for (component, mode, sequences), row in results.items():
         vanilla, patched, again = row["vanilla"], row["patched"], row["vanilla-again"]
@@ -250,15 +240,15 @@ def _report(results: dict[Case, dict[str, dict[str, Any]]], timing: Timing) -> b
     met = True
     print()
     for component in COMPONENTS:
-        mean = _geometric_mean(ratios[component])
+        mean = statistics.geometric_mean(ratios[component])
         ok = mean <= TIME_TARGET
         met &= ok
         print(
             f"{component}: loss-call time patched / vanilla {mean:.3f} (geometric mean of the medians' ratios over"
             f" {len(ratios[component])} cases, worst {max(ratios[component]):.3f}; fastest calls"
-            f" {_geometric_mean(fastest[component]):.3f}; median extra time"
+            f" {statistics.geometric_mean(fastest[component]):.3f}; median extra time"
             f" {statistics.median(extra_us[component]):+.1f} us a call); noise floor vanilla / vanilla"
-            f" {_geometric_mean(noise[component]):.3f} (from {min(noise[component]):.3f} to"
+            f" {statistics.geometric_mean(noise[component]):.3f} (from {min(noise[component]):.3f} to"
             f" {max(noise[component]):.3f}); target <= {TIME_TARGET}: {'met' if ok else 'MISSED'}"
         )
     for component in COMPONENTS:
@@ -271,9 +261,9 @@ def _report(results: dict[Case, dict[str, dict[str, Any]]], timing: Timing) -> b
     return met
 
 
-def measure_trees(vanilla: TreePair, patched: TreePair, timing: Timing) -> tuple[dict[Case, dict], str]:
-    """Every case, timed in a child per tree pair (vanilla, patched, vanilla again), and the children's torch
-    version; a tree that is not there is bad input."""
+def run(vanilla: TreePair, patched: TreePair, timing: Timing, json_path: Path | None) -> bool:
+    """Time every case in a child per tree pair (vanilla, patched, vanilla again), print it (and write ``json_path``);
+    whether every target was met. A tree that is not there is bad input."""
     trees = (patched.verl, patched.trinity, vanilla.verl, vanilla.trinity)
     missing = [str(tree) for tree in trees if not tree.is_dir()]
     if missing:
@@ -283,15 +273,10 @@ def measure_trees(vanilla: TreePair, patched: TreePair, timing: Timing) -> tuple
     try:
         for name in SIDES:
             children.append(_Child(name, pairs[name].verl, pairs[name].trinity))
-        return _measure(children, timing), children[0].torch_version
+        results, torch_version = _measure(children, timing), children[0].torch_version
     finally:
         for child in children:
             child.close()
-
-
-def run(vanilla: TreePair, patched: TreePair, timing: Timing, json_path: Path | None) -> bool:
-    """Measure and print every case (and write ``json_path``); whether every target was met."""
-    results, torch_version = measure_trees(vanilla, patched, timing)
     print(f"* vanilla: verl {vanilla.verl}, trinity {vanilla.trinity}")
     print(f"* patched: verl {patched.verl}, trinity {patched.trinity}")
     print(f"* torch {torch_version}, {os.cpu_count()} CPUs")

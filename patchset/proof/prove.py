@@ -53,16 +53,12 @@ def device_and_ranks(requested: str, world_size: int | None) -> tuple[str, int]:
 
 def clip_values(value: str) -> tuple[float | None, ...]:
     """``--clip``: each a positive max norm, or 'off' (None)."""
-    clips: list[float | None] = []
-    for item in (item.strip() for item in value.split(",") if item.strip()):
-        try:
-            clip = None if item == CLIP_OFF else float(item)
-        except ValueError:
-            clip = -1.0
-        if clip is not None and not clip > 0:
-            raise BadInput(f"--clip {value!r}: positive numbers or '{CLIP_OFF}'")
-        clips.append(clip)
-    if not clips:
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    try:
+        clips = [None if item == CLIP_OFF else float(item) for item in items]
+    except ValueError:
+        clips = []
+    if not clips or any(clip is not None and not clip > 0 for clip in clips):
         raise BadInput(f"--clip {value!r}: positive numbers or '{CLIP_OFF}'")
     return tuple(dict.fromkeys(clips))
 
