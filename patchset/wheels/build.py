@@ -33,7 +33,7 @@ from patchset.plumbing.ui import Console, display_path
 from patchset.testenv.venv import VenvError, ensure_venv
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin
-from patchset.upstreams.registry import UPSTREAMS, Upstream
+from patchset.upstreams.registry import UPSTREAMS
 from patchset.upstreams.workspace import Workspace
 from patchset.wheels.selection import select_pins
 
@@ -166,16 +166,6 @@ def make_manifest(pin: Pin, label: Label, steps: Sequence[Step]) -> dict[str, An
     }
 
 
-def _apply_series(pin: Pin, tree: Path, workspace: Workspace, console: Console, guard: signals.Guard) -> list[Step]:
-    """Apply ``pin``'s series to the fresh clone ``tree`` as ``apply`` does, without the regression run."""
-    target = target_for_pin(pin, tree, workspace.patches_dir)
-    command_line = f"python -m patchset wheels (building {pin.label})"
-    applied = apply_series(
-        [target], workspace, ApplyOptions(), console=console, guard=guard, command_line=command_line, regression=False
-    )
-    return list(applied.plans[0].steps)
-
-
 def _prepare_tree(pin: Pin, tree: Path, label: Label, manifest: dict[str, Any]) -> None:
     """Set the labelled version and add the manifest in the build copy ``tree``."""
     upstream = UPSTREAMS[pin.key]
@@ -188,27 +178,22 @@ def _prepare_tree(pin: Pin, tree: Path, label: Label, manifest: dict[str, Any]) 
     upstream.write_version(tree, label.version(pin.version))
     manifest_rel = f"{upstream.package}/{MANIFEST_NAME}"
     (tree / manifest_rel).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    _ship(pin, tree, upstream, manifest_rel)
-    # build as from the sdist: setuptools then lists files from the sdist's SOURCES.txt, never from git
-    shutil.rmtree(tree / ".git")
-
-
-def _ship(pin: Pin, tree: Path, upstream: Upstream, manifest_rel: str) -> None:
-    """Make setuptools ship the manifest: in MANIFEST.in, and in the package data where the build ignores that."""
+    # setuptools ships it from MANIFEST.in, and from the package data where the build ignores MANIFEST.in
     manifest_in = tree / "MANIFEST.in"
     before = manifest_in.read_text(encoding="utf-8") if manifest_in.exists() else ""
     manifest_in.write_text(before + ("" if before.endswith("\n") or not before else "\n") + f"include {manifest_rel}\n")
-    if upstream.package_data is None:
-        return
-    rel, anchor = upstream.package_data
-    path = tree / rel
-    text = path.read_text(encoding="utf-8") if path.is_file() else ""
-    if text.count(anchor) != 1:
-        raise BadInput(
-            f"{pin.label}: {rel} does not hold {anchor!r} exactly once, so the manifest cannot be added to its "
-            f"package data; the wheel recipe in patchset/wheels/build.py needs updating for this release"
-        )
-    path.write_text(text.replace(anchor, f"{anchor}  {json.dumps(MANIFEST_NAME)},\n"), encoding="utf-8")
+    if upstream.package_data is not None:
+        rel, anchor = upstream.package_data
+        path = tree / rel
+        text = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if text.count(anchor) != 1:
+            raise BadInput(
+                f"{pin.label}: {rel} does not hold {anchor!r} exactly once, so the manifest cannot be added to its "
+                f"package data; the wheel recipe in patchset/wheels/build.py needs updating for this release"
+            )
+        path.write_text(text.replace(anchor, f"{anchor}  {json.dumps(MANIFEST_NAME)},\n"), encoding="utf-8")
+    # build as from the sdist: setuptools then lists files from the sdist's SOURCES.txt, never from git
+    shutil.rmtree(tree / ".git")
 
 
 def _wheel_metadata(wheel: Path) -> tuple[str, set[str]]:
@@ -236,12 +221,6 @@ def _check_wheel(pin: Pin, wheel: Path, version: str) -> str | None:
         if rel not in names:
             return f"{wheel.name} lacks {rel}"
     return None
-
-
-def _pip_wheel(python: Path, tree: Path, out: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    command = [str(python), "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index"]
-    command += ["--disable-pip-version-check", "--quiet", "-w", str(out), str(tree)]
-    return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
 
 
 def _build_env(label: Label, patches_dir: Path) -> dict[str, str]:
@@ -278,7 +257,6 @@ def build_wheels(build: WheelBuild, workspace: Workspace, console: Console, guar
             python = ensure_venv()  # builds the test environment on first use
         except VenvError as exc:  # the build environment could not be made: no wheel, exit 1
             raise BuildFailed(str(exc)) from exc
-    cache = workspace.cache
     env = _build_env(label, patches_dir)
     dist_dir.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("wheels")))
@@ -286,11 +264,16 @@ def build_wheels(build: WheelBuild, workspace: Workspace, console: Console, guar
         staged: list[Built] = []
         for pin in targets:
             version = label.version(pin.version)
-            vanilla = ensure_upstream(pin, cache, console)
+            vanilla = ensure_upstream(pin, workspace.cache, console)
             tree = work / pin.dirname
             gitops.clone_local(vanilla, tree)
             console.step(f"Applying the {pin.series} series to a fresh clone of {pin.label}")
-            steps = _apply_series(pin, tree, workspace, console, guard)
+            target = target_for_pin(pin, tree, workspace.patches_dir)
+            line = f"python -m patchset wheels (building {pin.label})"  # applied as apply does, with no regression run
+            applied = apply_series(
+                [target], workspace, ApplyOptions(), console=console, guard=guard, command_line=line, regression=False
+            )
+            steps = applied.plans[0].steps
             manifest = make_manifest(pin, label, steps)
             if not any(step.action is Action.CHANGE for step in steps):
                 console.warn(
@@ -301,7 +284,9 @@ def build_wheels(build: WheelBuild, workspace: Workspace, console: Console, guar
             console.step(f"Building {pin.name} {version} wheel")
             out = work / f"wheel-{pin.dirname}"
             started = time.monotonic()
-            proc = _pip_wheel(python, tree, out, env)
+            command = [str(python), "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index"]
+            command += ["--disable-pip-version-check", "--quiet", "-w", str(out), str(tree)]
+            proc = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
             if proc.returncode != 0:
                 tail = "\n".join((proc.stderr + proc.stdout).strip().splitlines()[-20:])
                 raise BuildFailed(f"pip wheel failed for {pin.label} (exit status {proc.returncode}):\n{tail}")
@@ -334,13 +319,6 @@ def read_manifest(package: str) -> tuple[Path | None, dict[str, Any] | None]:
     return folder, json.loads(path.read_text(encoding="utf-8"))
 
 
-def _installed_version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(DISTRIBUTIONS.get(package, package))
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def report_manifests(packages: Sequence[str], console: Console, *, as_json: bool = False) -> int:
     """Print the manifest of each installed one of ``packages``; 1 when one has none, else 0."""
     found: dict[str, Any] = {}
@@ -348,9 +326,13 @@ def report_manifests(packages: Sequence[str], console: Console, *, as_json: bool
     for package in packages:
         folder, manifest = read_manifest(package)
         missing |= manifest is None
+        try:
+            version = importlib.metadata.version(DISTRIBUTIONS.get(package, package))
+        except importlib.metadata.PackageNotFoundError:
+            version = None
         found[package] = {
             "location": str(folder) if folder else None,
-            "distribution_version": _installed_version(package),
+            "distribution_version": version,
             "manifest": manifest,
         }
         if as_json:
