@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,9 +33,9 @@ class SideResult:
     hung: str = ""  # what hung, the limit and where its stacks are, when the run went past --timeout
 
 
-def side_env(side: str, sources: Sequence[Source], environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+def side_env(side: str, sources: Sequence[Source]) -> dict[str, str]:
     """The tree's process's environment: its trees first on ``PYTHONPATH``, and, on the vanilla side, no overlays."""
-    env = dict(environ)
+    env = dict(os.environ)
     trees = [str(source.tree) for source in sources if source.tree is not None]
     # "" would be the cwd; a relative entry is made absolute: the process starts in the repository root
     inherited = [os.path.abspath(entry) for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]

@@ -26,18 +26,14 @@ from patchset.proof.settings import Settings
 RANKS_LIMIT_S = 3600.0  # the ranks of one side, where the settings give no --timeout
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def run_side(settings: Settings) -> dict:
     """Every rank's result (``{"ranks": [...]}``) for one tree; ranks that died without one say so."""
     if not (settings.model_path / "config.json").exists():
         save_model(MODELS[settings.model].shape, settings.model_path)
     world_size = settings.world_size
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    with socket.socket() as probe:  # a free port for the ranks' rendezvous
+        probe.bind(("127.0.0.1", 0))
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(probe.getsockname()[1]))
     with tempfile.TemporaryDirectory(prefix="gpu-proof-ranks-") as workdir:
         if world_size == 1:
             run_rank(0, settings, workdir)
@@ -49,13 +45,11 @@ def run_side(settings: Settings) -> dict:
                 )
             except TimedOut as hung:
                 print(f"error: {hung}", file=sys.stderr, flush=True)
-        ranks = []
-        for rank in range(world_size):
-            result_file = Path(workdir) / f"rank{rank}.json"
-            if result_file.exists():
-                ranks.append(json.loads(result_file.read_text()))
-            else:
-                ranks.append({"error": f"rank {rank} exited without a result"})
+        files = [Path(workdir) / f"rank{rank}.json" for rank in range(world_size)]
+        ranks = [
+            json.loads(file.read_text()) if file.exists() else {"error": f"rank {rank} exited without a result"}
+            for rank, file in enumerate(files)
+        ]
     return {"ranks": ranks}
 
 

@@ -95,14 +95,6 @@ def runs_of(runs: Iterable[Run], case: str, precision: str, clip: float | None) 
     return {run.key: run for run in runs if (run.case, run.precision, run.clip) == (case, precision, clip)}
 
 
-def bound(runs: Mapping[tuple[str, int], Run], precision: str) -> float | None:
-    """How far a run may end from the reference by reassociation alone (None without the shuffled run)."""
-    shuffled = runs.get(SHUFFLED)
-    if shuffled is None:
-        return None
-    return max(FLOOR_FACTOR * shuffled.distance, MIN_BOUND[precision])
-
-
 def _k_range(run: Run) -> str:
     made = sorted({step.made for step in run.steps})
     return f"{made[0]}" if len(made) == 1 else f"{made[0]}-{made[-1]}"
@@ -122,14 +114,14 @@ def judge_trajectories(
 ) -> TrajectoryVerdict:
     """Whether ``side``'s runs of ``case`` end where that tree should (see the module's docstring)."""
     runs = runs_of(every, case.name, precision, clip)
-    limit = bound(runs, precision)
 
     def verdict(passed: bool | None, detail: str) -> TrajectoryVerdict:
         return TrajectoryVerdict(side, case.name, precision, clip, passed, detail)
 
     compared = {key: run for key, run in runs.items() if key not in (REFERENCE, SHUFFLED)}
-    if REFERENCE not in runs or limit is None or not compared:
+    if REFERENCE not in runs or SHUFFLED not in runs or not compared:
         return verdict(False, "missing runs: the reference, the shuffled floor and one split are needed")
+    limit = max(FLOOR_FACTOR * runs[SHUFFLED].distance, MIN_BOUND[precision])  # what reassociation alone makes
     wrong = [
         f"{run.split} K={run.micro_batches} made {_k_range(run)}"
         for run in runs.values()
