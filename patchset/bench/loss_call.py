@@ -156,10 +156,7 @@ class _Child:
 
     def close(self) -> None:
         if self._process.poll() is None:
-            assert self._process.stdin is not None
-            self._process.stdin.write(json.dumps({"op": "quit"}) + "\n")
-            self._process.stdin.close()
-            self._process.wait(timeout=60)
+            self._process.communicate(json.dumps({"op": "quit"}) + "\n", timeout=60)
         self._stderr.close()
 
 

@@ -65,35 +65,6 @@ def _pre_pass(engine: Any, data: Any) -> float:
         return time.process_time() - started
 
 
-def _measure_here(shape_name: str, sequences: int, splits: list[int], repeats: int) -> list[PrePassCost]:
-    import torch
-
-    from engine_harness.adapt import freeze_collector
-    from engine_harness.data import rollout_global_batch
-    from engine_harness.engine import build_engine
-    from engine_harness.losses import loss_function
-    from engine_harness.model import save_model
-    from engine_harness.sim import use_cpu_unpadding
-
-    torch.set_num_threads(1)
-    shape = SHAPES[shape_name]
-    with tempfile.TemporaryDirectory(prefix="patchset-bench-pre-pass-") as workdir:
-        rendezvous = f"file://{workdir}/rendezvous"
-        torch.distributed.init_process_group("gloo", init_method=rendezvous, rank=0, world_size=1)
-        try:
-            use_cpu_unpadding()
-            save_model(shape, Path(workdir) / "model")
-            engine = build_engine(LOSS, Path(workdir) / "model")
-            freeze_collector()
-            batch = rollout_global_batch(shape.vocab_size, sequences)
-            loss = loss_function(LOSS, "token-mean")
-            return [
-                _costs(engine, batch, loss, shape_name, sequences, micro_batches, repeats) for micro_batches in splits
-            ]
-        finally:
-            torch.distributed.destroy_process_group()
-
-
 def _costs(
     engine: Any, batch: Any, loss: Any, shape: str, sequences: int, micro_batches: int, repeats: int
 ) -> PrePassCost:
@@ -121,7 +92,7 @@ def _costs(
 
 
 def measure(verl_tree: Path, shape: str, sequences: int, splits: list[int], repeats: int) -> list[PrePassCost]:
-    """`_measure_here` in a child process that imports verl from ``verl_tree`` (checked)."""
+    """Each split's figures, from a child process (`main`) that imports verl from ``verl_tree`` (checked)."""
     env = {**os.environ, "PYTHONPATH": str(verl_tree), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", __name__, shape, str(sequences), ",".join(map(str, splits)), str(repeats)]
     done = subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
@@ -161,10 +132,33 @@ def run(verl_tree: Path, repeats: int, json_path: Path | None) -> int:
 
 
 def main(argv: list[str]) -> int:
+    """The child `measure` starts: ``SHAPE SEQUENCES K[,K...] REPEATS``; prints one JSON line."""
+    import torch
     import verl
 
-    shape, sequences, splits, repeats = argv[0], int(argv[1]), [int(k) for k in argv[2].split(",")], int(argv[3])
-    costs = _measure_here(shape, sequences, splits, repeats)
+    from engine_harness.adapt import freeze_collector
+    from engine_harness.data import rollout_global_batch
+    from engine_harness.engine import build_engine
+    from engine_harness.losses import loss_function
+    from engine_harness.model import save_model
+    from engine_harness.sim import use_cpu_unpadding
+
+    shape_name, sequences, splits, repeats = argv[0], int(argv[1]), [int(k) for k in argv[2].split(",")], int(argv[3])
+    torch.set_num_threads(1)
+    shape = SHAPES[shape_name]
+    with tempfile.TemporaryDirectory(prefix="patchset-bench-pre-pass-") as workdir:
+        rendezvous = f"file://{workdir}/rendezvous"
+        torch.distributed.init_process_group("gloo", init_method=rendezvous, rank=0, world_size=1)
+        try:
+            use_cpu_unpadding()
+            save_model(shape, Path(workdir) / "model")
+            engine = build_engine(LOSS, Path(workdir) / "model")
+            freeze_collector()
+            batch = rollout_global_batch(shape.vocab_size, sequences)
+            loss = loss_function(LOSS, "token-mean")
+            costs = [_costs(engine, batch, loss, shape_name, sequences, k, repeats) for k in splits]
+        finally:
+            torch.distributed.destroy_process_group()
     tree = str(Path(verl.__file__).resolve().parents[1])
     print(json.dumps({"verl": tree, "costs": [asdict(cost) for cost in costs]}), flush=True)
     return 0

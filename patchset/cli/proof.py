@@ -12,9 +12,8 @@ from patchset.cli.startup import Run
 from patchset.plumbing.errors import EXIT_TIMED_OUT, BadInput, needs_module
 from patchset.plumbing.signals import Guard
 from patchset.plumbing.ui import Console
-from patchset.proof.cases import CASES, MICRO_BATCHES, MODELS, PRECISIONS, SIDES, SPLIT_KINDS
+from patchset.proof.cases import CASES, MICRO_BATCHES, MODELS, PRECISIONS, SIDES, SPLIT_KINDS, Settings
 from patchset.proof.prove import ULYSSES_SDPA, Request, choices, clip_values, prove, sequence_parallel
-from patchset.proof.settings import Settings
 from patchset.proof.trajectory import CLIP_OFF
 from patchset.proof.trees import DefaultTrees, Source, source
 

@@ -2,8 +2,8 @@
 patched, on the user's hardware; and the end-to-end engine test's figure (`e2e_plot`, ``python -m patchset plot``).
 
 - `prove`: the plan of a run and the report;
-- `settings`: what one run measures, the same for both trees (plain data, handed to each tree's process);
-- `cases`: what is measured and what each tree should show (no torch, no verl: the main process reads it);
+- `cases`: what is measured, what each tree should show, and one run's `Settings`, the same for both trees (plain
+  data, handed to each tree's process; no torch, no verl: the main process reads it);
 - `trees`: where each side's verl and Trinity-RFT come from, and the check that every rank imported them from there;
 - `launch`: the main process's end of a tree's run: starts its process and reads what its ranks wrote;
 - `side`: one tree's process (``python -m patchset.proof.side``): starts the ranks and gathers what they measured;

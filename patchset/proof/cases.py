@@ -1,4 +1,4 @@
-"""What the GPU proof measures, and what each tree should show.
+"""What the GPU proof measures, what each tree should show, and the settings of one run.
 
 Read by the main process, which imports neither torch nor verl: plain data only (`engine_harness.model` imports
 neither at the top).
@@ -6,9 +6,11 @@ neither at the top).
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from enum import Enum
+from pathlib import Path
 
 from engine_harness.model import TINY, ModelShape
 
@@ -112,3 +114,36 @@ def global_batch_size(model: Model, world_size: int, micro_batches: tuple[int, .
     micro-batches (the fixed split)."""
     unit = math.lcm(*micro_batches) * world_size
     return -(-model.sequences // unit) * unit
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One run of the proof, the same for both trees: the main process plans it and writes it to a JSON file for
+    each tree's process, which hands it on to its ranks."""
+
+    cases: tuple[str, ...]  # names of `cases.CASES`
+    precisions: tuple[str, ...]  # of `cases.PRECISIONS`
+    model: str  # a name of `cases.MODELS`
+    model_path: Path  # the random model's checkpoint: the first tree's process saves it, every rank loads it
+    world_size: int  # ranks, one per device
+    device: str  # "cuda" or "cpu"
+    attention: str  # the model's attn_implementation
+    micro_batches: tuple[int, ...]  # per rank: 1 and the splits to compare with it
+    splits: tuple[str, ...]  # of `cases.SPLIT_KINDS`
+    repeats: int  # timed steps per split (single-step proof)
+    steps: int = 1  # optimizer steps per run; above 1, the training runs
+    clips: tuple[float | None, ...] = (1.0,)  # with steps above 1: clip_grad values, None for off
+    lr: float | None = None  # with steps above 1: the learning rate (None: verl's default)
+    sp: int = 1  # Ulysses sequence-parallel size
+    timeout: float | None = None  # seconds the ranks of one tree may take (None: the side's own limit)
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "model_path": str(self.model_path)})
+
+    @classmethod
+    def from_json(cls, text: str) -> Settings:
+        fields = json.loads(text)
+        sequences = ("cases", "precisions", "micro_batches", "splits", "clips")
+        return cls(
+            **{**fields, "model_path": Path(fields["model_path"]), **{name: tuple(fields[name]) for name in sequences}}
+        )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from patchset.plumbing.bounded import Limit, hang_report
 from patchset.plumbing.paths import REPO_ROOT
-from patchset.proof.settings import Settings
+from patchset.proof.cases import Settings
 from patchset.proof.trajectory import Run
 from patchset.proof.trees import DefaultTrees, Source, check_modules
 from patchset.proof.verdict import Measurement

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from engine_harness.adapt import ULYSSES_SDPA_ATTENTION as ULYSSES_SDPA  # imports no torch
 from patchset.plumbing.errors import EXIT_TIMED_OUT, BadInput
-from patchset.proof.cases import CASES, MODELS, Model
+from patchset.proof.cases import CASES, MODELS, Model, Settings
 from patchset.proof.launch import measure
 from patchset.proof.report import (
     step_time_lines,
@@ -23,7 +23,6 @@ from patchset.proof.report import (
     trajectory_verdict_lines,
     verdict_lines,
 )
-from patchset.proof.settings import Settings
 from patchset.proof.trajectory import CLIP_OFF, Run, TrajectoryVerdict, judge_trajectories, run_judges
 from patchset.proof.trees import DefaultTrees, Source
 from patchset.proof.verdict import Measurement, Verdict, judge, one_step_judges

@@ -41,8 +41,7 @@ from engine_harness.trajectory import (
     weights,
 )
 from engine_harness.worker_statistics import before_split
-from patchset.proof.cases import CASES, MODELS, Case, global_batch_size
-from patchset.proof.settings import Settings
+from patchset.proof.cases import CASES, MODELS, Case, Settings, global_batch_size
 from patchset.proof.trajectory import REFERENCE, SHUFFLED
 
 LOSS_AGG_MODE = "token-mean"

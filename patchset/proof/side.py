@@ -19,9 +19,8 @@ from pathlib import Path
 from engine_harness.model import save_model
 from patchset.plumbing.children import run_children
 from patchset.plumbing.errors import TimedOut
-from patchset.proof.cases import MODELS
+from patchset.proof.cases import MODELS, Settings
 from patchset.proof.rank import run_rank
-from patchset.proof.settings import Settings
 
 RANKS_LIMIT_S = 3600.0  # the ranks of one side, where the settings give no --timeout
 

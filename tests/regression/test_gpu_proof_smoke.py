@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 
 from patchset.plumbing.children import run_children
-from patchset.proof.cases import CASES
-from patchset.proof.settings import Settings
+from patchset.proof.cases import CASES, Settings
 from patchset.proof.trajectory import Run, judge_trajectories
 from patchset.proof.verdict import Measurement, judge
 

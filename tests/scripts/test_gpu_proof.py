@@ -20,9 +20,8 @@ import pytest
 from patchset.cli import main
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.proof import prove
-from patchset.proof.cases import CASES, MODELS, global_batch_size
+from patchset.proof.cases import CASES, MODELS, Settings, global_batch_size
 from patchset.proof.report import step_time_lines, table, trajectory_table, verdict_lines
-from patchset.proof.settings import Settings
 from patchset.proof.trajectory import Run, Step, judge_trajectories
 from patchset.proof.trees import DefaultTrees, Source, check_modules
 from patchset.proof.verdict import TOLERANCE, Measurement, judge
