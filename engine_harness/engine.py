@@ -11,7 +11,7 @@ import importlib
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +33,7 @@ class OptimizerSettings:
     total_training_steps: int = 10
 
     def config_fields(self) -> dict[str, Any]:
-        fields: dict[str, Any] = {"clip_grad": self.clip_grad}
-        if self.lr is not None:
-            fields["lr"] = self.lr
-        if self.weight_decay is not None:
-            fields["weight_decay"] = self.weight_decay
-        return {**fields, "total_training_steps": self.total_training_steps}
+        return {name: value for name, value in asdict(self).items() if value is not None}  # None: verl's default
 
 
 @dataclass(frozen=True)

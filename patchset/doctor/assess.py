@@ -23,6 +23,7 @@ from patchset.plumbing import patchtext, tempdirs
 from patchset.series.model import Patch, load_series, read_patch
 from patchset.series.parts import read_parts, slug_of
 from patchset.upstreams.pins import at_least
+from patchset.upstreams.registry import UPSTREAMS
 
 ACTOR, CRITIC = "actor_rollout_ref.actor", "critic"
 PPO_CONFIGS = ("ppo_trainer", "ppo_megatron_trainer")
@@ -57,14 +58,11 @@ class Upstream:
 
     @property
     def version(self) -> str:
-        if self.package == "verl":
-            return (self.root / "verl" / "version" / "version").read_text(encoding="utf-8").strip()
-        text = (self.root / self.package / "__init__.py").read_text(encoding="utf-8")
-        return text.split("__version__ = ", 1)[1].split("\n", 1)[0].strip("\"'")
+        return UPSTREAMS[self.series].read_version(self.root)
 
     @property
     def distribution(self) -> str:
-        return "trinity-rft" if self.package == "trinity" else self.package
+        return UPSTREAMS[self.series].distribution
 
 
 def applied(upstream: Upstream, patches: tuple[Patch, ...]) -> set[str]:
