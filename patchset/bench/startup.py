@@ -21,12 +21,6 @@ IMPORT_CORE_ALGOS = "import verl.trainer.ppo.core_algos"
 FRESH_CACHE = "fresh cache"
 
 
-def _site_packages(python: Path) -> list[str]:
-    """The overlay venv's site-packages and the folders its path .pth files add (the locked dependencies)."""
-    script = "import site, sys; print('\\n'.join(p for p in sys.path if 'site-packages' in p))"
-    return subprocess.run([str(python), "-c", script], check=True, capture_output=True, text=True).stdout.split()
-
-
 def _bare_venv(folder: Path, overlay_python: Path) -> Path:
     """A venv with the overlay venv's packages on its path and no ``patchset_overlay.pth``."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
@@ -36,7 +30,10 @@ def _bare_venv(folder: Path, overlay_python: Path) -> Path:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    Path(purelib, "_overlay_packages.pth").write_text("\n".join(_site_packages(overlay_python)) + "\n")
+    # the overlay venv's site-packages and the folders its path .pth files add (the locked dependencies)
+    script = "import site, sys; print('\\n'.join(p for p in sys.path if 'site-packages' in p))"
+    found = subprocess.run([str(overlay_python), "-c", script], check=True, capture_output=True, text=True).stdout
+    Path(purelib, "_overlay_packages.pth").write_text("\n".join(found.split()) + "\n")
     return folder / "bin" / "python"
 
 

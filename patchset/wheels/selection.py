@@ -23,13 +23,9 @@ def requirement(pin: Pin) -> str:
     return f"{pin.name}=={pin.version}"
 
 
-def buildable(pins: Pins) -> tuple[Pin, ...]:
-    """The pins a series targets (companion-only pins excluded), in the order of ``upstreams.toml``."""
-    return tuple(pin for pin in pins.pins if pin.target)
-
-
 def _listing(pins: Pins) -> str:
-    return ", ".join(requirement(pin) for pin in buildable(pins)) or "none"
+    """The pins a series targets (companion-only pins excluded), in the order of ``upstreams.toml``."""
+    return ", ".join(requirement(pin) for pin in pins.pins if pin.target) or "none"
 
 
 def select_pins(pins: Pins, requested: Sequence[str]) -> tuple[Pin, ...]:
