@@ -14,7 +14,7 @@ from pathlib import Path
 from engine_harness.adapt import ULYSSES_SDPA_ATTENTION as ULYSSES_SDPA  # imports no torch
 from patchset.plumbing.errors import EXIT_TIMED_OUT, BadInput
 from patchset.proof.cases import CASES, MODELS, Model, Settings
-from patchset.proof.launch import measure
+from patchset.proof.launch import SideResult, measure
 from patchset.proof.report import (
     step_time_lines,
     table,
@@ -25,7 +25,7 @@ from patchset.proof.report import (
 )
 from patchset.proof.trajectory import CLIP_OFF, Run, TrajectoryVerdict, judge_trajectories, run_judges
 from patchset.proof.trees import DefaultTrees, Source
-from patchset.proof.verdict import Measurement, Verdict, judge, one_step_judges
+from patchset.proof.verdict import Verdict, judge, one_step_judges
 
 
 def choices(value: str, allowed: Sequence[str], what: str) -> list[str]:
@@ -145,18 +145,16 @@ def prove(request: Request, defaults: DefaultTrees) -> int:
             f"* {len(cases)} cases x {len(precisions)} precisions, {world_size} rank(s) on {settings.device}{groups}, "
             f"model {settings.model}, micro-batches {list(settings.micro_batches)} ({', '.join(settings.splits)})"
         )
-        results: dict[str, list[Measurement]] = {}
-        runs: dict[str, list[Run]] = {}
-        environments: dict[str, dict] = {}
-        problems: list[str] = []
-        hung: list[str] = []
+        measured: dict[str, SideResult] = {}
         for side, sources in request.sources.items():
             print(f"* {side}: {', '.join(found.describe() for found in sources)}", flush=True)
-            measured = measure(side, sources, settings, Path(workdir), defaults)
-            results[side], runs[side], environments[side] = measured.measurements, measured.runs, measured.environment
-            problems += measured.problems
-            hung += [measured.hung] if measured.hung else []
+            measured[side] = measure(side, sources, settings, Path(workdir), defaults)
     sides = list(request.sources)
+    results = {side: measured[side].measurements for side in sides}
+    runs = {side: measured[side].runs for side in sides}
+    environments = {side: measured[side].environment for side in sides}
+    problems = [problem for side in sides for problem in measured[side].problems]
+    hung = [measured[side].hung for side in sides if measured[side].hung]
     verdicts: list[Verdict] = [
         judge(side, CASES[case], precision, results[side])
         for side in sides
