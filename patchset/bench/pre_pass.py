@@ -10,9 +10,6 @@ the loss), fp32, a random Qwen2 of ``shape``. Each is timed in process CPU time,
 ``repeats``; the host synchronisations of one pre-pass are counted as `loss_call` counts them, and the growth of the
 process's peak resident memory across the pre-passes is read (``ru_maxrss``: 0 when the forward's peak stays under
 the training step's, measured first).
-
-Run as ``python -m patchset.bench.pre_pass SHAPE SEQUENCES K[,K...] REPEATS`` with the verl tree on the path
-(`measure` starts it so); prints one JSON line.
 """
 
 from __future__ import annotations
@@ -132,7 +129,8 @@ def run(verl_tree: Path, repeats: int, json_path: Path | None) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """The child `measure` starts: ``SHAPE SEQUENCES K[,K...] REPEATS``; prints one JSON line."""
+    """The child `measure` starts, with the verl tree on the path: ``python -m patchset.bench.pre_pass SHAPE SEQUENCES
+    K[,K...] REPEATS``; prints one JSON line."""
     import torch
     import verl
 

@@ -4,11 +4,7 @@ Reads what `tests/regression/test_engine_e2e.py` recorded (``e2e-bug.jsonl`` fro
 ``e2e-fixed.jsonl`` from the patched run; one JSON object a line with component, mode, world_size,
 micro_batches, grad_norm) and draws one panel per loss and ``loss_agg_mode``: critic (verl 0.8.0
 `value_loss`) on the top row, actor (Trinity-RFT 0.6.0 `TrinityPolicyLoss`) below, a line per tree and
-world size.
-
-Usage: ``python -m patchset plot`` (reads .cache/results, where scripts/test.sh leaves them, and writes
-docs/evidence/grad_norm.png), or ``python -m patchset plot --vanilla A.jsonl --patched B.jsonl -o out.png``;
-``--markdown`` also prints the figures as the README's table.
+world size (``python -m patchset plot``; ``--markdown`` also prints the figures as the README's table).
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """One rank of the GPU proof: verl's real FSDP2 engines, the tree's own losses, complete `train_batch` steps.
 
-Every rank builds, for each case and precision, the engine verl trains that loss with (`FSDPEngineWithValueHead` for
-the critic, `FSDPEngineWithLMHead` for the actor losses), and runs one complete `BaseEngine.train_batch` step
-(zero_grad, the engine's micro-batch loop with ``loss.backward()`` per micro-batch, the FSDP gradient reduction,
-`optimizer_step`) per split of the same mini-batch: one micro-batch, then 2 and 4 per rank, cut to a fixed size
-(``micro_batch_size_per_gpu``) and by a token budget (``use_dynamic_bsz``). It records the pre-clip ``grad_norm``
-that `optimizer_step` returns and the time of each step, with what a patched worker does before the split (its
-pre-pass forward, `engine_harness.worker_statistics`). The learning rate is 0, so every step sees the same
-weights and only the split differs.
-
-The adaptations, none on the loss path, are listed in docs/gpu-proof.md; ``--sp`` above 1 (verl's
-``ulysses_sequence_parallel_size``) gives every rank of a data-parallel group its group's rows, and the token budget
-per rank is the group's over sp (the engine cuts by budget x sp).
+Per case and precision, the engine verl trains that loss with runs one `BaseEngine.train_batch` (`engine_harness`)
+per split of the same mini-batch, at learning rate 0 so that only the split differs, and records the pre-clip
+``grad_norm`` and each step's time, a patched worker's pre-pass forward included. What is measured, and the
+adaptations (none on the loss path): docs/gpu-proof.md. With ``--sp`` above 1 every rank of a data-parallel group
+holds its group's rows, and the token budget per rank is the group's over sp (the engine cuts by budget x sp).
 """
 
 from __future__ import annotations
