@@ -11,19 +11,12 @@ from patchset.proof.trajectory import REFERENCE, Run, TrajectoryVerdict, clip_la
 from patchset.proof.verdict import TOLERANCE, Measurement, Verdict, median_step_seconds, relative
 
 
-def _columns(rows: Sequence[Measurement]) -> list[tuple[str, int]]:
-    return sorted(
-        {(row.split, row.micro_batches) for row in rows if row.micro_batches > 1},
-        key=lambda c: (SPLIT_KINDS.index(c[0]), c[1]),
-    )
-
-
 def table(results: Mapping[str, Sequence[Measurement]], cases: Sequence[str], precisions: Sequence[str]) -> list[str]:
     """One line per case, precision and tree: grad_norm at K=1, then grad_norm / K=1's at every split, and the
     median step time."""
-    every = [row for rows in results.values() for row in rows]
-    columns = _columns(every)
-    header = ["case", "precision", "tree", "K=1 grad_norm", *(f"{s} K={k}" for s, k in columns), "step s"]
+    splits = {(row.split, row.micro_batches) for rows in results.values() for row in rows if row.micro_batches > 1}
+    shown = sorted(splits, key=lambda key: (SPLIT_KINDS.index(key[0]), key[1]))
+    header = ["case", "precision", "tree", "K=1 grad_norm", *(f"{s} K={k}" for s, k in shown), "step s"]
     lines = []
     for case in cases:
         for precision in precisions:
@@ -37,7 +30,7 @@ def table(results: Mapping[str, Sequence[Measurement]], cases: Sequence[str], pr
                     if (row.case, row.precision, row.micro_batches) == (case, precision, 1)
                 )
                 digits = 7 if side == "patched" else 4
-                cells = [f"{ratios[c]:.{digits}f}" if c in ratios else "-" for c in columns]
+                cells = [f"{ratios[c]:.{digits}f}" if c in ratios else "-" for c in shown]
                 seconds = median_step_seconds(rows, case, precision)
                 step = f"{seconds:.3f}" if seconds is not None else "-"
                 lines.append([case, precision, side, f"{reference:.7g}", *cells, step])
@@ -87,11 +80,8 @@ def step_time_lines(
 
 
 def tolerance_note(precisions: Sequence[str]) -> str:
-    return (
-        "tolerance for 'the same at every split': "
-        + ", ".join(f"{p} {TOLERANCE[p]:.1e}" for p in precisions)
-        + (" (why: patchset/proof/verdict.py)")
-    )
+    tolerances = ", ".join(f"{p} {TOLERANCE[p]:.1e}" for p in precisions)
+    return f"tolerance for 'the same at every split': {tolerances} (why: patchset/proof/verdict.py)"
 
 
 def trajectory_table(
