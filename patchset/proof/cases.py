@@ -31,13 +31,11 @@ class Expect(Enum):
 
 @dataclass(frozen=True)
 class Case:
-    """One loss trained through one engine class."""
+    """One loss trained through the engine verl trains it with (`engine_harness.engine.build_engine`)."""
 
     name: str
     title: str
-    engine: str  # "value" (FSDPEngineWithValueHead) or "lm" (FSDPEngineWithLMHead)
     vanilla: Expect
-    needs_trinity: bool = False
     patch: str = ""  # the patch of the series that fixes it, for the report
 
 
@@ -45,42 +43,22 @@ class Case:
 CASES: dict[str, Case] = {
     case.name: case
     for case in (
-        Case("critic", "verl critic value_loss", "value", Expect.GROWS, patch="verl 0001"),
+        Case("critic", "verl critic value_loss", Expect.GROWS, patch="verl 0001"),
         # verl's own actor loss is split-invariant on both trees: it shows the engine path itself is sound
-        Case("ppo", "verl actor ppo_loss (GRPO, vanilla policy loss)", "lm", Expect.INVARIANT),
-        Case(
-            "geo_mean",
-            "verl actor ppo_loss, policy_loss.loss_mode=geo_mean (GMPO)",
-            "lm",
-            Expect.GROWS,
-            patch="verl 0003",
-        ),
+        Case("ppo", "verl actor ppo_loss (GRPO, vanilla policy loss)", Expect.INVARIANT),
+        Case("geo_mean", "verl actor ppo_loss, policy_loss.loss_mode=geo_mean (GMPO)", Expect.GROWS, patch="verl 0003"),
         # each step a fresh worker's first call: vanilla normalizes it with the info of no mini-batch (verl#7200)
-        Case("distillation", "verl distillation_ppo_loss (k3, first call)", "lm", Expect.DIFFERS, patch="verl 0002"),
+        Case("distillation", "verl distillation_ppo_loss (k3, first call)", Expect.DIFFERS, patch="verl 0002"),
         # the worker chooses over the mini-batch before the split (engine_harness.worker_statistics); vanilla's loss
         # chooses within each micro-batch: another choice, not another scale
-        Case(
-            "kl_cov",
-            "verl actor ppo_loss, policy_loss.loss_mode=kl_cov (KL-Cov)",
-            "lm",
-            Expect.CHOOSES,
-            patch="verl 0006",
-        ),
+        Case("kl_cov", "verl actor ppo_loss, policy_loss.loss_mode=kl_cov (KL-Cov)", Expect.CHOOSES, patch="verl 0006"),
         Case(
             "is_norm",
             "verl actor ppo_loss, bypass mode, REINFORCE, rollout_is_batch_normalize",
-            "lm",
             Expect.CHOOSES,
             patch="verl 0007",
         ),
-        Case(
-            "trinity",
-            "Trinity-RFT TrinityPolicyLoss (GRPO)",
-            "lm",
-            Expect.GROWS,
-            needs_trinity=True,
-            patch="Trinity 0001",
-        ),
+        Case("trinity", "Trinity-RFT TrinityPolicyLoss (GRPO)", Expect.GROWS, patch="Trinity 0001"),
     )
 }
 

@@ -197,7 +197,7 @@ def run_rank(rank: int, settings: Settings, workdir: str) -> None:
         trajectories: list[dict] = []
         for name in settings.cases:
             case = CASES[name]
-            if case.needs_trinity:
+            if name == "trinity":  # Trinity's actor loss runs on the engine Trinity patches
                 from trinity.trainer.verl.monkey_patch import patch_verl_engine
 
                 patch_verl_engine()
