@@ -24,17 +24,14 @@ FRESH_CACHE = "fresh cache"
 def _bare_venv(folder: Path, overlay_python: Path) -> Path:
     """A venv with the overlay venv's packages on its path and no ``patchset_overlay.pth``."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
-    purelib = subprocess.run(
-        [str(folder / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    python = folder / "bin" / "python"
+    script = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    purelib = subprocess.run([str(python), "-c", script], check=True, capture_output=True, text=True).stdout.strip()
     # the overlay venv's site-packages and the folders its path .pth files add (the locked dependencies)
     script = "import site, sys; print('\\n'.join(p for p in sys.path if 'site-packages' in p))"
     found = subprocess.run([str(overlay_python), "-c", script], check=True, capture_output=True, text=True).stdout
     Path(purelib, "_overlay_packages.pth").write_text("\n".join(found.split()) + "\n")
-    return folder / "bin" / "python"
+    return python
 
 
 def _timed(python: Path, code: str, env: dict[str, str]) -> float:
@@ -50,6 +47,7 @@ def measure(overlay_python: Path, rounds: int = 20, import_rounds: int = 5) -> d
     derived files cached, on with a fresh cache, off)."""
     env_on = {key: value for key, value in os.environ.items() if key not in ("PATCHSET_OVERLAYS", "PYTHONPATH")}
     env_off = {**env_on, "PATCHSET_OVERLAYS": "0"}
+    env_fresh = {**env_on, "PATCHSET_OVERLAY_CACHE": FRESH_CACHE}
     with tempfile.TemporaryDirectory(prefix="patchset-bench-startup-") as tmp:
         bare = _bare_venv(Path(tmp) / "venv", overlay_python)
         variants = {
@@ -57,12 +55,7 @@ def measure(overlay_python: Path, rounds: int = 20, import_rounds: int = 5) -> d
             "start, PATCHSET_OVERLAYS=0": (overlay_python, "pass", env_off, rounds),
             "start, no .pth": (bare, "pass", env_on, rounds),
             "import core_algos, overlays on": (overlay_python, IMPORT_CORE_ALGOS, env_on, import_rounds),
-            "import core_algos, on, fresh cache": (
-                overlay_python,
-                IMPORT_CORE_ALGOS,
-                {**env_on, "PATCHSET_OVERLAY_CACHE": FRESH_CACHE},
-                import_rounds,
-            ),
+            "import core_algos, on, fresh cache": (overlay_python, IMPORT_CORE_ALGOS, env_fresh, import_rounds),
             "import core_algos, overlays off": (overlay_python, IMPORT_CORE_ALGOS, env_off, import_rounds),
         }
         times: dict[str, list[float]] = {name: [] for name in variants}

@@ -314,9 +314,7 @@ def read_manifest(package: str) -> tuple[Path | None, dict[str, Any] | None]:
         return None, None
     folder = Path(next(iter(spec.submodule_search_locations)))
     path = folder / MANIFEST_NAME
-    if not path.is_file():
-        return folder, None
-    return folder, json.loads(path.read_text(encoding="utf-8"))
+    return folder, json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
 def report_manifests(packages: Sequence[str], console: Console, *, as_json: bool = False) -> int:
