@@ -58,12 +58,9 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     for side, folder in (("patched", workspace.cache.patched), ("vanilla", workspace.cache.upstreams)):
         for key, label in (("verl", "verl"), ("trinity", "Trinity-RFT")):
             pin = workspace.pins.default_for(key)
-            parser.add_argument(
-                f"--{key}-{side}",
-                type=Path,
-                default=folder / pin.dirname if pin else None,
-                help=f"{side} {label} tree (default %(default)s)",
-            )
+            tree = folder / pin.dirname if pin else None
+            tree_help = f"{side} {label} tree (default %(default)s)"
+            parser.add_argument(f"--{key}-{side}", type=Path, default=tree, help=tree_help)
     default = loss_call.Timing()
     parser.add_argument(
         "--blocks", type=int, default=default.blocks, help="alternating blocks per case and tree (default %(default)s)"

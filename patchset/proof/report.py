@@ -24,11 +24,8 @@ def table(results: Mapping[str, Sequence[Measurement]], cases: Sequence[str], pr
                 ratios = relative(rows, case, precision)
                 if not ratios:
                     continue
-                reference = next(
-                    row.grad_norm
-                    for row in rows
-                    if (row.case, row.precision, row.micro_batches) == (case, precision, 1)
-                )
+                one = (case, precision, 1)
+                reference = next(row.grad_norm for row in rows if (row.case, row.precision, row.micro_batches) == one)
                 digits = 7 if side == "patched" else 4
                 cells = [f"{ratios[c]:.{digits}f}" if c in ratios else "-" for c in shown]
                 seconds = median_step_seconds(rows, case, precision)

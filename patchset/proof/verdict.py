@@ -111,10 +111,6 @@ def median_step_seconds(
 ) -> float | None:
     """The median time of one timed step over every split of the case: the worker's pre-pass and `train_batch`
     (``pre_pass_only``: of the pre-pass alone)."""
-    seconds = [
-        s
-        for row in rows
-        if row.case == case and row.precision == precision
-        for s in (row.pre_pass if pre_pass_only else row.seconds)
-    ]
+    chosen = [row for row in rows if row.case == case and row.precision == precision]
+    seconds = [s for row in chosen for s in (row.pre_pass if pre_pass_only else row.seconds)]
     return statistics.median(seconds) if seconds else None
