@@ -74,16 +74,8 @@ def relative_distance(end: Sequence[Any], reference: Sequence[Any], start: Seque
 def mini_batch_pool(vocab: int, sequences: int, prompt_len: int, response_len: int) -> list[TensorDict]:
     """One mini-batch per share of `POOL_SHARES`, each with its own seed, its sequences up to that share of the
     preset's lengths."""
-    return [
-        ragged_global_batch(
-            vocab,
-            sequences,
-            max(1, round(prompt_len * share)),
-            max(1, round(response_len * share)),
-            seed=DATA_SEED + index,
-        )
-        for index, share in enumerate(POOL_SHARES)
-    ]
+    lengths = [(max(1, round(prompt_len * share)), max(1, round(response_len * share))) for share in POOL_SHARES]
+    return [ragged_global_batch(vocab, sequences, *pair, seed=DATA_SEED + index) for index, pair in enumerate(lengths)]
 
 
 def pool_budget(pool: Sequence[TensorDict], world_size: int, micro_batches: int) -> int:

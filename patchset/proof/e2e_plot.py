@@ -15,10 +15,7 @@ from pathlib import Path
 from engine_harness import LOSS_AGG_MODES
 from patchset.plumbing.errors import BadInput
 
-COMPONENTS = {
-    "critic": "verl 0.8.0 critic value_loss",
-    "actor": "Trinity-RFT 0.6.0 TrinityPolicyLoss",
-}
+COMPONENTS = {"critic": "verl 0.8.0 critic value_loss", "actor": "Trinity-RFT 0.6.0 TrinityPolicyLoss"}
 # patched drawn first, wide and pale, vanilla thin on top: where they coincide both stay visible
 TREES = {"fixed": ("patched", "tab:blue", 4.0, 0.55), "bug": ("vanilla", "tab:red", 1.5, 1.0)}
 WORLD_STYLES = {1: ("-", "o", "full"), 2: ("--", "s", "none")}
