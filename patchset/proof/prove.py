@@ -181,18 +181,14 @@ def prove(request: Request, defaults: DefaultTrees) -> int:
     for problem in problems:
         print(f"FAIL  {problem}")
     if request.json:
-        request.json.write_text(
-            json.dumps(
-                {
-                    "environment": environments,
-                    "measurements": {side: [asdict(row) for row in rows] for side, rows in results.items()},
-                    "verdicts": [asdict(verdict) for verdict in verdicts],
-                    "runs": {side: [asdict(run) for run in side_runs] for side, side_runs in runs.items()},
-                    "run_verdicts": [asdict(verdict) for verdict in trajectory_verdicts],
-                },
-                indent=1,
-            )
-        )
+        written = {
+            "environment": environments,
+            "measurements": {side: [asdict(row) for row in rows] for side, rows in results.items()},
+            "verdicts": [asdict(verdict) for verdict in verdicts],
+            "runs": {side: [asdict(run) for run in side_runs] for side, side_runs in runs.items()},
+            "run_verdicts": [asdict(verdict) for verdict in trajectory_verdicts],
+        }
+        request.json.write_text(json.dumps(written, indent=1))
     machine = f"{environment.get('device', '?')} x{world_size}" if environment else f"{settings.device} x{world_size}"
     if request.plot and settings.steps > 1 and any(runs.values()):
         from patchset.proof.plots import draw_trajectories
