@@ -35,7 +35,6 @@ SELECTION_COMPONENTS = ("kl_cov", "clip_cov", "is_batch_norm")  # verl 0004, 000
 SHAPES = (4, 16, 64)  # sequences per micro-batch
 TIME_TARGET = 1.02
 Case = tuple[str, str, int]  # component, mode, sequences
-SIDES = ("vanilla", "patched", "vanilla-again")
 
 
 def _micro_batch(component: str, sequences: int) -> tuple[dict[str, Any], Any]:
@@ -265,11 +264,10 @@ def run(vanilla: TreePair, patched: TreePair, timing: Timing, json_path: Path | 
     missing = [str(tree) for tree in trees if not tree.is_dir()]
     if missing:
         raise BadInput(f"no such tree: {', '.join(missing)} (run scripts/apply.sh first)")
-    pairs = {"vanilla": vanilla, "patched": patched, "vanilla-again": vanilla}
     children: list[_Child] = []
     try:
-        for name in SIDES:
-            children.append(_Child(name, pairs[name].verl, pairs[name].trinity))
+        for name, pair in (("vanilla", vanilla), ("patched", patched), ("vanilla-again", vanilla)):
+            children.append(_Child(name, pair.verl, pair.trinity))
         results, torch_version = _measure(children, timing), children[0].torch_version
     finally:
         for child in children:
