@@ -64,9 +64,9 @@ def doctor(tree: str, launch: list[str], first: Path | None = None) -> subproces
     command = [sys.executable, "-m", "patchset", "doctor", "--json", "--", *launch]
     # forked by the test command's suite fork server where it has one (a fresh interpreter loading Trinity's config
     # costs 8 CPU-s); a fresh one where ``first`` may hold start-up files (sitecustomize, .pth), which a fork skips
-    fork = suite_forks.launcher(Path(sys.executable)) if first is None else None
+    launch_forked = suite_forks.launcher(Path(sys.executable)) if first is None else None
     with tempfile.TemporaryFile("w+") as output, tempfile.TemporaryFile("w+") as errors:
-        run = fork(command, REPO_ROOT, env, output, errors) if fork else None
+        run = launch_forked(command, REPO_ROOT, env, output, errors) if launch_forked else None
         if run is None:
             return subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
         code = run.wait(timeout=120)
