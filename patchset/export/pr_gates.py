@@ -19,6 +19,7 @@ from patchset.export import gate_record
 from patchset.export.test_selection import Selected
 from patchset.plumbing import tempdirs
 from patchset.plumbing.paths import REPO_ROOT
+from patchset.testenv import suite_forks
 from patchset.upstreams import lint_hooks, registry
 from patchset.upstreams.lint_hooks import LintHook
 from patchset.upstreams.registry import UPSTREAMS
@@ -112,9 +113,9 @@ GATE_CODE = (
 
 
 def _run(command: Sequence[str], tree: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """A gate's tool in ``tree`` with ``env``, reading nothing; its output and errors together, as a user sees them."""
-    streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
-    return subprocess.run(list(command), cwd=tree, env=env, text=True, check=False, **streams)  # type: ignore[call-overload]
+    """A gate's tool in ``tree`` with ``env``, reading nothing; its output and errors together, as a user sees them
+    (under the test command, a fork of its suite fork server: upstream's tests import torch, 5 CPU-s afresh)."""
+    return suite_forks.run_captured(command, tree, env)
 
 
 def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: Path | None = None) -> LintResult:

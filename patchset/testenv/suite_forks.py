@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import TextIO
 from patchset.plumbing import stacks
 from patchset.plumbing.bounded import Launch
 from patchset.plumbing.limits import scaled
+from patchset.testenv.venv import ensure_venv
 
 SOCKET_VARIABLE = "PATCHSET_SUITE_FORKS"
 SOCKET_LIMIT_S = 30  # the server makes its socket as it starts (the test command starts it before the step)
@@ -101,6 +103,20 @@ def launcher(python: Path, environ: Mapping[str, str] | None = None) -> Launch |
         return ForkedRun(connection, command, answer)
 
     return launch
+
+
+def run_captured(command: Sequence[str], cwd: Path, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """``command`` (``python -m MODULE ...`` of the pinned venv, or any other) reading nothing, its output and errors
+    together: a fork of the suite fork server where ``env`` names one, else a fresh process."""
+    launch = launcher(ensure_venv(), env) if env.get(SOCKET_VARIABLE) else None
+    with tempfile.TemporaryFile("w+") as output:
+        run = launch(command, cwd, env, output) if launch else None
+        if run is None:
+            streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+            return subprocess.run(list(command), cwd=cwd, env=env, text=True, check=False, **streams)  # type: ignore[call-overload]
+        code = run.wait()
+        output.seek(0)
+        return subprocess.CompletedProcess(list(command), code, output.read())
 
 
 def _fresh(address: str, why: str) -> None:
