@@ -17,14 +17,6 @@ if TYPE_CHECKING:
     from patchset_overlay.spec import Overlay, UpstreamSource
 
 
-def _status(as_json: bool) -> int:
-    from patchset_overlay.status import collect, render
-
-    report = collect()
-    print(json.dumps(report, indent=2) if as_json else render(report))
-    return 0
-
-
 def _show(wanted: str | None) -> int:
     """List the derived files (their pieces' patches applied on the installed release), or print one of them."""
     from patchset_overlay.runtime import verdicts
@@ -126,7 +118,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true", help="exit 1 if a stored fingerprint differs")
     args = parser.parse_args(argv)
     if args.command == "status":
-        return _status(args.json)
+        from patchset_overlay.status import collect, render
+
+        report = collect()
+        print(json.dumps(report, indent=2) if args.json else render(report))
+        return 0
     if args.command == "show":
         return _show(args.file)
     return _fingerprints(args.root, args.write, args.check)

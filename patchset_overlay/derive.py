@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from patchset_overlay.changes import Change, Parsed, UnsupportedChange, bound_names, module_changes
-from patchset_overlay.hunks import HunkError, Patch, apply_hunks, read_patch, slug_of
+from patchset_overlay.hunks import HunkError, Patch, apply_hunks, read_patch
 from patchset_overlay.spec import Overlay, Piece, UpstreamSource
 
 PINS_FILE = "upstreams.toml"
@@ -99,15 +99,10 @@ def release_series(distribution: str, root: Path | None = None) -> dict[str, str
     return {pin["version"]: pin["series"] for pin in pins if pin["name"] == distribution and pin.get("overlay")}
 
 
-def series_names(folder: Path) -> list[str]:
-    """The patch file names a ``series`` file lists, in order (one name a line; ``#`` starts a comment)."""
-    names = [line.split("#", 1)[0].strip() for line in (folder / "series").read_text(encoding="utf-8").splitlines()]
-    return [name for name in names if name]
-
-
 def read_series(folder: Path) -> list[Patch]:
-    """The patches a ``series`` file lists, in order, read."""
-    return [read_patch(folder / name) for name in series_names(folder)]
+    """The patches a ``series`` file lists, in order (one name a line; ``#`` starts a comment), read."""
+    names = [line.split("#", 1)[0].strip() for line in (folder / "series").read_text(encoding="utf-8").splitlines()]
+    return [read_patch(folder / name) for name in names if name]
 
 
 def overlay_spec(
@@ -119,10 +114,10 @@ def overlay_spec(
     root = patches_root()
     series = dict.fromkeys(release_series(distribution, root).values())
     slugs = dict.fromkeys(
-        slug_of(name)
+        patch.slug
         for folder in series
-        for name in series_names(root / folder)
-        if not all(path.startswith("tests/") for path in read_patch(root / folder / name).files)
+        for patch in read_series(root / folder)
+        if not all(path.startswith("tests/") for path in patch.files)
     )
     pieces = grouped + tuple(Piece(slug, (slug,)) for slug in slugs if slug not in named)
     return Overlay(name, upstream, distribution, modules, pieces, **parts)

@@ -35,7 +35,7 @@ class Patch:
 
     @property
     def slug(self) -> str:
-        return slug_of(self.path.name)
+        return self.path.name.removesuffix(".patch").split("-", 1)[1]
 
     @property
     def applied_upstream(self) -> str | None:
@@ -44,21 +44,11 @@ class Patch:
         return value.split(",", 1)[0].strip() if value else None
 
 
-def slug_of(patch_name: str) -> str:
-    """``0003-algo-x.patch`` -> ``algo-x``: the name without its number and extension, the same in every series."""
-    return patch_name.removesuffix(".patch").split("-", 1)[1]
-
-
 def split_lines(text: str) -> list[str]:
     """``text``'s lines with their ``\n``: only ``\n`` ends a line, as for git (not ``str.splitlines``' form feed)."""
     lines = [line + "\n" for line in text.split("\n")]
     lines[-1] = lines[-1][:-1]
     return lines if lines[-1] else lines[:-1]
-
-
-def _strip_side(name: str) -> str:
-    name = name.split("\t", 1)[0].strip()
-    return name[2:] if name[:2] in ("a/", "b/") else name
 
 
 def read_patch(path: Path) -> Patch:
@@ -77,7 +67,8 @@ def read_patch(path: Path) -> Patch:
             current = None
         elif line.startswith("--- ") and current is None:
             old_name = line[4:].strip()
-            current = _strip_side(lines[index + 1][4:])
+            name = lines[index + 1][4:].split("\t", 1)[0].strip()
+            current = name[2:] if name[:2] in ("a/", "b/") else name
             patch.files.setdefault(current, [])
             if old_name == "/dev/null":
                 patch.new_files.add(current)

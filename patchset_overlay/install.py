@@ -96,8 +96,6 @@ def _function(
 
 def _replace(target: FunctionType, code: CodeType, node: Function, module: ModuleType, derived: Derived, new) -> Undo:
     replacement = _function(code, node, module, derived, target.__closure__ or ())
-    if len(code.co_freevars) != len(target.__closure__ or ()):
-        raise ReplaceError(f"{target.__qualname__}: the patched code closes over other names")
     return replace_function_code(target, replacement, new, closures=True)
 
 

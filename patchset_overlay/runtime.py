@@ -87,17 +87,18 @@ def verdicts(overlay: Overlay) -> tuple[Plan | None, dict[str, Verdict]]:
     return plan, found
 
 
-def judge_pieces(overlay: Overlay) -> None:
-    """Decide every piece of an enabled overlay, once per activation, before any target is changed."""
+def judge_pieces(overlay: Overlay) -> OverlayRecord:
+    """Decide every piece of an enabled overlay, once per activation, before any target is changed; its record."""
     record = record_for(overlay.name)
     if not record.enabled or record.judged:
-        return
+        return record
     record.judged = True
     record.plan, judged = verdicts(overlay)
     for name, verdict in judged.items():
         record.pieces[name] = PieceRecord(verdict.state, verdict.reason)
         if verdict.state not in (PieceState.ACTIVE, PieceState.OTHER_RELEASE):  # the latter: nothing to warn of
             _warn_once(record, verdict.reason)
+    return record
 
 
 def _take_out(piece_record: PieceRecord) -> None:
@@ -128,12 +129,9 @@ def _install(overlay: Overlay, piece: Piece, module: ModuleType) -> None:
 
 
 def _module_imported(overlay: Overlay, module: ModuleType) -> None:
-    if not record_for(overlay.name).enabled:
-        return
-    judge_pieces(overlay)
-    plan = record_for(overlay.name).plan
+    record = judge_pieces(overlay)
     for piece in overlay.pieces:
-        if plan is not None and module.__name__ in plan.piece_modules(piece):
+        if record.enabled and record.plan is not None and module.__name__ in record.plan.piece_modules(piece):
             _install(overlay, piece, module)
 
 

@@ -25,17 +25,9 @@ def _config_files(plan: Plan) -> dict[str, str]:
     return found
 
 
-def _plan(overlay: Overlay) -> Plan | None:
-    on, _ = switched_on(overlay)
-    if not on:
-        return None
-    judge_pieces(overlay)
-    return record_for(overlay.name).plan
-
-
 def config_folder(overlay: Overlay) -> Path | None:
     """The folder to put first on Hydra's search path, holding every derived config file; None when there is none."""
-    plan = _plan(overlay)
+    plan = judge_pieces(overlay).plan if switched_on(overlay)[0] else None
     derived = {path: item for path, item in plan.derived.items() if not path.endswith(".py")} if plan else {}
     if not derived:
         return None
@@ -58,7 +50,7 @@ def _relative(plan: Plan, path: str) -> str:
 def config_status(overlay: Overlay) -> dict[str, Verdict]:
     """The overlay's ``other_parts`` hook: each config file its series changes, and whether Hydra finds it derived."""
     on, how = switched_on(overlay)
-    plan = _plan(overlay) if on else None
+    plan = judge_pieces(overlay).plan if on else None
     if plan is None:
         return {"config files (Hydra search path)": Verdict(PieceState.INACTIVE, how)}
     report = {}

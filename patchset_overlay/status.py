@@ -64,8 +64,7 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
     carried = carried_series()
     for overlay in startup.overlays():
         problem = _import_targets(overlay) if import_upstreams else None
-        judge_pieces(overlay)
-        record = record_for(overlay.name)
+        record = judge_pieces(overlay)
         package = sys.modules.get(overlay.upstream)
         pieces = []
         for piece in overlay.pieces:
