@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from patchset_overlay.startup import ENV_SWITCH, overlays, switched_off, watched_modules
+from patchset_overlay.startup import AUTOMATIC, ENV_SWITCH, overlays, start, switched_off, watched_modules
 
 TYPE_CHECKING = False  # typing itself costs ~15 ms at start-up
 if TYPE_CHECKING:
@@ -55,8 +55,6 @@ def overlay_functions(spec_module: str) -> tuple[Callable[[], Overlay], Callable
 def autoload() -> None:
     """Called by ``patchset_overlay.pth`` at interpreter start-up (`startup.start`); a failure is reported and never
     stops the interpreter."""
-    from patchset_overlay.startup import start
-
     try:
         start(_first_use)
     except Exception as error:  # never break interpreter start-up
@@ -65,9 +63,7 @@ def autoload() -> None:
 
 def _first_use(module: ModuleType) -> None:
     """The first watched module was imported: activate the overlays (their finder then calls the runtime)."""
-    from patchset_overlay.runtime import activate_all as activate_every_overlay
     from patchset_overlay.runtime import dispatch
-    from patchset_overlay.startup import AUTOMATIC
 
-    activate_every_overlay(AUTOMATIC)
+    activate_all(AUTOMATIC)
     dispatch(module)

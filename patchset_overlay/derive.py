@@ -1,12 +1,9 @@
 """Each piece's changes, derived from the series' own patch files on the installed release: the one source of each fix.
 
 Each patch the release lacks (by its DEP-3 ``Applied-Upstream``) is applied in series order to the installed file,
-for the active pieces only. The patch files ship inside this package in a wheel; a checkout reads its ``patches/``.
-
-Derived files are written where readers need a file (Hydra, tracebacks, ``show``), but nothing found on disk is
-trusted: the cache folder must be this user's alone (0700), and a file is used only once compared with the text
-derived in memory. ``PATCHSET_OVERLAY_CACHE`` names it (default: ``$XDG_CACHE_HOME`` or ``~/.cache``, then
-``patchset_overlay``); where none can be had, the text stays in memory (or a private folder, for Hydra).
+for the active pieces only. Derived files are written where readers need a file (Hydra, tracebacks, ``show``), but
+nothing found on disk is trusted: the cache folder must be this user's alone (0700), and a file is used only once
+compared with the text derived in memory; where none can be had, the text stays in memory (or a private folder).
 """
 
 from __future__ import annotations
@@ -190,11 +187,8 @@ class Plan:
         paths = [path for patch in patches for path in patch.files if path not in patch.new_files]
         return [path for path in dict.fromkeys(paths) if self.in_scope(path)]
 
-    def installed(self, path: str) -> Path:
-        return self.source.root.parent / path
-
     def installed_text(self, path: str) -> str:
-        return self.installed(path).read_text(encoding="utf-8")
+        return (self.source.root.parent / path).read_text(encoding="utf-8")
 
     def module_path(self, module: str) -> str:
         return next((path for path in self.derived if self.in_scope(path) and _module_of(path) == module), "")
@@ -236,12 +230,10 @@ class Plan:
                 except (HunkError, SyntaxError, UnsupportedChange) as error:
                     earlier = self.patches[: self.patches.index(patch)]
                     left_out = [p.path.name[:4] for p in earlier if p not in patches and path in p.files]
-                    builds_on = (
-                        f" (it may build on {', '.join(left_out)}, of a piece that stays off)" if left_out else ""
-                    )
-                    failures.setdefault(
-                        owner[patch.slug].name, f"{patch.path.name} cannot be derived: {error}{builds_on}"
-                    )
+                    why = f"{patch.path.name} cannot be derived: {error}"
+                    if left_out:
+                        why += f" (it may build on {', '.join(left_out)}, of a piece that stays off)"
+                    failures.setdefault(owner[patch.slug].name, why)
                     break
             derived.parsed = parsed
             if parsed is not None:

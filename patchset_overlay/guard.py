@@ -19,7 +19,8 @@ Fingerprints = dict[str, dict[str, str]]  # release -> {"path in the tree": sha2
 
 
 def fingerprints_path(overlay: Overlay) -> Path:
-    return Path(importlib.import_module(overlay.name).__file__).resolve().parent / overlay.fingerprints_file
+    """The overlay package's JSON of {release: {"path in the tree": sha256}}: every file its series changes there."""
+    return Path(importlib.import_module(overlay.name).__file__).resolve().parent / "fingerprints.json"
 
 
 def recorded(overlay: Overlay) -> Fingerprints:

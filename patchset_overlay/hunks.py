@@ -59,10 +59,6 @@ def read_patch(path: Path) -> Patch:
     index = 0
     while index < len(lines):
         line = lines[index]
-        if current is None and not line.startswith("diff --git "):
-            match = _FIELD.match(line.rstrip("\n"))
-            if match and match.group(1) not in patch.fields:
-                patch.fields[match.group(1)] = match.group(2)
         if line.startswith("diff --git "):
             current = None
         elif line.startswith("--- ") and current is None:
@@ -103,6 +99,8 @@ def read_patch(path: Path) -> Patch:
                     index += 1
             patch.files[current].append(Hunk(int(match.group(1)), int(match.group(3)), tuple(old), tuple(new)))
             continue
+        elif current is None and (match := _FIELD.match(line.rstrip("\n"))):
+            patch.fields.setdefault(match.group(1), match.group(2))
         index += 1
     return patch
 

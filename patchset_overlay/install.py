@@ -66,6 +66,13 @@ def _evaluated(node: ast.expr | None, namespace: dict[str, Any], derived: Derive
     return eval(code, namespace, local)  # noqa: S307 - the patch's own expression, in upstream's module
 
 
+def _annotation(node: ast.expr, namespace: dict[str, Any], derived: Derived) -> Any:
+    """An annotation as upstream's module holds it: its text under ``from __future__ import annotations``."""
+    if derived.parsed.flags & __future__.annotations.compiler_flag:
+        return ast.unparse(node)
+    return _evaluated(node, namespace, derived)
+
+
 def _function(
     code: CodeType, node: Function, module: ModuleType, derived: Derived, closure: tuple = ()
 ) -> FunctionType:
@@ -79,16 +86,10 @@ def _function(
         for arg, value in zip(args.kwonlyargs, args.kw_defaults, strict=True)
         if value is not None
     } or None
-    postponed = derived.parsed.flags & __future__.annotations.compiler_flag
-    annotations = {}
-    for arg in [*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg]:
-        if arg is not None and arg.annotation is not None:
-            annotations[arg.arg] = arg.annotation
-    if node.returns is not None:
-        annotations["return"] = node.returns
+    arguments = [*args.posonlyargs, *args.args, args.vararg, *args.kwonlyargs, args.kwarg]
+    annotations = [(arg.arg, arg.annotation) for arg in arguments if arg is not None] + [("return", node.returns)]
     function.__annotations__ = {
-        key: ast.unparse(value) if postponed else _evaluated(value, namespace, derived)
-        for key, value in annotations.items()
+        key: _annotation(value, namespace, derived) for key, value in annotations if value is not None
     }
     function.__doc__ = ast.get_docstring(node, clean=False)
     return function
@@ -171,8 +172,7 @@ def apply_change(module: ModuleType, derived: Derived, change: Change) -> Undo:
         return set_class_attributes(cls, {change.member: value})
     value = _evaluated(member.value, namespace, derived, dict(vars(cls))) if member.value is not None else None
     if isinstance(member, ast.AnnAssign) and dataclasses.is_dataclass(cls):
-        postponed = derived.parsed.flags & __future__.annotations.compiler_flag
-        annotation = ast.unparse(member.annotation) if postponed else _evaluated(member.annotation, namespace, derived)
+        annotation = _annotation(member.annotation, namespace, derived)
         names = [bound_names(item)[0] for item in node.body if isinstance(item, ast.AnnAssign)]
         index = names.index(change.member)
         after = names[index - 1] if index else None

@@ -172,9 +172,7 @@ def deactivate(overlay: Overlay) -> bool:
         return False
     record.enabled, record.judged = False, False
     for piece in reversed(overlay.pieces):
-        piece_record = record.pieces.get(piece.name)
-        if piece_record is not None:
-            _take_out(piece_record)
+        _take_out(record.pieces.get(piece.name, PieceRecord()))
         record.pieces[piece.name] = PieceRecord(PieceState.INACTIVE, "deactivated in this process")
     return True
 

@@ -60,7 +60,7 @@ def config_status(overlay: Overlay) -> dict[str, Verdict]:
             folder = config_folder(overlay)
             report[name] = Verdict(
                 PieceState.ACTIVE,
-                f"Hydra finds {_relative(plan, path)} in {folder} before {plan.installed(path).parent}",
+                f"Hydra finds {_relative(plan, path)} in {folder} before {plan.source.root.parent / Path(path).parent}",
             )
         else:
             record = record_for(overlay.name).pieces[piece]

@@ -86,8 +86,6 @@ class Overlay:
     pieces: tuple[Piece, ...]
     # the folder (in the tree) of config files Hydra finds by search path; a patched one there is derived too
     config_dir: str = ""
-    # the overlay package's JSON of {release: {"path in the tree": sha256}}: every file its series changes there
-    fingerprints_file: str = "fingerprints.json"
     # what overlay mode leaves different from a patched tree (files on disk, which it never edits), for `status`
     cannot_change: str | None = None
     # the overlay's parts that are no import hook (verl's critic YAML on Hydra's search path), judged by the overlay

@@ -50,9 +50,9 @@ def watched_modules() -> tuple[str, ...]:
     return tuple(module for package in _registered() for module in package.WATCHED)
 
 
-def switched_off(environ: os._Environ[str] | dict[str, str] = os.environ) -> bool:
+def switched_off() -> bool:
     """Whether ``PATCHSET_OVERLAYS`` turns automatic activation off (0, off, false, no)."""
-    return environ.get(ENV_SWITCH, "").strip().lower() in _OFF_VALUES
+    return os.environ.get(ENV_SWITCH, "").strip().lower() in _OFF_VALUES
 
 
 def start(first_use: Callback) -> None:
@@ -71,9 +71,6 @@ class _NotifyingLoader:
 
     def __init__(self, loader: Any, callback: Callback) -> None:
         self._loader, self._callback = loader, callback
-
-    def create_module(self, spec: Any) -> ModuleType | None:
-        return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
         self._loader.exec_module(module)
@@ -94,7 +91,7 @@ class PostImportFinder:
         if fullname not in self.watched:
             return None
         for finder in sys.meta_path:
-            if finder is self or isinstance(finder, PostImportFinder):
+            if isinstance(finder, PostImportFinder):
                 continue
             find = getattr(finder, "find_spec", None)
             spec = find(fullname, path, target) if find is not None else None
@@ -120,17 +117,15 @@ class PostImportFinder:
         return spec
 
 
-def install(watched: Iterable[str], callback: Callback) -> PostImportFinder:
+def install(watched: Iterable[str], callback: Callback) -> None:
     """Put a finder for ``watched`` first on ``sys.meta_path``; once only: a second call adds to the modules the
     existing finder watches and makes ``callback`` its callback."""
     for finder in sys.meta_path:
         if isinstance(finder, PostImportFinder):
             finder.watched = finder.watched | frozenset(watched)
             finder.callback = callback
-            return finder
-    finder = PostImportFinder(watched, callback)
-    sys.meta_path.insert(0, finder)
-    return finder
+            return
+    sys.meta_path.insert(0, PostImportFinder(watched, callback))
 
 
 def already_imported(watched: Iterable[str]) -> list[ModuleType]:

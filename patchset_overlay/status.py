@@ -39,7 +39,7 @@ def carried_series() -> dict[str, Any]:
     try:
         data = json.loads(SERIES_FILE.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {"revision": None, "series": {}}
+        data = {}
     return {"revision": data.get("revision"), "series": data.get("series", {})}
 
 
