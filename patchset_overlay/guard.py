@@ -38,8 +38,7 @@ def refused(overlay: Overlay, name: str, why: str) -> Verdict:
 def _carries(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> bool:
     """Whether every file the piece changes already holds the series (a patched tree): taking the series' patches
     back off it, last first, gives the pinned sdist's file (or, for a release with none recorded, takes back)."""
-    patches = plan.pieces_patches(piece)
-    files = plan.files(patches)
+    files = plan.files(plan.pieces_patches(piece))
     if not files:
         return False
     for path in files:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import json
 import sys
@@ -51,10 +50,7 @@ def _patch_names(plan: Plan | None, piece: Piece) -> list[str]:
 
 
 def _how(overlay: Overlay) -> str:
-    record = record_for(overlay.name)
-    if record.how:
-        return record.how
-    return startup.outcome or "not activated in this process"
+    return record_for(overlay.name).how or startup.outcome or "not activated in this process"
 
 
 def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
@@ -73,13 +69,11 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
                 continue  # written for other releases: this one has its own piece of the same patches
             reason = state.reason
             if state.state is PieceState.ACTIVE:
-                plan = record.plan
-                labels = {
-                    module: [f"{module}.{change.label}" for change in plan.piece_changes(piece, module)]
-                    for module in plan.piece_modules(piece)
-                }
-                changed = [label for module, items in labels.items() if module in state.undo for label in items]
-                waiting = [label for module, items in labels.items() if module not in state.undo for label in items]
+                changed: list[str] = []
+                waiting: list[str] = []  # in modules not imported yet
+                for module in record.plan.piece_modules(piece):
+                    labels = [f"{module}.{change.label}" for change in record.plan.piece_changes(piece, module)]
+                    (changed if module in state.undo else waiting).extend(labels)
                 reason += f"; changed {', '.join(changed)}" if changed else ""
                 reason += f"; changes {', '.join(waiting)} when imported" if waiting else ""
             elif not record.enabled and state.state is PieceState.INACTIVE:
