@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from patchset_overlay.guard import Fingerprints
     from patchset_overlay.spec import Overlay, UpstreamSource
 
 
@@ -57,10 +56,6 @@ def _compute(overlay: Overlay, source: UpstreamSource) -> dict[str, str]:
     return {path: sha256(plan.installed_text(path)) for path in sorted(plan.files(plan.patches))}
 
 
-def _render(fingerprints: Fingerprints | dict[str, str]) -> str:
-    return json.dumps(fingerprints, indent=2, sort_keys=True) + "\n"
-
-
 def _fingerprints(roots: list[str], write: bool, check: bool) -> int:
     from patchset_overlay.guard import fingerprints_path, recorded
     from patchset_overlay.spec import UpstreamSource
@@ -87,10 +82,10 @@ def _fingerprints(roots: list[str], write: bool, check: bool) -> int:
             problems += len(keys)
         elif write:  # this release's set, beside the other releases' sets already stored
             every = {**recorded(overlay), source.version(): _compute(overlay, source)}
-            path.write_text(_render(every), encoding="utf-8")
+            path.write_text(json.dumps(every, indent=2, sort_keys=True) + "\n", encoding="utf-8")
             print(f"* Wrote the fingerprints of {upstream} {source.version()} into {path}")
         else:
-            print(_render({source.version(): _compute(overlay, source)}), end="")
+            print(json.dumps({source.version(): _compute(overlay, source)}, indent=2, sort_keys=True))
     return 1 if problems else 0
 
 

@@ -31,12 +31,8 @@ ENV_CACHE = "PATCHSET_OVERLAY_CACHE"
 
 def cache_root() -> Path | None:
     """The cache folder, made 0700 if missing; None where it is not this user's alone or cannot be made."""
-    configured = os.environ.get(ENV_CACHE)
-    if configured:
-        root = Path(configured)
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = Path(base) / "patchset_overlay"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    root = Path(os.environ.get(ENV_CACHE) or os.path.join(base, "patchset_overlay"))
     try:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = root.stat()
@@ -201,8 +197,7 @@ class Plan:
         gc.disable()  # the syntax trees are many small objects: each collection would walk all of torch's
         try:
             while True:
-                pieces = [piece for piece in active if piece.name not in failed]
-                owner = {slug: piece for piece in pieces for slug in piece.patches}
+                owner = {slug: piece for piece in active if piece.name not in failed for slug in piece.patches}
                 found = self._derive_files([patch for patch in self.patches if patch.slug in owner], owner)
                 if not found:
                     return failed
@@ -215,9 +210,8 @@ class Plan:
         self.derived = {}
         failures: dict[str, str] = {}
         for path in self.files(patches):
-            text = self.installed_text(path)
-            derived = Derived(path, text)
-            parsed = Parsed(text) if path.endswith(".py") else None
+            derived = Derived(path, self.installed_text(path))
+            parsed = Parsed(derived.text) if path.endswith(".py") else None
             for patch in patches:
                 if path not in patch.files:
                     continue
@@ -246,13 +240,11 @@ class Plan:
 
     def _name_files(self) -> None:
         """Give each derived file the name its code reports: the cache's verified copy, or a name in linecache."""
-        root = cache_root()
         key = "\n".join(f"{path}\0{sha256(item.text)}" for path, item in sorted(self.derived.items()))
-        folder = folder_for(f"{self.overlay.distribution} {self.version}\n{key}", root)
+        folder = folder_for(f"{self.overlay.distribution} {self.version}\n{key}", cache_root())
         for path, item in self.derived.items():
-            copy = folder / path if folder is not None else None
-            if copy is not None and verified(copy, item.text):
-                item.filename = str(copy)
+            if folder is not None and verified(folder / path, item.text):
+                item.filename = str(folder / path)
             else:
                 item.filename = f"<patchset_overlay {path}>"
                 lines = item.text.splitlines(keepends=True)
