@@ -53,8 +53,7 @@ def overlay_functions(spec_module: str) -> tuple[Callable[[], Overlay], Callable
 
 
 def autoload() -> None:
-    """Called by ``patchset_overlay.pth`` at interpreter start-up (`startup.start`); a failure is reported and never
-    stops the interpreter."""
+    """Called by ``patchset_overlay.pth`` at interpreter start: a failure is reported, never stops the interpreter."""
     try:
         start(_first_use)
     except Exception as error:  # never break interpreter start-up

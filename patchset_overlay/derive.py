@@ -56,8 +56,7 @@ def folder_for(text_key: str, root: Path | None) -> Path | None:
 
 
 def verified(path: Path, text: str) -> bool:
-    """Make ``path`` hold exactly ``text``: kept when it does, written again (atomically) when it does not; False when
-    it cannot be written."""
+    """Make ``path`` hold exactly ``text`` (written again, atomically, where it does not); False where it cannot."""
     try:
         if path.is_file() and not path.is_symlink() and path.read_text(encoding="utf-8") == text:
             return True

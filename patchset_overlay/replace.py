@@ -51,9 +51,8 @@ def _check_globals(namespace: dict[str, Any], replacement: FunctionType, where: 
 def replace_function_code(
     target: FunctionType, replacement: FunctionType, new: Collection[str] = (), closures: bool = False
 ) -> Undo:
-    """Give ``target`` the code, defaults and docs of ``replacement``, keeping the function object itself; nothing is
-    changed unless every global it reads (but ``new``, those the patched module adds) is there, the very object it
-    was written against. ``closures``: it may close over ``target``'s names (a method's ``__class__``)."""
+    """Give ``target`` the code, defaults and docs of ``replacement``, keeping the function object itself, once its
+    globals pass `_check_globals`. ``closures``: it may close over ``target``'s names (a method's ``__class__``)."""
     if closures:
         if target.__code__.co_freevars != replacement.__code__.co_freevars:
             raise ReplaceError(f"{target.__qualname__}: the patched code closes over other names")

@@ -32,9 +32,8 @@ outcome = ""
 
 def _registered() -> list[ModuleType]:
     """The overlay packages the registration list names, imported (``__import__``: ``importlib`` costs at start)."""
-    __import__(REGISTRY)
     packages = []
-    for name in sys.modules[REGISTRY].OVERLAYS:
+    for name in __import__(REGISTRY).OVERLAYS:
         __import__(name)
         packages.append(sys.modules[name])
     return packages

@@ -15,8 +15,7 @@ from patchset_overlay.spec import Overlay, Piece, PieceState
 
 
 def _import_targets(overlay: Overlay) -> str | None:
-    """Import the upstream's target modules, so that the pieces get judged and installed; the error text if the
-    upstream is missing."""
+    """Import the upstream's target modules, so that the pieces get judged and installed; why not, where that fails."""
     if importlib.util.find_spec(overlay.upstream) is None:
         return f"{overlay.distribution} is not installed"
     for module in overlay.modules:
