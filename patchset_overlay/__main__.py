@@ -10,17 +10,17 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from patchset_overlay.spec import Overlay, UpstreamSource
+from patchset_overlay.derive import Plan, sha256
+from patchset_overlay.guard import fingerprints_path, recorded
+from patchset_overlay.runtime import verdicts
+from patchset_overlay.spec import Overlay, UpstreamSource
+from patchset_overlay.startup import overlays
+from patchset_overlay.status import collect, render
 
 
 def _show(wanted: str | None) -> int:
     """List the derived files (their pieces' patches applied on the installed release), or print one of them."""
-    from patchset_overlay.runtime import verdicts
-    from patchset_overlay.startup import overlays
-
     found = {}
     for overlay in overlays():
         plan, _ = verdicts(overlay)
@@ -43,24 +43,16 @@ def _show(wanted: str | None) -> int:
 
 def _root_forms() -> str:
     """``verl=PATH or trinity=PATH``: the ``--root`` forms, one per registered overlay's upstream."""
-    from patchset_overlay.startup import overlays
-
     return " or ".join(f"{overlay.upstream}=PATH" for overlay in overlays())
 
 
 def _compute(overlay: Overlay, source: UpstreamSource) -> dict[str, str]:
     """{"path in the tree": sha256} of every file the overlay derives on the release in ``source``, read from it."""
-    from patchset_overlay.derive import Plan, sha256
-
     plan = Plan.make(overlay, source)
     return {path: sha256(plan.installed_text(path)) for path in sorted(plan.files(plan.patches))}
 
 
 def _fingerprints(roots: list[str], write: bool, check: bool) -> int:
-    from patchset_overlay.guard import fingerprints_path, recorded
-    from patchset_overlay.spec import UpstreamSource
-    from patchset_overlay.startup import overlays
-
     by_upstream = {overlay.upstream: overlay for overlay in overlays()}
     problems = 0
     for item in roots:
@@ -113,8 +105,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true", help="exit 1 if a stored fingerprint differs")
     args = parser.parse_args(argv)
     if args.command == "status":
-        from patchset_overlay.status import collect, render
-
         report = collect()
         print(json.dumps(report, indent=2) if args.json else render(report))
         return 0

@@ -129,10 +129,5 @@ def install(watched: Iterable[str], callback: Callback) -> None:
 
 def already_imported(watched: Iterable[str]) -> list[ModuleType]:
     """The watched modules that have finished importing before the finder was there (in import order)."""
-    found = []
-    for name, module in list(sys.modules.items()):
-        spec = getattr(module, "__spec__", None)
-        initializing = getattr(spec, "_initializing", False)
-        if name in watched and module is not None and not initializing:
-            found.append(module)
-    return found
+    imported = [module for name, module in list(sys.modules.items()) if name in watched and module is not None]
+    return [module for module in imported if not getattr(getattr(module, "__spec__", None), "_initializing", False)]
