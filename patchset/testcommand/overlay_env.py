@@ -19,17 +19,8 @@ from patchset.testenv.venv import REPO_ROOT, VenvError, run_step
 from patchset.upstreams.fetch import sha256_of
 from patchset.upstreams.pins import Pin
 
-_NOT_PACKAGED = (
-    ".cache",
-    ".venv",
-    ".git",
-    "build",
-    "dist",
-    "*.egg-info",
-    "__pycache__",
-    ".pytest_cache",
-    ".ruff_cache",
-)
+_NOT_PACKAGED = (".cache", ".venv", ".git", "build", "dist", "*.egg-info", "__pycache__")
+_NOT_PACKAGED += (".pytest_cache", ".ruff_cache")
 
 
 # what the overlay tests' warm parents (tests/overlay/warm_parent.py) learn to preload: the modules importing these

@@ -29,11 +29,6 @@ def _is_tmpfs(folder: Path, mounts: Path) -> bool:
     return any(line.split()[1:3] == [str(folder), "tmpfs"] for line in lines)
 
 
-def free_bytes(folder: Path) -> int:
-    stats = os.statvfs(folder)
-    return stats.f_bavail * stats.f_frsize
-
-
 def unusable(folder: Path, environ: Mapping[str, str], needed: int = NEEDED_BYTES, mounts: Path = MOUNTS) -> str | None:
     """Why ``folder`` is not taken for the scratch (None: it is): the user's TMPDIR stands, and the folder must be a
     writable tmpfs with ``needed`` bytes free once the scratch folders of runs that are gone are removed."""
@@ -44,7 +39,8 @@ def unusable(folder: Path, environ: Mapping[str, str], needed: int = NEEDED_BYTE
     if not _is_tmpfs(folder, mounts):
         return f"{folder} is not a tmpfs"
     tempdirs.sweep(folder)  # a run killed with SIGKILL leaves its folder in RAM: named by its process, removed here
-    if (free := free_bytes(folder)) < needed:
+    stats = os.statvfs(folder)
+    if (free := stats.f_bavail * stats.f_frsize) < needed:
         return f"{folder} has {free / (1 << 30):.1f} GiB free, {needed / (1 << 30):.0f} GiB needed"
     return None
 

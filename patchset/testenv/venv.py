@@ -20,10 +20,6 @@ class VenvError(RuntimeError):
     """The environment could not be built; the message says which step failed."""
 
 
-def _lock_digest(lock_file: Path) -> str:
-    return hashlib.sha256(lock_file.read_bytes()).hexdigest()
-
-
 def venv_python(venv_dir: Path) -> Path:
     return venv_dir / "bin" / "python"
 
@@ -95,7 +91,7 @@ def ensure_venv(venv_dir: Path | None = None, lock_file: Path = LOCK_FILE) -> Pa
     environment can never pass for the pinned one.
     """
     venv_dir = venv_dir or Path(os.environ.get("PATCHSET_VENV", REPO_ROOT / ".venv"))
-    digest = _lock_digest(lock_file)
+    digest = hashlib.sha256(lock_file.read_bytes()).hexdigest()
     stamp = venv_dir / STAMP_NAME
     if stamp.exists() and stamp.read_text().strip() == digest and venv_python(venv_dir).exists():
         return venv_python(venv_dir)
@@ -106,18 +102,8 @@ def ensure_venv(venv_dir: Path | None = None, lock_file: Path = LOCK_FILE) -> Pa
     python = str(venv_python(venv_dir))
     # pip byte-compiles on one core; compileall below does it on all of them. Compiled it must be: where
     # PYTHONDONTWRITEBYTECODE is set (as on these machines) every process would compile torch again on import
-    install = [
-        python,
-        "-m",
-        "pip",
-        "install",
-        "--no-deps",
-        "--no-compile",
-        "--progress-bar",
-        "off",
-        "-r",
-        str(lock_file),
-    ]
+    install = [python, "-m", "pip", "install", "--no-deps", "--no-compile", "--progress-bar", "off"]
+    install += ["-r", str(lock_file)]
     _install_showing_progress(install, _pinned_count(lock_file), f"pip install -r {lock_file}")
     _byte_compile(python)
     run_step([python, "-m", "pip", "check"], "pip check")
