@@ -103,12 +103,6 @@ class Scheduler:
     def _say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
 
-    def _ready(self, step: Step) -> bool:
-        return all(name in self.results for name in step.needs + step.after)
-
-    def _blocked_by(self, step: Step) -> list[str]:
-        return [name for name in step.needs if not self.results[name].passed]
-
     def _start(self, step: Step, logs: Path) -> _Running:
         if self.before_start is not None:  # what the step uses that the scheduler keeps (the suite fork server)
             self.before_start(step)
@@ -155,9 +149,9 @@ class Scheduler:
         with tempfile.TemporaryDirectory(prefix="patchset-steps-") as tmp:
             try:
                 while waiting or running:
-                    for step in [step for step in waiting if self._ready(step)]:
-                        blocked = self._blocked_by(step)
-                        if blocked:
+                    ready = [step for step in waiting if all(name in self.results for name in step.needs + step.after)]
+                    for step in ready:
+                        if blocked := [name for name in step.needs if not self.results[name].passed]:
                             waiting.remove(step)
                             note = f"not run: {', '.join(blocked)} failed"
                             self._say(f"\n=== {step.name}: {note}")

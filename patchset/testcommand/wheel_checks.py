@@ -30,6 +30,8 @@ from patchset.wheels.selection import requirement
 
 # --- the check: install the wheels into a fresh environment and check what is installed -----------------------
 
+_PIP_INSTALL = ("-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check")
+
 
 def _child_env() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PYTHONHOME")}
@@ -211,9 +213,8 @@ def _check_alone(work: Path, base_python: Path, item: Built, workspace: Workspac
     tree = _patched_clone(item.pin, workspace, work / "patched", console)
     python, site = linked_venv(base_python, work / f"venv-{item.pin.dirname}")
     console.step(f"Installing {item.wheel.name} alone into a fresh venv {site.parents[2]}")
-    install = [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check"]
     # --no-compile: nothing is imported from this venv, and byte-compiling 500 files is half of pip's time here
-    proc = _run([*install, "--quiet", "--no-compile", str(item.wheel)], env=_child_env())
+    proc = _run([str(python), *_PIP_INSTALL, "--quiet", "--no-compile", str(item.wheel)], env=_child_env())
     if proc.returncode != 0:
         return [f"pip install of {item.wheel.name} failed:\n{proc.stderr[-3000:]}"]
     problems = verify_install(python, site, [item], console)
@@ -223,12 +224,7 @@ def _check_alone(work: Path, base_python: Path, item: Built, workspace: Workspac
     return problems + installed_files_match(site, [item], {item.pin.key: tree}, workspace.patches_dir, console)
 
 
-def check_wheels(
-    console: Console,
-    patched: Mapping[str, Path],
-    workspace: Workspace,
-    also: Sequence[Pin] = (),
-) -> bool:
+def check_wheels(console: Console, patched: Mapping[str, Path], workspace: Workspace, also: Sequence[Pin] = ()) -> bool:
     """Build the wheels, install them with ``pip install --no-deps`` into a fresh venv that sees the locked
     dependencies through one ``.pth`` line (`linked_venv`), and check what they report and that every installed file
     is the patched tree's (`installed_files_match`). ``also``: more pinned releases, each installed alone and checked
@@ -271,8 +267,7 @@ def _check_in(
     if (spec := _run([str(python), "-c", "import verl"], env=_child_env())).returncode == 0:
         print(f"error: the fresh venv already imports verl before the install:\n{spec.stdout}", file=sys.stderr)
         return False
-    install = [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check"]
-    proc = _run([*install, "--quiet", *(str(item.wheel) for item in built)], env=_child_env())
+    proc = _run([str(python), *_PIP_INSTALL, "--quiet", *(str(item.wheel) for item in built)], env=_child_env())
     if proc.returncode != 0:
         print(f"error: pip install of the wheels failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
         return False
