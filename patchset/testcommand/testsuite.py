@@ -54,7 +54,7 @@ from patchset.testenv.regression import (
     run_regression_tests,
 )
 from patchset.testenv.suite_forks import SOCKET_VARIABLE, SuiteForkServer, module_list_name
-from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv
+from patchset.testenv.venv import LOCK_FILE, REPO_ROOT, VenvError, ensure_venv
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin
 from patchset.upstreams.workspace import Workspace, resolve_workspace
@@ -204,7 +204,11 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
         env.pop("PYTHONPATH", None)
         print("* Running tests/overlay", flush=True)
         command = [python, "-m", "pytest", str(REPO_ROOT / "tests" / "overlay"), "-q", "-rs", "-p", "no:cacheprovider"]
-        command += ["--warm-list", str(_warm_parent_list(workspace, defaults))]  # kept for the next run
+        # where the overlay tests' warm parents keep the modules they learned to preload, for the next run: named by
+        # the locked environment, the releases installed (their sdists) and the modules they learn it from
+        learned_from = [*WARM_PROBE_MODULES, *(pin.sdist_sha256 for pin in defaults)]
+        warm_list = workspace.cache.root / "overlay-warm-parents" / module_list_name(LOCK_FILE, learned_from)
+        command += ["--warm-list", str(warm_list)]
         command += parallel_args(Path(python))
         passed["tests/overlay"] = subprocess.run(command, cwd=REPO_ROOT, env=env).returncode == 0
         for pin in (releases.partial, releases.line):
@@ -213,14 +217,6 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
     if guards.exists():
         print("* Guards tried, and the message each printed:\n" + guards.read_text(encoding="utf-8"), end="")
     return all(passed.values())
-
-
-def _warm_parent_list(workspace: Workspace, pins: Sequence[Pin]) -> Path:
-    """Where the overlay tests' warm parents keep the modules they learned to preload, for the next run: named by the
-    locked environment, the releases installed (their sdists) and the modules they learn it from."""
-    learned_from = [*WARM_PROBE_MODULES, *(pin.sdist_sha256 for pin in pins)]
-    name = module_list_name(REPO_ROOT / "requirements" / "lock.txt", learned_from)
-    return workspace.cache.root / "overlay-warm-parents" / name
 
 
 def _overlay_partial_target(python: str, workspace: Workspace, venv_dir: Path, pin: Pin) -> bool:
@@ -239,8 +235,7 @@ def _overlay_partial_target(python: str, workspace: Workspace, venv_dir: Path, p
         print(f"* Leaving out {name}'s tests: the overlay does not carry it on {pin.label} (its parts.toml says why)")
     carried = [name for name in applies if name not in uncarried]
     selected = _teeth_selection(load_series(workspace.patches_dir, pin.series).teeth, carried)
-    args = ["-k", selected]
-    return run_overlay_regression_tests(overlay_python, site, "fixed", None, args, sample=True, parallel=False) == 0
+    return run_overlay_regression_tests(overlay_python, site, "fixed", ["-k", selected]) == 0
 
 
 def _ratio_table(results_dir: Path) -> str:
@@ -434,7 +429,7 @@ def _suite_fork_server(workspace: Workspace) -> SuiteForkServer:
     runs import from the patched default trees (the same third-party modules as the vanilla ones)."""
     address = os.path.join(tempfile.gettempdir(), f"patchset-suite-forks-{os.getpid()}.sock")
     folder = workspace.cache.root / "suite-fork-server"
-    listed = folder / module_list_name(REPO_ROOT / "requirements" / "lock.txt", SUITE_ENTRY_MODULES)
+    listed = folder / module_list_name(LOCK_FILE, SUITE_ENTRY_MODULES)
     log = workspace.cache.root / "results" / "suite-fork-server.log"
     return SuiteForkServer(address, list(_pinned_trees(workspace)[1].values()), SUITE_ENTRY_MODULES, listed, log)
 
