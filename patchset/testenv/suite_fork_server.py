@@ -42,11 +42,6 @@ def _pytest_plugins() -> set[str]:
     return {entry.value.split(":")[0].split(".")[0] for entry in importlib.metadata.entry_points(group="pytest11")}
 
 
-def _owned(name: str, plugins: frozenset[str] = frozenset()) -> bool:
-    top = name.split(".", 1)[0]
-    return top in OWNED or top in plugins
-
-
 def modules_loaded_by(trees: Sequence[str], targets: Sequence[str]) -> list[str]:
     """The modules importing ``targets`` (from ``trees`` first on the path) loads, in import order, learned in a child
     that is then thrown away; a target that fails to import adds what it loaded before it failed (the runs import what
@@ -91,8 +86,8 @@ def module_list(path: Path, trees: Sequence[str], targets: Sequence[str]) -> lis
 def preload(names: Sequence[str]) -> int:
     """Import each of ``names`` that is not `OWNED` or a pytest plugin's (in that order); how many modules that
     added."""
-    before, plugins = len(sys.modules), frozenset(_pytest_plugins())
-    for name in (name for name in names if not _owned(name, plugins) and name != "__main__"):
+    before, left_out = len(sys.modules), {*OWNED, *_pytest_plugins()}
+    for name in (name for name in names if name.split(".", 1)[0] not in left_out and name != "__main__"):
         with contextlib.suppress(Exception):  # aliases and private extension parts cannot be imported by name
             importlib.import_module(name)
     return len(sys.modules) - before
@@ -206,10 +201,8 @@ def serve(listener: socket.socket, owner: int, base_path: Sequence[str]) -> None
                 poller.unregister(fd)
                 os.close(fd)
                 _, status = os.waitpid(pid, 0)
-                try:
+                with contextlib.suppress(OSError):  # the client has gone (interrupted): nothing to tell
                     connection.sendall(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode())
-                except OSError:  # the client has gone (interrupted): nothing to tell
-                    pass
                 connection.close()
 
 
