@@ -25,12 +25,8 @@ _NOT_PACKAGED += (".pytest_cache", ".ruff_cache")
 
 # what the overlay tests' warm parents (tests/overlay/warm_parent.py) learn to preload: the modules importing these
 # loads, less upstream's, the overlays', Hydra's
-WARM_PROBE_MODULES = (
-    "verl.trainer.ppo.core_algos",
-    "verl.workers.utils.losses",
-    "trinity.trainer.verl.trainer",
-    "trinity.algorithm.policy_loss_fn.dpo_loss",
-)
+WARM_PROBE_MODULES = ("verl.trainer.ppo.core_algos", "verl.workers.utils.losses", "trinity.trainer.verl.trainer")
+WARM_PROBE_MODULES += ("trinity.algorithm.policy_loss_fn.dpo_loss",)
 
 
 def _sdist(cache_sdists: Path, pin: Pin) -> Path:

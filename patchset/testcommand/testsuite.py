@@ -59,14 +59,8 @@ from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin
 from patchset.upstreams.workspace import Workspace, resolve_workspace
 
-SHELL_SCRIPTS = (
-    "scripts/apply.sh",
-    "scripts/build-wheels.sh",
-    "scripts/export.sh",
-    "scripts/export-pr.sh",
-    "scripts/test.sh",
-    ".ci/run",
-)
+SHELL_SCRIPTS = ("scripts/apply.sh", "scripts/build-wheels.sh", "scripts/export.sh", "scripts/export-pr.sh")
+SHELL_SCRIPTS += ("scripts/test.sh", ".ci/run")
 # The tooling test that installs real wheels into a fresh venv and checks what they report: the patched wheels step
 # runs the same check (wheel_checks.verify_install) on the wheels it builds, and more (the sha256 of every file).
 PROVEN_BY_THE_WHEELS_STEP = (
@@ -77,14 +71,9 @@ PROVEN_BY_THE_WHEELS_STEP = (
 STEP_NAMES = ("environment", "pinned trees", "lint", "teeth", "tooling", "fix", "overlays", "wheels")
 # what the suite fork server imports, to learn the third-party modules the suite's runs import: the trees' loss and
 # engine modules the tests and their children import, and the model classes the engine's fork servers preload
-SUITE_ENTRY_MODULES = (
-    "verl.trainer.ppo.core_algos",
-    "verl.workers.utils.losses",
-    "verl.trainer.distillation.losses",
-    "verl.workers.engine.fsdp.transformer_impl",
-    "trinity.trainer.verl.losses",
-    "engine_harness.fork_server_warmup",
-)
+SUITE_ENTRY_MODULES = ("verl.trainer.ppo.core_algos", "verl.workers.utils.losses", "verl.trainer.distillation.losses")
+SUITE_ENTRY_MODULES += ("verl.workers.engine.fsdp.transformer_impl", "trinity.trainer.verl.losses")
+SUITE_ENTRY_MODULES += ("engine_harness.fork_server_warmup",)
 
 
 def _pinned_trees(workspace: Workspace) -> tuple[dict[str, Path], dict[str, Path]]:
@@ -354,8 +343,7 @@ def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
     if name == "wheels":  # and the wheels of verl 0.9.1 (part of the series) and 0.7.1 (its own), each in a venv
         return check_wheels(Console(), _pinned_trees(workspace)[1], workspace, also=list(releases.values()))
     if name == "overlays":
-        vanilla, patched = _pinned_trees(workspace)
-        return _overlay_step(python, vanilla, patched, workspace)
+        return _overlay_step(python, *_pinned_trees(workspace), workspace)
     return _upstream_merged_step(workspace, env, releases[name])
 
 
@@ -454,12 +442,9 @@ def run_step(name: str, cache: Path, quick: bool) -> int:
     """Step ``name`` alone, as the scheduler runs it in a process of its own: 0 passed, 1 failed, 2 no environment."""
     try:
         return 0 if _run_one_step(name, resolve_workspace(None, str(cache), os.environ), quick) else 1
-    except VenvError as error:
+    except (VenvError, PatchsetError, OSError, subprocess.CalledProcessError) as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
-    except (PatchsetError, OSError, subprocess.CalledProcessError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(error, VenvError) else 1
 
 
 def run(cache: Path, quick: bool, jobs: int) -> int:
