@@ -232,47 +232,31 @@ def check_wheels(console: Console, patched: Mapping[str, Path], workspace: Works
     started = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="patchset-wheel-check-") as tmp, signals.handled() as guard:
-            ok = _check_in(Path(tmp), console, guard, workspace, patched, also)
+            work, base_python = Path(tmp), ensure_venv()
+            requested = [requirement(pin) for pin in (*workspace.pins.defaults(), *also)]
+            build = WheelBuild(work / "dist", requested=requested, python=base_python)
+            built_all = build_wheels(build, workspace, console, guard)
+            built = [item for item in built_all if item.pin.default]
+            label = patchset_label(workspace.patches_dir)
+            problems = [problem for item in built_all for problem in labels_match(item, label)]
+            for item in built_all:
+                if not item.pin.default:
+                    problems += _check_alone(work, base_python, item, workspace, console)
+            python, site = linked_venv(base_python, work / "venv")
+            console.step(f"Installing {', '.join(item.wheel.name for item in built)} into a fresh venv {work / 'venv'}")
+            if (spec := _run([str(python), "-c", "import verl"], env=_child_env())).returncode == 0:
+                raise PatchsetError(f"the fresh venv already imports verl before the install:\n{spec.stdout}")
+            wheels = [str(item.wheel) for item in built]
+            proc = _run([str(python), *_PIP_INSTALL, "--quiet", *wheels], env=_child_env())
+            if proc.returncode != 0:
+                raise PatchsetError(f"pip install of the wheels failed:\n{proc.stderr[-3000:]}")
+            problems += verify_install(python, site, built, console)
+            problems += installed_files_match(site, built, patched, workspace.patches_dir, console)
+            for problem in problems:
+                print(f"error: {problem}", file=sys.stderr)
+            ok = not problems
     except (PatchsetError, gitops.GitError, VenvError, subprocess.CalledProcessError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         ok = False
     console.summary(f"Wheel check {'passed' if ok else 'FAILED'} in {time.monotonic() - started:.0f} s")
     return ok
-
-
-def _check_in(
-    work: Path,
-    console: Console,
-    guard: signals.Guard,
-    workspace: Workspace,
-    patched: Mapping[str, Path],
-    also: Sequence[Pin],
-) -> bool:
-    """``check_wheels`` in the scratch folder ``work``."""
-    base_python = ensure_venv()
-    requested = [requirement(pin) for pin in (*workspace.pins.defaults(), *also)]
-    build = WheelBuild(work / "dist", requested=requested, python=base_python)
-    built_all = build_wheels(build, workspace, console, guard)
-    built = [item for item in built_all if item.pin.default]
-    label = patchset_label(workspace.patches_dir)
-    problems = [problem for item in built_all for problem in labels_match(item, label)]
-    problems += [
-        problem
-        for item in built_all
-        if not item.pin.default
-        for problem in _check_alone(work, base_python, item, workspace, console)
-    ]
-    python, site = linked_venv(base_python, work / "venv")
-    console.step(f"Installing {', '.join(item.wheel.name for item in built)} into a fresh venv {work / 'venv'}")
-    if (spec := _run([str(python), "-c", "import verl"], env=_child_env())).returncode == 0:
-        print(f"error: the fresh venv already imports verl before the install:\n{spec.stdout}", file=sys.stderr)
-        return False
-    proc = _run([str(python), *_PIP_INSTALL, "--quiet", *(str(item.wheel) for item in built)], env=_child_env())
-    if proc.returncode != 0:
-        print(f"error: pip install of the wheels failed:\n{proc.stderr[-3000:]}", file=sys.stderr)
-        return False
-    problems += verify_install(python, site, built, console)
-    problems += installed_files_match(site, built, patched, workspace.patches_dir, console)
-    for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
-    return not problems
