@@ -51,11 +51,6 @@ HEADER = """\
 """
 
 
-def canonical(name: str) -> str:
-    """Return the PEP 503 normalised form of a project name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def run(cmd: Sequence[str | Path]) -> None:
     """Run a command, echoing it first; raise on a non-zero exit."""
     print("+", " ".join(str(part) for part in cmd), file=sys.stderr, flush=True)
@@ -89,18 +84,12 @@ def pinned(freeze: str) -> list[str]:
         if not line or line.startswith("#") or "==" not in line or " @ " in line:
             continue  # comments, editables and direct-URL installs are not from an index
         name, version = line.split("==", 1)
-        name = canonical(name)
+        name = re.sub(r"[-_.]+", "-", name).lower()  # PEP 503's normalised form
         if name in EXCLUDE:
             continue
         # Drop a local label such as torch's "+cpu": "torch==2.13.0" matches the CPU wheel too.
         pins[name] = f"{name}=={version.split('+', 1)[0]}"
     return [pins[key] for key in sorted(pins)]
-
-
-def default_targets() -> list[str]:
-    """The releases the lock is made for, ``NAME==VERSION``: the default pins of patches/upstreams.toml (verl 0.8.0,
-    trinity-rft 0.6.0), read once."""
-    return [f"{pin.name}=={pin.version}" for pin in resolve_workspace(None, None, os.environ).pins.defaults()]
 
 
 def resolve(workdir: Path, tools: Path, targets: Sequence[str]) -> list[str]:
@@ -125,7 +114,8 @@ def verify(workdir: Path, lock: Path, targets: Sequence[str]) -> None:
 def lock(output: Path, tools: Path, check: bool, workdir: Path | None = None) -> None:
     """Resolve, check and write the lock to ``output``; with ``check``, also install it into fresh venvs and check.
     ``workdir``: where the venvs go (default: a temporary folder, removed)."""
-    targets = default_targets()
+    # the releases the lock is made for: the default pins of patches/upstreams.toml (verl 0.8.0, trinity-rft 0.6.0)
+    targets = [f"{pin.name}=={pin.version}" for pin in resolve_workspace(None, None, os.environ).pins.defaults()]
     with tempfile.TemporaryDirectory(prefix="lock-") as tmp:
         folder = workdir or Path(tmp)
         pins = resolve(folder, tools, targets)
