@@ -87,7 +87,7 @@ def regression_env(
     conftest)."""
     if expect not in EXPECTATIONS:
         raise ValueError(f"expect must be one of {EXPECTATIONS}, not {expect!r}")
-    ours = (*TREE_VARIABLES.values(), *ROLE_VARIABLES.values())
+    ours = (*TREE_VARIABLES.values(), *ROLE_VARIABLES.values(), SAMPLE_VARIABLE, "PATCHSET_BASELINE_DIR")
     env = {key: value for key, value in os.environ.items() if key not in ours}
     ordered = [trees[key].resolve() for key in TREE_VARIABLES if key in trees]
     env["PYTHONPATH"] = os.pathsep.join(str(path) for path in ordered)
@@ -95,15 +95,12 @@ def regression_env(
         if key in trees:
             env[variable] = str(trees[key].resolve())
     env["PATCHSET_EXPECT"] = expect
-    env.pop(SAMPLE_VARIABLE, None)
     if sample:
         env[SAMPLE_VARIABLE] = "shapes"
     for key in dependencies:
         env[ROLE_VARIABLES[key]] = "dependency"
     if baseline_dir is not None:
         env["PATCHSET_BASELINE_DIR"] = str(baseline_dir.resolve())
-    else:
-        env.pop("PATCHSET_BASELINE_DIR", None)
     return env
 
 

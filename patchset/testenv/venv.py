@@ -20,10 +20,6 @@ class VenvError(RuntimeError):
     """The environment could not be built; the message says which step failed."""
 
 
-def venv_python(venv_dir: Path) -> Path:
-    return venv_dir / "bin" / "python"
-
-
 def run_step(command: list[str], step: str) -> None:
     """Run one step of building an environment; ``VenvError`` naming the step, with the tail of its output."""
     result = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -92,14 +88,14 @@ def ensure_venv(venv_dir: Path | None = None, lock_file: Path = LOCK_FILE) -> Pa
     """
     venv_dir = venv_dir or Path(os.environ.get("PATCHSET_VENV", REPO_ROOT / ".venv"))
     digest = hashlib.sha256(lock_file.read_bytes()).hexdigest()
-    stamp = venv_dir / STAMP_NAME
-    if stamp.exists() and stamp.read_text().strip() == digest and venv_python(venv_dir).exists():
-        return venv_python(venv_dir)
+    stamp, venv_python = venv_dir / STAMP_NAME, venv_dir / "bin" / "python"
+    if stamp.exists() and stamp.read_text().strip() == digest and venv_python.exists():
+        return venv_python
 
     print(f"* Building the test environment {venv_dir} from {lock_file.name} (a few minutes, once)", flush=True)
     shutil.rmtree(venv_dir, ignore_errors=True)
     run_step([sys.executable, "-m", "venv", str(venv_dir)], "creating the venv")
-    python = str(venv_python(venv_dir))
+    python = str(venv_python)
     # pip byte-compiles on one core; compileall below does it on all of them. Compiled it must be: where
     # PYTHONDONTWRITEBYTECODE is set (as on these machines) every process would compile torch again on import
     install = [python, "-m", "pip", "install", "--no-deps", "--no-compile", "--progress-bar", "off"]
@@ -109,4 +105,4 @@ def ensure_venv(venv_dir: Path | None = None, lock_file: Path = LOCK_FILE) -> Pa
     run_step([python, "-m", "pip", "check"], "pip check")
     stamp.write_text(digest + "\n")
     print(f"* Test environment ready: {venv_dir}", flush=True)
-    return venv_python(venv_dir)
+    return venv_python
