@@ -114,12 +114,10 @@ class Scheduler:
         env = {**self.env, **dict(step.env)}
         env[RUNNING_DIR_VARIABLE] = folders_for(running_dir, env.get(RUNNING_DIR_VARIABLE))
         limit = Limit(scaled(step.limit_s), RAISE_HINT)
-        if streamed:
-            process = subprocess.Popen(step.argv, cwd=self.cwd, env=env)
-            return _Running(step, process, time.monotonic(), running_dir, limit)
-        log = logs / f"{slug}.log"
-        stream = log.open("wb")
-        process = subprocess.Popen(step.argv, cwd=self.cwd, env=env, stdout=stream, stderr=subprocess.STDOUT)
+        log = None if streamed else logs / f"{slug}.log"
+        stream = log.open("wb") if log else None
+        errors = subprocess.STDOUT if stream else None
+        process = subprocess.Popen(step.argv, cwd=self.cwd, env=env, stdout=stream, stderr=errors)
         return _Running(step, process, time.monotonic(), running_dir, limit, log, stream)
 
     def _end_hung(self, running: _Running) -> None:

@@ -171,8 +171,7 @@ class SuiteForkServer:
         if self.process is not None:
             return
         command = [str(python), "-P", "-m", "patchset.testenv.suite_fork_server", self.address, str(os.getpid())]
-        command += [str(self.listed)]
-        command += [*(str(tree) for tree in self.trees), "--", *self.modules]
+        command += [str(self.listed), *(str(tree) for tree in self.trees), "--", *self.modules]
         env = {**(os.environ if environ is None else environ), "PYTHONPATH": str(repo_root)}
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as log:
