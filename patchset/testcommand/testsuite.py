@@ -37,7 +37,7 @@ from typing import TextIO
 from patchset.plumbing.errors import EXIT_TIMED_OUT, PatchsetError
 from patchset.plumbing.limits import scaled
 from patchset.plumbing.ui import Console
-from patchset.series.model import Patch, load_series
+from patchset.series.model import load_series
 from patchset.series.parts import without_overlay
 from patchset.testcommand.overlay_env import WARM_PROBE_MODULES, build_overlay_env
 from patchset.testcommand.releases import find_releases, other_lines, upstream_has
@@ -84,13 +84,6 @@ def _pinned_trees(workspace: Workspace) -> tuple[dict[str, Path], dict[str, Path
     return vanilla, patched
 
 
-def _split_series(pin: Pin, patches_dir: Path) -> tuple[list[Patch], list[Patch]]:
-    """The series of ``pin``, as (the patches its release has upstream, by ``Applied-Upstream``; the others)."""
-    patches = load_series(patches_dir, pin.series).patches
-    merged = upstream_has(pin, patches)
-    return merged, [p for p in patches if p not in merged]
-
-
 def _teeth_selection(teeth: Mapping[str, str], applied: Sequence[str]) -> str:
     """The pytest -k expression of the tests that show the bugs of the patches ``applied`` (the series' ``teeth``:
     ``patchset.series.parts``)."""
@@ -126,9 +119,10 @@ def _upstream_merged_step(workspace: Workspace, env: dict[str, str], pin: Pin) -
     of the applied patches fail on the vanilla tree (printed after)."""
     key, patches_dir = pin.key, workspace.patches_dir
     vanilla = ensure_upstream(pin, workspace.cache, Console())
-    merged, applies = _split_series(pin, patches_dir)
     series = load_series(patches_dir, pin.series)
     patches = series.patches
+    merged = upstream_has(pin, patches)  # by Applied-Upstream
+    applies = [p for p in patches if p not in merged]
     expected = [f"* {p.name} skipped: in upstream since {p.upstream_since} ({pin.label} has it: " for p in merged]
     expected += [f"* Applying {p.name} ({patches.index(p) + 1}/{len(patches)})" for p in applies]
     applied = [p.name for p in applies]
@@ -217,13 +211,15 @@ def _overlay_partial_target(python: str, workspace: Workspace, venv_dir: Path, p
         print(f"error: {error}", file=sys.stderr)
         return False
     print(f"* Installed {pin.label} and this project into {site}", flush=True)
-    applies = [p.name for p in _split_series(pin, workspace.patches_dir)[1]]
+    series = load_series(workspace.patches_dir, pin.series)
+    merged = upstream_has(pin, series.patches)
+    applies = [p.name for p in series.patches if p not in merged]
     # a patch the overlay does not carry on this release (its parts.toml says why) has nothing to show here
     uncarried = without_overlay(workspace.patches_dir / pin.series, applies)
     for name in uncarried:
         print(f"* Leaving out {name}'s tests: the overlay does not carry it on {pin.label} (its parts.toml says why)")
     carried = [name for name in applies if name not in uncarried]
-    selected = _teeth_selection(load_series(workspace.patches_dir, pin.series).teeth, carried)
+    selected = _teeth_selection(series.teeth, carried)
     return run_overlay_regression_tests(overlay_python, site, "fixed", ["-k", selected]) == 0
 
 
