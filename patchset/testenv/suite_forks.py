@@ -105,18 +105,27 @@ def launcher(python: Path, environ: Mapping[str, str] | None = None) -> Launch |
     return launch
 
 
-def run_captured(command: Sequence[str], cwd: Path, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+def run_captured(
+    command: Sequence[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    errors_apart: bool = False,
+    timeout: float | None = None,
+) -> subprocess.CompletedProcess[str]:
     """``command`` (``python -m MODULE ...`` of the pinned venv, or any other) reading nothing, its output and errors
-    together: a fork of the suite fork server where ``env`` names one, else a fresh process."""
+    together (``errors_apart``: in ``stderr``): a fork of the suite fork server where ``env`` names one, else a fresh
+    process."""
     launch = launcher(ensure_venv(), env) if env.get(SOCKET_VARIABLE) else None
-    with tempfile.TemporaryFile("w+") as output:
-        run = launch(command, cwd, env, output) if launch else None
+    with tempfile.TemporaryFile("w+") as output, tempfile.TemporaryFile("w+") as errors:
+        run = launch(command, cwd, env, output, errors if errors_apart else None) if launch else None
         if run is None:
-            streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
-            return subprocess.run(list(command), cwd=cwd, env=env, text=True, check=False, **streams)  # type: ignore[call-overload]
-        code = run.wait()
+            streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE}
+            streams["stderr"] = subprocess.PIPE if errors_apart else subprocess.STDOUT
+            return subprocess.run(list(command), cwd=cwd, env=env, text=True, check=False, timeout=timeout, **streams)  # type: ignore[call-overload]
+        code = run.wait(timeout)
         output.seek(0)
-        return subprocess.CompletedProcess(list(command), code, output.read())
+        errors.seek(0)
+        return subprocess.CompletedProcess(list(command), code, output.read(), errors.read() if errors_apart else None)
 
 
 def _fresh(address: str, why: str) -> None:

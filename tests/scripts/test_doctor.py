@@ -12,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -62,17 +61,10 @@ def doctor(tree: str, launch: list[str], first: Path | None = None) -> subproces
     path = [*([first] if first else []), *trees, REPO_ROOT]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
     command = [sys.executable, "-m", "patchset", "doctor", "--json", "--", *launch]
-    # forked by the test command's suite fork server where it has one (a fresh interpreter loading Trinity's config
-    # costs 8 CPU-s); a fresh one where ``first`` may hold start-up files (sitecustomize, .pth), which a fork skips
-    launch_forked = suite_forks.launcher(Path(sys.executable)) if first is None else None
-    with tempfile.TemporaryFile("w+") as output, tempfile.TemporaryFile("w+") as errors:
-        run = launch_forked(command, REPO_ROOT, env, output, errors) if launch_forked else None
-        if run is None:
-            return subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
-        code = run.wait(timeout=120)
-        output.seek(0)
-        errors.seek(0)
-        return subprocess.CompletedProcess(command, code, output.read(), errors.read())
+    if first is not None:  # it may hold start-up files (sitecustomize, .pth), which a fork of the server skips
+        env.pop(suite_forks.SOCKET_VARIABLE, None)
+    # elsewhere forked by the test command's suite fork server (a fresh interpreter loading Trinity's config: 8 CPU-s)
+    return suite_forks.run_captured(command, REPO_ROOT, env, errors_apart=True, timeout=120)
 
 
 @pytest.mark.parametrize(
