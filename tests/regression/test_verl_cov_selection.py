@@ -216,7 +216,9 @@ def test_cov_selection_is_in_the_tree_under_test(expect, loss_mode, verl_tree: P
 def test_clip_cov_seed_is_the_same_in_every_process(expect, verl_tree: Path):
     """Clip-Cov's draw must not depend on the process: its seed from a null data_loader_seed, the step and the
     mini-batch's index, here and in a process under another PYTHONHASHSEED (Python's hash(None) differs between
-    processes before 3.12). One such process: each imports verl afresh (about 6 CPU-s)."""
+    processes before 3.12). That process runs the tree's own function, its source handed over, without importing
+    verl (which costs about 6 CPU-s): a seed that reads anything of its module's but typing fails there by name."""
+    import inspect
     import os
     import subprocess
     import sys
@@ -226,10 +228,13 @@ def test_clip_cov_seed_is_the_same_in_every_process(expect, verl_tree: Path):
     if expect == "bug":
         assert not hasattr(core_algos, "clip_cov_seed"), "the vanilla tree has no seed of its own: update the audit"
         return
-    code = "from verl.trainer.ppo.core_algos import clip_cov_seed as s; print(s(None, 3, 1), s(None, 4, 1))"
+    code = "import sys, typing; n = dict(vars(typing)); exec(sys.stdin.read(), n); s = n['clip_cov_seed']\n"
+    code += "print(s(None, 3, 1), s(None, 4, 1))"
     other = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
+    source = inspect.getsource(core_algos.clip_cov_seed)
+    child = [sys.executable, "-S", "-c", code]
     env = os.environ | {"PYTHONHASHSEED": other}
-    output = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    output = subprocess.run(child, input=source, env=env, capture_output=True, text=True, check=True).stdout
     assert output == f"{core_algos.clip_cov_seed(None, 3, 1)} {core_algos.clip_cov_seed(None, 4, 1)}\n"
     seeds = {core_algos.clip_cov_seed(None, step, index) for step in range(4) for index in range(4)}
     assert len(seeds) == 16, "a fresh draw for each mini-batch of each step"
