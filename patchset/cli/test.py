@@ -17,7 +17,7 @@ from patchset.testcommand import testsuite
 
 DESCRIPTION = (
     "Run every test of the patchset, proving each deployment mode once: lint, the tooling tests, the regression suite "
-    "on the vanilla trees (the teeth: one batch shape per test, loss and mode) and on the patched trees (every case), "
+    "on the vanilla trees (the teeth) and on the patched trees, one batch shape per test, loss and mode, "
     "the patched wheels (sha256 of every installed file, labels), verl 0.9.1 (patches skipped by content), verl 0.7.1 "
     "(its own series) and the overlays on pip-installed releases (parity, import order, Ray). Independent steps run "
     "at once, each printed whole when it ends; a summary lists every step and its time."

@@ -31,9 +31,10 @@ group's rows, the token budget per rank the group's over sp (the engine cuts by 
 equals one micro-batch on one rank without sp (relative difference < 1e-5; measured 1e-7): the engine's ``dp_size``
 is the world size over sp and its ``batch_num_tokens`` is all-reduced over the data-parallel group, so neither
 counts an sp copy, and `Gather.backward`'s x sp cancels FSDP's average over the whole world. Vanilla: the same
-factors as without sp, with the data-parallel size in place of the world size. The teeth run
-(PATCHSET_SAMPLE=shapes) runs sp 2 at dp 1, the cheapest shape that shows the error; the fix run sp 2 at dp 2, the
-shape where sp and data parallelism meet (at dp 1 the data-parallel group is one rank: dp 2 proves all dp 1 does).
+factors as without sp, with the data-parallel size in place of the world size. The teeth run (vanilla,
+PATCHSET_SAMPLE=shapes) runs sp 2 at dp 1, the cheapest shape that shows the error; a run on patched trees sp 2 at dp
+2, the shape where sp and data parallelism meet (at dp 1 the data-parallel group is one rank: dp 2 proves all dp 1
+does), sampled or not: its tests are not sampled either, since every world runs whatever is collected.
 
 Adaptations for a CPU-only machine, none of them on the loss path (both losses, the engine's micro-batch
 loop, backward, the gradient reduction and `optimizer_step` run unchanged from the trees under test):
@@ -116,18 +117,23 @@ def sp_micro_batch_counts() -> tuple[int, ...]:
     return (MICRO_BATCHES[0], MICRO_BATCHES[-1])
 
 
-def sp_shapes() -> tuple[Shape, ...]:
-    """The sequence-parallel shape a run measures: with PATCHSET_SAMPLE=shapes (the teeth run) sp 2 at dp 1, the
-    cheapest that shows the vanilla trees' error (2 ranks instead of 4); otherwise sp 2 at dp 2, where the engine's
-    ``dp_size`` (the world over sp) and the all-reduce of ``batch_num_tokens`` over the data-parallel group are more
-    than one rank: every term dp 1 checks, and those it cannot."""
-    return SP_SHAPES[:1] if os.environ.get(SAMPLE_VARIABLE) == "shapes" else SP_SHAPES[1:]
+def _teeth(expect: str) -> bool:
+    """The teeth run: vanilla trees, sampled (PATCHSET_SAMPLE=shapes, see conftest)."""
+    return expect == "bug" and os.environ.get(SAMPLE_VARIABLE) == "shapes"
 
 
-def micro_batch_counts() -> tuple[int, ...]:
-    """The splits the engines run: every one, or with PATCHSET_SAMPLE=shapes (the teeth run, see conftest) one
-    micro-batch and the most, which is where the vanilla trees' error is largest."""
-    if os.environ.get(SAMPLE_VARIABLE) == "shapes":
+def sp_shapes(expect: str) -> tuple[Shape, ...]:
+    """The sequence-parallel shape a run measures: in the teeth run sp 2 at dp 1, the cheapest that shows the vanilla
+    trees' error (2 ranks instead of 4); otherwise sp 2 at dp 2, where the engine's ``dp_size`` (the world over sp)
+    and the all-reduce of ``batch_num_tokens`` over the data-parallel group are more than one rank: every term dp 1
+    checks, and those it cannot."""
+    return SP_SHAPES[:1] if _teeth(expect) else SP_SHAPES[1:]
+
+
+def micro_batch_counts(expect: str) -> tuple[int, ...]:
+    """The splits the engines run: every one, or in the teeth run one micro-batch and the most, which is where the
+    vanilla trees' error is largest."""
+    if _teeth(expect):
         return (MICRO_BATCHES[0], MICRO_BATCHES[-1])
     return MICRO_BATCHES
 
@@ -156,10 +162,10 @@ def e2e_runs(
     sequence-parallel shapes run on verl 0.8.0 only: the critic and the actor, `SP_MODES`."""
     components = _components(trees)
     sys_path = [str(SUITE_DIR), *(str(tree) for tree in trees.values()), *sys.path]
-    plans = {Shape(ws): (components, LOSS_AGG_MODES, micro_batch_counts()) for ws in WORLD_SIZES}
+    plans = {Shape(ws): (components, LOSS_AGG_MODES, micro_batch_counts(expect)) for ws in WORLD_SIZES}
     if verl_version.split("+", 1)[0] in SP_VERL_VERSIONS:
         sp_plan = (tuple(c for c in components if c in SP_COMPONENTS), SP_MODES, sp_micro_batch_counts())
-        plans |= {shape: sp_plan for shape in sp_shapes()}
+        plans |= {shape: sp_plan for shape in sp_shapes(expect)}
     with ThreadPoolExecutor(max_workers=len(plans)) as pool:
         started = {
             shape: pool.submit(run_world, shape.world_size, sys_path, parts, counts, shape, modes)
@@ -175,7 +181,10 @@ def e2e_runs(
     assert not failed, "engine run failed\n" + "\n".join(failed)
     if baseline_dir is not None:
         baseline_dir.mkdir(parents=True, exist_ok=True)
-        for name, shapes in ((f"e2e-{expect}", [Shape(ws) for ws in WORLD_SIZES]), (f"e2e-sp-{expect}", sp_shapes())):
+        for name, shapes in (
+            (f"e2e-{expect}", [Shape(ws) for ws in WORLD_SIZES]),
+            (f"e2e-sp-{expect}", sp_shapes(expect)),
+        ):
             with (baseline_dir / f"{name}.jsonl").open("w") as stream:
                 for shape in (shape for shape in shapes if shape in runs):
                     for row in runs[shape][0]["measurements"]:
@@ -184,7 +193,7 @@ def e2e_runs(
 
 
 @pytest.fixture(scope="module")
-def grad_norms(e2e_runs: dict[Shape, list[dict]], trees: dict[str, Path]) -> dict[Key, float]:
+def grad_norms(expect: str, e2e_runs: dict[Shape, list[dict]], trees: dict[str, Path]) -> dict[Key, float]:
     """grad_norm per (component, mode, world size, micro-batches), as rank 0 logged it, without sequence parallelism."""
     norms: dict[Key, float] = {}
     for shape, results in e2e_runs.items():
@@ -193,7 +202,7 @@ def grad_norms(e2e_runs: dict[Shape, list[dict]], trees: dict[str, Path]) -> dic
         for row in results[0]["measurements"]:
             norms[row["component"], row["mode"], row["world_size"], row["micro_batches"]] = row["grad_norm"]
     components = _components(trees)
-    counts = micro_batch_counts()
+    counts = micro_batch_counts(expect)
     expected = {(c, m, ws, k) for c in components for m in LOSS_AGG_MODES for ws in WORLD_SIZES for k in counts}
     assert set(norms) == expected, f"missing measurements: {sorted(expected - set(norms))}"
     return norms
@@ -264,7 +273,7 @@ def test_engine_and_losses_imported_from_the_trees_under_test(e2e_runs, trees: d
 def test_engine_grad_norm_invariant_to_micro_batch_count(expect, trees, grad_norms, component, mode, world_size):
     _require(trees, component)
     reference = grad_norms[component, mode, world_size, 1]
-    for micro_batches in micro_batch_counts()[1:]:
+    for micro_batches in micro_batch_counts(expect)[1:]:
         bug_ratio = vanilla_ratio(component, mode, world_size, micro_batches) / vanilla_ratio(
             component, mode, world_size, 1
         )
@@ -277,7 +286,7 @@ def test_engine_grad_norm_invariant_to_micro_batch_count(expect, trees, grad_nor
 def test_engine_grad_norm_on_two_ranks_equals_one_rank(expect, trees, grad_norms, component, mode):
     _require(trees, component)
     reference = grad_norms[component, mode, 1, 1]
-    for micro_batches in micro_batch_counts():
+    for micro_batches in micro_batch_counts(expect):
         value = grad_norms[component, mode, 2, micro_batches]
         bug_ratio = vanilla_ratio(component, mode, 2, micro_batches)
         _check(expect, value, reference, bug_ratio, f"{component} {mode} ws2 K={micro_batches} vs ws1 K=1")
@@ -290,7 +299,7 @@ def test_engine_distillation_grad_norm_invariant_to_split_and_ranks(expect, grad
     is normalized by its own tokens or sequences (dp_size 1), so every split into 2 or 4 micro-batches differs."""
     reference = grad_norms[DISTILLATION, mode, 1, 1]
     for world_size in WORLD_SIZES:
-        for micro_batches in micro_batch_counts():
+        for micro_batches in micro_batch_counts(expect):
             if (world_size, micro_batches) == (1, 1):
                 continue
             value = grad_norms[DISTILLATION, mode, world_size, micro_batches]
@@ -313,7 +322,7 @@ def test_engine_grad_norm_under_sequence_parallelism_equals_one_rank(
     sp (Trinity's seq-mean-token-sum-norm 1/dp)."""
     _require(trees, component)
     reference = grad_norms[component, mode, 1, 1]
-    for shape in sp_shapes():
+    for shape in sp_shapes(expect):
         for micro_batches in sp_micro_batch_counts():
             value = sp_grad_norms[component, mode, shape.data_parallel, micro_batches]
             bug_ratio = vanilla_ratio(component, mode, shape.data_parallel, micro_batches)

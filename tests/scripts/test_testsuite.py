@@ -91,7 +91,7 @@ def test_each_planned_step_runs_its_own_body(recorded, tmp_path, quick):
             assert (kind, expect) == ("regression", "bug" if step.name == "teeth" else "fixed")
             assert args == [*(e2e if quick else []), *selected[step.name]]  # quick: without the e2e module
             assert companions is not quick
-            assert sample is (step.name == "teeth" or quick)  # teeth sampled; the fix every case unless quick
+            assert sample  # one batch shape per test, loss and mode, on both sides (every case: apply.sh)
             assert cache == (tmp_path / "cache").resolve()  # the companion verl is fetched into the step's cache
         else:
             assert recorded == ([] if step.name == "environment" else [(step.name,)])
