@@ -150,15 +150,23 @@ def _failed_tests(output: str) -> set[str]:
 
 
 @contextmanager
+def temp_worktree(repo: Path, commit: str, kind: str) -> Iterator[Path]:
+    """A temporary detached worktree of ``repo`` at ``commit``, in a scratch folder of its own (``kind``)."""
+    tree = Path(tempfile.mkdtemp(prefix=tempdirs.prefix(kind))) / "tree"
+    try:
+        gitops.git_text(repo, "worktree", "add", "-q", "--detach", str(tree), commit)
+        yield tree
+    finally:
+        gitops.run_git(["worktree", "remove", "--force", str(tree)], cwd=repo, check=False)
+        gitops.run_git(["worktree", "prune"], cwd=repo, check=False)
+        shutil.rmtree(tree.parent, ignore_errors=True)
+
+
+@contextmanager
 def _release_tree(tree: WorkTree, importable: Sequence[Path]) -> Iterator[tuple[Path, list[Path]]]:
     """A temporary worktree of the vanilla release, and what its tests import, to tell upstream's failures apart."""
-    vanilla = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("pr-vanilla"))) / "tree"
-    try:
-        gitops.git_text(tree.path, "worktree", "add", "-q", "--detach", str(vanilla), tree.release)
+    with temp_worktree(tree.path, tree.release, "pr-vanilla") as vanilla:
         yield vanilla, [vanilla, *(path for path in importable if path != tree.path)]
-    finally:
-        gitops.run_git(["worktree", "remove", "--force", str(vanilla)], cwd=tree.path, check=False)
-        shutil.rmtree(vanilla.parent, ignore_errors=True)
 
 
 def _fail_on_release(

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from email.utils import parseaddr
 from pathlib import Path
 
-from patchset.export.branch_gates import Gating, WorkTree, run_gates, run_teeth
+from patchset.export.branch_gates import Gating, WorkTree, run_gates, run_teeth, temp_worktree
 from patchset.export.commit_message import upstream_patch_text
 from patchset.export.pr_gates import Gates
-from patchset.export.series_export import patch_slug
-from patchset.plumbing import gitops, tempdirs
+from patchset.export.series_export import committer_env, patch_slug
+from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput, DoesNotApply
 from patchset.plumbing.gitops import git_text
 from patchset.plumbing.ui import Console, display_path
@@ -23,26 +20,12 @@ from patchset.series.groups import UPSTREAM_COMMIT, Group, chain
 from patchset.series.model import Patch, read_patch
 from patchset.upstreams.pins import Pin
 
-BRANCH_PREFIX = "patchset/"
-
-
-def branch_name(series: str, patches: Sequence[Patch], group: Group) -> str:
-    """``patchset/<series>-<group>`` from a groups file, else ``patchset/<series>-<slug of the first patch>``."""
-    name = patch_slug(patches[0].name) if group.name.startswith("patch-") else group.name
-    return f"{BRANCH_PREFIX}{series}-{name}"
-
-
-def _committer_env(author: str) -> dict[str, str]:
-    """The environment of a commit the user makes, ``author`` (``Name <email>``) its committer."""
-    name, address = parseaddr(author)
-    return {**os.environ, "GIT_COMMITTER_NAME": name or address, "GIT_COMMITTER_EMAIL": address}
-
 
 def _am(worktree: Path, patch: Patch, scratch: Path, author: str) -> str | None:
     """``git am`` ``patch`` with upstream's message, by ``author``; why it does not apply, or None."""
     edited = scratch / patch.name
     edited.write_bytes(upstream_patch_text(patch, author).encode("utf-8", "surrogateescape"))
-    return gitops.am(worktree, edited, _committer_env(author))
+    return gitops.am(worktree, edited, committer_env(author, os.environ))
 
 
 @dataclass(frozen=True)
@@ -96,7 +79,7 @@ def _fold(worktree: Path, group: Group, base: str, patches: Sequence[Patch], aut
     assert group.description is not None
     message = "\n\n".join([group.description.title, *group.description.message]) + "\n"
     date = re.search(r"^Date: (.*)$", patches[-1].text, re.MULTILINE)
-    env = _committer_env(author)
+    env = committer_env(author, os.environ)
     if date:
         env["GIT_AUTHOR_DATE"] = date[1]
     git_text(worktree, "reset", "-q", "--soft", base)
@@ -131,13 +114,13 @@ def _commit_tests(worktree: Path, pick: CherryPick, author: str, console: Consol
     console.step(f"Committing the carried patch's test of the fix: {', '.join(added)}")
     message = f"{pick.tests_subject}\n\nAdds {', '.join(added)}: a CPU test of the fix cherry-picked above.\n"
     args = ["commit", "-q", "--no-verify", "-m", message, "--author", author]
-    gitops.run_git([*gitops.NEUTRAL, *args], cwd=worktree, env=_committer_env(author))
+    gitops.run_git([*gitops.NEUTRAL, *args], cwd=worktree, env=committer_env(author, os.environ))
 
 
 def _cherry_pick(worktree: Path, base: str, pick: CherryPick, author: str, console: Console) -> None:
     """``git cherry-pick -x`` upstream's commit, its conflicts resolved by the group's resolution patch."""
     console.step(f"Cherry-picking upstream's commit {pick.commit} (git cherry-pick -x)")
-    env = _committer_env(author)
+    env = committer_env(author, os.environ)
     picked = gitops.run_git([*gitops.NEUTRAL, "cherry-pick", "-x", pick.commit], cwd=worktree, env=env, check=False)
     if picked.returncode == 0:
         return
@@ -263,11 +246,9 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
     """Make and gate the branch of each group of ``job``, each on its ``after`` chain, in a temporary worktree."""
     made: list[tuple[Branch, Gates]] = []
     files = tuple(git_text(job.checkout, "ls-tree", "-r", "--name-only", job.release).splitlines())
-    scratch = Path(tempfile.mkdtemp(prefix=tempdirs.prefix("pr")))
-    tree = WorkTree(scratch / "tree", job.release, files, scratch)
     pin = job.pin
-    try:
-        git_text(job.checkout, "worktree", "add", "-q", "--detach", str(tree.path), job.release)
+    with temp_worktree(job.checkout, job.release, "pr") as path:
+        tree = WorkTree(path, job.release, files, path.parent)
         heads: dict[str, str] = {}  # group -> the head of its branch made in this run, for the groups after it
         for group in job.wanted:
             commits = _commit_group(job, tree, group, heads, console)
@@ -276,7 +257,8 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
                 continue
             head = gitops.head_commit(tree.path)
             assert head is not None
-            name = job.branch or branch_name(pin.series, commits.patches, group)
+            slug = patch_slug(commits.patches[0].name) if group.name.startswith("patch-") else group.name
+            name = job.branch or f"patchset/{pin.series}-{slug}"
             _set_branch(job, name, head)
             heads[group.name] = head
             count = int(git_text(tree.path, "rev-list", "--count", f"{commits.base}..{head}").strip())
@@ -300,8 +282,4 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
                 job.where or pin.tag,
             )
             made.append((branch, gates))
-    finally:
-        gitops.run_git(["worktree", "remove", "--force", str(tree.path)], cwd=job.checkout, check=False)
-        gitops.run_git(["worktree", "prune"], cwd=job.checkout, check=False)
-        shutil.rmtree(scratch, ignore_errors=True)
     return made

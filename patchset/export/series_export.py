@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -100,21 +100,10 @@ def _git_env() -> dict[str, str]:
 # --- making a maintainer checkout -------------------------------------------------------------------------
 
 
-def _author(patch: Path) -> tuple[str, str]:
-    """Name and email of the patch's ``From:`` header."""
-    message = email.parser.BytesHeaderParser(policy=email.policy.default).parsebytes(patch.read_bytes())
-    name, address = email.utils.parseaddr(str(message.get("From", "")))
-    if not address:
-        raise BadInput(f"{display_path(patch)} has no From: author; re-export it with git format-patch")
-    return name or address, address
-
-
-def _decode(data: bytes) -> str:
-    return data.decode("utf-8", "surrogateescape")
-
-
-def _encode(text: str) -> bytes:
-    return text.encode("utf-8", "surrogateescape")
+def committer_env(author: str, env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with ``author`` (``Name <email>``) the committer of the commits made with it."""
+    name, address = email.utils.parseaddr(author)
+    return {**env, "GIT_COMMITTER_NAME": name or address, "GIT_COMMITTER_EMAIL": address}
 
 
 def _message_end(text: str) -> int:
@@ -175,10 +164,14 @@ def make_checkout(pin: Pin, vanilla: Path, patches: Sequence[tuple[str, Path]], 
         gitops.run_git(["config", _CONFIG_TAG, pin.tag], cwd=tree, env=env)
         for number, (entry, patch) in enumerate(patches, start=1):
             console.step(f"Committing {patch.name} ({number}/{len(patches)})")
-            name, address = _author(patch)
-            am_env = env | {"GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": address}
+            header = email.parser.BytesHeaderParser(policy=email.policy.default).parsebytes(patch.read_bytes())
+            author = str(header.get("From", ""))
+            if not email.utils.parseaddr(author)[1]:
+                raise BadInput(f"{display_path(patch)} has no From: author; re-export it with git format-patch")
+            am_env = committer_env(author, env)
             named = tmp / entry  # the patch with the trailer that names its entry
-            named.write_bytes(_encode(with_trailer(_decode(patch.read_bytes()), entry)))
+            text = with_trailer(patch.read_bytes().decode("utf-8", "surrogateescape"), entry)
+            named.write_bytes(text.encode("utf-8", "surrogateescape"))
             if (reason := gitops.am(tree, named, am_env, ["--committer-date-is-author-date"])) is not None:
                 raise DoesNotApply(
                     f"{patch.name} does not apply to {pin.label} with git am ({reason}); "
@@ -345,8 +338,8 @@ def plan_export(pin: Pin, checkout: Path, patches_dir: Path, console: Console) -
             raise BadInput(f"cannot export {display_path(checkout)}: {exc}") from None
         exported = sorted(Path(tmp).glob("*.patch"))
         subjects = [read_patch(path).subject for path in exported]
-        stripped = [without_trailer(_decode(path.read_bytes())) for path in exported]
-    contents = [_encode(text) for text, _ in stripped]
+        stripped = [without_trailer(path.read_bytes().decode("utf-8", "surrogateescape")) for path in exported]
+    contents = [text.encode("utf-8", "surrogateescape") for text, _ in stripped]
     trailers = [named for _, named in stripped]
     names = assign_names(list(zip(trailers, subjects, strict=True)), old_entries)
     continued = {old for _, old in names if old is not None}
@@ -410,7 +403,7 @@ def describe(change: Change) -> list[str]:
     shown = display_path(change.path)
     if change.kind == "removed":
         return [f"{shown}: would be removed (no longer a commit on {BRANCH})"]
-    old, new = (_decode(data).splitlines() if data else [] for data in (change.old, change.new))
+    old, new = ((data or b"").decode("utf-8", "surrogateescape").splitlines() for data in (change.old, change.new))
     if change.kind == "added":
         title = f'"{change.subject}"' if change.subject else f"{len(new)} lines"
         return [f"{shown}: would be added ({title})"]
