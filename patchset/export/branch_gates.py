@@ -65,7 +65,7 @@ def run_gates(
         pythonpath.append(ensure_upstream(other_pin, gating.workspace.cache, console))
         importable.append(pr_gates.only_package(pythonpath[-1], UPSTREAMS[other].package, tree.scratch))
         notes.append(f"{UPSTREAMS[key].title}'s tests import {other}: run beside vanilla {other_pin.label}.")
-    env = pr_gates.tool_env(python, importable, project=False)
+    env = pr_gates.tool_env(python, importable)
     chosen = test_selection.select(key, tree.path, changed, tree.files, python, env)
     upstream, not_run = list(chosen.run), list(chosen.not_run)
     # which upstream files cannot be imported here (on the release either) is remembered like a pass: the same
@@ -188,7 +188,7 @@ def _import_gaps(
 ) -> dict[str, str]:
     """{upstream test file of ``files``: why} for those that import a module the test venv lacks, on the release too."""
     gaps = test_selection.import_gaps(output, files)
-    env = pr_gates.tool_env(gating.python, importable, project=False)
+    env = pr_gates.tool_env(gating.python, importable)
     absent = test_selection.missing_modules(gating.python, {name.split(".")[0] for name in gaps.values()}, env)
     gaps = {test: name for test, name in gaps.items() if name.split(".")[0] in absent}
     if not gaps:

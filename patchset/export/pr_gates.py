@@ -9,7 +9,6 @@ import json
 import os
 import re
 import shlex
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -93,11 +92,11 @@ def parse_precommit(output: str) -> tuple[HookResult, ...]:
     return tuple(HookResult(match["name"].strip(), match["status"]) for match in matches if match)
 
 
-def tool_env(python: Path, pythonpath: Sequence[Path] = (), *, project: bool = True) -> dict[str, str]:
-    """The venv's tools' environment: its bin first on PATH, ``pythonpath`` (and with ``project``, this package)."""
+def tool_env(python: Path, pythonpath: Sequence[Path] = (REPO_ROOT,)) -> dict[str, str]:
+    """The venv's tools' environment: its bin first on PATH, ``pythonpath`` (default: this package, for lint hooks)."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(python.parent), env.get("PATH", "")])
-    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (*pythonpath, *((REPO_ROOT,) if project else ())))
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
     env.pop("PYTHONHOME", None)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
@@ -110,12 +109,6 @@ GATE_CODE = (
     *sorted(Path(registry.__file__).parent.glob("*.py")),
     REPO_ROOT / "patchset" / "cli" / "lint_hook.py",
 )
-
-
-def _run(command: Sequence[str], tree: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """A gate's tool in ``tree`` with ``env``, reading nothing; its output and errors together, as a user sees them
-    (under the test command, a fork of its suite fork server: upstream's tests import torch, 5 CPU-s afresh)."""
-    return suite_forks.run_captured(command, tree, env)
 
 
 def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: Path | None = None) -> LintResult:
@@ -135,7 +128,7 @@ def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: 
         env["PRE_COMMIT_COLOR"] = "never"
         env.pop("PRE_COMMIT_ALLOW_NO_CONFIG", None)
         args = ["run", "--config", str(config), "--show-diff-on-failure", "--color=never", "--files", *files]
-        proc = _run([str(python), "-m", "pre_commit", *args], tree, env)
+        proc = suite_forks.run_captured([str(python), "-m", "pre_commit", *args], tree, env)
     hooks = parse_precommit(proc.stdout)
     passed = proc.returncode == 0 and not any(h.status == "Failed" for h in hooks)
     if passed and records:
@@ -188,7 +181,7 @@ def run_tests(
     memo = gate_record.gate_key("tests", trees, python, command[1:], GATE_CODE) if records else None
     if records and (earlier := gate_record.recall(records, memo)):
         return True, earlier.summary + gate_record.reused(earlier.recorded), earlier.output
-    proc = _run(command, tree, tool_env(python, pythonpath if importable is None else importable, project=False))
+    proc = suite_forks.run_captured(command, tree, tool_env(python, pythonpath if importable is None else importable))
     summary = next(
         (m["text"] for line in reversed(proc.stdout.splitlines()) if (m := _PYTEST_SUMMARY.match(line.strip()))),
         f"pytest exit status {proc.returncode}",
@@ -201,7 +194,7 @@ def run_tests(
 def collect_tests(tree: Path, files: Sequence[str], python: Path, importable: Sequence[Path]) -> str:
     """pytest's output collecting ``files`` in ``tree`` (nothing runs): which cannot even be imported."""
     command = [str(python), "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-o", "addopts=", *files]
-    return _run(command, tree, tool_env(python, importable, project=False)).stdout
+    return suite_forks.run_captured(command, tree, tool_env(python, importable)).stdout
 
 
 @dataclass(frozen=True)
