@@ -17,7 +17,7 @@ from pathlib import Path
 from patchset.cli.exits import INTERNAL_HELP
 from patchset.cli.options import add_common_options, workspace_from
 from patchset.cli.startup import Run, needs_command
-from patchset.export.series_export import BRANCH, describe, make_checkout, plan_export, refuse_existing, write_export
+from patchset.export.series_export import BRANCH, describe, make_checkout, plan_export, write_export
 from patchset.plumbing import cachelock
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_LOCKED, EXIT_OK, BadInput
 from patchset.plumbing.paths import REPO_ROOT
@@ -103,7 +103,11 @@ def cmd_checkout(args: argparse.Namespace, console: Console) -> int:
     # a second checkout into DEST at once is refused (exit 4), naming the first
     entry = cachelock.entry_for("maintain", dest)
     with cachelock.hold(cache.root, entry, f"the maintainer checkout {display_path(dest)}", console, wait=False):
-        refuse_existing(dest, force=args.force)
+        if dest.exists() and not args.force:  # it may hold edits not exported yet
+            raise BadInput(
+                f"{display_path(dest)} already exists; export what it holds first, then remove it or pass --force "
+                f"to replace it with a fresh checkout"
+            )
         vanilla = ensure_upstream(pin, cache, console)
         console.step(f"Making a maintainer checkout of {pin.label} in {display_path(dest)}")
         names = [patch.name for patch in series.patches]

@@ -70,10 +70,6 @@ class LintResult:
     output: str
     recorded: str | None = None  # when the same gate passed on the same content, if that pass was reused
 
-    @property
-    def failed(self) -> list[str]:
-        return [hook.name for hook in self.hooks if hook.status == "Failed"]
-
     def summary(self) -> str:
         counts = {status: sum(1 for h in self.hooks if h.status == status) for status in ("Passed", "Failed")}
         skipped = [h.name for h in self.hooks if h.status == "Skipped"]
@@ -216,7 +212,8 @@ class Gates:
 
     def failures(self) -> list[str]:
         """The gates that failed, as the error line names them."""
-        failed = [f"upstream lint ({', '.join(self.lint.failed) or 'pre-commit'})"] if not self.lint.passed else []
+        hooks = [hook.name for hook in self.lint.hooks if hook.status == "Failed"]
+        failed = [f"upstream lint ({', '.join(hooks) or 'pre-commit'})"] if not self.lint.passed else []
         failed += [] if self.tests.passed else [f"upstream CPU tests ({self.tests.summary})"]
         return failed + (
             [f"the fix's regression tests ({self.teeth.summary})"] if self.teeth and not self.teeth.passed else []

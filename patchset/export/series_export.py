@@ -90,11 +90,8 @@ _DIFF_LINES_SHOWN = 12
 
 def _git_env() -> dict[str, str]:
     """The user's global and system git config off, and no identity or date from the environment."""
-    env = gitops.isolated_env()
-    for role in ("AUTHOR", "COMMITTER"):
-        for part in ("NAME", "EMAIL", "DATE"):
-            env.pop(f"GIT_{role}_{part}", None)
-    return env
+    identity = re.compile(r"GIT_(AUTHOR|COMMITTER)_(NAME|EMAIL|DATE)")
+    return {name: value for name, value in gitops.isolated_env().items() if not identity.fullmatch(name)}
 
 
 # --- making a maintainer checkout -------------------------------------------------------------------------
@@ -134,15 +131,6 @@ def without_trailer(text: str) -> tuple[str, str | None]:
             start -= 1
         body = body[:start] + body[stop:]
     return body + text[end:], found[0]["name"]
-
-
-def refuse_existing(dest: Path, *, force: bool) -> None:
-    """Raise ``BadInput`` when ``dest`` exists and ``force`` is not given: it may hold unexported edits."""
-    if dest.exists() and not force:
-        raise BadInput(
-            f"{display_path(dest)} already exists; export what it holds first, then remove it or pass --force "
-            f"to replace it with a fresh checkout"
-        )
 
 
 def make_checkout(pin: Pin, vanilla: Path, patches: Sequence[tuple[str, Path]], dest: Path, console: Console) -> None:

@@ -78,12 +78,6 @@ class _Reach:
         return self.packages.get(name)
 
 
-def _strings(node: ast.AST) -> Iterable[str]:
-    for child in ast.walk(node):
-        if isinstance(child, ast.Constant) and isinstance(child.value, str):
-            yield child.value
-
-
 def _public_names(module: ast.Module) -> list[str] | None:
     """The names ``from module import *`` binds; None when ``__all__`` is computed."""
     names: list[str] = []
@@ -121,8 +115,8 @@ def _init_bindings(tree: ast.Module, package: str, reach: _Reach, root: Path) ->
                     bound[alias.asname or alias.name] = origin
         elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for text in _strings(node.value):
-                if origin := reach.origin(text):
+            for text in (c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)):
+                if isinstance(text, str) and (origin := reach.origin(text)):
                     for target in targets:
                         if isinstance(target, ast.Name):
                             bound[target.id] = origin
@@ -175,12 +169,7 @@ def missing_modules(python: Path, names: Iterable[str], env: dict[str, str]) -> 
         return set()
     code = "import importlib.util as u,json,sys;print(json.dumps([n for n in sys.argv[1:] if not u.find_spec(n)]))"
     proc = subprocess.run(
-        [str(python), "-c", code, *wanted],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        check=False,
+        [str(python), "-c", code, *wanted], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True
     )
     if proc.returncode != 0:
         print(proc.stderr, file=sys.stderr)
