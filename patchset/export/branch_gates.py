@@ -17,6 +17,7 @@ from patchset.export.pr_gates import Gates, Teeth
 from patchset.plumbing import gitops, tempdirs
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.ui import Console
+from patchset.testenv import suite_forks
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin
 from patchset.upstreams.registry import UPSTREAMS
@@ -193,8 +194,10 @@ def _import_gaps(
     gaps = {test: name for test, name in gaps.items() if name.split(".")[0] in absent}
     if not gaps:
         return {}
-    with _release_tree(tree, importable) as (vanilla, paths):
-        before = test_selection.import_gaps(pr_gates.collect_tests(vanilla, list(gaps), gating.python, paths), files)
+    pytest = [str(gating.python), "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-o", "addopts="]
+    with _release_tree(tree, importable) as (vanilla, paths):  # collected only: which cannot even be imported there
+        collected = suite_forks.run_captured([*pytest, *gaps], vanilla, pr_gates.tool_env(gating.python, paths))
+        before = test_selection.import_gaps(collected.stdout, files)
     return {
         test: f"imports {name} (through what it imports), which the test venv does not have; it cannot be "
         f"imported on vanilla {pin.label} either"

@@ -42,11 +42,10 @@ def upstream_paragraphs(body: str) -> list[str]:
     return kept
 
 
-def upstream_patch_text(patch: Patch, author: str | None = None) -> str:
-    """The patch with its message cut to what upstream gets, by ``author`` (``Name <email>``) when given."""
+def upstream_patch_text(patch: Patch, author: str) -> str:
+    """The patch with its message cut to what upstream gets, by ``author`` (``Name <email>``)."""
     headers, body, rest = split_patch(patch.text)
-    if author is not None:
-        headers = re.sub(r"^From: .*(?:\n[ \t].*)*$", lambda _: f"From: {author}", headers, count=1, flags=re.MULTILINE)
+    headers = re.sub(r"^From: .*(?:\n[ \t].*)*$", lambda _: f"From: {author}", headers, count=1, flags=re.MULTILINE)
     paragraphs = upstream_paragraphs(body)
     new_body = "\n\n".join(paragraphs) + "\n" if paragraphs else ""
     if new_body and not rest.startswith("\n"):

@@ -23,8 +23,6 @@ from patchset.upstreams import lint_hooks, registry
 from patchset.upstreams.lint_hooks import LintHook
 from patchset.upstreams.registry import UPSTREAMS
 
-# --- the pre-commit config --------------------------------------------------------------------------------
-
 
 def _entry(key: str, hook: LintHook, python: Path) -> str:
     """The hook's ``entry``: its command with the venv's tool, this project's own check, or a pygrep pattern."""
@@ -52,9 +50,6 @@ def precommit_config(key: str, python: Path) -> dict[str, object]:
         for hook in upstream.lint_hooks
     ]
     return {"repos": [{"repo": "local", "hooks": hooks}]}
-
-
-# --- running the gates ------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -185,12 +180,6 @@ def run_tests(
     if proc.returncode == 0 and records:
         gate_record.remember(records, memo, summary, proc.stdout)
     return proc.returncode == 0, summary, proc.stdout
-
-
-def collect_tests(tree: Path, files: Sequence[str], python: Path, importable: Sequence[Path]) -> str:
-    """pytest's output collecting ``files`` in ``tree`` (nothing runs): which cannot even be imported."""
-    command = [str(python), "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-o", "addopts=", *files]
-    return suite_forks.run_captured(command, tree, tool_env(python, importable)).stdout
 
 
 @dataclass(frozen=True)

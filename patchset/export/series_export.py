@@ -94,9 +94,6 @@ def _git_env() -> dict[str, str]:
     return {name: value for name, value in gitops.isolated_env().items() if not identity.fullmatch(name)}
 
 
-# --- making a maintainer checkout -------------------------------------------------------------------------
-
-
 def committer_env(author: str, env: Mapping[str, str]) -> dict[str, str]:
     """``env`` with ``author`` (``Name <email>``) the committer of the commits made with it."""
     name, address = email.utils.parseaddr(author)
@@ -170,9 +167,6 @@ def make_checkout(pin: Pin, vanilla: Path, patches: Sequence[tuple[str, Path]], 
         os.replace(tree, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-# --- exporting --------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
