@@ -36,14 +36,10 @@ class UpstreamTests:
     files: tuple[str, ...]
     missing: tuple[str, ...]
 
-    @property
-    def applied(self) -> bool:
-        return not self.missing
-
     def note(self) -> str:
         """What the PR text says of the patch: committed, or why not."""
         name = display_path(self.path)
-        if self.applied:
+        if not self.missing:
             return f"{name} changes upstream's {', '.join(self.files)}: committed on its own after the group's commits."
         return (
             f"{name} was NOT applied: the checkout lacks {', '.join(self.missing)} (a release sdist ships no such "

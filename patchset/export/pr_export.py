@@ -160,7 +160,7 @@ def _summarise(pin: Pin, branch: Branch, gates: Gates, console: Console) -> None
     tests = branch.upstream_tests
     extra = ""
     if tests is not None:
-        applied = "applied" if tests.applied else f"NOT applied (the checkout lacks {', '.join(tests.missing)})"
+        applied = f"NOT applied (the checkout lacks {', '.join(tests.missing)})" if tests.missing else "applied"
         extra = f"; {display_path(tests.path)} {applied}"
     if branch.cherry_pick:
         made = f"git cherry-pick -x {branch.cherry_pick}"
@@ -168,7 +168,7 @@ def _summarise(pin: Pin, branch: Branch, gates: Gates, console: Console) -> None
         fold = branch.group.fold and len(branch.patches) > 1
         made = f"{len(branch.patches)} patch(es) as {'one folded commit' if fold else 'one commit each'}"
     console.summary(f"{pin.label}: branch {branch.name} on {branch.where} ({made}); {state}; {ran}{extra}")
-    if tests is not None and not tests.applied:
+    if tests is not None and tests.missing:
         console.warn(tests.note())
 
 
