@@ -73,7 +73,7 @@ def run_gates(
     # content gives the same answer, so a second run neither probes again nor runs the first, failing, attempt
     inputs = [tree.release, *(test.path for test in upstream)]
     memo = gate_record.gate_key("import gaps", pythonpath, python, inputs, pr_gates.GATE_CODE) if records else None
-    known = gate_record.recall(records, memo) if records else None
+    known = gate_record.recall(records, memo)
     gaps: dict[str, str] = json.loads(known.summary) if known else {}
     for attempt in range(2):  # once more without the files that cannot be imported here
         if gaps:
@@ -92,8 +92,7 @@ def run_gates(
         gaps = _import_gaps(gating, pin, tree, [test.path for test in upstream], output, importable)
         if not gaps:
             break
-        if records:
-            gate_record.remember(records, memo, json.dumps(gaps), "")
+        gate_record.remember(records, memo, json.dumps(gaps), "")
     if not passed and upstream:
         on_release = _fail_on_release(gating, tree, [test.path for test in upstream], changed, output, importable)
         if on_release:
@@ -114,7 +113,7 @@ def run_teeth(gating: Gating, pin: Pin, tree: WorkTree, selection: str, console:
 
     records = gating.records
     memo = gate_record.gate_key("teeth", [tree.path], gating.python, [selection], _teeth_code()) if records else None
-    if records and (earlier := gate_record.recall(records, memo)):
+    if earlier := gate_record.recall(records, memo):
         return Teeth(selection, True, earlier.summary + gate_record.reused(earlier.recorded))
     console.step(f"Running the fix's regression tests on the branch (tests/regression -k {selection!r})")
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("teeth")) as tmp:
@@ -129,7 +128,7 @@ def run_teeth(gating: Gating, pin: Pin, tree: WorkTree, selection: str, console:
         code = regression.run_regression_tests({pin.key: tree.path}, run, gating.workspace, console)
         counts = junit_counts(code, Path(tmp))
     passed = code == 0 and counts.passed > 0
-    if passed and records:
+    if passed:
         gate_record.remember(records, memo, str(counts), "")
     return Teeth(selection, passed, str(counts))
 

@@ -53,9 +53,9 @@ def gate_key(kind: str, trees: Sequence[Path], python: Path, inputs: Sequence[st
     return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def recall(directory: Path, key: str | None) -> Passed | None:
+def recall(directory: Path | None, key: str | None) -> Passed | None:
     """The pass remembered under ``key``, if any (an unreadable record counts as none)."""
-    if key is None:
+    if directory is None or key is None:
         return None
     try:
         record = json.loads((directory / f"{key}.json").read_text(encoding="utf-8"))
@@ -64,9 +64,9 @@ def recall(directory: Path, key: str | None) -> Passed | None:
         return None
 
 
-def remember(directory: Path, key: str | None, summary: str, output: str) -> None:
+def remember(directory: Path | None, key: str | None, summary: str, output: str) -> None:
     """Record a pass under ``key``, written whole or not at all (``write_durably``: the last rename wins)."""
-    if key is None:
+    if directory is None or key is None:
         return
     directory.mkdir(parents=True, exist_ok=True)
     tempdirs.sweep(directory)

@@ -106,7 +106,7 @@ def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: 
     """Run ``key``'s lint gates through pre-commit on ``files``; with ``records``, a pass is remembered and reused."""
     config_text = json.dumps(precommit_config(key, python), indent=2) + "\n"
     memo = gate_record.gate_key(f"lint {key}", [tree], python, [config_text, *files], GATE_CODE) if records else None
-    if records and (earlier := gate_record.recall(records, memo)):
+    if earlier := gate_record.recall(records, memo):
         hooks = parse_precommit(earlier.output)
         return LintResult(passed=True, hooks=hooks, output=earlier.output, recorded=earlier.recorded)
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("precommit")) as tmp:
@@ -122,7 +122,7 @@ def run_lint(key: str, tree: Path, files: Sequence[str], python: Path, records: 
         proc = suite_forks.run_captured([str(python), "-m", "pre_commit", *args], tree, env)
     hooks = parse_precommit(proc.stdout)
     passed = proc.returncode == 0 and not any(h.status == "Failed" for h in hooks)
-    if passed and records:
+    if passed:
         gate_record.remember(records, memo, "lint", proc.stdout)
     return LintResult(passed=passed, hooks=hooks, output=proc.stdout)
 
@@ -170,14 +170,14 @@ def run_tests(
     command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *files]
     trees = [tree, *(path for path in pythonpath if path != tree)]
     memo = gate_record.gate_key("tests", trees, python, command[1:], GATE_CODE) if records else None
-    if records and (earlier := gate_record.recall(records, memo)):
+    if earlier := gate_record.recall(records, memo):
         return True, earlier.summary + gate_record.reused(earlier.recorded), earlier.output
     proc = suite_forks.run_captured(command, tree, tool_env(python, pythonpath if importable is None else importable))
     summary = next(
         (m["text"] for line in reversed(proc.stdout.splitlines()) if (m := _PYTEST_SUMMARY.match(line.strip()))),
         f"pytest exit status {proc.returncode}",
     )
-    if proc.returncode == 0 and records:
+    if proc.returncode == 0:
         gate_record.remember(records, memo, summary, proc.stdout)
     return proc.returncode == 0, summary, proc.stdout
 

@@ -68,21 +68,20 @@ def revision_path(cache_root: Path, repo: str, commit: str, path: str) -> Path:
     return cache_root / REVISIONS_DIR / repo.replace("/", "+") / commit / path
 
 
-def fetch(cache_root: Path, revision: Revision, timeout: float = 20.0) -> str | None:
-    """Download a commit's file into the revisions folder; None when it is there, else why not."""
+def fetch(cache_root: Path, revision: Revision) -> None:
+    """Download a commit's file into the revisions folder unless it is there; one that fails stays absent."""
     repo, commit = revision.commit or ("", "")
     dest = revision_path(cache_root, repo, commit, revision.path)
     if dest.is_file():
-        return None
+        return
     url = RAW_URL.format(repo=repo, commit=commit, path=revision.path)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (a fixed https host)
+        with urllib.request.urlopen(url, timeout=20.0) as response:  # noqa: S310 (a fixed https host)
             data = response.read()
-    except OSError as error:
-        return f"{url}: {error}"
+    except OSError:
+        return
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_bytes(data)
-    return None
 
 
 @dataclass(frozen=True)
