@@ -21,11 +21,9 @@ from patchset.series.model import Patch, read_patch
 from patchset.upstreams.pins import Pin
 
 
-def _am(worktree: Path, patch: Patch, scratch: Path, author: str) -> str | None:
+def _am(worktree: Path, patch: Patch, author: str) -> str | None:
     """``git am`` ``patch`` with upstream's message, by ``author``; why it does not apply, or None."""
-    edited = scratch / patch.name
-    edited.write_bytes(upstream_patch_text(patch, author).encode("utf-8", "surrogateescape"))
-    return gitops.am(worktree, edited, committer_env(author, os.environ))
+    return gitops.am(worktree, upstream_patch_text(patch, author), committer_env(author, os.environ))
 
 
 @dataclass(frozen=True)
@@ -49,7 +47,7 @@ class UpstreamTests:
 
 
 def _commit_upstream_tests(
-    worktree: Path, group: Group, release: set[str], scratch: Path, author: str, console: Console
+    worktree: Path, group: Group, release: set[str], author: str, console: Console
 ) -> UpstreamTests | None:
     """Commit ``group``'s upstream-tests patch when the ``release`` tree has every file it changes."""
     if group.upstream_tests is None:
@@ -59,7 +57,7 @@ def _commit_upstream_tests(
     if missing:
         return UpstreamTests(group.upstream_tests, patch.files, missing)
     console.step(f"Committing {patch.name}: the group's change to upstream's {', '.join(patch.files)}")
-    if (reason := _am(worktree, patch, scratch, author)) is not None:
+    if (reason := _am(worktree, patch, author)) is not None:
         made = UPSTREAM_COMMIT.search(patch.text)
         against = f"upstream {made['commit']}{made['where']}" if made else "another revision of upstream"
         raise DoesNotApply(
@@ -209,14 +207,14 @@ def _commit_group(job: BranchJob, tree: WorkTree, group: Group, heads: Mapping[s
         elif member_patches:
             for number, patch in enumerate(member_patches, start=1):
                 console.step(f"Committing {patch.name} ({number}/{len(member_patches)})")
-                if (reason := _am(tree.path, patch, tree.scratch, job.author)) is not None:
+                if (reason := _am(tree.path, patch, job.author)) is not None:
                     raise DoesNotApply(
                         f"{patch.name} does not apply with git am ({reason}); no branch was made. "
                         f"See scripts/apply.sh --check for the failing hunk"
                     )
             if member.fold and len(member_patches) > 1:
                 _fold(tree.path, member, start, member_patches, job.author)
-            change = _commit_upstream_tests(tree.path, member, release, tree.scratch, job.author, console)
+            change = _commit_upstream_tests(tree.path, member, release, job.author, console)
             made.upstream_tests = change if member is group else made.upstream_tests
         if member is not group:
             made.base = gitops.head_commit(tree.path) or made.base

@@ -154,9 +154,7 @@ def make_checkout(pin: Pin, vanilla: Path, patches: Sequence[tuple[str, Path]], 
             if not email.utils.parseaddr(author)[1]:
                 raise BadInput(f"{display_path(patch)} has no From: author; re-export it with git format-patch")
             am_env = committer_env(author, env)
-            named = tmp / entry  # the patch with the trailer that names its entry
-            text = with_trailer(patch.read_bytes().decode("utf-8", "surrogateescape"), entry)
-            named.write_bytes(text.encode("utf-8", "surrogateescape"))
+            named = with_trailer(patch.read_bytes().decode("utf-8", "surrogateescape"), entry)
             if (reason := gitops.am(tree, named, am_env, ["--committer-date-is-author-date"])) is not None:
                 raise DoesNotApply(
                     f"{patch.name} does not apply to {pin.label} with git am ({reason}); "

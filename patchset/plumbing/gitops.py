@@ -91,7 +91,7 @@ def run_git(
             cwd=cwd,
             env=dict(env) if env is not None else None,
             stdin=None if stdin is not None else subprocess.DEVNULL,
-            input=stdin.encode() if stdin is not None else None,
+            input=stdin.encode("utf-8", "surrogateescape") if stdin is not None else None,
             capture_output=True,
             start_new_session=True,
         )
@@ -397,10 +397,10 @@ def parse_failure(stderr: str) -> Failure | None:
     return None
 
 
-def am(tree: Path, patch: Path, env: Mapping[str, str], options: Sequence[str] = ()) -> str | None:
-    """Commit ``patch`` in ``tree`` with ``git am``; None when it applied, else git's first error line (the
-    half-done ``am`` aborted)."""
-    proc = run_git([*NEUTRAL, "am", *AM_OPTIONS, *options, str(patch.resolve())], cwd=tree, env=env, check=False)
+def am(tree: Path, patch: str, env: Mapping[str, str], options: Sequence[str] = ()) -> str | None:
+    """Commit the ``git format-patch`` text ``patch`` in ``tree`` with ``git am``; None when it applied, else git's
+    first error line (the half-done ``am`` aborted)."""
+    proc = run_git([*NEUTRAL, "am", *AM_OPTIONS, *options], cwd=tree, env=env, check=False, stdin=patch)
     if proc.returncode == 0:
         return None
     lines = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
