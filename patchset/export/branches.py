@@ -177,22 +177,17 @@ class Branch:
     where: str = ""  # what it starts on: the release tag, HEAD, or the upstream branch that takes it
 
 
-@dataclass
-class _Commits:
-    """A group's commits in the worktree, on its base (the release, or the branch of the group it is after)."""
-
-    base: str
-    patches: tuple[Patch, ...] = ()
-    upstream_tests: UpstreamTests | None = None
-
-
-def _commit_group(job: BranchJob, tree: WorkTree, group: Group, heads: Mapping[str, str], console: Console) -> _Commits:
-    """Commit ``group`` in ``tree`` after its ``after`` chain (the branches this run made, in ``heads``)."""
+def _commit_group(
+    job: BranchJob, tree: WorkTree, group: Group, heads: Mapping[str, str], console: Console
+) -> tuple[str, tuple[Patch, ...], UpstreamTests | None]:
+    """Commit ``group`` in ``tree`` after its ``after`` chain (the branches this run made, in ``heads``): its base (the
+    release, or the branch of the group it is after), its patches and its upstream-tests patch."""
     # the lint hooks fix files in place (ruff --fix, black, isort): drop what they left of the last branch
     git_text(tree.path, "reset", "-q", "--hard")
     git_text(tree.path, "clean", "-q", "-f", "-d", "-x")
     git_text(tree.path, "checkout", "-q", "--detach", tree.release)
-    made = _Commits(base=tree.release)
+    base = tree.release
+    tests: UpstreamTests | None = None
     release = set(tree.files)
     for member in chain(job.groups, group.name):
         member_patches = tuple(job.chosen[n] for n in member.numbers if n in job.chosen)
@@ -215,12 +210,10 @@ def _commit_group(job: BranchJob, tree: WorkTree, group: Group, heads: Mapping[s
             if member.fold and len(member_patches) > 1:
                 _fold(tree.path, member, start, member_patches, job.author)
             change = _commit_upstream_tests(tree.path, member, release, job.author, console)
-            made.upstream_tests = change if member is group else made.upstream_tests
+            tests = change if member is group else tests
         if member is not group:
-            made.base = gitops.head_commit(tree.path) or made.base
-        else:
-            made.patches = member_patches
-    return made
+            base = gitops.head_commit(tree.path) or base
+    return base, member_patches, tests  # the chain ends with ``group``
 
 
 def _set_branch(job: BranchJob, name: str, head: str) -> None:
@@ -245,22 +238,21 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
         tree = WorkTree(path, job.release, files, path.parent)
         heads: dict[str, str] = {}  # group -> the head of its branch made in this run, for the groups after it
         for group in job.wanted:
-            commits = _commit_group(job, tree, group, heads, console)
-            if not commits.patches:
+            base, patches, tests = _commit_group(job, tree, group, heads, console)
+            if not patches:
                 console.step(f"Skipping group {group.name}: upstream {pin.version} has all its patches")
                 continue
             head = gitops.head_commit(tree.path)
             assert head is not None
-            slug = patch_slug(commits.patches[0].name) if group.name.startswith("patch-") else group.name
+            slug = patch_slug(patches[0].name) if group.name.startswith("patch-") else group.name
             name = job.branch or f"patchset/{pin.series}-{slug}"
             _set_branch(job, name, head)
             heads[group.name] = head
-            count = int(git_text(tree.path, "rev-list", "--count", f"{commits.base}..{head}").strip())
+            count = int(git_text(tree.path, "rev-list", "--count", f"{base}..{head}").strip())
             where = f"the {group.after} branch" if group.after else job.where or pin.tag
             console.step(f"Branch {name}: {count} commit(s) on {where}")
-            changed = git_text(tree.path, "diff", "--name-only", "--diff-filter=d", commits.base, head).splitlines()
-            tests_change = commits.upstream_tests
-            notes = [tests_change.note()] if tests_change else []
+            changed = git_text(tree.path, "diff", "--name-only", "--diff-filter=d", base, head).splitlines()
+            notes = [tests.note()] if tests else []
             gates = run_gates(gating, pin, tree, changed, console, notes)
             if job.teeth.get(group.name):
                 gates = replace(gates, teeth=run_teeth(gating, pin, tree, job.teeth[group.name], console))
@@ -268,9 +260,9 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
             branch = Branch(
                 group,
                 name,
-                commits.patches,
+                patches,
                 tuple(changed),
-                tests_change,
+                tests,
                 pick.commit if pick else None,
                 job.groups,
                 job.where or pin.tag,

@@ -115,11 +115,10 @@ def _init_bindings(tree: ast.Module, package: str, reach: _Reach, root: Path) ->
                     bound[alias.asname or alias.name] = origin
         elif isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [target.id for target in targets if isinstance(target, ast.Name)]
             for text in (c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)):
                 if isinstance(text, str) and (origin := reach.origin(text)):
-                    for target in targets:
-                        if isinstance(target, ast.Name):
-                            bound[target.id] = origin
+                    bound.update(dict.fromkeys(names, origin))
                     break
     return bound
 
