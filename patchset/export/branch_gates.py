@@ -67,8 +67,7 @@ def run_gates(
         importable.append(pr_gates.only_package(pythonpath[-1], UPSTREAMS[other].package, tree.scratch))
         notes.append(f"{UPSTREAMS[key].title}'s tests import {other}: run beside vanilla {other_pin.label}.")
     env = pr_gates.tool_env(python, importable)
-    chosen = test_selection.select(key, tree.path, changed, tree.files, python, env)
-    upstream, not_run = list(chosen.run), list(chosen.not_run)
+    upstream, not_run, own = test_selection.select(key, tree.path, changed, tree.files, python, env)
     # which upstream files cannot be imported here (on the release either) is remembered like a pass: the same
     # content gives the same answer, so a second run neither probes again nor runs the first, failing, attempt
     inputs = [tree.release, *(test.path for test in upstream)]
@@ -80,7 +79,7 @@ def run_gates(
             console.step(f"Not running {', '.join(gaps)}: they cannot be imported here, on vanilla {pin.tag} either")
             not_run += [replace(test, not_run=gaps[test.path]) for test in upstream if test.path in gaps]
             upstream = [test for test in upstream if test.path not in gaps]
-        files = [*(test.path for test in upstream), *chosen.own]
+        files = [*(test.path for test in upstream), *own]
         if not files:
             none = "no upstream test that can run here covers the touched modules, and the patch adds none"
             passed, summary, output = True, none, ""
@@ -102,7 +101,7 @@ def run_gates(
                 f"Upstream's own tests that fail on vanilla {pin.tag} too (the same files, in the same order), so not "
                 f"because of this branch: {', '.join(on_release)}."
             )
-    tests = pr_gates.TestRun(tuple(upstream), chosen.own, passed, summary, output, tuple(notes), tuple(not_run))
+    tests = pr_gates.TestRun(tuple(upstream), own, passed, summary, output, tuple(notes), tuple(not_run))
     return Gates(lint=lint, tests=tests)
 
 

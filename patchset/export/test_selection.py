@@ -25,15 +25,6 @@ class Selected:
     not_run: str = ""  # why it cannot run here; "" for a file that runs
 
 
-@dataclass(frozen=True)
-class Selection:
-    """The upstream test files of what the branch changes (to run, and not: with why), and those it adds."""
-
-    run: tuple[Selected, ...]
-    not_run: tuple[Selected, ...]
-    own: tuple[str, ...]
-
-
 def module_name(path: str, package: str) -> str | None:
     """``trinity/algorithm/__init__.py`` -> ``trinity.algorithm``; None for a file that is no module of ``package``."""
     if not path.startswith(f"{package}/") or not path.endswith(".py"):
@@ -189,8 +180,9 @@ def resource_reason(upstream: Upstream, path: str, source: str) -> str | None:
 
 def select(
     key: str, tree: Path, changed: Sequence[str], base_files: Sequence[str], python: Path, env: dict[str, str]
-) -> Selection:
-    """The release's test files that test or are ``changed``, split by whether they can run here; and those added."""
+) -> tuple[list[Selected], list[Selected], tuple[str, ...]]:
+    """The release's test files that test or are ``changed``, split by whether they can run here (those that cannot
+    say why); and the test files the branch adds."""
     upstream = UPSTREAMS[key]
     existing = [f for f in base_files if upstream.is_test(f)]
     chosen: dict[str, str] = {}
@@ -220,7 +212,7 @@ def select(
         if reason is None and (lacking := sorted(roots[test] & missing)):
             reason = f"imports {', '.join(lacking)}, which the test venv does not have"
         (not_run if reason else run).append(Selected(test, why, reason or ""))
-    return Selection(run=tuple(run), not_run=tuple(not_run), own=own)
+    return run, not_run, own
 
 
 _COLLECT_ERROR = re.compile(r"^_+ ERROR collecting (?P<path>\S+) _+$", re.MULTILINE)
