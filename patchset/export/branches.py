@@ -91,6 +91,7 @@ class CherryPick:
     # upstream's commit adds no test: so the PR has a test that reproduces the bug; and that commit's subject
     tests_from: tuple[Path, ...] = ()
     tests_subject: str = ""
+    teeth: str = ""  # the pytest -k of the regression tests that show the bugs its patches fix, run on the branch
 
 
 def _commit_tests(worktree: Path, pick: CherryPick, author: str, console: Console) -> None:
@@ -159,7 +160,6 @@ class BranchJob:
     branch: str | None = None
     force: bool = False
     cherry_picks: Mapping[str, CherryPick] = field(default_factory=dict)  # group -> upstream's commit to pick
-    teeth: Mapping[str, str] = field(default_factory=dict)  # group -> its fix's regression tests (-k), run on it
     where: str = ""  # what the branches start on, as said (default: the pin's tag)
 
 
@@ -254,9 +254,9 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
             changed = git_text(tree.path, "diff", "--name-only", "--diff-filter=d", base, head).splitlines()
             notes = [tests.note()] if tests else []
             gates = run_gates(gating, pin, tree, changed, console, notes)
-            if job.teeth.get(group.name):
-                gates = replace(gates, teeth=run_teeth(gating, pin, tree, job.teeth[group.name], console))
             pick = job.cherry_picks.get(group.name)
+            if pick and pick.teeth:
+                gates = replace(gates, teeth=run_teeth(gating, pin, tree, pick.teeth, console))
             branch = Branch(
                 group,
                 name,

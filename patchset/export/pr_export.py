@@ -245,7 +245,7 @@ def _export_history(request: ExportRequest, workspace: Workspace, author: str, c
             ref, base = found
             pin = targets.pin_for(workspace.pins, key, targets.version_at(checkout, base, key), ref, series.name)
             chosen = _select_patches(series.patches, pin, None)
-            picks, teeth, kept = {}, {}, []
+            picks, kept = {}, []
             for group in members:
                 patches = [series.patches[n - 1] for n in group.numbers]
                 commit = targets.upstream_commit(patches)
@@ -260,14 +260,11 @@ def _export_history(request: ExportRequest, workspace: Workspace, author: str, c
                     continue
                 if commit:
                     picks[group.name] = targets.cherry_pick(series, group, commit, patches)
-                    teeth[group.name] = targets.teeth_of(series, patches)
                 kept.append(group)
             if not kept:
                 continue
             console.step(f"Making {len(kept)} branch(es) of {series.name} on {ref} ({base[:12]})")
-            job = BranchJob(
-                checkout, pin, base, groups, kept, chosen, author, request.branch, request.force, picks, teeth
-            )
+            job = BranchJob(checkout, pin, base, groups, kept, chosen, author, request.branch, request.force, picks)
             made += [(pin, branch, gates) for branch, gates in make_branches(job, gating, console)]
     for name in only:
         if name not in known:

@@ -59,22 +59,19 @@ def upstream_commit(patches: Sequence[Patch]) -> str | None:
 
 
 def cherry_pick(series: Series, group: Group, commit: str, patches: Sequence[Patch]) -> CherryPick:
-    """How ``group`` goes upstream as ``commit`` cherry-picked, with the carried patches' tests when it adds none."""
+    """How ``group`` goes upstream as ``commit`` cherry-picked, with the carried patches' tests when it adds none, and
+    the regression tests that show the bugs ``patches`` fix."""
     resolution = series.path.parent / DESCRIPTIONS_DIR / f"{group.name}{RESOLUTION_SUFFIX}"
     area, _, rest = patches[0].subject.partition("] ")
     what = rest.split(": ", 1)[-1]
+    teeth = " or ".join(f"({series.teeth[p.name]})" for p in patches if p.name in series.teeth)
     return CherryPick(
         commit,
         resolution if resolution.is_file() else None,
         tuple(patch.path for patch in patches),
         f"{area}] test: {what}",
+        teeth,
     )
-
-
-def teeth_of(series: Series, patches: Sequence[Patch]) -> str:
-    """The pytest ``-k`` expression of the regression tests that show the bugs ``patches`` fix."""
-    chosen = [series.teeth[p.name] for p in patches if p.name in series.teeth]
-    return " or ".join(f"({selection})" for selection in chosen)
 
 
 def has_history(checkout: Path, key: str, pins: Pins, patches_dir: Path) -> bool:
