@@ -161,13 +161,6 @@ def temp_worktree(repo: Path, commit: str, kind: str) -> Iterator[Path]:
         shutil.rmtree(tree.parent, ignore_errors=True)
 
 
-@contextmanager
-def _release_tree(tree: WorkTree, importable: Sequence[Path]) -> Iterator[tuple[Path, list[Path]]]:
-    """A temporary worktree of the vanilla release, and what its tests import, to tell upstream's failures apart."""
-    with temp_worktree(tree.path, tree.release, "pr-vanilla") as vanilla:
-        yield vanilla, [vanilla, *(path for path in importable if path != tree.path)]
-
-
 def _fail_on_release(
     gating: Gating, tree: WorkTree, files: list[str], changed: Sequence[str], output: str, importable: Sequence[Path]
 ) -> list[str]:
@@ -177,7 +170,8 @@ def _fail_on_release(
     failed = _failed_tests(output)
     if not failed or any(test.split("::")[0] not in files or test.split("::")[0] in changed for test in failed):
         return []
-    with _release_tree(tree, importable) as (vanilla, paths):
+    with temp_worktree(tree.path, tree.release, "pr-vanilla") as vanilla:
+        paths = [vanilla, *(path for path in importable if path != tree.path)]
         _, _, before = pr_gates.run_tests(vanilla, files, gating.python, paths, None, paths)
     return sorted(failed) if failed <= _failed_tests(before) else []
 
@@ -193,7 +187,8 @@ def _import_gaps(
     if not gaps:
         return {}
     pytest = [str(gating.python), "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", "-o", "addopts="]
-    with _release_tree(tree, importable) as (vanilla, paths):  # collected only: which cannot even be imported there
+    with temp_worktree(tree.path, tree.release, "pr-vanilla") as vanilla:  # collected only: which cannot be imported
+        paths = [vanilla, *(path for path in importable if path != tree.path)]
         collected = suite_forks.run_captured([*pytest, *gaps], vanilla, pr_gates.tool_env(gating.python, paths))
         before = test_selection.import_gaps(collected.stdout, files)
     return {
