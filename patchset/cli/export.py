@@ -1,9 +1,5 @@
-"""Command line for maintainers of the series: ``python -m patchset export COMMAND`` (``scripts/export.sh``).
-
-``checkout`` makes a git checkout holding the series as commits, ``export`` writes those commits back as the
-series (``--dry-run``: only say whether anything would change), ``lint`` checks the series folders; ``history``,
-``tables`` and ``upstream-prs`` write or check what is made from the series.
-"""
+"""Command line for maintainers of the series: ``python -m patchset export COMMAND`` (``scripts/export.sh``); each
+subcommand's help below says what it does."""
 
 from __future__ import annotations
 
