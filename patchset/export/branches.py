@@ -11,7 +11,7 @@ from pathlib import Path
 from patchset.export.branch_gates import Gating, WorkTree, run_gates, run_teeth, temp_worktree
 from patchset.export.commit_message import upstream_patch_text
 from patchset.export.pr_gates import Gates
-from patchset.export.series_export import committer_env, patch_slug
+from patchset.export.series_export import patch_slug
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput, DoesNotApply
 from patchset.plumbing.gitops import git_text
@@ -23,7 +23,7 @@ from patchset.upstreams.pins import Pin
 
 def _am(worktree: Path, patch: Patch, author: str) -> str | None:
     """``git am`` ``patch`` with upstream's message, by ``author``; why it does not apply, or None."""
-    return gitops.am(worktree, upstream_patch_text(patch, author), committer_env(author, os.environ))
+    return gitops.am(worktree, upstream_patch_text(patch, author), gitops.committer_env(author, os.environ))
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def _fold(worktree: Path, group: Group, base: str, patches: Sequence[Patch], aut
     assert group.description is not None
     message = "\n\n".join([group.description.title, *group.description.message]) + "\n"
     date = re.search(r"^Date: (.*)$", patches[-1].text, re.MULTILINE)
-    env = committer_env(author, os.environ)
+    env = gitops.committer_env(author, os.environ)
     if date:
         env["GIT_AUTHOR_DATE"] = date[1]
     git_text(worktree, "reset", "-q", "--soft", base)
@@ -109,13 +109,13 @@ def _commit_tests(worktree: Path, pick: CherryPick, author: str, console: Consol
     console.step(f"Committing the carried patch's test of the fix: {', '.join(added)}")
     message = f"{pick.tests_subject}\n\nAdds {', '.join(added)}: a CPU test of the fix cherry-picked above.\n"
     args = ["commit", "-q", "--no-verify", "-m", message, "--author", author]
-    gitops.run_git([*gitops.NEUTRAL, *args], cwd=worktree, env=committer_env(author, os.environ))
+    gitops.run_git([*gitops.NEUTRAL, *args], cwd=worktree, env=gitops.committer_env(author, os.environ))
 
 
 def _cherry_pick(worktree: Path, base: str, pick: CherryPick, author: str, console: Console) -> None:
     """``git cherry-pick -x`` upstream's commit, its conflicts resolved by the group's resolution patch."""
     console.step(f"Cherry-picking upstream's commit {pick.commit} (git cherry-pick -x)")
-    env = committer_env(author, os.environ)
+    env = gitops.committer_env(author, os.environ)
     picked = gitops.run_git([*gitops.NEUTRAL, "cherry-pick", "-x", pick.commit], cwd=worktree, env=env, check=False)
     if picked.returncode == 0:
         return

@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -94,12 +94,6 @@ def _git_env() -> dict[str, str]:
     return {name: value for name, value in gitops.isolated_env().items() if not identity.fullmatch(name)}
 
 
-def committer_env(author: str, env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` with ``author`` (``Name <email>``) the committer of the commits made with it."""
-    name, address = email.utils.parseaddr(author)
-    return {**env, "GIT_COMMITTER_NAME": name or address, "GIT_COMMITTER_EMAIL": address}
-
-
 def _message_end(text: str) -> int:
     """Where the message of the ``git format-patch`` text ``text`` ends, the blank lines before its cut left out."""
     headers, body, _ = split_patch(text)
@@ -153,7 +147,7 @@ def make_checkout(pin: Pin, vanilla: Path, patches: Sequence[tuple[str, Path]], 
             author = str(header.get("From", ""))
             if not email.utils.parseaddr(author)[1]:
                 raise BadInput(f"{display_path(patch)} has no From: author; re-export it with git format-patch")
-            am_env = committer_env(author, env)
+            am_env = gitops.committer_env(author, env)
             named = with_trailer(patch.read_bytes().decode("utf-8", "surrogateescape"), entry)
             if (reason := gitops.am(tree, named, am_env, ["--committer-date-is-author-date"])) is not None:
                 raise DoesNotApply(

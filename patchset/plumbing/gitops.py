@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 import enum
 import hashlib
 import os
@@ -72,6 +73,12 @@ def isolated_env(**extra: str) -> dict[str, str]:
     owns)."""
     isolated = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
     return {**os.environ, **isolated, **extra}
+
+
+def committer_env(author: str, env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with ``author`` (``Name <email>``) the committer of the commits made with it."""
+    name, address = email.utils.parseaddr(author)
+    return {**env, "GIT_COMMITTER_NAME": name or address, "GIT_COMMITTER_EMAIL": address}
 
 
 def run_git(
