@@ -53,16 +53,14 @@ def cmd_doctor(args: argparse.Namespace, console: Console, guard: signals.Guard)
         from patchset.doctor.trinity import compose_trinity
 
         config, said = compose_trinity(Path(line[0]), args.cluster)
-        verl = Upstream("verl", "verl", package_root("verl"))
-        trinity = Upstream("trinity", "trinity", package_root("trinity"))
+        verl, trinity = (Upstream(name, name, package_root(name)) for name in ("verl", "trinity"))
         rows = assess(config, trinity, patches_dir) + assess(config, verl, patches_dir, (CRITIC,))
         head = {"verl": verl.version, "trinity": trinity.version, "config": str(Path(line[0]))}
     else:
-        launch, root = read_launch(line), package_root("verl")
-        config = compose(launch, root)
-        version = Upstream("verl", "verl", root).version
-        head = {"verl": version, "entry_point": launch.module, "config": launch.config_name}
-        rows, said = assess_verl(config, launch.config_name, patches_dir, root), notes(config)
+        launch, verl = read_launch(line), Upstream("verl", "verl", package_root("verl"))
+        config = compose(launch, verl.root)
+        head = {"verl": verl.version, "entry_point": launch.module, "config": launch.config_name}
+        rows, said = assess_verl(config, launch.config_name, patches_dir, verl), notes(config)
     depends = any(row.uncovered for row in rows)
     if args.json:
         losses = [dataclasses.asdict(row) for row in rows]

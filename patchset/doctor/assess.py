@@ -164,16 +164,15 @@ def assess(
     return rows
 
 
-def assess_verl(config: dict[str, Any], config_name: str, patches_dir: Path, root: Path) -> list[Row]:
+def assess_verl(config: dict[str, Any], config_name: str, patches_dir: Path, verl: Upstream) -> list[Row]:
     """The rows of a verl launch: its series' losses, or the one loss of SFT, or the actor's that needs no fix."""
+    unaffected = ("", "none: global normalization", "not needed", False, False)
     if config_name not in PPO_CONFIGS:
-        return [Row("sft", "SFT `sft_loss`", "", "none: global normalization", "not needed", False, False)]
-    rows = assess(config, Upstream("verl", "verl", root), patches_dir)
+        return [Row("sft", "SFT `sft_loss`", *unaffected)]
+    rows = assess(config, verl, patches_dir)
     if not any(row.model == ACTOR for row in rows):
         mode = get(config, f"{ACTOR}.policy_loss.loss_mode")
-        rows.insert(
-            0, Row(ACTOR, f"actor policy loss `{mode}`", "", "none: global normalization", "not needed", False, False)
-        )
+        rows.insert(0, Row(ACTOR, f"actor policy loss `{mode}`", *unaffected))
     return rows
 
 

@@ -60,7 +60,7 @@ def read_launch(line: Sequence[str]) -> Launch:
     return Launch(module, config_name, config_path, tuple(overrides))
 
 
-def package_root(package: str = "verl") -> Path:
+def package_root(package: str) -> Path:
     """The folder that holds ``package`` as this Python imports it (a checkout, or site-packages)."""
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
