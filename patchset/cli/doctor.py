@@ -11,8 +11,8 @@ from pathlib import Path
 
 from patchset.cli.options import workspace_from
 from patchset.cli.startup import Run
-from patchset.doctor.assess import CRITIC, Row, Upstream, assess, assess_verl, notes
-from patchset.doctor.compose import compose, package_root, read_launch
+from patchset.doctor.assess import CRITIC, Upstream, assess, assess_verl, notes
+from patchset.doctor.compose import compose, compose_trinity, package_root, read_launch
 from patchset.plumbing import signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_COMPOSE, EXIT_INTERNAL, EXIT_OK, EXIT_SPLIT_DEPENDENT
 from patchset.plumbing.ui import Console
@@ -32,12 +32,6 @@ exit status:
 COLUMNS = ("loss", "patch", "effect of the split at these settings", "fix here")
 
 
-def table(rows: list[Row]) -> str:
-    """One line a loss, each column padded to its widest cell."""
-    cells = [COLUMNS] + [(row.loss, row.patch or "-", row.effect, row.fix) for row in rows]
-    return "\n".join(line.rstrip() for line in aligned(cells))
-
-
 def _cluster(text: str) -> tuple[int, int]:
     nodes, _, gpus = text.partition(",")
     if not (nodes.isdigit() and gpus.isdigit()):
@@ -50,8 +44,6 @@ def cmd_doctor(args: argparse.Namespace, console: Console, guard: signals.Guard)
     patches_dir = workspace_from(args).patches_dir
     line = [word for word in args.launch if word != "--"]
     if len(line) == 1 and line[0].endswith((".yaml", ".yml")):
-        from patchset.doctor.trinity import compose_trinity
-
         config, said = compose_trinity(Path(line[0]), args.cluster)
         verl, trinity = (Upstream(name, name, package_root(name)) for name in ("verl", "trinity"))
         rows = assess(config, trinity, patches_dir) + assess(config, verl, patches_dir, (CRITIC,))
@@ -67,7 +59,8 @@ def cmd_doctor(args: argparse.Namespace, console: Console, guard: signals.Guard)
         print(json.dumps(dict(head, losses=losses, notes=said, depends_on_split=depends), indent=1))
     else:
         print("; ".join(f"{key} {value}" for key, value in head.items()))
-        print(table(rows))
+        cells = [COLUMNS] + [(row.loss, row.patch or "-", row.effect, row.fix) for row in rows]
+        print("\n".join(text.rstrip() for text in aligned(cells)))  # one line a loss, each column padded
         for note in said:
             print(f"note: {note}")
     return EXIT_SPLIT_DEPENDENT if depends else EXIT_OK

@@ -1,5 +1,4 @@
-"""Which split-dependent losses a composed verl run uses, how much the split changes each at its settings, and
-whether the fix acts in this environment.
+"""Which split-dependent losses a composed run uses, what the split does to each, and whether the fix acts here.
 
 A loss is in the run when its patch's ``uses.when`` settings (``patches/verl/parts.toml``) all hold on the composed
 config. The fix acts when the verl files this Python imports hold the patch's change (a patched tree or wheel,
