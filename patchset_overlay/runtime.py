@@ -112,20 +112,16 @@ def _install(overlay: Overlay, piece: Piece, module: ModuleType) -> None:
     piece_record = record.pieces[piece.name]
     if piece_record.state is not PieceState.ACTIVE or module.__name__ in piece_record.undo:
         return
-    steps: list = []
+    steps = piece_record.undo[module.__name__] = []
     try:
         derived = record.plan.derived[record.plan.module_path(module.__name__)]
         for change in record.plan.piece_changes(piece, module.__name__):
             steps.append(apply_change(module, derived, change))
     except Exception as error:  # never half-done: the piece comes out of every module it had changed
-        for step in reversed(steps):
-            step()
         _take_out(piece_record)
         piece_record.state = PieceState.REFUSED
         piece_record.reason = refused(overlay, piece.name, str(error)).reason
         _warn_once(record, piece_record.reason)
-        return
-    piece_record.undo[module.__name__] = steps
 
 
 def _module_imported(overlay: Overlay, module: ModuleType) -> None:
