@@ -48,7 +48,7 @@ def _relative(plan: Plan, path: str) -> str:
 
 
 def config_status(overlay: Overlay) -> dict[str, Verdict]:
-    """The overlay's ``other_parts`` hook: each config file its series changes, and whether Hydra finds it derived."""
+    """For `status`: each config file the overlay's series changes, and whether Hydra finds it derived."""
     on, how = switched_on(overlay)
     plan = judge_pieces(overlay).plan if on else None
     if plan is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -27,7 +27,7 @@ class PieceState(Enum):
 
 @dataclass(frozen=True)
 class Verdict:
-    """A piece's state and why: what the guard decides, and what an overlay reports of its other parts."""
+    """A piece's state and why: what the guard decides, and what `status` reports of a config file."""
 
     state: PieceState
     reason: str
@@ -84,10 +84,8 @@ class Overlay:
     distribution: str  # the upstream's PyPI name, e.g. "verl"
     modules: tuple[str, ...]  # the upstream modules it may change (the package's WATCHED)
     pieces: tuple[Piece, ...]
-    # the folder (in the tree) of config files Hydra finds by search path; a patched one there is derived too
+    # the folder (in the tree) of config files Hydra finds by search path; a patched one there is derived too, and
+    # `status` reports each after the pieces
     config_dir: str = ""
     # what overlay mode leaves different from a patched tree (files on disk, which it never edits), for `status`
     cannot_change: str | None = None
-    # the overlay's parts that are no import hook (verl's critic YAML on Hydra's search path), judged by the overlay
-    # itself: {name: Verdict}, reported by `status` after the pieces
-    other_parts: Callable[[Overlay], Mapping[str, Verdict]] | None = None

@@ -11,6 +11,7 @@ from typing import Any
 from patchset_overlay import startup
 from patchset_overlay.derive import Plan
 from patchset_overlay.runtime import PieceRecord, judge_pieces, record_for
+from patchset_overlay.searchpath import config_status
 from patchset_overlay.spec import Overlay, Piece, PieceState
 
 
@@ -85,7 +86,7 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
                     "reason": reason,
                 }
             )
-        for name, verdict in (overlay.other_parts(overlay) if overlay.other_parts else {}).items():
+        for name, verdict in (config_status(overlay) if overlay.config_dir else {}).items():
             pieces.append({"piece": name, "patches": [], "state": verdict.state.value, "reason": verdict.reason})
         report.append(
             {

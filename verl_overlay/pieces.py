@@ -7,7 +7,6 @@ loss's). The mini-batch statistics are one piece: the worker's hook before each 
 from __future__ import annotations
 
 from patchset_overlay.derive import overlay_spec
-from patchset_overlay.searchpath import config_status
 from patchset_overlay.spec import Piece
 from verl_overlay import WATCHED
 
@@ -38,5 +37,4 @@ OVERLAY = overlay_spec(
         "trainer/ppo/ray_trainer.py stays upstream's, so the worker gets no global step and Clip-Cov's draw counts "
         "the worker's updates, which restart at 0 on resume (a patched checkout or wheel passes the step)"
     ),
-    other_parts=config_status,
 )
