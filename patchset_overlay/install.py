@@ -97,7 +97,7 @@ def _function(
 
 def _replace(target: FunctionType, code: CodeType, node: Function, module: ModuleType, derived: Derived, new) -> Undo:
     replacement = _function(code, node, module, derived, target.__closure__ or ())
-    return replace_function_code(target, replacement, new, closures=True)
+    return replace_function_code(target, replacement, new)
 
 
 def _new_attribute_defaults(init: Function, before: FunctionType, cls: type, module: ModuleType, derived: Derived):

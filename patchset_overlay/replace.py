@@ -48,16 +48,11 @@ def _check_globals(namespace: dict[str, Any], replacement: FunctionType, where: 
             raise ReplaceError(f"{where}: global {name!r} differs from the overlay's")
 
 
-def replace_function_code(
-    target: FunctionType, replacement: FunctionType, new: Collection[str] = (), closures: bool = False
-) -> Undo:
+def replace_function_code(target: FunctionType, replacement: FunctionType, new: Collection[str] = ()) -> Undo:
     """Give ``target`` the code, defaults and docs of ``replacement``, keeping the function object itself, once its
-    globals pass `_check_globals`. ``closures``: it may close over ``target``'s names (a method's ``__class__``)."""
-    if closures:
-        if target.__code__.co_freevars != replacement.__code__.co_freevars:
-            raise ReplaceError(f"{target.__qualname__}: the patched code closes over other names")
-    elif target.__code__.co_freevars or replacement.__code__.co_freevars:
-        raise ReplaceError(f"{target.__qualname__}: closures cannot be replaced in place")
+    globals pass `_check_globals`; it may close over ``target``'s own names (a method's ``__class__``)."""
+    if target.__code__.co_freevars != replacement.__code__.co_freevars:
+        raise ReplaceError(f"{target.__qualname__}: the patched code closes over other names")
     _check_globals(target.__globals__, replacement, f"{target.__module__}.{target.__qualname__}", new)
     saved = {part: getattr(target, part) for part in _FUNCTION_PARTS}
     for part in _FUNCTION_PARTS:
