@@ -14,7 +14,7 @@ from pathlib import Path
 from patchset_overlay.derive import Plan, sha256
 from patchset_overlay.guard import fingerprints_path, recorded
 from patchset_overlay.runtime import verdicts
-from patchset_overlay.spec import Overlay, UpstreamSource
+from patchset_overlay.spec import UpstreamSource
 from patchset_overlay.startup import overlays
 from patchset_overlay.status import collect, render
 
@@ -46,12 +46,6 @@ def _root_forms() -> str:
     return " or ".join(f"{overlay.upstream}=PATH" for overlay in overlays())
 
 
-def _compute(overlay: Overlay, source: UpstreamSource) -> dict[str, str]:
-    """{"path in the tree": sha256} of every file the overlay derives on the release in ``source``, read from it."""
-    plan = Plan.make(overlay, source)
-    return {path: sha256(plan.installed_text(path)) for path in sorted(plan.files(plan.patches))}
-
-
 def _fingerprints(roots: list[str], write: bool, check: bool) -> int:
     by_upstream = {overlay.upstream: overlay for overlay in overlays()}
     problems = 0
@@ -62,9 +56,11 @@ def _fingerprints(roots: list[str], write: bool, check: bool) -> int:
             print(f"error: --root {item}: expected {_root_forms()}, PATH a package folder", file=sys.stderr)
             return 2
         overlay, source = by_upstream[upstream], UpstreamSource(upstream, root)
-        path = fingerprints_path(overlay)
+        path, plan = fingerprints_path(overlay), Plan.make(overlay, source)
+        # {"path in the tree": sha256} of every file the overlay derives on this release, read from it
+        fresh = {file: sha256(plan.installed_text(file)) for file in sorted(plan.files(plan.patches))}
         if check:
-            stored, fresh = recorded(overlay).get(source.version(), {}), _compute(overlay, source)
+            stored = recorded(overlay).get(source.version(), {})
             keys = sorted(key for key in stored.keys() | fresh.keys() if stored.get(key) != fresh.get(key))
             for key in keys:
                 print(
@@ -73,11 +69,11 @@ def _fingerprints(roots: list[str], write: bool, check: bool) -> int:
                 )
             problems += len(keys)
         elif write:  # this release's set, beside the other releases' sets already stored
-            every = {**recorded(overlay), source.version(): _compute(overlay, source)}
+            every = {**recorded(overlay), source.version(): fresh}
             path.write_text(json.dumps(every, indent=2, sort_keys=True) + "\n", encoding="utf-8")
             print(f"* Wrote the fingerprints of {upstream} {source.version()} into {path}")
         else:
-            print(json.dumps({source.version(): _compute(overlay, source)}, indent=2, sort_keys=True))
+            print(json.dumps({source.version(): fresh}, indent=2, sort_keys=True))
     return 1 if problems else 0
 
 
