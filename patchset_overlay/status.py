@@ -61,7 +61,6 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
     for overlay in startup.overlays():
         problem = _import_targets(overlay) if import_upstreams else None
         record = judge_pieces(overlay)
-        package = sys.modules.get(overlay.upstream)
         pieces = []
         for piece in overlay.pieces:
             state = record.pieces.get(piece.name, PieceRecord())
@@ -94,7 +93,7 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
                 "enabled": record.enabled,
                 "how": _how(overlay),
                 "upstream": overlay.distribution,
-                "version": getattr(package, "__version__", None),
+                "version": getattr(sys.modules.get(overlay.upstream), "__version__", None),
                 "problem": problem,
                 "pieces": pieces,
                 "cannot_change": overlay.cannot_change,
