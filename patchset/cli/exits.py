@@ -29,10 +29,8 @@ _PROJECT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 
 def _where(exc: BaseException) -> str:
     """``function (file:line)`` of the innermost frame of this project's code that the error went through."""
-    frames = traceback.extract_tb(exc.__traceback__)
+    frames = traceback.extract_tb(exc.__traceback__)  # never empty: it holds the frame that caught the error
     ours = [frame for frame in frames if os.path.abspath(frame.filename).startswith(_PROJECT + os.sep)] or frames
-    if not ours:
-        return "an unknown place"
     frame = ours[-1]
     return f"{frame.name} ({os.path.relpath(os.path.abspath(frame.filename), _PROJECT)}:{frame.lineno})"
 
