@@ -39,8 +39,6 @@ def _carries(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> bool:
     """Whether every file the piece changes already holds the series (a patched tree): taking the series' patches
     back off it, last first, gives the pinned sdist's file (or, for a release with none recorded, takes back)."""
     files = plan.files(plan.pieces_patches(piece))
-    if not files:
-        return False
     for path in files:
         try:
             text = plan.installed_text(path)
@@ -51,7 +49,7 @@ def _carries(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> bool:
             return False
         if path in recorded and sha256(text) != recorded[path]:
             return False
-    return True
+    return bool(files)  # a piece that changes no file here carries nothing
 
 
 def judge(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> Verdict:
