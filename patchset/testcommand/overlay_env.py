@@ -14,8 +14,7 @@ from pathlib import Path
 
 from patchset.plumbing import cachelock, files, tempdirs
 from patchset.plumbing.ui import Console
-from patchset.testcommand.linked_venv import linked_venv
-from patchset.testenv.venv import REPO_ROOT, VenvError, run_step
+from patchset.testenv.venv import REPO_ROOT, VenvError, linked_venv, run_step
 from patchset.upstreams.fetch import sha256_of
 from patchset.upstreams.pins import Pin
 

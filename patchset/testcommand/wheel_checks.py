@@ -19,8 +19,7 @@ from patchset.plumbing import gitops, signals
 from patchset.plumbing.errors import PatchsetError
 from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
-from patchset.testcommand.linked_venv import linked_venv
-from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv
+from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv, linked_venv
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.pins import Pin, at_least
 from patchset.upstreams.registry import UPSTREAMS

@@ -48,7 +48,7 @@ from patchset.apply.plan import Action, Behaviour, Step, Verdict
 from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
 from patchset.testcommand import wheel_checks
-from patchset.testcommand.linked_venv import linked_venv
+from patchset.testenv.venv import linked_venv
 from patchset.upstreams.pins import load_pins
 from patchset.upstreams.workspace import resolve_workspace
 from patchset.wheels import build as wheels
