@@ -4,7 +4,6 @@ report and that every installed file is the patched tree's."""
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
 import subprocess
@@ -20,7 +19,7 @@ from patchset.plumbing.errors import PatchsetError
 from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
 from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv, linked_venv
-from patchset.upstreams.fetch import ensure_upstream
+from patchset.upstreams.fetch import ensure_upstream, sha256_of
 from patchset.upstreams.pins import Pin, at_least
 from patchset.upstreams.registry import UPSTREAMS
 from patchset.upstreams.workspace import Workspace
@@ -104,10 +103,6 @@ def verify_install(python: Path, site: Path, built: Sequence[Built], console: Co
     return problems
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def _installed_files(site: Path, distribution: str) -> list[str]:
     """The files pip installed for ``distribution`` into ``site``, from its RECORD (paths relative to ``site``)."""
     prefix = distribution.replace("-", "_")
@@ -139,7 +134,7 @@ def installed_files_match(
                 continue
             if not (tree / relative).is_file():
                 problems.append(f"{item.wheel.name} installs {relative}, which the patched tree {tree} does not have")
-            elif _sha256(site / relative) != _sha256(tree / relative):
+            elif sha256_of(site / relative) != sha256_of(tree / relative):
                 problems.append(f"{item.wheel.name} installs {relative}, which differs from the patched tree's file")
             else:
                 compared.add(relative)
