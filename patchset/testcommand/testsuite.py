@@ -221,7 +221,7 @@ def _overlay_partial_target(python: str, workspace: Workspace, venv_dir: Path, p
         print(f"* Leaving out {name}'s tests: the overlay does not carry it on {pin.label} (its parts.toml says why)")
     carried = [name for name in applies if name not in uncarried]
     selected = _teeth_selection(series.teeth, carried)
-    return run_overlay_regression_tests(overlay_python, site, "fixed", ["-k", selected]) == 0
+    return run_overlay_regression_tests(overlay_python, site, ["-k", selected]) == 0
 
 
 def _ratio_table(results_dir: Path) -> str:

@@ -104,22 +104,20 @@ def regression_env(
     return env
 
 
-def run_overlay_regression_tests(python: Path, site_packages: Path, expect: str, pytest_args: Sequence[str]) -> int:
-    """Run the regression suite, sampled and in one process, with ``python``, whose environment has verl, Trinity-RFT
-    and this project installed (in ``site_packages``; nothing on PYTHONPATH), with the overlays on (``fixed``) or off
-    (``bug``) by ``PATCHSET_OVERLAYS``; past `suite_limit` ``TimedOut``."""
-    switch = "on" if expect == "fixed" else "off (PATCHSET_OVERLAYS=0)"
-    print(f"* Running the regression tests (expecting {expect}) on the releases in {site_packages}, overlays {switch}")
+def run_overlay_regression_tests(python: Path, site_packages: Path, pytest_args: Sequence[str]) -> int:
+    """Run the regression suite, sampled, in one process and expecting the fix, with ``python``, whose environment has
+    verl, Trinity-RFT and this project installed (in ``site_packages``; nothing on PYTHONPATH), the overlays on; past
+    `suite_limit` ``TimedOut``."""
+    print(f"* Running the regression tests (expecting fixed) on the releases in {site_packages}, overlays on")
     # -P, and pytest's append import mode: the checkout's own verl_overlay/ must not shadow the installed one (cwd is
-    # the repository root, and in its default mode pytest puts the root of the tests/ package first on sys.path;
-    # with the overlays off nothing has imported the installed overlay first)
+    # the repository root, and in its default mode pytest puts the root of the tests/ package first on sys.path)
     command = [str(python), "-P", "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider"]
     command += ["--import-mode=append", *pytest_args]
-    env = regression_env({key: site_packages for key in TREE_VARIABLES}, expect, None, sample=True)
+    env = regression_env({key: site_packages for key in TREE_VARIABLES}, "fixed", None, sample=True)
     env.pop("PYTHONPATH")
     env["PATCHSET_MODE"] = "overlay"
-    env["PATCHSET_OVERLAYS"] = "1" if expect == "fixed" else "0"
-    what = f"the regression tests (expecting {expect}) on the releases in {site_packages}"
+    env["PATCHSET_OVERLAYS"] = "1"
+    what = f"the regression tests (expecting fixed) on the releases in {site_packages}"
     return run_bounded(command, what, suite_limit(), cwd=REPO_ROOT, env=env)
 
 
