@@ -54,8 +54,7 @@ class _Running:
     started: float
     running_dir: Path  # where its pytest processes name the test they are in
     limit: Limit  # the step's, scaled when it started
-    log: Path | None = None  # None: the step streams
-    stream: BinaryIO | None = None
+    log: BinaryIO | None = None  # where its output goes, printed when it ends (None: the step streams)
     cpu_seconds: float | None = None
 
 
@@ -114,11 +113,10 @@ class Scheduler:
         env = {**self.env, **dict(step.env)}
         env[RUNNING_DIR_VARIABLE] = folders_for(running_dir, env.get(RUNNING_DIR_VARIABLE))
         limit = Limit(scaled(step.limit_s), RAISE_HINT)
-        log = None if streamed else logs / f"{slug}.log"
-        stream = log.open("wb") if log else None
-        errors = subprocess.STDOUT if stream else None
-        process = subprocess.Popen(step.argv, cwd=self.cwd, env=env, stdout=stream, stderr=errors)
-        return _Running(step, process, time.monotonic(), running_dir, limit, log, stream)
+        log = None if streamed else (logs / f"{slug}.log").open("wb")
+        errors = subprocess.STDOUT if log else None
+        process = subprocess.Popen(step.argv, cwd=self.cwd, env=env, stdout=log, stderr=errors)
+        return _Running(step, process, time.monotonic(), running_dir, limit, log)
 
     def _end_hung(self, running: _Running) -> None:
         """The step is past its limit: print what it was in and its stacks, end its tree, and fail it saying so."""
@@ -130,10 +128,10 @@ class Scheduler:
         seconds = time.monotonic() - running.started
         passed = running.process.returncode == 0 and not note
         step = running.step
-        if running.log is not None and running.stream is not None:
-            running.stream.close()
+        if running.log is not None:
+            running.log.close()
             self._say(f"\n=== {step.name}: {step.proves}")
-            self.out.write(running.log.read_text(encoding="utf-8", errors="replace"))
+            self.out.write(Path(running.log.name).read_text(encoding="utf-8", errors="replace"))
         ending = f": {note}" if note else ""
         self._say(f"=== {step.name}: {'ok' if passed else 'FAILED'} in {duration(seconds)}{ending}")
         self.results[step.name] = StepResult(
