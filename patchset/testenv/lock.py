@@ -57,11 +57,6 @@ def run(cmd: Sequence[str | Path]) -> None:
     subprocess.run([str(part) for part in cmd], check=True)
 
 
-def output(cmd: Sequence[str | Path]) -> str:
-    """Run a command quietly and return its stdout; raise on a non-zero exit."""
-    return subprocess.run([str(part) for part in cmd], check=True, stdout=subprocess.PIPE, text=True).stdout
-
-
 def make_venv(path: Path) -> Path:
     """Create a venv with pip at path; return its python."""
     venv.EnvBuilder(with_pip=True, clear=True).create(path)
@@ -98,17 +93,16 @@ def resolve(workdir: Path, tools: Path, targets: Sequence[str]) -> list[str]:
     run([python, "-m", "pip", "install", "--quiet", PIP])
     run([python, "-m", "pip", "install", TORCH, *targets, *CONSTRAINTS, "-r", tools])
     pip_check(python)
-    return pinned(output([python, "-m", "pip", "freeze", "--all"]))
+    freeze = [str(python), "-m", "pip", "freeze", "--all"]
+    return pinned(subprocess.run(freeze, check=True, stdout=subprocess.PIPE, text=True).stdout)
 
 
 def verify(workdir: Path, lock: Path, targets: Sequence[str]) -> None:
     """Install the lock with --no-deps, alone and with the targets, and pip check both."""
-    alone = make_venv(workdir / "verify-lock")
-    run([alone, "-m", "pip", "install", "--no-deps", "-r", lock])
-    pip_check(alone)
-    together = make_venv(workdir / "verify-targets")
-    run([together, "-m", "pip", "install", "--no-deps", "-r", lock, *targets])
-    pip_check(together)
+    for name, also in (("verify-lock", ()), ("verify-targets", targets)):
+        python = make_venv(workdir / name)
+        run([python, "-m", "pip", "install", "--no-deps", "-r", lock, *also])
+        pip_check(python)
 
 
 def lock(output: Path, tools: Path, check: bool, workdir: Path | None = None) -> None:
