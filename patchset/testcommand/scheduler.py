@@ -182,9 +182,9 @@ def _cpu(result: StepResult) -> str:
     return duration(result.cpu_seconds) if result.cpu_seconds is not None else "-"
 
 
-def summary(results: Sequence[StepResult], total_seconds: float, jobs: int, cpu_seconds: float | None = None) -> str:
+def summary(results: Sequence[StepResult], total_seconds: float, jobs: int, cpu_seconds: float) -> str:
     """A line per step: passed or not, its wall time, the CPU time of its processes, its name and what it proves;
-    then the total (with the CPU time of the whole run where given)."""
+    then the total, and the CPU time of the whole run."""
     width = max(len(result.name) for result in results)
     lines = [f"  {'':4} {'wall':>7} {'cpu':>7}  {'step':<{width}}"]
     lines += [
@@ -192,5 +192,5 @@ def summary(results: Sequence[StepResult], total_seconds: float, jobs: int, cpu_
         f"{result.name:<{width}}  {result.note or result.proves}"
         for result in results
     ]
-    cpu = f", {duration(cpu_seconds)} of CPU" if cpu_seconds is not None else ""
-    return "\n".join([*lines, f"  total {duration(total_seconds)}{cpu} (up to {jobs} steps at a time)"])
+    total = f"  total {duration(total_seconds)}, {duration(cpu_seconds)} of CPU (up to {jobs} steps at a time)"
+    return "\n".join([*lines, total])

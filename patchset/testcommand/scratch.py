@@ -21,14 +21,6 @@ KIND = "test"  # the scratch folder's name: patchset-test-<pid>-..., swept once 
 KEPT = "patchset-test-kept-"  # a kept one's
 
 
-def _is_tmpfs(folder: Path, mounts: Path) -> bool:
-    try:
-        lines = mounts.read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return False
-    return any(line.split()[1:3] == [str(folder), "tmpfs"] for line in lines)
-
-
 def unusable(folder: Path, environ: Mapping[str, str], needed: int = NEEDED_BYTES, mounts: Path = MOUNTS) -> str | None:
     """Why ``folder`` is not taken for the scratch (None: it is): the user's TMPDIR stands, and the folder must be a
     writable tmpfs with ``needed`` bytes free once the scratch folders of runs that are gone are removed."""
@@ -36,7 +28,11 @@ def unusable(folder: Path, environ: Mapping[str, str], needed: int = NEEDED_BYTE
         return f"TMPDIR is set ({environ['TMPDIR']})"
     if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
         return f"{folder} is not a writable folder"
-    if not _is_tmpfs(folder, mounts):
+    try:
+        mounted = mounts.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        mounted = []
+    if not any(line.split()[1:3] == [str(folder), "tmpfs"] for line in mounted):
         return f"{folder} is not a tmpfs"
     tempdirs.sweep(folder)  # a run killed with SIGKILL leaves its folder in RAM: named by its process, removed here
     stats = os.statvfs(folder)

@@ -149,9 +149,7 @@ def _started(
     errors = errors or output
     streams = [output.fileno() if output else 1, errors.fileno() if errors else 2]
     request = {"module": command[2], "argv": list(command[3:]), "cwd": str(cwd or os.getcwd()), "env": dict(env)}
-    sys.stdout.flush()
-    sys.stderr.flush()
-    for stream in (output, errors):
+    for stream in (sys.stdout, sys.stderr, output, errors):
         if stream is not None:
             stream.flush()
     connection.settimeout(scaled(READY_LIMIT_S))
