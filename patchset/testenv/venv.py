@@ -49,13 +49,14 @@ def linked_venv(base_python: Path, where: Path) -> tuple[Path, Path]:
     return python, site
 
 
-def _pinned_count(lock_file: Path) -> int:
-    return sum(1 for line in lock_file.read_text(encoding="utf-8").splitlines() if "==" in line.split("#", 1)[0])
-
-
-def _install_showing_progress(command: list[str], total: int, step: str, every: int = 20) -> None:
-    """Run pip, printing a line every ``every`` packages it collects and when it starts installing, instead of
-    minutes of silence; on failure, the tail of its output is in the error."""
+def _install_showing_progress(python: str, every: int = 20) -> None:
+    """pip install the lock, printing a line every ``every`` packages it collects and when it starts installing,
+    instead of minutes of silence; on failure, the tail of its output is in the error."""
+    # pip byte-compiles on one core; `_byte_compile` does it on all of them. Compiled it must be: where
+    # PYTHONDONTWRITEBYTECODE is set (as on these machines) every process would compile torch again on import
+    command = [python, "-m", "pip", "install", "--no-deps", "--no-compile", "--progress-bar", "off"]
+    command += ["-r", str(LOCK_FILE)]
+    total = sum(1 for line in LOCK_FILE.read_text(encoding="utf-8").splitlines() if "==" in line.split("#", 1)[0])
     started = time.monotonic()
     lines: list[str] = []
     collected = 0
@@ -74,7 +75,7 @@ def _install_showing_progress(command: list[str], total: int, step: str, every: 
                 print(f"  pip: installing {count} packages ({time.monotonic() - started:.0f} s)", flush=True)
     if child.returncode != 0:
         tail = "\n".join(lines[-20:])
-        raise VenvError(f"{step} failed (exit {child.returncode}):\n{tail}")
+        raise VenvError(f"pip install -r {LOCK_FILE} failed (exit {child.returncode}):\n{tail}")
     print(f"  pip: done in {time.monotonic() - started:.0f} s", flush=True)
 
 
@@ -97,28 +98,24 @@ def _byte_compile(python: str) -> None:
     print(f"  compiled in {time.monotonic() - started:.0f} s", flush=True)
 
 
-def ensure_venv(venv_dir: Path | None = None, lock_file: Path = LOCK_FILE) -> Path:
+def ensure_venv() -> Path:
     """Return the python of a venv that holds exactly the locked set, building it first if needed.
 
     The venv records the sha256 of the lock it was built from, written only once `pip check` has passed:
     a changed lock, or a build that was interrupted, rebuilds it from scratch, so a stale or half-made
     environment can never pass for the pinned one.
     """
-    venv_dir = venv_dir or Path(os.environ.get("PATCHSET_VENV", REPO_ROOT / ".venv"))
-    digest = hashlib.sha256(lock_file.read_bytes()).hexdigest()
+    venv_dir = Path(os.environ.get("PATCHSET_VENV", REPO_ROOT / ".venv"))
+    digest = hashlib.sha256(LOCK_FILE.read_bytes()).hexdigest()
     stamp, venv_python = venv_dir / STAMP_NAME, venv_dir / "bin" / "python"
     if stamp.exists() and stamp.read_text().strip() == digest and venv_python.exists():
         return venv_python
 
-    print(f"* Building the test environment {venv_dir} from {lock_file.name} (a few minutes, once)", flush=True)
+    print(f"* Building the test environment {venv_dir} from {LOCK_FILE.name} (a few minutes, once)", flush=True)
     shutil.rmtree(venv_dir, ignore_errors=True)
     run_step([sys.executable, "-m", "venv", str(venv_dir)], "creating the venv")
     python = str(venv_python)
-    # pip byte-compiles on one core; compileall below does it on all of them. Compiled it must be: where
-    # PYTHONDONTWRITEBYTECODE is set (as on these machines) every process would compile torch again on import
-    install = [python, "-m", "pip", "install", "--no-deps", "--no-compile", "--progress-bar", "off"]
-    install += ["-r", str(lock_file)]
-    _install_showing_progress(install, _pinned_count(lock_file), f"pip install -r {lock_file}")
+    _install_showing_progress(python)
     _byte_compile(python)
     run_step([python, "-m", "pip", "check"], "pip check")
     stamp.write_text(digest + "\n")
