@@ -26,8 +26,6 @@ from patchset.upstreams.workspace import Workspace
 from patchset.wheels.build import MANIFEST_NAME, Built, Label, WheelBuild, build_wheels, patchset_label
 from patchset.wheels.selection import requirement
 
-# --- the check: install the wheels into a fresh environment and check what is installed -----------------------
-
 _PIP_INSTALL = ("-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check")
 
 
