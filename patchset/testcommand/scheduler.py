@@ -21,8 +21,6 @@ from typing import BinaryIO, TextIO
 from patchset.plumbing.bounded import RUNNING_DIR_VARIABLE, Limit, folders_for, hang_report
 from patchset.plumbing.limits import RAISE_HINT, scaled
 
-DEFAULT_LIMIT_S = 1200.0
-
 
 @dataclass(frozen=True)
 class Step:
@@ -33,7 +31,7 @@ class Step:
     after: tuple[str, ...] = ()  # must have ended (what they write is read), passed or not
     stream: bool = False
     env: tuple[tuple[str, str], ...] = ()  # set for this step only, over the scheduler's environment
-    limit_s: float = DEFAULT_LIMIT_S  # on this project's 2-core machine, well above what the step takes there
+    limit_s: float = 1200.0  # on this project's 2-core machine, well above what the step takes there
 
 
 @dataclass

@@ -169,11 +169,8 @@ def _run_suite(
 ) -> int:
     described = ", ".join(f"{key} at {path}" for key, path in trees.items()) or "no tree"
     shapes = " (one batch shape per test, loss and mode)" if run.sample else ""
-    print(
-        f"* Running the regression tests (expecting {run.expect}){shapes} on {described}",
-        file=run.output or sys.stdout,
-        flush=True,
-    )
+    running = f"* Running the regression tests (expecting {run.expect}){shapes} on {described}"
+    print(running, file=run.output or sys.stdout, flush=True)
     command = [str(python), "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider", *run.pytest_args]
     command += [*junit, *(parallel_args(python) if parallel else [])]
     env = regression_env(trees, run.expect, run.baseline_dir, dependencies, run.sample)
