@@ -193,7 +193,7 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
         learned_from = [*WARM_PROBE_MODULES, *(pin.sdist_sha256 for pin in defaults)]
         warm_list = workspace.cache.root / "overlay-warm-parents" / module_list_name(LOCK_FILE, learned_from)
         command += ["--warm-list", str(warm_list)]
-        command += parallel_args(Path(python))
+        command += parallel_args()
         passed["tests/overlay"] = subprocess.run(command, cwd=REPO_ROOT, env=env).returncode == 0
         for pin in (releases.partial, releases.line):
             passed[pin.label] = _overlay_partial_target(python, workspace, Path(tmp) / f"venv-{pin.dirname}", pin)
@@ -317,7 +317,7 @@ def _regression_step(workspace: Workspace, name: str, quick: bool) -> bool:
 
 
 def _tooling_step(python: str, env: dict[str, str]) -> bool:
-    command = [python, "-m", "pytest", "tests/scripts", "-q", *parallel_args(Path(python), "worksteal")]
+    command = [python, "-m", "pytest", "tests/scripts", "-q", *parallel_args("worksteal")]
     return _run([*command, "--deselect", PROVEN_BY_THE_WHEELS_STEP], env)
 
 

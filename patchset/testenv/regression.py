@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -65,13 +64,12 @@ def suite_limit(seconds: float | None = None) -> Limit:
 WARM_SERVER_VARIABLE = "PATCHSET_WARM_SERVER"
 
 
-def parallel_args(python: Path, dist: str = "loadfile") -> list[str]:
-    """pytest-xdist options that run tests on every core (``PATCHSET_WORKERS`` overrides; 1: none); none without
-    xdist. ``loadfile`` (the regression suite): one file per worker, so that a module's fixtures (the engine
-    end-to-end run) are built once; ``worksteal``: tests of uneven length, spread as workers fall idle."""
+def parallel_args(dist: str = "loadfile") -> list[str]:
+    """pytest-xdist options (the lock pins it) that run tests on every core (``PATCHSET_WORKERS`` overrides; 1: none).
+    ``loadfile`` (the regression suite): one file per worker, so that a module's fixtures (the engine end-to-end run)
+    are built once; ``worksteal``: tests of uneven length, spread as workers fall idle."""
     workers = int(os.environ.get("PATCHSET_WORKERS") or min(os.cpu_count() or 1, 4))
-    has_xdist = subprocess.run([str(python), "-c", "import xdist"], capture_output=True).returncode == 0
-    return ["-n", str(workers), "--dist", dist] if workers > 1 and has_xdist else []
+    return ["-n", str(workers), "--dist", dist] if workers > 1 else []
 
 
 def regression_env(
@@ -172,7 +170,7 @@ def _run_suite(
     running = f"* Running the regression tests (expecting {run.expect}){shapes} on {described}"
     print(running, file=run.output or sys.stdout, flush=True)
     command = [str(python), "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider", *run.pytest_args]
-    command += [*junit, *(parallel_args(python) if parallel else [])]
+    command += [*junit, *(parallel_args() if parallel else [])]
     env = regression_env(trees, run.expect, run.baseline_dir, dependencies, run.sample)
     what = f"the regression tests (expecting {run.expect}) on {described}"
     launch = suite_forks.launcher(python)  # a fork of the test command's suite fork server, where it has one
