@@ -60,8 +60,6 @@ def _reap(running: _Running) -> bool:
     """Whether the step's process has ended; if so, its exit status and the CPU time of it and the processes it
     waited for (``wait4``)."""
     process = running.process
-    if process.returncode is not None:
-        return True
     pid, status, usage = os.wait4(process.pid, os.WNOHANG)
     if pid == 0:
         return False

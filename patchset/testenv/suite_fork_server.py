@@ -131,10 +131,9 @@ def declined(request: dict, threads: dict[str, str | None]) -> str | None:
     """Why the server does not fork ``request``: it asks for other `THREAD_VARIABLES` than ``threads``, the server's
     own (None: it forks it)."""
     asked = {name: request["env"].get(name) for name in THREAD_VARIABLES}
-    if asked == threads:
-        return None
     differ = [name for name in THREAD_VARIABLES if asked[name] != threads[name]]
-    return ", ".join(f"the run asks for {name}={asked[name]}, the server has {threads[name]}" for name in differ)
+    said = [f"the run asks for {name}={asked[name]}, the server has {threads[name]}" for name in differ]
+    return ", ".join(said) or None
 
 
 def _request(listener: socket.socket, threads: dict[str, str | None]) -> tuple[socket.socket, dict, list[int]] | None:
