@@ -99,12 +99,9 @@ def _byte_compile(python: str) -> None:
 
 
 def ensure_venv() -> Path:
-    """Return the python of a venv that holds exactly the locked set, building it first if needed.
-
-    The venv records the sha256 of the lock it was built from, written only once `pip check` has passed:
-    a changed lock, or a build that was interrupted, rebuilds it from scratch, so a stale or half-made
-    environment can never pass for the pinned one.
-    """
+    """The python of a venv that holds exactly the locked set, built first if needed. The venv records the sha256 of
+    the lock it was built from, written only once `pip check` has passed: a changed lock, or a build that was
+    interrupted, rebuilds it from scratch, so a stale or half-made environment can never pass for the pinned one."""
     venv_dir = Path(os.environ.get("PATCHSET_VENV", REPO_ROOT / ".venv"))
     digest = hashlib.sha256(LOCK_FILE.read_bytes()).hexdigest()
     stamp, venv_python = venv_dir / STAMP_NAME, venv_dir / "bin" / "python"
