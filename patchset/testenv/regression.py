@@ -125,36 +125,30 @@ def imported_only(trees: Mapping[str, Path]) -> list[str]:
     return list(dict.fromkeys(imported))
 
 
-def with_imported_trees(trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console) -> dict[str, Path]:
-    """A tree whose tests import another upstream, given without it, is tested beside that upstream's pinned vanilla
-    release (Trinity's engine loss imports verl), only a dependency there: its own tests are skipped."""
-    completed = dict(trees)
-    for key in trees:
-        for other in UPSTREAMS[key].tests_import:
-            if other in completed:
-                continue
-            pin = pins.default_for(other)
-            assert pin is not None, f"{pins.source} names no default {other}"
-            completed[other] = ensure_upstream(pin, cache, console)
-            note = UPSTREAMS[key].tests_import_note
-            console.step(f"{note}: testing it beside {pin.label} ({display_path(completed[other])})")
-    return completed
-
-
-def companion_runs(
-    trees: Mapping[str, Path], pins: Pins, cache: Cache, console: Console
-) -> list[tuple[dict[str, Path], tuple[str, ...]]]:
-    """The other runs a tree needs, as (trees, dependencies): beside each release pinned as the companion
-    (``companion_for``) of an upstream its tests import, only a dependency there (Trinity's legacy path, verl 0.7.1)."""
-    runs = []
+def _runs(
+    trees: Mapping[str, Path], run: SuiteRun, pins: Pins, cache: Cache, console: Console
+) -> list[tuple[dict[str, Path], Collection[str], bool]]:
+    """The pytest runs ``trees`` need, as (trees, dependencies, parallel). A tree whose tests import another upstream,
+    given without it, is tested beside that upstream's pinned vanilla release (Trinity's engine loss imports verl),
+    only a dependency there: its own tests are skipped. With ``run.companions``, also beside each release pinned as
+    the companion (``companion_for``) of that upstream (Trinity's legacy path, verl 0.7.1), in one process: only
+    Trinity's legacy-path tests run there (seconds), rather than a worker per core that each import torch first."""
+    completed, beside = dict(trees), []
     for key, tree in trees.items():
-        for other in UPSTREAMS[key].tests_import:
-            for pin in pins.companions(other, of=key):
+        upstream = UPSTREAMS[key]
+        for other in upstream.tests_import:
+            if other not in completed:
+                pin = pins.default_for(other)
+                assert pin is not None, f"{pins.source} names no default {other}"
+                completed[other] = ensure_upstream(pin, cache, console)
+                shown = display_path(completed[other])
+                console.step(f"{upstream.tests_import_note}: testing it beside {pin.label} ({shown})")
+            for pin in pins.companions(other, of=key) if run.companions else ():
                 checkout = ensure_upstream(pin, cache, console)
-                note = UPSTREAMS[key].companion_note
-                console.step(f"{note}: testing it beside {pin.label} ({display_path(checkout)}) as well")
-                runs.append(({other: checkout, key: tree}, (other,)))
-    return runs
+                shown = display_path(checkout)
+                console.step(f"{upstream.companion_note}: testing it beside {pin.label} ({shown}) as well")
+                beside.append(({other: checkout, key: tree}, (other,), False))
+    return [(completed, imported_only(trees), run.parallel), *beside]
 
 
 def _run_suite(
@@ -182,17 +176,12 @@ def run_regression_tests(
     trees: Mapping[str, Path], run: SuiteRun, workspace: Workspace, console: Console | None = None
 ) -> int:
     """Run the regression suite on ``trees`` ({"verl": path, "trinity": path}) as ``run`` says, with the trees their
-    tests import (`with_imported_trees`) and beside each companion (`companion_runs`) unless ``run.companions`` is
-    off; pytest's exit code (the first failing run's), or ``TimedOut`` naming the test that hung. The verl trees
-    fetched come from ``workspace``; what is said goes to ``console`` (default: one that prints everything)."""
+    tests import and beside each companion (`_runs`); pytest's exit code (the first failing run's), or ``TimedOut``
+    naming the test that hung. The verl trees fetched come from ``workspace``; what is said goes to ``console``
+    (default: one that prints everything)."""
     python = ensure_venv()
     console = console if console is not None else Console()
-    pins, cache = workspace.pins, workspace.cache
-    runs = [(with_imported_trees(trees, pins, cache, console), imported_only(trees), run.parallel)]
-    if run.companions:
-        # beside a companion verl only Trinity's legacy-path tests run (seconds): one process, rather than a worker
-        # per core that each import torch, verl and Trinity first
-        runs += [(beside, dependencies, False) for beside, dependencies in companion_runs(trees, pins, cache, console)]
+    runs = _runs(trees, run, workspace.pins, workspace.cache, console)
     junit = [[f"--junitxml={run.junit_dir / f'run-{n}.xml'}"] if run.junit_dir else [] for n in range(len(runs))]
     returncodes = [
         _run_suite(python, completed, run, junit[n], dependencies, parallel)
