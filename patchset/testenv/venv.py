@@ -14,8 +14,6 @@ from patchset.plumbing.paths import REPO_ROOT
 
 LOCK_FILE = REPO_ROOT / "requirements" / "lock.txt"
 STAMP_NAME = ".patchset-lock-sha256"
-
-
 # sorts before patchset_overlay.pth, so the locked packages are on sys.path when the overlay's line runs
 DEPENDENCIES_PTH = "_patchset_locked_deps.pth"
 
