@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from patchset.plumbing.errors import BadInput
@@ -40,17 +39,9 @@ def without_overlay(folder: Path, patch_names: Sequence[str]) -> dict[str, str]:
     return {name: str(reason) for name, reason in reasons.items() if reason}
 
 
-@dataclass(frozen=True)
-class TeethEntry:
-    """One patch's teeth: its slug and its tests as a pytest ``-k`` expression."""
-
-    slug: str
-    selection: str
-
-
-def parse_teeth(tables: Mapping[str, dict]) -> tuple[list[TeethEntry], list[str]]:
-    """Every ``teeth`` of a ``parts.toml``'s tables, and the problems of each."""
-    entries: list[TeethEntry] = []
+def parse_teeth(tables: Mapping[str, dict]) -> tuple[dict[str, str], list[str]]:
+    """Every ``teeth`` of a ``parts.toml``'s tables ({slug: its tests' ``-k`` expression}), and their problems."""
+    entries: dict[str, str] = {}
     problems: list[str] = []
     for slug, table in tables.items():
         if not isinstance(table, dict) or "teeth" not in table:
@@ -58,27 +49,26 @@ def parse_teeth(tables: Mapping[str, dict]) -> tuple[list[TeethEntry], list[str]
         selection = table["teeth"]
         if not isinstance(selection, str) or not selection.strip():
             problems.append(f"[{slug}] teeth names no tests; give a pytest -k expression of tests/regression")
-            entries.append(TeethEntry(slug, ""))  # a malformed entry still names its patch: one problem, not two
+            entries[slug] = ""  # a malformed entry still names its patch: one problem, not two
             continue
         if selection.count("(") != selection.count(")"):
             problems.append(f"[{slug}] the parentheses of teeth {selection!r} do not balance")
-        entries.append(TeethEntry(slug, selection.strip()))
+        entries[slug] = selection.strip()
     return entries, problems
 
 
-def check_teeth(entries: Sequence[TeethEntry], patch_names: Sequence[str]) -> list[str]:
+def check_teeth(entries: Mapping[str, str], patch_names: Sequence[str]) -> list[str]:
     """Problems of ``entries`` against the series' patches: a patch without teeth, teeth for no patch."""
     slugs = {slug_of(name): name for name in patch_names}
-    named = {entry.slug for entry in entries}
     problems = [
-        f"[{entry.slug}] is no patch of the series (renamed? its slug is its file name without NNNN-)"
-        for entry in entries
-        if entry.slug not in slugs
+        f"[{slug}] is no patch of the series (renamed? its slug is its file name without NNNN-)"
+        for slug in entries
+        if slug not in slugs
     ]
     problems += [
         f"{name} has no teeth; name the regression tests that show its bug (a pytest -k expression)"
         for slug, name in slugs.items()
-        if slug not in named
+        if slug not in entries
     ]
     return problems
 
@@ -88,10 +78,9 @@ def load_parts(folder: Path, patch_names: Sequence[str]) -> tuple[dict[str, str]
     tests' ``-k`` expression}; a patch without teeth is left out (the lint names it)."""
     path = folder / PARTS_FILE
     tables = read_parts(folder)
-    entries, problems = parse_teeth(tables)
+    by_slug, problems = parse_teeth(tables)
     if problems:
         raise BadInput(f"{path}: {problems[0]}; see scripts/export.sh lint")
-    by_slug = {entry.slug: entry.selection for entry in entries}
     choices: dict[str, str] = {}
     for name in patch_names:
         value = tables.get(slug_of(name), {}).get("choices")
