@@ -29,8 +29,6 @@ from patchset.testenv import regression
 from patchset.testenv.junit import junit_counts
 from patchset.upstreams.workspace import Workspace
 
-NEXT_DOC = "docs/guide.md"
-
 
 @dataclass(frozen=True)
 class ApplyOptions:
@@ -73,9 +71,6 @@ def choice_tests_left_out(plans: Sequence[Plan], console: Console) -> list[str]:
     return left_out
 
 
-_SHOWN_FAILURES = 3
-
-
 def _regression(
     trees: Mapping[str, Path], workspace: Workspace, console: Console, timeout: float | None, left_out: Sequence[str]
 ) -> tuple[int, list[str]]:
@@ -93,7 +88,7 @@ def _regression(
     lines = [f"Regression tests {'passed' if returncode == 0 else 'FAILED'}: {counts}", *counts.reason_lines()]
     lines.append(f"Full output: {display_path(log)}")
     if returncode != 0:
-        failed = ", ".join(counts.failures[:_SHOWN_FAILURES]) or f"pytest exit status {returncode}"
+        failed = ", ".join(counts.failures[:3]) or f"pytest exit status {returncode}"
         print(f"error: the regression tests failed on {shown}: {failed}; see {display_path(log)}", file=sys.stderr)
         return EXIT_TESTS_FAILED, lines
     return EXIT_OK, lines
@@ -229,5 +224,5 @@ def run_apply(
         for line in applied.tests:
             console.summary(line)
         if applied.status == EXIT_OK:
-            console.summary(f"Next: scripts/test.sh runs every test; {NEXT_DOC} says how to use the patched trees")
+            console.summary("Next: scripts/test.sh runs every test; docs/guide.md says how to use the patched trees")
     return applied.status

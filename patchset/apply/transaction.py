@@ -69,14 +69,15 @@ def _execute(plan: Plan, console: Console, guard: Guard, progress: list[_Progres
     console.summary(summary_line(plan, check=False))
 
 
-def restore(snapshots: Sequence[tuple[Snapshot, str]]) -> list[str]:
+def restore(snapshots: Sequence[tuple[Snapshot, str]], guard: Guard) -> list[str]:
     """Put each tree (``(snapshot, how it is shown)``) back, last first; what could not be, where its originals are."""
     stuck: list[str] = []
-    for snapshot, shown in reversed(snapshots):
-        if failed := snapshot.restore():
-            stuck.append(f"{', '.join(failed)} in {shown} (the originals are in {snapshot.keep()})")
-        else:
-            snapshot.discard()
+    with guard.critical():
+        for snapshot, shown in reversed(snapshots):
+            if failed := snapshot.restore():
+                stuck.append(f"{', '.join(failed)} in {shown} (the originals are in {snapshot.keep()})")
+            else:
+                snapshot.discard()
     return stuck
 
 
@@ -125,7 +126,7 @@ def apply_plans(
                 for step in reversed(item.done):
                     with contextlib.suppress(OSError):  # the output is gone (a closed pipe): the trees are restored
                         console.step(f"Rolling back {step.patch.name}")
-            stuck = restore([(item.snapshot, item.plan.target.shown) for item in progress])
+            stuck = restore([(item.snapshot, item.plan.target.shown) for item in progress], guard)
         if isinstance(exc, _StepFailed):
             raise DoesNotApply(_failed_message(exc, progress, stuck)) from None
         if isinstance(exc, BrokenPipeError):  # ended as that signal ends a command

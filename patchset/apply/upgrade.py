@@ -120,17 +120,12 @@ def _install(upgrades: Sequence[Upgrade], homes: Mapping[Path, Path], guard: Gua
                 files.install_paths(item.scratch, item.target.root, item.paths)
             guard.check()
     except BaseException as exc:
-        stuck = _restore(snapshots, guard)
+        stuck = restore(snapshots, guard)
         if isinstance(exc, OSError):
             restored = f"; restoring failed too: {'; '.join(stuck)}" if stuck else "; every tree was restored"
             raise BadInput(f"could not change the tree: {exc}{restored}") from None
         raise
     return snapshots
-
-
-def _restore(snapshots: Sequence[tuple[Snapshot, str]], guard: Guard) -> list[str]:
-    with guard.critical():
-        return restore(snapshots)
 
 
 def run_upgrade(
@@ -163,12 +158,12 @@ def run_upgrade(
         for line in lines:
             console.summary(line)
     except BaseException:
-        stuck = _restore(snapshots, guard)
+        stuck = restore(snapshots, guard)
         if stuck:
             console.warn(f"restoring the trees failed: {'; '.join(stuck)}; copy those files back from there")
         raise
     if status != 0:
-        stuck = _restore(snapshots, guard)
+        stuck = restore(snapshots, guard)
         restored = f"restoring failed: {'; '.join(stuck)}" if stuck else "every tree was put back as it was"
         console.warn(f"the upgrade is undone because the regression tests failed: {restored}")
         return status
