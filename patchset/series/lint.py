@@ -76,14 +76,15 @@ def series_folders(patches_dir: Path) -> tuple[list[Path], list[Problem]]:
     return [patches_dir / name for name in dict.fromkeys([*named, *found])], problems
 
 
-def subject_problem(series: str, subject: str) -> str | None:
-    """Why ``subject`` is not in the PR-title form of the upstream of ``series`` (None when it is)."""
-    # a release line's series (verl-0.7) takes its upstream's form
-    upstream = next((key for key in UPSTREAMS if series == key or series.startswith(f"{key}-")), None)
-    form = UPSTREAMS[upstream].subject_form if upstream else ANY_SUBJECT_FORM
-    if form.pattern.match(subject):
-        return None
-    return f"Subject {subject!r} is not in the upstream's PR-title form {form.shown}"
+def subject_problem(series: str | None, subject: str, what: str = "Subject") -> str | None:
+    """Why ``subject`` does not fit upstream: not in the PR-title form of ``series``' upstream, or too wide."""
+    if series is not None:
+        # a release line's series (verl-0.7) takes its upstream's form
+        upstream = next((key for key in UPSTREAMS if series == key or series.startswith(f"{key}-")), None)
+        form = UPSTREAMS[upstream].subject_form if upstream else ANY_SUBJECT_FORM
+        if not form.pattern.match(subject):
+            return f"{what} {subject!r} is not in the upstream's PR-title form {form.shown}"
+    return columns.subject_problem(subject, what)
 
 
 def _message_problems(path: Path, missing: str, series: str | None = None) -> list[Problem]:
@@ -95,9 +96,7 @@ def _message_problems(path: Path, missing: str, series: str | None = None) -> li
     problems: list[Problem] = []
     if not subject:
         problems.append(Problem(path, missing))
-    elif series is not None and (why := subject_problem(series, subject)) is not None:
-        problems.append(Problem(path, why))
-    elif (why := columns.subject_problem(subject)) is not None:
+    elif (why := subject_problem(series, subject)) is not None:
         problems.append(Problem(path, why))
     lines = columns.patch_message_lines(raw.decode("utf-8", "surrogateescape"))
     return problems + [Problem(path, message, number) for number, message in columns.long_lines(lines)]
@@ -250,9 +249,7 @@ def lint_groups(folder: Path, patch_count: int) -> list[Problem]:
         except BadInput as exc:
             problems.append(Problem(path, str(exc).removeprefix(f"{path}: ")))
             continue
-        if (why := subject_problem(folder.name, title)) is not None:
-            problems.append(Problem(path, why.replace("Subject", "PR title", 1), 1))
-        elif (why := columns.subject_problem(title, "PR title")) is not None:
+        if (why := subject_problem(folder.name, title, "PR title")) is not None:
             problems.append(Problem(path, why, 1))
         text = path.read_text(encoding="utf-8")
         lines = list(enumerate(text.splitlines(), start=1))[1:]
