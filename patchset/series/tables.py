@@ -1,13 +1,6 @@
-"""README.md's patch table and docs/loss-audit.md's table, made from the series' declarations, never by hand.
-
-One row a patch of every series the pins name: the patch, the pinned releases that take it (those that do not have
-it upstream by its DEP-3 ``Applied-Upstream``), what is wrong without it (``summary`` in the series' ``parts.toml``)
-and where upstream stands (``fixed in <upstream> <version>`` with the link its header gives, else ``not fixed`` with
-its ``Bug:`` link). The loss audit: one row a loss the engine path can call (``[[loss-audit]]`` in the ``parts.toml``
-of each default pin's series), its fix followed by the patches whose ``audit`` names that loss. ``python -m
-patchset export tables --write`` puts both between their files' markers; ``--check`` exits 1 when either is not the
-one the declarations make (tests/scripts/test_tables.py too).
-"""
+"""README.md's patch table and docs/loss-audit.md's table, made from the series' declarations (the patches' DEP-3
+headers, ``parts.toml``), never by hand: ``python -m patchset export tables --write`` puts both between their files'
+markers; ``--check`` exits 1 when either is not the one the declarations make (tests/scripts/test_tables.py too)."""
 
 from __future__ import annotations
 
