@@ -81,16 +81,6 @@ def restore(snapshots: Sequence[tuple[Snapshot, str]], guard: Guard) -> list[str
     return stuck
 
 
-def _rolled_back(progress: Sequence[_Progress], stuck: list[str]) -> str | None:
-    """What an interrupted run did to the trees, once rolled back; None where it had changed nothing."""
-    if stuck:
-        return f"rolling back failed: {'; '.join(stuck)}; copy those files back from there"
-    done = sum(len(item.done) for item in progress)
-    return (
-        f"the {done} patch(es) applied in this run were rolled back and every tree is as it was found" if done else None
-    )
-
-
 def _failed_message(failed: _StepFailed, progress: Sequence[_Progress], stuck: list[str]) -> str:
     plan, step = failed.plan, failed.step
     verb = "revert" if plan.reverse else "apply"
@@ -130,12 +120,17 @@ def apply_plans(
         if isinstance(exc, _StepFailed):
             raise DoesNotApply(_failed_message(exc, progress, stuck)) from None
         if isinstance(exc, BrokenPipeError):  # ended as that signal ends a command
-            closed = Interrupted(signal.SIGPIPE)
-            closed.outcome = _rolled_back(progress, stuck) or closed.outcome
-            raise closed from None
-        if isinstance(exc, Interrupted):
-            exc.outcome = _rolled_back(progress, stuck) or exc.outcome
-        elif isinstance(exc, OSError):
+            exc = Interrupted(signal.SIGPIPE)
+        if isinstance(exc, Interrupted):  # what the run did to the trees, once rolled back
+            done = sum(len(item.done) for item in progress)
+            if stuck:
+                exc.outcome = f"rolling back failed: {'; '.join(stuck)}; copy those files back from there"
+            elif done:
+                exc.outcome = (
+                    f"the {done} patch(es) applied in this run were rolled back and every tree is as it was found"
+                )
+            raise exc from None
+        if isinstance(exc, OSError):
             restored = f"; rolling back failed too: {'; '.join(stuck)}" if stuck else "; every tree was restored"
             raise BadInput(f"could not change the tree: {exc}{restored}") from None
         raise
