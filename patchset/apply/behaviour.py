@@ -19,8 +19,6 @@ from patchset.testenv.venv import VenvError
 from patchset.upstreams.fetch import ensure_upstream
 from patchset.upstreams.workspace import Workspace
 
-SUITE = "tests/regression"
-
 
 def _untested(target: TreeToPatch, selection: str | None, why: str) -> Behaviour:
     """Undecided; ``--check`` runs the teeth and changes nothing, so it is the command that decides it."""
@@ -56,7 +54,7 @@ class TeethRunner:
 
     def __call__(self, target: TreeToPatch, selection: str) -> Behaviour:
         self.console.step(
-            f"Running its tests on {target.label} as shipped ({SUITE} -k {selection!r}, expecting the fix)"
+            f"Running its tests on {target.label} as shipped (tests/regression -k {selection!r}, expecting the fix)"
         )
         with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("teeth")) as tmp:
             try:

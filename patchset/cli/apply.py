@@ -68,9 +68,7 @@ refused unless --force-version or --check. Each tree is locked for the run (<git
 killed outright is undone by the next. docs/guide.md says more.
 """
 
-APPLY_EPILOG = (
-    EXIT_CODES
-    + """
+APPLY_EPILOG = f"""{EXIT_CODES}
 examples:
   scripts/apply.sh                       patch the pinned releases in .cache/ and test them
   scripts/apply.sh --check ~/src/verl    dry run on your own checkout
@@ -78,7 +76,6 @@ examples:
   scripts/apply.sh --reverse ~/src/verl  take the patches out again
   scripts/apply.sh --check ~/src/verl-0.9.2   a new release: what applies, what upstream has, what conflicts
 """
-)
 
 
 def cmd_apply(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
