@@ -64,18 +64,14 @@ class KnownSeries:
         return f"the {self.folder} series of +patchset.{oldest} to +patchset.{newest}{at}"
 
 
-def sha256_text(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def known_patch(name: str, data: bytes) -> KnownPatch:
     text = data.decode("utf-8", "surrogateescape")
-    return KnownPatch(name, sha256_text(data), tuple(patchtext.patch_blob_changes(text)))
+    return KnownPatch(name, hashlib.sha256(data).hexdigest(), tuple(patchtext.patch_blob_changes(text)))
 
 
 def series_ident(patches: Sequence[KnownPatch]) -> str:
     """A series' id: the sha256 of its patches' hashes in order (16 hex digits)."""
-    return sha256_text("\n".join(patch.sha256 for patch in patches).encode())[:16]
+    return hashlib.sha256("\n".join(patch.sha256 for patch in patches).encode()).hexdigest()[:16]
 
 
 def of_series(series: Series) -> KnownSeries:
@@ -150,7 +146,7 @@ def recover_texts(series: KnownSeries, patches_dir: Path) -> dict[str, bytes]:
         blobs = gitops.read_blobs(Path(repo), [blob for path, blob in listing.items() if path in wanted])
         for path, blob in listing.items():
             patch = wanted.get(path)
-            if patch is not None and blob in blobs and sha256_text(blobs[blob]) == patch.sha256:
+            if patch is not None and blob in blobs and hashlib.sha256(blobs[blob]).hexdigest() == patch.sha256:
                 found[patch.name] = blobs[blob]
         if len(found) == len(series.patches):
             break
