@@ -25,7 +25,7 @@ class Action(enum.Enum):
     CHANGE = "change"  # apply it (reverse mode: revert it)
     NOTHING = "nothing"  # already applied (reverse mode: not applied)
     SKIP = "skip"  # upstream has it (``upstream``), or fixed its bug its own way (``behaviour``)
-    FAIL = "fail"  # does not apply (reverse mode: cannot be reverted); ``refusal`` says where, or ``finding``
+    FAIL = "fail"  # does not apply (reverse mode: cannot be reverted); ``stderr`` says where, or ``finding``
 
 
 class Finding(enum.Enum):

@@ -48,12 +48,9 @@ def subject_problem(subject: str, what: str = "Subject") -> str | None:
 def patch_message_lines(text: str) -> list[tuple[int, str]]:
     """The message lines of a ``git format-patch`` file, numbered as in the file: after the mail headers, up to
     ``---`` or the first ``diff --git``."""
-    lines = text.split("\n")
-    start = next((i for i, line in enumerate(lines) if not line.strip()), len(lines)) + 1
-    found: list[tuple[int, str]] = []
-    for index in range(start, len(lines)):
-        line = lines[index]
-        if line == "---" or line.startswith("diff --git "):
-            break
-        found.append((index + 1, line))
-    return found
+    numbered = list(enumerate(text.split("\n"), start=1))
+    start = next((number for number, line in numbered if not line.strip()), len(numbered))
+    message = itertools.takewhile(
+        lambda item: item[1] != "---" and not item[1].startswith("diff --git "), numbered[start:]
+    )
+    return list(message)
