@@ -65,25 +65,16 @@ class _Submodules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         pass
 
 
-def _module_getattr(name: str):
-    def __getattr__(attribute: str) -> Placeholder:
-        if attribute.startswith("__"):
-            raise AttributeError(attribute)
-        return Placeholder(f"{name}.{attribute}")
-
-    return __getattr__
-
-
 def standin_module(name: str) -> types.ModuleType:
     module = types.ModuleType(name, f"OFFLINE STAND-IN for {name}: not the real package")
     module.__path__ = []  # a package: its submodules resolve through _Submodules
-    module.__getattr__ = _module_getattr(name)  # type: ignore[method-assign]
+    module.__getattr__ = Placeholder(name).__getattr__  # type: ignore[method-assign]
     return module
 
 
 def install(package: str, namespace: dict) -> None:
     """Fill ``namespace`` (the stand-in package's own) with placeholders and register its submodule finder."""
-    namespace["__getattr__"] = _module_getattr(package)
+    namespace["__getattr__"] = Placeholder(package).__getattr__
     namespace["__version__"] = "0.0.0+standin"
     namespace["STANDIN"] = True
     if not any(isinstance(finder, _Submodules) and finder.package == package for finder in sys.meta_path):
