@@ -35,6 +35,7 @@ SELECTION_COMPONENTS = ("kl_cov", "clip_cov", "is_batch_norm")  # verl 0004, 000
 SHAPES = (4, 16, 64)  # sequences per micro-batch
 TIME_TARGET = 1.02
 Case = tuple[str, str, int]  # component, mode, sequences
+Trees = dict[str, Path]  # a child's trees: "verl" and "trinity"
 
 
 def _micro_batch(component: str, sequences: int) -> tuple[dict[str, Any], Any]:
@@ -122,10 +123,10 @@ def _child() -> int:
 class _Child:
     """A child process holding one verl + Trinity tree pair."""
 
-    def __init__(self, name: str, verl_tree: Path, trinity_tree: Path) -> None:
+    def __init__(self, name: str, trees: Trees) -> None:
         self.name = name
-        self.trees = {"verl": verl_tree.resolve(), "trinity": trinity_tree.resolve()}
-        python_path = os.pathsep.join(str(path) for path in (verl_tree, trinity_tree))
+        self.trees = {key: tree.resolve() for key, tree in trees.items()}
+        python_path = os.pathsep.join(str(path) for path in trees.values())
         env = {**os.environ, "PYTHONPATH": python_path, "OMP_NUM_THREADS": "1"}
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
         command = [sys.executable, "-m", __name__]
@@ -166,14 +167,6 @@ class Timing:
     blocks: int = 40  # alternating blocks per case and tree
     calls_per_block: int = 10  # timed calls per block
     warmup: int = 20  # untimed calls per case and tree first
-
-
-@dataclass(frozen=True)
-class TreePair:
-    """One child's trees: a verl and a Trinity-RFT."""
-
-    verl: Path
-    trinity: Path
 
 
 def _measure(children: Sequence[_Child], timing: Timing) -> dict[Case, dict[str, dict[str, Any]]]:
@@ -257,23 +250,22 @@ def _report(results: dict[Case, dict[str, dict[str, Any]]], timing: Timing) -> b
     return met
 
 
-def run(vanilla: TreePair, patched: TreePair, timing: Timing, json_path: Path | None) -> bool:
+def run(vanilla: Trees, patched: Trees, timing: Timing, json_path: Path | None) -> bool:
     """Time every case in a child per tree pair (vanilla, patched, vanilla again), print it (and write ``json_path``);
     whether every target was met. A tree that is not there is bad input."""
-    trees = (patched.verl, patched.trinity, vanilla.verl, vanilla.trinity)
-    missing = [str(tree) for tree in trees if not tree.is_dir()]
+    missing = [str(tree) for pair in (patched, vanilla) for tree in pair.values() if not tree.is_dir()]
     if missing:
         raise BadInput(f"no such tree: {', '.join(missing)} (run scripts/apply.sh first)")
     children: list[_Child] = []
     try:
         for name, pair in (("vanilla", vanilla), ("patched", patched), ("vanilla-again", vanilla)):
-            children.append(_Child(name, pair.verl, pair.trinity))
+            children.append(_Child(name, pair))
         results, torch_version = _measure(children, timing), children[0].torch_version
     finally:
         for child in children:
             child.close()
-    print(f"* vanilla: verl {vanilla.verl}, trinity {vanilla.trinity}")
-    print(f"* patched: verl {patched.verl}, trinity {patched.trinity}")
+    for name, pair in (("vanilla", vanilla), ("patched", patched)):
+        print(f"* {name}: verl {pair['verl']}, trinity {pair['trinity']}")
     print(f"* torch {torch_version}, {os.cpu_count()} CPUs")
     met = _report(results, timing)
     if json_path is not None:

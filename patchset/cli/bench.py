@@ -12,7 +12,8 @@ from patchset.cli.startup import Run
 from patchset.plumbing.errors import EXIT_TESTS_FAILED, BadInput, needs_module
 from patchset.plumbing.signals import Guard
 from patchset.plumbing.ui import Console
-from patchset.upstreams.workspace import resolve_workspace
+from patchset.proof.cases import SIDES
+from patchset.proof.trees import DefaultTrees
 
 
 def _startup(overlay_python: Path) -> None:
@@ -36,8 +37,7 @@ def _run(args: argparse.Namespace, console: Console, guard: Guard) -> int:
 
         return pre_pass.run(args.verl_patched, args.blocks, args.json)
     timing = loss_call.Timing(args.blocks, args.calls_per_block, args.warmup)
-    vanilla = loss_call.TreePair(args.verl_vanilla, args.trinity_vanilla)
-    patched = loss_call.TreePair(args.verl_patched, args.trinity_patched)
+    vanilla, patched = ({key: getattr(args, f"{key}_{side}") for key in ("verl", "trinity")} for side in SIDES)
     met = loss_call.run(vanilla, patched, timing, args.json)
     return 1 if args.strict and not met else 0
 
@@ -54,13 +54,11 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         "over no .pth. Exit code 0 (with --strict: 1 when a target is missed); 1 a child process failed; 2 on bad "
         "input.",
     )
-    workspace = resolve_workspace(None, None, os.environ)  # the pins, and $PATCHSET_CACHE or .cache
-    for side, folder in (("patched", workspace.cache.patched), ("vanilla", workspace.cache.upstreams)):
+    trees = DefaultTrees.from_workspace(os.environ).trees  # the pins, and $PATCHSET_CACHE or .cache
+    for side in ("patched", "vanilla"):
         for key, label in (("verl", "verl"), ("trinity", "Trinity-RFT")):
-            pin = workspace.pins.default_for(key)
-            tree = folder / pin.dirname if pin else None
             tree_help = f"{side} {label} tree (default %(default)s)"
-            parser.add_argument(f"--{key}-{side}", type=Path, default=tree, help=tree_help)
+            parser.add_argument(f"--{key}-{side}", type=Path, default=trees.get((key, side)), help=tree_help)
     default = loss_call.Timing()
     parser.add_argument(
         "--blocks", type=int, default=default.blocks, help="alternating blocks per case and tree (default %(default)s)"
