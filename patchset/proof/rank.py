@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_harness.adapt import ULYSSES_SDPA_ATTENTION, freeze_collector, ulysses_sdpa_attention, unpad_helpers
-from engine_harness.data import ragged_global_batch, step_data, with_teacher
+from engine_harness.data import step_data, with_teacher
 from engine_harness.engine import OptimizerSettings, StepResult, build_engine, module_files, step_clock, train_step
 from engine_harness.losses import loss_function
 from engine_harness.sim import Split, load_value_head_with_config_attention
@@ -55,14 +55,19 @@ def _splits(settings: Settings) -> list[tuple[str, int]]:
     return [(split, k) for split in settings.splits for k in settings.micro_batches if k > 1]
 
 
-def _run_case(case: Case, precision: str, settings: Settings, rank: int) -> list[dict]:
+def _mini_batches(case: Case, settings: Settings) -> list:
+    """The training runs' pool of mini-batches (`mini_batch_pool`), with the teacher's log-probs for distillation; its
+    first is the single-step proof's mini-batch."""
     model = MODELS[settings.model]
+    sequences = global_batch_size(model, settings.world_size // settings.sp, settings.micro_batches)
+    pool = mini_batch_pool(model.shape.vocab_size, sequences, model.prompt_len, model.response_len)
+    return [with_teacher(batch, model.shape.vocab_size) for batch in pool] if case.name == "distillation" else pool
+
+
+def _run_case(case: Case, precision: str, settings: Settings, rank: int) -> list[dict]:
     engine = build_engine(case.name, settings.model_path, settings.attention, precision, sequence_parallel=settings.sp)
     freeze_collector()
-    sequences = global_batch_size(model, settings.world_size // settings.sp, settings.micro_batches)
-    global_batch = ragged_global_batch(model.shape.vocab_size, sequences, model.prompt_len, model.response_len)
-    if case.name == "distillation":
-        global_batch = with_teacher(global_batch, model.shape.vocab_size)
+    global_batch = _mini_batches(case, settings)[0]
     _step(engine, global_batch, Split(1), case, settings, rank)  # warm-up, not recorded (allocations, kernels)
     rows = []
     for split, micro_batches in [REFERENCE, *_splits(settings)]:
@@ -96,7 +101,7 @@ def _run_trajectories(case: Case, precision: str, settings: Settings, rank: int)
     """``--steps N``: for each clipping setting, the reference (K = 1), K = 1 shuffled, then each split, N optimizer
     steps each from the same start on the same pool of mini-batches (`trajectory`). Returns (runs, single-step rows):
     the first step of each run of the first clipping setting is also the single-step proof's measurement."""
-    steps, clips, sp, model = settings.steps, settings.clips, settings.sp, MODELS[settings.model]
+    steps, clips, sp = settings.steps, settings.clips, settings.sp
     optimizer = OptimizerSettings(lr=settings.lr, weight_decay=None, total_training_steps=steps)
     dp = settings.world_size // sp
     engine = build_engine(
@@ -109,10 +114,7 @@ def _run_trajectories(case: Case, precision: str, settings: Settings, rank: int)
         f"{type(engine.optimizer).__name__} lr={used['lr']:g} betas={tuple(used['betas'])} "
         f"weight_decay={used['weight_decay']:g} eps={used['eps']:g}"
     )
-    sequences = global_batch_size(model, dp, settings.micro_batches)
-    pool = mini_batch_pool(model.shape.vocab_size, sequences, model.prompt_len, model.response_len)
-    if case.name == "distillation":
-        pool = [with_teacher(batch, model.shape.vocab_size) for batch in pool]
+    pool = _mini_batches(case, settings)
     _step(engine, pool[0], Split(1), case, settings, rank)  # warm-up, not recorded; its update is undone
     runs, single = [], []
     for clip in clips:
