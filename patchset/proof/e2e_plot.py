@@ -14,10 +14,10 @@ from pathlib import Path
 
 from engine_harness import LOSS_AGG_MODES
 from patchset.plumbing.errors import BadInput
+from patchset.proof import plots
 
 COMPONENTS = {"critic": "verl 0.8.0 critic value_loss", "actor": "Trinity-RFT 0.6.0 TrinityPolicyLoss"}
-# patched drawn first, wide and pale, vanilla thin on top: where they coincide both stay visible
-TREES = {"fixed": ("patched", "tab:blue", 4.0, 0.55), "bug": ("vanilla", "tab:red", 1.5, 1.0)}
+TREES = {"fixed": "patched", "bug": "vanilla"}  # in the order drawn (`plots.TREES`)
 WORLD_STYLES = {1: ("-", "o", "full"), 2: ("--", "s", "none")}
 
 Series = dict[tuple[str, str, str, int], dict[int, float]]  # (expect, component, mode, ws) -> {K: grad_norm}
@@ -56,9 +56,7 @@ def markdown_table(series: Series) -> str:
 
 
 def draw(series: Series, output: Path) -> None:
-    from patchset.proof.plots import pyplot
-
-    plt = pyplot()
+    plt = plots.pyplot()
     figure, axes = plt.subplots(
         len(COMPONENTS), len(LOSS_AGG_MODES), figsize=(4.2 * len(LOSS_AGG_MODES), 3.6 * len(COMPONENTS))
     )
@@ -68,7 +66,8 @@ def draw(series: Series, output: Path) -> None:
             keys = [key for key in series if key[1:3] == (component, mode)]
             for expect, _, _, world_size in sorted(keys, key=lambda key: (list(TREES).index(key[0]), key[3])):
                 points = series[expect, component, mode, world_size]
-                tree, color, width, alpha = TREES[expect]
+                tree = TREES[expect]
+                color, width, alpha = plots.TREES[tree]
                 line_style, marker, fill = WORLD_STYLES.get(world_size, (":", "^", "full"))
                 counts = sorted(points)
                 axis.plot(
