@@ -62,9 +62,9 @@ def _micro_batch(component: str, sequences: int) -> tuple[dict[str, Any], Any]:
 def _case_call(component: str, mode: str, sequences: int) -> Callable[[], Any]:
     """One call of the case's loss (or mini-batch selection) on its inputs, inside a child."""
     if component in SELECTION_COMPONENTS:
-        from patchset.bench.selection import CovSelectionStep
+        from patchset.bench.selection import selection_step
 
-        return CovSelectionStep(component, sequences).call
+        return selection_step(component, sequences)
     from engine_harness.losses import loss_function
 
     loss = loss_function(LOSSES[component], mode, strategy="fsdp")
