@@ -5,13 +5,6 @@ regression suite's, tests/overlay's, the proof's ranks, the benchmarks' children
 `patchset.plumbing`. It runs from the checkout and is not in the project's wheel (setup.cfg names the shipped packages).
 It imports nothing from tests/ or scripts/ (tests/scripts/test_layers.py).
 
-- `sim`: the batch, model outputs and configs verl 0.8's engine feeds a loss (the tests' engine steps: tests/harness);
-- `trinity_configs`: Trinity's algorithm configs as its validator completes them;
-- `worker_statistics`: what the tree's worker does to a mini-batch before the engine splits it;
-- `adapt`: what a CPU-only or flash_attn-less machine needs, none of it on the loss path;
-- `model`, `data`, `losses`, `engine`: a random Qwen2, the mini-batch and each rank's step data, the loss of each
-  case, and verl's FSDP2 engine built and stepped (`build_engine`, `train_step`).
-
 Nothing here imports torch or verl at import time except `sim`: the scripts' main processes read the constants.
 """
 
