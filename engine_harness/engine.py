@@ -21,11 +21,8 @@ from engine_harness.model import MODEL_SEED
 
 @dataclass(frozen=True)
 class OptimizerSettings:
-    """verl's `FSDPOptimizerConfig` (AdamW) fields the harness sets; ``lr`` or ``weight_decay`` None leaves verl's
-    default.
-
-    The default learning rate is 0: the weights never move, and every step sees the same model.
-    """
+    """verl's `FSDPOptimizerConfig` (AdamW) fields the harness sets, None for verl's default. The default learning
+    rate is 0: the weights never move, and every step sees the same model."""
 
     lr: float | None = 0.0
     clip_grad: float = 1.0
@@ -66,11 +63,9 @@ def build_engine(
     optimizer: OptimizerSettings | None = None,
     sequence_parallel: int = 1,
 ) -> Any:
-    """The engine verl trains ``loss`` with (`FSDPEngineWithValueHead` for the critic, `FSDPEngineWithLMHead` for
-    the actor losses), initialized on every rank of the process group (``optimizer`` None: `OptimizerSettings()`).
-    fp32 master weights and gradient reduction; ``compute_dtype`` "bf16" is verl's default mixed precision;
-    ``sequence_parallel`` is verl's ``ulysses_sequence_parallel_size`` (its data-parallel size is the world's over it).
-    """
+    """The engine verl trains ``loss`` with, initialized on every rank of the process group: fp32 master weights and
+    gradient reduction; ``compute_dtype`` "bf16" is verl's default mixed precision; ``sequence_parallel`` is verl's
+    ``ulysses_sequence_parallel_size`` (its data-parallel size is the world's over it)."""
     import torch
     from verl.trainer.config import CheckpointConfig
     from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, HFModelConfig

@@ -22,10 +22,8 @@ KL_COV_RATIO, PPO_KL_COEF = 0.05, 1.0
 
 def loss_function(loss: str, mode: str, strategy: str = "fsdp2") -> Any:
     """The callable verl's engine calls per micro-batch for ``loss`` (one of `LOSSES`) with ``loss_agg_mode`` ``mode``.
-
     Build a fresh one for each distillation step: verl keeps the global batch info on its configs between calls, and
-    the case is a fresh worker's first call.
-    """
+    the case is a fresh worker's first call."""
     from engine_harness.sim import actor_config
 
     if loss == "critic":

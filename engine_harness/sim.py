@@ -87,11 +87,8 @@ def use_cpu_unpadding() -> None:
 def make_rollout_batch(
     batch_size: int, seed: int, extra_fields: Sequence[str] = (), holes_in_mask: bool = False
 ) -> TensorDict:
-    """A left-right padded batch with ragged prompt and response lengths, as the trainer builds it.
-
-    ``extra_fields`` names per-token float fields to add (values, returns, advantages, ...). With
-    ``holes_in_mask`` some tokens inside responses are masked out, as Trinity's multi-turn masks are.
-    """
+    """A left-right padded batch with ragged prompt and response lengths, as the trainer builds it, with the per-token
+    float ``extra_fields``; ``holes_in_mask``: some response tokens masked out, as Trinity's multi-turn masks are."""
     generator = torch.Generator().manual_seed(seed)
     prompt_lens = torch.randint(1, PROMPT_LEN + 1, (batch_size,), generator=generator)
     response_lens = torch.randint(1, RESPONSE_LEN + 1, (batch_size,), generator=generator)

@@ -53,8 +53,7 @@ def before_split(loss: str, engine: Any, data: Any, loss_function: Any, update: 
     """Prepare ``data`` (this rank's mini-batch, no-padding) for ``loss`` as the tree's worker does, as its
     ``update``-th mini-batch (the worker's count, which Clip-Cov's draw reads); ``loss_function`` is the harness's
     ``partial(ppo_loss, config)``, whose config the worker is given. Nothing happens on a vanilla tree, or for a loss
-    the worker leaves alone. Call it in the engine's train mode, as the worker does (`engine_harness.engine.train_step`
-    runs it there, as its ``before``, and times it with the step)."""
+    the worker leaves alone. Call it in the engine's train mode, as the worker does."""
     if loss not in WORKER_LOSSES or not has_mini_batch_hooks():  # other losses import no verl worker
         return
     from verl.utils import tensordict_utils as tu

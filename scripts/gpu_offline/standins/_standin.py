@@ -17,9 +17,7 @@ DECORATORS = ("remote", "method")  # ray's decorators, which modules apply at im
 
 
 class Placeholder:
-    """Any attribute is another placeholder; ``remote`` and ``method`` used as decorators return what they decorate
-    unchanged; as a base class it is ``object``; ``isinstance(x, placeholder)`` is False. Any other call raises,
-    naming the stand-in."""
+    """Any attribute of a stand-in package: as ray's decorators it leaves what it decorates alone; other calls raise."""
 
     def __init__(self, name: str) -> None:
         self._name = name
