@@ -13,6 +13,7 @@ from pathlib import Path
 
 from engine_harness.adapt import ULYSSES_SDPA_ATTENTION as ULYSSES_SDPA  # imports no torch
 from patchset.plumbing.errors import EXIT_TIMED_OUT, BadInput
+from patchset.proof import plots
 from patchset.proof.cases import CASES, MODELS, Model, Settings
 from patchset.proof.launch import SideResult, measure
 from patchset.proof.report import (
@@ -191,15 +192,12 @@ def prove(request: Request, defaults: DefaultTrees) -> int:
         request.json.write_text(json.dumps(written, indent=1))
     machine = f"{environment.get('device', '?')} x{world_size}" if environment else f"{settings.device} x{world_size}"
     if request.plot and settings.steps > 1 and any(runs.values()):
-        from patchset.proof.plots import draw_trajectories
-
         title = f"scripts/gpu_proof.py --steps {settings.steps}, model {settings.model}, {machine}"
-        draw_trajectories(runs, cases, precisions, title, request.plot)
+        plots.draw_trajectories(runs, cases, precisions, title, request.plot)
         print(f"* plot: {request.plot}")
     elif request.plot and any(results.values()):
-        from patchset.proof.plots import draw
-
-        draw(results, cases, precisions, f"scripts/gpu_proof.py, model {settings.model}, {machine}", request.plot)
+        title = f"scripts/gpu_proof.py, model {settings.model}, {machine}"
+        plots.draw(results, cases, precisions, title, request.plot)
         print(f"* plot: {request.plot}")
     judged = [v.passed for v in (*verdicts, *trajectory_verdicts) if v.passed is not None]
     expected = sum(one_step_judges(side, CASES[case], p) for side in sides for case in cases for p in precisions)
