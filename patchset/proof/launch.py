@@ -1,7 +1,4 @@
-"""The main process's end of one tree's run: start the tree's process (`side`), wait for it, read what its ranks wrote.
-
-The tree's process runs ``python -m patchset.proof.side`` from the checkout, with the tree's packages on ``PYTHONPATH``.
-"""
+"""The main process's end of one tree's run: start the tree's process (`side`), wait, read what its ranks wrote."""
 
 from __future__ import annotations
 
@@ -54,7 +51,6 @@ def measure(
     )
     settings_file.write_text(settings.to_json())
     command = [sys.executable, "-m", "patchset.proof.side", str(settings_file), str(result_file)]
-    code: int | str
     with log_file.open("w") as log:
         # a session of its own, so that a timeout ends the ranks it started too
         process = subprocess.Popen(
