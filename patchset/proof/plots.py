@@ -87,7 +87,7 @@ def draw_trajectories(
     every = [run for runs in results.values() for run in runs]
     clips = sorted({run.clip for run in every}, key=lambda clip: math.inf if clip is None else clip)
     # the shuffled run is left out: it lies on K=1 (its distance is in the table)
-    keys = [REFERENCE, *(key for key in columns(every) if key[0] != "shuffled")]
+    keys = [REFERENCE, *(key for key in columns(run.key for run in every) if key[0] != "shuffled")]
     rows = [(case, precision) for case in cases for precision in precisions]
     figure, axes = plt.subplots(
         len(rows), 2 * len(clips), figsize=(3.4 * 2 * len(clips), 2.6 * len(rows)), squeeze=False

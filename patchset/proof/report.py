@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-from patchset.proof.cases import CASES, SPLIT_KINDS
+from patchset.proof.cases import CASES
 from patchset.proof.trajectory import REFERENCE, Run, TrajectoryVerdict, clip_label, columns, runs_of, split_label
 from patchset.proof.verdict import TOLERANCE, Measurement, Verdict, median_step_seconds, relative
 
@@ -14,8 +14,7 @@ from patchset.proof.verdict import TOLERANCE, Measurement, Verdict, median_step_
 def table(results: Mapping[str, Sequence[Measurement]], cases: Sequence[str], precisions: Sequence[str]) -> list[str]:
     """One line per case, precision and tree: grad_norm at K=1, then grad_norm / K=1's at every split, and the
     median step time."""
-    splits = {(row.split, row.micro_batches) for rows in results.values() for row in rows if row.micro_batches > 1}
-    shown = sorted(splits, key=lambda key: (SPLIT_KINDS.index(key[0]), key[1]))
+    shown = columns((row.split, row.micro_batches) for rows in results.values() for row in rows)
     header = ["case", "precision", "tree", "K=1 grad_norm", *(f"{s} K={k}" for s, k in shown), "step s"]
     lines = []
     for case in cases:
@@ -87,7 +86,7 @@ def trajectory_table(
     """One line per case, precision, clipping and tree: each run's final distance from K=1, the share of clipped
     steps (K=1, then the largest split), and the last step's loss at K=1."""
     every = [run for runs in results.values() for run in runs]
-    shown = columns(every)
+    shown = columns(run.key for run in every)
     header = ["case", "precision", "clip", "tree", *map(split_label, shown), "clipped K=1 / max", "loss K=1"]
     lines = []
     clips = sorted({run.clip for run in every}, key=lambda clip: math.inf if clip is None else clip)

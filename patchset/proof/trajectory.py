@@ -145,9 +145,9 @@ def judge_trajectories(
     return verdict(beyond, f"{'shows' if beyond else 'does not show'} the bug over the run: {shown}")
 
 
-def columns(runs: Iterable[Run]) -> list[tuple[str, int]]:
+def columns(keys: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
     order = {"fixed": 0, "shuffled": 1, "dynamic": 2}
-    return sorted({run.key for run in runs if run.key != REFERENCE}, key=lambda key: (order[key[0]], key[1]))
+    return sorted({key for key in keys if key != REFERENCE}, key=lambda key: (order[key[0]], key[1]))
 
 
 def split_label(key: tuple[str, int]) -> str:
