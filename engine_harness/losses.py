@@ -40,17 +40,28 @@ def loss_function(loss: str, mode: str, strategy: str = "fsdp2") -> Any:
             **critic_model_fields(),
         )
         return partial(value_loss, config)
-    if loss in ("ppo", "geo_mean"):
+    if loss in ("ppo", "geo_mean", "kl_cov", "is_norm"):
+        from verl.trainer.config.algorithm import RolloutCorrectionConfig
         from verl.workers.config import PolicyLossConfig
         from verl.workers.utils.losses import ppo_loss
 
-        policy_loss = PolicyLossConfig(loss_mode="vanilla" if loss == "ppo" else "geo_mean")
-        config = actor_config(mode, strategy=strategy, policy_loss=policy_loss, use_kl_loss=True, entropy_coeff=0.01)
-        return partial(ppo_loss, config)
-    if loss in ("kl_cov", "is_norm"):
-        from verl.workers.utils.losses import ppo_loss
-
-        return partial(ppo_loss, actor_config(mode, strategy=strategy, policy_loss=_worker_statistics_policy(loss)))
+        if loss == "kl_cov":
+            policy_loss = PolicyLossConfig(loss_mode="kl_cov", kl_cov_ratio=KL_COV_RATIO, ppo_kl_coef=PPO_KL_COEF)
+        elif loss == "is_norm":  # bypass mode's REINFORCE, token-level IS weights truncated at 2 and normalized by
+            # their mean (the set-up of verl's examples/rollout_correction, token level)
+            correction = RolloutCorrectionConfig(
+                rollout_is="token",
+                rollout_is_threshold=2.0,
+                rollout_is_batch_normalize=True,
+                rollout_rs=None,
+                bypass_mode=True,
+                loss_type="reinforce",
+            )
+            policy_loss = PolicyLossConfig(loss_mode="bypass_mode", rollout_correction=correction)
+        else:
+            policy_loss = PolicyLossConfig(loss_mode="vanilla" if loss == "ppo" else "geo_mean")
+        terms = {"use_kl_loss": True, "entropy_coeff": 0.01} if loss in ("ppo", "geo_mean") else {}
+        return partial(ppo_loss, actor_config(mode, strategy=strategy, policy_loss=policy_loss, **terms))
     if loss == "distillation":
         from verl.trainer.distillation.losses import distillation_ppo_loss
         from verl.workers.config import DistillationConfig, DistillationLossConfig
@@ -70,25 +81,6 @@ def loss_function(loss: str, mode: str, strategy: str = "fsdp2") -> Any:
     if default_loss_scale_switch():  # this patchset's default: the loss its users' actor gets
         return TrinityPolicyLoss(config, fix_actor_microbatch_loss_scale=True)
     return TrinityPolicyLoss(config)  # upstream's default (False)
-
-
-def _worker_statistics_policy(loss: str) -> Any:
-    """KL-Cov's policy loss (`KL_COV_RATIO`, `PPO_KL_COEF`), or bypass mode's REINFORCE with token-level IS weights
-    truncated at 2 and normalized by their mean (the set-up of verl's examples/rollout_correction, token level)."""
-    from verl.trainer.config.algorithm import RolloutCorrectionConfig
-    from verl.workers.config import PolicyLossConfig
-
-    if loss == "kl_cov":
-        return PolicyLossConfig(loss_mode="kl_cov", kl_cov_ratio=KL_COV_RATIO, ppo_kl_coef=PPO_KL_COEF)
-    rollout_correction = RolloutCorrectionConfig(
-        rollout_is="token",
-        rollout_is_threshold=2.0,
-        rollout_is_batch_normalize=True,
-        rollout_rs=None,
-        bypass_mode=True,
-        loss_type="reinforce",
-    )
-    return PolicyLossConfig(loss_mode="bypass_mode", rollout_correction=rollout_correction)
 
 
 def engine_modules(losses: Sequence[str]) -> list[str]:
