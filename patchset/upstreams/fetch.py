@@ -94,8 +94,9 @@ def sha256_of(path: Path) -> str:
         return hashlib.file_digest(stream, "sha256").hexdigest()
 
 
-def _normalized(text: str) -> str:
-    return re.sub(r"[-_.]+", "-", text).lower()
+def normalized(name: str) -> str:
+    """The name as PEP 503 compares names: ``Trinity_RFT`` and ``trinity-rft`` are the same project."""
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 _SDIST_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip")
@@ -106,14 +107,14 @@ def _cached_sdist(cache: Cache, pin: Pin, console: Console) -> tuple[Path | None
     not match (a damaged copy, said so)."""
     if not cache.sdists.is_dir():
         return None, []
-    prefix = _normalized(f"{pin.name}-{pin.version}") + "-"
-    exact = {_normalized(f"{pin.name}-{pin.version}{suffix}") for suffix in _SDIST_SUFFIXES}
+    prefix = normalized(f"{pin.name}-{pin.version}") + "-"
+    exact = {normalized(f"{pin.name}-{pin.version}{suffix}") for suffix in _SDIST_SUFFIXES}
     damaged: list[Path] = []
     for candidate in sorted(cache.sdists.iterdir()):
-        if candidate.is_file() and _normalized(candidate.name).startswith(prefix):
+        if candidate.is_file() and normalized(candidate.name).startswith(prefix):
             if sha256_of(candidate) == pin.sdist_sha256:
                 return candidate, []
-            if _normalized(candidate.name) in exact:
+            if normalized(candidate.name) in exact:
                 console.warn(f"{candidate} does not match the sha256 pinned for {pin.label}; not using it")
                 damaged.append(candidate)
     return None, damaged

@@ -7,15 +7,11 @@ from collections.abc import Sequence
 
 from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import display_path
+from patchset.upstreams.fetch import normalized
 from patchset.upstreams.pins import Pin, Pins
 
 # NAME==VERSION, spaces allowed around ==; the version is a release as upstreams.toml writes it (no local label)
 _REQUIREMENT = re.compile(r"^\s*(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*==\s*(?P<version>\S+?)\s*$")
-
-
-def _normalized(name: str) -> str:
-    """The name as PEP 503 compares names: ``Trinity_RFT`` and ``trinity-rft`` are the same project."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def requirement(pin: Pin) -> str:
@@ -45,13 +41,13 @@ def select_pins(pins: Pins, requested: Sequence[str]) -> tuple[Pin, ...]:
                 f"--pin {text!r}: expected NAME==VERSION of a pinned release, e.g. --pin verl==0.9.1 "
                 f"(buildable: {_listing(pins)})"
             )
-        name, version = _normalized(match["name"]), match["version"]
+        name, version = normalized(match["name"]), match["version"]
         if "+" in version:
             raise BadInput(
                 f"--pin {text}: give the upstream release without a local label (--pin {match['name']}=="
                 f"{version.partition('+')[0]}); the build labels the wheel +patchset.N itself"
             )
-        pin = next((p for p in pins.pins if _normalized(p.name) == name and p.version == version), None)
+        pin = next((p for p in pins.pins if normalized(p.name) == name and p.version == version), None)
         if pin is None:
             raise BadInput(
                 f"--pin {text}: {display_path(pins.source)} does not pin that release (buildable: {_listing(pins)})"

@@ -56,8 +56,8 @@ def kill(here, name):
         os.kill(os.getpid(), signal.SIGKILL)
 
 def download(name, version, dest):  # a fake PyPI: the sdists in FAULT_SDISTS
-    wanted = fetch._normalized(f"{name}-{version}.")
-    [source] = [f for f in Path(env["FAULT_SDISTS"]).iterdir() if fetch._normalized(f.name).startswith(wanted)]
+    wanted = fetch.normalized(f"{name}-{version}.")
+    [source] = [f for f in Path(env["FAULT_SDISTS"]).iterdir() if fetch.normalized(f.name).startswith(wanted)]
     got = Path(shutil.copy(source, dest))
     kill("download", name)
     return got
