@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from patchset.apply.plan import scratch_copy
 from patchset.apply.target import TreeToPatch
 from patchset.plumbing import files, gitops, patchtext
 from patchset.series.history import History, KnownPatch, KnownSeries, of_series
@@ -171,7 +170,7 @@ def peel_unknown(target: TreeToPatch, held: Held, texts: Mapping[str, bytes], sc
     if not unknown or any(state.patch.name not in texts for state in held.patches):
         return {}
     files_of = sorted({c.path for state in held.patches for c in state.patch.changes})
-    scratch_copy(target.root, files_of, scratch)
+    gitops.scratch_copy(target.root, files_of, scratch)
     for state in reversed(held.patches):
         if state.state == "not applied":
             continue

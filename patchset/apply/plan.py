@@ -16,7 +16,7 @@ from pathlib import Path
 
 from patchset.apply.target import TreeToPatch
 from patchset.plumbing import files, gitops, tempdirs
-from patchset.plumbing.gitops import Merge, MergeResult, three_way
+from patchset.plumbing.gitops import Merge, MergeResult, scratch_copy, three_way
 from patchset.series.model import Patch, UpstreamCheck
 from patchset.upstreams.pins import at_least
 
@@ -168,14 +168,6 @@ def _forward(
             if objects is not None and index not in no_merge:
                 merges[index] = three_way(scratch, patch.path, patch.files, objects, install=True)
     return failed, merges
-
-
-def scratch_copy(root: Path, paths: Iterable[str], into: Path) -> Path:
-    """``paths`` of the tree at ``root`` copied into ``into``, a new folder made an empty git repository."""
-    into.mkdir()
-    gitops.init_scratch(into)
-    files.copy_paths(root, into, paths)
-    return into
 
 
 def plan_series(

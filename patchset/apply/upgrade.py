@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from patchset.apply.earlier import Held, peel_unknown, restore_originals, write_record
-from patchset.apply.plan import Action, plan_series, scratch_copy, series_files
+from patchset.apply.plan import Action, plan_series, series_files
 from patchset.apply.report import listing
 from patchset.apply.target import TreeToPatch
 from patchset.apply.transaction import restore
@@ -92,7 +92,7 @@ def prepare(
             f"changed. Next: commit or stash them, or pass --allow-dirty to patch on top of them"
         )
     others = sorted(rel for rel in status if rel not in paths)
-    scratch_copy(target.root, paths, into)
+    gitops.scratch_copy(target.root, paths, into)
     if held is not None:
         console.step(f"Taking {held.series.shown} out of {target.shown} (on a scratch copy)")
         lost = restore_originals(target, held, into, vanilla, peeled)

@@ -40,17 +40,8 @@ def write_durably(path: Path, data: bytes) -> None:
 
 
 def copy_paths(source: Path, dest: Path, paths: Iterable[str]) -> None:
-    """Copy ``paths`` (relative) from ``source`` to ``dest`` as they are; absent paths stay absent."""
-    for rel in paths:
-        src = source / rel
-        if not (src.is_symlink() or src.is_file()):
-            continue
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if src.is_symlink():
-            os.symlink(os.readlink(src), target)
-        else:
-            shutil.copy2(src, target)
+    """Copy the files and symlinks of ``paths`` (relative) from ``source`` into ``dest``, which lacks them."""
+    install_paths(source, dest, [rel for rel in paths if (source / rel).is_symlink() or (source / rel).is_file()])
 
 
 def install_paths(source: Path, dest: Path, paths: Iterable[str]) -> None:

@@ -281,6 +281,14 @@ def init_scratch(path: Path) -> None:
     run_git([*NEUTRAL, "init", "-q"], cwd=path, env=isolated_env())
 
 
+def scratch_copy(root: Path, paths: Iterable[str], into: Path) -> Path:
+    """``paths`` of the tree at ``root`` copied into ``into``, a new folder made an empty git repository."""
+    into.mkdir()
+    init_scratch(into)
+    files.copy_paths(root, into, paths)
+    return into
+
+
 @dataclass(frozen=True)
 class ApplyResult:
     ok: bool
@@ -327,9 +335,7 @@ def three_way(
     if objects is None:
         return MergeResult(Merge.UNAVAILABLE, "the tree has no git objects")
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("merge")) as tmp:
-        scratch = Path(tmp)
-        init_scratch(scratch)
-        files.copy_paths(root, scratch, paths)
+        scratch = scratch_copy(root, paths, Path(tmp) / "scratch")
         env = isolated_env(GIT_ALTERNATE_OBJECT_DIRECTORIES=str(objects))
         run_git([*NEUTRAL, "add", "-A", "-f"], cwd=scratch, env=env)
         args = [*NEUTRAL, "apply", "--3way", "--whitespace=nowarn", str(patch.resolve())]
