@@ -1,5 +1,4 @@
-"""Command line: ``python -m patchset wheels [build|manifest]`` (``scripts/build-wheels.sh``); the work is
-``patchset.wheels.build``."""
+"""Command line: ``python -m patchset wheels [build|manifest]``; the work is ``patchset.wheels.build``."""
 
 from __future__ import annotations
 

@@ -40,8 +40,7 @@ def folders_for(own: Path, inherited: str | None) -> str:
 
 
 def register(config: Any) -> None:
-    """Register ``RunningTests`` when a waiter asked for it, but not in pytest-xdist's controller, which would only
-    echo its workers."""
+    """Register ``RunningTests`` where a waiter asked for it, but not in xdist's controller (it echoes its workers)."""
     folders = [Path(f) for f in os.environ.get(RUNNING_DIR_VARIABLE, "").split(os.pathsep) if f and Path(f).is_dir()]
     controller = bool(config.getoption("numprocesses", None)) and not hasattr(config, "workerinput")
     if folders and not controller:

@@ -1,5 +1,4 @@
-"""Copy, install and compare the files of a tree by relative path: regular files with their mode, symlinks as
-symlinks, absence as absence."""
+"""Copy, install and compare the files of a tree by relative path: files with their mode, symlinks, absence."""
 
 from __future__ import annotations
 
@@ -25,8 +24,7 @@ def fsync(path: Path) -> None:
 
 
 def write_durably(path: Path, data: bytes) -> None:
-    """Write ``path`` whole or not at all, on disk before this returns, for what a later run trusts after a crash (a
-    snapshot's manifest): a file beside it named for this process, flushed, renamed into place, the folder flushed."""
+    """Write ``path`` whole or not at all, on disk before this returns: what a later run trusts after a crash."""
     staged = path.with_name(tempdirs.prefix("write", hidden=True) + path.name)
     try:
         with staged.open("wb") as stream:

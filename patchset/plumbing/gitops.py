@@ -69,8 +69,7 @@ class Identity:
 
 
 def isolated_env(**extra: str) -> dict[str, str]:
-    """The environment, and ``extra``, with the user's global and system git config switched off (for trees the tool
-    owns)."""
+    """The environment and ``extra``, with the user's global and system git config off (for trees the tool owns)."""
     isolated = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0"}
     return {**os.environ, **isolated, **extra}
 
@@ -145,8 +144,7 @@ def objects_dir(tree: WorkTree) -> Path | None:
 
 
 def git_dir(tree: WorkTree) -> Path:
-    """The git directory of the work tree holding ``tree`` (its own one for a linked worktree, as git keeps the
-    index and ``index.lock`` of each worktree there)."""
+    """The git directory of ``tree``'s work tree: a linked worktree's own, where git keeps its ``index.lock``."""
     return Path(run_git(["rev-parse", "--absolute-git-dir"], cwd=tree.root).stdout.strip())
 
 
@@ -222,18 +220,17 @@ def read_blobs(repo: Path, ids: Iterable[str]) -> dict[str, bytes]:
     return found
 
 
-def init_commit_tag(path: Path, *, message: str, tag: str, identity: Identity, branch: str = "main") -> None:
+def init_commit_tag(path: Path, *, message: str, tag: str, identity: Identity) -> None:
     """Make ``path`` a repository holding all its files in one reproducible commit, tagged ``tag``."""
     env = isolated_env(**identity.env())
-    run_git([*NEUTRAL, "init", "-q", f"--initial-branch={branch}"], cwd=path, env=env)
+    run_git([*NEUTRAL, "init", "-q", "--initial-branch=main"], cwd=path, env=env)
     run_git([*NEUTRAL, "add", "-A", "-f"], cwd=path, env=env)
     run_git([*NEUTRAL, "commit", "-q", "--no-verify", "--allow-empty", "-m", message], cwd=path, env=env)
     run_git([*NEUTRAL, "tag", tag], cwd=path, env=env)
 
 
 def git_value(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> str | None:
-    """What ``git ARGS`` prints in ``cwd``, stripped; None when it fails or prints nothing: for questions, where a
-    failure is an answer."""
+    """What ``git ARGS`` prints in ``cwd``, stripped; None when it fails or prints nothing (a failure is an answer)."""
     proc = run_git(list(args), cwd=cwd, env=env, check=False)
     return proc.stdout.strip() or None if proc.returncode == 0 else None
 
@@ -305,8 +302,8 @@ def apply_patch(
     include: Sequence[str] = (),
 ) -> ApplyResult:
     """``git apply [--check] [--reverse] PATCH`` on the work tree at ``cwd`` (never the index); atomic per patch.
-    ``--whitespace=nowarn`` keeps a user's ``apply.whitespace=fix`` from rewriting what the patch adds, which would
-    make reversing it inexact. ``directory``: for a tree below the top of its work tree (run from the top then)."""
+    ``--whitespace=nowarn``: a user's ``apply.whitespace=fix`` would make reversing it inexact. ``directory``: the
+    tree's prefix below ``cwd``, the top of its work tree."""
     flags = {"--check": check, "--reverse": reverse, f"--directory={directory.rstrip('/')}": bool(directory)}
     args = ["apply", "--whitespace=nowarn", *(flag for flag, wanted in flags.items() if wanted)]
     args += [*(f"--include={path}" for path in include), str(patch.resolve())]

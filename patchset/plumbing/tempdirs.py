@@ -31,8 +31,7 @@ def alive(pid: int) -> bool:
 
 
 def sweep(folder: Path | None = None) -> list[Path]:
-    """Remove the scratch folders and files in ``folder`` (default: the system temp folder) left by processes that
-    are gone; return them."""
+    """Remove and return the scratch entries in ``folder`` (default: the temp folder) of processes that are gone."""
     where = Path(folder or tempfile.gettempdir())
     removed = []
     try:

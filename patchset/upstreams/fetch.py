@@ -64,8 +64,7 @@ class Unreachable(BadInput):
 
 
 def pip_download(name: str, version: str, dest: Path) -> Path:
-    """Download the sdist of ``name==version`` with pip into the empty ``dest``; ``Unreachable`` when pip could not
-    reach its index."""
+    """Download the sdist of ``name==version`` with pip into the empty ``dest``; ``Unreachable``: no index reached."""
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:"]
     command += ["--disable-pip-version-check", f"{name}=={version}", "-d", str(dest)]
     proc = subprocess.run(command, capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL)
@@ -103,8 +102,7 @@ _SDIST_SUFFIXES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip")
 
 
 def _cached_sdist(cache: Cache, pin: Pin, console: Console) -> tuple[Path | None, list[Path]]:
-    """A verified sdist of ``pin`` already in the cache (the sha256 decides), and the files named like it that do
-    not match (a damaged copy, said so)."""
+    """A verified sdist of ``pin`` in the cache (the sha256 decides), and the files named like it that do not match."""
     if not cache.sdists.is_dir():
         return None, []
     prefix = normalized(f"{pin.name}-{pin.version}") + "-"
@@ -211,8 +209,7 @@ def _usable(checkout: Path, pin: Pin) -> str | None:
 
 
 def ensure_upstream(pin: Pin, cache: Cache, console: Console) -> Path:
-    """The vanilla git checkout of ``pin`` in the cache, fetched and built on first use; a second run waits for the
-    first, then reuses what it made."""
+    """The vanilla checkout of ``pin`` in the cache, made on first use; a second run waits for it, then reuses it."""
     shown = f"{pin.label} in the cache {display_path(cache.root)}"
     sweep = (cache.sdists, cache.upstreams)
     with cachelock.hold(cache.root, f"upstreams-{pin.dirname}", shown, console, wait=True, sweep=sweep):

@@ -32,8 +32,7 @@ LINT_NOT_RUN = (
 
 
 def pr_template(parts: PrParts) -> str:
-    """Trinity-RFT's .github/pull_request_template.md: a Description (background, purpose, changes, how to test),
-    then its Checklist."""
+    """Trinity-RFT's .github/pull_request_template.md: a Description, then its Checklist."""
     return "\n".join(
         [
             "## Description",
