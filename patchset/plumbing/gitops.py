@@ -31,8 +31,7 @@ def config_args(config: Mapping[str, str]) -> list[str]:
 
 
 NEUTRAL = tuple(config_args(NEUTRAL_CONFIG))
-# git am that records a patch as it is: keep "[area]" in the subject (only "[PATCH ...]" is stripped), keep CRs,
-# no scissors, no Message-Id, no 3-way merge, no whitespace fixing.
+# git am that records a patch as it is: "[area]" kept in the subject (only "[PATCH ...]" goes), CRs too, no fixing
 AM_OPTIONS = (
     "--keep-non-patch",
     "--keep-cr",

@@ -304,9 +304,6 @@ def build_wheels(build: WheelBuild, workspace: Workspace, console: Console, guar
         shutil.rmtree(work, ignore_errors=True)
 
 
-# --- reading the manifest at runtime --------------------------------------------------------------------------
-
-
 def read_manifest(package: str) -> tuple[Path | None, dict[str, Any] | None]:
     """Where ``import package`` would load it from and its manifest (None: none), without importing it."""
     spec = importlib.util.find_spec(package)
