@@ -20,8 +20,7 @@ FOLDER = "patchset"
 
 
 def _busy_message(shown: str, busy: treelock.Busy) -> str:
-    holder = busy.holder
-    who = f"another run (pid {holder.pid}, started {holder.started}: {holder.command})" if holder else "another run"
+    who = f"another run ({busy.holder})" if busy.holder else "another run"
     return (
         f"{shown} is being changed or checked by {who}, which holds {busy.path}; nothing was changed. Next: wait "
         f"for that run to end, then run again"
