@@ -1,6 +1,5 @@
-"""Run a command within a time limit; past it, name the tests it was in, keep every process's stack, end it whole and
-raise ``TimedOut``. Each test process keeps ``<folder>/<pid>`` naming its test, in each folder of
-``PATCHSET_RUNNING_DIR``, so that the waiters of every level can name it."""
+"""Run a command within a time limit; past it, end it whole and raise ``TimedOut`` naming its tests, its stacks kept.
+Each test process names its test in ``<folder>/<pid>`` of each folder of ``PATCHSET_RUNNING_DIR``, for every waiter."""
 
 from __future__ import annotations
 

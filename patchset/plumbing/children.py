@@ -2,8 +2,7 @@
 
 Never a fork of the caller: after any parallel op, torch's OpenMP pool (and a gloo group's threads) are missing in
 the child, whose first parallel op then waits forever. Each child is a fork of a fork server that has imported
-``preload`` and computed nothing. Every wait is bounded.
-"""
+``preload`` and computed nothing. Every wait is bounded."""
 
 from __future__ import annotations
 

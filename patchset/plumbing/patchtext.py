@@ -103,9 +103,8 @@ def only_paths(text: str, keep: Callable[[str], bool]) -> str:
 
 
 def cut_short(raw: bytes, files_read: int) -> str | None:
-    """Why the patch ``raw``, from which ``git apply`` read ``files_read`` files, looks truncated or corrupt, else
-    None: it must end with a newline, as every ``git format-patch`` output does, and hold no more ``diff --git``
-    headers than the files git read (git drops a file whose header was cut short, silently)."""
+    """Why the patch ``raw`` looks truncated or corrupt, else None: it must end with a newline, as format-patch output
+    does, and hold no more ``diff --git`` headers than the ``files_read`` git read (git drops a cut one silently)."""
     if not raw.endswith(b"\n"):
         return "it does not end with a newline: truncated?"
     headers = sum(1 for line in raw.split(b"\n") if line.startswith(b"diff --git "))

@@ -1,8 +1,7 @@
 """One run at a time per folder: ``<folder>/lock`` held with ``flock``, which the kernel frees however its holder ends.
 
 The file records the holder (pid, start, command) for a second run to name. A file found free with a record in it was
-left by a killed run: it is taken over (``Lock.stale``). Releasing removes the file, and the folder when empty.
-"""
+left by a killed run: it is taken over (``Lock.stale``). Releasing removes the file, and the folder when empty."""
 
 from __future__ import annotations
 
@@ -59,8 +58,7 @@ class Lock:
     _fd: int
 
     def release(self) -> None:
-        """Remove the lock file, then let go of it (a run waiting on the old file sees it gone and starts again),
-        and remove the folder when it is empty."""
+        """Remove the lock file, then let go of it (a waiter on the old file sees it gone), then the folder if empty."""
         if self._fd < 0:
             return
         self.path.unlink(missing_ok=True)

@@ -1,6 +1,5 @@
 """A hook of an upstream's lint gates as export-pr runs it: a ``repo: local`` one, as pre-commit cannot clone hook
-repositories here (no network but PyPI); and pre-commit-hooks' basic checks, written again (it is not in the lock).
-"""
+repositories here (no network but PyPI); and pre-commit-hooks' basic checks, written again (it is not in the lock)."""
 
 from __future__ import annotations
 
