@@ -114,9 +114,9 @@ def _print_pr(pin: Pin, branch: Branch, gates: Gates, shown: str, console: Conso
     console.summary(f"upstream lint: {'passed' if gates.lint.passed else 'FAILED'} ({gates.lint.summary()})")
     if not gates.tests.passed:
         print(gates.tests.output.rstrip()[-6000:], flush=True)
-    shown = " ".join(gates.tests.files) or "none"
+    files = " ".join(gates.tests.files) or "none"
     console.summary(
-        f"upstream CPU tests: {'passed' if gates.tests.passed else 'FAILED'} ({gates.tests.summary}; {shown})"
+        f"upstream CPU tests: {'passed' if gates.tests.passed else 'FAILED'} ({gates.tests.summary}; {files})"
     )
     for test in gates.tests.upstream:
         console.summary(f"  upstream test run: {test.path} ({test.why})")

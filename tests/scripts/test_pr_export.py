@@ -25,6 +25,7 @@ import pytest
 from patchset_fakes import FORMAT_PATCH, REPO_ROOT, git
 
 from patchset import cli
+from patchset.plumbing.ui import display_path
 from patchset.series.groups import load_groups
 from patchset.series.model import load_series
 from patchset.upstreams import verl_pr
@@ -219,6 +220,7 @@ def test_lint_error_exits_1_naming_the_gate_and_keeps_the_branch(pinned, capsys,
 
     captured = capsys.readouterr()
     assert "error: upstream lint (ruff v0.12.2 (verl's pyproject)) failed on branch pr/long" in captured.err
+    assert f"the branch is kept in {display_path(checkout)}: fix the patch" in captured.err
     assert "E501" in captured.out
     assert git(checkout, "rev-parse", "--verify", "-q", "refs/heads/pr/long").strip()
     assert git(checkout, "status", "--porcelain") == ""
