@@ -17,6 +17,12 @@ def upstream_has(pin: Pin, patches: list[Patch] | tuple[Patch, ...]) -> list[Pat
     return [p for p in patches if p.upstream_since and at_least(pin.version, p.upstream_since)]
 
 
+def split_by_upstream(pin: Pin, patches: list[Patch] | tuple[Patch, ...]) -> tuple[list[Patch], list[Patch]]:
+    """The patches of ``pin``'s series as (those its release has upstream, `upstream_has`; the others, which apply)."""
+    merged = upstream_has(pin, patches)
+    return merged, [p for p in patches if p not in merged]
+
+
 def other_lines(pins: Pins) -> list[Pin]:
     """The pinned targets whose series is not that of their upstream's default pin: releases of another line."""
     return [

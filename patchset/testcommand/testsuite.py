@@ -41,7 +41,7 @@ from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
 from patchset.series.parts import without_overlay
 from patchset.testcommand.overlay_env import WARM_PROBE_MODULES, build_overlay_env
-from patchset.testcommand.releases import find_releases, other_lines, upstream_has
+from patchset.testcommand.releases import find_releases, other_lines, split_by_upstream
 from patchset.testcommand.scheduler import Scheduler, Step, duration, summary
 from patchset.testcommand.scratch import Scratch
 from patchset.testcommand.wheel_checks import check_wheels
@@ -122,8 +122,7 @@ def _upstream_merged_step(workspace: Workspace, env: dict[str, str], pin: Pin) -
     vanilla = ensure_upstream(pin, workspace.cache, Console())
     series = load_series(patches_dir, pin.series)
     patches = series.patches
-    merged = upstream_has(pin, patches)  # by Applied-Upstream
-    applies = [p for p in patches if p not in merged]
+    merged, applies = split_by_upstream(pin, patches)
     expected = [f"* {p.name} skipped: in upstream since {p.upstream_since} ({pin.label} has it: " for p in merged]
     expected += [f"* Applying {p.name} ({patches.index(p) + 1}/{len(patches)})" for p in applies]
     applied = [p.name for p in applies]
@@ -213,8 +212,7 @@ def _overlay_partial_target(python: str, workspace: Workspace, venv_dir: Path, p
         return False
     print(f"* Installed {pin.label} and this project into {site}", flush=True)
     series = load_series(workspace.patches_dir, pin.series)
-    merged = upstream_has(pin, series.patches)
-    applies = [p.name for p in series.patches if p not in merged]
+    applies = [p.name for p in split_by_upstream(pin, series.patches)[1]]
     # a patch the overlay does not carry on this release (its parts.toml says why) has nothing to show here
     uncarried = without_overlay(workspace.patches_dir / pin.series, applies)
     for name in uncarried:
