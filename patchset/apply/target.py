@@ -12,7 +12,7 @@ from patchset.plumbing.errors import BadInput
 from patchset.plumbing.ui import Console, display_path
 from patchset.series.model import Series, load_series
 from patchset.upstreams.fetch import ensure_upstream, fresh_patched_clone, hold_patched
-from patchset.upstreams.pins import Pin, release_key
+from patchset.upstreams.pins import Pin
 from patchset.upstreams.registry import detect
 from patchset.upstreams.workspace import Workspace
 
@@ -78,11 +78,7 @@ def target_for_path(
     if pin is None:
         supported = ", ".join(pins.versions(found.key)) or "none"
         candidates = pins.for_key(found.key)
-        # the series of the same release line (verl 0.7.2: verl-0.7), else the default pin's
-        minor = release_key(found.version)[0][:2]
-        line = [pin for pin in candidates if pin.target and release_key(pin.version)[0][:2] == minor]
-        newest = max(line, key=lambda pin: release_key(pin.version), default=None)
-        fallback = newest or pins.default_for(found.key) or (candidates[-1] if candidates else None)
+        fallback = pins.series_pin(found.key, found.version) or (candidates[-1] if candidates else None)
         if fallback is None:
             raise BadInput(f"{shown} is {found.label} {found.version}, but {pins.source} has no pin for {found.key}")
         if not force_version and not check:

@@ -62,6 +62,14 @@ class Pins:
     def default_for(self, key: str) -> Pin | None:
         return next((p for p in self.defaults() if p.key == key), None)
 
+    def series_pin(self, key: str, version: str) -> Pin | None:
+        """The pin whose series a release of ``key`` takes: its own pin if a series targets it, else the newest
+        targeted pin of its release line (verl 0.7.2: 0.7.1's), else the default pin."""
+        minor = release_key(version)[0][:2]
+        line = [p for p in self.for_key(key) if p.target and release_key(p.version)[0][:2] == minor]
+        exact = next((p for p in line if p.version == version), None)
+        return exact or max(line, key=lambda p: release_key(p.version), default=None) or self.default_for(key)
+
     def companions(self, key: str, of: str) -> tuple[Pin, ...]:
         """Releases of ``key`` beside which trees of upstream ``of`` are also tested (as released, unpatched)."""
         return tuple(p for p in self.for_key(key) if p.companion_for == of)
