@@ -11,8 +11,8 @@ from pathlib import Path
 
 from patchset.cli.options import workspace_from
 from patchset.cli.startup import Run
-from patchset.doctor.assess import CRITIC, Upstream, assess, assess_verl, notes
-from patchset.doctor.compose import compose, compose_trinity, package_root, read_launch
+from patchset.doctor.assess import CRITIC, assess, assess_verl, imported, notes
+from patchset.doctor.compose import compose, compose_trinity, read_launch
 from patchset.plumbing import signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_COMPOSE, EXIT_INTERNAL, EXIT_OK, EXIT_SPLIT_DEPENDENT
 from patchset.plumbing.ui import Console
@@ -41,15 +41,16 @@ def _cluster(text: str) -> tuple[int, int]:
 
 def cmd_doctor(args: argparse.Namespace, console: Console, guard: signals.Guard) -> int:
     """``doctor``: compose the run's config, assess each loss it uses, print the table (or JSON)."""
-    patches_dir = workspace_from(args).patches_dir
+    workspace = workspace_from(args)
+    patches_dir = workspace.patches_dir
     line = [word for word in args.launch if word != "--"]
     if len(line) == 1 and line[0].endswith((".yaml", ".yml")):
         config, said = compose_trinity(Path(line[0]), args.cluster)
-        verl, trinity = (Upstream(name, name, package_root(name)) for name in ("verl", "trinity"))
+        verl, trinity = (imported(key, workspace.pins) for key in ("verl", "trinity"))
         rows = assess(config, trinity, patches_dir) + assess(config, verl, patches_dir, (CRITIC,))
         head = {"verl": verl.version, "trinity": trinity.version, "config": str(Path(line[0]))}
     else:
-        launch, verl = read_launch(line), Upstream("verl", "verl", package_root("verl"))
+        launch, verl = read_launch(line), imported("verl", workspace.pins)
         config = compose(launch, verl.root)
         head = {"verl": verl.version, "entry_point": launch.module, "config": launch.config_name}
         rows, said = assess_verl(config, launch.config_name, patches_dir, verl), notes(config)
@@ -76,7 +77,8 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
             config as the trainer does (Hydra; Trinity's load_config and validators), from the packages this Python
             imports, starts nothing (no Ray), and says for each loss the run uses whether it depends on the
             micro-batch split, by how much at these settings, and whether the fix acts here (a patched tree or
-            wheel, by content; the overlay; or upstream)."""
+            wheel, by content; the overlay; or upstream). The series is the one that targets the imported release
+            (verl 0.7.1: verl-0.7, whose legacy workers it tells apart; Trinity beside it: the legacy path)."""
         ),
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from patchset.apply.plan import Action, plan_series
-from patchset.doctor.compose import Shape, get, shape
+from patchset.doctor.compose import Shape, get, package_root, shape
 from patchset.plumbing import patchtext, tempdirs
+from patchset.plumbing.errors import BadInput
 from patchset.series.model import Patch, load_series, read_patch
 from patchset.series.parts import read_parts, slug_of
-from patchset.upstreams.pins import at_least
+from patchset.upstreams.pins import Pins, at_least
 from patchset.upstreams.registry import UPSTREAMS
 
 ACTOR, CRITIC = "actor_rollout_ref.actor", "critic"
@@ -49,19 +50,32 @@ def holds(config: dict[str, Any], setting: str) -> bool:
 
 @dataclass(frozen=True)
 class Upstream:
-    """One upstream the run imports: its series folder, package, the folder above the package, its release."""
+    """One upstream the run imports: its key, the folder above its package, its release, the series that targets that
+    release (verl 0.7.1: verl-0.7) and the default pin's series, which declares each loss's ``uses`` once."""
 
-    series: str
-    package: str
+    key: str
     root: Path
+    version: str
+    series: str
+    default_series: str
 
     @property
-    def version(self) -> str:
-        return UPSTREAMS[self.series].read_version(self.root)
+    def package(self) -> str:
+        return UPSTREAMS[self.key].package
 
     @property
     def distribution(self) -> str:
-        return UPSTREAMS[self.series].distribution
+        return UPSTREAMS[self.key].distribution
+
+
+def imported(key: str, pins: Pins) -> Upstream:
+    """The release of ``key`` this Python imports, with its series; ``BadInput`` where no pin of ``key`` has one."""
+    root = package_root(UPSTREAMS[key].package)
+    version = UPSTREAMS[key].read_version(root)
+    pin, default = pins.series_pin(key, version), pins.default_for(key)
+    if pin is None or default is None:
+        raise BadInput(f"{pins.source} pins no series for {key}")
+    return Upstream(key, root, version, pin.series, default.series)
 
 
 def applied(upstream: Upstream, patches: tuple[Patch, ...]) -> set[str]:
@@ -114,10 +128,12 @@ def fix_here(upstream: Upstream, patch: Patch, present: set[str], overlaid: set[
 
 
 def effect(kind: str, split: Shape) -> str:
-    """What the split does to a loss of ``kind`` ("scale" or "choice") at ``split``'s settings, in one phrase."""
+    """What the split does to a loss of ``kind`` ("scale", "rows", "choice") at ``split``'s settings, in a phrase."""
     if kind == "scale":
         size = f"x {split.most}" if not split.dynamic else f"varies with response length, up to x {split.most}"
         text = size + (" at these token budgets" if split.dynamic else f" (K = {split.rows} / {split.micro})")
+    elif kind == "rows":  # Trinity's legacy actors: upstream weights each micro-batch by its share of rows
+        text = f"up to {split.most} micro-batches weighted by rows: token-mean off, seq-mean-token-sum-norm x 1/K"
     else:
         per = "by token budget" if split.dynamic else f"{split.micro} of {split.rows} sequences"
         text = f"chosen per micro-batch ({per}; up to {split.most} per rank) and per dp rank ({split.dp})"
@@ -135,30 +151,36 @@ def assess(
     config = dict(config, critic=dict(config.get("critic") or {}))
     if config["critic"].get("enable") is None:  # verl's need_critic: a critic for GAE unless critic.enable says
         config["critic"]["enable"] = get(config, "algorithm.adv_estimator") == "gae"
-    parts = read_parts(patches_dir / upstream.series)
+    own, declared = read_parts(patches_dir / upstream.series), read_parts(patches_dir / upstream.default_series)
     overlaid, series = _overlaid(), load_series(patches_dir, upstream.series)
     present = applied(upstream, series.patches)
+    # a loss the default series fixes and this release's series does not (verl 0.7.0's KL-Cov): no fix acts
+    carried = {slug_of(patch.name) for patch in series.patches}
+    others = [p for p in load_series(patches_dir, upstream.default_series).patches if slug_of(p.name) not in carried]
     rows = []
-    for patch in series.patches:
-        uses = parts.get(slug_of(patch.name), {}).get("uses")
+    for patch in (*series.patches, *others):
+        slug = slug_of(patch.name)
+        uses = own.get(slug, {}).get("uses") or declared.get(slug, {}).get("uses")
         model = CRITIC if uses and any(key.startswith("critic.") for key in uses["when"]) else ACTOR
         if not uses or model not in models or not all(holds(config, setting) for setting in uses["when"]):
             continue
         split = shape(config, model)
         affected = split.most > 1 or (uses["effect"] == "choice" and split.dp > 1)
         fix = fix_here(upstream, patch, present, overlaid)
-        blocked = [setting for setting in uses.get("not_fixed_when", []) if holds(config, setting)]
+        keys = [setting.partition("=")[0] for setting in uses.get("not_fixed_when", []) if holds(config, setting)]
+        blocked = [f"{key}={str(get(config, key)).lower()}" for key in keys]
         if not affected:
             state = "no effect at these settings"
         elif fix is None:
-            state = "NOT FIXED here"
+            release = "" if slug in carried else f" (no patch for {upstream.package} {upstream.version})"
+            state = "NOT FIXED here" + release
         elif blocked:
             state = f"NOT COVERED: the fix does not act with {', '.join(blocked)}"
         else:
             state = fix
-        loss = parts[slug_of(patch.name)].get("summary", patch.subject).split(";")[0]
+        loss = (declared.get(slug) or own[slug]).get("summary", patch.subject).split(";")[0]
         uncovered = affected and (fix is None or bool(blocked))
-        where = f"{upstream.package} {patch.name[:4]}"
+        where = f"{patch.path.parent.name} {patch.name[:4]}"
         rows.append(Row(model, loss, where, effect(uses["effect"], split), state, affected, uncovered))
     return rows
 
@@ -183,5 +205,11 @@ def notes(config: dict[str, Any]) -> list[str]:
         notes.append(
             "algorithm.rollout_correction.bypass_mode is set, but the actor's policy_loss.loss_mode is "
             f"{mode}: the workers train with {mode} (verl#4912, #4930): configure bypass mode on the actor"
+        )
+    legacy = get(config, "trainer.use_legacy_worker_impl")
+    if legacy in ("auto", "enable"):  # verl 0.7.x's default
+        notes.append(
+            f"trainer.use_legacy_worker_impl={legacy}: verl's legacy workers train this run; they scale each "
+            "micro-batch's loss themselves (the critic and geo_mean do not depend on the split there)"
         )
     return notes

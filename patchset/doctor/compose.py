@@ -152,14 +152,15 @@ def shape(config: dict[str, Any], model: str) -> Shape:
 
 def compose_trinity(path: Path, cluster: tuple[int, int] | None) -> tuple[dict[str, Any], list[str]]:
     """Trinity's validated config as a dict, with the verl actor and critic it trains (``actor_rollout_ref.actor``,
-    ``critic``) and their GPUs (``trainer.nnodes``, ``trainer.n_gpus_per_node``); and notes on what could not run.
+    ``critic``: the engine path's or, beside verl < 0.8, the legacy path's), their GPUs (``trainer.nnodes``,
+    ``trainer.n_gpus_per_node``) and ``is_verl_legacy``, Trinity's own test; and notes on what could not run.
     The cluster comes from the YAML or ``cluster``: Trinity's validators start Ray to count the GPUs when it is unset.
     Trinity logs to stdout: that goes to stderr here, so that stdout holds only the report."""
     with contextlib.redirect_stdout(sys.stderr):  # importing Trinity logs too
         from omegaconf import OmegaConf
         from trinity.common.config import load_config
         from trinity.common.config_validator import validators
-        from trinity.trainer.verl.config import build_verl_config
+        from trinity.trainer.trainer import is_verl_legacy
 
         try:
             config = load_config(str(path))
@@ -177,8 +178,15 @@ def compose_trinity(path: Path, cluster: tuple[int, int] | None) -> tuple[dict[s
                 notes.append(f"Trinity's {type(validator).__name__} could not run here ({one_line(error)[:120]})")
             except Exception as error:
                 raise DoesNotCompose(one_line(error)) from None
-        built = OmegaConf.to_container(build_verl_config(config), resolve=True)
-        run = dataclasses.asdict(config)
+        legacy = is_verl_legacy()  # verl < 0.8: its validators built the legacy trainer's verl config
+        if legacy:
+            built = dataclasses.asdict(config.trainer.trainer_config)
+            built["actor"] = built["actor_rollout_ref"]["actor"]
+        else:
+            from trinity.trainer.verl.config import build_verl_config
+
+            built = OmegaConf.to_container(build_verl_config(config), resolve=True)
+        run = dataclasses.asdict(config) | {"is_verl_legacy": legacy}
         gpus = config.cluster.trainer_gpu_num or config.cluster.node_num * config.cluster.gpu_per_node
         run["trainer"] |= {"nnodes": 1, "n_gpus_per_node": gpus}
         # Trinity's mini-batch counts experiences (buffer.train_batch_size), not prompts: no x rollout.n

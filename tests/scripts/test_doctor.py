@@ -2,7 +2,8 @@
 that depends on the split and is fixed (exit 0 patched, 6 vanilla), one the fix does not cover (KL-Cov on the
 Megatron engine: 6 on both, NOT COVERED where the series is applied), a run that does not depend on the split (0 on
 both), and a config that does not compose (7 on both, the trainer's own error in one line); and a Trinity-RFT YAML
-(its policy loss: 6 on vanilla trinity-rft 0.6.0, 0 patched). Each runs the command as a user does, with the
+(its policy loss: 6 on vanilla trinity-rft 0.6.0, 0 patched), on the engine path and beside verl 0.7.1 on its legacy
+path; and verl 0.7.x by its release series and worker path. Each runs the command as a user does, with the
 upstreams imported from the trees on PYTHONPATH."""
 
 from __future__ import annotations
@@ -53,13 +54,16 @@ trainer: {trainer_type: verl, use_dynamic_bsz: true, max_token_len_per_gpu: 4096
 """
 
 
-def doctor(tree: str, launch: list[str], first: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``doctor --json`` on ``launch``, the ``tree`` ("vanilla", "patched") upstreams on PYTHONPATH after ``first``."""
-    trees = [TREES[tree] / "verl-0.8.0", TREES[tree] / "trinity-rft-0.6.0"]
+def doctor(tree: str, launch: list[str], first: Path | None = None, verl: str = "") -> subprocess.CompletedProcess[str]:
+    """``doctor --json`` on ``launch``, the ``tree`` ("vanilla", "patched") upstreams on PYTHONPATH after ``first``;
+    with ``verl`` ("0.7.1"), that vanilla release instead of the tree's verl 0.8.0."""
+    trees = [TREES[tree] / "verl-0.8.0" if not verl else TREES["vanilla"] / f"verl-{verl}"]
+    trees.append(TREES[tree] / "trinity-rft-0.6.0")
     if not all(path.is_dir() for path in trees):
-        pytest.skip(f"no {tree} verl 0.8.0 and trinity-rft 0.6.0 under {TREES[tree]} (scripts/apply.sh makes them)")
+        pytest.skip(f"no {' and '.join(path.name for path in trees)} here (scripts/apply.sh makes them)")
     path = [*([first] if first else []), *trees, REPO_ROOT]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
+    # Trinity's legacy config asks the Hub for the model's config; offline it goes on at once, as with no network
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path)), "HF_HUB_OFFLINE": "1"}
     command = [sys.executable, "-m", "patchset", "doctor", "--json", "--", *launch]
     if first is not None:  # it may hold start-up files (sitecustomize, .pth), which a fork of the server skips
         env.pop(suite_forks.SOCKET_VARIABLE, None)
@@ -122,15 +126,76 @@ def test_doctor_never_starts_ray_for_a_trinity_yaml_without_a_cluster(tmp_path: 
     assert result.returncode == 2 and "--cluster NODES,GPUS" in result.stderr
 
 
+def with_overlay(folder: Path) -> Path:
+    """``folder``, holding patchset_overlay.pth read at start-up (a site folder added by sitecustomize, as
+    site-packages would)."""
+    (folder / "site").mkdir()
+    (folder / "site" / "patchset_overlay.pth").write_text((REPO_ROOT / "patchset_overlay.pth").read_text())
+    (folder / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(folder / 'site')!r})\n")
+    return folder
+
+
 def test_doctor_sees_the_overlay_where_the_interpreter_starts_it(tmp_path: Path) -> None:
-    """The vanilla tree with patchset_overlay.pth read at start-up (a site folder added by sitecustomize, as
-    site-packages would): the critic's fix acts through the overlay."""
-    (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "patchset_overlay.pth").write_text((REPO_ROOT / "patchset_overlay.pth").read_text())
-    (tmp_path / "sitecustomize.py").write_text(f"import site\nsite.addsitedir({str(tmp_path / 'site')!r})\n")
-    result = doctor("vanilla", CRITIC, first=tmp_path)
+    """The vanilla tree with the overlay started: the critic's fix acts through it."""
+    result = doctor("vanilla", CRITIC, first=with_overlay(tmp_path))
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout)["losses"][-1]["fix"] == "overlay"
+
+
+GAE_KL_COV = [
+    *CRITIC,
+    "actor_rollout_ref.actor.policy_loss.loss_mode=kl_cov",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+]
+ENGINE = "trainer.use_legacy_worker_impl=disable"
+
+
+@pytest.mark.parametrize(
+    ("release", "extra", "fix"),
+    [
+        ("0.7.1", [], {"verl-0.7 0005": "NOT FIXED here"}),
+        ("0.7.1", [ENGINE], {"verl-0.7 0001": "NOT FIXED here", "verl-0.7 0005": "NOT FIXED here"}),
+        (
+            "0.7.0",
+            [ENGINE],
+            {"verl-0.7.0 0001": "NOT FIXED here", "verl 0006": "NOT FIXED here (no patch for verl 0.7.0)"},
+        ),
+    ],
+    ids=["0.7.1-legacy-workers", "0.7.1-engine", "0.7.0-engine"],
+)
+def test_doctor_reads_verl_0_7_by_its_release_series_and_worker_path(
+    release: str, extra: list[str], fix: dict[str, str]
+) -> None:
+    """On verl 0.7.x the release line's series answers, and only the engine workers' critic depends on the split: the
+    default legacy workers scale each micro-batch themselves, but keep KL-Cov's choice per micro-batch. A loss the
+    release's series has no patch for (KL-Cov on 0.7.0) is named from the default series."""
+    result = doctor("vanilla", [*GAE_KL_COV, *extra], verl=release)
+    assert result.returncode == 6, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert {row["patch"]: row["fix"] for row in report["losses"]} == fix
+    assert any("legacy workers" in note for note in report["notes"]) is not extra
+
+
+def test_doctor_names_the_legacy_workers_where_the_overlay_acts_on_verl_0_7_1(tmp_path: Path) -> None:
+    """The overlay on vanilla 0.7.1: KL-Cov is fixed on the engine workers only, so the default run is not covered."""
+    result = doctor("vanilla", GAE_KL_COV, first=with_overlay(tmp_path), verl="0.7.1")
+    assert result.returncode == 6, result.stderr[-2000:]
+    (row,) = json.loads(result.stdout)["losses"]
+    assert row["fix"] == "NOT COVERED: the fix does not act with trainer.use_legacy_worker_impl=auto"
+
+
+@pytest.mark.parametrize(
+    ("tree", "exit_code", "fix"), [("vanilla", 6, "NOT FIXED here"), ("patched", 0, "patched tree")]
+)
+def test_doctor_reads_a_trinity_yaml_on_its_legacy_path(tree: str, exit_code: int, fix: str, tmp_path: Path) -> None:
+    """Beside verl 0.7.1 Trinity trains through its legacy actors: 0008's weighting, not the engine path's 0001."""
+    config = tmp_path / "grpo.yaml"
+    config.write_text(TRINITY_YAML)
+    result = doctor(tree, [str(config)], verl="0.7.1")
+    assert result.returncode == exit_code, result.stderr[-2000:]
+    (row,) = json.loads(result.stdout)["losses"]
+    assert row["patch"] == "trinity 0008" and row["fix"] == fix
+    assert row["effect"].startswith("up to 32 micro-batches weighted by rows")
 
 
 def test_doctor_sees_the_fix_in_a_patched_release_installed_without_its_tests(tmp_path: Path) -> None:
