@@ -62,8 +62,7 @@ def doctor(tree: str, launch: list[str], first: Path | None = None, verl: str = 
     if not all(path.is_dir() for path in trees):
         pytest.skip(f"no {' and '.join(path.name for path in trees)} here (scripts/apply.sh makes them)")
     path = [*([first] if first else []), *trees, REPO_ROOT]
-    # Trinity's legacy config asks the Hub for the model's config; offline it goes on at once, as with no network
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path)), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
     command = [sys.executable, "-m", "patchset", "doctor", "--json", "--", *launch]
     if first is not None:  # it may hold start-up files (sitecustomize, .pth), which a fork of the server skips
         env.pop(suite_forks.SOCKET_VARIABLE, None)
@@ -189,8 +188,11 @@ def test_doctor_names_the_legacy_workers_where_the_overlay_acts_on_verl_0_7_1(tm
 )
 def test_doctor_reads_a_trinity_yaml_on_its_legacy_path(tree: str, exit_code: int, fix: str, tmp_path: Path) -> None:
     """Beside verl 0.7.1 Trinity trains through its legacy actors: 0008's weighting, not the engine path's 0001."""
+    # the legacy config reads the model's attention heads: a local model folder, as no Hub is reachable here
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "qwen2", "num_attention_heads": 12}')
     config = tmp_path / "grpo.yaml"
-    config.write_text(TRINITY_YAML)
+    config.write_text(TRINITY_YAML.replace("Qwen/Qwen2.5-1.5B-Instruct", str(tmp_path / "model")))
     result = doctor(tree, [str(config)], verl="0.7.1")
     assert result.returncode == exit_code, result.stderr[-2000:]
     (row,) = json.loads(result.stdout)["losses"]
