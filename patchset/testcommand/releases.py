@@ -4,9 +4,15 @@ line, with a series of its own (verl 0.7.1). Pin a newer one and the steps follo
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from patchset.plumbing import gitops
 from patchset.plumbing.errors import PatchsetError
+from patchset.plumbing.paths import REPO_ROOT
 from patchset.series.model import Patch, load_series
 from patchset.upstreams.pins import Pin, Pins, at_least, release_key
 from patchset.upstreams.workspace import Workspace
@@ -21,6 +27,19 @@ def split_by_upstream(pin: Pin, patches: list[Patch] | tuple[Patch, ...]) -> tup
     """The patches of ``pin``'s series as (those its release has upstream, `upstream_has`; the others, which apply)."""
     merged = upstream_has(pin, patches)
     return merged, [p for p in patches if p not in merged]
+
+
+def patched_clone(vanilla: Path, clone: Path, workspace: Workspace, env: Mapping[str, str]) -> str:
+    """A fresh clone of ``vanilla`` at ``clone``, patched as a user patches one (``patchset apply --no-test``) with
+    the run's own series and cache; what apply said. ``PatchsetError`` where it fails."""
+    gitops.clone_local(vanilla, clone)
+    command = [sys.executable, "-m", "patchset", "apply", "--no-test", "--cache", str(workspace.cache.root)]
+    command += ["--patches-dir", str(workspace.patches_dir), str(clone)]
+    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    print(result.stdout + result.stderr, end="", flush=True)
+    if result.returncode != 0:
+        raise PatchsetError(f"patchset apply exited {result.returncode} on a fresh clone of {vanilla}")
+    return result.stdout + result.stderr
 
 
 def other_lines(pins: Pins) -> list[Pin]:

@@ -41,7 +41,7 @@ from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
 from patchset.series.parts import without_overlay
 from patchset.testcommand.overlay_env import WARM_PROBE_MODULES, build_overlay_env
-from patchset.testcommand.releases import find_releases, other_lines, split_by_upstream
+from patchset.testcommand.releases import find_releases, other_lines, patched_clone, split_by_upstream
 from patchset.testcommand.scheduler import Scheduler, Step, duration, summary
 from patchset.testcommand.scratch import Scratch
 from patchset.testcommand.wheel_checks import check_wheels
@@ -138,20 +138,18 @@ def _upstream_merged_step(workspace: Workspace, env: dict[str, str], pin: Pin) -
 def _apply_and_fix(pin: Pin, workspace: Workspace, env: dict[str, str], vanilla: Path, expected: list[str]) -> bool:
     """``patchset apply`` on a fresh clone of ``vanilla``, saying each of the ``expected`` lines; then the suite,
     expecting the fix, on the patched clone."""
-    key, patches_dir, cache_root = pin.key, workspace.patches_dir, workspace.cache.root
     with tempfile.TemporaryDirectory(prefix="patchset-upstream-merged-") as tmp:
         clone = Path(tmp) / pin.dirname
-        subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(vanilla), str(clone)], check=True)
-        command = [sys.executable, "-m", "patchset", "apply", "--no-test", "--cache", str(cache_root)]
-        command += ["--patches-dir", str(patches_dir), str(clone)]
-        result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
-        print(result.stdout + result.stderr, end="", flush=True)
-        said = (result.stdout + result.stderr).splitlines()
+        try:
+            said = patched_clone(vanilla, clone, workspace, env).splitlines()
+        except PatchsetError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return False
         missing = [line for line in expected if not any(text.startswith(line) for text in said)]
         for line in missing:
             print(f"error: the output does not say '{line}...'", file=sys.stderr)
-        fixed = run_regression_tests({key: clone}, SuiteRun(expect="fixed", sample=True), workspace) == 0
-    return result.returncode == 0 and not missing and fixed
+        fixed = run_regression_tests({pin.key: clone}, SuiteRun(expect="fixed", sample=True), workspace) == 0
+    return not missing and fixed
 
 
 def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path], workspace: Workspace) -> bool:

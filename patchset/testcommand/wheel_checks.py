@@ -18,6 +18,7 @@ from patchset.plumbing import gitops, signals
 from patchset.plumbing.errors import PatchsetError
 from patchset.plumbing.ui import Console
 from patchset.series.model import load_series
+from patchset.testcommand.releases import patched_clone
 from patchset.testenv.venv import REPO_ROOT, VenvError, ensure_venv, linked_venv
 from patchset.upstreams.fetch import ensure_upstream, sha256_of
 from patchset.upstreams.pins import Pin, at_least
@@ -184,25 +185,12 @@ def manifest_statuses_match(item: Built, patches_dir: Path) -> list[str]:
     return [f"{item.wheel.name}'s manifest records {recorded}; the patch headers say {expected}"]
 
 
-def _patched_clone(pin: Pin, workspace: Workspace, where: Path, console: Console) -> Path:
-    """A patched tree of ``pin`` to compare its wheel with, made as a user makes one: a fresh clone of the cached
-    checkout (the pinned trees step fetched it; only read here), then ``patchset apply --no-test`` on it."""
-    vanilla = ensure_upstream(pin, workspace.cache, console)
-    clone = where / pin.dirname
-    where.mkdir(parents=True, exist_ok=True)
-    gitops.clone_local(vanilla, clone)
-    command = [sys.executable, "-P", "-m", "patchset", "apply", "--no-test", "-q", str(clone)]
-    proc = _run(command, cwd=REPO_ROOT, env={**_child_env(), "PYTHONPATH": str(REPO_ROOT)})
-    print(proc.stdout + proc.stderr, end="", flush=True)
-    if proc.returncode != 0:
-        raise PatchsetError(f"patchset apply exited {proc.returncode} on a fresh clone of {pin.label}")
-    return clone
-
-
 def _check_alone(work: Path, base_python: Path, item: Built, workspace: Workspace, console: Console) -> list[str]:
     """The wheel of a release installed alone in a fresh venv (pip cannot install trinity-rft 0.6.0 beside verl
     0.9.x): versions and manifest as labelled, each patch's status as its header says, every file a patched clone's."""
-    tree = _patched_clone(item.pin, workspace, work / "patched", console)
+    (work / "patched").mkdir(exist_ok=True)
+    vanilla = ensure_upstream(item.pin, workspace.cache, console)  # the pinned trees step fetched it: only read here
+    tree = patched_clone(vanilla, work / "patched" / item.pin.dirname, workspace, _child_env())
     python, site = linked_venv(base_python, work / f"venv-{item.pin.dirname}")
     console.step(f"Installing {item.wheel.name} alone into a fresh venv {site.parents[2]}")
     # --no-compile: nothing is imported from this venv, and byte-compiling 500 files is half of pip's time here

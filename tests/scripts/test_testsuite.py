@@ -231,3 +231,18 @@ def test_the_overlay_run_on_a_release_leaves_out_the_patches_no_piece_mirrors_th
     assert testsuite.without_overlay(patches / "verl-0.7", line) == {}
     # but a patch that only adds an upstream test: it installs nothing
     assert set(testsuite.without_overlay(patches / "verl", verl)) == {verl[8]}
+
+
+def test_a_clone_patched_for_a_release_step_takes_the_runs_own_series(tmp_path: Path) -> None:
+    """The wheel check of a release installed alone, and the partial-target step, compare with a fresh clone patched
+    as a user patches one: with the run's ``--patches-dir`` (and ``--cache``). Here a series of one fake patch on a
+    fake verl 0.8.0; the wheel check once applied the repository's own series instead, which fails on this tree."""
+    from patchset_fakes import UPSTREAM_MERGED_PATCH, make_repo, make_upstream_merged_patches, verl_files
+
+    from patchset.testcommand.releases import patched_clone
+
+    patches = make_upstream_merged_patches(tmp_path / "patches")
+    vanilla = make_repo(tmp_path / "verl-0.8.0", verl_files("0.8.0"))
+    workspace = resolve_workspace(patches, str(tmp_path / "cache"), {})
+    said = patched_clone(vanilla, tmp_path / "clone", workspace, {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert f"* Applying {UPSTREAM_MERGED_PATCH} (1/1)" in said
