@@ -190,7 +190,8 @@ def _check_alone(work: Path, base_python: Path, item: Built, workspace: Workspac
     0.9.x): versions and manifest as labelled, each patch's status as its header says, every file a patched clone's."""
     (work / "patched").mkdir(exist_ok=True)
     vanilla = ensure_upstream(item.pin, workspace.cache, console)  # the pinned trees step fetched it: only read here
-    tree = patched_clone(vanilla, work / "patched" / item.pin.dirname, workspace, _child_env())
+    tree = work / "patched" / item.pin.dirname
+    patched_clone(vanilla, tree, workspace, _child_env())
     python, site = linked_venv(base_python, work / f"venv-{item.pin.dirname}")
     console.step(f"Installing {item.wheel.name} alone into a fresh venv {site.parents[2]}")
     # --no-compile: nothing is imported from this venv, and byte-compiling 500 files is half of pip's time here
