@@ -53,7 +53,7 @@ def cmd_doctor(args: argparse.Namespace, console: Console, guard: signals.Guard)
         launch, verl = read_launch(line), imported("verl", workspace.pins)
         config = compose(launch, verl.root)
         head = {"verl": verl.version, "entry_point": launch.module, "config": launch.config_name}
-        rows, said = assess_verl(config, launch.config_name, patches_dir, verl), notes(config)
+        rows, said = assess_verl(config, launch.module, patches_dir, verl), notes(config)
     depends = any(row.uncovered for row in rows)
     if args.json:
         losses = [dataclasses.asdict(row) for row in rows]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from patchset.apply.plan import Action, plan_series
-from patchset.doctor.compose import Shape, get, package_root, shape
+from patchset.doctor.compose import ENTRY_POINTS, SFT_CONFIG, Shape, get, package_root, shape
 from patchset.plumbing import patchtext, tempdirs
 from patchset.plumbing.errors import BadInput
 from patchset.series.model import Patch, load_series, read_patch
@@ -26,7 +26,6 @@ from patchset.upstreams.pins import Pins, at_least
 from patchset.upstreams.registry import UPSTREAMS
 
 ACTOR, CRITIC = "actor_rollout_ref.actor", "critic"
-PPO_CONFIGS = ("ppo_trainer", "ppo_megatron_trainer")
 
 
 @dataclass(frozen=True)
@@ -185,10 +184,11 @@ def assess(
     return rows
 
 
-def assess_verl(config: dict[str, Any], config_name: str, patches_dir: Path, verl: Upstream) -> list[Row]:
-    """The rows of a verl launch: its series' losses, or the one loss of SFT, or the actor's that needs no fix."""
+def assess_verl(config: dict[str, Any], module: str, patches_dir: Path, verl: Upstream) -> list[Row]:
+    """The rows of a launch of the entry point ``module``: its series' losses, or the one loss of SFT, or the actor's
+    that needs no fix. The entry point decides, not the config's name: a PPO run may compose a config of its own."""
     unaffected = ("", "none: global normalization", "not needed", False, False)
-    if config_name not in PPO_CONFIGS:
+    if ENTRY_POINTS[module] == SFT_CONFIG:
         return [Row("sft", "SFT `sft_loss`", *unaffected)]
     rows = assess(config, verl, patches_dir)
     if not any(row.model == ACTOR for row in rows):

@@ -19,11 +19,12 @@ from typing import Any
 from patchset.plumbing.errors import BadInput, DoesNotCompose
 
 # verl's Hydra entry points (``@hydra.main(config_path="config", config_name=...)`` in verl/trainer/)
+SFT_CONFIG = "sft_trainer_engine"
 ENTRY_POINTS = {
     "verl.trainer.main_ppo": "ppo_trainer",
     "verl.trainer.main_ppo_sync": "ppo_trainer",
-    "verl.trainer.sft_trainer": "sft_trainer_engine",
-    "verl.trainer.sft_trainer_ray": "sft_trainer_engine",
+    "verl.trainer.sft_trainer": SFT_CONFIG,
+    "verl.trainer.sft_trainer_ray": SFT_CONFIG,
 }
 
 

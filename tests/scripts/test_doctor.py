@@ -95,6 +95,20 @@ def test_doctor_answers_each_kind_of_run(launch: list[str], tree: str, exit_code
     assert report["depends_on_split"] is (exit_code == 6)
 
 
+def test_doctor_reads_a_ppo_run_that_composes_a_config_of_its_own(tmp_path: Path) -> None:
+    """A PPO launch with ``--config-path``/``--config-name`` of the user's (as verl's multi-turn examples do, their
+    config extending ``ppo_trainer``) is judged as PPO: its critic x 16. It once read as SFT, not affected."""
+    (tmp_path / "my_ppo.yaml").write_text(
+        f"hydra:\n  searchpath:\n    - file://{TREES['vanilla'] / 'verl-0.8.0' / 'verl' / 'trainer' / 'config'}\n"
+        "defaults:\n  - ppo_trainer\n  - _self_\n"
+    )
+    result = doctor("vanilla", [*CRITIC, f"--config-path={tmp_path}", "--config-name=my_ppo"])
+    assert result.returncode == 6, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["config"] == "my_ppo"
+    assert {row["loss"]: row["effect"][:5] for row in report["losses"]}["critic `value_loss`"] == "x 16 "
+
+
 @pytest.mark.parametrize("tree", ["vanilla", "patched"])
 def test_doctor_config_that_does_not_compose_gives_hydras_error(tree: str) -> None:
     result = doctor(tree, NO_COMPOSE)
