@@ -1,5 +1,6 @@
 """Run every launch script of verl's examples with stand-ins for python3, python, torchrun, hf and ray that record each
-launch line instead of running it, give each recorded line to ``patchset doctor --json``, and print the tally.
+launch line instead of running it (and for nvidia-smi, which succeeds), give each recorded line to ``patchset doctor
+--json``, and print the tally.
 
 A tool of docs/evidence/2026-12-06-doctor-example-sweep.md, not product:
 ``python tests/sweep/doctor_sweep.py EXAMPLES_DIR VERL_TREE OUT.json``, then ``--tally VANILLA.json PATCHED.json``."""
@@ -21,11 +22,13 @@ n=$(ls "$RECORD" | wc -l); for a in "$(basename "$0")" "$@"; do printf '%s\\n' "
 """
 
 
-def record(script: Path, work: Path) -> list[list[str]]:
+def record(script: Path, work: Path, root: Path) -> list[list[str]]:
+    """The verl launch lines ``script`` records, run from ``root`` (the folder holding ``examples/``), as from a
+    clone of verl: some scripts find their configs from the working directory."""
     bin_dir, lines = work / "bin", work / "lines" / str(script).replace("/", "_")
     bin_dir.mkdir(parents=True, exist_ok=True)
     lines.mkdir(parents=True)
-    for name in ("python3", "python", "torchrun", "hf", "ray"):
+    for name in ("python3", "python", "torchrun", "hf", "ray", "nvidia-smi"):  # nvidia-smi: a GPU is there
         (bin_dir / name).write_text(STAND_IN)
         (bin_dir / name).chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "RECORD": str(lines), "HOME": str(work)}
@@ -33,7 +36,10 @@ def record(script: Path, work: Path) -> list[list[str]]:
     env |= {"RAY_DATA_HOME": str(work), "INFER_BACKEND": "vllm", "LORA_ADAPTER_PATH": str(work / "adapter")}
     env |= {"BASH_FUNC_ulimit%%": "() { :\n}", "PYTHONPATH": ""}
     usage = ["8", str(work / "save")] if "Usage:" in script.read_text() else []  # SFT's <nproc_per_node> <save_path>
-    subprocess.run(["bash", str(script), *usage], cwd=work, env=env, capture_output=True, timeout=60)
+    try:
+        subprocess.run(["bash", str(script), *usage], cwd=root, env=env, capture_output=True, timeout=60)
+    except subprocess.TimeoutExpired:  # a script that waits for its cluster: what it launched so far
+        pass
     found = [path.read_text().splitlines() for path in sorted(lines.iterdir(), key=lambda p: int(p.name))]
     return [line for line in found if any(word.startswith("verl.") for word in line)]  # not hf, get_model.py
 
@@ -42,10 +48,13 @@ def main(examples: Path, tree: Path, out: Path) -> None:
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"doctor-sweep-{os.getpid()}"
     results = []
     for script in sorted(examples.rglob("*.sh")):
-        for line in record(script, work) or [[]]:
-            env = {**os.environ, "PYTHONPATH": f"{tree}:{REPO}"}
-            command = [sys.executable, "-m", "patchset", "doctor", "--json", "--", *line]
-            run = subprocess.run(command, env=env, capture_output=True, text=True, cwd=REPO) if line else None
+        for line in record(script, work, examples.parent) or [[]]:
+            env = {**os.environ, "PYTHONPATH": f"{tree.resolve()}:{REPO}"}
+            # from where the script ran, as a user runs doctor (a relative Hydra searchpath resolves there); -P: not
+            # the verl of that folder, but the tree on PYTHONPATH
+            command = [sys.executable, "-P", "-m", "patchset", "doctor", "--json", "--", *line]
+            where = examples.parent
+            run = subprocess.run(command, env=env, capture_output=True, text=True, cwd=where) if line else None
             report = json.loads(run.stdout) if run and run.stdout else None
             error = run.stderr.strip() if run and not run.stdout else "no launch recorded"
             results.append(
@@ -71,7 +80,7 @@ def tally(vanilla: Path, patched: Path) -> None:
             table[row["loss"]][0] += row["affected"]
         for row in (new["report"] or {}).get("losses", []):
             table[row["loss"]][1] += row["uncovered"]
-    print("| loss | launches it changes on vanilla 0.8.0 | still changed, patched |\n|---|---|---|")
+    print("| loss | launches it changes on the vanilla release | still changed, patched |\n|---|---|---|")
     for loss, (used, left) in sorted(table.items()):
         print(f"| {loss} | {used} | {left} |")
     print("\n| script | launch | exit vanilla | exit patched | error |\n|---|---|---|---|---|")
