@@ -210,10 +210,11 @@ class Cases:
         argv: Sequence[str],
         switch: str,
         pythonpath: Sequence[Path] = (),
-        cwd: Path = HERE,
+        cwd: Path | None = None,
         fresh: bool = False,
         timeout: int = 600,
     ) -> dict:
+        cwd = cwd or self.tmp  # not this folder: Trinity's config validators make folders where a run starts
         if fresh:
             completed = subprocess.run(
                 [str(self.python), "-P", *argv],
@@ -252,6 +253,13 @@ def cases(
     shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
     listed = Path(pytestconfig.getoption("warm_list", None) or shared / "warm-modules.txt")
     listed.parent.mkdir(parents=True, exist_ok=True)
+    before = _files_here()
     runner = Cases(overlay_python, tmp_path_factory.mktemp("cases"), listed)
     yield runner
     runner.close()
+    made = sorted(_files_here() - before)
+    assert not made, f"the cases made {made[:3]} in {HERE}, not in their scratch folder"
+
+
+def _files_here() -> set[str]:
+    return {str(path.relative_to(HERE)) for path in HERE.rglob("*") if "__pycache__" not in path.parts}
