@@ -89,6 +89,7 @@ def regression_env(
     env = {key: value for key, value in os.environ.items() if key not in ours}
     ordered = [trees[key].resolve() for key in TREE_VARIABLES if key in trees]
     env["PYTHONPATH"] = os.pathsep.join(str(path) for path in ordered)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # the trees under test, a user's checkout among them, get no __pycache__
     for key, variable in TREE_VARIABLES.items():
         if key in trees:
             env[variable] = str(trees[key].resolve())

@@ -37,7 +37,9 @@ from patchset.upstreams.pins import load_pins
 
 @pytest.fixture(autouse=True)
 def isolated_git(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Keep the user's git config and the real cache out of every test; fix the identity used by fixtures."""
+    """Keep the user's git config and the real cache out of every test; fix the identity used by fixtures. Python
+    writes bytecode, as on most machines: no tree may depend on PYTHONDONTWRITEBYTECODE to stay as it was."""
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     for role in ("AUTHOR", "COMMITTER"):
