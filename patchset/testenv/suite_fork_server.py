@@ -107,6 +107,9 @@ def _become(request: dict, streams: Sequence[int], base_path: Sequence[str]) -> 
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        # what a fresh interpreter reads from these at start-up: whether and where it writes bytecode
+        sys.dont_write_bytecode = bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
+        sys.pycache_prefix = os.environ.get("PYTHONPYCACHEPREFIX") or None
         pythonpath = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry]
         sys.path[:] = [os.getcwd(), *pythonpath, *base_path]
         sys.argv = [request["module"], *request["argv"]]

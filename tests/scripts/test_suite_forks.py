@@ -128,6 +128,23 @@ def test_a_forked_module_other_than_pytest_writes_its_output_and_errors_apart(se
     assert said == "said on stderr\n"
 
 
+def test_a_forked_run_writes_bytecode_where_its_environment_says_as_a_fresh_interpreter_does(server, tmp_path: Path):
+    """A run that asks for no bytecode (the regression runs, on a user's checkout) gets none, whatever the server's
+    own environment said; one given a bytecode folder writes there."""
+    (tmp_path / "bytecode.py").write_text("import sys\nprint(sys.dont_write_bytecode, sys.pycache_prefix)\n")
+    launch = suite_forks.launcher(PYTHON, {SOCKET_VARIABLE: server.address})
+    base = {
+        key: value for key, value in ENVIRON.items() if key not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+    }
+    for variables in ({"PYTHONDONTWRITEBYTECODE": "1"}, {"PYTHONPYCACHEPREFIX": str(tmp_path / "pycache")}):
+        env = {**base, "PYTHONPATH": str(tmp_path), **variables}
+        fresh = subprocess.run([str(PYTHON), "-m", "bytecode"], env=env, capture_output=True, text=True, check=True)
+        with (tmp_path / "out.txt").open("w+") as output:
+            assert launch([str(PYTHON), "-m", "bytecode"], tmp_path, env, output, None).wait(timeout=60) == 0
+            output.seek(0)
+            assert output.read() == fresh.stdout, variables
+
+
 def test_a_forked_run_exits_as_pytest_does(server, tmp_path: Path):
     with (tmp_path / "out.txt").open("w+") as output:
         code, _ = _run(server, tmp_path, output, SUITE_FORKS_FAIL="1")
