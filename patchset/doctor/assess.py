@@ -7,6 +7,7 @@ has it upstream; and not where ``uses.not_fixed_when`` holds (KL-Cov on the Mega
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import subprocess
@@ -96,24 +97,25 @@ def applied(upstream: Upstream, patches: tuple[Patch, ...]) -> set[str]:
     return {step.patch.name for step in steps if step.action is Action.NOTHING}
 
 
-def _overlaid() -> set[str]:
+@functools.cache  # a Trinity run asks for both upstreams: one status run (8 CPU-s) answers both
+def _overlaid() -> frozenset[str]:
     """``distribution:0001-...`` of each patch an overlay changes here: asked of ``python -m patchset_overlay status``
     only when the overlay's start-up hook (``patchset_overlay.pth``) ran in this interpreter, as in the trainer's."""
     startup = sys.modules.get("patchset_overlay.startup")
     if startup is None or startup.outcome != startup.AUTOMATIC:
-        return set()
+        return frozenset()
     status = [sys.executable, "-m", "patchset_overlay", "status", "--json"]
     report = json.loads(subprocess.run(status, capture_output=True, text=True, check=True).stdout)
-    return {
+    return frozenset(
         f"{entry['upstream']}:{name}"
         for entry in report
         for piece in entry["pieces"]
         if piece["state"] == "active"
         for name in piece["patches"]
-    }
+    )
 
 
-def fix_here(upstream: Upstream, patch: Patch, present: set[str], overlaid: set[str]) -> str | None:
+def fix_here(upstream: Upstream, patch: Patch, present: set[str], overlaid: frozenset[str]) -> str | None:
     """How ``patch``'s fix reaches this environment, or None where it does not."""
     if patch.upstream_since and at_least(upstream.version, patch.upstream_since):
         return f"in {upstream.package} {patch.upstream_since}"
