@@ -220,6 +220,7 @@ def test_a_hung_step_of_the_test_command_is_ended_and_named(tmp_path, monkeypatc
         "step 'sleeper' hung: still running after 2 s, ended (to allow longer: PATCHSET_TIME_SCALE"
     )
     assert "=== sleeper: FAILED in" in out.read_text()
+    Path(hung.note.rpartition(" are in ")[2]).unlink()  # the stacks it kept
 
 
 # Python children started anywhere but the one place; each allowed exception says why it is safe
