@@ -64,7 +64,7 @@ def doctor(tree: str, launch: list[str], first: Path | None = None, verl: str = 
     path = [*([first] if first else []), *trees, REPO_ROOT]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
     command = [sys.executable, "-m", "patchset", "doctor", "--json", "--", *launch]
-    if first is not None:  # it may hold start-up files (sitecustomize, .pth), which a fork of the server skips
+    if first is not None and (first / "sitecustomize.py").exists():  # start-up files, which a fork of the server skips
         env.pop(suite_forks.SOCKET_VARIABLE, None)
     # elsewhere forked by the test command's suite fork server (a fresh interpreter loading Trinity's config: 8 CPU-s)
     return suite_forks.run_captured(command, REPO_ROOT, env, errors_apart=True, timeout=120)
