@@ -52,7 +52,10 @@ else:  # pause after printing the progress line that starts with pause_on
         real_step(self, message)
         if message.startswith(pause_on):
             marker.write_text(message)
-            time.sleep(60)
+            # short sleeps: a signal that lands inside time.sleep before its system call (the handler not run yet)
+            # interrupts nothing, and a single 60 s sleep then outlasted the test's 60 s wait (twice on 2026-12-07)
+            for _ in range(3000):
+                time.sleep(0.02)
     Console.step = step
 raise SystemExit(main(sys.argv[1:]))
 """
