@@ -4,8 +4,9 @@
   whose module is now imported: does it run the overlay's code (the fix) or upstream's? (A target of a piece only
   another release has, such as verl 0.7.1's ``validate_config``, is listed apart.) Also returns what ``status`` says
   of each piece, judged from what this process has imported, without importing more.
-- ``loaded``: what this process has imported before the case imports anything: every module of upstream's, the
-  overlays', Hydra's and OmegaConf's, and whether torch is in (a warm parent's fork has it; a fresh process not).
+- every case also reports ``at start``: what this process had imported before the case imported anything: every
+  module of upstream's, the overlays', Hydra's and OmegaConf's, and whether torch is in (a warm parent's fork has it;
+  a fresh process not).
 - ``compose CONFIG MODEL_DIR``: first thing in the process, compose verl's Hydra config ``CONFIG`` and build the
   critic's dataclass with ``verl.utils.config.omega_conf_to_dataclass`` (what a user's own trainer does).
 """
@@ -174,7 +175,8 @@ def compose(config_name: str, model_dir: str) -> dict:
 
 def main(argv: list[str]) -> int:
     case, *rest = argv
-    print(json.dumps({"probe": probe, "loaded": loaded, "compose": compose}[case](*rest)))
+    at_start = loaded()
+    print(json.dumps({**{"probe": probe, "compose": compose}[case](*rest), "at start": at_start}))
     return 0
 
 

@@ -33,7 +33,8 @@ TARGET_MODULES = watched_modules()  # each overlay's WATCHED: pinned below to be
 UPSTREAM_TEST = "tests/trainer/ppo/test_value_loss_normalization_on_cpu.py"  # in the verl 0.9.1 sdist
 
 
-# one fresh process per shape: a module imported alone (the one verl 0.9.1's own test imports), Hydra composed first
+# one fresh process per shape: a module imported alone (the one verl 0.9.1's own test imports; with the overlays off
+# too, its teeth), Hydra composed first
 FRESH_MODULE = "verl.trainer.ppo.core_algos"
 FRESH_COMPOSE = ("1", "ppo_trainer")
 
@@ -42,14 +43,20 @@ def _probe(cases: Cases, switch: str, modules: tuple[str, ...], fresh: bool = Fa
     return cases.json(SCRIPT, ["probe", *modules], switch, fresh=fresh)
 
 
-def test_a_warm_parents_fork_starts_with_what_a_fresh_process_has_of_upstream_and_the_overlays(cases):
+@pytest.fixture(scope="module")
+def fresh_probes(cases: Cases) -> dict[str, dict]:
+    """``FRESH_MODULE`` imported alone in a fresh process, the overlays on ("1") and off ("0"): the module-alone shape
+    as users start it, its teeth, and what a fresh process has imported before its case runs."""
+    return {switch: _probe(cases, switch, (FRESH_MODULE,), fresh=True) for switch in ("1", "0")}
+
+
+def test_a_warm_parents_fork_starts_with_what_a_fresh_process_has_of_upstream_and_the_overlays(cases, fresh_probes):
     """The forks imported torch and the rest early, and nothing of upstream's, the overlays', Hydra's or OmegaConf's
     beyond what the start-up of a fresh process imports (the ``.pth`` file's finder): the shapes stay the users'."""
-    for switch in ("1", "0"):
-        fresh = cases.json(SCRIPT, ["loaded"], switch, fresh=True)
-        forked = cases.json(SCRIPT, ["loaded"], switch)
-        assert forked["owned"] == fresh["owned"], (switch, forked["owned"], fresh["owned"])
-        assert forked["torch"] and not fresh["torch"]
+    for switch, fresh in fresh_probes.items():
+        forked = _probe(cases, switch, (FRESH_MODULE,))["at start"]
+        assert forked["owned"] == fresh["at start"]["owned"], (switch, forked["owned"], fresh["at start"]["owned"])
+        assert forked["torch"] and not fresh["at start"]["torch"]
 
 
 def test_overlay_watches_exactly_the_target_modules():
@@ -66,8 +73,8 @@ def test_overlay_watches_exactly_the_target_modules():
     [(module, False) for module in TARGET_MODULES] + [(FRESH_MODULE, True)],
     ids=[*TARGET_MODULES, f"{FRESH_MODULE}-fresh-process"],
 )
-def test_a_module_imported_alone_is_fixed_at_once(cases, module, fresh):
-    seen = _probe(cases, "1", (module,), fresh)
+def test_a_module_imported_alone_is_fixed_at_once(cases, module, fresh, request):
+    seen = request.getfixturevalue("fresh_probes")["1"] if fresh else _probe(cases, "1", (module,))
     own = [label for label in seen["targets"] if label.rsplit(".", 1)[0] == module]
     if not own and module in {label.rsplit(".", 1)[0] for label in seen["elsewhere"]}:
         pytest.skip(f"{module}: only another release's series changes it (import_order_cases.PROBES)")
@@ -84,8 +91,9 @@ def test_modules_imported_in_reverse_order_are_all_fixed(cases):
 
 
 @pytest.mark.parametrize("module", [TARGET_MODULES[0], TARGET_MODULES[-1]])  # a verl module, a Trinity one
-def test_probe_can_fail_overlays_off_leave_upstream_code(cases, module):
-    seen = _probe(cases, "0", (module,))
+def test_probe_can_fail_overlays_off_leave_upstream_code(cases, module, request):
+    fresh = module == FRESH_MODULE  # the teeth of the fresh module-alone case
+    seen = request.getfixturevalue("fresh_probes")["0"] if fresh else _probe(cases, "0", (module,))
     assert seen["targets"] and not any(seen["targets"].values()), seen
 
 
