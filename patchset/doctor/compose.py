@@ -11,6 +11,7 @@ import dataclasses
 import importlib.util
 import math
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,13 +173,17 @@ def compose_trinity(path: Path, cluster: tuple[int, int] | None) -> tuple[dict[s
         if not (config.cluster.node_num and config.cluster.gpu_per_node):
             raise BadInput(f"{path} sets no cluster.node_num and cluster.gpu_per_node: give --cluster NODES,GPUS")
         notes = []
-        for validator in validators:
-            try:
-                validator.validate(config)
-            except ImportError as error:  # a package of the full install missing here: say so, judge the rest
-                notes.append(f"Trinity's {type(validator).__name__} could not run here ({one_line(error)[:120]})")
-            except Exception as error:
-                raise DoesNotCompose(one_line(error)) from None
+        # the validators make the job's checkpoint, monitor and buffer folders (a new one for a job that has run):
+        # doctor only reads, so they go to a folder thrown away, not to the run's checkpoint_root_dir
+        with tempfile.TemporaryDirectory(prefix="patchset-doctor-") as scratch:
+            config.checkpoint_root_dir = scratch
+            for validator in validators:
+                try:
+                    validator.validate(config)
+                except ImportError as error:  # a package of the full install missing here: say so, judge the rest
+                    notes.append(f"Trinity's {type(validator).__name__} could not run here ({one_line(error)[:120]})")
+                except Exception as error:
+                    raise DoesNotCompose(one_line(error)) from None
         legacy = is_verl_legacy()  # verl < 0.8: its validators built the legacy trainer's verl config
         if legacy:
             built = dataclasses.asdict(config.trainer.trainer_config)

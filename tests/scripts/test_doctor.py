@@ -120,11 +120,15 @@ def test_doctor_config_that_does_not_compose_gives_hydras_error(tree: str) -> No
 @pytest.mark.parametrize(
     ("tree", "exit_code", "fix"), [("vanilla", 6, "NOT FIXED here"), ("patched", 0, "patched tree")]
 )
-def test_doctor_reads_a_trinity_yaml(tree: str, exit_code: int, fix: str, tmp_path: Path) -> None:
+def test_doctor_reads_a_trinity_yaml_and_makes_no_folder_in_its_checkpoint_root(
+    tree: str, exit_code: int, fix: str, tmp_path: Path
+) -> None:
+    """Trinity's validators make the job's checkpoint, monitor and buffer folders: doctor only reads the run."""
     config = tmp_path / "grpo.yaml"
-    config.write_text(TRINITY_YAML)
+    config.write_text(f"{TRINITY_YAML}checkpoint_root_dir: {tmp_path / 'checkpoints'}\n")
     result = doctor(tree, [str(config)])
     assert result.returncode == exit_code, result.stderr[-2000:]
+    assert not (tmp_path / "checkpoints").exists()
     (row,) = json.loads(result.stdout)["losses"]
     assert row["patch"] == "trinity 0001" and row["fix"] == fix
     # 32 tasks x 8 = 256 experiences on 4 trainer GPUs, 64 a rank of at most 2048 tokens in 4096-token micro-batches
