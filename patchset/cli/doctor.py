@@ -22,7 +22,7 @@ EXIT_CODES = f"""\
 exit status:
   {EXIT_OK}  no loss of the run depends on the split, or each that does is fixed in this environment
   {EXIT_BAD_INPUT}  bad input: usage; not a verl trainer launch; a Trinity YAML with no cluster and no --cluster;
-     verl (or trinity) not importable by this Python
+     verl, trinity or what composes their config not importable by this Python
   {EXIT_SPLIT_DEPENDENT}  the run still depends on the split: a loss it uses is not fixed here, or not covered by
      the fix at these settings (the table's NOT FIXED / NOT COVERED rows)
   {EXIT_DOES_NOT_COMPOSE}  the config does not compose: the trainer's own error (Hydra's, Trinity's), in one line
@@ -45,8 +45,8 @@ def cmd_doctor(args: argparse.Namespace, console: Console, guard: signals.Guard)
     patches_dir = workspace.patches_dir
     line = [word for word in args.launch if word != "--"]
     if len(line) == 1 and line[0].endswith((".yaml", ".yml")):
-        config, said = compose_trinity(Path(line[0]), args.cluster)
         verl, trinity = (imported(key, workspace.pins) for key in ("verl", "trinity"))
+        config, said = compose_trinity(Path(line[0]), args.cluster)
         rows = assess(config, trinity, patches_dir) + assess(config, verl, patches_dir, (CRITIC,))
         head = {"verl": verl.version, "trinity": trinity.version, "config": str(Path(line[0]))}
     else:

@@ -12,7 +12,7 @@ import importlib.util
 import math
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,9 +77,10 @@ def package_root(package: str) -> Path:
 
 def compose(launch: Launch, root: Path) -> dict[str, Any]:
     """The launch's config, composed and resolved as the trainer's ``@hydra.main`` would; `DoesNotCompose` else."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from omegaconf import OmegaConf
+    with training_python():
+        from hydra import compose as hydra_compose
+        from hydra import initialize_config_dir
+        from omegaconf import OmegaConf
 
     trainer = root / "verl" / "trainer"
     folder = trainer / "config" if launch.config_path is None else trainer / launch.config_path
@@ -89,6 +90,16 @@ def compose(launch: Launch, root: Path) -> dict[str, Any]:
         return OmegaConf.to_container(config, resolve=True)
     except Exception as error:  # Hydra's and OmegaConf's many error types: the trainer stops on each
         raise DoesNotCompose(one_line(error)) from None
+
+
+@contextlib.contextmanager
+def training_python() -> Iterator[None]:
+    """Imports of what the trainer composes its config with: `BadInput` where one is missing, as this Python is then
+    not the training environment's (an internal error else)."""
+    try:
+        yield
+    except ImportError as error:
+        raise BadInput(f"{one_line(error)}: run doctor with the training environment's python") from None
 
 
 def one_line(error: Exception) -> str:
@@ -159,10 +170,11 @@ def compose_trinity(path: Path, cluster: tuple[int, int] | None) -> tuple[dict[s
     The cluster comes from the YAML or ``cluster``: Trinity's validators start Ray to count the GPUs when it is unset.
     Trinity logs to stdout: that goes to stderr here, so that stdout holds only the report."""
     with contextlib.redirect_stdout(sys.stderr):  # importing Trinity logs too
-        from omegaconf import OmegaConf
-        from trinity.common.config import load_config
-        from trinity.common.config_validator import validators
-        from trinity.trainer.trainer import is_verl_legacy
+        with training_python():
+            from omegaconf import OmegaConf
+            from trinity.common.config import load_config
+            from trinity.common.config_validator import validators
+            from trinity.trainer.trainer import is_verl_legacy
 
         try:
             config = load_config(str(path))

@@ -135,6 +135,18 @@ def test_doctor_reads_a_trinity_yaml_and_makes_no_folder_in_its_checkpoint_root(
     assert row["effect"].startswith("varies with response length, up to x 32 ")
 
 
+@pytest.mark.parametrize("run", ["verl", "trinity"])
+def test_doctor_run_by_a_python_that_cannot_compose_says_so_in_one_line(run: str, tmp_path: Path) -> None:
+    """A Python other than the training environment's (OmegaConf missing, as stood in for here) is bad input, exit 2,
+    not an internal error."""
+    (tmp_path / "omegaconf").mkdir()
+    (tmp_path / "omegaconf" / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'omegaconf'\")\n")
+    (tmp_path / "grpo.yaml").write_text(TRINITY_YAML)
+    result = doctor("vanilla", CRITIC if run == "verl" else [str(tmp_path / "grpo.yaml")], first=tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.count("\n") == 1 and "'omegaconf': run doctor with the training environment's" in result.stderr
+
+
 def test_doctor_never_starts_ray_for_a_trinity_yaml_without_a_cluster(tmp_path: Path) -> None:
     """Trinity's validators would start Ray to count the GPUs: doctor asks for --cluster instead."""
     config = tmp_path / "grpo.yaml"
