@@ -474,6 +474,9 @@ def _run_steps(cache: Path, quick: bool, jobs: int, scratch_env: Mapping[str, st
     # the kernels torch.compile builds (Trinity's legacy Megatron actor compiles one): kept for the next run, not in
     # the scratch folder that TMPDIR names (measured: the legacy Megatron tests, 20.4 CPU-s cold, 12.4 warm)
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache / "torchinductor"))
+    # and no precompiled header: torch keeps it under TMPDIR whatever that says, so it was built again each run
+    # (5.7 CPU-s), and its key (the preprocessed header) is read even where the kernel is cached
+    env.setdefault("TORCHINDUCTOR_CPP_CACHE_PRECOMPILE_HEADERS", "0")
     # --quick runs teeth, then fix, one at a time: each gets every core
     workspace = resolve_workspace(None, str(cache), os.environ)
     server = _suite_fork_server(workspace)
