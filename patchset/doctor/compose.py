@@ -41,6 +41,8 @@ def read_launch(line: Sequence[str]) -> Launch:
     """The entry point and Hydra arguments of a launch line (``python3 -m verl.trainer.main_ppo k=v ...``, also after
     ``torchrun`` and its options); ``BadInput`` when it launches no verl trainer."""
     words = list(line)
+    if not words:
+        raise BadInput("give the verl launch line after '--', or a Trinity-RFT YAML (see doctor --help)")
     if "-m" in words and words.index("-m") + 1 < len(words):
         start = words.index("-m") + 1
         module = words[start]
@@ -169,6 +171,8 @@ def compose_trinity(path: Path, cluster: tuple[int, int] | None) -> tuple[dict[s
     ``trainer.n_gpus_per_node``) and ``is_verl_legacy``, Trinity's own test; and notes on what could not run.
     The cluster comes from the YAML or ``cluster``: Trinity's validators start Ray to count the GPUs when it is unset.
     Trinity logs to stdout: that goes to stderr here, so that stdout holds only the report."""
+    if not path.is_file():
+        raise BadInput(f"{path}: no such file")
     with contextlib.redirect_stdout(sys.stderr):  # importing Trinity logs too
         with training_python():
             from omegaconf import OmegaConf

@@ -135,6 +135,12 @@ def test_doctor_reads_a_trinity_yaml_and_makes_no_folder_in_its_checkpoint_root(
     assert row["effect"].startswith("varies with response length, up to x 32 ")
 
 
+@pytest.mark.parametrize(("launch", "said"), [([], "the verl launch line"), (["none.yaml"], "none.yaml: no such file")])
+def test_doctor_without_a_run_to_read_says_what_it_needs(launch: list[str], said: str) -> None:
+    result = doctor("vanilla", launch)
+    assert result.returncode == 2 and said in result.stderr and result.stderr.count("\n") == 1
+
+
 @pytest.mark.parametrize("run", ["verl", "trinity"])
 def test_doctor_run_by_a_python_that_cannot_compose_says_so_in_one_line(run: str, tmp_path: Path) -> None:
     """A Python other than the training environment's (OmegaConf missing, as stood in for here) is bad input, exit 2,
