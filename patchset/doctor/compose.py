@@ -143,10 +143,10 @@ def shape(config: dict[str, Any], model: str) -> Shape:
             int(get(config, f"{model}.megatron.{size}_parallel_size", 1) or 1)
             for size in ("tensor_model", "pipeline_model", "context")
         )
-    else:
+    else:  # Ulysses: the deprecated key, or the engine's (actor: fsdp_config; critic: fsdp, on 0.7.x model.fsdp_config)
         sp = max(
-            int(get(config, f"{model}.ulysses_sequence_parallel_size", 1) or 1),
-            int(get(config, f"{model}.fsdp_config.ulysses_sequence_parallel_size", 1) or 1),
+            int(get(config, f"{model}.{engine}ulysses_sequence_parallel_size", 1) or 1)
+            for engine in ("", "fsdp_config.", "fsdp.", "model.fsdp_config.")
         )
     dp = max(world // sp, 1)
     mini = int(get(config, f"{model}.ppo_mini_batch_size", 1)) * int(get(config, "actor_rollout_ref.rollout.n", 1))

@@ -246,3 +246,19 @@ def test_doctor_sees_the_fix_in_a_patched_release_installed_without_its_tests(tm
     result = doctor("vanilla", CRITIC, first=tmp_path / "site")
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout)["losses"][-1]["fix"] == "patched tree"
+
+
+@pytest.mark.parametrize(
+    ("verl", "extra"),
+    [
+        ("", ["critic.fsdp.ulysses_sequence_parallel_size=2"]),
+        ("0.7.1", [ENGINE, "critic.model.fsdp_config.ulysses_sequence_parallel_size=2"]),
+    ],
+    ids=["0.8.0", "0.7.1-engine"],
+)
+def test_doctor_reads_the_critics_sequence_parallel_size_on_its_engine_config(verl: str, extra: list[str]) -> None:
+    """The critic's Ulysses size is set on its engine's config (``critic.fsdp``; ``critic.model.fsdp_config`` on verl
+    0.7.x): 4 dp ranks of 2 GPUs, 64 rows a rank, x 32. Read only where the actor keeps it, it said x 16."""
+    result = doctor("vanilla", [*CRITIC, *extra], verl=verl)
+    assert result.returncode == 6, result.stderr[-2000:]
+    assert json.loads(result.stdout)["losses"][-1]["effect"].startswith("x 32 (K = 64 / 2); Ulysses sp 2")
