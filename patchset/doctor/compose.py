@@ -118,6 +118,16 @@ def get(config: dict[str, Any], key: str, default: Any = None) -> Any:
     return node
 
 
+def count(config: dict[str, Any], key: str, default: int = 1) -> int:
+    """``config``'s size at ``key``; `DoesNotCompose` where it is not a positive number (``key=`` from a launch script's
+    unset shell variable, ``null``, 0), as the trainer stops on it."""
+    value = get(config, key, default)
+    with contextlib.suppress(TypeError, ValueError):
+        if int(value) > 0:
+            return int(value)
+    raise DoesNotCompose(f"{key} is {value!r}, not a positive number")
+
+
 @dataclass(frozen=True)
 class Shape:
     """How one trained model (actor or critic) cuts its mini-batch: per data-parallel rank."""
@@ -136,7 +146,7 @@ class Shape:
 
 def shape(config: dict[str, Any], model: str) -> Shape:
     """The split of ``model`` ("actor_rollout_ref.actor" or "critic"), worked out as verl 0.8's engine does it."""
-    world = int(get(config, "trainer.nnodes", 1)) * int(get(config, "trainer.n_gpus_per_node", 1))
+    world = count(config, "trainer.nnodes") * count(config, "trainer.n_gpus_per_node")
     strategy = str(get(config, f"{model}.strategy"))
     if strategy == "megatron":
         sp = math.prod(
@@ -149,11 +159,11 @@ def shape(config: dict[str, Any], model: str) -> Shape:
             for engine in ("", "fsdp_config.", "fsdp.", "model.fsdp_config.")
         )
     dp = max(world // sp, 1)
-    mini = int(get(config, f"{model}.ppo_mini_batch_size", 1)) * int(get(config, "actor_rollout_ref.rollout.n", 1))
+    mini = count(config, f"{model}.ppo_mini_batch_size") * count(config, "actor_rollout_ref.rollout.n")
     rows = max(mini // dp, 1)
     if get(config, f"{model}.use_dynamic_bsz", False):
-        longest = int(get(config, "data.max_prompt_length", 1)) + int(get(config, "data.max_response_length", 1))
-        budget = int(get(config, f"{model}.ppo_max_token_len_per_gpu", 1)) * sp
+        longest = count(config, "data.max_prompt_length") + count(config, "data.max_response_length")
+        budget = count(config, f"{model}.ppo_max_token_len_per_gpu") * sp
         return Shape(strategy, dp, sp, rows, None, min(rows, math.ceil(rows * longest / budget)))
     micro = (
         get(config, f"{model}.ppo_micro_batch_size_per_gpu")

@@ -262,3 +262,21 @@ def test_doctor_reads_the_critics_sequence_parallel_size_on_its_engine_config(ve
     result = doctor("vanilla", [*CRITIC, *extra], verl=verl)
     assert result.returncode == 6, result.stderr[-2000:]
     assert json.loads(result.stdout)["losses"][-1]["effect"].startswith("x 32 (K = 64 / 2); Ulysses sp 2")
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        ["trainer.nnodes="],
+        ["critic.ppo_mini_batch_size=null"],
+        ["critic.use_dynamic_bsz=true", "critic.ppo_max_token_len_per_gpu=0"],
+    ],
+    ids=["empty", "null", "zero"],
+)
+def test_doctor_names_a_batch_size_that_is_not_a_positive_number(settings: list[str]) -> None:
+    """``key=`` (a launch script's shell variable, unset), ``null`` or 0 where verl needs a size: the trainer stops on
+    it, so the config does not compose (exit 7), in one line that names the key. It was an internal error, exit 70."""
+    result = doctor("vanilla", [*CRITIC, *settings])
+    assert result.returncode == 7, result.stderr[-2000:]
+    assert result.stdout == "" and result.stderr.count("\n") == 1
+    assert settings[-1].partition("=")[0] in result.stderr
