@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import math
+import shlex
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -39,8 +40,12 @@ class Launch:
 
 def read_launch(line: Sequence[str]) -> Launch:
     """The entry point and Hydra arguments of a launch line (``python3 -m verl.trainer.main_ppo k=v ...``, also after
-    ``torchrun`` and its options); ``BadInput`` when it launches no verl trainer."""
-    words = list(line)
+    ``torchrun`` and its options), or that line as one word (a script's "$LAUNCH"); ``BadInput`` when it launches no
+    verl trainer."""
+    try:
+        words = shlex.split(line[0]) if len(line) == 1 else list(line)
+    except ValueError as error:  # one word with a quote not closed
+        raise BadInput(f"{error}: {line[0][:200]}") from None
     if not words:
         raise BadInput("give the verl launch line after '--', or a Trinity-RFT YAML (see doctor --help)")
     if "-m" in words and words.index("-m") + 1 < len(words):

@@ -280,3 +280,11 @@ def test_doctor_names_a_batch_size_that_is_not_a_positive_number(settings: list[
     assert result.returncode == 7, result.stderr[-2000:]
     assert result.stdout == "" and result.stderr.count("\n") == 1
     assert settings[-1].partition("=")[0] in result.stderr
+
+
+def test_doctor_reads_a_launch_line_given_as_one_quoted_string() -> None:
+    """``doctor -- "$LAUNCH"``, the whole line one word, reads as its words do. It said "not a verl launch (no '-m
+    MODULE' and no script): python3 -m verl.trainer.main_ppo ...", exit 2."""
+    result = doctor("vanilla", [" ".join([*CRITIC, "data.train_files='a b.parquet'"])])
+    assert result.returncode == 6, result.stderr[-2000:]
+    assert json.loads(result.stdout)["losses"][-1]["effect"].startswith("x 16 ")
