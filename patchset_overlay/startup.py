@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 ENV_SWITCH = "PATCHSET_OVERLAYS"
 _OFF_VALUES = ("0", "off", "false", "no")
+_ON_VALUES = ("", "1", "on", "true", "yes")
 REGISTRY = "patchset_overlay_registry"  # the registration list's module (`OVERLAYS`: the overlay packages' names)
 AUTOMATIC = "automatic (patchset_overlay.pth)"
 # what the start-up did in this process, for `status`: AUTOMATIC, or why the overlays stay off ("" without a start-up)
@@ -56,11 +57,18 @@ def switched_off() -> bool:
 
 def start(first_use: Callback) -> None:
     """Switch the overlays on in this process unless ``PATCHSET_OVERLAYS`` says not to: put an import finder on
-    ``sys.meta_path`` for the modules they change, which calls ``first_use`` when the first of them is imported."""
+    ``sys.meta_path`` for the modules they change, which calls ``first_use`` when the first of them is imported. A
+    value it does not understand (a typo) keeps the default, on, and says so: neither way may pass silently."""
     global outcome
     if switched_off():
         outcome = f"switched off by {ENV_SWITCH}={os.environ[ENV_SWITCH]}"
         return
+    if not outcome and os.environ.get(ENV_SWITCH, "").strip().lower() not in _ON_VALUES:  # 3.11 venvs: 2 starts
+        print(
+            f"warning: patchset_overlay: {ENV_SWITCH}={os.environ[ENV_SWITCH]} is not understood (off: "
+            f"{', '.join(_OFF_VALUES)}; on: {', '.join(_ON_VALUES[1:])}); the overlays stay on",
+            file=sys.stderr,
+        )
     install(watched_modules(), first_use)
     outcome = AUTOMATIC
 

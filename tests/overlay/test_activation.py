@@ -64,6 +64,19 @@ def test_status_of_a_plain_process(cases, switch):
         assert all(entry["how"] == "switched off by PATCHSET_OVERLAYS=0" for entry in report)
 
 
+def test_a_switch_value_not_understood_is_said_once_and_leaves_the_overlays_on(cases):
+    """A typo (``flase``) must not pass silently either way: one line at start-up, the default (on) kept."""
+    completed = cases.run(["-m", "patchset_overlay", "status", "--json"], "flase", fresh=True)
+    assert completed["returncode"] == 0, completed["stderr"][-4000:]
+    said = [line for line in completed["stderr"].splitlines() if "PATCHSET_OVERLAYS=flase" in line]
+    assert said == [
+        "warning: patchset_overlay: PATCHSET_OVERLAYS=flase is not understood (off: 0, off, false, no; on: 1, on, "
+        "true, yes); the overlays stay on"
+    ], completed["stderr"][-4000:]
+    states = [piece["state"] for entry in json.loads(completed["stdout"]) for piece in entry["pieces"]]
+    assert states == ["active"] * EVERY_PIECE
+
+
 @pytest.fixture(scope="module")
 def pickles(tmp_path_factory, cases) -> dict[str, tuple[Path, dict]]:
     """The objects pickled once by a process with the overlays on and once by one with them off: (file, report)."""
