@@ -51,8 +51,10 @@ def config_status(overlay: Overlay) -> dict[str, Verdict]:
     """For `status`: each config file the overlay's series changes, and whether Hydra finds it derived."""
     on, how = switched_on(overlay)
     plan = judge_pieces(overlay).plan if on else None
-    if plan is None:
-        return {"config files (Hydra search path)": Verdict(PieceState.INACTIVE, how)}
+    if plan is None:  # off, or on where the upstream cannot be read (as its pieces, which say why)
+        piece = next(iter(record_for(overlay.name).pieces.values()), None) if on else None
+        verdict = Verdict(piece.state, piece.reason) if piece else Verdict(PieceState.INACTIVE, how)
+        return {"config files (Hydra search path)": verdict}
     report = {}
     for path, piece in _config_files(plan).items():
         name = f"{Path(path).name} (Hydra search path)"

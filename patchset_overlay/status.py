@@ -10,7 +10,7 @@ from typing import Any
 
 from patchset_overlay import startup
 from patchset_overlay.derive import Plan
-from patchset_overlay.runtime import PieceRecord, judge_pieces, record_for
+from patchset_overlay.runtime import PieceRecord, judge_pieces, record_for, switched_on
 from patchset_overlay.searchpath import config_status
 from patchset_overlay.spec import Overlay, Piece, PieceState
 
@@ -60,6 +60,7 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
     carried = carried_series()
     for overlay in startup.overlays():
         problem = _import_targets(overlay) if import_upstreams else None
+        switched_on(overlay)  # activates them, as an import would: an upstream not installed imports nothing
         record = judge_pieces(overlay)
         pieces = []
         for piece in overlay.pieces:

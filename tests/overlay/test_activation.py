@@ -77,6 +77,21 @@ def test_a_switch_value_not_understood_is_said_once_and_leaves_the_overlays_on(c
     assert states == ["active"] * EVERY_PIECE
 
 
+def test_status_without_verl_says_verl_is_not_installed(cases):
+    """Trinity alone (verl hidden as if never installed): verl's pieces are off because verl is missing, not "off:
+    automatic" under an overlay said to be on."""
+    hide_verl = (
+        "import sys; sys.modules['verl'] = None; from patchset_overlay.__main__ import main; main(['status', '--json'])"
+    )
+    completed = cases.run(["-c", hide_verl], "1", fresh=True)
+    assert completed["returncode"] == 0, completed["stderr"][-4000:]
+    verl = json.loads(completed["stdout"])[0]
+    assert verl["overlay"] == "verl_overlay" and verl["problem"] == "verl is not installed", verl
+    assert {(piece["state"], piece["reason"]) for piece in verl["pieces"]} == {
+        ("off (refused)", "verl_overlay: verl is not installed")
+    }, verl["pieces"]
+
+
 @pytest.fixture(scope="module")
 def pickles(tmp_path_factory, cases) -> dict[str, tuple[Path, dict]]:
     """The objects pickled once by a process with the overlays on and once by one with them off: (file, report)."""
