@@ -4,6 +4,7 @@ config validator and trainer complete them, for the regression tests and the ove
 from __future__ import annotations
 
 import logging
+import tempfile
 from pathlib import Path
 from unittest import mock
 
@@ -93,7 +94,9 @@ def check(config) -> list[str]:
     checks only the buffer's storage); the warnings they logged."""
     from trinity.common.config_validator import validators
 
-    with mock.patch.object(logging.Logger, "warning") as warning:
+    # they make the job's folders under checkpoint_root_dir, by default the current folder: the checkout
+    with tempfile.TemporaryDirectory() as scratch, mock.patch.object(logging.Logger, "warning") as warning:
+        config.checkpoint_root_dir = scratch
         for validator in validators:
             if type(validator).__name__ != "BufferConfigValidator":
                 validator.validate(config)
