@@ -158,11 +158,10 @@ def shape(config: dict[str, Any], model: str) -> Shape:
             int(get(config, f"{model}.megatron.{size}_parallel_size", 1) or 1)
             for size in ("tensor_model", "pipeline_model", "context")
         )
-    else:  # Ulysses: the deprecated key, or the engine's (actor: fsdp_config; critic: fsdp, on 0.7.x model.fsdp_config)
-        sp = max(
-            int(get(config, f"{model}.{engine}ulysses_sequence_parallel_size", 1) or 1)
-            for engine in ("", "fsdp_config.", "fsdp.", "model.fsdp_config.")
-        )
+    else:  # Ulysses, where the engine reads it: the actor's fsdp_config (ActorConfig copies the deprecated key there),
+        # the critic's fsdp (0.7.x: model.fsdp_config; CriticConfig copies nothing, so its deprecated key is not read)
+        engines = ("fsdp.", "model.fsdp_config.") if model == "critic" else ("", "fsdp_config.")
+        sp = max(int(get(config, f"{model}.{engine}ulysses_sequence_parallel_size", 1) or 1) for engine in engines)
     dp = max(world // sp, 1)
     mini = count(config, f"{model}.ppo_mini_batch_size") * count(config, "actor_rollout_ref.rollout.n")
     rows = max(mini // dp, 1)

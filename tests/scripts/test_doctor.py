@@ -249,19 +249,24 @@ def test_doctor_sees_the_fix_in_a_patched_release_installed_without_its_tests(tm
 
 
 @pytest.mark.parametrize(
-    ("verl", "extra"),
+    ("verl", "extra", "effect"),
     [
-        ("", ["critic.fsdp.ulysses_sequence_parallel_size=2"]),
-        ("0.7.1", [ENGINE, "critic.model.fsdp_config.ulysses_sequence_parallel_size=2"]),
+        ("", ["critic.fsdp.ulysses_sequence_parallel_size=2"], "x 32 (K = 64 / 2); Ulysses sp 2"),
+        ("0.7.1", [ENGINE, "critic.model.fsdp_config.ulysses_sequence_parallel_size=2"], "x 32 (K = 64 / 2); Ulysses"),
+        ("", ["critic.ulysses_sequence_parallel_size=2"], "x 16 (K = 32 / 2)"),
     ],
-    ids=["0.8.0", "0.7.1-engine"],
+    ids=["0.8.0", "0.7.1-engine", "0.8.0-deprecated-key"],
 )
-def test_doctor_reads_the_critics_sequence_parallel_size_on_its_engine_config(verl: str, extra: list[str]) -> None:
+def test_doctor_reads_the_critics_sequence_parallel_size_on_its_engine_config(
+    verl: str, extra: list[str], effect: str
+) -> None:
     """The critic's Ulysses size is set on its engine's config (``critic.fsdp``; ``critic.model.fsdp_config`` on verl
-    0.7.x): 4 dp ranks of 2 GPUs, 64 rows a rank, x 32. Read only where the actor keeps it, it said x 16."""
+    0.7.x): 4 dp ranks of 2 GPUs, 64 rows a rank, x 32. Read only where the actor keeps it, it said x 16. The critic's
+    deprecated top-level key reaches no engine (CriticConfig, unlike ActorConfig, does not copy it): 8 ranks, x 16."""
     result = doctor("vanilla", [*CRITIC, *extra], verl=verl)
     assert result.returncode == 6, result.stderr[-2000:]
-    assert json.loads(result.stdout)["losses"][-1]["effect"].startswith("x 32 (K = 64 / 2); Ulysses sp 2")
+    said = json.loads(result.stdout)["losses"][-1]["effect"]
+    assert said.startswith(effect) and ("Ulysses" in said) is ("Ulysses" in effect), said
 
 
 @pytest.mark.parametrize(
