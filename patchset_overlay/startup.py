@@ -50,9 +50,14 @@ def watched_modules() -> tuple[str, ...]:
     return tuple(module for package in _registered() for module in package.WATCHED)
 
 
+def _switch() -> str:
+    """``PATCHSET_OVERLAYS`` as it is compared with `_OFF_VALUES` and `_ON_VALUES` ("" where unset)."""
+    return os.environ.get(ENV_SWITCH, "").strip().lower()
+
+
 def switched_off() -> bool:
     """Whether ``PATCHSET_OVERLAYS`` turns automatic activation off (0, off, false, no)."""
-    return os.environ.get(ENV_SWITCH, "").strip().lower() in _OFF_VALUES
+    return _switch() in _OFF_VALUES
 
 
 def start(first_use: Callback) -> None:
@@ -63,7 +68,7 @@ def start(first_use: Callback) -> None:
     if switched_off():
         outcome = f"switched off by {ENV_SWITCH}={os.environ[ENV_SWITCH]}"
         return
-    if not outcome and os.environ.get(ENV_SWITCH, "").strip().lower() not in _ON_VALUES:  # 3.11 venvs: 2 starts
+    if not outcome and _switch() not in _ON_VALUES:  # a 3.11 venv starts twice: said once
         print(
             f"warning: patchset_overlay: {ENV_SWITCH}={os.environ[ENV_SWITCH]} is not understood (off: "
             f"{', '.join(_OFF_VALUES)}; on: {', '.join(_ON_VALUES[1:])}); the overlays stay on",
