@@ -222,11 +222,9 @@ _NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '(?P<name>[\w.]+)
 def import_gaps(output: str, files: Sequence[str]) -> dict[str, str]:
     """{test file: the module it could not import} for each of ``files`` pytest's ``output`` failed to collect."""
     gaps: dict[str, str] = {}
-    headers = list(_COLLECT_ERROR.finditer(output))
-    for number, header in enumerate(headers):
-        end = headers[number + 1].start() if number + 1 < len(headers) else len(output)
-        found = _NO_MODULE.search(output, header.end(), end)
-        path = header["path"]
+    parts = _COLLECT_ERROR.split(output)[1:]  # each header's path, then its report up to the next header
+    for path, report in zip(parts[::2], parts[1::2], strict=True):
+        found = _NO_MODULE.search(report)
         test = next((f for f in files if path == f or path.endswith(f"/{f}")), None)
         if found and test:
             gaps[test] = found["name"]
