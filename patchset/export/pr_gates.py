@@ -204,9 +204,8 @@ class Gates:
         hooks = [hook.name for hook in self.lint.hooks if hook.status == "Failed"]
         failed = [f"upstream lint ({', '.join(hooks) or 'pre-commit'})"] if not self.lint.passed else []
         failed += [] if self.tests.passed else [f"upstream CPU tests ({self.tests.summary})"]
-        return failed + (
-            [f"the fix's regression tests ({self.teeth.summary})"] if self.teeth and not self.teeth.passed else []
-        )
+        failed += [f"the fix's regression tests ({self.teeth.summary})"] if self.teeth and not self.teeth.passed else []
+        return failed
 
     @property
     def passed(self) -> bool:
