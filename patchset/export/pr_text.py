@@ -149,14 +149,13 @@ def comment_text(group: Group, patches: Sequence[Patch], repository: str) -> str
         raise ValueError(f"group {group.name} has no pr/{group.name}.md")
     if group.held:  # the design, argued in the issue before the held branch becomes a PR
         design = description.path.with_name(f"{group.name}{COMMENT_SUFFIX}").read_text(encoding="utf-8")
-        target = f"{repository.rstrip('/')}/issues/{group.comment[0]}"
-        return "\n".join([f"----- comment on {target} -----", design.rstrip("\n"), "----- end -----"])
-    lines = [f"**{description.title}**", ""]
-    lines += [line for paragraph in description.message for line in (paragraph, "")]
-    if description.sections:
-        lines += [description.sections.replace("\n## ", "\n#### ").replace("## ", "#### ", 1), ""]
-    diffs = _test_diffs(patches)
-    if diffs:
-        lines += ["#### The tests, as a patch to apply on this PR's branch", "", "```diff", *diffs, "```", ""]
-    target = f"{repository.rstrip('/')}/pull/{group.comment[0]}"
+        lines = [design.rstrip("\n")]
+    else:
+        lines = [f"**{description.title}**", ""]
+        lines += [line for paragraph in description.message for line in (paragraph, "")]
+        if description.sections:
+            lines += [description.sections.replace("\n## ", "\n#### ").replace("## ", "#### ", 1), ""]
+        if diffs := _test_diffs(patches):
+            lines += ["#### The tests, as a patch to apply on this PR's branch", "", "```diff", *diffs, "```", ""]
+    target = f"{repository.rstrip('/')}/{'issues' if group.held else 'pull'}/{group.comment[0]}"
     return "\n".join([f"----- comment on {target} -----", *lines, "----- end -----"])
