@@ -1,10 +1,6 @@
-"""A group's PR as a patch against upstream's newest files: ``patches/<series>/pr/<group>.upstream.patch``.
-
-Trinity-RFT's repository cannot be cloned here, but single files of it can be read at a named commit, so such a group
-keeps its PR rebased onto the newest revision read of each file it touches, named by one ``Upstream-File: <path>
-<where>`` line each (``<owner>/<repo>@<commit>``, ``v<version>`` or ``new``). ``check_group`` applies it to those
-files from the cache (``--fetch`` downloads them): upstream source is never committed.
-"""
+"""A group's PR rebased onto upstream's newest files (``pr/<group>.upstream.patch``), for an upstream that cannot be
+cloned here: one ``Upstream-File: <path> <owner>/<repo>@<commit>|v<version>|new`` line a file names what it was made
+against; ``check_group`` applies it to those files in the cache (``--fetch``): upstream source is never committed."""
 
 from __future__ import annotations
 
