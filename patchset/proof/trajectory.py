@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from patchset.proof.cases import Case, Expect, expectation
+from patchset.proof.verdict import one_step_judges
 
 FLOOR_FACTOR = 10.0
 MIN_BOUND = {"fp32": 1e-6, "bf16": 1e-3}
@@ -102,11 +103,9 @@ def _k_range(run: Run) -> str:
 
 def run_judges(side: str, case: Case, precision: str, clip: float | None) -> bool:
     """Whether a training run can show what ``side`` should: not vanilla without clipping (Adam cancels much of a
-    constant factor), nor vanilla's other choice (`Expect.CHOOSES`) in bf16, whose shuffled floor over a run (1.6 % to
+    constant factor), nor where one step cannot (`one_step_judges`): in bf16 the shuffled floor over a run (1.6 % to
     6.6 % of the run's travel on the tiny model) is about what another choice of tokens or mean moves it."""
-    if side == "patched":
-        return True
-    return clip is not None and not (expectation(side, case) is Expect.CHOOSES and precision == "bf16")
+    return side == "patched" or (clip is not None and one_step_judges(side, case, precision))
 
 
 def judge_trajectories(
