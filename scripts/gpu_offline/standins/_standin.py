@@ -57,17 +57,13 @@ class _Submodules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec):
-        return standin_module(spec.name)
+        module = types.ModuleType(spec.name, f"OFFLINE STAND-IN for {spec.name}: not the real package")
+        module.__path__ = []  # a package: its submodules resolve through this finder too
+        module.__getattr__ = Placeholder(spec.name).__getattr__  # type: ignore[method-assign]
+        return module
 
     def exec_module(self, module):
         pass
-
-
-def standin_module(name: str) -> types.ModuleType:
-    module = types.ModuleType(name, f"OFFLINE STAND-IN for {name}: not the real package")
-    module.__path__ = []  # a package: its submodules resolve through _Submodules
-    module.__getattr__ = Placeholder(name).__getattr__  # type: ignore[method-assign]
-    return module
 
 
 def install(package: str, namespace: dict) -> None:

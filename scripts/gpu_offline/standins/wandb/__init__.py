@@ -1,8 +1,5 @@
-"""OFFLINE GPU MACHINES ONLY: a stand-in for `wandb`, NOT the real package (see scripts/gpu_offline/README.md).
-
-Only for running scripts/gpu_proof.py on a machine without network where wandb cannot be installed; every attribute is
-a placeholder that raises if called. Never put this folder on the path of a real training run.
-"""
+"""OFFLINE GPU MACHINES ONLY: a stand-in for `wandb`, NOT the real package (see scripts/gpu_offline/README.md): every
+attribute is a placeholder that raises if called. Never put this folder on the path of a real training run."""
 
 from _standin import install
 
