@@ -57,13 +57,10 @@ ULYSSES_SDPA_ATTENTION = "ulysses_sdpa"
 def ulysses_sdpa_attention() -> str:
     """Ulysses sequence parallelism without flash_attn; returns the ``attn_implementation`` to name.
 
-    verl's Ulysses attention (`_ulysses_flash_attention_forward`, installed by `apply_monkey_patch` in place of
-    transformers' ``_flash_attention_forward``) runs only when the model calls transformers' flash-attention entry:
-    with sdpa nothing would cross ranks, and each rank would attend within its own slice of the packed sequence. So a
-    new attention name routes to that entry (`flash_attention_forward`, with flash attention's mask: none), and the
-    kernel verl's function calls after its all-to-all, flash_attn's varlen attention (CUDA only, half precision), is
-    replaced by causal sdpa over each packed sequence, cut where its positions restart at 0 (as flash_attn's
-    ``cu_seqlens`` are). verl's all-to-all, position-id gather, `Gather` and the loss run unchanged."""
+    verl's Ulysses all-to-all runs only in transformers' flash-attention entry (with sdpa each rank would attend within
+    its own slice): the name routes there, and flash_attn's varlen kernel after the all-to-all (CUDA, half precision
+    only) becomes causal sdpa over each packed sequence, cut where its positions restart at 0 (flash_attn's
+    ``cu_seqlens``). verl's all-to-all, `Gather` and the loss run unchanged."""
     import torch
     import verl.models.transformers.monkey_patch as verl_monkey_patch
     from transformers import AttentionInterface

@@ -97,13 +97,12 @@ def step_data(
     budget: int | None = None,
     sequence_parallel: int = 1,
 ) -> TensorDict:
-    """This rank's rows of the mini-batch in the no-padding layout, with the non-tensor fields verl's `TrainingWorker`
-    and trainer attach for `train_batch` to cut them by ``split`` (fixed size, or a token budget: ``budget`` when
-    given, as a training run keeps one for every mini-batch, else the one that makes ``split``'s count here).
+    """This rank's rows of the mini-batch, no-padding, with the fields verl's `TrainingWorker` and trainer attach for
+    `train_batch` to cut them by ``split`` (dynamic: by ``budget`` when given, as a training run keeps one, else the
+    budget that makes ``split``'s count here).
 
-    With Ulysses (``sequence_parallel`` > 1) the rows are dealt to the data-parallel groups, every rank of a group
-    holding the same rows (verl's mesh is (dp, sp): the group of rank r is r // sp), and the engine cuts by ``budget``
-    times the sp size (`prepare_micro_batches`): the budget here is per rank, the group's divided by sp."""
+    With Ulysses every rank of a data-parallel group (rank // sp) holds the group's rows, and the engine cuts by
+    ``budget`` x sp (`prepare_micro_batches`): the budget here is per rank, the group's over sp."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.utils.padding import left_right_2_no_padding
 

@@ -6,13 +6,10 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-# verl's critic, its GRPO actor (vanilla policy loss), GMPO, its on-policy distillation (k3, first call), and
-# Trinity's TrinityPolicyLoss (its engine-path actor loss); a fix names the key of its loss in `harness` of its
-# series' parts.toml (tests/scripts/test_fix_completeness.py). KL-Cov and bypass mode's REINFORCE with
-# batch-normalized IS weights choose tokens or take a mean over the mini-batch in the worker, before the split: a run
-# of them prepares each mini-batch with `engine_harness.worker_statistics.before_split` first. (Not Clip-Cov: its
-# pick is keyed by each row's place in the mini-batch, so a training run's shuffled-rows floor would draw other
-# tokens rather than only reassociate; the CPU tests check its chosen tokens.)
+# verl's critic, GRPO actor (vanilla policy loss), GMPO, distillation (k3, first call), Trinity's TrinityPolicyLoss,
+# KL-Cov and bypass mode's REINFORCE with batch-normalized IS weights (the last two prepared per mini-batch by
+# `worker_statistics.before_split`); a fix names its loss's key in `harness` of its parts.toml
+# (tests/scripts/test_fix_completeness.py). Not Clip-Cov: docs/gpu-proof.md says why.
 LOSSES = ("critic", "ppo", "geo_mean", "distillation", "trinity", "kl_cov", "is_norm")
 # KL-Cov's share of the tokens it penalizes and its penalty's weight, as the regression tests take them: with verl's
 # defaults (0.0002, 0.1) one token of the tiny preset's 1,500 a mini-batch is penalized, and a split moves the step's

@@ -137,13 +137,9 @@ def actor_inputs(
 
 
 def pack_model_output(micro_batch: TensorDict, padded: torch.Tensor) -> torch.Tensor:
-    """Lay out per-response-token outputs as the model returns them: one entry per valid token.
-
-    verl reads the output for response token t from the position before it, so each response sits one
-    position earlier inside its packed sequence (see `no_padding_2_padding`): row r's packed sequence is its
-    prompt tokens, then its response tokens, and its outputs are prompt_len - 1 zeros, the response's outputs, one
-    zero. Built with one scatter (the outputs keep their autograd link to ``padded``), not a loop over rows.
-    """
+    """Lay out per-response-token outputs as the model returns them, one entry per valid token: verl reads response
+    token t's output from the position before it (`no_padding_2_padding`), so each row's packed outputs are
+    prompt_len - 1 zeros, its response's outputs, one zero. One scatter keeps the autograd link to ``padded``."""
     attention_mask = micro_batch["attention_mask"]
     prompt_lens = attention_mask[:, :PROMPT_LEN].sum(-1)
     response_lens = attention_mask[:, PROMPT_LEN:].sum(-1)
