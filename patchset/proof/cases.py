@@ -1,8 +1,5 @@
-"""What the GPU proof measures, what each tree should show, and the settings of one run.
-
-Read by the main process, which imports neither torch nor verl: plain data only (`engine_harness.model` imports
-neither at the top).
-"""
+"""What the GPU proof measures, what each tree should show, and the settings of one run: plain data, for the main
+process imports neither torch nor verl (nor does `engine_harness.model` at the top)."""
 
 from __future__ import annotations
 

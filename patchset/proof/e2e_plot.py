@@ -1,10 +1,7 @@
-"""Draw the end-to-end engine run: grad_norm against the number of micro-batches, vanilla vs patched.
+"""Draw the end-to-end engine run (``python -m patchset plot``): grad_norm against micro-batches, vanilla vs patched.
 
-Reads what `tests/regression/test_engine_e2e.py` recorded (``e2e-bug.jsonl`` from the vanilla run,
-``e2e-fixed.jsonl`` from the patched run; one JSON object a line with component, mode, world_size,
-micro_batches, grad_norm) and draws one panel per loss and ``loss_agg_mode``: critic (verl 0.8.0
-`value_loss`) on the top row, actor (Trinity-RFT 0.6.0 `TrinityPolicyLoss`) below, a line per tree and
-world size (``python -m patchset plot``; ``--markdown`` also prints the figures as the README's table).
+Reads what `tests/regression/test_engine_e2e.py` recorded (``e2e-bug.jsonl``: vanilla, ``e2e-fixed.jsonl``: patched;
+a JSON object a line) and draws a panel per loss and ``loss_agg_mode``, a line per tree and world size.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """One rank of the GPU proof: verl's real FSDP2 engines, the tree's own losses, complete `train_batch` steps.
 
-Per case and precision, the engine verl trains that loss with runs one `BaseEngine.train_batch` (`engine_harness`)
-per split of the same mini-batch, at learning rate 0 so that only the split differs, and records the pre-clip
-``grad_norm`` and each step's time, a patched worker's pre-pass forward included. What is measured, and the
-adaptations (none on the loss path): docs/gpu-proof.md. With ``--sp`` above 1 every rank of a data-parallel group
-holds its group's rows, and the token budget per rank is the group's over sp (the engine cuts by budget x sp).
+Per case and precision, one `train_batch` per split of the same mini-batch, at learning rate 0 so that only the split
+differs: the pre-clip ``grad_norm`` and each step's time, a patched worker's pre-pass included. What is measured, and
+the adaptations (none on the loss path): docs/gpu-proof.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """One tree's process: ``python -m patchset.proof.side SETTINGS RESULT``, with the tree on ``PYTHONPATH``.
 
-A process holds one verl, so each tree (vanilla, patched) is measured in a process of its own (`launch` starts it).
-This one builds the model checkpoint if the other side has not (same seed, same weights), starts one rank per device
-(children of a fork server, `patchset.plumbing.children`: never a fork of this process, which CUDA or OpenMP threads
-would make unsafe; one rank runs in this process), and writes every rank's result to RESULT. The ranks are waited for
-within the side's own limit (``--timeout``), and ended, their stacks printed, past it.
+A process holds one verl, so each tree runs in its own (`launch` starts it). Its ranks, one per device, are children of
+a fork server (`patchset.plumbing.children`), never forks of this process, which CUDA or OpenMP threads would make
+unsafe; a single rank runs in this process.
 """
 
 from __future__ import annotations

@@ -12,10 +12,6 @@ differ only in how each mini-batch is cut into micro-batches per rank:
   mini-batch makes K micro-batches; the shorter ones make fewer, so K changes from step to step, as it does in
   training.
 
-Figures per run: the distance of its final weights from the reference's, relative to how far the reference moved
-(||w_run - w_ref|| / ||w_ref - w_0||); the loss and the pre-clip grad_norm of every step; the share of steps that
-gradient clipping cut (pre-clip grad_norm above ``clip_grad``).
-
 Verdict. Patched: every run within ``bound`` of the reference, where ``bound`` is ``FLOOR_FACTOR`` times the shuffled
 run's distance, and never under ``MIN_BOUND`` (a floor of exactly 0, when reordering happens to round the same).
 Vanilla with clipping: a case with the bug shows it if some run is beyond that bound. Vanilla without clipping is
