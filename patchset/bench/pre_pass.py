@@ -2,14 +2,10 @@
 mini-batch, against the ``train_batch`` it comes before.
 
 KL-Cov's and Clip-Cov's selection, and bypass mode's IS batch mean, need the current policy's log-probs of the whole
-mini-batch before its first backward pass. Where ``old_log_probs`` are not those (a later update of a step, and
-every update in bypass mode), the patched worker runs ``engine.infer_batch(data, loss_function=None)`` first, inside
-``train_mode`` and ``torch.random.fork_rng``, with the training micro-batches. Here both run on one gloo rank of verl's
-real FSDP2 engine (`engine_harness.engine`) over the same data: the vanilla actor loss (the forward does not depend on
-the loss), fp32, a random Qwen2 of ``shape``. Each is timed in process CPU time, alternating, the median of
-``repeats``; the host synchronisations of one pre-pass are counted as `loss_call` counts them, and the growth of the
-process's peak resident memory across the pre-passes is read (``ru_maxrss``: 0 when the forward's peak stays under
-the training step's, measured first).
+mini-batch before its first backward pass; where ``old_log_probs`` are not those (a later update of a step, every
+update in bypass mode), the patched worker runs this forward first. Both run on one gloo rank of verl's real FSDP2
+engine, fp32, with the vanilla actor loss (the forward does not depend on the loss), timed in process CPU time,
+alternating. The peak resident memory's growth (``ru_maxrss``) is 0 while the forward's peak stays under the step's.
 """
 
 from __future__ import annotations

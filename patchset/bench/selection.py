@@ -1,17 +1,10 @@
-"""What KL-Cov's and Clip-Cov's mini-batch selection (verl 0004) costs per optimizer step: one mini-batch, as the
-worker trains it.
+"""What KL-Cov's and Clip-Cov's mini-batch selection (verl 0004) and bypass mode's IS batch mean (verl 0005) cost
+per optimizer step: one mini-batch, as the worker trains it.
 
-Patched, the engine worker calls ``compute_kl_cov_mask`` / ``compute_clip_cov_mask`` once on the mini-batch (from
-``old_log_probs``: a step's first update, no forward) and each micro-batch's ``ppo_loss`` applies its rows of the
-mask; vanilla, each micro-batch's loss chooses from its own tokens (Clip-Cov: ``torch.randperm``). One timed call here
-is the whole mini-batch: the selection (where the tree has it) and the ``ppo_loss`` of each of its `MICRO_BATCHES`
-micro-batches, at dp 1 (the collectives are not timed). The no-grad forward of a later update, which needs a model,
-is timed by `patchset.bench.pre_pass` (``python -m patchset bench --pre-pass``).
-
-The same for bypass mode's IS batch normalization (verl 0005, ``is_batch_norm``): patched, the worker calls
-``compute_rollout_is_batch_mean`` once on the mini-batch and each micro-batch's loss divides by that mean; vanilla,
-each takes its own. The no-grad forward that gives the worker the current log-probs (bypass mode's
-``old_log_probs`` are the rollout's, so it runs for every mini-batch) is `patchset.bench.pre_pass`'s too.
+Patched, the worker chooses (or takes the mean) once on the mini-batch and each micro-batch's ``ppo_loss`` applies its
+rows of it; vanilla, each micro-batch's loss does so on its own tokens. One timed call is the whole mini-batch: the
+selection where the tree has it and the ``ppo_loss`` of each of its `MICRO_BATCHES` micro-batches, at dp 1 (the
+collectives are not timed). The no-grad forward a later update needs is timed by `patchset.bench.pre_pass`.
 """
 
 from __future__ import annotations
