@@ -54,8 +54,8 @@ def value_model_overrides(value_head: bool) -> dict:
 ULYSSES_SDPA_ATTENTION = "ulysses_sdpa"
 
 
-def ulysses_sdpa_attention() -> str:
-    """Ulysses sequence parallelism without flash_attn; returns the ``attn_implementation`` to name.
+def ulysses_sdpa_attention() -> None:
+    """Ulysses sequence parallelism without flash_attn, under the ``attn_implementation`` `ULYSSES_SDPA_ATTENTION`.
 
     verl's Ulysses all-to-all runs only in transformers' flash-attention entry (with sdpa each rank would attend within
     its own slice): the name routes there, and flash_attn's varlen kernel after the all-to-all (CUDA, half precision
@@ -83,4 +83,3 @@ def ulysses_sdpa_attention() -> str:
     AttentionInterface.register(ULYSSES_SDPA_ATTENTION, flash_attention_forward)
     ALL_MASK_ATTENTION_FUNCTIONS.register(ULYSSES_SDPA_ATTENTION, flash_attention_mask)
     verl_monkey_patch._flash_attention_forward = varlen_attention
-    return ULYSSES_SDPA_ATTENTION
