@@ -49,8 +49,7 @@ def value_model_overrides(value_head: bool) -> dict:
     return {"architectures": ["Qwen2ForTokenClassification"], "num_labels": 1, "classifier_dropout": 0.0}
 
 
-# the attention a rank without flash_attn (or in fp32, which flash_attn refuses) names for Ulysses: transformers'
-# flash-attention entry, where verl's Ulysses all-to-all sits, around a pure-torch varlen kernel
+# what a rank without flash_attn (or in fp32, which flash_attn refuses) names for Ulysses (`ulysses_sdpa_attention`)
 ULYSSES_SDPA_ATTENTION = "ulysses_sdpa"
 
 

@@ -1,9 +1,7 @@
 """What the tree's ``TrainingWorker.train_batch`` does to a mini-batch before the engine splits it, for the harness's
-runs of verl's real engine (which call ``engine.train_batch`` themselves): a patched tree runs the loss's mini-batch
-hook (verl 0004 to 0007), KL-Cov's or Clip-Cov's choice or bypass mode's IS mean over the whole mini-batch, with the
-forward it needs; a vanilla tree has none. That the real worker does the same, the regression tests check
-(``test_verl_cov_selection.py``, ``test_verl_is_batch_norm.py``).
-"""
+runs that call ``engine.train_batch`` themselves: a patched tree's mini-batch hook (verl 0004 to 0007: KL-Cov's or
+Clip-Cov's choice, bypass mode's IS mean) with the forward it needs; a vanilla tree has none. That the real worker does
+the same, ``test_verl_cov_selection.py`` and ``test_verl_is_batch_norm.py`` check."""
 
 from __future__ import annotations
 
