@@ -8,7 +8,7 @@ import dataclasses
 from patchset.apply.job import ApplyOptions, run_apply
 from patchset.cli.exits import INTERNAL_HELP
 from patchset.cli.options import add_common_options, workspace_from
-from patchset.cli.startup import Run
+from patchset.cli.startup import Run, add_parser
 from patchset.plumbing import signals
 from patchset.plumbing.errors import (
     EXIT_BAD_INPUT,
@@ -87,13 +87,7 @@ def cmd_apply(args: argparse.Namespace, console: Console, guard: signals.Guard) 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     """Add ``apply``'s parser to the top-level ``commands``; the top-level parser parses its line."""
-    apply = commands.add_parser(
-        name,
-        help=help,
-        description=APPLY_DESCRIPTION,
-        epilog=APPLY_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    apply = add_parser(commands, name, help, description=APPLY_DESCRIPTION, epilog=APPLY_EPILOG)
     apply.add_argument("paths", nargs="*", metavar="PATH", help="root of a verl or Trinity-RFT git checkout")
     apply.add_argument(
         "--check",

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from patchset.cli.options import workspace_from
-from patchset.cli.startup import Run
+from patchset.cli.startup import Run, add_parser
 from patchset.doctor.assess import CRITIC, assess, assess_verl, imported, notes
 from patchset.doctor.compose import compose, compose_trinity, read_launch
 from patchset.plumbing import signals
@@ -68,21 +68,16 @@ def cmd_doctor(args: argparse.Namespace, console: Console, guard: signals.Guard)
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
-    doctor = commands.add_parser(
-        name,
-        help=help,
-        description=textwrap.dedent(
-            """\
-            Is my run affected? Give the verl launch line after '--', or a Trinity-RFT YAML: doctor composes the
-            config as the trainer does (Hydra; Trinity's load_config and validators), from the packages this Python
-            imports, starts nothing (no Ray), and says for each loss the run uses whether it depends on the
-            micro-batch split, by how much at these settings, and whether the fix acts here (a patched tree or
-            wheel, by content; the overlay; or upstream). The series is the one that targets the imported release
-            (verl 0.7.1: verl-0.7, whose legacy workers it tells apart; Trinity beside it: the legacy path)."""
-        ),
-        epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    description = textwrap.dedent(
+        """\
+        Is my run affected? Give the verl launch line after '--', or a Trinity-RFT YAML: doctor composes the
+        config as the trainer does (Hydra; Trinity's load_config and validators), from the packages this Python
+        imports, starts nothing (no Ray), and says for each loss the run uses whether it depends on the
+        micro-batch split, by how much at these settings, and whether the fix acts here (a patched tree or
+        wheel, by content; the overlay; or upstream). The series is the one that targets the imported release
+        (verl 0.7.1: verl-0.7, whose legacy workers it tells apart; Trinity beside it: the legacy path)."""
     )
+    doctor = add_parser(commands, name, help, description=description, epilog=EXIT_CODES)
     doctor.add_argument("--json", action="store_true", help="one JSON object, for CI")
     doctor.add_argument(
         "--cluster", metavar="NODES,GPUS", type=_cluster, help="a Trinity YAML's cluster, where it sets none"

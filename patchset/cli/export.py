@@ -12,7 +12,7 @@ from pathlib import Path
 
 from patchset.cli.exits import INTERNAL_HELP
 from patchset.cli.options import add_common_options, workspace_from
-from patchset.cli.startup import Run, needs_command
+from patchset.cli.startup import Run, add_parser, needs_command
 from patchset.export.series_export import BRANCH, describe, make_checkout, plan_export, write_export
 from patchset.plumbing import cachelock
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_DOES_NOT_APPLY, EXIT_LOCKED, EXIT_OK, BadInput
@@ -207,20 +207,14 @@ Handler = Callable[[argparse.Namespace, Console], int]
 def _subcommand(commands: argparse._SubParsersAction, handler: Handler, help: str, description: str) -> ArgumentParser:
     """The parser of the subcommand ``handler`` runs, named for it (``cmd_upstream_prs``: ``upstream-prs``)."""
     name = handler.__name__.removeprefix("cmd_").replace("_", "-")
-    formatter = argparse.RawDescriptionHelpFormatter
-    parser = commands.add_parser(
-        name, help=help, description=textwrap.dedent(description), epilog=EXIT_CODES, formatter_class=formatter
-    )
+    parser = add_parser(commands, name, help, description=textwrap.dedent(description), epilog=EXIT_CODES)
     parser.set_defaults(handler=handler)
     return parser
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     """Add ``export``'s parser and its subcommands'; each parses its own line, options between the arguments."""
-    formatter = argparse.RawDescriptionHelpFormatter
-    parser = commands.add_parser(
-        name, prog="scripts/export.sh", help=help, description=DESCRIPTION, epilog=EPILOG, formatter_class=formatter
-    )
+    parser = add_parser(commands, name, help, prog="scripts/export.sh", description=DESCRIPTION, epilog=EPILOG)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     checkout = _subcommand(

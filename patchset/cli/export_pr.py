@@ -8,7 +8,7 @@ from pathlib import Path
 
 from patchset.cli.exits import CACHE_WAIT_HELP, INTERNAL_HELP
 from patchset.cli.options import add_common_options, workspace_from
-from patchset.cli.startup import Run
+from patchset.cli.startup import Run, add_parser
 from patchset.export import pr_export
 from patchset.export.pr_export import EXIT_GATE_FAILED, ExportRequest
 from patchset.plumbing import signals
@@ -31,14 +31,8 @@ EXIT_CODES += CACHE_WAIT_HELP + INTERNAL_HELP
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     """Add ``export-pr``'s parser to the top-level ``commands``; a Ctrl-C ends it as one ``error: interrupted``."""
-    parser = commands.add_parser(
-        name,
-        prog="scripts/export-pr.sh",
-        help=help,
-        description=pr_export.__doc__.split("\n\n", 1)[1] if pr_export.__doc__ else None,
-        epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    description = pr_export.__doc__.split("\n\n", 1)[1] if pr_export.__doc__ else None
+    parser = add_parser(commands, name, help, prog="scripts/export-pr.sh", description=description, epilog=EXIT_CODES)
     parser.add_argument("upstream", choices=tuple(UPSTREAMS), help="which series to send")
     parser.add_argument(
         "checkout",

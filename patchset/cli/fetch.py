@@ -7,7 +7,7 @@ import textwrap
 
 from patchset.cli.apply import EXIT_CODES
 from patchset.cli.options import add_common_options, workspace_from
-from patchset.cli.startup import Run
+from patchset.cli.startup import Run, add_parser
 from patchset.plumbing import signals
 from patchset.plumbing.errors import EXIT_OK
 from patchset.plumbing.ui import Console
@@ -25,18 +25,13 @@ def cmd_fetch(args: argparse.Namespace, console: Console, guard: signals.Guard) 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     """Add ``fetch``'s parser to the top-level ``commands``; the top-level parser parses its line."""
-    fetch = commands.add_parser(
-        name,
-        help=help,
-        description=textwrap.dedent(
-            """\
-            Fetch the default pinned releases (all pins with --all) from PyPI, verify their sha256 and unpack
-            each into a git checkout tagged like the upstream release, under <cache>/upstreams/.
-            Cached checkouts are reused."""
-        ),
-        epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    description = textwrap.dedent(
+        """\
+        Fetch the default pinned releases (all pins with --all) from PyPI, verify their sha256 and unpack
+        each into a git checkout tagged like the upstream release, under <cache>/upstreams/.
+        Cached checkouts are reused."""
     )
+    fetch = add_parser(commands, name, help, description=description, epilog=EXIT_CODES)
     fetch.add_argument("--all", action="store_true", help="every pin in upstreams.toml, not only the defaults")
     add_common_options(fetch)
     return Run(cmd_fetch)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from patchset.cli.exits import INTERNAL_HELP
-from patchset.cli.startup import Run
+from patchset.cli.startup import Run, add_parser
 from patchset.plumbing import signals
 from patchset.plumbing.errors import EXIT_BAD_INPUT, EXIT_OK, BadInput
 from patchset.plumbing.ui import Console
@@ -32,13 +32,8 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     for key, upstream in UPSTREAMS.items():
         if own := {hook.id: hook.check for hook in upstream.lint_hooks if hook.check is not None}:
             checks[key] = own
-    parser = commands.add_parser(
-        name,
-        help=help,
-        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
-        epilog=EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    description = __doc__.split("\n\n", 1)[1] if __doc__ else None
+    parser = add_parser(commands, name, help, description=description, epilog=EXIT_CODES)
     ids = sorted({hook_id for hooks in checks.values() for hook_id in hooks})
     parser.add_argument("upstream", choices=tuple(checks), help="whose lint gates the hook is one of")
     parser.add_argument("hook", metavar="ID", help=f"the hook's id: {', '.join(ids)}")

@@ -6,7 +6,7 @@ import argparse
 import subprocess
 from pathlib import Path
 
-from patchset.cli.startup import Run
+from patchset.cli.startup import Run, add_parser
 from patchset.plumbing.errors import EXIT_TESTS_FAILED
 from patchset.plumbing.paths import REPO_ROOT
 from patchset.plumbing.signals import Guard
@@ -20,13 +20,8 @@ def _run(args: argparse.Namespace, console: Console, guard: Guard) -> int:
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
-    parser = commands.add_parser(
-        name,
-        help=help,
-        description=lock.__doc__,
-        epilog="exit status: 0 written (and verified); 1 pip or pip check failed; 2 bad input",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    epilog = "exit status: 0 written (and verified); 1 pip or pip check failed; 2 bad input"
+    parser = add_parser(commands, name, help, description=lock.__doc__, epilog=epilog)
     requirements = REPO_ROOT / "requirements"
     parser.add_argument("--output", type=Path, default=requirements / "lock.txt", help="lock file to write")
     parser.add_argument("--tools", type=Path, default=requirements / "tools.txt", help="requirements file of tools")

@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from patchset.cli.startup import Run
+from patchset.cli.startup import Run, add_parser
 from patchset.plumbing.errors import EXIT_TIMED_OUT, BadInput, needs_module
 from patchset.plumbing.signals import Guard
 from patchset.plumbing.ui import Console
@@ -72,13 +72,13 @@ def _request(args: argparse.Namespace, defaults: DefaultTrees) -> Request:
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     defaults = DefaultTrees.from_workspace(os.environ)
     pins = defaults.pins
-    parser = commands.add_parser(
+    parser = add_parser(
+        commands,
         name,
+        help,
         prog="scripts/gpu_proof.py",
-        help=help,
         description="The proof on your own GPUs: verl's real FSDP2 engine trains each fixed loss, vanilla against "
         "patched. Measures the vanilla and the patched trees, each in its own process.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
             "cases:\n"
             + "".join(f"  {case.name:<13} {case.title}\n" for case in CASES.values())

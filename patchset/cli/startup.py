@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import Any
 
 from patchset.cli.exits import run_reporting_errors
 from patchset.plumbing import signals
@@ -28,6 +29,11 @@ class Run:
     interrupted: str | Callable[[argparse.Namespace], str] | None = None
     parse: Callable[[Sequence[str]], argparse.Namespace] | None = None
     other_errors: Mapping[type[Exception], int] = field(default_factory=dict)
+
+
+def add_parser(commands: argparse._SubParsersAction, name: str, help: str, **options: Any) -> argparse.ArgumentParser:
+    """A command's parser whose description and epilog keep their line breaks (exit-code tables, examples)."""
+    return commands.add_parser(name, help=help, formatter_class=argparse.RawDescriptionHelpFormatter, **options)
 
 
 def needs_command(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from patchset.cli.exits import CACHE_WAIT_HELP, INTERNAL_HELP
 from patchset.cli.options import add_common_options, workspace_from
-from patchset.cli.startup import Run
+from patchset.cli.startup import Run, add_parser
 from patchset.plumbing import signals
 from patchset.plumbing.errors import EXIT_OK, BadInput
 from patchset.plumbing.paths import REPO_ROOT
@@ -51,20 +51,12 @@ examples:
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
     """Add ``wheels``' parser, with ``build`` (the default) and ``manifest``, to the top-level ``commands``."""
-    formatter = argparse.RawDescriptionHelpFormatter
-    parser = commands.add_parser(
-        name,
-        prog="scripts/build-wheels.sh",
-        help=help,
-        description=DESCRIPTION,
-        epilog=EXIT_CODES + "\nWith no command, 'build' runs.",
-        formatter_class=formatter,
-    )
+    epilog = EXIT_CODES + "\nWith no command, 'build' runs."
+    parser = add_parser(commands, name, help, prog="scripts/build-wheels.sh", description=DESCRIPTION, epilog=epilog)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    build = commands.add_parser(
-        "build", help="build the patched wheels (default)", description=DESCRIPTION, epilog=EXIT_CODES,
-        formatter_class=formatter,
-    )  # fmt: skip
+    build = add_parser(
+        commands, "build", "build the patched wheels (default)", description=DESCRIPTION, epilog=EXIT_CODES
+    )
     build.add_argument(
         "--pin",
         action="append",
