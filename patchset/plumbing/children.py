@@ -105,7 +105,7 @@ def _threads_problem() -> str | None:
     return None
 
 
-def server(preload: Sequence[str] = ("torch",)) -> BaseContext:
+def server(preload: Sequence[str]) -> BaseContext:
     """The fork server's context, its server running; the first caller's ``preload`` is the server's."""
     global _warm_preload
     context = multiprocessing.get_context(START_METHOD)

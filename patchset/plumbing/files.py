@@ -10,10 +10,6 @@ from pathlib import Path
 from patchset.plumbing import tempdirs
 
 
-def exists(path: Path) -> bool:
-    return path.is_symlink() or path.exists()
-
-
 def fsync(path: Path) -> None:
     """Flush ``path`` (a file, or a folder: its entries) to disk."""
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
@@ -47,8 +43,8 @@ def install_paths(source: Path, dest: Path, paths: Iterable[str]) -> None:
     ``source`` removed from ``dest`` (and the folders that leaves empty, as git does)."""
     for rel in paths:
         src, target = source / rel, dest / rel
-        if not exists(src):
-            if exists(target) and not target.is_dir():
+        if not os.path.lexists(src):
+            if os.path.lexists(target) and not target.is_dir():
                 target.unlink()
                 folder = target.parent
                 while folder != dest and folder.is_dir() and not any(folder.iterdir()):
@@ -70,8 +66,8 @@ def install_paths(source: Path, dest: Path, paths: Iterable[str]) -> None:
 
 def same(path_a: Path, path_b: Path) -> bool:
     """Same content: both absent, the same symlink target, or regular files with the same bytes."""
-    if not (exists(path_a) and exists(path_b)):
-        return exists(path_a) == exists(path_b)
+    if not (os.path.lexists(path_a) and os.path.lexists(path_b)):
+        return os.path.lexists(path_a) == os.path.lexists(path_b)
     if path_a.is_symlink() or path_b.is_symlink():
         return path_a.is_symlink() and path_b.is_symlink() and os.readlink(path_a) == os.readlink(path_b)
     return path_a.is_file() and path_b.is_file() and path_a.read_bytes() == path_b.read_bytes()

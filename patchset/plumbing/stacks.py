@@ -85,14 +85,14 @@ def dump_stacks(pids: Iterable[int], near: Sequence[Path] = ()) -> str:
     return "\n\n".join(parts) + "\n"
 
 
-def kill_all(pids: Iterable[int], wait_s: float = END_WAIT_S) -> None:
+def kill_all(pids: Iterable[int]) -> None:
     """End each of ``pids``, all stopped first so that none runs on when another ends (a test whose child is killed
-    would go on to its teardown); return once none runs (or after ``wait_s`` seconds)."""
+    would go on to its teardown); return once none runs (or after ``END_WAIT_S`` seconds)."""
     pids = list(pids)
     for sig in (signal.SIGSTOP, signal.SIGKILL):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
-    deadline = time.monotonic() + wait_s
+    deadline = time.monotonic() + END_WAIT_S
     while any(is_running(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
