@@ -118,16 +118,15 @@ def _upstream_merged_step(workspace: Workspace, env: dict[str, str], pin: Pin) -
     """verl 0.9.1 (part of the series upstream) or 0.7.1 (its own series): ``patchset apply`` on a fresh clone skips
     what upstream has, saying so, and applies the rest; the suite, sampled, passes on the clone; beside it, the teeth
     of the applied patches fail on the vanilla tree (printed after)."""
-    key, patches_dir = pin.key, workspace.patches_dir
     vanilla = ensure_upstream(pin, workspace.cache, Console())
-    series = load_series(patches_dir, pin.series)
+    series = load_series(workspace.patches_dir, pin.series)
     patches = series.patches
     merged, applies = split_by_upstream(pin, patches)
     expected = [f"* {p.name} skipped: in upstream since {p.upstream_since} ({pin.label} has it: " for p in merged]
     expected += [f"* Applying {p.name} ({patches.index(p) + 1}/{len(patches)})" for p in applies]
     applied = [p.name for p in applies]
     with tempfile.TemporaryFile("w+", encoding="utf-8") as teeth_output, ThreadPoolExecutor(max_workers=1) as pool:
-        teeth_run = pool.submit(_partial_target_teeth, series.teeth, applied, vanilla, key, workspace, teeth_output)
+        teeth_run = pool.submit(_partial_target_teeth, series.teeth, applied, vanilla, pin.key, workspace, teeth_output)
         passed = _apply_and_fix(pin, workspace, env, vanilla, expected)
         teeth = teeth_run.result()
         teeth_output.seek(0)
@@ -175,13 +174,10 @@ def _overlay_step(python: str, vanilla: dict[str, Path], patched: dict[str, Path
             "PATCHSET_VANILLA_TRINITY_TREE": str(vanilla["trinity"]),
             "PATCHSET_OVERLAY_RESULTS": str(results_dir),
         }
-        try:  # the real release with the fix (guards; its own CPU test of the critic fix, run on the overlay)
-            env["PATCHSET_FIXED_VERL_TREE"] = str(ensure_upstream(releases.partial, workspace.cache, Console()))
-            line = ensure_upstream(releases.line, workspace.cache, Console())
-            env["PATCHSET_RELEASE_LINE_VERL_TREE"] = str(line)  # its fingerprints
-        except PatchsetError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return False
+        # the real release with the fix (guards; its own CPU test of the critic fix, run on the overlay)
+        env["PATCHSET_FIXED_VERL_TREE"] = str(ensure_upstream(releases.partial, workspace.cache, Console()))
+        line = ensure_upstream(releases.line, workspace.cache, Console())
+        env["PATCHSET_RELEASE_LINE_VERL_TREE"] = str(line)  # its fingerprints
         env.pop("PYTHONPATH", None)
         print("* Running tests/overlay", flush=True)
         command = [python, "-m", "pytest", str(REPO_ROOT / "tests" / "overlay"), "-q", "-rs", "-p", "no:cacheprovider"]
@@ -288,9 +284,8 @@ def _pinned_trees_step(workspace: Workspace, env: dict[str, str], quick: bool) -
 
 def _regression_step(workspace: Workspace, name: str, quick: bool) -> bool:
     """Teeth (the vanilla trees; its record marked complete as it ends) or fix (the patched trees), both one batch
-    shape per test, loss and mode; ``quick``: without the engine end-to-end module or the companion verl. Every case
-    on the patched trees is `scripts/apply.sh`'s run: here, the same cases on both sides (measured on 2 cores: the
-    fix run's 95 CPU-s become 77, of a second run's 4-minute budget)."""
+    shape per test, loss and mode, so that each case is measured on both sides (every case: `scripts/apply.sh`);
+    ``quick``: without the engine end-to-end module or the companion verl."""
     vanilla, patched = _pinned_trees(workspace)
     e2e = str(REPO_ROOT / "tests" / "regression" / "test_engine_e2e.py")
     trees = vanilla if name == "teeth" else patched
@@ -346,13 +341,10 @@ def plan(workspace: Workspace, quick: bool, jobs: int = 1, suite_forks: str | No
     """The steps, in the order they take a free slot (the long ones first, so that the last ones running are short).
     ``jobs`` run at once: teeth, fix and the overlays share the cores among their pytest-xdist workers
     (``PATCHSET_WORKERS`` unless set), the tooling tests take every core, verl 0.9.1 and 0.7.1 one process each.
-    ``suite_forks``: the socket of the suite fork server (`patchset.testenv.suite_forks`) the steps that run the
-    suite fork their runs from."""
+    ``suite_forks``: the socket of the suite fork server (`patchset.testenv.suite_forks`) for the suite's steps."""
     cores = os.cpu_count() or 1
     shared = () if os.environ.get("PATCHSET_WORKERS") else (("PATCHSET_WORKERS", str(max(1, cores // jobs))),)
     # a short suite run beside the others: one process, not a worker per core that each import torch and verl first
-    # (measured: verl 0.7.1's two runs, 19 s of CPU in one process each, 31 s with two workers each; the verl 0.9.1
-    # step, 30 s of CPU in one process, 46 s with two workers)
     alone = () if os.environ.get("PATCHSET_WORKERS") else (("PATCHSET_WORKERS", "1"),)
     forks = ((SOCKET_VARIABLE, suite_forks),) if suite_forks else ()  # for the steps that run the suite
     cache, releases = workspace.cache.root, find_releases(workspace)
