@@ -64,13 +64,8 @@ class Releases:
 def find_releases(workspace: Workspace) -> Releases:
     """The `Releases` of ``workspace``'s pins; a ``PatchsetError`` naming the file when it pins none of a kind."""
     pins = workspace.pins
-    partial = []
-    for pin in pins.pins:
-        if not pin.target:
-            continue
-        patches = load_series(workspace.patches_dir, pin.series).patches
-        if 0 < len(upstream_has(pin, patches)) < len(patches):
-            partial.append(pin)
+    targets = {pin: load_series(workspace.patches_dir, pin.series).patches for pin in pins.pins if pin.target}
+    partial = [pin for pin, patches in targets.items() if 0 < len(upstream_has(pin, patches)) < len(patches)]
     lines = other_lines(pins)
     if not partial or not lines:
         kind = "release that has part of its series upstream" if not partial else "release of another line"
