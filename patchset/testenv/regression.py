@@ -87,12 +87,10 @@ def regression_env(
         raise ValueError(f"expect must be one of {EXPECTATIONS}, not {expect!r}")
     ours = (*TREE_VARIABLES.values(), *ROLE_VARIABLES.values(), SAMPLE_VARIABLE, "PATCHSET_BASELINE_DIR")
     env = {key: value for key, value in os.environ.items() if key not in ours}
-    ordered = [trees[key].resolve() for key in TREE_VARIABLES if key in trees]
-    env["PYTHONPATH"] = os.pathsep.join(str(path) for path in ordered)
+    ordered = {key: str(trees[key].resolve()) for key in TREE_VARIABLES if key in trees}
+    env["PYTHONPATH"] = os.pathsep.join(ordered.values())
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # the trees under test, a user's checkout among them, get no __pycache__
-    for key, variable in TREE_VARIABLES.items():
-        if key in trees:
-            env[variable] = str(trees[key].resolve())
+    env.update({TREE_VARIABLES[key]: path for key, path in ordered.items()})
     env["PATCHSET_EXPECT"] = expect
     if sample:
         env[SAMPLE_VARIABLE] = "shapes"
