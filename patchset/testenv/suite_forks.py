@@ -172,14 +172,14 @@ class SuiteForkServer:
         self.address, self.trees, self.modules, self.listed, self.log = address, list(trees), list(modules), listed, log
         self.process: subprocess.Popen[bytes] | None = None
 
-    def start(self, python: Path, repo_root: Path, environ: Mapping[str, str] | None = None) -> None:
-        """Start the server, in ``environ`` (default: this process's): that of the runs it is to fork, whose thread
-        settings it must share (`suite_fork_server.THREAD_VARIABLES`)."""
+    def start(self, python: Path, repo_root: Path, environ: Mapping[str, str]) -> None:
+        """Start the server, in ``environ``: that of the runs it is to fork, whose thread settings it must share
+        (`suite_fork_server.THREAD_VARIABLES`)."""
         if self.process is not None:
             return
         command = [str(python), "-P", "-m", "patchset.testenv.suite_fork_server", self.address, str(os.getpid())]
         command += [str(self.listed), *(str(tree) for tree in self.trees), "--", *self.modules]
-        env = {**(os.environ if environ is None else environ), "PYTHONPATH": str(repo_root)}
+        env = {**environ, "PYTHONPATH": str(repo_root)}
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
