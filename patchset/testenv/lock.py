@@ -13,7 +13,6 @@ trinity-rft) and ``pip check`` must pass in both.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from patchset.plumbing.errors import ChildFailed
+from patchset.upstreams.fetch import normalized
 from patchset.upstreams.workspace import resolve_workspace
 
 TORCH = "torch==2.13.0"  # the CPU build; other torch versions may pull multi-GB CUDA wheels
@@ -79,7 +79,7 @@ def pinned(freeze: str) -> list[str]:
         if not line or line.startswith("#") or "==" not in line or " @ " in line:
             continue  # comments, editables and direct-URL installs are not from an index
         name, version = line.split("==", 1)
-        name = re.sub(r"[-_.]+", "-", name).lower()  # PEP 503's normalised form
+        name = normalized(name)
         if name in EXCLUDE:
             continue
         # Drop a local label such as torch's "+cpu": "torch==2.13.0" matches the CPU wheel too.

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import email.parser
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -31,7 +30,7 @@ from patchset.plumbing import gitops, signals, tempdirs
 from patchset.plumbing.errors import EXIT_OK, BadInput, PatchsetError
 from patchset.plumbing.ui import Console, display_path
 from patchset.testenv.venv import VenvError, ensure_venv
-from patchset.upstreams.fetch import ensure_upstream
+from patchset.upstreams.fetch import ensure_upstream, sha256_of
 from patchset.upstreams.pins import Pin
 from patchset.upstreams.registry import UPSTREAMS
 from patchset.upstreams.workspace import Workspace
@@ -134,7 +133,7 @@ def _patch_entry(step: Step, label: str) -> dict[str, Any]:
     return {
         "name": step.patch.name,
         "subject": step.patch.subject,
-        "sha256": hashlib.sha256(step.patch.path.read_bytes()).hexdigest(),
+        "sha256": sha256_of(step.patch.path),
         "status": status.get(step.action, step.action.value),
         "applied_upstream": step.patch.upstream_since,
         "reason": reason,
