@@ -115,12 +115,10 @@ def _installed_files(site: Path, distribution: str) -> list[str]:
 def installed_files_match(
     site: Path, built: Sequence[Built], trees: Mapping[str, Path], patches_dir: Path, console: Console
 ) -> list[str]:
-    """Every file each wheel installed (its RECORD) against the patched tree's file at the same path, by sha256.
-
-    Two files differ by design: the version file, which carries the ``+patchset.N`` label, and the manifest, which
-    only the wheel has. Every file of the package that the patches the wheel's manifest calls applied change (its
-    modules, and data such as the critic's YAML) must be among those compared, so a wheel built from the wrong tree,
-    or missing a patched file, fails here. Returns the problems found."""
+    """Every file each wheel installed (its RECORD) against the patched tree's file at the same path, by sha256; the
+    problems found. The version file (labelled ``+patchset.N``) and the manifest differ by design. Every package file
+    that the wheel's applied patches change (modules, and data such as the critic's YAML) must be among those
+    compared, so that a wheel built from the wrong tree, or missing a patched file, fails here."""
     problems: list[str] = []
     for item in built:
         upstream, tree = UPSTREAMS[item.pin.key], trees[item.pin.key]
@@ -206,10 +204,9 @@ def _check_alone(work: Path, base_python: Path, item: Built, workspace: Workspac
 
 
 def check_wheels(console: Console, patched: Mapping[str, Path], workspace: Workspace, also: Sequence[Pin] = ()) -> bool:
-    """Build the wheels, install them with ``pip install --no-deps`` into a fresh venv that sees the locked
-    dependencies through one ``.pth`` line (`linked_venv`), and check what they report and that every installed file
-    is the patched tree's (`installed_files_match`). ``also``: more pinned releases, each installed alone and checked
-    against a patched clone (`_check_alone`). No test runs here: the fix step runs the suite on those files."""
+    """Build the wheels, install them (``pip install --no-deps``) into a fresh `linked_venv`, and check what they
+    report and that every installed file is the patched tree's; ``also``: more pinned releases, each installed alone
+    and checked against a patched clone (`_check_alone`). No test runs here: the fix step tests the same files."""
     started = time.monotonic()
     try:
         with tempfile.TemporaryDirectory(prefix="patchset-wheel-check-") as tmp, signals.handled() as guard:
