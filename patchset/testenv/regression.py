@@ -105,7 +105,8 @@ def run_overlay_regression_tests(python: Path, site_packages: Path, pytest_args:
     """Run the regression suite, sampled, in one process and expecting the fix, with ``python``, whose environment has
     verl, Trinity-RFT and this project installed (in ``site_packages``; nothing on PYTHONPATH), the overlays on; past
     `suite_limit` ``TimedOut``."""
-    print(f"* Running the regression tests (expecting fixed) on the releases in {site_packages}, overlays on")
+    what = f"the regression tests (expecting fixed) on the releases in {site_packages}"
+    print(f"* Running {what}, overlays on")
     # -P, and pytest's append import mode: the checkout's own verl_overlay/ must not shadow the installed one (cwd is
     # the repository root, and in its default mode pytest puts the root of the tests/ package first on sys.path)
     command = [str(python), "-P", "-m", "pytest", str(SUITE), "-q", "-rs", "-p", "no:cacheprovider"]
@@ -114,7 +115,6 @@ def run_overlay_regression_tests(python: Path, site_packages: Path, pytest_args:
     env.pop("PYTHONPATH")
     env["PATCHSET_MODE"] = "overlay"
     env["PATCHSET_OVERLAYS"] = "1"
-    what = f"the regression tests (expecting fixed) on the releases in {site_packages}"
     return run_bounded(command, what, suite_limit(), cwd=REPO_ROOT, env=env)
 
 
