@@ -97,7 +97,7 @@ def _partial_target_teeth(
     vanilla: Path,
     key: str,
     workspace: Workspace,
-    output: TextIO | None = None,
+    output: TextIO,
 ) -> bool:
     """The teeth of the patches that apply to a release taking part of the series, on its vanilla tree. A patch that
     applies there without teeth fails the step: its bug would go unshown. ``output``: where the run prints."""
@@ -105,7 +105,7 @@ def _partial_target_teeth(
     for name in missing:
         print(
             f"error: {name} applies to {vanilla.name}, but its series' parts.toml names no teeth that shows its bug",
-            file=output or sys.stdout,
+            file=output,
         )
     selected = _teeth_selection(teeth, applied)
     if not selected:
