@@ -1,8 +1,7 @@
 """The client of the suite fork server (`patchset.testenv.suite_fork_server`): `launcher` lets `run_bounded` start
 ``python -m MODULE ...`` of the pinned venv (the suite's pytest, upstream's tests, ``patchset doctor``) as a fork of
-the server named in ``SOCKET_VARIABLE`` (the test command names it for the steps that run the suite and the tooling
-tests), without importing torch and the rest again; elsewhere, a fresh interpreter, as before. Why it is kept:
-docs/testing.md (about 100 CPU-s a test command).
+the server named in ``SOCKET_VARIABLE`` (set by the test command), without importing torch and the rest again (about
+100 CPU-s a test command: docs/testing.md); elsewhere, a fresh interpreter.
 """
 
 from __future__ import annotations
