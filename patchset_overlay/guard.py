@@ -15,15 +15,13 @@ from patchset_overlay.derive import Plan, release_series, sha256
 from patchset_overlay.hunks import HunkError, apply_hunks
 from patchset_overlay.spec import Overlay, Piece, PieceState, Verdict
 
-Fingerprints = dict[str, dict[str, str]]  # release -> {"path in the tree": sha256}
-
 
 def fingerprints_path(overlay: Overlay) -> Path:
     """The overlay package's JSON of {release: {"path in the tree": sha256}}: every file its series changes there."""
     return Path(importlib.import_module(overlay.name).__file__).resolve().parent / "fingerprints.json"
 
 
-def recorded(overlay: Overlay) -> Fingerprints:
+def recorded(overlay: Overlay) -> dict[str, dict[str, str]]:
     """The sha256 of each file the overlay derives, per supported release (``python -m patchset_overlay fingerprints``
     makes them from an unpatched release); empty when it has none."""
     path = fingerprints_path(overlay)
@@ -35,10 +33,9 @@ def refused(overlay: Overlay, name: str, why: str) -> Verdict:
     return Verdict(PieceState.REFUSED, f"{overlay.name}: {name} not applied: {why}; {overlay.upstream} left untouched")
 
 
-def _carries(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> bool:
+def _carries(plan: Plan, files: list[str], recorded: Mapping[str, str]) -> bool:
     """Whether every file the piece changes already holds the series (a patched tree): taking the series' patches
     back off it, last first, gives the pinned sdist's file (or, for a release with none recorded, takes back)."""
-    files = plan.files(plan.pieces_patches(piece))
     for path in files:
         try:
             text = plan.installed_text(path)
@@ -57,19 +54,21 @@ def judge(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> Verdict:
     that release's files (empty for a release the overlay does not support)."""
     overlay = plan.overlay
     what = f"{overlay.distribution} {plan.version}"
+    patches = plan.pieces_patches(piece)
     upstream = [patch for patch in plan.upstream if patch.slug in piece.patches]
-    if upstream and not plan.pieces_patches(piece):  # by the release: also one the overlays do not support
+    if upstream and not patches:  # by the release: also one the overlays do not support
         since = upstream[0].applied_upstream
         return Verdict(
             PieceState.UPSTREAM_HAS_FIX,
             f"{overlay.name}: {piece.name} stays off: {what} has the fix (upstream since {since})",
         )
-    if plan.series is not None and not plan.pieces_patches(piece):
+    if plan.series is not None and not patches:
         return Verdict(
             PieceState.OTHER_RELEASE,
             f"{overlay.name}: {piece.name}: {what}'s series ({plan.series}) has none of its patches",
         )
-    if _carries(plan, piece, recorded):
+    files = plan.files(patches)
+    if _carries(plan, files, recorded):
         return Verdict(
             PieceState.UPSTREAM_HAS_FIX,
             f"{overlay.name}: {piece.name} stays off: {what} already has the patches of this piece "
@@ -81,7 +80,7 @@ def judge(plan: Plan, piece: Piece, recorded: Mapping[str, str]) -> Verdict:
     unfit = piece.unfit(plan.source) if piece.unfit is not None else None
     if unfit is not None:
         return refused(overlay, piece.name, unfit)
-    for path in plan.files(plan.pieces_patches(piece)):
+    for path in files:
         expected = recorded.get(path, "none recorded")
         try:
             found = sha256(plan.installed_text(path))
