@@ -104,6 +104,12 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
     return report
 
 
+def _patch_label(patch: str) -> str:
+    """A patch file's number (``0001``), or the whole slug where the release's series is not known."""
+    number = patch.partition("-")[0]
+    return number if number.isdigit() else patch
+
+
 def render(report: list[dict[str, Any]]) -> str:
     lines = []
     for entry in report:
@@ -113,7 +119,7 @@ def render(report: list[dict[str, Any]]) -> str:
         if entry["problem"]:
             lines.append(f"  {entry['problem']}")
         for piece in entry["pieces"]:
-            patches = f" ({', '.join(patch[:4] for patch in piece['patches'])})" if piece["patches"] else ""
+            patches = f" ({', '.join(map(_patch_label, piece['patches']))})" if piece["patches"] else ""
             lines.append(f"  {piece['piece']}{patches}: {piece['state']}: {piece['reason']}")
         if entry["cannot_change"]:
             lines.append(f"  not changed by overlays: {entry['cannot_change']}")
@@ -122,5 +128,6 @@ def render(report: list[dict[str, Any]]) -> str:
         revision = f"+patchset.{carried['revision']}" if carried["revision"] is not None else "an unreleased revision"
         idents = ", ".join(f"{folder} {ident}" for folder, ident in sorted(carried["series"].items()))
         lines.append(f"series carried: {revision} of the patchset ({idents or 'unknown'})")
-    lines.append(f"(set {startup.ENV_SWITCH}=0 to switch the automatic activation off)")
+    if not startup.switched_off():
+        lines.append(f"(set {startup.ENV_SWITCH}=0 to switch the automatic activation off)")
     return "\n".join(lines)
