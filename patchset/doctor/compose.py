@@ -28,6 +28,9 @@ ENTRY_POINTS = {
     "verl.trainer.sft_trainer": SFT_CONFIG,
     "verl.trainer.sft_trainer_ray": SFT_CONFIG,
 }
+# Hydra's command-line options that take the next word as their value, where it is not given after "="
+HYDRA_VALUE_OPTIONS = ("--config-dir", "-cd", "--cfg", "-c", "--package", "-p", "--experimental-rerun")
+HYDRA_INFO_OPTIONS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")  # --info [WHAT]
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class Launch:
     config_name: str
     config_path: str | None  # --config-path as given (relative: to verl/trainer, as for @hydra.main)
     overrides: tuple[str, ...]
+    config_dir: str | None = None  # --config-dir: one more folder on the search path, as given
 
 
 def read_launch(line: Sequence[str]) -> Launch:
@@ -59,19 +63,24 @@ def read_launch(line: Sequence[str]) -> Launch:
         module = "verl.trainer." + Path(words[start]).stem
     if module not in ENTRY_POINTS:
         raise BadInput(f"{module}: not a verl trainer entry point doctor knows ({', '.join(ENTRY_POINTS)})")
-    config_name, config_path, overrides = ENTRY_POINTS[module], None, []
-    rest = iter(words[start + 1 :])
-    for word in rest:
+    config_name, config_path, config_dir, overrides = ENTRY_POINTS[module], None, None, []
+    rest = words[start + 1 :]
+    while rest:
+        word = rest.pop(0)
         name, equals, value = word.partition("=")
-        if name in ("--config-name", "-cn", "--config-path", "-cp"):
-            value = value if equals else next(rest, "")
-            if name in ("--config-name", "-cn"):
-                config_name = value.removesuffix(".yaml")
-            else:
-                config_path = value
+        if name in ("--config-name", "-cn", "--config-path", "-cp", *HYDRA_VALUE_OPTIONS) and not equals:
+            value = rest.pop(0) if rest else ""
+        elif name in ("--info", "-i") and not equals and rest[:1] and rest[0] in HYDRA_INFO_OPTIONS:
+            rest.pop(0)
+        if name in ("--config-name", "-cn"):
+            config_name = value.removesuffix(".yaml")
+        elif name in ("--config-path", "-cp"):
+            config_path = value
+        elif name in ("--config-dir", "-cd"):
+            config_dir = value
         elif not word.startswith("-"):
             overrides.append(word)
-    return Launch(module, config_name, config_path, tuple(overrides))
+    return Launch(module, config_name, config_path, tuple(overrides), config_dir)
 
 
 def package_root(package: str) -> Path:
@@ -87,12 +96,25 @@ def compose(launch: Launch, root: Path) -> dict[str, Any]:
     with training_python():
         from hydra import compose as hydra_compose
         from hydra import initialize_config_dir
+        from hydra._internal.hydra import Hydra
+        from hydra._internal.utils import create_config_search_path
+        from hydra.core.config_search_path import SearchPathQuery
+        from hydra.core.global_hydra import GlobalHydra
+        from hydra.errors import SearchPathException
         from omegaconf import OmegaConf
 
     trainer = root / "verl" / "trainer"
     folder = trainer / "config" if launch.config_path is None else trainer / launch.config_path
     try:
         with initialize_config_dir(config_dir=str(folder.resolve()), version_base=None):
+            if launch.config_dir is not None:  # before the schema's, as @hydra.main puts it
+                extra = Path(launch.config_dir).resolve()
+                if not extra.is_dir():
+                    raise SearchPathException(f"Additional config directory '{extra}' not found")
+                search_path = create_config_search_path(str(folder.resolve()))
+                search_path.prepend("command-line", f"file://{extra}", SearchPathQuery(provider="schema"))
+                GlobalHydra.instance().clear()
+                Hydra.create_main_hydra2("app", search_path)
             config = hydra_compose(launch.config_name, overrides=list(launch.overrides))
         return OmegaConf.to_container(config, resolve=True)
     except Exception as error:  # Hydra's and OmegaConf's many error types: the trainer stops on each

@@ -109,6 +109,18 @@ def test_doctor_reads_a_ppo_run_that_composes_a_config_of_its_own(tmp_path: Path
     assert {row["loss"]: row["effect"][:5] for row in report["losses"]}["critic `value_loss`"] == "x 16 "
 
 
+@pytest.mark.parametrize(
+    "options", [["-cd", "{dir}", "-cn", "mine"], ["--cfg", "job", "-p", "critic"]], ids=["config-dir", "cfg-job"]
+)
+def test_doctor_reads_hydras_options_whose_value_is_the_next_word(options: list[str], tmp_path: Path) -> None:
+    """``-cd DIR`` puts DIR on the search path, as ``@hydra.main`` does; ``--cfg job`` is no override. Both once
+    failed to compose (exit 7)."""
+    (tmp_path / "mine.yaml").write_text("defaults:\n  - ppo_trainer\n  - _self_\n")
+    result = doctor("vanilla", [*CRITIC, *(option.format(dir=tmp_path) for option in options)])
+    assert result.returncode == 6, result.stderr[-2000:]
+    assert json.loads(result.stdout)["config"] == ("mine" if "-cn" in options else "ppo_trainer")
+
+
 @pytest.mark.parametrize("tree", ["vanilla", "patched"])
 def test_doctor_config_that_does_not_compose_gives_hydras_error(tree: str) -> None:
     result = doctor(tree, NO_COMPOSE)
