@@ -123,3 +123,15 @@ def test_python_m_patchset_exits_with_main_status(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: ") and str(tmp_path) in proc.stderr
+
+
+def test_a_failed_pip_in_lock_is_one_error_line_exit_1_not_an_internal_error(capsys, monkeypatch):
+    """``lock``'s own error, pip failing, reaches main's one error path through the command's `Run.other_errors`."""
+    from patchset.testenv import lock
+
+    def pip_fails(*args: object) -> None:
+        raise subprocess.CalledProcessError(1, ["pip", "install"])
+
+    monkeypatch.setattr(lock, "lock", pip_fails)
+    assert main(["lock"]) == 1
+    assert capsys.readouterr().err == "error: Command '['pip', 'install']' returned non-zero exit status 1.\n"
