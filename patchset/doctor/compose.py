@@ -104,14 +104,14 @@ def compose(launch: Launch, root: Path) -> dict[str, Any]:
         from omegaconf import OmegaConf
 
     trainer = root / "verl" / "trainer"
-    folder = trainer / "config" if launch.config_path is None else trainer / launch.config_path
+    folder = str((trainer / "config" if launch.config_path is None else trainer / launch.config_path).resolve())
     try:
-        with initialize_config_dir(config_dir=str(folder.resolve()), version_base=None):
+        with initialize_config_dir(config_dir=folder, version_base=None):
             if launch.config_dir is not None:  # before the schema's, as @hydra.main puts it
                 extra = Path(launch.config_dir).resolve()
                 if not extra.is_dir():
                     raise SearchPathException(f"Additional config directory '{extra}' not found")
-                search_path = create_config_search_path(str(folder.resolve()))
+                search_path = create_config_search_path(folder)
                 search_path.prepend("command-line", f"file://{extra}", SearchPathQuery(provider="schema"))
                 GlobalHydra.instance().clear()
                 Hydra.create_main_hydra2("app", search_path)
