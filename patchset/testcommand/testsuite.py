@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TextIO
 
+from patchset.plumbing import gitops
 from patchset.plumbing.errors import EXIT_TIMED_OUT, PatchsetError
 from patchset.plumbing.limits import scaled
 from patchset.plumbing.ui import Console
@@ -307,9 +308,15 @@ def _regression_step(workspace: Workspace, name: str, quick: bool) -> bool:
             (run.baseline_dir / BASELINE_DONE_FILE).write_text("the teeth step has ended\n", encoding="utf-8")
 
 
-def _tooling_step(python: str, env: dict[str, str]) -> bool:
+def _tooling_step(python: str, env: dict[str, str], upstreams: Path) -> bool:
+    """tests/scripts, then: the cache's vanilla trees, which the other steps read as these tests run, are as fetched
+    (one that is not is made again by the next step that asks for it, under the feet of those reading it)."""
     command = [python, "-m", "pytest", "tests/scripts", "-q", *parallel_args("worksteal")]
-    return _run([*command, "--deselect", PROVEN_BY_THE_WHEELS_STEP], env)
+    passed = _run([*command, "--deselect", PROVEN_BY_THE_WHEELS_STEP], env)
+    changed = [tree for tree in sorted(upstreams.glob("*/.git")) if not gitops.is_clean(tree.parent)]
+    for tree in changed:
+        print(f"error: the tooling tests changed the cache's vanilla tree {tree.parent} (git status there)", flush=True)
+    return passed and not changed
 
 
 def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
@@ -329,7 +336,7 @@ def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
     if name in ("teeth", "fix"):
         return _regression_step(workspace, name, quick)
     if name == "tooling":
-        return _tooling_step(python, env)
+        return _tooling_step(python, env, workspace.cache.upstreams)
     if name == "wheels":  # and the wheels of verl 0.9.1 (part of the series) and 0.7.1 (its own), each in a venv
         return check_wheels(Console(), _pinned_trees(workspace)[1], workspace, also=list(releases.values()))
     if name == "overlays":

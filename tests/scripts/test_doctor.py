@@ -62,7 +62,8 @@ def doctor(tree: str, launch: list[str], first: Path | None = None, verl: str = 
     if not all(path.is_dir() for path in trees):
         pytest.skip(f"no {' and '.join(path.name for path in trees)} here (scripts/apply.sh makes them)")
     path = [*([first] if first else []), *trees, REPO_ROOT]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path))}
+    # no bytecode in the cache's trees, which other steps share: one with a __pycache__ is rebuilt ("local changes")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, path)), "PYTHONDONTWRITEBYTECODE": "1"}
     command = [sys.executable, "-m", "patchset", "doctor", "--json", "--", *launch]
     if first is not None and (first / "sitecustomize.py").exists():  # start-up files, which a fork of the server skips
         env.pop(suite_forks.SOCKET_VARIABLE, None)
