@@ -10,7 +10,7 @@ from typing import Any
 
 from patchset_overlay import startup
 from patchset_overlay.derive import Plan
-from patchset_overlay.runtime import PieceRecord, judge_pieces, record_for, switched_on
+from patchset_overlay.runtime import PieceRecord, judge_pieces, record_for, switched_on, verdicts
 from patchset_overlay.searchpath import config_status
 from patchset_overlay.spec import Overlay, Piece, PieceState
 
@@ -62,10 +62,11 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
         problem = _import_targets(overlay) if import_upstreams else None
         switched_on(overlay)  # activates them, as an import would: an upstream not installed imports nothing
         record = judge_pieces(overlay)
+        plan, judged = (record.plan, {}) if record.enabled else verdicts(overlay)  # off: judged for this listing only
         pieces = []
         for piece in overlay.pieces:
             state = record.pieces.get(piece.name, PieceRecord())
-            if state.state is PieceState.OTHER_RELEASE:
+            if PieceState.OTHER_RELEASE in (state.state, getattr(judged.get(piece.name), "state", None)):
                 continue  # written for other releases: this one has its own piece of the same patches
             reason = state.reason
             if state.state is PieceState.ACTIVE:
@@ -81,7 +82,7 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
             pieces.append(
                 {
                     "piece": piece.name,
-                    "patches": _patch_names(record.plan, piece),
+                    "patches": _patch_names(plan, piece),
                     "state": state.state.value,
                     "reason": reason,
                 }

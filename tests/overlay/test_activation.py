@@ -62,6 +62,10 @@ def test_status_of_a_plain_process(cases, switch):
     else:
         assert not any(state == "active" for state in states), report
         assert all(entry["how"] == "switched off by PATCHSET_OVERLAYS=0" for entry in report)
+        # off as on: only this release's pieces (one written for another has none of its patches), by patch number
+        listed = [piece for entry in report for piece in entry["pieces"] if "Hydra search path" not in piece["piece"]]
+        numbered = [piece["patches"] and all(name[:4].isdigit() for name in piece["patches"]) for piece in listed]
+        assert all(numbered), report
 
 
 def test_a_switch_value_not_understood_is_said_once_and_leaves_the_overlays_on(cases):

@@ -25,8 +25,8 @@ def _report(patches: list[str]) -> list[dict]:
     ids=["series-known", "series-unknown"],
 )
 def test_status_names_each_patch_by_its_number_or_whole_slug(patches: list[str], shown: str) -> None:
-    """Where the release's series is not known (switched off, verl missing), the pieces carry slugs, once cut to
-    four letters ("trai")."""
+    """Where the release's series is not known (verl missing, or unreadable), the pieces carry slugs, once cut to four
+    letters ("trai")."""
     assert shown in status.render(_report(patches))
 
 
