@@ -328,7 +328,7 @@ def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
     releases = {pin.label: pin for pin in (found.partial, found.line)}
     if name not in (*STEP_NAMES, *releases):
         raise PatchsetError(f"unknown step {name!r} (steps: {', '.join((*STEP_NAMES, *releases))})")
-    python = str(ensure_venv())  # the environment step builds it (pip's progress shown); the others find it ready
+    python = str(ensure_venv())  # the environment step builds it (uv's summary shown); the others find it ready
     if name == "environment":
         return True
     if name == "lint":

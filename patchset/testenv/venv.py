@@ -49,8 +49,8 @@ def linked_venv(base_python: Path, where: Path) -> tuple[Path, Path]:
     return python, site
 
 
-# uv installs the lock in about 10 s where pip takes 80 (a fresh clone's first run, 2026-12-07: 12 s from an empty
-# cache); run from the venv's own folder, so the venv's site-packages holds exactly the locked set
+# uv installs the lock in about 10 s where pip takes 80; it lives in the venv's folder, outside site-packages, which
+# holds exactly the locked set
 UV = "uv==0.13.10"
 # pip's settings that say where packages come from, as uv's options: uv reads no pip configuration, and where pip
 # finds the CPU build of torch in a local folder (find-links), uv must look there too, or fetch a CUDA build
