@@ -35,7 +35,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TextIO
 
-from patchset.plumbing import gitops
 from patchset.plumbing.errors import EXIT_TIMED_OUT, PatchsetError
 from patchset.plumbing.limits import scaled
 from patchset.plumbing.ui import Console
@@ -57,7 +56,7 @@ from patchset.testenv.regression import (
 )
 from patchset.testenv.suite_forks import SOCKET_VARIABLE, SuiteForkServer, module_list_name
 from patchset.testenv.venv import LOCK_FILE, REPO_ROOT, VenvError, ensure_venv
-from patchset.upstreams.fetch import ensure_upstream
+from patchset.upstreams.fetch import ensure_upstream, unusable
 from patchset.upstreams.pins import Pin
 from patchset.upstreams.workspace import Workspace, resolve_workspace
 
@@ -308,15 +307,18 @@ def _regression_step(workspace: Workspace, name: str, quick: bool) -> bool:
             (run.baseline_dir / BASELINE_DONE_FILE).write_text("the teeth step has ended\n", encoding="utf-8")
 
 
-def _tooling_step(python: str, env: dict[str, str], upstreams: Path) -> bool:
-    """tests/scripts, then: the cache's vanilla trees, which the other steps read as these tests run, are as fetched
-    (one that is not is made again by the next step that asks for it, under the feet of those reading it)."""
+def _tooling_step(python: str, env: dict[str, str], workspace: Workspace) -> bool:
+    """tests/scripts, then: the cache's vanilla trees, which the other steps read as these tests run, are still usable
+    as `ensure_upstream` judges them (one that is not is made again by the next step that asks for it, under the feet
+    of those reading it)."""
     command = [python, "-m", "pytest", "tests/scripts", "-q", *parallel_args("worksteal")]
     passed = _run([*command, "--deselect", PROVEN_BY_THE_WHEELS_STEP], env)
-    changed = [tree for tree in sorted(upstreams.glob("*/.git")) if not gitops.is_clean(tree.parent)]
-    for tree in changed:
-        print(f"error: the tooling tests changed the cache's vanilla tree {tree.parent} (git status there)", flush=True)
-    return passed and not changed
+    for pin in workspace.pins.pins:
+        checkout = workspace.cache.upstreams / pin.dirname
+        if checkout.is_dir() and (problem := unusable(checkout, pin)) is not None:
+            print(f"error: after the tooling tests, the cache's {pin.label} ({checkout}): {problem}", flush=True)
+            passed = False
+    return passed
 
 
 def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
@@ -336,7 +338,7 @@ def _run_one_step(name: str, workspace: Workspace, quick: bool) -> bool:
     if name in ("teeth", "fix"):
         return _regression_step(workspace, name, quick)
     if name == "tooling":
-        return _tooling_step(python, env, workspace.cache.upstreams)
+        return _tooling_step(python, env, workspace)
     if name == "wheels":  # and the wheels of verl 0.9.1 (part of the series) and 0.7.1 (its own), each in a venv
         return check_wheels(Console(), _pinned_trees(workspace)[1], workspace, also=list(releases.values()))
     if name == "overlays":

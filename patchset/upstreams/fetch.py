@@ -196,7 +196,7 @@ def unpack_sdist(sdist: Path, dest: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _usable(checkout: Path, pin: Pin) -> str | None:
+def unusable(checkout: Path, pin: Pin) -> str | None:
     """Why the cached checkout cannot be reused, or None when it can."""
     if not (checkout / ".git").exists():
         return "it is not a git checkout"
@@ -217,7 +217,7 @@ def ensure_upstream(pin: Pin, cache: Cache, console: Console) -> Path:
         _sweep_legacy(cache.upstreams, f".tmp-{pin.dirname}-", console)
         checkout = cache.upstreams / pin.dirname
         if checkout.exists():
-            problem = _usable(checkout, pin)
+            problem = unusable(checkout, pin)
             if problem is None:
                 console.step(f"Using cached {pin.label} ({display_path(checkout)})")
                 return checkout

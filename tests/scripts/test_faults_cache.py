@@ -181,7 +181,7 @@ def cache_problems(setup: Setup, expected: dict[str, str]) -> list[str]:
     problems = leftovers(setup)
     for pin in load_pins(setup.patches / "upstreams.toml").defaults():
         checkout = cache.upstreams / pin.dirname
-        if not checkout.is_dir() or (why := fetch._usable(checkout, pin)) is not None:
+        if not checkout.is_dir() or (why := fetch.unusable(checkout, pin)) is not None:
             problems.append(f"{checkout}: {why if checkout.is_dir() else 'missing'}")
         patched = cache.patched / pin.dirname
         if expected and (not patched.is_dir() or tree_digest(patched) != expected[pin.dirname]):
