@@ -63,10 +63,11 @@ def collect(import_upstreams: bool = True) -> list[dict[str, Any]]:
         switched_on(overlay)  # activates them, as an import would: an upstream not installed imports nothing
         record = judge_pieces(overlay)
         plan, judged = (record.plan, {}) if record.enabled else verdicts(overlay)  # off: judged for this listing only
+        other_release = {name for name, verdict in judged.items() if verdict.state is PieceState.OTHER_RELEASE}
         pieces = []
         for piece in overlay.pieces:
             state = record.pieces.get(piece.name, PieceRecord())
-            if PieceState.OTHER_RELEASE in (state.state, getattr(judged.get(piece.name), "state", None)):
+            if state.state is PieceState.OTHER_RELEASE or piece.name in other_release:
                 continue  # written for other releases: this one has its own piece of the same patches
             reason = state.reason
             if state.state is PieceState.ACTIVE:
