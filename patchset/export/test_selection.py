@@ -62,11 +62,8 @@ class _Reach:
         for module, origin in self.modules.items():
             if name == module or name.startswith(f"{module}."):
                 return origin
-        if name in self.names:
-            return self.names[name]
-        if (package := name.rpartition(".")[0]) in self.starred or name in self.starred:
-            return self.starred.get(package) or self.starred[name]
-        return self.packages.get(name)
+        package = name.rpartition(".")[0]  # a star-import binds any name of its package
+        return self.names.get(name) or self.starred.get(package) or self.starred.get(name) or self.packages.get(name)
 
 
 def _public_names(module: ast.Module) -> list[str] | None:
