@@ -24,14 +24,17 @@ from patchset.upstreams.lint_hooks import LintHook
 from patchset.upstreams.registry import UPSTREAMS
 
 
-def _entry(key: str, hook: LintHook, python: Path) -> str:
-    """The hook's ``entry``: its command with the venv's tool, this project's own check, or a pygrep pattern."""
+def _local_hook(key: str, hook: LintHook, python: Path) -> dict[str, object]:
+    """The hook as pre-commit's ``repo: local`` one; its ``entry``: its command with the venv's tool, this project's
+    own check, or a pygrep pattern."""
     if hook.language == "pygrep":
-        return hook.command[0]
-    if not hook.command:
-        return shlex.join([str(python), "-m", *lint_hooks.RUNNER, key, hook.id])
-    tool, *args = hook.command
-    return shlex.join([str(python if tool == "python" else python.parent / tool), *args])
+        entry = hook.command[0]
+    elif not hook.command:
+        entry = shlex.join([str(python), "-m", *lint_hooks.RUNNER, key, hook.id])
+    else:
+        tool, *args = hook.command
+        entry = shlex.join([str(python if tool == "python" else python.parent / tool), *args])
+    return {"id": hook.id, "name": hook.name, "entry": entry, "language": hook.language, **dict(hook.options)}
 
 
 def precommit_config(key: str, python: Path) -> dict[str, object]:
@@ -39,16 +42,7 @@ def precommit_config(key: str, python: Path) -> dict[str, object]:
     upstream = UPSTREAMS.get(key)
     if upstream is None or not upstream.lint_hooks:
         raise ValueError(f"no lint gates for {key!r}")
-    hooks = [
-        {
-            "id": hook.id,
-            "name": hook.name,
-            "entry": _entry(key, hook, python),
-            "language": hook.language,
-            **dict(hook.options),
-        }
-        for hook in upstream.lint_hooks
-    ]
+    hooks = [_local_hook(key, hook, python) for hook in upstream.lint_hooks]
     return {"repos": [{"repo": "local", "hooks": hooks}]}
 
 
