@@ -233,7 +233,7 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
     """Make and gate the branch of each group of ``job``, each on its ``after`` chain, in a temporary worktree."""
     made: list[tuple[Branch, Gates]] = []
     files = tuple(git_text(job.checkout, "ls-tree", "-r", "--name-only", job.release).splitlines())
-    pin = job.pin
+    pin, start = job.pin, job.where or job.pin.tag
     with temp_worktree(job.checkout, job.release, "pr") as path:
         tree = WorkTree(path, job.release, files, path.parent)
         heads: dict[str, str] = {}  # group -> the head of its branch made in this run, for the groups after it
@@ -249,7 +249,7 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
             _set_branch(job, name, head)
             heads[group.name] = head
             count = int(git_text(tree.path, "rev-list", "--count", f"{base}..{head}").strip())
-            where = f"the {group.after} branch" if group.after else job.where or pin.tag
+            where = f"the {group.after} branch" if group.after else start
             console.step(f"Branch {name}: {count} commit(s) on {where}")
             changed = git_text(tree.path, "diff", "--name-only", "--diff-filter=d", base, head).splitlines()
             notes = [tests.note()] if tests else []
@@ -257,15 +257,6 @@ def make_branches(job: BranchJob, gating: Gating, console: Console) -> list[tupl
             pick = job.cherry_picks.get(group.name)
             if pick and pick.teeth:
                 gates = replace(gates, teeth=run_teeth(gating, pin, tree, pick.teeth, console))
-            branch = Branch(
-                group,
-                name,
-                patches,
-                tuple(changed),
-                tests,
-                pick.commit if pick else None,
-                job.groups,
-                job.where or pin.tag,
-            )
-            made.append((branch, gates))
+            commit = pick.commit if pick else None
+            made.append((Branch(group, name, patches, tuple(changed), tests, commit, job.groups, start), gates))
     return made
