@@ -11,6 +11,7 @@ from pathlib import Path
 from patchset.upstreams.lint_hooks import hook, own_hook, python_tool
 from patchset.upstreams.pr_template import ISSUE_FIRST, NOT_DUPLICATE, PrParts
 
+RUFF_ARGS = ("--fix", "--show-fixes", "--output-format=full")  # verl's ruff hook (its .pre-commit-config.yaml)
 # verl's mypy hook: pre-commit/mirrors-mypy v1.17.0 with that hook's default arguments (verl sets none).
 MYPY_ARGS = ("--ignore-missing-imports", "--scripts-are-modules")
 # verl's flattened reference configs: each file's header names the print_cfg.py command that made it, which differs by
@@ -154,12 +155,7 @@ def check_generated_config(_files: Sequence[str]) -> list[str]:
 
 
 LINT_HOOKS = (
-    python_tool(
-        "ruff",
-        "ruff v0.12.2 (verl's pyproject)",
-        *("ruff", "check", "--force-exclude"),
-        args=["--fix", "--show-fixes", "--output-format=full"],
-    ),
+    python_tool("ruff", "ruff v0.12.2 (verl's pyproject)", "ruff", "check", "--force-exclude", args=RUFF_ARGS),
     python_tool("ruff-format", "ruff-format v0.12.2", "ruff", "format", "--force-exclude"),
     python_tool("mypy", "mypy v1.17.0 (verl's pyproject)", "mypy", args=MYPY_ARGS),
     own_hook(
