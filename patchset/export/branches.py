@@ -8,9 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from patchset.export.branch_gates import Gating, WorkTree, run_gates, run_teeth, temp_worktree
 from patchset.export.commit_message import upstream_patch_text
-from patchset.export.pr_gates import Gates
+from patchset.export.pr_gates import Gates, Gating, WorkTree, run_gates, run_teeth, temp_worktree
 from patchset.export.series_export import patch_slug
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import BadInput, DoesNotApply

@@ -30,9 +30,8 @@ from email.utils import parseaddr
 from pathlib import Path
 
 from patchset.export import targets, upstream_prs
-from patchset.export.branch_gates import Gating
 from patchset.export.branches import Branch, BranchJob, make_branches
-from patchset.export.pr_gates import Gates
+from patchset.export.pr_gates import Gates, Gating
 from patchset.export.pr_text import comment_text, pr_body, pr_title, route
 from patchset.plumbing import gitops
 from patchset.plumbing.errors import EXIT_OK, BadInput
