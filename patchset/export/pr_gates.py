@@ -1,9 +1,7 @@
 """An upstream's own gates for a PR branch: its pre-commit lint hooks and its tests of what the branch changes
-(chosen by ``test_selection``), less what cannot count against it (an import gap or a failure the vanilla release
-has too, told apart on a worktree of it).
-
-The hooks run as ``repo: local`` hooks calling the test venv's pinned tools, since no hook repository can be cloned
-here; upstream checks that exist only as its scripts are hooks of this project's own (``lint_hooks``)."""
+(``test_selection``), less what cannot count against it (an import gap, or a failure the vanilla release has too).
+The hooks are ``repo: local`` ones calling the test venv's pinned tools, since no hook repository can be cloned here;
+checks upstream keeps only as scripts are hooks of this project's own (``lint_hooks``)."""
 
 from __future__ import annotations
 
