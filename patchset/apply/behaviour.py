@@ -73,28 +73,25 @@ class TeethRunner:
         return verdict(target, selection, counts)
 
 
+def _judge(runner: TeethRunner | None, target: TreeToPatch, step: Step) -> Step:
+    """``step``, a conflict, with what its teeth say; a SKIP when they pass on the tree as shipped."""
+    selection = target.series.teeth.get(step.patch.name)
+    if selection is None:
+        behaviour = _untested(target, None, f"{target.series.path.parent / PARTS_FILE} names no tests for it")
+    elif runner is None:
+        behaviour = _untested(target, selection, "its tests were not run (--no-test)")
+    elif changed := runner.local_changes(target, step.patch.files):
+        behaviour = Behaviour(Verdict.LOCAL, selection, why=", ".join(changed))
+    else:
+        behaviour = runner(target, selection)
+    return dataclasses.replace(step, action=Action.SKIP if behaviour.fixed else step.action, behaviour=behaviour)
+
+
 def settler(runner: TeethRunner | None) -> Settle:
     """The ``settle`` of ``plan_target``: each conflict judged by its teeth through ``runner`` (None: ``--no-test``)."""
 
     def settle(target: TreeToPatch, steps: Sequence[Step]) -> list[Step]:
         judged = {id(step) for step in conflicts(steps)}
-        settled: list[Step] = []
-        for step in steps:
-            if id(step) not in judged:
-                settled.append(step)
-                continue
-            selection = target.series.teeth.get(step.patch.name)
-            if selection is None:
-                teeth_file = target.series.path.parent / PARTS_FILE
-                behaviour = _untested(target, None, f"{teeth_file} names no tests for it")
-            elif runner is None:
-                behaviour = _untested(target, selection, "its tests were not run (--no-test)")
-            elif changed := runner.local_changes(target, step.patch.files):
-                behaviour = Behaviour(Verdict.LOCAL, selection, why=", ".join(changed))
-            else:
-                behaviour = runner(target, selection)
-            action = Action.SKIP if behaviour.fixed else step.action
-            settled.append(dataclasses.replace(step, action=action, behaviour=behaviour))
-        return settled
+        return [_judge(runner, target, step) if id(step) in judged else step for step in steps]
 
     return settle
