@@ -14,8 +14,7 @@ def where(plan: Plan) -> str:
 
 def skip_reason(plan: Plan, step: Step) -> str:
     """Why a SKIP step is skipped: by version, by content, or because its teeth pass on the tree as shipped."""
-    if step.fixed_upstream and step.behaviour is not None:
-        behaviour = step.behaviour
+    if step.fixed_upstream and (behaviour := step.behaviour) is not None:
         return (
             f"fixed upstream (its tests pass on {plan.target.label} as shipped: {behaviour.why}, tests/regression -k "
             f"{behaviour.selection!r})"
@@ -208,12 +207,11 @@ def step_line(plan: Plan, step: Step, *, check: bool) -> str:
     after = (
         f" (perhaps because {first.patch.name} does not)" if first and first is not step and not plan.reverse else ""
     )
-    merge = ""
-    if step.merge is not None and not plan.reverse:
-        merge = {
-            Merge.RESOLVES: "; a 3-way merge would resolve it (--3way)",
-            Merge.CONFLICTS: "; a 3-way merge would conflict",
-        }.get(step.merge.outcome, "")
+    notes = {
+        Merge.RESOLVES: "; a 3-way merge would resolve it (--3way)",
+        Merge.CONFLICTS: "; a 3-way merge would conflict",
+    }
+    merge = notes.get(step.merge.outcome, "") if step.merge is not None and not plan.reverse else ""
     return f"{name} {verb}: {failure_detail(plan, step)}{after}{merge}{behaviour_clause(plan, step)}"
 
 
