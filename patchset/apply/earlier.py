@@ -1,9 +1,6 @@
-"""Recognise, by content, a tree that holds an earlier series of this patchset (today's teeth may pass on it and
-read as "fixed upstream"), and work out what taking it out leaves; docs/maintaining.md, "Recognition", says how.
-
-The record beside the tree's lock (``applied-<key>.json``, like quilt's ``.pc/``) lets a newer series take out one
-that ``patches/history.json`` never knew; a record that no longer describes the tree is ignored.
-"""
+"""Recognise by content a tree holding an earlier series (today's teeth may pass on it, as if fixed upstream), and
+what taking it out leaves (docs/maintaining.md, "Recognition"). The record beside the lock (``applied-<key>.json``,
+like quilt's ``.pc/``) names a series ``history.json`` never knew; one no longer describing the tree is ignored."""
 
 from __future__ import annotations
 

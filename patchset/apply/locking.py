@@ -1,6 +1,5 @@
-"""One run per tree: hold every tree of a run (``<git-dir>/patchset/lock``, taken in path order before any tree is
-read, ``--check`` too) until the run ends, and first restore what a killed run left half-done from the snapshot it
-kept beside the lock, since SIGKILL runs no handler. A git directory that cannot be written is not locked."""
+"""One run per tree: ``<git-dir>/patchset/lock``, taken in path order before any tree is read (``--check`` too); first
+restore what a killed run left half-done from its snapshot there (SIGKILL runs no handler). Unwritable: not locked."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Work out, reading the tree only, what each patch of a series would do to it.
-
-Patches may build on earlier ones, so none is judged alone: on scratch copies, a peel pass (last to first) reverts
-what reverts cleanly, which is what is applied, and a forward pass applies the rest, as the real run will. A patch
-that would both revert and apply again is ambiguous and refused rather than applied twice.
-"""
+"""What each patch of a series would do to a tree, reading it only. Patches build on earlier ones, so on scratch
+copies a peel pass (last to first) reverts what is applied and a forward pass applies the rest, as the real run will;
+a patch that would both revert and apply again is ambiguous, refused rather than applied twice."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""``apply --upgrade``: replace the earlier series a tree holds with today's, then test, all or nothing.
-
-The new series is recorded only once the tests pass, so that a killed run leaves the earlier series, a snapshot the
-next run restores it from, or today's series: never a mix.
-"""
+"""``apply --upgrade``: replace the earlier series a tree holds with today's, then test, all or nothing. Today's is
+recorded only once the tests pass, so a killed run leaves the earlier series (or a snapshot of it) or today's."""
 
 from __future__ import annotations
 

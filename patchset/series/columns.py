@@ -1,6 +1,5 @@
-"""The 72-column rule of the messages that go upstream (git's convention, and verl's and Trinity-RFT's history), so
-that ``git log`` and mailed patches read without wrapping. Exempt, as none can be cut: ``Name: value`` fields, a URL,
-one word or code span, and in markdown a table row or a fenced code block."""
+"""The 72-column rule of messages that go upstream (git's and both upstreams' convention). Exempt, as none can be
+cut: ``Name: value`` fields, a URL, one word or code span, and in markdown a table row or a fenced code block."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Every released revision of the series, by content: ``patches/history.json``, and the generator that writes it.
-
-Telling an earlier series in a user's tree from an upstream fix, and taking it out exactly, needs what that series
-wrote, even from a shallow clone or an export: so the manifest keeps, for every landing that changed ``patches/``,
-each series' patches by sha256 and the blob ids they write."""
+"""``patches/history.json``, every released series by content, and its generator. Taking an earlier series out of a
+tree exactly needs what it wrote, even from a shallow clone: so each landing's patches by sha256 and their blob ids."""
 
 from __future__ import annotations
 

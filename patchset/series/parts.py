@@ -1,6 +1,5 @@
-"""What a series' ``parts.toml`` declares of each fix, by its slug (so that it survives renumbering): its ``teeth``,
-the tests that fail on the unpatched upstream and pass on any correct fix, and its ``choices``, the tests of how this
-series fixed it, which upstream may fairly choose otherwise. `read_parts` is the one reader of the file."""
+"""``parts.toml``, by slug so it survives renumbering: each fix's ``teeth`` (fail on upstream, pass on any correct
+fix) and ``choices`` (test our form of the fix, which upstream may choose otherwise); `read_parts` reads it."""
 
 from __future__ import annotations
 

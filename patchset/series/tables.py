@@ -1,6 +1,5 @@
-"""README.md's patch table and docs/loss-audit.md's table, made from the series' declarations (the patches' DEP-3
-headers, ``parts.toml``), never by hand: ``python -m patchset export tables --write`` puts both between their files'
-markers; ``--check`` exits 1 when either is not the one the declarations make (tests/scripts/test_tables.py too)."""
+"""README.md's patch table and docs/loss-audit.md's table, made from the DEP-3 headers and ``parts.toml``, never by
+hand: ``export tables --write`` puts them between their markers; ``--check`` exits 1 when either differs."""
 
 from __future__ import annotations
 
