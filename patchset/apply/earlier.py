@@ -131,8 +131,7 @@ def describe(target: TreeToPatch, held: Held) -> str:
 def restore_originals(
     target: TreeToPatch, held: Held, scratch: Path, vanilla: Callable[[], Path | None], peeled: Mapping[str, bytes]
 ) -> list[str]:
-    """Write into ``scratch`` each file of the held series as it was before it (``peeled``, else from the tree's git
-    objects, else ``vanilla()``); return the files whose original could not be found."""
+    """Write each file of the held series into ``scratch`` as before it (``peeled``, git objects, ``vanilla()``)."""
     wanted = {rel: chain[0][1] for rel, chain in chains(held.series).items() if rel not in peeled}
     for rel, content in peeled.items():
         (scratch / rel).write_bytes(content)

@@ -138,8 +138,7 @@ def apply_series(
     command_line: str,
     regression: bool = True,
 ) -> Applied:
-    """Apply the series of ``workspace`` to ``targets``, then, with ``regression``, test them; raise a
-    ``PatchsetError`` for a refusal. The trees' locks name ``command_line``."""
+    """Apply the series to ``targets``, then test them (``regression``); a refusal raises ``PatchsetError``."""
     check, reverse = options.check, options.reverse
     trees = {target.key: target.root for target in targets}
     with locked(targets, command_line, console, guard) as homes:

@@ -65,8 +65,7 @@ def refuse_if_held(path: Path, shown: str) -> None:
 
 @contextmanager
 def locked(targets: Sequence[TreeToPatch], command: str, console: Console, guard: Guard) -> Iterator[dict[Path, Path]]:
-    """Hold the trees of ``targets`` for ``command`` while the block runs, after restoring what a killed run left;
-    yields {root: where its snapshot is kept} (none for a tree that could not be locked)."""
+    """Hold the trees of ``targets`` for ``command``, first restoring what a killed run left; {root: snapshot home}."""
     folders: dict[Path, list[TreeToPatch]] = {}
     for target in targets:
         folders.setdefault(gitops.git_dir(target.worktree) / FOLDER, []).append(target)

@@ -176,8 +176,7 @@ def plan_series(
     objects: Path | None = None,
     merge: bool = False,
 ) -> list[Step]:
-    """The step for each of ``patches`` on the tree at ``root``, in the order they would run. ``objects``: the
-    tree's git objects, for trying a 3-way merge; ``merge``: carry a clean one out."""
+    """Each patch's step on the tree at ``root``, in run order; ``objects`` to try a 3-way merge, ``merge`` to do it."""
     numbered = list(enumerate(patches, start=1))
     upstream = {i: state for i, p in numbered if (state := upstream_state(root, p, version)) is not None}
     claimed = {i for i, state in upstream.items() if state.claimed}  # skipped, or FAIL when the content lacks it

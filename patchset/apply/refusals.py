@@ -49,8 +49,7 @@ def unwritable(plan: Plan) -> list[str]:
 
 
 def refuse(plans: Sequence[Plan], *, allow_dirty: bool) -> None:
-    """Raise why the first plan that must not be carried out must not be. Uncommitted changes come before a patch
-    that does not apply: they are its likely cause."""
+    """Raise why the first refused plan is; uncommitted changes before a failing patch (they are its likely cause)."""
     for plan in plans:
         # out of order: a patch is applied although one before it is not, so applying would put the earlier on top
         missing = [s.index for s in plan.steps if s.action in (Action.CHANGE, Action.FAIL)]

@@ -101,8 +101,7 @@ def _failed_message(failed: _StepFailed, progress: Sequence[_Progress], stuck: l
 def apply_plans(
     plans: Sequence[Plan], console: Console, guard: Guard, homes: Mapping[Path, Path] | None = None
 ) -> None:
-    """Carry out ``plans``, none refused, all or nothing. ``homes``: {root: where to keep its snapshot}, beside its
-    lock (else a private temporary folder)."""
+    """Carry out ``plans``, none refused, all or nothing; ``homes``: {root: its snapshot's folder, beside its lock}."""
     progress: list[_Progress] = []
     homes = homes or {}
     try:

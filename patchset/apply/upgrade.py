@@ -136,8 +136,7 @@ def run_upgrade(
     console: Console,
     guard: Guard,
 ) -> int:
-    """Upgrade every tree of ``plans``, then run ``test`` (its status, the lines that say what it found); return its
-    status, the trees restored unless 0."""
+    """Upgrade every tree of ``plans``, then ``test`` them (status, lines to show); unless 0, the trees are restored."""
     with tempfile.TemporaryDirectory(prefix=tempdirs.prefix("upgrade")) as tmp:
         work_out = functools.partial(prepare, workspace=workspace, allow_dirty=allow_dirty, console=console)
         upgrades = [work_out(target, held, today, Path(tmp) / str(n)) for n, (target, held, today) in enumerate(plans)]

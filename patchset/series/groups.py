@@ -155,8 +155,7 @@ def check_groups(groups: tuple[Group, ...], patch_count: int) -> list[tuple[int,
 
 
 def load_groups(folder: Path, patch_count: int) -> tuple[Group, ...]:
-    """The groups of the series folder, with their descriptions (without a ``groups`` file: one group per patch,
-    each after the one before it)."""
+    """The folder's groups with their descriptions; without a ``groups`` file, one per patch, each after the last."""
     path = folder / GROUPS_FILE
     if not path.is_file():
         return tuple(

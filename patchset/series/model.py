@@ -98,8 +98,7 @@ def subject_of(header_subject: str) -> str:
 
 
 def split_patch(text: str) -> tuple[str, str, str]:
-    """(mail headers and their blank line, message, the rest from where ``git am`` cuts the message) of a ``git
-    format-patch`` text."""
+    """(mail headers and their blank line, message, the rest from where ``git am`` cuts it) of a format-patch text."""
     headers, sep, rest = text.partition("\n\n")
     cuts = [found for marker in ("\n---\n", "\ndiff --git ") if (found := ("\n" + rest).find(marker)) != -1]
     if not sep or not cuts:

@@ -31,8 +31,7 @@ def read_parts(folder: Path) -> dict[str, dict]:
 
 
 def without_overlay(folder: Path, patch_names: Sequence[str]) -> dict[str, str]:
-    """{patch file name: why the overlays do not carry it}, for the patches whose table gives a ``missing``
-    ``overlay`` reason."""
+    """{patch file name: why the overlays do not carry it}: its table's ``missing.overlay``, where it gives one."""
     tables = read_parts(folder)
     reasons = {name: tables.get(slug_of(name), {}).get("missing", {}).get("overlay") for name in patch_names}
     return {name: str(reason) for name, reason in reasons.items() if reason}
