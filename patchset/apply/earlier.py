@@ -131,7 +131,7 @@ def describe(target: TreeToPatch, held: Held) -> str:
 def restore_originals(
     target: TreeToPatch, held: Held, scratch: Path, vanilla: Callable[[], Path | None], peeled: Mapping[str, bytes]
 ) -> list[str]:
-    """Write each file of the held series into ``scratch`` as before it (``peeled``, git objects, ``vanilla()``)."""
+    """Write each held file into ``scratch`` as before the series (``peeled``, git, ``vanilla()``); return the lost."""
     wanted = {rel: chain[0][1] for rel, chain in chains(held.series).items() if rel not in peeled}
     for rel, content in peeled.items():
         (scratch / rel).write_bytes(content)
