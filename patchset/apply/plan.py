@@ -186,28 +186,25 @@ def plan_series(
         applied, ambiguous = _peel(scratch_copy(root, series_files(patches), Path(tmp) / "peel"), active)
         scratch = scratch_copy(root, series_files(patches), Path(tmp) / "forward")
         failed, merges = _forward(scratch, active, applied | ambiguous, None if reverse else objects, by_content)
-    steps: list[Step] = []
-    for index, patch in reversed(numbered) if reverse else numbered:
+
+    def step(index: int, patch: Patch) -> Step:
         outcome = merges.get(index)
         state = upstream.get(index)
         if index in claimed and state is not None:
-            action = Action.FAIL if state.missing else Action.SKIP
-            steps.append(Step(patch, index, action, upstream=state))
-        elif index in by_content and index in failed and state is not None:
-            steps.append(Step(patch, index, Action.SKIP, upstream=state))
-        elif index in ambiguous:
-            steps.append(Step(patch, index, Action.FAIL, finding=Finding.AMBIGUOUS))
-        elif outcome is not None and outcome.outcome is Merge.APPLIED:
-            steps.append(Step(patch, index, Action.NOTHING, finding=Finding.MERGED, merge=outcome))
-        elif outcome is not None and outcome.outcome is Merge.RESOLVES and merge:
-            steps.append(Step(patch, index, Action.CHANGE, merge=outcome))
-        elif index in failed:
-            steps.append(Step(patch, index, Action.FAIL, failed[index], merge=outcome))
-        elif (index in applied) == reverse:
-            steps.append(Step(patch, index, Action.CHANGE))
-        else:
-            steps.append(Step(patch, index, Action.NOTHING))
-    return steps
+            return Step(patch, index, Action.FAIL if state.missing else Action.SKIP, upstream=state)
+        if index in by_content and index in failed and state is not None:
+            return Step(patch, index, Action.SKIP, upstream=state)
+        if index in ambiguous:
+            return Step(patch, index, Action.FAIL, finding=Finding.AMBIGUOUS)
+        if outcome is not None and outcome.outcome is Merge.APPLIED:
+            return Step(patch, index, Action.NOTHING, finding=Finding.MERGED, merge=outcome)
+        if outcome is not None and outcome.outcome is Merge.RESOLVES and merge:
+            return Step(patch, index, Action.CHANGE, merge=outcome)
+        if index in failed:
+            return Step(patch, index, Action.FAIL, failed[index], merge=outcome)
+        return Step(patch, index, Action.CHANGE if (index in applied) == reverse else Action.NOTHING)
+
+    return [step(index, patch) for index, patch in (reversed(numbered) if reverse else numbered)]
 
 
 def applied_patches(steps: Sequence[Step], *, reverse: bool) -> list[Patch]:
