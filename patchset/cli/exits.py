@@ -44,10 +44,6 @@ def run_reporting_errors(
     """Return ``call()``, or print its error on one line and return its exit status. ``interrupted``: what an
     interruption left behind (None: what the rollback reported; "": nothing), or a callable giving it."""
     extra = other_errors if other_errors is not None else {}
-
-    def left() -> str | None:
-        return interrupted() if callable(interrupted) else interrupted
-
     try:
         return call()
     except (PatchsetError, gitops.GitError, *extra) as exc:  # a PatchsetError carries its own status
@@ -56,14 +52,15 @@ def run_reporting_errors(
             return exc.exit_code
         codes = {gitops.GitError: EXIT_BAD_INPUT, **extra}
         return next(code for kind, code in codes.items() if isinstance(exc, kind))
-    except signals.Interrupted as exc:  # every tree being changed was restored before this arrives here
-        outcome = exc.outcome if (said := left()) is None else said
-        print(f"error: interrupted by {exc.name}{'; ' + outcome if outcome else ''}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        outcome = "every tree being changed was restored" if (said := left()) is None else said
-        print(f"error: interrupted{'; ' + outcome if outcome else ''}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:  # every tree being changed was restored before this arrives here
+        if isinstance(exc, signals.Interrupted):
+            what, status, outcome = f"interrupted by {exc.name}", exc.exit_code, exc.outcome
+        else:
+            what, status, outcome = "interrupted", EXIT_INTERRUPTED, "every tree being changed was restored"
+        if (said := interrupted() if callable(interrupted) else interrupted) is not None:
+            outcome = said
+        print(f"error: {what}{'; ' + outcome if outcome else ''}", file=sys.stderr)
+        return status
     except Exception as exc:  # nobody foresaw it: one line says what failed and where (and the traceback, if asked)
         if os.environ.get(TRACEBACK_ENV):
             traceback.print_exception(exc)
