@@ -18,15 +18,9 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
         self.signum = signum
+        self.name = signal.Signals(signum).name
+        self.exit_code = 128 + signum
         self.outcome = "nothing was changed"
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
 
 
 class Guard:
