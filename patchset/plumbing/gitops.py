@@ -126,20 +126,16 @@ def find_worktree(path: Path) -> WorkTree | None:
         if "not a git repository" in proc.stderr or "must be run in a work tree" in proc.stderr:
             return None
         raise GitError(args, proc.returncode, proc.stderr)
-    lines = proc.stdout.splitlines()
-    if len(lines) < 1 or not lines[0]:
+    toplevel, prefix, *_ = [*proc.stdout.splitlines(), "", ""]
+    if not toplevel:
         return None  # e.g. inside a .git directory
-    prefix = lines[1] if len(lines) > 1 else ""
-    return WorkTree(root=path.resolve(), toplevel=Path(lines[0]), prefix=prefix)
+    return WorkTree(root=path.resolve(), toplevel=Path(toplevel), prefix=prefix)
 
 
 def objects_dir(tree: WorkTree) -> Path | None:
     """The object store of the repository holding ``tree`` (shared by its worktrees), or None."""
     path = git_value(tree.root, "rev-parse", "--git-path", "objects")
-    if path is None:
-        return None
-    objects = tree.root / path
-    return objects.resolve() if objects.is_dir() else None
+    return (tree.root / path).resolve() if path is not None and (tree.root / path).is_dir() else None
 
 
 def git_dir(tree: WorkTree) -> Path:
@@ -160,8 +156,7 @@ def status_paths(tree: WorkTree) -> dict[str, str]:
     """{path relative to ``tree.root``: porcelain XY code} of uncommitted changes below it (untracked included, both
     sides of a rename); ``--no-optional-locks``, so that asking does not rewrite the index."""
     proc = run_git(
-        ["--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", "."],
-        cwd=tree.root,
+        ["--no-optional-locks", "status", "--porcelain=v1", "-z", "--untracked-files=all", "--", "."], cwd=tree.root
     )
     fields = iter(proc.stdout.split("\0"))
     result: dict[str, str] = {}
