@@ -121,9 +121,7 @@ def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
         "without it",
     )
     apply.add_argument(
-        "--allow-dirty",
-        action="store_true",
-        help="patch even though files a patch changes have uncommitted changes",
+        "--allow-dirty", action="store_true", help="patch even though files a patch changes have uncommitted changes"
     )
     apply.add_argument(
         "--3way",

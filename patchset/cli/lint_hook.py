@@ -23,8 +23,7 @@ exit status:
   {EXIT_OK}  every file passes the check
   {EXIT_PROBLEMS}  a file does not: one line each names the file and what is wrong
   {EXIT_BAD_INPUT}  usage: an upstream or hook that is not one of this project's own checks
-"""
-EXIT_CODES += INTERNAL_HELP
+{INTERNAL_HELP}"""
 
 
 def register(commands: argparse._SubParsersAction, name: str, help: str) -> Run:
