@@ -24,7 +24,7 @@ from patchset.upstreams.fetch import ensure_upstream, sha256_of
 from patchset.upstreams.pins import Pin, at_least
 from patchset.upstreams.registry import UPSTREAMS
 from patchset.upstreams.workspace import Workspace
-from patchset.wheels.build import MANIFEST_NAME, Built, Label, WheelBuild, build_wheels, patchset_label
+from patchset.wheels.build import MANIFEST_NAME, Built, Label, WheelBuild, build_wheels, patchset_label, wheel_name
 from patchset.wheels.selection import requirement
 
 _PIP_INSTALL = ("-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check")
@@ -157,7 +157,7 @@ def labels_match(item: Built, label: Label) -> list[str]:
     """The wheel's file name and version are its pin's release with the patchset's ``label``, and its manifest names
     the pin's sdist (by sha256) as what it was built from. The problems found."""
     version = label.version(item.pin.version)
-    name = f"{item.pin.name.replace('-', '_')}-{version}-py3-none-any.whl"
+    name = wheel_name(item.pin, version)
     problems = []
     if item.wheel.name != name:
         problems.append(f"the wheel of {item.pin.label} is named {item.wheel.name}, not {name}")

@@ -1,8 +1,6 @@
-"""Patched wheels of the pinned releases, and the manifest they carry.
-
-The version is ``<release>+patchset.<N>``: a local label sorts just above its release, so ordered version checks keep
-working, and ``N`` counts the commits that touch ``patches/``, so the same N means the same patches on the same sdists.
-"""
+"""Patched wheels of the pinned releases, and their manifest. The version ``<release>+patchset.<N>`` sorts just above
+its release, so ordered version checks keep working; N counts the commits that touch ``patches/``, so the same N means
+the same patches on the same sdists."""
 
 from __future__ import annotations
 
@@ -46,7 +44,6 @@ EXIT_BUILD_FAILED = 1
 # PEP 440: a local version label is alphanumeric segments separated by dots (lower case in normal form).
 _LOCAL_LABEL = re.compile(r"^[a-z0-9]+(?:\.[a-z0-9]+)*$")
 _RELEASE = re.compile(r"^\d+(?:\.\d+)*$")
-
 
 # import package -> PyPI name, of the packages ``wheels manifest`` reads by default
 DISTRIBUTIONS = {upstream.package: upstream.distribution for upstream in UPSTREAMS.values()}
@@ -153,13 +150,7 @@ def make_manifest(pin: Pin, label: Label, steps: Sequence[Step]) -> dict[str, An
         "dirty": label.dirty,
         "commit": label.commit,
         "version": label.version(pin.version),
-        "upstream": {
-            "name": pin.name,
-            "version": pin.version,
-            "sdist_sha256": pin.sdist_sha256,
-            "repository": pin.repository,
-            "tag": pin.tag,
-        },
+        "upstream": {field: getattr(pin, field) for field in ("name", "version", "sdist_sha256", "repository", "tag")},
         "series": pin.series,
         "patches": [_patch_entry(step, pin.label) for step in steps],
     }
@@ -206,10 +197,14 @@ def _wheel_metadata(wheel: Path) -> tuple[str, set[str]]:
         return str(headers.get("Version", "")), names
 
 
+def wheel_name(pin: Pin, version: str) -> str:
+    """The file name of ``pin``'s wheel labelled ``version``."""
+    return f"{pin.name.replace('-', '_')}-{version}-py3-none-any.whl"
+
+
 def _check_wheel(pin: Pin, wheel: Path, version: str) -> str | None:
     """What is wrong with the wheel just built, or None."""
-    stem = pin.name.replace("-", "_")
-    expected = f"{stem}-{version}-py3-none-any.whl"
+    expected = wheel_name(pin, version)
     if wheel.name != expected:
         return f"pip built {wheel.name}, expected {expected}"
     got, names = _wheel_metadata(wheel)
@@ -242,8 +237,7 @@ def build_wheels(build: WheelBuild, workspace: Workspace, console: Console, guar
     """Build the wheels ``build`` asks for from ``workspace``; all or none of them land in its ``dist_dir``."""
     patches_dir, dist_dir, python = workspace.patches_dir, build.dist_dir, build.python
     targets = select_pins(workspace.pins, build.requested)
-    unknown = [pin.label for pin in targets if pin.key not in UPSTREAMS]
-    if unknown:
+    if unknown := [pin.label for pin in targets if pin.key not in UPSTREAMS]:
         raise BadInput(f"no wheel recipe for {', '.join(unknown)} (known: {', '.join(UPSTREAMS)})")
     label = patchset_label(patches_dir, build.revision)
     for pin in targets:
@@ -316,10 +310,8 @@ def read_manifest(package: str) -> tuple[Path | None, dict[str, Any] | None]:
 def report_manifests(packages: Sequence[str], console: Console, *, as_json: bool = False) -> int:
     """Print the manifest of each installed one of ``packages``; 1 when one has none, else 0."""
     found: dict[str, Any] = {}
-    missing = False
     for package in packages:
         folder, manifest = read_manifest(package)
-        missing |= manifest is None
         try:
             version = importlib.metadata.version(DISTRIBUTIONS.get(package, package))
         except importlib.metadata.PackageNotFoundError:
@@ -347,4 +339,4 @@ def report_manifests(packages: Sequence[str], console: Console, *, as_json: bool
                 console.summary(f"  {patch['name']} ({patch['status']}{why}) sha256 {patch['sha256']}")
     if as_json:
         print(json.dumps(found, indent=2))
-    return 1 if missing else EXIT_OK
+    return 1 if any(entry["manifest"] is None for entry in found.values()) else EXIT_OK
