@@ -1,9 +1,6 @@
-"""Which split-dependent losses a composed run uses, what the split does to each, and whether the fix acts here.
-
-A loss is in the run when its patch's ``uses.when`` settings (``patches/verl/parts.toml``) all hold on the composed
-config. The fix acts when the verl files this Python imports hold the patch's change (a patched tree or wheel,
-recognised by content), when the overlay installed at this interpreter's start-up changed them, or when the release
-has it upstream; and not where ``uses.not_fixed_when`` holds (KL-Cov on the Megatron engine, say)."""
+"""Which split-dependent losses a composed run uses (those whose ``uses.when`` settings in ``parts.toml`` all hold),
+what the split does to each, and whether the fix acts here (a patched tree or wheel, recognised by content; the
+overlay; upstream), and not where ``uses.not_fixed_when`` holds (KL-Cov on the Megatron engine, say)."""
 
 from __future__ import annotations
 
@@ -50,32 +47,26 @@ def holds(config: dict[str, Any], setting: str) -> bool:
 
 @dataclass(frozen=True)
 class Upstream:
-    """One upstream the run imports: its key, the folder above its package, its release, the series that targets that
+    """One upstream the run imports: its names, the folder above its package, its release, the series that targets that
     release (verl 0.7.1: verl-0.7) and the default pin's series, which declares each loss's ``uses`` once."""
 
-    key: str
+    package: str
+    distribution: str
     root: Path
     version: str
     series: str
     default_series: str
 
-    @property
-    def package(self) -> str:
-        return UPSTREAMS[self.key].package
-
-    @property
-    def distribution(self) -> str:
-        return UPSTREAMS[self.key].distribution
-
 
 def imported(key: str, pins: Pins) -> Upstream:
     """The release of ``key`` this Python imports, with its series; ``BadInput`` where no pin of ``key`` has one."""
-    root = package_root(UPSTREAMS[key].package)
-    version = UPSTREAMS[key].read_version(root)
+    spec = UPSTREAMS[key]
+    root = package_root(spec.package)
+    version = spec.read_version(root)
     pin, default = pins.series_pin(key, version), pins.default_for(key)
     if pin is None or default is None:
         raise BadInput(f"{pins.source} pins no series for {key}")
-    return Upstream(key, root, version, pin.series, default.series)
+    return Upstream(spec.package, spec.distribution, root, version, pin.series, default.series)
 
 
 def applied(upstream: Upstream, patches: tuple[Patch, ...]) -> set[str]:

@@ -1,8 +1,6 @@
-"""A run's config, composed as its trainer composes it. A verl launch line: its entry point, ``--config-path``/
-``--config-name`` and Hydra overrides, composed with Hydra's ``compose`` from the config folder of the verl this Python
-would import (found, not imported: importing verl costs seconds of torch). A Trinity-RFT YAML: Trinity's own
-``load_config`` and validators, then the verl config its veRL trainer builds. Nothing is started: no Ray, no process
-of the trainer."""
+"""A run's config, composed as its trainer composes it: a verl launch line with Hydra, from the config folder of the
+verl this Python would import (found, not imported: importing verl costs seconds of torch); a Trinity-RFT YAML with
+Trinity's own ``load_config`` and validators. Nothing is started: no Ray, no process of the trainer."""
 
 from __future__ import annotations
 
