@@ -53,10 +53,7 @@ def markdown_table(series: Series) -> str:
 
 
 def draw(series: Series, output: Path) -> None:
-    plt = plots.pyplot()
-    figure, axes = plt.subplots(
-        len(COMPONENTS), len(LOSS_AGG_MODES), figsize=(4.2 * len(LOSS_AGG_MODES), 3.6 * len(COMPONENTS))
-    )
+    figure, axes = plots.subplots(len(COMPONENTS), len(LOSS_AGG_MODES), 4.2, 3.6)
     for row, (component, title) in enumerate(COMPONENTS.items()):
         for column, mode in enumerate(LOSS_AGG_MODES):
             axis = axes[row][column]
@@ -90,11 +87,9 @@ def draw(series: Series, output: Path) -> None:
                 axis.set_ylabel("grad_norm (pre-clip)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     figure.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False)
-    figure.suptitle("verl 0.8.0 FSDP2 engine on CPU, tiny Qwen2, lr 0: grad_norm of one train_batch step", fontsize=11)
-    figure.tight_layout(rect=(0, 0.05, 1, 0.97))
     output.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(output, dpi=110)
-    plt.close(figure)
+    title = "verl 0.8.0 FSDP2 engine on CPU, tiny Qwen2, lr 0: grad_norm of one train_batch step"
+    plots.save(figure, title, output, dpi=110, fontsize=11, rect=(0, 0.05, 1, 0.97))
 
 
 def plot(vanilla: Path, patched: Path, output: Path, markdown: bool = False) -> None:

@@ -21,14 +21,25 @@ STYLES = {("fixed", 1): "-", ("fixed", 2): "--", ("fixed", 4): ":", ("dynamic", 
 OTHER_STYLE = (0, (3, 1, 1, 1))  # a split --micro-batches asked for beyond 1, 2 and 4
 
 
-def pyplot() -> Any:
-    """matplotlib's pyplot, drawing to files only (no display needed)."""
+def subplots(rows: int, columns: int, width: float, height: float) -> tuple[Any, Any]:
+    """A figure of ``rows`` x ``columns`` panels of ``width`` x ``height`` inches each (``axes[row][column]``), drawn
+    by matplotlib to files only (no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    return plt
+    return plt.subplots(rows, columns, figsize=(width * columns, height * rows), squeeze=False)
+
+
+def save(figure: Any, title: str, output: Path, dpi: int, fontsize: int = 10, rect: Any = None) -> None:
+    """Title ``figure``, lay it out within ``rect`` (all of it by default), write it to ``output`` and close it."""
+    import matplotlib.pyplot as plt
+
+    figure.suptitle(title, fontsize=fontsize)
+    figure.tight_layout(rect=rect)
+    figure.savefig(output, dpi=dpi)
+    plt.close(figure)
 
 
 def draw(
@@ -38,15 +49,13 @@ def draw(
     title: str,
     output: Path,
 ) -> None:
-    plt = pyplot()
-    figure, axes = plt.subplots(
-        len(precisions), len(cases), figsize=(3.2 * len(cases), 3.0 * len(precisions)), squeeze=False
-    )
+    figure, axes = subplots(len(precisions), len(cases), 3.2, 3.0)
     for row, precision in enumerate(precisions):
         for column, case in enumerate(cases):
             axis = axes[row][column]
             counts: set[int] = set()
             for side, (colour, width, alpha) in TREES.items():
+                look = {"color": colour, "linewidth": width, "alpha": alpha}
                 ratios = relative(results.get(side, ()), case, precision)
                 for split in SPLIT_KINDS:
                     points = sorted((k, value) for (s, k), value in ratios.items() if s == split or k == 1)
@@ -54,16 +63,8 @@ def draw(
                         continue
                     counts.update(k for k, _ in points)
                     style, marker = SPLIT_STYLES[split]
-                    axis.plot(
-                        [k for k, _ in points],
-                        [value for _, value in points],
-                        style,
-                        marker=marker,
-                        color=colour,
-                        linewidth=width,
-                        alpha=alpha,
-                        label=f"{side}, {split}",
-                    )
+                    ks, values = zip(*points, strict=True)
+                    axis.plot(ks, values, style, marker=marker, label=f"{side}, {split}", **look)
             low, high = axis.get_ylim()  # at least 0.9 to 1.1: bf16's 1e-4 wobble is not drawn as a trend
             axis.set_ylim(min(low, 0.9), max(high, 1.1))
             axis.ticklabel_format(axis="y", useOffset=False)
@@ -74,32 +75,24 @@ def draw(
                 axis.set_ylabel("grad_norm / grad_norm at K=1", fontsize=8)
             axis.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
-    figure.savefig(output, dpi=110)
-    plt.close(figure)
+    save(figure, title, output, dpi=110)
 
 
 def draw_trajectories(
     results: Mapping[str, Sequence[Run]], cases: Sequence[str], precisions: Sequence[str], title: str, output: Path
 ) -> None:
-    plt = pyplot()
     every = [run for runs in results.values() for run in runs]
     clips = sorted({run.clip for run in every}, key=lambda clip: math.inf if clip is None else clip)
     # the shuffled run is left out: it lies on K=1 (its distance is in the table)
     keys = [REFERENCE, *(key for key in columns(run.key for run in every) if key[0] != "shuffled")]
     rows = [(case, precision) for case in cases for precision in precisions]
-    figure, axes = plt.subplots(
-        len(rows), 2 * len(clips), figsize=(3.4 * 2 * len(clips), 2.6 * len(rows)), squeeze=False
-    )
+    figure, axes = subplots(len(rows), 2 * len(clips), 3.4, 2.6)
     for row, (case, precision) in enumerate(rows):
         for block, clip in enumerate(clips):
             loss_axis, norm_axis = axes[row][2 * block], axes[row][2 * block + 1]
             for side, (colour, width, alpha) in RUN_TREES.items():
                 runs = runs_of(results.get(side, ()), case, precision, clip)
-                for key in keys:
-                    if key not in runs:
-                        continue
+                for key in (key for key in keys if key in runs):
                     steps = runs[key].steps
                     x = range(1, len(steps) + 1)
                     line = STYLES.get(key, OTHER_STYLE)
@@ -116,7 +109,4 @@ def draw_trajectories(
                 axis.tick_params(labelsize=7)
                 axis.grid(alpha=0.3)
     axes[0][0].legend(fontsize=6, ncol=2)
-    figure.suptitle(title, fontsize=10)
-    figure.tight_layout()
-    figure.savefig(output, dpi=100)
-    plt.close(figure)
+    save(figure, title, output, dpi=100)
