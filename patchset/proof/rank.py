@@ -23,17 +23,9 @@ from engine_harness.data import step_data, with_teacher
 from engine_harness.engine import OptimizerSettings, StepResult, build_engine, module_files, step_clock, train_step
 from engine_harness.losses import loss_function
 from engine_harness.sim import Split, load_value_head_with_config_attention
-from engine_harness.trajectory import (
-    EngineStart,
-    mini_batch_pool,
-    pool_budget,
-    relative_distance,
-    shuffled_rows,
-    weights,
-)
 from engine_harness.worker_statistics import before_split
+from patchset.proof import trajectory
 from patchset.proof.cases import CASES, MODELS, Case, Settings, global_batch_size
-from patchset.proof.trajectory import REFERENCE, SHUFFLED
 
 LOSS_AGG_MODE = "token-mean"
 
@@ -58,7 +50,7 @@ def _mini_batches(case: Case, settings: Settings) -> list:
     first is the single-step proof's mini-batch."""
     model = MODELS[settings.model]
     sequences = global_batch_size(model, settings.world_size // settings.sp, settings.micro_batches)
-    pool = mini_batch_pool(model.shape.vocab_size, sequences, model.prompt_len, model.response_len)
+    pool = trajectory.mini_batch_pool(model.shape.vocab_size, sequences, model.prompt_len, model.response_len)
     return [with_teacher(batch, model.shape.vocab_size) for batch in pool] if case.name == "distillation" else pool
 
 
@@ -68,7 +60,7 @@ def _run_case(case: Case, precision: str, settings: Settings, rank: int) -> list
     global_batch = _mini_batches(case, settings)[0]
     _step(engine, global_batch, Split(1), case, settings, rank)  # warm-up, not recorded (allocations, kernels)
     rows = []
-    for split, micro_batches in [REFERENCE, *_splits(settings)]:
+    for split, micro_batches in [trajectory.REFERENCE, *_splits(settings)]:
         cut = Split(micro_batches, split == "dynamic")
         runs = [_step(engine, global_batch, cut, case, settings, rank) for _ in range(settings.repeats)]
         rows.append(_measurement(case, precision, split, micro_batches, runs))
@@ -106,7 +98,7 @@ def _run_trajectories(case: Case, precision: str, settings: Settings, rank: int)
         case.name, settings.model_path, settings.attention, precision, optimizer, sequence_parallel=sp
     )
     freeze_collector()
-    start = EngineStart.of(engine)
+    start = trajectory.EngineStart.of(engine)
     used = engine.optimizer.defaults  # what verl built: AdamW with its defaults, but for what was asked
     optimizer_used = (
         f"{type(engine.optimizer).__name__} lr={used['lr']:g} betas={tuple(used['betas'])} "
@@ -118,18 +110,18 @@ def _run_trajectories(case: Case, precision: str, settings: Settings, rank: int)
     for clip in clips:
         engine.optimizer_config.clip_grad = math.inf if clip is None else clip
         reference = None
-        for split, micro_batches in [REFERENCE, SHUFFLED, *_splits(settings)]:
+        for split, micro_batches in [trajectory.REFERENCE, trajectory.SHUFFLED, *_splits(settings)]:
             start.restore(engine)
             # per rank: the engine cuts a data-parallel group's rows by budget x sp
-            budget = -(-pool_budget(pool, dp, micro_batches) // sp) if split == "dynamic" else None
+            budget = -(-trajectory.pool_budget(pool, dp, micro_batches) // sp) if split == "dynamic" else None
             cut, results = Split(micro_batches, split == "dynamic"), []
             for index in range(steps):  # step i of every run: one draw (Clip-Cov's)
                 batch = pool[index % len(pool)]
-                batch = shuffled_rows(batch, dp) if split == "shuffled" else batch
+                batch = trajectory.shuffled_rows(batch, dp) if split == "shuffled" else batch
                 results.append(_step(engine, batch, cut, case, settings, rank, budget, index))
-            end = weights(engine)
+            end = trajectory.weights(engine)
             reference = end if reference is None else reference
-            distance = 0.0 if end is reference else relative_distance(end, reference, start.weights)
+            distance = 0.0 if end is reference else trajectory.relative_distance(end, reference, start.weights)
             runs.append(
                 {
                     "case": case.name,

@@ -1,22 +1,16 @@
-"""``--steps N``: what a training run of N optimizer steps shows, per case, tree, precision and clipping.
+"""``--steps N``: training runs of N optimizer steps per case, tree, precision and clipping; how a rank makes them
+(torch is imported only there, inside the functions) and how the main process judges them.
 
-Each run starts from the same weights and optimizer state and trains N steps on the same mini-batches (a fixed pool,
-cycled), with verl's optimizer (AdamW, ``FSDPOptimizerConfig``'s defaults but the learning rate); the runs of one case
-differ only in how each mini-batch is cut into micro-batches per rank:
+Every run of an engine starts from the weights and the (empty) optimizer state it had when built (`EngineStart`) and
+trains N steps with verl's AdamW on the same pool of mini-batches of different lengths, cycled. The runs of one case
+differ only in how each mini-batch is cut per rank: ``fixed`` K = 1, the reference; ``shuffled`` K = 1, each rank's
+rows in another order, whose distance from the reference is the floor that reassociation alone makes over N steps,
+measured; ``fixed`` K = 2, 4; ``dynamic`` K <= 2, <= 4, one token budget for the run set by its longest mini-batch,
+so K changes from step to step as in training. Distances are summed over every rank's shards: the whole model's.
 
-- ``fixed`` K = 1: the reference;
-- ``shuffled`` K = 1: each rank's rows in another order, the same arithmetic summed in another order. Its distance
-  from the reference is the floor that floating-point reassociation alone makes over N steps, measured, not assumed;
-- ``fixed`` K = 2, 4: ``micro_batch_size_per_gpu`` rows each;
-- ``dynamic`` K <= 2, <= 4: one token budget (``use_dynamic_bsz``) for the whole run, set so that the longest
-  mini-batch makes K micro-batches; the shorter ones make fewer, so K changes from step to step, as it does in
-  training.
-
-Verdict. Patched: every run within ``bound`` of the reference, where ``bound`` is ``FLOOR_FACTOR`` times the shuffled
-run's distance, and never under ``MIN_BOUND`` (a floor of exactly 0, when reordering happens to round the same).
-Vanilla with clipping: a case with the bug shows it if some run is beyond that bound. Vanilla without clipping is
-reported as measured, never judged: Adam divides each update by the gradient's running magnitude, which cancels a
-constant factor K, and what remains (dynamic splits, Adam's epsilon) may be small.
+Verdict. Patched: every run within ``FLOOR_FACTOR`` times the shuffled floor of the reference (at least
+``MIN_BOUND``). Vanilla with clipping: some run beyond that bound. Vanilla without clipping is reported, not judged:
+Adam divides each update by the gradient's running magnitude, which cancels a constant factor K.
 """
 
 from __future__ import annotations
@@ -24,15 +18,25 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from engine_harness.data import DATA_SEED, ragged_global_batch, token_budget
 from patchset.proof.cases import Case, Expect, expectation
 from patchset.proof.verdict import one_step_judges
+
+if TYPE_CHECKING:
+    import torch
+    from tensordict import TensorDict
 
 FLOOR_FACTOR = 10.0
 MIN_BOUND = {"fp32": 1e-6, "bf16": 1e-3}
 REFERENCE = ("fixed", 1)
 SHUFFLED = ("shuffled", 1)
 CLIP_OFF = "off"
+# each pooled mini-batch's longest prompt and response, as a share of the model preset's: a token budget set for the
+# longest makes fewer micro-batches for the others, so a dynamic split's K changes from step to step
+POOL_SHARES = (1.0, 0.4, 0.7, 0.25)
+SHUFFLE_SEED = 7
 
 
 def clip_label(clip: float | None) -> str:
@@ -149,3 +153,71 @@ def split_label(key: tuple[str, int]) -> str:
     """How tables and figures name a run's split."""
     split, count = key
     return {"fixed": f"K={count}", "shuffled": "K=1 shuffled", "dynamic": f"dynamic K<={count}"}[split]
+
+
+def _shards(engine: Any) -> list[torch.Tensor]:
+    """This rank's shard of every parameter (FSDP2 keeps DTensors), as the live tensors."""
+    return [param.to_local() if hasattr(param, "to_local") else param for param in engine.module.parameters()]
+
+
+def weights(engine: Any) -> list[torch.Tensor]:
+    """A copy of this rank's weight shards."""
+    return [shard.detach().clone() for shard in _shards(engine)]
+
+
+@dataclass
+class EngineStart:
+    """The weights and optimizer state an engine had before its first step, to start every run from."""
+
+    weights: list[Any]
+    optimizer_state: dict
+
+    @classmethod
+    def of(cls, engine: Any) -> EngineStart:
+        return cls(weights(engine), engine.optimizer.state_dict())
+
+    def restore(self, engine: Any) -> None:
+        import torch
+
+        with torch.no_grad():
+            for shard, saved in zip(_shards(engine), self.weights, strict=True):
+                shard.copy_(saved)
+        # the state before any step is empty: loading it drops AdamW's moments and step counts
+        engine.optimizer.load_state_dict(self.optimizer_state)
+
+
+def relative_distance(end: Sequence[Any], reference: Sequence[Any], start: Sequence[Any]) -> float:
+    """||end - reference|| / ||reference - start|| over the whole model (every rank's shards): how far a run ended
+    from the reference run, relative to how far the reference moved."""
+    import torch
+    import torch.distributed as dist
+
+    def squared(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
+        return sum(float((x.double() - y.double()).pow(2).sum()) for x, y in zip(a, b, strict=True))
+
+    sums = torch.tensor([squared(end, reference), squared(reference, start)], dtype=torch.float64)
+    if dist.is_initialized():
+        dist.all_reduce(sums)
+    return math.sqrt(sums[0] / sums[1]) if sums[1] > 0 else math.inf
+
+
+def mini_batch_pool(vocab: int, sequences: int, prompt_len: int, response_len: int) -> list[TensorDict]:
+    """One mini-batch per share of `POOL_SHARES`, each with its own seed, its sequences up to that share of the
+    preset's lengths."""
+    lengths = [(max(1, round(prompt_len * share)), max(1, round(response_len * share))) for share in POOL_SHARES]
+    return [ragged_global_batch(vocab, sequences, *pair, seed=DATA_SEED + index) for index, pair in enumerate(lengths)]
+
+
+def pool_budget(pool: Sequence[TensorDict], world_size: int, micro_batches: int) -> int:
+    """One token budget for a whole run: the longest mini-batch of the pool makes ``micro_batches`` per rank."""
+    return max(token_budget(batch, world_size, micro_batches) for batch in pool)
+
+
+def shuffled_rows(batch: TensorDict, world_size: int) -> TensorDict:
+    """The mini-batch with each rank's rows in another order: the same arithmetic, summed in another order."""
+    import torch
+
+    rows = len(batch) // world_size
+    generator = torch.Generator().manual_seed(SHUFFLE_SEED)
+    order = torch.cat([rank * rows + torch.randperm(rows, generator=generator) for rank in range(world_size)])
+    return batch[order]
