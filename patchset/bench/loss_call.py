@@ -1,11 +1,8 @@
-"""What the patches cost at run time: loss-call time and host synchronisations, patched against vanilla.
+"""What the patches cost at run time: the median CPU time of one loss call (or mini-batch selection, `selection`)
+and its host synchronisations (`syncs`), patched against vanilla.
 
-For verl's critic `value_loss` and Trinity's `TrinityPolicyLoss`, every ``loss_agg_mode`` and several micro-batch
-shapes (KL-Cov, Clip-Cov and the IS batch mean: one mini-batch with its selection, `selection`), the median CPU time
-of one call as verl 0.8's engine makes it, in the calling thread (torch runs on one), is compared between the trees.
 Each tree pair is a child process (a process holds one verl); the children take turns, a block of calls each, so all
-see the same machine load, and a second vanilla child gives the noise floor. One more call per case counts the host
-synchronisations (`syncs`): the patch must add none.
+see the same machine load, and a second vanilla child gives the noise floor.
 """
 
 from __future__ import annotations

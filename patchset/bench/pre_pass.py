@@ -1,11 +1,9 @@
 """What the no-grad forward before a later update costs (verl 0004, 0005): ``engine.infer_batch`` over the
-mini-batch, against the ``train_batch`` it comes before.
+mini-batch, against the ``train_batch`` it comes before, on one gloo rank of verl's real FSDP2 engine.
 
 KL-Cov's and Clip-Cov's selection, and bypass mode's IS batch mean, need the current policy's log-probs of the whole
-mini-batch before its first backward pass; where ``old_log_probs`` are not those (a later update of a step, every
-update in bypass mode), the patched worker runs this forward first. Both run on one gloo rank of verl's real FSDP2
-engine, fp32, with the vanilla actor loss (the forward does not depend on the loss), timed in process CPU time,
-alternating. The peak resident memory's growth (``ru_maxrss``) is 0 while the forward's peak stays under the step's.
+mini-batch before its first backward pass; where ``old_log_probs`` are not those, the patched worker runs this forward
+first. The peak resident memory's growth (``ru_maxrss``) is 0 while the forward's peak stays under the step's.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """What KL-Cov's and Clip-Cov's mini-batch selection (verl 0004) and bypass mode's IS batch mean (verl 0005) cost
-per optimizer step: one mini-batch, as the worker trains it.
-
-Patched, the worker chooses (or takes the mean) once on the mini-batch and each micro-batch's ``ppo_loss`` applies its
-rows of it; vanilla, each micro-batch's loss does so on its own tokens. One timed call is the whole mini-batch: the
-selection where the tree has it and the ``ppo_loss`` of each of its `MICRO_BATCHES` micro-batches, at dp 1 (the
-collectives are not timed). The no-grad forward a later update needs is timed by `patchset.bench.pre_pass`.
+per optimizer step. Patched, the worker chooses (or takes the mean) once on the mini-batch and each micro-batch's
+``ppo_loss`` applies its rows of it; vanilla, each micro-batch's loss does so on its own tokens: one timed call is
+the whole mini-batch, at dp 1 (the collectives are not timed).
 """
 
 from __future__ import annotations

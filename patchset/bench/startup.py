@@ -1,9 +1,6 @@
-"""What the overlays cost at interpreter start and at the first verl import, as ratios measured in one run.
-
-Three interpreters over the same packages: the overlay venv as installed (its ``patchset_overlay.pth`` switches the
-overlays on), the same with ``PATCHSET_OVERLAYS=0``, and a scratch venv that sees the same site-packages through a
-plain path ``.pth`` (so no ``patchset_overlay.pth`` runs at all). They take turns, one run each per round, so all
-see the same machine load; each figure is the median wall time of a fresh process.
+"""What the overlays cost at interpreter start and at the first verl import, as ratios measured in one run: the
+overlay venv, the same with ``PATCHSET_OVERLAYS=0``, and a scratch venv over the same site-packages without
+``patchset_overlay.pth`` take turns, so all see the same machine load.
 """
 
 from __future__ import annotations
