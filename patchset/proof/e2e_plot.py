@@ -1,8 +1,6 @@
-"""Draw the end-to-end engine run (``python -m patchset plot``): grad_norm against micro-batches, vanilla vs patched.
-
-Reads what `tests/regression/test_engine_e2e.py` recorded (``e2e-bug.jsonl``: vanilla, ``e2e-fixed.jsonl``: patched;
-a JSON object a line) and draws a panel per loss and ``loss_agg_mode``, a line per tree and world size.
-"""
+"""Draw the end-to-end engine run (``python -m patchset plot``) from what `tests/regression/test_engine_e2e.py`
+recorded (``e2e-bug.jsonl``: vanilla, ``e2e-fixed.jsonl``: patched): grad_norm against micro-batches, a panel per loss
+and ``loss_agg_mode``, a line per tree and world size."""
 
 from __future__ import annotations
 

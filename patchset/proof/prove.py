@@ -1,6 +1,5 @@
 """The proof's run: the checked `Request` of ``python -m patchset proof``, each tree measured in a process of its own
-(`launch`), the verdicts and the report. What it measures and why: docs/gpu-proof.md; usage: ``--help``.
-"""
+(`launch`), the verdicts and the report. What it measures and why: docs/gpu-proof.md; usage: ``--help``."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""One rank of the GPU proof: verl's real FSDP2 engines, the tree's own losses, complete `train_batch` steps.
-
-Per case and precision, one `train_batch` per split of the same mini-batch, at learning rate 0 so that only the split
-differs: the pre-clip ``grad_norm`` and each step's time, a patched worker's pre-pass included. What is measured, and
-the adaptations (none on the loss path): docs/gpu-proof.md.
-"""
+"""One rank of the GPU proof: per case and precision, complete `train_batch` steps of verl's real FSDP2 engine with the
+tree's own loss, one per split of the same mini-batch at learning rate 0, so that only the split differs. What is
+measured, and the adaptations (none on the loss path): docs/gpu-proof.md."""
 
 from __future__ import annotations
 

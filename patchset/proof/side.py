@@ -1,9 +1,6 @@
-"""One tree's process: ``python -m patchset.proof.side SETTINGS RESULT``, with the tree on ``PYTHONPATH``.
-
-A process holds one verl, so each tree runs in its own (`launch` starts it). Its ranks, one per device, are children of
-a fork server (`patchset.plumbing.children`), never forks of this process, which CUDA or OpenMP threads would make
-unsafe; a single rank runs in this process.
-"""
+"""One tree's process, ``python -m patchset.proof.side SETTINGS RESULT`` with the tree on ``PYTHONPATH``: a process
+holds one verl. Its ranks, one per device, are children of a fork server (`patchset.plumbing.children`), never forks
+of this process, which CUDA or OpenMP threads would make unsafe; a single rank runs in this process."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Where each side's verl and Trinity-RFT come from, and the check that every rank imported them from there.
-
-A side is a source checkout of each package (put first on the path) or the package this Python has installed. The
-defaults are the trees ``scripts/apply.sh --no-test`` makes for the default pins, read from the workspace when a run
-starts (the pins, and ``$PATCHSET_CACHE`` or .cache), never at import time.
-"""
+"""Where each side's verl and Trinity-RFT come from (a source checkout put first on the path, or the installed
+package), and the check that every rank imported them from there. The default trees, those ``scripts/apply.sh
+--no-test`` makes, are read from the workspace when a run starts, never at import time."""
 
 from __future__ import annotations
 
