@@ -11,6 +11,7 @@ import os
 import platform
 import sys
 import traceback
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -119,18 +120,9 @@ def _run_trajectories(case: Case, precision: str, settings: Settings, rank: int)
             end = trajectory.weights(engine)
             reference = end if reference is None else reference
             distance = 0.0 if end is reference else trajectory.relative_distance(end, reference, start.weights)
-            runs.append(
-                {
-                    "case": case.name,
-                    "precision": precision,
-                    "clip": clip,
-                    "split": split,
-                    "micro_batches": micro_batches,
-                    "steps": [{"loss": r.loss, "grad_norm": r.grad_norm, "made": r.micro_batches} for r in results],
-                    "distance": distance,
-                    "optimizer": optimizer_used,
-                }
-            )
+            trained = tuple(trajectory.Step(r.loss, r.grad_norm, r.micro_batches) for r in results)
+            run = trajectory.Run(case.name, precision, clip, split, micro_batches, trained, distance, optimizer_used)
+            runs.append(asdict(run))
             if clip == clips[0] and split != "shuffled":
                 single.append(_measurement(case, precision, split, micro_batches, results))
     start.restore(engine)
