@@ -1,8 +1,5 @@
-"""verl's FSDP2 engine, built the way its workers build it, and one complete `train_batch` step.
-
-A step is what `BaseEngine.train_batch` does: zero_grad, the engine's micro-batch loop with ``loss.backward()`` per
-micro-batch, the FSDP gradient reduction, and `optimizer_step`, which returns the pre-clip ``grad_norm``.
-"""
+"""verl's FSDP2 engine, built the way its workers build it, and one complete `train_batch` step: zero_grad, the
+engine's micro-batch loop, the FSDP gradient reduction, and `optimizer_step`, which returns the pre-clip grad_norm."""
 
 from __future__ import annotations
 
